@@ -1,0 +1,572 @@
+//! `volstack csi`: a command-line client for any CSI driver, for operators debugging a driver
+//! and for our tests and benchmarks. Every answer is printed as one JSON document.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use csi::volume_capability::access_mode::Mode;
+use csi_proto::v1 as csi;
+use serde_json::{Value, json};
+use sidecar_kit::csi::{go_code_name, with_timeout};
+use sidecar_kit::duration::parse_go_duration;
+use sidecar_kit::quantity::parse_bytes;
+use tonic::transport::Channel;
+
+/// Flags of `volstack csi`.
+#[derive(Debug, clap::Args)]
+pub struct CsiArgs {
+    /// The driver's socket: unix:///path or /path.
+    #[arg(
+        long,
+        env = "CSI_ENDPOINT",
+        default_value = "unix:///tmp/volstack-csi.sock"
+    )]
+    pub endpoint: String,
+    /// Deadline of each call (Go duration).
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    pub timeout: Duration,
+    #[command(subcommand)]
+    pub command: CsiCommand,
+}
+
+/// One CSI operation.
+#[derive(Debug, clap::Subcommand)]
+pub enum CsiCommand {
+    /// Probe the plugin (Identity.Probe).
+    Probe,
+    /// Plugin name and version (Identity.GetPluginInfo).
+    Info,
+    /// Plugin, controller and node capabilities.
+    Capabilities,
+    /// NodeGetInfo: node id, topology, volume limit.
+    NodeInfo,
+    /// CreateVolume.
+    Create(CreateArgs),
+    /// DeleteVolume.
+    Delete {
+        /// Volume id.
+        volume_id: String,
+        /// Secret KEY=VALUE passed to the driver (repeatable).
+        #[arg(long = "secret", value_parser = key_value)]
+        secrets: Vec<(String, String)>,
+    },
+    /// ListVolumes, one page or all pages.
+    List {
+        /// max_entries (0: driver's choice).
+        #[arg(long, default_value_t = 0)]
+        max_entries: i32,
+        /// starting_token from a previous page.
+        #[arg(long, default_value = "")]
+        starting_token: String,
+        /// Follow next_token until the last page.
+        #[arg(long)]
+        all: bool,
+    },
+    /// GetCapacity.
+    Capacity {
+        /// Parameter KEY=VALUE (repeatable), as a StorageClass would pass it.
+        #[arg(long = "param", value_parser = key_value)]
+        parameters: Vec<(String, String)>,
+        /// Topology segment as KEY=VALUE[,KEY=VALUE..].
+        #[arg(long, value_parser = segment)]
+        topology: Option<HashMap<String, String>>,
+    },
+    /// ControllerPublishVolume.
+    Publish {
+        /// Volume id.
+        volume_id: String,
+        /// Node id.
+        node_id: String,
+        /// Publish read-only.
+        #[arg(long)]
+        readonly: bool,
+        /// Block access type instead of mount.
+        #[arg(long)]
+        block: bool,
+    },
+    /// ControllerUnpublishVolume.
+    Unpublish {
+        /// Volume id.
+        volume_id: String,
+        /// Node id (empty: every node).
+        #[arg(default_value = "")]
+        node_id: String,
+    },
+    /// Measure CreateVolume+DeleteVolume round trips per second.
+    Roundtrip {
+        /// Number of create+delete pairs.
+        #[arg(long, default_value_t = 1000)]
+        count: usize,
+        /// Pairs in flight at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Size of each volume.
+        #[arg(long, default_value = "1Mi")]
+        size: String,
+    },
+}
+
+/// Flags of `volstack csi create`.
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// Volume name (the idempotency key).
+    pub name: String,
+    /// Required size (Kubernetes quantity).
+    #[arg(long, default_value = "1Gi")]
+    pub size: String,
+    /// Size limit (Kubernetes quantity; default none).
+    #[arg(long)]
+    pub limit: Option<String>,
+    /// Block volume instead of a mounted filesystem.
+    #[arg(long)]
+    pub block: bool,
+    /// Filesystem type for mount volumes.
+    #[arg(long, default_value = "")]
+    pub fs_type: String,
+    /// Access mode (repeatable): single-node-writer, single-node-reader-only,
+    /// multi-node-reader-only, multi-node-single-writer, multi-node-multi-writer,
+    /// single-node-single-writer, single-node-multi-writer.
+    #[arg(long = "access-mode", value_parser = access_mode)]
+    pub access_modes: Vec<Mode>,
+    /// Parameter KEY=VALUE (repeatable).
+    #[arg(long = "param", value_parser = key_value)]
+    pub parameters: Vec<(String, String)>,
+    /// Secret KEY=VALUE (repeatable).
+    #[arg(long = "secret", value_parser = key_value)]
+    pub secrets: Vec<(String, String)>,
+    /// Requisite topology segment KEY=VALUE[,..] (repeatable).
+    #[arg(long, value_parser = segment)]
+    pub requisite: Vec<HashMap<String, String>>,
+    /// Preferred topology segment KEY=VALUE[,..] (repeatable).
+    #[arg(long, value_parser = segment)]
+    pub preferred: Vec<HashMap<String, String>>,
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{text:?}: expected KEY=VALUE"))
+}
+
+fn segment(text: &str) -> Result<HashMap<String, String>, String> {
+    text.split(',').map(key_value).collect()
+}
+
+fn access_mode(text: &str) -> Result<Mode, String> {
+    let name = text.replace('-', "_").to_ascii_uppercase();
+    match Mode::from_str_name(&name) {
+        Some(Mode::Unknown) | None => Err(format!("unknown access mode {text:?}")),
+        Some(mode) => Ok(mode),
+    }
+}
+
+/// Runs one client command and prints its answer.
+pub async fn run(args: CsiArgs) -> anyhow::Result<()> {
+    let channel = sidecar_kit::csi::connect(&args.endpoint).await?;
+    let timeout = args.timeout;
+    let output = match args.command {
+        CsiCommand::Probe => {
+            let r = identity(&channel)
+                .probe(with_timeout(csi::ProbeRequest {}, timeout))
+                .await;
+            let r = grpc(r)?;
+            json!({"ready": r.ready})
+        }
+        CsiCommand::Info => {
+            let r = grpc(
+                identity(&channel)
+                    .get_plugin_info(with_timeout(csi::GetPluginInfoRequest {}, timeout))
+                    .await,
+            )?;
+            json!({"name": r.name, "vendor_version": r.vendor_version, "manifest": r.manifest})
+        }
+        CsiCommand::Capabilities => capabilities(&channel, timeout).await?,
+        CsiCommand::NodeInfo => {
+            let r = grpc(
+                node(&channel)
+                    .node_get_info(with_timeout(csi::NodeGetInfoRequest {}, timeout))
+                    .await,
+            )?;
+            json!({
+                "node_id": r.node_id,
+                "max_volumes_per_node": r.max_volumes_per_node,
+                "accessible_topology": r.accessible_topology.map(|t| t.segments),
+            })
+        }
+        CsiCommand::Create(create) => {
+            let request = create_request(&create)?;
+            let r = grpc(
+                controller(&channel)
+                    .create_volume(with_timeout(request, timeout))
+                    .await,
+            )?;
+            r.volume.as_ref().map(volume_json).unwrap_or(Value::Null)
+        }
+        CsiCommand::Delete { volume_id, secrets } => {
+            let request = csi::DeleteVolumeRequest {
+                volume_id: volume_id.clone(),
+                secrets: secrets.into_iter().collect(),
+            };
+            grpc(
+                controller(&channel)
+                    .delete_volume(with_timeout(request, timeout))
+                    .await,
+            )?;
+            json!({"deleted": volume_id})
+        }
+        CsiCommand::List {
+            max_entries,
+            starting_token,
+            all,
+        } => list(&channel, timeout, max_entries, starting_token, all).await?,
+        CsiCommand::Capacity {
+            parameters,
+            topology,
+        } => {
+            let request = csi::GetCapacityRequest {
+                volume_capabilities: Vec::new(),
+                parameters: parameters.into_iter().collect(),
+                accessible_topology: topology.map(|segments| csi::Topology { segments }),
+            };
+            let r = grpc(
+                controller(&channel)
+                    .get_capacity(with_timeout(request, timeout))
+                    .await,
+            )?;
+            json!({
+                "available_capacity": r.available_capacity,
+                "maximum_volume_size": r.maximum_volume_size,
+                "minimum_volume_size": r.minimum_volume_size,
+            })
+        }
+        CsiCommand::Publish {
+            volume_id,
+            node_id,
+            readonly,
+            block,
+        } => {
+            let request = csi::ControllerPublishVolumeRequest {
+                volume_id,
+                node_id,
+                volume_capability: Some(capability(block, "", Mode::SingleNodeWriter)),
+                readonly,
+                ..Default::default()
+            };
+            let r = grpc(
+                controller(&channel)
+                    .controller_publish_volume(with_timeout(request, timeout))
+                    .await,
+            )?;
+            json!({"publish_context": r.publish_context})
+        }
+        CsiCommand::Unpublish { volume_id, node_id } => {
+            let request = csi::ControllerUnpublishVolumeRequest {
+                volume_id: volume_id.clone(),
+                node_id,
+                ..Default::default()
+            };
+            grpc(
+                controller(&channel)
+                    .controller_unpublish_volume(with_timeout(request, timeout))
+                    .await,
+            )?;
+            json!({"unpublished": volume_id})
+        }
+        CsiCommand::Roundtrip {
+            count,
+            concurrency,
+            size,
+        } => roundtrip(channel, timeout, count, concurrency, &size).await?,
+    };
+    println!("{}", serde_json::to_string_pretty(&output)?);
+    Ok(())
+}
+
+fn identity(channel: &Channel) -> csi::identity_client::IdentityClient<Channel> {
+    csi::identity_client::IdentityClient::new(channel.clone())
+}
+
+fn controller(channel: &Channel) -> csi::controller_client::ControllerClient<Channel> {
+    csi::controller_client::ControllerClient::new(channel.clone())
+}
+
+fn node(channel: &Channel) -> csi::node_client::NodeClient<Channel> {
+    csi::node_client::NodeClient::new(channel.clone())
+}
+
+/// Turns a gRPC status into an error that names the code as Go does.
+fn grpc<T>(result: Result<tonic::Response<T>, tonic::Status>) -> anyhow::Result<T> {
+    result
+        .map(tonic::Response::into_inner)
+        .map_err(|status| anyhow::anyhow!("{}: {}", go_code_name(status.code()), status.message()))
+}
+
+fn capability(block: bool, fs_type: &str, mode: Mode) -> csi::VolumeCapability {
+    use csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+    csi::VolumeCapability {
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+        access_type: Some(if block {
+            AccessType::Block(BlockVolume {})
+        } else {
+            AccessType::Mount(MountVolume {
+                fs_type: fs_type.to_string(),
+                ..Default::default()
+            })
+        }),
+    }
+}
+
+fn create_request(args: &CreateArgs) -> anyhow::Result<csi::CreateVolumeRequest> {
+    let required = parse_bytes(&args.size).with_context(|| "--size")?;
+    let limit = args
+        .limit
+        .as_deref()
+        .map(parse_bytes)
+        .transpose()
+        .with_context(|| "--limit")?
+        .unwrap_or(0);
+    let modes = if args.access_modes.is_empty() {
+        vec![Mode::SingleNodeWriter]
+    } else {
+        args.access_modes.clone()
+    };
+    let topology = (!args.requisite.is_empty() || !args.preferred.is_empty()).then(|| {
+        csi::TopologyRequirement {
+            requisite: args
+                .requisite
+                .iter()
+                .map(|s| csi::Topology {
+                    segments: s.clone(),
+                })
+                .collect(),
+            preferred: args
+                .preferred
+                .iter()
+                .map(|s| csi::Topology {
+                    segments: s.clone(),
+                })
+                .collect(),
+        }
+    });
+    Ok(csi::CreateVolumeRequest {
+        name: args.name.clone(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: required,
+            limit_bytes: limit,
+        }),
+        volume_capabilities: modes
+            .into_iter()
+            .map(|m| capability(args.block, &args.fs_type, m))
+            .collect(),
+        parameters: args.parameters.iter().cloned().collect(),
+        secrets: args.secrets.iter().cloned().collect(),
+        accessibility_requirements: topology,
+        ..Default::default()
+    })
+}
+
+fn volume_json(v: &csi::Volume) -> Value {
+    json!({
+        "volume_id": v.volume_id,
+        "capacity_bytes": v.capacity_bytes,
+        "volume_context": v.volume_context,
+        "accessible_topology": v.accessible_topology.iter().map(|t| &t.segments).collect::<Vec<_>>(),
+    })
+}
+
+async fn capabilities(channel: &Channel, timeout: Duration) -> anyhow::Result<Value> {
+    let plugin = grpc(
+        identity(channel)
+            .get_plugin_capabilities(with_timeout(csi::GetPluginCapabilitiesRequest {}, timeout))
+            .await,
+    )?;
+    let plugin: Vec<String> = plugin
+        .capabilities
+        .iter()
+        .filter_map(|c| match &c.r#type {
+            Some(csi::plugin_capability::Type::Service(s)) => {
+                csi::plugin_capability::service::Type::try_from(s.r#type)
+                    .ok()
+                    .map(|t| t.as_str_name().to_string())
+            }
+            Some(csi::plugin_capability::Type::VolumeExpansion(e)) => {
+                csi::plugin_capability::volume_expansion::Type::try_from(e.r#type)
+                    .ok()
+                    .map(|t| format!("VOLUME_EXPANSION_{}", t.as_str_name()))
+            }
+            None => None,
+        })
+        .collect();
+    let controller_caps = controller(channel)
+        .controller_get_capabilities(with_timeout(
+            csi::ControllerGetCapabilitiesRequest {},
+            timeout,
+        ))
+        .await;
+    let controller_caps: Value = match controller_caps {
+        Ok(r) => json!(
+            r.into_inner()
+                .capabilities
+                .iter()
+                .filter_map(|c| match &c.r#type {
+                    Some(csi::controller_service_capability::Type::Rpc(rpc)) =>
+                        csi::controller_service_capability::rpc::Type::try_from(rpc.r#type)
+                            .ok()
+                            .map(|t| t.as_str_name()),
+                    None => None,
+                })
+                .collect::<Vec<_>>()
+        ),
+        Err(status) => json!({"error": go_code_name(status.code())}),
+    };
+    let node_caps = node(channel)
+        .node_get_capabilities(with_timeout(csi::NodeGetCapabilitiesRequest {}, timeout))
+        .await;
+    let node_caps: Value = match node_caps {
+        Ok(r) => json!(
+            r.into_inner()
+                .capabilities
+                .iter()
+                .filter_map(|c| match &c.r#type {
+                    Some(csi::node_service_capability::Type::Rpc(rpc)) =>
+                        csi::node_service_capability::rpc::Type::try_from(rpc.r#type)
+                            .ok()
+                            .map(|t| t.as_str_name()),
+                    None => None,
+                })
+                .collect::<Vec<_>>()
+        ),
+        Err(status) => json!({"error": go_code_name(status.code())}),
+    };
+    Ok(json!({"plugin": plugin, "controller": controller_caps, "node": node_caps}))
+}
+
+async fn list(
+    channel: &Channel,
+    timeout: Duration,
+    max_entries: i32,
+    mut token: String,
+    all: bool,
+) -> anyhow::Result<Value> {
+    let mut volumes = Vec::new();
+    loop {
+        let request = csi::ListVolumesRequest {
+            max_entries,
+            starting_token: token.clone(),
+        };
+        let r = grpc(
+            controller(channel)
+                .list_volumes(with_timeout(request, timeout))
+                .await,
+        )?;
+        for entry in &r.entries {
+            let mut v = entry
+                .volume
+                .as_ref()
+                .map(volume_json)
+                .unwrap_or(Value::Null);
+            if let (Some(status), Some(obj)) = (&entry.status, v.as_object_mut()) {
+                obj.insert(
+                    "published_node_ids".into(),
+                    json!(status.published_node_ids),
+                );
+            }
+            volumes.push(v);
+        }
+        token = r.next_token;
+        if !all || token.is_empty() {
+            break;
+        }
+    }
+    Ok(json!({"entries": volumes, "next_token": token}))
+}
+
+async fn roundtrip(
+    channel: Channel,
+    timeout: Duration,
+    count: usize,
+    concurrency: usize,
+    size: &str,
+) -> anyhow::Result<Value> {
+    if concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let bytes = parse_bytes(size).with_context(|| "--size")?;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let run_id = uuid_like();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.min(count.max(1)) {
+        let channel = channel.clone();
+        let next = next.clone();
+        let run_id = run_id.clone();
+        workers.push(tokio::spawn(async move {
+            let mut client = csi::controller_client::ControllerClient::new(channel);
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= count {
+                    return Ok::<_, anyhow::Error>(latencies);
+                }
+                let t = Instant::now();
+                let request = csi::CreateVolumeRequest {
+                    name: format!("roundtrip-{run_id}-{i}"),
+                    capacity_range: Some(csi::CapacityRange {
+                        required_bytes: bytes,
+                        limit_bytes: 0,
+                    }),
+                    volume_capabilities: vec![capability(false, "", Mode::SingleNodeWriter)],
+                    ..Default::default()
+                };
+                let created = grpc(client.create_volume(with_timeout(request, timeout)).await)?;
+                let id = created
+                    .volume
+                    .map(|v| v.volume_id)
+                    .context("CreateVolume returned no volume")?;
+                grpc(
+                    client
+                        .delete_volume(with_timeout(
+                            csi::DeleteVolumeRequest {
+                                volume_id: id,
+                                ..Default::default()
+                            },
+                            timeout,
+                        ))
+                        .await,
+                )?;
+                latencies.push(t.elapsed());
+            }
+        }));
+    }
+    let mut latencies = Vec::with_capacity(count);
+    for worker in workers {
+        latencies.extend(worker.await.context("worker panicked")??);
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    Ok(json!({
+        "round_trips": count,
+        "concurrency": concurrency,
+        "seconds": elapsed.as_secs_f64(),
+        "round_trips_per_second": count as f64 / elapsed.as_secs_f64(),
+        "latency_ms_p50": pct(0.50),
+        "latency_ms_p99": pct(0.99),
+    }))
+}
+
+fn uuid_like() -> String {
+    format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    )
+}

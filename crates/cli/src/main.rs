@@ -1,0 +1,88 @@
+//! `volstack`: the umbrella binary. Each subcommand runs one component of the project.
+
+#![forbid(unsafe_code)]
+
+mod csi_client;
+mod faults;
+mod logging;
+
+use clap::{Parser, Subcommand};
+
+/// Dynamic volume provisioning for CSI drivers: components and the embedded stack.
+#[derive(Debug, Parser)]
+#[command(name = "volstack", version, about)]
+struct Cli {
+    #[command(flatten)]
+    log: logging::LogArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the reference CSI driver (hostpath volumes under a state directory).
+    Driver(Box<hostpath_driver::DriverArgs>),
+    /// Talk to any CSI driver over its socket: probe, info, create, delete, list, capacity...
+    Csi(csi_client::CsiArgs),
+    /// Switch the reference driver's injected faults through its control file.
+    Faults(faults::FaultsArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Err(error) = logging::init(&cli.log) {
+        eprintln!("volstack: {error:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("volstack: failed to start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Driver(args) => run_driver(*args).await,
+            Command::Csi(args) => csi_client::run(args).await,
+            Command::Faults(args) => faults::run(args),
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("volstack: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_driver(args: hostpath_driver::DriverArgs) -> anyhow::Result<()> {
+    let config = args.into_config()?;
+    let driver = hostpath_driver::Driver::open(config).await?;
+    driver.serve(shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,495 @@
+//! The CSI Controller service.
+
+use std::collections::HashMap;
+
+use csi::controller_server::Controller;
+use csi::controller_service_capability::rpc::Type as Rpc;
+use csi_proto::v1 as csi;
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use crate::driver::{Driver, now_ms};
+use crate::error::{Error, Result};
+use crate::plan::{self, CreatePlan};
+use crate::state::Change;
+
+type Reply<T> = std::result::Result<Response<T>, Status>;
+
+impl Driver {
+    async fn create(&self, req: csi::CreateVolumeRequest) -> Result<csi::CreateVolumeResponse> {
+        let parsed = plan::parse_create(&self.cfg, &req)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let (plan, seq) = self.store.mutate(|table| {
+            let plan = plan::plan_create(&self.cfg, table, &parsed, &id, now_ms())?;
+            let changes = match &plan {
+                CreatePlan::New(record) => vec![Change::Put(record.clone())],
+                CreatePlan::Existing(_) => Vec::new(),
+            };
+            Ok::<_, Error>((plan, changes))
+        })?;
+        let record = match plan {
+            CreatePlan::Existing(record) => {
+                tracing::debug!(name = %record.name, volume_id = %record.id, "volume exists");
+                record
+            }
+            CreatePlan::New(record) => {
+                // The directory is made after the record is in the table so that a concurrent
+                // repeat of the same name sees the volume; a crash before the journal line is
+                // durable leaves an orphan directory that the next start removes.
+                let dir = self.store.volume_dir(&record.id);
+                let block = record
+                    .block
+                    .then(|| (dir.join("block.img"), record.capacity_bytes));
+                let made = tokio::task::spawn_blocking(move || {
+                    std::fs::create_dir_all(&dir)?;
+                    if let Some((image, size)) = block {
+                        std::fs::File::create(&image)?.set_len(u64::try_from(size).unwrap_or(0))?;
+                    }
+                    Ok::<_, std::io::Error>(())
+                })
+                .await;
+                if let Err(detail) = made
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+                {
+                    // Undo the table entry so the name can be retried.
+                    let _ = self
+                        .store
+                        .mutate(|_| Ok::<_, Error>(((), vec![Change::Delete(record.id.clone())])));
+                    return Err(Error::Filesystem {
+                        action: "create volume directory",
+                        path: self.store.volume_dir(&record.id).display().to_string(),
+                        detail,
+                    });
+                }
+                tracing::info!(name = %record.name, volume_id = %record.id, bytes = record.capacity_bytes, node = ?record.node, "volume created");
+                record
+            }
+        };
+        self.store.wait_durable(seq).await?;
+        Ok(csi::CreateVolumeResponse {
+            volume: Some(plan::to_csi_volume(&self.cfg, &record)),
+        })
+    }
+
+    async fn delete(&self, req: csi::DeleteVolumeRequest) -> Result<csi::DeleteVolumeResponse> {
+        let (removed, seq) = self.store.mutate(|table| {
+            let changes = plan::plan_delete(table, &req.volume_id)?;
+            Ok::<_, Error>((!changes.is_empty(), changes))
+        })?;
+        self.store.wait_durable(seq).await?;
+        if removed {
+            let dir = self.store.volume_dir(&req.volume_id);
+            let outcome = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+            if let Ok(Err(error)) = outcome {
+                tracing::warn!(volume_id = %req.volume_id, %error, "volume directory not removed; the next start removes it");
+            }
+            tracing::info!(volume_id = %req.volume_id, "volume deleted");
+        }
+        Ok(csi::DeleteVolumeResponse {})
+    }
+
+    async fn list(&self, req: csi::ListVolumesRequest) -> Result<csi::ListVolumesResponse> {
+        if req.max_entries < 0 {
+            return Err(Error::InvalidMaxEntries(req.max_entries));
+        }
+        if !req.starting_token.is_empty() && !plan::valid_token(&req.starting_token) {
+            return Err(Error::InvalidToken(req.starting_token));
+        }
+        let limit = if req.max_entries == 0 {
+            usize::MAX
+        } else {
+            req.max_entries as usize
+        };
+        let with_status = self.cfg.enable_attach;
+        let ((entries, more), seq) = self.store.read(|table| {
+            let mut iter = table.after(&req.starting_token).peekable();
+            let mut entries = Vec::new();
+            while entries.len() < limit {
+                let Some(record) = iter.next() else { break };
+                entries.push(csi::list_volumes_response::Entry {
+                    volume: Some(plan::to_csi_volume(&self.cfg, record)),
+                    status: with_status.then(|| csi::list_volumes_response::VolumeStatus {
+                        published_node_ids: record.published.keys().cloned().collect(),
+                        volume_condition: None,
+                    }),
+                });
+            }
+            (entries, iter.peek().is_some())
+        });
+        self.store.wait_durable(seq).await?;
+        let next_token = match entries.last() {
+            Some(last) if more => last
+                .volume
+                .as_ref()
+                .map(|v| v.volume_id.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        Ok(csi::ListVolumesResponse {
+            entries,
+            next_token,
+        })
+    }
+
+    async fn get_volume(
+        &self,
+        req: csi::ControllerGetVolumeRequest,
+    ) -> Result<csi::ControllerGetVolumeResponse> {
+        if req.volume_id.is_empty() {
+            return Err(Error::Missing("volume_id"));
+        }
+        let (record, seq) = self.store.read(|t| t.get(&req.volume_id).cloned());
+        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+        self.store.wait_durable(seq).await?;
+        Ok(csi::ControllerGetVolumeResponse {
+            volume: Some(plan::to_csi_volume(&self.cfg, &record)),
+            status: Some(csi::controller_get_volume_response::VolumeStatus {
+                published_node_ids: record.published.keys().cloned().collect(),
+                volume_condition: None,
+            }),
+        })
+    }
+
+    fn capacity(&self, req: &csi::GetCapacityRequest) -> Result<csi::GetCapacityResponse> {
+        if self.cfg.capacity.is_empty() {
+            return Err(Error::NotServed(
+                "GetCapacity (start the driver with --capacity)",
+            ));
+        }
+        for cap in &req.volume_capabilities {
+            plan::check_capability(&self.cfg, cap)?;
+        }
+        for key in req.parameters.keys() {
+            if key != plan::KIND_PARAMETER && !plan::METADATA_PARAMETERS.contains(&key.as_str()) {
+                return Err(Error::UnknownParameter(key.clone()));
+            }
+        }
+        let kind = req
+            .parameters
+            .get(plan::KIND_PARAMETER)
+            .cloned()
+            .unwrap_or_default();
+        let Some(total) = self.cfg.capacity.get(&kind).copied() else {
+            let known: Vec<String> = self.cfg.capacity.keys().map(|k| format!("{k:?}")).collect();
+            return Err(Error::UnknownKind {
+                kind,
+                known: known.join(", "),
+            });
+        };
+        let nodes: Vec<Option<&str>> = match (&req.accessible_topology, &self.cfg.topology_key) {
+            (None, None) => vec![None],
+            (Some(_), None) => {
+                return Err(Error::InvalidTopology(
+                    "topology is disabled in this driver".into(),
+                ));
+            }
+            (None, Some(_)) => self.cfg.nodes.iter().map(|n| Some(n.id.as_str())).collect(),
+            (Some(topology), Some(key)) => {
+                if let Some(other) = topology.segments.keys().find(|k| *k != key) {
+                    return Err(Error::InvalidTopology(format!(
+                        "unknown topology key {other:?}, expected {key:?}"
+                    )));
+                }
+                match topology.segments.get(key) {
+                    None => self.cfg.nodes.iter().map(|n| Some(n.id.as_str())).collect(),
+                    Some(value) => self
+                        .cfg
+                        .nodes
+                        .iter()
+                        .filter(|n| &n.topology_value == value)
+                        .map(|n| Some(n.id.as_str()))
+                        .collect(),
+                }
+            }
+        };
+        let (free, _) = self.store.read(|table| {
+            nodes
+                .iter()
+                .map(|node| (total - table.used(&kind, *node)).max(0))
+                .collect::<Vec<i64>>()
+        });
+        let available: i64 = free.iter().sum();
+        let largest = free.iter().copied().max().unwrap_or(0);
+        let maximum = match self.cfg.max_volume_size {
+            Some(max) => largest.min(max),
+            None => largest,
+        };
+        Ok(csi::GetCapacityResponse {
+            available_capacity: available,
+            maximum_volume_size: Some(maximum),
+            minimum_volume_size: None,
+        })
+    }
+
+    fn validate(
+        &self,
+        req: &csi::ValidateVolumeCapabilitiesRequest,
+    ) -> Result<csi::ValidateVolumeCapabilitiesResponse> {
+        if req.volume_id.is_empty() {
+            return Err(Error::Missing("volume_id"));
+        }
+        if req.volume_capabilities.is_empty() {
+            return Err(Error::Missing("volume_capabilities"));
+        }
+        let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
+        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+        let unconfirmed = |message: String| csi::ValidateVolumeCapabilitiesResponse {
+            confirmed: None,
+            message,
+        };
+        for cap in &req.volume_capabilities {
+            match plan::check_capability(&self.cfg, cap) {
+                Err(error) => return Ok(unconfirmed(error.to_string())),
+                Ok(checked) if checked.block != record.block => {
+                    return Ok(unconfirmed(format!(
+                        "volume is a {} volume",
+                        if record.block { "block" } else { "mount" }
+                    )));
+                }
+                Ok(_) => {}
+            }
+        }
+        let given: std::collections::BTreeMap<_, _> = req
+            .parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !given.is_empty() && given != record.parameters {
+            return Ok(unconfirmed(format!(
+                "volume was created with parameters {:?}",
+                record.parameters
+            )));
+        }
+        if !req.mutable_parameters.is_empty() {
+            return Ok(unconfirmed("mutable parameters are not supported".into()));
+        }
+        Ok(csi::ValidateVolumeCapabilitiesResponse {
+            confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
+                volume_context: req.volume_context.clone(),
+                volume_capabilities: req.volume_capabilities.clone(),
+                parameters: req.parameters.clone(),
+                mutable_parameters: HashMap::new(),
+            }),
+            message: String::new(),
+        })
+    }
+
+    async fn publish(
+        &self,
+        req: csi::ControllerPublishVolumeRequest,
+    ) -> Result<csi::ControllerPublishVolumeResponse> {
+        if !self.cfg.enable_attach {
+            return Err(Error::NotServed(
+                "ControllerPublishVolume (start the driver with --enable-attach)",
+            ));
+        }
+        let parsed = plan::parse_publish(&self.cfg, &req)?;
+        let ((), seq) = self
+            .store
+            .mutate(|table| Ok::<_, Error>(((), plan::plan_publish(&self.cfg, table, &parsed)?)))?;
+        self.store.wait_durable(seq).await?;
+        let path = self
+            .store
+            .volume_dir(&parsed.volume_id)
+            .display()
+            .to_string();
+        Ok(csi::ControllerPublishVolumeResponse {
+            publish_context: HashMap::from([("hostpath.csi.volstack.dev/path".to_string(), path)]),
+        })
+    }
+
+    async fn unpublish(
+        &self,
+        req: csi::ControllerUnpublishVolumeRequest,
+    ) -> Result<csi::ControllerUnpublishVolumeResponse> {
+        if !self.cfg.enable_attach {
+            return Err(Error::NotServed(
+                "ControllerUnpublishVolume (start the driver with --enable-attach)",
+            ));
+        }
+        let ((), seq) = self.store.mutate(|table| {
+            Ok::<_, Error>((
+                (),
+                plan::plan_unpublish(table, &req.volume_id, &req.node_id)?,
+            ))
+        })?;
+        self.store.wait_durable(seq).await?;
+        Ok(csi::ControllerUnpublishVolumeResponse {})
+    }
+
+    fn capabilities(&self) -> csi::ControllerGetCapabilitiesResponse {
+        let mut rpcs = vec![Rpc::CreateDeleteVolume, Rpc::ListVolumes, Rpc::GetVolume];
+        if !self.cfg.capacity.is_empty() {
+            rpcs.push(Rpc::GetCapacity);
+        }
+        if self.cfg.enable_attach {
+            rpcs.extend([
+                Rpc::PublishUnpublishVolume,
+                Rpc::ListVolumesPublishedNodes,
+                Rpc::PublishReadonly,
+            ]);
+        }
+        if self.cfg.single_node_multi_writer {
+            rpcs.push(Rpc::SingleNodeMultiWriter);
+        }
+        csi::ControllerGetCapabilitiesResponse {
+            capabilities: rpcs
+                .into_iter()
+                .map(|rpc| csi::ControllerServiceCapability {
+                    r#type: Some(csi::controller_service_capability::Type::Rpc(
+                        csi::controller_service_capability::Rpc { r#type: rpc as i32 },
+                    )),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for Driver {
+    async fn create_volume(
+        &self,
+        request: Request<csi::CreateVolumeRequest>,
+    ) -> Reply<csi::CreateVolumeResponse> {
+        let req = request.into_inner();
+        let span = tracing::info_span!("create", name = %req.name);
+        self.call("CreateVolume", self.create(req))
+            .instrument(span)
+            .await
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<csi::DeleteVolumeRequest>,
+    ) -> Reply<csi::DeleteVolumeResponse> {
+        self.call("DeleteVolume", self.delete(request.into_inner()))
+            .await
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<csi::ControllerPublishVolumeRequest>,
+    ) -> Reply<csi::ControllerPublishVolumeResponse> {
+        self.call(
+            "ControllerPublishVolume",
+            self.publish(request.into_inner()),
+        )
+        .await
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<csi::ControllerUnpublishVolumeRequest>,
+    ) -> Reply<csi::ControllerUnpublishVolumeResponse> {
+        self.call(
+            "ControllerUnpublishVolume",
+            self.unpublish(request.into_inner()),
+        )
+        .await
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<csi::ValidateVolumeCapabilitiesRequest>,
+    ) -> Reply<csi::ValidateVolumeCapabilitiesResponse> {
+        let req = request.into_inner();
+        self.call("ValidateVolumeCapabilities", async { self.validate(&req) })
+            .await
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<csi::ListVolumesRequest>,
+    ) -> Reply<csi::ListVolumesResponse> {
+        self.call("ListVolumes", self.list(request.into_inner()))
+            .await
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<csi::GetCapacityRequest>,
+    ) -> Reply<csi::GetCapacityResponse> {
+        let req = request.into_inner();
+        self.call("GetCapacity", async { self.capacity(&req) })
+            .await
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _request: Request<csi::ControllerGetCapabilitiesRequest>,
+    ) -> Reply<csi::ControllerGetCapabilitiesResponse> {
+        self.call("ControllerGetCapabilities", async {
+            Ok(self.capabilities())
+        })
+        .await
+    }
+
+    async fn create_snapshot(
+        &self,
+        _: Request<csi::CreateSnapshotRequest>,
+    ) -> Reply<csi::CreateSnapshotResponse> {
+        self.call("CreateSnapshot", async {
+            Err(Error::NotServed("CreateSnapshot"))
+        })
+        .await
+    }
+
+    async fn delete_snapshot(
+        &self,
+        _: Request<csi::DeleteSnapshotRequest>,
+    ) -> Reply<csi::DeleteSnapshotResponse> {
+        self.call("DeleteSnapshot", async {
+            Err(Error::NotServed("DeleteSnapshot"))
+        })
+        .await
+    }
+
+    async fn list_snapshots(
+        &self,
+        _: Request<csi::ListSnapshotsRequest>,
+    ) -> Reply<csi::ListSnapshotsResponse> {
+        self.call("ListSnapshots", async {
+            Err(Error::NotServed("ListSnapshots"))
+        })
+        .await
+    }
+
+    async fn get_snapshot(
+        &self,
+        _: Request<csi::GetSnapshotRequest>,
+    ) -> Reply<csi::GetSnapshotResponse> {
+        self.call("GetSnapshot", async {
+            Err(Error::NotServed("GetSnapshot"))
+        })
+        .await
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        _: Request<csi::ControllerExpandVolumeRequest>,
+    ) -> Reply<csi::ControllerExpandVolumeResponse> {
+        self.call("ControllerExpandVolume", async {
+            Err(Error::NotServed("ControllerExpandVolume"))
+        })
+        .await
+    }
+
+    async fn controller_get_volume(
+        &self,
+        request: Request<csi::ControllerGetVolumeRequest>,
+    ) -> Reply<csi::ControllerGetVolumeResponse> {
+        self.call("ControllerGetVolume", self.get_volume(request.into_inner()))
+            .await
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        _: Request<csi::ControllerModifyVolumeRequest>,
+    ) -> Reply<csi::ControllerModifyVolumeResponse> {
+        self.call("ControllerModifyVolume", async {
+            Err(Error::NotServed("ControllerModifyVolume"))
+        })
+        .await
+    }
+}

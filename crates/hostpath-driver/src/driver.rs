@@ -1,0 +1,165 @@
+//! The driver: configuration, the durable table and the faults, shared by the three services,
+//! and the server that puts them on a unix socket.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use csi_proto::v1::controller_server::ControllerServer;
+use csi_proto::v1::identity_server::IdentityServer;
+use csi_proto::v1::node_server::NodeServer;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tracing::Instrument;
+
+use crate::config::{DriverConfig, PublishMode};
+use crate::error::Error;
+use crate::faults::{Faults, Injection};
+use crate::state::{Store, StoreError};
+
+/// Why the driver could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The volume table could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another process serves the socket.
+    #[error("socket {0} is in use by another process")]
+    SocketInUse(String),
+    /// The socket could not be created.
+    #[error("failed to listen on {path}: {source}")]
+    Listen {
+        /// Socket path.
+        path: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("CSI server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Shared state of the three CSI services.
+#[derive(Clone)]
+pub struct Driver {
+    pub(crate) cfg: Arc<DriverConfig>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) faults: Arc<Faults>,
+    pub(crate) bind_mounts: bool,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("name", &self.cfg.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    /// Opens the state directory and prepares the services.
+    pub async fn open(cfg: DriverConfig) -> Result<Driver, ServeError> {
+        let dir = cfg.state_dir.clone();
+        let compact_after = cfg.compact_after;
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir, compact_after))
+            .await
+            .map_err(|e| StoreError::Failed(format!("opening the store panicked: {e}").into()))??;
+        let bind_mounts = match cfg.publish_mode {
+            PublishMode::Bind => true,
+            PublishMode::Symlink => false,
+            PublishMode::Auto => crate::node::bind_mounts_work(&cfg.state_dir).await,
+        };
+        let faults = Faults::new(cfg.faults.clone(), cfg.fault_file.clone(), cfg.hang_poll);
+        tracing::info!(
+            name = %cfg.name,
+            node = %cfg.node.id,
+            volumes = store.read(|t| t.len()).0,
+            publish = if bind_mounts { "bind" } else { "symlink" },
+            "driver state loaded"
+        );
+        Ok(Driver {
+            cfg: Arc::new(cfg),
+            store: Arc::new(store),
+            faults: Arc::new(faults),
+            bind_mounts,
+        })
+    }
+
+    /// Runs one RPC: applies the injected faults, the work, and logs a refusal.
+    pub(crate) async fn call<T, F>(
+        &self,
+        method: &'static str,
+        work: F,
+    ) -> Result<tonic::Response<T>, tonic::Status>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        let span = tracing::debug_span!("csi", method);
+        async move {
+            let injection = self.faults.inject(method).await?;
+            let result = work.await;
+            match (&result, injection) {
+                (Ok(_), Injection::FailAfter(status)) => return Err(status),
+                (Err(error), _) => {
+                    tracing::info!(code = sidecar_kit::csi::go_code_name(error.code()), %error, "request refused")
+                }
+                (Ok(_), Injection::Proceed) => {}
+            }
+            result.map(tonic::Response::new).map_err(tonic::Status::from)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Serves Identity, Controller and Node on the configured socket until `shutdown`.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let listener = bind_socket(&self.cfg.socket_path).await?;
+        self.serve_on(listener, shutdown).await
+    }
+
+    /// Serves on an already bound listener (tests bind first to know when the driver is up).
+    pub async fn serve_on(
+        self,
+        listener: UnixListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let path = self.cfg.socket_path.clone();
+        tracing::info!(endpoint = %path, "serving CSI");
+        let result = tonic::transport::Server::builder()
+            .add_service(IdentityServer::new(self.clone()))
+            .add_service(ControllerServer::new(self.clone()))
+            .add_service(NodeServer::new(self))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+            .await;
+        let _ = std::fs::remove_file(&path);
+        result.map_err(ServeError::from)
+    }
+}
+
+/// Binds the socket, replacing a stale socket file but never one a live process serves.
+pub async fn bind_socket(path: &str) -> Result<UnixListener, ServeError> {
+    if Path::new(path).exists() {
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            return Err(ServeError::SocketInUse(path.to_string()));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(parent) = Path::new(path).parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    UnixListener::bind(path).map_err(|source| ServeError::Listen {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// Milliseconds since the epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

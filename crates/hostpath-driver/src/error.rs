@@ -1,0 +1,148 @@
+//! Every way a driver RPC can fail, and the gRPC code each one is answered with.
+
+use tonic::{Code, Status};
+
+use crate::state::StoreError;
+
+/// A refused or failed RPC. The message says what was wrong; [`Error::code`] is the one
+/// exhaustive classification, following the error tables of the CSI specification.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A required string field is empty.
+    #[error("{0} is required")]
+    Missing(&'static str),
+    /// A volume capability is malformed or not supported.
+    #[error("unsupported volume capability: {0}")]
+    Capability(String),
+    /// The capacity range is malformed.
+    #[error("invalid capacity range: {0}")]
+    CapacityRange(String),
+    /// The requested size is above --max-volume-size.
+    #[error("requested size {requested} bytes exceeds the maximum volume size of {max} bytes")]
+    TooLarge {
+        /// Requested bytes.
+        requested: i64,
+        /// The limit.
+        max: i64,
+    },
+    /// A parameter the driver does not know.
+    #[error(
+        "unknown parameter {0:?}: this driver accepts only `kind` and the csi.storage.k8s.io/pvc/name, pvc/namespace and pv/name metadata"
+    )]
+    UnknownParameter(String),
+    /// The class names a capacity kind that is not configured.
+    #[error("unknown kind {kind:?}: configured kinds are {known}")]
+    UnknownKind {
+        /// Requested kind.
+        kind: String,
+        /// Known kinds, comma separated.
+        known: String,
+    },
+    /// A feature the request asks for is not supported (content source, mutable parameters).
+    #[error("{0} is not supported by this driver")]
+    Unsupported(&'static str),
+    /// A volume with this name exists but differs from the request.
+    #[error("volume {name:?} already exists with {difference}")]
+    NameConflict {
+        /// The name.
+        name: String,
+        /// How it differs.
+        difference: String,
+    },
+    /// No node in the requested topology has room.
+    #[error("not enough capacity: {0}")]
+    NoCapacity(String),
+    /// The accessibility requirements name no node of this driver.
+    #[error("cannot provision in the requested topology: {0}")]
+    Topology(String),
+    /// GetCapacity topology or key is malformed.
+    #[error("invalid topology: {0}")]
+    InvalidTopology(String),
+    /// The volume id is unknown.
+    #[error("volume {0:?} does not exist")]
+    VolumeNotFound(String),
+    /// The node id is unknown.
+    #[error("node {0:?} does not exist")]
+    NodeNotFound(String),
+    /// The volume is published and cannot be deleted.
+    #[error("volume {id:?} is in use: {detail}")]
+    InUse {
+        /// Volume id.
+        id: String,
+        /// Where it is published.
+        detail: String,
+    },
+    /// The volume cannot be published there (another node holds it, wrong node, not attached).
+    #[error("{0}")]
+    Precondition(String),
+    /// Already published with other parameters.
+    #[error("{0}")]
+    PublishConflict(String),
+    /// The node has reached its attach limit.
+    #[error("node {node:?} already has the maximum of {limit} volumes attached")]
+    AttachLimit {
+        /// Node id.
+        node: String,
+        /// The limit.
+        limit: i64,
+    },
+    /// ListVolumes starting_token was not produced by this driver.
+    #[error("invalid starting_token {0:?}")]
+    InvalidToken(String),
+    /// max_entries is negative.
+    #[error("max_entries must not be negative, got {0}")]
+    InvalidMaxEntries(i32),
+    /// The RPC is not served with this configuration.
+    #[error("{0} is not supported by this driver configuration")]
+    NotServed(&'static str),
+    /// Making the volume visible at the target path failed.
+    #[error("failed to {action} {path}: {detail}")]
+    Filesystem {
+        /// What was being done.
+        action: &'static str,
+        /// The path.
+        path: String,
+        /// The OS or mount error.
+        detail: String,
+    },
+    /// The volume table could not be written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Error {
+    /// The gRPC code of this error (one exhaustive match: a new variant must be classified).
+    pub fn code(&self) -> Code {
+        match self {
+            Error::Missing(_)
+            | Error::Capability(_)
+            | Error::CapacityRange(_)
+            | Error::UnknownParameter(_)
+            | Error::UnknownKind { .. }
+            | Error::Unsupported(_)
+            | Error::InvalidTopology(_)
+            | Error::InvalidMaxEntries(_) => Code::InvalidArgument,
+            Error::TooLarge { .. } => Code::OutOfRange,
+            Error::NameConflict { .. } | Error::PublishConflict(_) => Code::AlreadyExists,
+            Error::NoCapacity(_) | Error::Topology(_) | Error::AttachLimit { .. } => {
+                Code::ResourceExhausted
+            }
+            Error::VolumeNotFound(_) | Error::NodeNotFound(_) => Code::NotFound,
+            Error::InUse { .. } | Error::Precondition(_) => Code::FailedPrecondition,
+            Error::InvalidToken(_) => Code::Aborted,
+            Error::NotServed(_) => Code::Unimplemented,
+            Error::Filesystem { .. } => Code::Internal,
+            Error::Store(StoreError::Failed(_)) => Code::Unavailable,
+            Error::Store(StoreError::Io { .. } | StoreError::Snapshot { .. }) => Code::Internal,
+        }
+    }
+}
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        Status::new(error.code(), error.to_string())
+    }
+}
+
+/// Result of a driver operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

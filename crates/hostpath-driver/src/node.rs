@@ -1,0 +1,370 @@
+//! The CSI Node service: makes a volume's directory (or block image) visible at the target path,
+//! by a bind mount when permitted, else by a symlink (documented fallback: no root needed, but
+//! read-only is then not enforced by the kernel).
+
+use std::path::{Path, PathBuf};
+
+use csi::node_server::Node;
+use csi::node_service_capability::rpc::Type as NodeRpc;
+use csi_proto::v1 as csi;
+use tonic::{Request, Response, Status};
+
+use crate::driver::Driver;
+use crate::error::{Error, Result};
+use crate::plan;
+use crate::state::{Change, NodeTarget};
+
+type Reply<T> = std::result::Result<Response<T>, Status>;
+
+const BIND: &str = "bind";
+const SYMLINK: &str = "symlink";
+
+/// Whether `mount --bind` works here (root with CAP_SYS_ADMIN); tried once at start.
+pub async fn bind_mounts_work(state_dir: &Path) -> bool {
+    let probe = state_dir.join(".bind-probe");
+    let (src, dst) = (probe.join("src"), probe.join("dst"));
+    if std::fs::create_dir_all(&src).is_err() || std::fs::create_dir_all(&dst).is_err() {
+        return false;
+    }
+    let mounted = run(
+        "mount",
+        &["--bind", &src.to_string_lossy(), &dst.to_string_lossy()],
+    )
+    .await
+    .is_ok();
+    if mounted {
+        let _ = run("umount", &[&dst.to_string_lossy()]).await;
+    }
+    let _ = std::fs::remove_dir_all(&probe);
+    mounted
+}
+
+async fn run(program: &str, args: &[&str]) -> std::result::Result<(), String> {
+    let output = tokio::process::Command::new(program)
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| format!("{program}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+fn fs_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(String) -> Error + 'a {
+    move |detail| Error::Filesystem {
+        action,
+        path: path.display().to_string(),
+        detail,
+    }
+}
+
+/// True when `path` is a mount point listed in /proc/self/mountinfo.
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = path.to_string_lossy();
+    info.lines()
+        .any(|line| line.split(' ').nth(4) == Some(&*wanted))
+}
+
+impl Driver {
+    async fn node_publish(
+        &self,
+        req: csi::NodePublishVolumeRequest,
+    ) -> Result<csi::NodePublishVolumeResponse> {
+        if req.volume_id.is_empty() {
+            return Err(Error::Missing("volume_id"));
+        }
+        if req.target_path.is_empty() {
+            return Err(Error::Missing("target_path"));
+        }
+        let cap = req
+            .volume_capability
+            .as_ref()
+            .ok_or(Error::Missing("volume_capability"))?;
+        let checked = plan::check_capability(&self.cfg, cap)?;
+        let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
+        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+        if record.block != checked.block {
+            return Err(Error::Capability(format!(
+                "volume {:?} is a {} volume",
+                record.id,
+                if record.block { "block" } else { "mount" }
+            )));
+        }
+        let me = &self.cfg.node.id;
+        if record.node.as_ref().is_some_and(|home| home != me) {
+            return Err(Error::Precondition(format!(
+                "volume {:?} lives on node {:?}, not on this node {me:?}",
+                record.id, record.node
+            )));
+        }
+        if self.cfg.enable_attach && !record.published.contains_key(me) {
+            return Err(Error::Precondition(format!(
+                "volume {:?} is not ControllerPublished to node {me:?}",
+                record.id
+            )));
+        }
+        let target = PathBuf::from(&req.target_path);
+        let wanted = NodeTarget {
+            readonly: req.readonly,
+            block: record.block,
+            how: if self.bind_mounts { BIND } else { SYMLINK }.to_string(),
+        };
+        if let Some(existing) = record.targets.get(&req.target_path) {
+            if existing.readonly == wanted.readonly && existing.block == wanted.block {
+                return Ok(csi::NodePublishVolumeResponse {});
+            }
+            return Err(Error::PublishConflict(format!(
+                "volume {:?} is already published at {:?} with readonly={}",
+                record.id, req.target_path, existing.readonly
+            )));
+        }
+        let (other, _) = self.store.read(|t| {
+            t.iter()
+                .find(|v| v.id != record.id && v.targets.contains_key(&req.target_path))
+                .map(|v| v.id.clone())
+        });
+        if let Some(other) = other {
+            return Err(Error::PublishConflict(format!(
+                "target path {:?} already holds volume {other:?}",
+                req.target_path
+            )));
+        }
+        let dir = self.store.volume_dir(&record.id);
+        let source = if record.block {
+            dir.join("block.img")
+        } else {
+            dir
+        };
+        if self.bind_mounts {
+            bind(&source, &target, record.block, req.readonly).await?;
+        } else {
+            link(&source, &target)?;
+        }
+        let id = record.id.clone();
+        let path = req.target_path.clone();
+        let ((), seq) = self.store.mutate(|table| {
+            let Some(current) = table.get(&id) else {
+                return Err(Error::VolumeNotFound(id.clone()));
+            };
+            let mut updated = current.clone();
+            updated.targets.insert(path.clone(), wanted.clone());
+            Ok(((), vec![Change::Put(updated)]))
+        })?;
+        self.store.wait_durable(seq).await?;
+        tracing::info!(volume_id = %record.id, target = %req.target_path, how = %wanted.how, "volume published");
+        Ok(csi::NodePublishVolumeResponse {})
+    }
+
+    async fn node_unpublish(
+        &self,
+        req: csi::NodeUnpublishVolumeRequest,
+    ) -> Result<csi::NodeUnpublishVolumeResponse> {
+        if req.volume_id.is_empty() {
+            return Err(Error::Missing("volume_id"));
+        }
+        if req.target_path.is_empty() {
+            return Err(Error::Missing("target_path"));
+        }
+        let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
+        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+        let target = PathBuf::from(&req.target_path);
+        // Clean up whatever is at the target even if the table does not list it (a crash
+        // between publishing and recording it).
+        if is_mount_point(&target) {
+            run("umount", &[&req.target_path])
+                .await
+                .map_err(fs_error("unmount", &target))?;
+        }
+        match std::fs::symlink_metadata(&target) {
+            Ok(meta) if meta.file_type().is_symlink() || meta.is_file() => {
+                std::fs::remove_file(&target)
+                    .map_err(|e| fs_error("remove", &target)(e.to_string()))?
+            }
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir(&target)
+                .map_err(|e| fs_error("remove", &target)(e.to_string()))?,
+            _ => {}
+        }
+        if record.targets.contains_key(&req.target_path) {
+            let id = record.id.clone();
+            let ((), seq) = self.store.mutate(|table| {
+                let Some(current) = table.get(&id) else {
+                    return Ok(((), Vec::new()));
+                };
+                let mut updated = current.clone();
+                updated.targets.remove(&req.target_path);
+                Ok::<_, Error>(((), vec![Change::Put(updated)]))
+            })?;
+            self.store.wait_durable(seq).await?;
+            tracing::info!(volume_id = %record.id, target = %req.target_path, "volume unpublished");
+        }
+        Ok(csi::NodeUnpublishVolumeResponse {})
+    }
+
+    fn node_info(&self) -> csi::NodeGetInfoResponse {
+        csi::NodeGetInfoResponse {
+            node_id: self.cfg.node.id.clone(),
+            max_volumes_per_node: self.cfg.max_volumes_per_node,
+            accessible_topology: self.cfg.topology_key.as_ref().map(|key| csi::Topology {
+                segments: [(key.clone(), self.cfg.node.topology_value.clone())]
+                    .into_iter()
+                    .collect(),
+            }),
+        }
+    }
+}
+
+async fn bind(source: &Path, target: &Path, block: bool, readonly: bool) -> Result<()> {
+    if !target.exists() {
+        if block {
+            std::fs::File::create(target).map_err(|e| fs_error("create", target)(e.to_string()))?;
+        } else {
+            std::fs::create_dir_all(target)
+                .map_err(|e| fs_error("create", target)(e.to_string()))?;
+        }
+    }
+    if is_mount_point(target) {
+        return Ok(());
+    }
+    let (src, dst) = (source.to_string_lossy(), target.to_string_lossy());
+    run("mount", &["--bind", &src, &dst])
+        .await
+        .map_err(fs_error("bind mount", target))?;
+    if readonly {
+        if let Err(detail) = run("mount", &["-o", "remount,bind,ro", &dst]).await {
+            let _ = run("umount", &[&dst]).await;
+            return Err(fs_error("remount read-only", target)(detail));
+        }
+    }
+    Ok(())
+}
+
+fn link(source: &Path, target: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(target) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            if std::fs::read_link(target).ok().as_deref() == Some(source) {
+                return Ok(());
+            }
+            return Err(fs_error("publish at", target)(
+                "a different symlink is there".into(),
+            ));
+        }
+        // The CO may have made the target directory; an empty one is replaced by the link.
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir(target)
+            .map_err(|e| fs_error("replace the directory", target)(e.to_string()))?,
+        Ok(_) => {
+            return Err(fs_error("publish at", target)(
+                "a file is in the way".into(),
+            ));
+        }
+        Err(_) => {}
+    }
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| fs_error("create", parent)(e.to_string()))?;
+    }
+    std::os::unix::fs::symlink(source, target)
+        .map_err(|e| fs_error("symlink", target)(e.to_string()))
+}
+
+#[tonic::async_trait]
+impl Node for Driver {
+    async fn node_stage_volume(
+        &self,
+        _: Request<csi::NodeStageVolumeRequest>,
+    ) -> Reply<csi::NodeStageVolumeResponse> {
+        self.call("NodeStageVolume", async {
+            Err(Error::NotServed("NodeStageVolume"))
+        })
+        .await
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        _: Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Reply<csi::NodeUnstageVolumeResponse> {
+        self.call("NodeUnstageVolume", async {
+            Err(Error::NotServed("NodeUnstageVolume"))
+        })
+        .await
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<csi::NodePublishVolumeRequest>,
+    ) -> Reply<csi::NodePublishVolumeResponse> {
+        self.call("NodePublishVolume", self.node_publish(request.into_inner()))
+            .await
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<csi::NodeUnpublishVolumeRequest>,
+    ) -> Reply<csi::NodeUnpublishVolumeResponse> {
+        self.call(
+            "NodeUnpublishVolume",
+            self.node_unpublish(request.into_inner()),
+        )
+        .await
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        _: Request<csi::NodeGetVolumeStatsRequest>,
+    ) -> Reply<csi::NodeGetVolumeStatsResponse> {
+        self.call("NodeGetVolumeStats", async {
+            Err(Error::NotServed("NodeGetVolumeStats"))
+        })
+        .await
+    }
+
+    async fn node_expand_volume(
+        &self,
+        _: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Reply<csi::NodeExpandVolumeResponse> {
+        self.call("NodeExpandVolume", async {
+            Err(Error::NotServed("NodeExpandVolume"))
+        })
+        .await
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<csi::NodeGetCapabilitiesRequest>,
+    ) -> Reply<csi::NodeGetCapabilitiesResponse> {
+        let multi = self.cfg.single_node_multi_writer;
+        self.call("NodeGetCapabilities", async move {
+            let rpcs: Vec<NodeRpc> = if multi {
+                vec![NodeRpc::SingleNodeMultiWriter]
+            } else {
+                Vec::new()
+            };
+            Ok(csi::NodeGetCapabilitiesResponse {
+                capabilities: rpcs
+                    .into_iter()
+                    .map(|rpc| csi::NodeServiceCapability {
+                        r#type: Some(csi::node_service_capability::Type::Rpc(
+                            csi::node_service_capability::Rpc { r#type: rpc as i32 },
+                        )),
+                    })
+                    .collect(),
+            })
+        })
+        .await
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<csi::NodeGetInfoRequest>,
+    ) -> Reply<csi::NodeGetInfoResponse> {
+        self.call("NodeGetInfo", async { Ok(self.node_info()) })
+            .await
+    }
+}

@@ -1,0 +1,569 @@
+//! Pure decisions of the controller: parse a request into typed data, then decide against the
+//! table what to do. No I/O here; the services in `controller` and `node` carry it out.
+
+use std::collections::{BTreeMap, HashMap};
+
+use csi::volume_capability::AccessType;
+use csi::volume_capability::access_mode::Mode;
+use csi_proto::v1 as csi;
+
+use crate::config::{DriverConfig, KnownNode};
+use crate::error::{Error, Result};
+use crate::state::{Change, Publication, Table, VolumeRecord};
+
+/// Parameter selecting the capacity pool.
+pub const KIND_PARAMETER: &str = "kind";
+/// Metadata the external-provisioner adds with --extra-create-metadata.
+pub const METADATA_PARAMETERS: [&str; 3] = [
+    "csi.storage.k8s.io/pvc/name",
+    "csi.storage.k8s.io/pvc/namespace",
+    "csi.storage.k8s.io/pv/name",
+];
+
+/// A topology segment as a sorted map.
+pub type Segment = BTreeMap<String, String>;
+
+/// A validated volume capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capability {
+    /// Block (true) or mount (false).
+    pub block: bool,
+    /// Access mode.
+    pub mode: Mode,
+}
+
+/// Validates one capability against what the driver serves.
+pub fn check_capability(cfg: &DriverConfig, cap: &csi::VolumeCapability) -> Result<Capability> {
+    let mode_value = cap
+        .access_mode
+        .as_ref()
+        .ok_or_else(|| Error::Capability("access_mode is required".into()))?
+        .mode;
+    let mode = Mode::try_from(mode_value)
+        .map_err(|_| Error::Capability(format!("unknown access mode {mode_value}")))?;
+    match mode {
+        Mode::Unknown => return Err(Error::Capability("access mode UNKNOWN".into())),
+        Mode::SingleNodeSingleWriter | Mode::SingleNodeMultiWriter
+            if !cfg.single_node_multi_writer =>
+        {
+            return Err(Error::Capability(format!(
+                "access mode {} needs SINGLE_NODE_MULTI_WRITER, which this driver does not advertise",
+                mode.as_str_name()
+            )));
+        }
+        _ => {}
+    }
+    let block = match &cap.access_type {
+        None => {
+            return Err(Error::Capability(
+                "access_type (block or mount) is required".into(),
+            ));
+        }
+        Some(AccessType::Block(_)) => {
+            if cfg.disable_block {
+                return Err(Error::Capability("block volumes are not supported".into()));
+            }
+            true
+        }
+        Some(AccessType::Mount(_)) => false,
+    };
+    Ok(Capability { block, mode })
+}
+
+/// Whether the mode lets only one node use the volume.
+pub fn single_node(mode: Mode) -> bool {
+    matches!(
+        mode,
+        Mode::SingleNodeWriter
+            | Mode::SingleNodeReaderOnly
+            | Mode::SingleNodeSingleWriter
+            | Mode::SingleNodeMultiWriter
+    )
+}
+
+/// A validated CreateVolume request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateRequest {
+    /// Idempotency key.
+    pub name: String,
+    /// Minimum bytes (0: none).
+    pub required: i64,
+    /// Maximum bytes (0: none).
+    pub limit: i64,
+    /// Block access type.
+    pub block: bool,
+    /// Capacity pool.
+    pub kind: String,
+    /// Parameters as given.
+    pub parameters: BTreeMap<String, String>,
+    /// Requisite segments in order.
+    pub requisite: Vec<Segment>,
+    /// Preferred segments in order.
+    pub preferred: Vec<Segment>,
+}
+
+fn segment(topology: &csi::Topology) -> Segment {
+    topology
+        .segments
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Validates a CreateVolume request (every check that does not need the table).
+pub fn parse_create(cfg: &DriverConfig, req: &csi::CreateVolumeRequest) -> Result<CreateRequest> {
+    if req.name.is_empty() {
+        return Err(Error::Missing("name"));
+    }
+    if req.volume_capabilities.is_empty() {
+        return Err(Error::Missing("volume_capabilities"));
+    }
+    let mut block = None;
+    for cap in &req.volume_capabilities {
+        let checked = check_capability(cfg, cap)?;
+        if block.is_some_and(|b| b != checked.block) {
+            return Err(Error::Capability(
+                "block and mount access types in one request".into(),
+            ));
+        }
+        block = Some(checked.block);
+    }
+    let (required, limit) = match &req.capacity_range {
+        None => (0, 0),
+        Some(range) => (range.required_bytes, range.limit_bytes),
+    };
+    if required < 0 || limit < 0 {
+        return Err(Error::CapacityRange(format!(
+            "required_bytes {required} and limit_bytes {limit} must not be negative"
+        )));
+    }
+    if limit > 0 && required > limit {
+        return Err(Error::CapacityRange(format!(
+            "required_bytes {required} is larger than limit_bytes {limit}"
+        )));
+    }
+    if let Some(max) = cfg.max_volume_size {
+        let smallest = if required > 0 {
+            required
+        } else {
+            cfg.default_volume_size.min(max)
+        };
+        if smallest > max {
+            return Err(Error::TooLarge {
+                requested: smallest,
+                max,
+            });
+        }
+    }
+    for key in req.parameters.keys() {
+        if key != KIND_PARAMETER && !METADATA_PARAMETERS.contains(&key.as_str()) {
+            return Err(Error::UnknownParameter(key.clone()));
+        }
+    }
+    let kind = req
+        .parameters
+        .get(KIND_PARAMETER)
+        .cloned()
+        .unwrap_or_default();
+    if !cfg.capacity.is_empty() && !cfg.capacity.contains_key(&kind) {
+        let known: Vec<String> = cfg
+            .capacity
+            .keys()
+            .map(|k| {
+                if k.is_empty() {
+                    "(default)".to_string()
+                } else {
+                    format!("{k:?}")
+                }
+            })
+            .collect();
+        return Err(Error::UnknownKind {
+            kind,
+            known: known.join(", "),
+        });
+    }
+    if req.volume_content_source.is_some() {
+        return Err(Error::Unsupported(
+            "volume_content_source (snapshots and clones)",
+        ));
+    }
+    if !req.mutable_parameters.is_empty() {
+        return Err(Error::Unsupported(
+            "mutable_parameters (ControllerModifyVolume)",
+        ));
+    }
+    let (requisite, preferred) = match &req.accessibility_requirements {
+        Some(reqs) if cfg.topology_key.is_some() => (
+            reqs.requisite.iter().map(segment).collect(),
+            reqs.preferred.iter().map(segment).collect(),
+        ),
+        _ => (Vec::new(), Vec::new()),
+    };
+    Ok(CreateRequest {
+        name: req.name.clone(),
+        required,
+        limit,
+        block: block.unwrap_or(false),
+        kind,
+        parameters: req
+            .parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        requisite,
+        preferred,
+    })
+}
+
+/// What CreateVolume does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreatePlan {
+    /// The volume exists and matches: answer it again.
+    Existing(VolumeRecord),
+    /// Make this new volume.
+    New(VolumeRecord),
+}
+
+fn node_segment(cfg: &DriverConfig, node: &KnownNode) -> Option<Segment> {
+    cfg.topology_key
+        .as_ref()
+        .map(|key| BTreeMap::from([(key.clone(), node.topology_value.clone())]))
+}
+
+fn nodes_in<'a>(cfg: &'a DriverConfig, segments: &'a [Segment]) -> Vec<&'a KnownNode> {
+    let mut out: Vec<&KnownNode> = Vec::new();
+    for seg in segments {
+        for node in &cfg.nodes {
+            if node_segment(cfg, node).as_ref() == Some(seg) && !out.iter().any(|n| n.id == node.id)
+            {
+                out.push(node);
+            }
+        }
+    }
+    out
+}
+
+/// The nodes a new volume may go to, best first; `None` stands for "no topology".
+fn candidates<'a>(
+    cfg: &'a DriverConfig,
+    req: &'a CreateRequest,
+) -> Result<Vec<Option<&'a KnownNode>>> {
+    if cfg.topology_key.is_none() {
+        return Ok(vec![None]);
+    }
+    let allowed: Vec<&KnownNode> = if req.requisite.is_empty() {
+        cfg.nodes.iter().collect()
+    } else {
+        let allowed = nodes_in(cfg, &req.requisite);
+        if allowed.is_empty() {
+            return Err(Error::Topology(format!(
+                "no requisite segment {:?} is served by this driver (it serves {})",
+                req.requisite,
+                served_segments(cfg)
+            )));
+        }
+        allowed
+    };
+    let mut ordered: Vec<&KnownNode> = nodes_in(cfg, &req.preferred)
+        .into_iter()
+        .filter(|n| allowed.iter().any(|a| a.id == n.id))
+        .collect();
+    for node in allowed {
+        if !ordered.iter().any(|n| n.id == node.id) {
+            ordered.push(node);
+        }
+    }
+    Ok(ordered.into_iter().map(Some).collect())
+}
+
+fn served_segments(cfg: &DriverConfig) -> String {
+    let key = cfg.topology_key.clone().unwrap_or_default();
+    let values: Vec<String> = cfg
+        .nodes
+        .iter()
+        .map(|n| format!("{key}={}", n.topology_value))
+        .collect();
+    values.join(", ")
+}
+
+/// Decides CreateVolume against the table: an existing compatible volume, a new volume on the
+/// first candidate node with room, or the reason why neither.
+pub fn plan_create(
+    cfg: &DriverConfig,
+    table: &Table,
+    req: &CreateRequest,
+    new_id: &str,
+    now_ms: u64,
+) -> Result<CreatePlan> {
+    if let Some(existing) = table.by_name(&req.name) {
+        return match difference(cfg, existing, req) {
+            None => Ok(CreatePlan::Existing(existing.clone())),
+            Some(difference) => Err(Error::NameConflict {
+                name: req.name.clone(),
+                difference,
+            }),
+        };
+    }
+    let size = if req.required > 0 {
+        req.required
+    } else if req.limit > 0 {
+        cfg.default_volume_size.min(req.limit)
+    } else {
+        cfg.default_volume_size
+    };
+    let total = cfg.capacity.get(&req.kind).copied();
+    let mut shortfalls = Vec::new();
+    for node in candidates(cfg, req)? {
+        let node_id = node.map(|n| n.id.as_str());
+        let fits = match total {
+            None => true,
+            Some(total) => {
+                let free = total - table.used(&req.kind, node_id);
+                if free < size {
+                    shortfalls.push(format!(
+                        "{} has {free} bytes free",
+                        node_id.unwrap_or("the pool")
+                    ));
+                }
+                free >= size
+            }
+        };
+        if fits {
+            return Ok(CreatePlan::New(VolumeRecord {
+                id: new_id.to_string(),
+                name: req.name.clone(),
+                capacity_bytes: size,
+                kind: req.kind.clone(),
+                node: node_id.map(str::to_string),
+                block: req.block,
+                parameters: req.parameters.clone(),
+                created_ms: now_ms,
+                published: BTreeMap::new(),
+                targets: BTreeMap::new(),
+            }));
+        }
+    }
+    Err(Error::NoCapacity(format!(
+        "{size} bytes of kind {:?} requested; {}",
+        req.kind,
+        shortfalls.join(", ")
+    )))
+}
+
+/// How an existing volume differs from a repeated request, if it does.
+fn difference(cfg: &DriverConfig, existing: &VolumeRecord, req: &CreateRequest) -> Option<String> {
+    if existing.capacity_bytes < req.required
+        || (req.limit > 0 && existing.capacity_bytes > req.limit)
+    {
+        return Some(format!(
+            "capacity {} bytes, outside the requested range [{}, {}]",
+            existing.capacity_bytes, req.required, req.limit
+        ));
+    }
+    if existing.block != req.block {
+        return Some(format!(
+            "access type {}",
+            if existing.block { "block" } else { "mount" }
+        ));
+    }
+    if existing.parameters != req.parameters {
+        return Some(format!("parameters {:?}", existing.parameters));
+    }
+    if !req.requisite.is_empty() {
+        let node = cfg
+            .nodes
+            .iter()
+            .find(|n| Some(&n.id) == existing.node.as_ref());
+        let inside = node
+            .and_then(|n| node_segment(cfg, n))
+            .is_some_and(|seg| req.requisite.contains(&seg));
+        if !inside {
+            return Some(format!(
+                "topology outside the requisite segments (on node {:?})",
+                existing.node
+            ));
+        }
+    }
+    None
+}
+
+/// The CSI view of a volume.
+pub fn to_csi_volume(cfg: &DriverConfig, record: &VolumeRecord) -> csi::Volume {
+    let accessible_topology = record
+        .node
+        .as_ref()
+        .and_then(|id| cfg.nodes.iter().find(|n| &n.id == id))
+        .and_then(|n| node_segment(cfg, n))
+        .map(|seg| {
+            vec![csi::Topology {
+                segments: seg.into_iter().collect(),
+            }]
+        })
+        .unwrap_or_default();
+    let mut volume_context = HashMap::new();
+    if !record.kind.is_empty() {
+        volume_context.insert(KIND_PARAMETER.to_string(), record.kind.clone());
+    }
+    csi::Volume {
+        capacity_bytes: record.capacity_bytes,
+        volume_id: record.id.clone(),
+        volume_context,
+        content_source: None,
+        accessible_topology,
+    }
+}
+
+/// Decides DeleteVolume: nothing to do for an unknown id; refused while published.
+pub fn plan_delete(table: &Table, id: &str) -> Result<Vec<Change>> {
+    if id.is_empty() {
+        return Err(Error::Missing("volume_id"));
+    }
+    let Some(record) = table.get(id) else {
+        return Ok(Vec::new());
+    };
+    if let Some(node) = record.published.keys().next() {
+        return Err(Error::InUse {
+            id: id.to_string(),
+            detail: format!("published to node {node:?}"),
+        });
+    }
+    if let Some(target) = record.targets.keys().next() {
+        return Err(Error::InUse {
+            id: id.to_string(),
+            detail: format!("node-published at {target:?}"),
+        });
+    }
+    Ok(vec![Change::Delete(id.to_string())])
+}
+
+/// A validated ControllerPublishVolume request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishRequest {
+    /// Volume id.
+    pub volume_id: String,
+    /// Node id.
+    pub node_id: String,
+    /// Capability.
+    pub capability: Capability,
+    /// Read-only.
+    pub readonly: bool,
+}
+
+/// Validates ControllerPublishVolume.
+pub fn parse_publish(
+    cfg: &DriverConfig,
+    req: &csi::ControllerPublishVolumeRequest,
+) -> Result<PublishRequest> {
+    if req.volume_id.is_empty() {
+        return Err(Error::Missing("volume_id"));
+    }
+    if req.node_id.is_empty() {
+        return Err(Error::Missing("node_id"));
+    }
+    let cap = req
+        .volume_capability
+        .as_ref()
+        .ok_or(Error::Missing("volume_capability"))?;
+    Ok(PublishRequest {
+        volume_id: req.volume_id.clone(),
+        node_id: req.node_id.clone(),
+        capability: check_capability(cfg, cap)?,
+        readonly: req.readonly,
+    })
+}
+
+/// Decides ControllerPublishVolume: the changes to make (none when already published the same
+/// way) or the CSI error.
+pub fn plan_publish(
+    cfg: &DriverConfig,
+    table: &Table,
+    req: &PublishRequest,
+) -> Result<Vec<Change>> {
+    let record = table
+        .get(&req.volume_id)
+        .ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+    if !cfg.nodes.iter().any(|n| n.id == req.node_id) {
+        return Err(Error::NodeNotFound(req.node_id.clone()));
+    }
+    if record.block != req.capability.block {
+        return Err(Error::Capability(format!(
+            "volume {:?} is a {} volume",
+            record.id,
+            if record.block { "block" } else { "mount" }
+        )));
+    }
+    let wanted = Publication {
+        readonly: req.readonly,
+        access_mode: req.capability.mode as i32,
+    };
+    if let Some(existing) = record.published.get(&req.node_id) {
+        if *existing == wanted {
+            return Ok(Vec::new());
+        }
+        return Err(Error::PublishConflict(format!(
+            "volume {:?} is already published to node {:?} with readonly={} and mode {}",
+            record.id,
+            req.node_id,
+            existing.readonly,
+            Mode::try_from(existing.access_mode).map_or("UNKNOWN", |m| m.as_str_name())
+        )));
+    }
+    if let Some(home) = &record.node {
+        if home != &req.node_id {
+            return Err(Error::Precondition(format!(
+                "volume {:?} lives on node {home:?} and is not accessible from node {:?}",
+                record.id, req.node_id
+            )));
+        }
+    }
+    if let Some(other) = record.published.keys().next() {
+        if single_node(req.capability.mode) {
+            return Err(Error::Precondition(format!(
+                "volume {:?} is already published to node {other:?} and mode {} allows one node",
+                record.id,
+                req.capability.mode.as_str_name()
+            )));
+        }
+    }
+    if cfg.max_volumes_per_node > 0
+        && table.attached(&req.node_id) as i64 >= cfg.max_volumes_per_node
+    {
+        return Err(Error::AttachLimit {
+            node: req.node_id.clone(),
+            limit: cfg.max_volumes_per_node,
+        });
+    }
+    let mut updated = record.clone();
+    updated.published.insert(req.node_id.clone(), wanted);
+    Ok(vec![Change::Put(updated)])
+}
+
+/// Decides ControllerUnpublishVolume: unknown volumes and nodes are already unpublished; an
+/// empty node id unpublishes from every node.
+pub fn plan_unpublish(table: &Table, volume_id: &str, node_id: &str) -> Result<Vec<Change>> {
+    if volume_id.is_empty() {
+        return Err(Error::Missing("volume_id"));
+    }
+    let Some(record) = table.get(volume_id) else {
+        return Ok(Vec::new());
+    };
+    let mut updated = record.clone();
+    if node_id.is_empty() {
+        updated.published.clear();
+    } else {
+        updated.published.remove(node_id);
+    }
+    if updated == *record {
+        return Ok(Vec::new());
+    }
+    Ok(vec![Change::Put(updated)])
+}
+
+/// Is `token` a ListVolumes token of ours? Tokens are the id of the last volume returned.
+pub fn valid_token(token: &str) -> bool {
+    uuid::Uuid::parse_str(token).is_ok()
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

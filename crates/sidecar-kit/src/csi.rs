@@ -1,0 +1,206 @@
+//! The connection to a CSI driver: endpoint parsing, connect with retry, per-call timeouts
+//! and the Go names of gRPC status codes (used in metric labels and messages).
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+/// Why a CSI endpoint could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The address is neither `unix:///path`, `unix:/path` nor an absolute path.
+    #[error("invalid CSI address {0:?}: expected unix:///path/to/socket or /path/to/socket")]
+    InvalidAddress(String),
+    /// The socket did not accept a connection.
+    #[error("failed to connect to CSI driver at {address}: {source}")]
+    Connect {
+        /// The socket path.
+        address: String,
+        /// The transport error.
+        source: tonic::transport::Error,
+    },
+}
+
+impl ConnectError {
+    /// Whether trying again may help (the driver may still be starting).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ConnectError::InvalidAddress(_) => false,
+            ConnectError::Connect { .. } => true,
+        }
+    }
+}
+
+/// Turns `unix:///x`, `unix:/x`, `unix://x` or `/x` into the socket path `/x`.
+pub fn socket_path(address: &str) -> Result<String, ConnectError> {
+    let path = address
+        .strip_prefix("unix://")
+        .or_else(|| address.strip_prefix("unix:"))
+        .unwrap_or(address);
+    if path.is_empty() || !(path.starts_with('/') || path.starts_with('.')) {
+        return Err(ConnectError::InvalidAddress(address.to_string()));
+    }
+    Ok(path.to_string())
+}
+
+fn endpoint(address: &str) -> Result<(String, Endpoint), ConnectError> {
+    let path = socket_path(address)?;
+    let endpoint = Endpoint::from_shared(format!("unix://{path}"))
+        .map_err(|_| ConnectError::InvalidAddress(address.to_string()))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    Ok((path, endpoint))
+}
+
+/// Connects once to the driver's socket.
+pub async fn connect(address: &str) -> Result<Channel, ConnectError> {
+    let (path, endpoint) = endpoint(address)?;
+    endpoint
+        .connect()
+        .await
+        .map_err(|source| ConnectError::Connect {
+            address: path,
+            source,
+        })
+}
+
+/// Connects, retrying every `interval` while the socket is not there yet, logging every ten
+/// attempts (upstream retries every second and logs every 10 s). Gives up only on an address
+/// that can never work, or when `give_up_after` has passed (None: never).
+pub async fn connect_with_retry(
+    address: &str,
+    interval: Duration,
+    give_up_after: Option<Duration>,
+) -> Result<Channel, ConnectError> {
+    let started = tokio::time::Instant::now();
+    let mut attempt: u64 = 0;
+    loop {
+        match connect(address).await {
+            Ok(channel) => return Ok(channel),
+            Err(err) if !err.is_retryable() => return Err(err),
+            Err(err) => {
+                if give_up_after.is_some_and(|limit| started.elapsed() >= limit) {
+                    return Err(err);
+                }
+                if attempt % 10 == 0 {
+                    tracing::warn!(address, error = %err, "still connecting to the CSI driver");
+                }
+                attempt += 1;
+                tokio::time::sleep(interval).await;
+            }
+        }
+    }
+}
+
+/// Wraps a request with a gRPC deadline (`grpc-timeout`), which the driver sees too.
+pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+/// The gRPC status code as Go's `codes.Code.String()` prints it (`OK`, `DeadlineExceeded`).
+pub fn go_code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// Parses a status code written as in the CSI spec (`UNAVAILABLE`, `DEADLINE_EXCEEDED`), as Go
+/// prints it (`Unavailable`, `DeadlineExceeded`), or as its number.
+pub fn parse_code(text: &str) -> Option<tonic::Code> {
+    use tonic::Code;
+    if let Ok(n) = text.parse::<i32>() {
+        let code = Code::from_i32(n);
+        return (code != Code::Unknown || n == 2).then_some(code);
+    }
+    let normalized: String = text
+        .chars()
+        .filter(|c| *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect();
+    let code = match normalized.as_str() {
+        "ok" => Code::Ok,
+        "canceled" | "cancelled" => Code::Cancelled,
+        "unknown" => Code::Unknown,
+        "invalidargument" => Code::InvalidArgument,
+        "deadlineexceeded" => Code::DeadlineExceeded,
+        "notfound" => Code::NotFound,
+        "alreadyexists" => Code::AlreadyExists,
+        "permissiondenied" => Code::PermissionDenied,
+        "resourceexhausted" => Code::ResourceExhausted,
+        "failedprecondition" => Code::FailedPrecondition,
+        "aborted" => Code::Aborted,
+        "outofrange" => Code::OutOfRange,
+        "unimplemented" => Code::Unimplemented,
+        "internal" => Code::Internal,
+        "unavailable" => Code::Unavailable,
+        "dataloss" => Code::DataLoss,
+        "unauthenticated" => Code::Unauthenticated,
+        _ => return None,
+    };
+    Some(code)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_paths_accept_the_forms_upstream_accepts() {
+        assert_eq!(
+            socket_path("unix:///run/csi/socket").unwrap(),
+            "/run/csi/socket"
+        );
+        assert_eq!(
+            socket_path("unix:/run/csi/socket").unwrap(),
+            "/run/csi/socket"
+        );
+        assert_eq!(socket_path("/run/csi/socket").unwrap(), "/run/csi/socket");
+        assert!(socket_path("").is_err());
+        assert!(socket_path("unix://").is_err());
+        assert!(socket_path("tcp://1.2.3.4:5").is_err());
+    }
+
+    #[test]
+    fn code_names_round_trip_through_the_parser() {
+        for n in 0..=16 {
+            let code = tonic::Code::from_i32(n);
+            assert_eq!(parse_code(go_code_name(code)), Some(code));
+        }
+        assert_eq!(
+            parse_code("DEADLINE_EXCEEDED"),
+            Some(tonic::Code::DeadlineExceeded)
+        );
+        assert_eq!(parse_code("UNAVAILABLE"), Some(tonic::Code::Unavailable));
+        assert_eq!(parse_code("14"), Some(tonic::Code::Unavailable));
+        assert_eq!(parse_code("nonsense"), None);
+        assert_eq!(parse_code("99"), None);
+    }
+
+    #[tokio::test]
+    async fn connecting_to_a_missing_socket_fails_with_a_retryable_error() {
+        let err = connect("unix:///nonexistent/dir/socket").await.unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        let err = connect("tcp://x").await.unwrap_err();
+        assert!(!err.is_retryable());
+    }
+}

@@ -1,0 +1,9 @@
+//! What every controller of the project shares: the CSI connection and Kubernetes quantities.
+//! (Work queue, leader election, event recorder and the HTTP endpoint join it as the
+//! controllers that need them land.)
+
+#![forbid(unsafe_code)]
+
+pub mod csi;
+pub mod duration;
+pub mod quantity;
