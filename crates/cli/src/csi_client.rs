@@ -103,8 +103,8 @@ pub enum CsiCommand {
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
         /// Size of each volume.
-        #[arg(long, default_value = "1Mi")]
-        size: String,
+        #[arg(long, default_value = "1Mi", value_parser = quantity)]
+        size: i64,
     },
 }
 
@@ -114,11 +114,11 @@ pub struct CreateArgs {
     /// Volume name (the idempotency key).
     pub name: String,
     /// Required size (Kubernetes quantity).
-    #[arg(long, default_value = "1Gi")]
-    pub size: String,
+    #[arg(long, default_value = "1Gi", value_parser = quantity)]
+    pub size: i64,
     /// Size limit (Kubernetes quantity; default none).
-    #[arg(long)]
-    pub limit: Option<String>,
+    #[arg(long, value_parser = quantity)]
+    pub limit: Option<i64>,
     /// Block volume instead of a mounted filesystem.
     #[arg(long)]
     pub block: bool,
@@ -142,6 +142,14 @@ pub struct CreateArgs {
     /// Preferred topology segment KEY=VALUE[,..] (repeatable).
     #[arg(long, value_parser = segment)]
     pub preferred: Vec<HashMap<String, String>>,
+}
+
+fn quantity(text: &str) -> Result<i64, String> {
+    match parse_bytes(text) {
+        Ok(bytes) if bytes >= 0 => Ok(bytes),
+        Ok(_) => Err(format!("{text:?} is negative")),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {
@@ -197,7 +205,7 @@ pub async fn run(args: CsiArgs) -> anyhow::Result<()> {
             })
         }
         CsiCommand::Create(create) => {
-            let request = create_request(&create)?;
+            let request = create_request(&create);
             let r = grpc(
                 controller(&channel)
                     .create_volume(with_timeout(request, timeout))
@@ -279,7 +287,7 @@ pub async fn run(args: CsiArgs) -> anyhow::Result<()> {
             count,
             concurrency,
             size,
-        } => roundtrip(channel, timeout, count, concurrency, &size).await?,
+        } => roundtrip(channel, timeout, count, concurrency, size).await?,
     };
     println!("{}", serde_json::to_string_pretty(&output)?);
     Ok(())
@@ -319,15 +327,8 @@ fn capability(block: bool, fs_type: &str, mode: Mode) -> csi::VolumeCapability {
     }
 }
 
-fn create_request(args: &CreateArgs) -> anyhow::Result<csi::CreateVolumeRequest> {
-    let required = parse_bytes(&args.size).with_context(|| "--size")?;
-    let limit = args
-        .limit
-        .as_deref()
-        .map(parse_bytes)
-        .transpose()
-        .with_context(|| "--limit")?
-        .unwrap_or(0);
+fn create_request(args: &CreateArgs) -> csi::CreateVolumeRequest {
+    let (required, limit) = (args.size, args.limit.unwrap_or(0));
     let modes = if args.access_modes.is_empty() {
         vec![Mode::SingleNodeWriter]
     } else {
@@ -351,7 +352,7 @@ fn create_request(args: &CreateArgs) -> anyhow::Result<csi::CreateVolumeRequest>
                 .collect(),
         }
     });
-    Ok(csi::CreateVolumeRequest {
+    csi::CreateVolumeRequest {
         name: args.name.clone(),
         capacity_range: Some(csi::CapacityRange {
             required_bytes: required,
@@ -365,7 +366,7 @@ fn create_request(args: &CreateArgs) -> anyhow::Result<csi::CreateVolumeRequest>
         secrets: args.secrets.iter().cloned().collect(),
         accessibility_requirements: topology,
         ..Default::default()
-    })
+    }
 }
 
 fn volume_json(v: &csi::Volume) -> Value {
@@ -489,12 +490,11 @@ async fn roundtrip(
     timeout: Duration,
     count: usize,
     concurrency: usize,
-    size: &str,
+    bytes: i64,
 ) -> anyhow::Result<Value> {
     if concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
-    let bytes = parse_bytes(size).with_context(|| "--size")?;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let run_id = uuid_like();
     let started = Instant::now();

@@ -157,6 +157,12 @@ pub async fn bind_socket(path: &str) -> Result<UnixListener, ServeError> {
     })
 }
 
+/// Whether bind mounts work on this machine (root with CAP_SYS_ADMIN); `--publish-mode auto`
+/// uses them when they do.
+pub async fn bind_mounts_permitted(scratch: &Path) -> bool {
+    crate::node::bind_mounts_work(scratch).await
+}
+
 /// Milliseconds since the epoch.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()

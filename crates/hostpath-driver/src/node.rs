@@ -238,11 +238,9 @@ async fn bind(source: &Path, target: &Path, block: bool, readonly: bool) -> Resu
     run("mount", &["--bind", &src, &dst])
         .await
         .map_err(fs_error("bind mount", target))?;
-    if readonly {
-        if let Err(detail) = run("mount", &["-o", "remount,bind,ro", &dst]).await {
-            let _ = run("umount", &[&dst]).await;
-            return Err(fs_error("remount read-only", target)(detail));
-        }
+    if readonly && let Err(detail) = run("mount", &["-o", "remount,bind,ro", &dst]).await {
+        let _ = run("umount", &[&dst]).await;
+        return Err(fs_error("remount read-only", target)(detail));
     }
     Ok(())
 }

@@ -508,22 +508,22 @@ pub fn plan_publish(
             Mode::try_from(existing.access_mode).map_or("UNKNOWN", |m| m.as_str_name())
         )));
     }
-    if let Some(home) = &record.node {
-        if home != &req.node_id {
-            return Err(Error::Precondition(format!(
-                "volume {:?} lives on node {home:?} and is not accessible from node {:?}",
-                record.id, req.node_id
-            )));
-        }
+    if let Some(home) = &record.node
+        && home != &req.node_id
+    {
+        return Err(Error::Precondition(format!(
+            "volume {:?} lives on node {home:?} and is not accessible from node {:?}",
+            record.id, req.node_id
+        )));
     }
-    if let Some(other) = record.published.keys().next() {
-        if single_node(req.capability.mode) {
-            return Err(Error::Precondition(format!(
-                "volume {:?} is already published to node {other:?} and mode {} allows one node",
-                record.id,
-                req.capability.mode.as_str_name()
-            )));
-        }
+    if let Some(other) = record.published.keys().next()
+        && single_node(req.capability.mode)
+    {
+        return Err(Error::Precondition(format!(
+            "volume {:?} is already published to node {other:?} and mode {} allows one node",
+            record.id,
+            req.capability.mode.as_str_name()
+        )));
     }
     if cfg.max_volumes_per_node > 0
         && table.attached(&req.node_id) as i64 >= cfg.max_volumes_per_node

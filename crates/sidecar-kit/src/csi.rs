@@ -12,12 +12,12 @@ pub enum ConnectError {
     #[error("invalid CSI address {0:?}: expected unix:///path/to/socket or /path/to/socket")]
     InvalidAddress(String),
     /// The socket did not accept a connection.
-    #[error("failed to connect to CSI driver at {address}: {source}")]
+    #[error("failed to connect to CSI driver at {address}: {detail}")]
     Connect {
         /// The socket path.
         address: String,
-        /// The transport error.
-        source: tonic::transport::Error,
+        /// The innermost cause (e.g. "No such file or directory (os error 2)").
+        detail: String,
     },
 }
 
@@ -58,10 +58,19 @@ pub async fn connect(address: &str) -> Result<Channel, ConnectError> {
     endpoint
         .connect()
         .await
-        .map_err(|source| ConnectError::Connect {
+        .map_err(|error| ConnectError::Connect {
             address: path,
-            source,
+            detail: root_cause(&error),
         })
+}
+
+/// The message of the innermost error in a chain; transport errors nest the same text.
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = error;
+    while let Some(next) = current.source() {
+        current = next;
+    }
+    current.to_string()
 }
 
 /// Connects, retrying every `interval` while the socket is not there yet, logging every ten
@@ -82,7 +91,7 @@ pub async fn connect_with_retry(
                 if give_up_after.is_some_and(|limit| started.elapsed() >= limit) {
                     return Err(err);
                 }
-                if attempt % 10 == 0 {
+                if attempt.is_multiple_of(10) {
                     tracing::warn!(address, error = %err, "still connecting to the CSI driver");
                 }
                 attempt += 1;
