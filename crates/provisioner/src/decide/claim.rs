@@ -1,0 +1,238 @@
+//! Which claims are ours, which class they name, and what size they ask for.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use sidecar_kit::quantity::Quantity;
+
+/// The provisioner a claim waits for (set by the PV controller).
+pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+/// The deprecated form of [`ANN_STORAGE_PROVISIONER`].
+pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+/// The node the scheduler picked for a WaitForFirstConsumer claim.
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// The deprecated class annotation; it wins over `spec.storageClassName`.
+pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+
+/// Largest size we accept: above this the driver's int64 byte count would be meaningless.
+pub const MAX_VOLUME_BYTES: i64 = 1 << 62;
+
+/// What the provisioner does with a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimDecision {
+    /// Another provisioner's claim, or none asked for.
+    NotOurs,
+    /// `spec.volumeName` is set: bound or pre-bound, nothing to provision.
+    AlreadyBound,
+    /// Ours: provision with this class.
+    Provision {
+        /// StorageClass name.
+        class: String,
+    },
+}
+
+fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// The provisioner named on the claim (new annotation first, then the beta one).
+pub fn claim_provisioner(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(claim, ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(claim, ANN_BETA_STORAGE_PROVISIONER))
+}
+
+/// The class of a claim: the beta annotation wins over `spec.storageClassName`.
+pub fn claim_class(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(claim, ANN_BETA_STORAGE_CLASS)
+        .or_else(|| claim.spec.as_ref()?.storage_class_name.as_deref())
+        .filter(|c| !c.is_empty())
+}
+
+/// The node picked by the scheduler, if any.
+pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(claim, ANN_SELECTED_NODE).filter(|n| !n.is_empty())
+}
+
+/// Decides whether the claim is ours to provision.
+pub fn decide_claim(claim: &PersistentVolumeClaim, driver: &str) -> ClaimDecision {
+    if claim_provisioner(claim) != Some(driver) {
+        return ClaimDecision::NotOurs;
+    }
+    if claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty())
+    {
+        return ClaimDecision::AlreadyBound;
+    }
+    match claim_class(claim) {
+        Some(class) => ClaimDecision::Provision {
+            class: class.to_string(),
+        },
+        // The PV controller never points a class-less claim at a provisioner; if someone
+        // did, there is no class to read parameters from.
+        None => ClaimDecision::NotOurs,
+    }
+}
+
+/// Why the claim's size cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// `spec.resources.requests.storage` is missing.
+    #[error("claim has no spec.resources.requests.storage")]
+    Missing,
+    /// The quantity does not parse.
+    #[error("claim storage request {0:?} is not a valid quantity")]
+    Unparsable(String),
+    /// Zero or negative.
+    #[error("claim storage request {0:?} must be greater than zero")]
+    NotPositive(String),
+    /// More than any driver can be asked for.
+    #[error("claim storage request {0:?} is too large")]
+    TooLarge(String),
+    /// The limit is below the request.
+    #[error("claim storage limit {limit:?} is smaller than the request {request:?}")]
+    LimitBelowRequest {
+        /// The request.
+        request: String,
+        /// The limit.
+        limit: String,
+    },
+}
+
+/// The claim's size: `(required_bytes, limit_bytes)` with limit 0 meaning none.
+pub fn requested_bytes(claim: &PersistentVolumeClaim) -> Result<(i64, i64), SizeError> {
+    let resources = claim.spec.as_ref().and_then(|s| s.resources.as_ref());
+    let request = resources
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .ok_or(SizeError::Missing)?;
+    let required = to_bytes(&request.0)?;
+    let limit = match resources
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("storage"))
+    {
+        None => 0,
+        Some(limit) => {
+            let bytes = to_bytes(&limit.0)?;
+            if bytes < required {
+                return Err(SizeError::LimitBelowRequest {
+                    request: request.0.clone(),
+                    limit: limit.0.clone(),
+                });
+            }
+            bytes
+        }
+    };
+    Ok((required, limit))
+}
+
+fn to_bytes(text: &str) -> Result<i64, SizeError> {
+    let q = Quantity::parse(text).map_err(|_| SizeError::Unparsable(text.to_string()))?;
+    if q.is_zero() || q.is_negative() {
+        return Err(SizeError::NotPositive(text.to_string()));
+    }
+    match q.to_i64_ceil() {
+        Some(bytes) if bytes <= MAX_VOLUME_BYTES => Ok(bytes),
+        _ => Err(SizeError::TooLarge(text.to_string())),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::decide::testing::claim;
+
+    const DRIVER: &str = "hostpath.csi";
+
+    #[test]
+    fn only_claims_annotated_for_us_and_unbound_are_provisioned() {
+        let ours = claim("c").provisioner(DRIVER).class("fast").build();
+        assert_eq!(
+            decide_claim(&ours, DRIVER),
+            ClaimDecision::Provision {
+                class: "fast".into()
+            }
+        );
+        let beta = claim("c").beta_provisioner(DRIVER).class("fast").build();
+        assert_eq!(
+            decide_claim(&beta, DRIVER),
+            ClaimDecision::Provision {
+                class: "fast".into()
+            }
+        );
+        let other = claim("c").provisioner("other.csi").class("fast").build();
+        assert_eq!(decide_claim(&other, DRIVER), ClaimDecision::NotOurs);
+        let none = claim("c").class("fast").build();
+        assert_eq!(decide_claim(&none, DRIVER), ClaimDecision::NotOurs);
+        let bound = claim("c")
+            .provisioner(DRIVER)
+            .class("fast")
+            .volume_name("pv-1")
+            .build();
+        assert_eq!(decide_claim(&bound, DRIVER), ClaimDecision::AlreadyBound);
+        let classless = claim("c").provisioner(DRIVER).build();
+        assert_eq!(decide_claim(&classless, DRIVER), ClaimDecision::NotOurs);
+    }
+
+    #[test]
+    fn the_new_provisioner_annotation_wins_over_the_beta_one() {
+        let c = claim("c")
+            .provisioner(DRIVER)
+            .beta_provisioner("other")
+            .class("x")
+            .build();
+        assert_eq!(claim_provisioner(&c), Some(DRIVER));
+    }
+
+    #[test]
+    fn the_beta_class_annotation_wins_over_the_spec() {
+        let c = claim("c")
+            .class("spec-class")
+            .annotation(ANN_BETA_STORAGE_CLASS, "beta-class")
+            .build();
+        assert_eq!(claim_class(&c), Some("beta-class"));
+    }
+
+    #[test]
+    fn sizes_are_parsed_exactly_and_bad_sizes_refused() {
+        assert_eq!(
+            requested_bytes(&claim("c").size("1Gi").build()).unwrap(),
+            (1 << 30, 0)
+        );
+        assert_eq!(
+            requested_bytes(&claim("c").size("1.5G").build()).unwrap(),
+            (1_500_000_000, 0)
+        );
+        assert_eq!(
+            requested_bytes(&claim("c").size("1Gi").limit("2Gi").build()).unwrap(),
+            (1 << 30, 2 << 30)
+        );
+        let table: Vec<(&str, SizeError)> = vec![
+            ("lots", SizeError::Unparsable("lots".into())),
+            ("0", SizeError::NotPositive("0".into())),
+            ("-1Gi", SizeError::NotPositive("-1Gi".into())),
+            ("7Ei", SizeError::TooLarge("7Ei".into())),
+        ];
+        for (size, want) in table {
+            assert_eq!(
+                requested_bytes(&claim("c").size(size).build()).unwrap_err(),
+                want,
+                "{size}"
+            );
+        }
+        assert_eq!(
+            requested_bytes(&claim("c").build()).unwrap_err(),
+            SizeError::Missing
+        );
+        assert!(matches!(
+            requested_bytes(&claim("c").size("2Gi").limit("1Gi").build()),
+            Err(SizeError::LimitBelowRequest { .. })
+        ));
+    }
+}

@@ -1,0 +1,136 @@
+//! The one table that turns a CreateVolume/DeleteVolume outcome into what happens next.
+
+use tonic::Code;
+
+/// What a CreateVolume result means for the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// The volume exists: write the PV.
+    Created,
+    /// The volume may exist or be in the making: keep calling CreateVolume with the same name
+    /// (even if the claim is deleted meanwhile, then delete what it returns).
+    InBackground,
+    /// The selected node cannot hold the volume: remove `selected-node` so the scheduler
+    /// picks another node. No volume exists.
+    Reschedule,
+    /// The driver refused: no volume exists. Report and retry with backoff.
+    Final,
+}
+
+/// Classifies a CreateVolume result. `may_reschedule`: the claim has a selected node and the
+/// driver uses topology. Errors that are not gRPC statuses (transport failures) count as
+/// in-background: the request may have reached the driver.
+pub fn classify_create(result: Result<(), Option<Code>>, may_reschedule: bool) -> CreateOutcome {
+    let code = match result {
+        Ok(()) => return CreateOutcome::Created,
+        Err(None) => return CreateOutcome::InBackground,
+        Err(Some(code)) => code,
+    };
+    match code {
+        Code::Ok => CreateOutcome::Created,
+        Code::Cancelled | Code::DeadlineExceeded | Code::Unavailable | Code::Aborted => {
+            CreateOutcome::InBackground
+        }
+        Code::ResourceExhausted if may_reschedule => CreateOutcome::Reschedule,
+        Code::ResourceExhausted
+        | Code::Unknown
+        | Code::InvalidArgument
+        | Code::NotFound
+        | Code::AlreadyExists
+        | Code::PermissionDenied
+        | Code::FailedPrecondition
+        | Code::OutOfRange
+        | Code::Unimplemented
+        | Code::Internal
+        | Code::DataLoss
+        | Code::Unauthenticated => CreateOutcome::Final,
+    }
+}
+
+/// What a DeleteVolume result means for the PV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The volume is gone: delete the PV and drop the finalizer.
+    Deleted,
+    /// Try again after backoff.
+    Retry,
+}
+
+/// Classifies a DeleteVolume result. NotFound means the volume is already gone (upstream
+/// retries it forever).
+pub fn classify_delete(result: Result<(), Option<Code>>) -> DeleteOutcome {
+    match result {
+        Ok(()) | Err(Some(Code::NotFound)) | Err(Some(Code::Ok)) => DeleteOutcome::Deleted,
+        Err(_) => DeleteOutcome::Retry,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_create_code_is_classified_as_upstream_does() {
+        use CreateOutcome::*;
+        let table: &[(Code, CreateOutcome, CreateOutcome)] = &[
+            (Code::Ok, Created, Created),
+            (Code::Cancelled, InBackground, InBackground),
+            (Code::Unknown, Final, Final),
+            (Code::InvalidArgument, Final, Final),
+            (Code::DeadlineExceeded, InBackground, InBackground),
+            (Code::NotFound, Final, Final),
+            (Code::AlreadyExists, Final, Final),
+            (Code::PermissionDenied, Final, Final),
+            (Code::ResourceExhausted, Final, Reschedule),
+            (Code::FailedPrecondition, Final, Final),
+            (Code::Aborted, InBackground, InBackground),
+            (Code::OutOfRange, Final, Final),
+            (Code::Unimplemented, Final, Final),
+            (Code::Internal, Final, Final),
+            (Code::Unavailable, InBackground, InBackground),
+            (Code::DataLoss, Final, Final),
+            (Code::Unauthenticated, Final, Final),
+        ];
+        assert_eq!(table.len(), 17, "every gRPC code is in the table");
+        for (code, without, with) in table {
+            assert_eq!(
+                classify_create(Err(Some(*code)), false),
+                *without,
+                "{code:?}"
+            );
+            assert_eq!(
+                classify_create(Err(Some(*code)), true),
+                *with,
+                "{code:?} with a selected node"
+            );
+        }
+        assert_eq!(classify_create(Ok(()), false), Created);
+        assert_eq!(
+            classify_create(Err(None), false),
+            InBackground,
+            "transport errors may have reached the driver"
+        );
+    }
+
+    #[test]
+    fn delete_treats_not_found_as_done() {
+        assert_eq!(classify_delete(Ok(())), DeleteOutcome::Deleted);
+        assert_eq!(
+            classify_delete(Err(Some(Code::NotFound))),
+            DeleteOutcome::Deleted
+        );
+        for code in [
+            Code::DeadlineExceeded,
+            Code::Unavailable,
+            Code::FailedPrecondition,
+            Code::Internal,
+        ] {
+            assert_eq!(
+                classify_delete(Err(Some(code))),
+                DeleteOutcome::Retry,
+                "{code:?}"
+            );
+        }
+        assert_eq!(classify_delete(Err(None)), DeleteOutcome::Retry);
+    }
+}

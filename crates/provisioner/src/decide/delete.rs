@@ -1,0 +1,215 @@
+//! Which volumes are ours to delete, and what to do with each PV.
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use super::provision::{
+    ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, ANN_PROVISIONED_BY, PV_FINALIZER,
+};
+use super::secrets::SecretRef;
+
+/// What the deleter does with a PV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeDecision {
+    /// Not ours, or nothing to do.
+    Ignore,
+    /// Released with policy Delete: DeleteVolume, then delete the PV, then drop the finalizer.
+    Delete {
+        /// CSI volume handle.
+        volume_handle: String,
+        /// Secret for DeleteVolume: Some(None) means "recorded as none", None means "not
+        /// recorded on the PV" (an older provisioner made it; fall back to the class).
+        secret: Option<Option<SecretRef>>,
+    },
+    /// The policy is no longer Delete (or the PV is already gone from the driver's view):
+    /// drop our finalizer so the PV can go.
+    RemoveFinalizer,
+}
+
+fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
+    pv.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// Whether the PV belongs to our driver: provisioned by us, or a static PV of our driver.
+pub fn is_ours(pv: &PersistentVolume, driver: &str) -> bool {
+    if annotation(pv, ANN_PROVISIONED_BY) == Some(driver) {
+        return true;
+    }
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .is_some_and(|c| c.driver == driver)
+        && annotation(pv, ANN_PROVISIONED_BY).is_none()
+}
+
+fn has_finalizer(pv: &PersistentVolume) -> bool {
+    pv.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == PV_FINALIZER))
+}
+
+/// Decides what to do with a PV.
+pub fn decide_volume(pv: &PersistentVolume, driver: &str) -> VolumeDecision {
+    if !is_ours(pv, driver) {
+        return VolumeDecision::Ignore;
+    }
+    let spec = pv.spec.as_ref();
+    let policy = spec
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        .unwrap_or("Retain");
+    let phase = pv
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("");
+    if policy != "Delete" {
+        return if has_finalizer(pv) {
+            VolumeDecision::RemoveFinalizer
+        } else {
+            VolumeDecision::Ignore
+        };
+    }
+    if phase != "Released" {
+        return VolumeDecision::Ignore;
+    }
+    let Some(handle) = spec
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.volume_handle.clone())
+    else {
+        return VolumeDecision::Ignore;
+    };
+    let secret = match (
+        annotation(pv, ANN_DELETION_SECRET_NAME),
+        annotation(pv, ANN_DELETION_SECRET_NAMESPACE),
+    ) {
+        (Some(name), Some(namespace)) if !name.is_empty() => Some(Some(SecretRef {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        })),
+        (Some(_), _) | (_, Some(_)) => Some(None),
+        (None, None) => None,
+    };
+    VolumeDecision::Delete {
+        volume_handle: handle,
+        secret,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::decide::testing::pv;
+
+    const D: &str = "hostpath.csi";
+
+    #[test]
+    fn released_delete_volumes_of_ours_are_deleted_with_their_recorded_secret() {
+        let v = pv("pv-1")
+            .ours(D)
+            .policy("Delete")
+            .phase("Released")
+            .secret("s", "ns")
+            .build();
+        assert_eq!(
+            decide_volume(&v, D),
+            VolumeDecision::Delete {
+                volume_handle: "handle-pv-1".into(),
+                secret: Some(Some(SecretRef {
+                    name: "s".into(),
+                    namespace: "ns".into()
+                }))
+            }
+        );
+        let none = pv("pv-1")
+            .ours(D)
+            .policy("Delete")
+            .phase("Released")
+            .secret("", "")
+            .build();
+        assert_eq!(
+            decide_volume(&none, D),
+            VolumeDecision::Delete {
+                volume_handle: "handle-pv-1".into(),
+                secret: Some(None)
+            }
+        );
+        let old = pv("pv-1")
+            .ours(D)
+            .policy("Delete")
+            .phase("Released")
+            .build();
+        assert_eq!(
+            decide_volume(&old, D),
+            VolumeDecision::Delete {
+                volume_handle: "handle-pv-1".into(),
+                secret: None
+            }
+        );
+    }
+
+    #[test]
+    fn other_phases_policies_and_drivers_are_left_alone() {
+        let table = [
+            (
+                pv("a").ours(D).policy("Delete").phase("Bound").build(),
+                VolumeDecision::Ignore,
+            ),
+            (
+                pv("a").ours(D).policy("Delete").phase("Available").build(),
+                VolumeDecision::Ignore,
+            ),
+            (
+                pv("a").ours(D).policy("Retain").phase("Released").build(),
+                VolumeDecision::Ignore,
+            ),
+            (
+                pv("a").ours(D).policy("Recycle").phase("Released").build(),
+                VolumeDecision::Ignore,
+            ),
+            (
+                pv("a")
+                    .ours("other")
+                    .policy("Delete")
+                    .phase("Released")
+                    .build(),
+                VolumeDecision::Ignore,
+            ),
+            (
+                pv("a")
+                    .ours(D)
+                    .policy("Retain")
+                    .phase("Bound")
+                    .finalizer()
+                    .build(),
+                VolumeDecision::RemoveFinalizer,
+            ),
+        ];
+        for (v, want) in table {
+            assert_eq!(decide_volume(&v, D), want, "{:?}", v.metadata.name);
+        }
+    }
+
+    #[test]
+    fn static_pvs_of_our_driver_count_as_ours() {
+        let v = pv("static")
+            .csi_driver(D)
+            .policy("Delete")
+            .phase("Released")
+            .build();
+        assert!(is_ours(&v, D));
+        assert!(matches!(
+            decide_volume(&v, D),
+            VolumeDecision::Delete { .. }
+        ));
+        let foreign = pv("x")
+            .csi_driver(D)
+            .annotation(ANN_PROVISIONED_BY, "someone-else")
+            .build();
+        assert!(!is_ours(&foreign, D), "provisioned by another provisioner");
+    }
+}

@@ -1,0 +1,434 @@
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::decide::parameters::ParameterError;
+use crate::decide::testing::{claim, class};
+
+const D: &str = "hostpath.csi";
+
+fn caps() -> DriverCapabilities {
+    DriverCapabilities {
+        name: D.into(),
+        accessibility: true,
+        ..Default::default()
+    }
+}
+
+fn options() -> ProvisionOptions {
+    ProvisionOptions {
+        naming: VolumeNaming::new("pvc", -1).unwrap(),
+        default_fstype: String::new(),
+        extra_create_metadata: false,
+        controller_publish_readonly: false,
+    }
+}
+
+fn modes(plan: &ProvisionPlan) -> Vec<Mode> {
+    plan.capabilities
+        .iter()
+        .map(|c| Mode::try_from(c.access_mode.unwrap().mode).unwrap())
+        .collect()
+}
+
+#[test]
+fn access_modes_map_to_csi_capabilities() {
+    let c = claim("c")
+        .size("1Gi")
+        .access_modes(&[
+            "ReadWriteOnce",
+            "ReadOnlyMany",
+            "ReadWriteMany",
+            "ReadWriteOncePod",
+        ])
+        .build();
+    let sc = class("sc", D).build();
+    let plan = plan_provision(&caps(), &options(), &c, &sc, None).unwrap();
+    assert_eq!(
+        modes(&plan),
+        vec![
+            Mode::SingleNodeWriter,
+            Mode::MultiNodeReaderOnly,
+            Mode::MultiNodeMultiWriter,
+            Mode::SingleNodeWriter
+        ]
+    );
+    let multi = DriverCapabilities {
+        single_node_multi_writer: true,
+        ..caps()
+    };
+    let plan = plan_provision(&multi, &options(), &c, &sc, None).unwrap();
+    assert_eq!(modes(&plan)[0], Mode::SingleNodeMultiWriter);
+    assert_eq!(modes(&plan)[3], Mode::SingleNodeSingleWriter);
+    let bad = claim("c")
+        .size("1Gi")
+        .access_modes(&["ReadWriteSometimes"])
+        .build();
+    assert!(matches!(
+        plan_provision(&caps(), &options(), &bad, &sc, None),
+        Err(ProvisionError::AccessMode(_))
+    ));
+    let none = claim("c").size("1Gi").access_modes(&[]).build();
+    assert!(matches!(
+        plan_provision(&caps(), &options(), &none, &sc, None),
+        Err(ProvisionError::AccessMode(_))
+    ));
+}
+
+#[test]
+fn the_request_carries_name_size_fstype_mount_options_and_driver_parameters() {
+    let c = claim("data").size("2Gi").limit("3Gi").build();
+    let sc = class("fast", D)
+        .param("kind", "ssd")
+        .param("csi.storage.k8s.io/fstype", "xfs")
+        .param(
+            "csi.storage.k8s.io/provisioner-secret-name",
+            "${pvc.name}-creds",
+        )
+        .param(
+            "csi.storage.k8s.io/provisioner-secret-namespace",
+            "${pvc.namespace}",
+        )
+        .mount_options(&["noatime"])
+        .build();
+    let plan = plan_provision(&caps(), &options(), &c, &sc, None).unwrap();
+    let secrets = HashMap::from([("password".to_string(), "hunter2".to_string())]);
+    let req = create_request(&plan, secrets.clone(), None);
+    assert_eq!(req.name, "pvc-3f2c1c9e-4a51-4d8e-9c1e-0d7f1b2a3c4d");
+    assert_eq!(
+        req.capacity_range,
+        Some(csi::CapacityRange {
+            required_bytes: 2 << 30,
+            limit_bytes: 3 << 30
+        })
+    );
+    assert_eq!(
+        req.parameters,
+        HashMap::from([("kind".to_string(), "ssd".to_string())])
+    );
+    assert_eq!(req.secrets, secrets);
+    match req.volume_capabilities[0].access_type.as_ref().unwrap() {
+        AccessType::Mount(m) => {
+            assert_eq!(m.fs_type, "xfs");
+            assert_eq!(m.mount_flags, vec!["noatime".to_string()]);
+        }
+        AccessType::Block(_) => panic!("expected a mount volume"),
+    }
+    assert_eq!(
+        plan.provisioner_secret,
+        Some(SecretRef {
+            name: "data-creds".into(),
+            namespace: "default".into()
+        })
+    );
+}
+
+#[test]
+fn default_fstype_applies_only_without_a_class_fstype_and_never_to_block() {
+    let mut opts = options();
+    opts.default_fstype = "ext4".into();
+    let sc = class("sc", D).build();
+    let plan = plan_provision(&caps(), &opts, &claim("c").size("1").build(), &sc, None).unwrap();
+    assert_eq!(plan.fs_type, "ext4");
+    let plan = plan_provision(
+        &caps(),
+        &opts,
+        &claim("c").size("1").block().build(),
+        &sc,
+        None,
+    )
+    .unwrap();
+    assert!(plan.block);
+    assert!(matches!(
+        plan.capabilities[0].access_type,
+        Some(AccessType::Block(_))
+    ));
+    let with_opts = class("sc", D).mount_options(&["ro"]).build();
+    assert_eq!(
+        plan_provision(
+            &caps(),
+            &opts,
+            &claim("c").size("1").block().build(),
+            &with_opts,
+            None
+        )
+        .unwrap_err(),
+        ProvisionError::BlockMountOptions
+    );
+}
+
+#[test]
+fn extra_create_metadata_adds_the_three_keys() {
+    let mut opts = options();
+    opts.extra_create_metadata = true;
+    let plan = plan_provision(
+        &caps(),
+        &opts,
+        &claim("data").size("1").build(),
+        &class("sc", D).build(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        plan.parameters.get(PVC_NAME_KEY).map(String::as_str),
+        Some("data")
+    );
+    assert_eq!(
+        plan.parameters.get(PVC_NAMESPACE_KEY).map(String::as_str),
+        Some("default")
+    );
+    assert_eq!(plan.parameters.get(PV_NAME_KEY), Some(&plan.pv_name));
+}
+
+#[test]
+fn bad_claims_and_classes_are_refused_before_any_create_volume() {
+    let sc = class("sc", D).build();
+    let table: Vec<(PersistentVolumeClaim, StorageClass, &str)> = vec![
+        (
+            claim("c").size("1Gi").selector().build(),
+            sc.clone(),
+            "selector",
+        ),
+        (
+            claim("c").size("lots").build(),
+            sc.clone(),
+            "not a valid quantity",
+        ),
+        (
+            claim("c").size("0").build(),
+            sc.clone(),
+            "greater than zero",
+        ),
+        (claim("c").size("7Ei").build(), sc.clone(), "too large"),
+        (
+            claim("c").size("1Gi").build(),
+            class("sc", D)
+                .param("csi.storage.k8s.io/bogus", "x")
+                .build(),
+            "reserved",
+        ),
+        (
+            claim("c").size("1Gi").build(),
+            class("sc", D)
+                .param("csi.storage.k8s.io/provisioner-secret-name", "x")
+                .build(),
+            "pairs",
+        ),
+        (
+            claim("c").size("1Gi").build(),
+            class("sc", D)
+                .param("csi.storage.k8s.io/provisioner-secret-name", "${pvc.uid}")
+                .param("csi.storage.k8s.io/provisioner-secret-namespace", "ns")
+                .build(),
+            "not allowed",
+        ),
+        (
+            claim("c").size("1Gi").build(),
+            class("sc", "other.csi").build(),
+            "names provisioner",
+        ),
+    ];
+    for (c, sc, words) in table {
+        let err = plan_provision(&caps(), &options(), &c, &sc, None).unwrap_err();
+        assert!(err.to_string().contains(words), "{words}: got {err}");
+    }
+    let err = plan_provision(
+        &caps(),
+        &options(),
+        &claim("c").size("1").build(),
+        &class("sc", D).param("csi.storage.k8s.io/x", "1").build(),
+        None,
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        ProvisionError::Parameter(ParameterError::UnknownReserved(_))
+    ));
+}
+
+#[test]
+fn volume_attributes_class_parameters_become_mutable_parameters() {
+    let vac = VolumeAttributesClass {
+        metadata: ObjectMeta {
+            name: Some("gold".into()),
+            ..Default::default()
+        },
+        driver_name: D.into(),
+        parameters: Some(BTreeMap::from([("iops".to_string(), "3000".to_string())])),
+    };
+    let c = claim("c").size("1Gi").vac("gold").build();
+    let plan =
+        plan_provision(&caps(), &options(), &c, &class("sc", D).build(), Some(&vac)).unwrap();
+    assert_eq!(
+        create_request(&plan, HashMap::new(), None)
+            .mutable_parameters
+            .get("iops")
+            .map(String::as_str),
+        Some("3000")
+    );
+    let foreign = VolumeAttributesClass {
+        driver_name: "other".into(),
+        ..vac
+    };
+    assert!(matches!(
+        plan_provision(
+            &caps(),
+            &options(),
+            &c,
+            &class("sc", D).build(),
+            Some(&foreign)
+        ),
+        Err(ProvisionError::VacDriver { .. })
+    ));
+}
+
+fn volume(bytes: i64, topology: &[(&str, &str)]) -> csi::Volume {
+    csi::Volume {
+        capacity_bytes: bytes,
+        volume_id: "vol-1".into(),
+        volume_context: HashMap::from([("kind".to_string(), "ssd".to_string())]),
+        content_source: None,
+        accessible_topology: topology
+            .iter()
+            .map(|(k, v)| csi::Topology {
+                segments: HashMap::from([(k.to_string(), v.to_string())]),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn the_pv_is_written_as_upstream_writes_it() {
+    let c = claim("data").size("1Gi").build();
+    let sc = class("fast", D)
+        .param("csi.storage.k8s.io/provisioner-secret-name", "prov")
+        .param(
+            "csi.storage.k8s.io/provisioner-secret-namespace",
+            "kube-system",
+        )
+        .param("csi.storage.k8s.io/node-publish-secret-name", "np")
+        .param("csi.storage.k8s.io/node-publish-secret-namespace", "ns")
+        .build();
+    let plan = plan_provision(&caps(), &options(), &c, &sc, None).unwrap();
+    let pv = build_pv(
+        &plan,
+        &caps(),
+        &options(),
+        &c,
+        Some(&volume(2 << 30, &[("zone", "a"), ("zone", "b")])),
+        "id-1",
+    )
+    .unwrap();
+    let ann = pv.metadata.annotations.as_ref().unwrap();
+    assert_eq!(ann[ANN_PROVISIONED_BY], D);
+    assert_eq!(ann[ANN_DELETION_SECRET_NAME], "prov");
+    assert_eq!(ann[ANN_DELETION_SECRET_NAMESPACE], "kube-system");
+    assert_eq!(pv.metadata.finalizers, Some(vec![PV_FINALIZER.to_string()]));
+    let spec = pv.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.capacity.as_ref().unwrap()["storage"].0,
+        "2Gi",
+        "the driver's size, binary SI"
+    );
+    let claim_ref = spec.claim_ref.as_ref().unwrap();
+    assert_eq!(
+        claim_ref.uid.as_deref(),
+        Some("3f2c1c9e-4a51-4d8e-9c1e-0d7f1b2a3c4d")
+    );
+    assert_eq!(claim_ref.resource_version.as_deref(), Some("42"));
+    assert_eq!(claim_ref.kind.as_deref(), Some("PersistentVolumeClaim"));
+    assert_eq!(
+        spec.persistent_volume_reclaim_policy.as_deref(),
+        Some("Delete")
+    );
+    assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+    assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
+    let csi = spec.csi.as_ref().unwrap();
+    assert_eq!(csi.volume_handle, "vol-1");
+    assert_eq!(csi.volume_attributes.as_ref().unwrap()["kind"], "ssd");
+    assert_eq!(
+        csi.volume_attributes.as_ref().unwrap()[IDENTITY_ATTRIBUTE],
+        "id-1"
+    );
+    assert_eq!(
+        csi.node_publish_secret_ref
+            .as_ref()
+            .unwrap()
+            .name
+            .as_deref(),
+        Some("np")
+    );
+    assert!(csi.controller_publish_secret_ref.is_none());
+    let terms = &spec
+        .node_affinity
+        .as_ref()
+        .unwrap()
+        .required
+        .as_ref()
+        .unwrap()
+        .node_selector_terms;
+    assert_eq!(terms.len(), 2, "one term per accessible topology (form 1)");
+    let expr = &terms[1].match_expressions.as_ref().unwrap()[0];
+    assert_eq!((expr.key.as_str(), expr.operator.as_str()), ("zone", "In"));
+    assert_eq!(expr.values, Some(vec!["b".to_string()]));
+}
+
+#[test]
+fn pv_details_follow_the_class_and_claim() {
+    let c = claim("data")
+        .size("1Gi")
+        .access_modes(&["ReadOnlyMany"])
+        .build();
+    let retain = class("keep", D).policy("Retain").build();
+    let mut opts = options();
+    opts.controller_publish_readonly = true;
+    let plan = plan_provision(&caps(), &opts, &c, &retain, None).unwrap();
+    let pv = build_pv(&plan, &caps(), &opts, &c, Some(&volume(0, &[])), "id").unwrap();
+    assert_eq!(
+        pv.metadata.finalizers, None,
+        "no finalizer unless the policy is Delete"
+    );
+    let ann = pv.metadata.annotations.as_ref().unwrap();
+    assert_eq!(
+        ann[ANN_DELETION_SECRET_NAME], "",
+        "always written, empty without a secret"
+    );
+    let spec = pv.spec.unwrap();
+    assert_eq!(
+        spec.capacity.unwrap()["storage"].0,
+        "1Gi",
+        "capacity 0 means as requested"
+    );
+    assert!(spec.node_affinity.is_none());
+    assert_eq!(
+        spec.csi.unwrap().read_only,
+        Some(true),
+        "controller-publish-readonly with only ROX"
+    );
+}
+
+#[test]
+fn an_unusable_answer_is_an_error() {
+    let c = claim("data").size("1Gi").build();
+    let plan = plan_provision(&caps(), &options(), &c, &class("sc", D).build(), None).unwrap();
+    assert_eq!(
+        build_pv(&plan, &caps(), &options(), &c, None, "id").unwrap_err(),
+        ResponseError::NoVolumeId
+    );
+    assert_eq!(
+        build_pv(
+            &plan,
+            &caps(),
+            &options(),
+            &c,
+            Some(&volume(1 << 20, &[])),
+            "id"
+        )
+        .unwrap_err(),
+        ResponseError::TooSmall {
+            got: 1 << 20,
+            wanted: 1 << 30
+        }
+    );
+}
