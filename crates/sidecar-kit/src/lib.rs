@@ -6,4 +6,8 @@
 
 pub mod csi;
 pub mod duration;
+pub mod events;
+pub mod goflags;
 pub mod quantity;
+pub mod ratelimit;
+pub mod workqueue;

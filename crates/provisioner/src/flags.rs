@@ -1,0 +1,437 @@
+//! The flags of `csi-provisioner`, with upstream's names, defaults and Go syntax.
+
+use std::time::Duration;
+
+use sidecar_kit::duration::parse_go_duration;
+use sidecar_kit::goflags::{parse_bool_map, parse_go_bool, parse_label_list};
+
+use crate::decide::names::{NameError, VolumeNaming};
+
+fn go_bool(text: &str) -> Result<bool, String> {
+    parse_go_bool(text)
+}
+
+fn go_duration(text: &str) -> Result<Duration, String> {
+    parse_go_duration(text).map_err(|e| e.to_string())
+}
+
+/// `KEY:VALUE` pairs (an alias, so clap takes the flag as one value).
+pub type LabelList = Vec<(String, String)>;
+/// `NAME=bool` pairs (an alias, so clap takes the flag as one value).
+pub type GateList = Vec<(String, bool)>;
+
+fn labels(text: &str) -> Result<LabelList, String> {
+    parse_label_list(text)
+}
+
+fn gates(text: &str) -> Result<GateList, String> {
+    parse_bool_map(text)
+}
+
+/// `csi-provisioner` flags (upstream v6 names and defaults).
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "csi-provisioner",
+    version,
+    about = "CSI external-provisioner (drop-in replacement)"
+)]
+pub struct ProvisionerArgs {
+    /// Absolute path to the kubeconfig file. Required only when running out of cluster.
+    #[arg(long, default_value = "")]
+    pub kubeconfig: String,
+    /// Address of the Kubernetes API server (overrides the kubeconfig's).
+    #[arg(long, default_value = "")]
+    pub master: String,
+    /// QPS to use while communicating with the Kubernetes API server.
+    #[arg(long, default_value_t = 5.0)]
+    pub kube_api_qps: f32,
+    /// Burst to use while communicating with the Kubernetes API server.
+    #[arg(long, default_value_t = 10)]
+    pub kube_api_burst: u32,
+    /// QPS for CSIStorageCapacity updates.
+    #[arg(long, default_value_t = 1.0)]
+    pub kube_api_capacity_qps: f32,
+    /// Burst for CSIStorageCapacity updates.
+    #[arg(long, default_value_t = 5)]
+    pub kube_api_capacity_burst: u32,
+    /// The gRPC endpoint of the CSI driver.
+    #[arg(long, default_value = "/run/csi/socket")]
+    pub csi_address: String,
+    /// Timeout of every call to the CSI driver.
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
+    pub timeout: Duration,
+    /// Number of CreateVolume and (separately) DeleteVolume calls in flight at once.
+    #[arg(long, default_value_t = 100)]
+    pub worker_threads: u32,
+    /// Initial retry interval of a failed provisioning or deletion; doubles on each failure.
+    #[arg(long, default_value = "1s", value_parser = go_duration)]
+    pub retry_interval_start: Duration,
+    /// Maximum retry interval of a failed provisioning or deletion.
+    #[arg(long, default_value = "5m", value_parser = go_duration)]
+    pub retry_interval_max: Duration,
+    /// Workers handling cloning-protection finalizers (clones are not supported yet).
+    #[arg(long, default_value_t = 1)]
+    pub cloning_protection_threads: u32,
+    /// Interval of the orphaned-snapshot sweep (snapshots are not supported yet).
+    #[arg(long, default_value = "5m", value_parser = go_duration)]
+    pub snapshot_orphan_sweep_interval: Duration,
+    /// Prefix of PV names.
+    #[arg(long, default_value = "pvc")]
+    pub volume_name_prefix: String,
+    /// Characters of the claim UID in PV names (-1: the whole UID with dashes).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub volume_name_uuid_length: i32,
+    /// fsType for mount volumes whose class sets none.
+    #[arg(long, default_value = "")]
+    pub default_fstype: String,
+    /// Pass csi.storage.k8s.io/pvc/name, pvc/namespace and pv/name to CreateVolume.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub extra_create_metadata: bool,
+    /// Mark PVs read-only when every access mode is ReadOnlyMany.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub controller_publish_readonly: bool,
+    /// Refuse to change the volume mode of a snapshot source.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = go_bool)]
+    pub prevent_volume_mode_conversion: bool,
+    /// Late binding: send only the selected node's segment.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub strict_topology: bool,
+    /// Immediate binding: send the cluster's aggregated topology.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = go_bool)]
+    pub immediate_topology: bool,
+    /// Feature gates, NAME=true|false,...
+    #[arg(long, default_value = "", value_parser = gates)]
+    pub feature_gates: GateList,
+    /// Publish CSIStorageCapacity objects (not supported yet).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub enable_capacity: bool,
+    /// Owner of CSIStorageCapacity objects.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub capacity_ownerref_level: i32,
+    /// Capacity workers.
+    #[arg(long, default_value_t = 1)]
+    pub capacity_threads: u32,
+    /// Capacity poll interval.
+    #[arg(long, default_value = "1m", value_parser = go_duration)]
+    pub capacity_poll_interval: Duration,
+    /// Capacity objects also for Immediate classes.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub capacity_for_immediate_binding: bool,
+    /// Run one provisioner per node (not supported yet).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub node_deployment: bool,
+    /// Node deployment: also provision Immediate claims.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = go_bool)]
+    pub node_deployment_immediate_binding: bool,
+    /// Node deployment: base delay.
+    #[arg(long, default_value = "20s", value_parser = go_duration)]
+    pub node_deployment_base_delay: Duration,
+    /// Node deployment: maximum delay.
+    #[arg(long, default_value = "1m", value_parser = go_duration)]
+    pub node_deployment_max_delay: Duration,
+    /// Enable leader election.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub leader_election: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, default_value = "")]
+    pub leader_election_namespace: String,
+    /// Lease duration.
+    #[arg(long, default_value = "15s", value_parser = go_duration)]
+    pub leader_election_lease_duration: Duration,
+    /// Renew deadline.
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
+    pub leader_election_renew_deadline: Duration,
+    /// Retry period.
+    #[arg(long, default_value = "5s", value_parser = go_duration)]
+    pub leader_election_retry_period: Duration,
+    /// Labels of the Lease, KEY:VALUE,...
+    #[arg(long, default_value = "", value_parser = labels)]
+    pub leader_election_labels: LabelList,
+    /// host:port of the HTTP server for metrics and health (empty: off).
+    #[arg(long, default_value = "")]
+    pub http_endpoint: String,
+    /// Deprecated: host:port for metrics only; exclusive with --http-endpoint.
+    #[arg(long, default_value = "")]
+    pub metrics_address: String,
+    /// Path of the metrics endpoint.
+    #[arg(long, default_value = "/metrics")]
+    pub metrics_path: String,
+    /// Go pprof endpoints (not available in this implementation).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub enable_pprof: bool,
+    /// Log verbosity (klog -v).
+    #[arg(long = "v", default_value_t = 0)]
+    pub verbosity: u8,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub logging_format: String,
+}
+
+/// Known feature gates and their defaults.
+pub const FEATURE_GATES: [(&str, bool); 4] = [
+    ("Topology", true),
+    ("VolumeAttributesClass", true),
+    ("CrossNamespaceVolumeDataSource", false),
+    ("ReleaseLeaderElectionOnExit", true),
+];
+
+/// A flag combination we refuse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    /// Naming flags.
+    #[error(transparent)]
+    Naming(#[from] NameError),
+    /// A value out of range or a feature not available.
+    #[error("{flag}: {reason}")]
+    Invalid {
+        /// The flag.
+        flag: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn invalid(flag: &'static str, reason: impl Into<String>) -> FlagError {
+    FlagError::Invalid {
+        flag,
+        reason: reason.into(),
+    }
+}
+
+/// Validated settings derived from the flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// PV naming.
+    pub naming: VolumeNaming,
+    /// Topology gate.
+    pub topology: bool,
+    /// VolumeAttributesClass gate.
+    pub volume_attributes_class: bool,
+    /// Release the lease on exit.
+    pub release_on_exit: bool,
+    /// HTTP address (metrics, health), if any.
+    pub http_address: Option<String>,
+}
+
+impl ProvisionerArgs {
+    /// Checks values and combinations; names the flag in every refusal.
+    pub fn validate(&self) -> Result<Settings, FlagError> {
+        let naming = VolumeNaming::new(&self.volume_name_prefix, self.volume_name_uuid_length)?;
+        if self.worker_threads == 0 {
+            return Err(invalid("--worker-threads", "must be at least 1"));
+        }
+        if self.timeout.is_zero() {
+            return Err(invalid("--timeout", "must be greater than 0"));
+        }
+        if self.retry_interval_start.is_zero()
+            || self.retry_interval_start > self.retry_interval_max
+        {
+            return Err(invalid(
+                "--retry-interval-start",
+                "must be greater than 0 and at most --retry-interval-max",
+            ));
+        }
+        if self.kube_api_qps.is_nan() || self.kube_api_qps < 0.0 {
+            return Err(invalid("--kube-api-qps", "must not be negative"));
+        }
+        if self.enable_capacity {
+            return Err(invalid(
+                "--enable-capacity",
+                "CSIStorageCapacity publishing is not supported by this provisioner yet",
+            ));
+        }
+        if self.node_deployment {
+            return Err(invalid(
+                "--node-deployment",
+                "per-node deployment is not supported by this provisioner yet",
+            ));
+        }
+        if self.enable_pprof {
+            return Err(invalid(
+                "--enable-pprof",
+                "Go pprof endpoints do not exist in this implementation; use --http-endpoint for metrics",
+            ));
+        }
+        if !self.http_endpoint.is_empty() && !self.metrics_address.is_empty() {
+            return Err(invalid(
+                "--metrics-address",
+                "cannot be used together with --http-endpoint",
+            ));
+        }
+        if !self.metrics_path.starts_with('/') {
+            return Err(invalid("--metrics-path", "must start with /"));
+        }
+        if self.leader_election
+            && (self.leader_election_renew_deadline >= self.leader_election_lease_duration
+                || self.leader_election_retry_period >= self.leader_election_renew_deadline)
+        {
+            return Err(invalid(
+                "--leader-election-renew-deadline",
+                "must be shorter than --leader-election-lease-duration and longer than --leader-election-retry-period",
+            ));
+        }
+        let mut gates: std::collections::BTreeMap<&str, bool> =
+            FEATURE_GATES.iter().copied().collect();
+        for (name, value) in &self.feature_gates {
+            match gates.get_mut(name.as_str()) {
+                Some(slot) => *slot = *value,
+                None => {
+                    let known: Vec<&str> = FEATURE_GATES.iter().map(|(n, _)| *n).collect();
+                    return Err(invalid(
+                        "--feature-gates",
+                        format!("unknown feature gate {name:?}; known: {}", known.join(", ")),
+                    ));
+                }
+            }
+        }
+        if gates["CrossNamespaceVolumeDataSource"] {
+            return Err(invalid(
+                "--feature-gates",
+                "CrossNamespaceVolumeDataSource is not supported by this provisioner yet",
+            ));
+        }
+        let http_address = [&self.http_endpoint, &self.metrics_address]
+            .into_iter()
+            .find(|a| !a.is_empty())
+            .cloned();
+        Ok(Settings {
+            naming,
+            topology: gates["Topology"],
+            volume_attributes_class: gates["VolumeAttributesClass"],
+            release_on_exit: gates["ReleaseLeaderElectionOnExit"],
+            http_address,
+        })
+    }
+
+    /// Tuning flags of unsupported features that were changed: they have no effect.
+    pub fn inert_flags(&self, given: &[String]) -> Vec<&'static str> {
+        const INERT: [&str; 9] = [
+            "--cloning-protection-threads",
+            "--snapshot-orphan-sweep-interval",
+            "--capacity-ownerref-level",
+            "--capacity-threads",
+            "--capacity-poll-interval",
+            "--capacity-for-immediate-binding",
+            "--node-deployment-immediate-binding",
+            "--node-deployment-base-delay",
+            "--node-deployment-max-delay",
+        ];
+        INERT
+            .into_iter()
+            .filter(|f| {
+                given
+                    .iter()
+                    .any(|g| g == f || g.starts_with(&format!("{f}=")))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<ProvisionerArgs, clap::Error> {
+        let argv = std::iter::once("csi-provisioner".to_string())
+            .chain(args.iter().map(|s| s.to_string()));
+        ProvisionerArgs::try_parse_from(sidecar_kit::goflags::normalize_args(argv))
+    }
+
+    #[test]
+    fn defaults_match_upstream() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.csi_address, "/run/csi/socket");
+        assert_eq!(a.timeout, Duration::from_secs(10));
+        assert_eq!(a.worker_threads, 100);
+        assert_eq!((a.kube_api_qps, a.kube_api_burst), (5.0, 10));
+        assert_eq!(a.retry_interval_start, Duration::from_secs(1));
+        assert_eq!(a.retry_interval_max, Duration::from_secs(300));
+        assert_eq!(a.volume_name_prefix, "pvc");
+        assert_eq!(a.volume_name_uuid_length, -1);
+        assert!(
+            !a.extra_create_metadata
+                && !a.strict_topology
+                && a.immediate_topology
+                && a.prevent_volume_mode_conversion
+        );
+        assert_eq!(a.leader_election_lease_duration, Duration::from_secs(15));
+        assert_eq!(a.leader_election_renew_deadline, Duration::from_secs(10));
+        assert_eq!(a.leader_election_retry_period, Duration::from_secs(5));
+        assert_eq!(a.metrics_path, "/metrics");
+        let s = a.validate().unwrap();
+        assert!(s.topology && s.volume_attributes_class && s.release_on_exit);
+    }
+
+    #[test]
+    fn go_syntax_is_accepted() {
+        let a = parse(&[
+            "-csi-address=/csi/sock",
+            "-v=5",
+            "--extra-create-metadata",
+            "--immediate-topology=false",
+            "-leader-election",
+            "--timeout=1m30s",
+            "--feature-gates=Topology=false",
+        ])
+        .unwrap();
+        assert_eq!(a.csi_address, "/csi/sock");
+        assert_eq!(a.verbosity, 5);
+        assert!(a.extra_create_metadata && a.leader_election && !a.immediate_topology);
+        assert_eq!(a.timeout, Duration::from_secs(90));
+        assert!(!a.validate().unwrap().topology);
+        let a = parse(&["--strict-topology=t", "--volume-name-uuid-length=16"]).unwrap();
+        assert!(a.strict_topology);
+        assert_eq!(a.volume_name_uuid_length, 16);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--volume-name-uuid-length=40"],
+                "--volume-name-uuid-length",
+            ),
+            (&["--volume-name-prefix="], "--volume-name-prefix"),
+            (&["--worker-threads=0"], "--worker-threads"),
+            (&["--enable-capacity"], "--enable-capacity"),
+            (&["--node-deployment=true"], "--node-deployment"),
+            (&["--enable-pprof"], "--enable-pprof"),
+            (
+                &["--http-endpoint=:8080", "--metrics-address=:8081"],
+                "--metrics-address",
+            ),
+            (&["--feature-gates=Bogus=true"], "--feature-gates"),
+            (
+                &["--leader-election", "--leader-election-renew-deadline=20s"],
+                "--leader-election-renew-deadline",
+            ),
+        ];
+        for (args, flag) in cases {
+            let err = parse(args).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains(flag), "{args:?}: {err}");
+        }
+        for (args, flag) in [
+            (&["--timeout=10"][..], "--timeout"),
+            (
+                &["--extra-create-metadata=maybe"][..],
+                "--extra-create-metadata",
+            ),
+            (&["--no-such-flag"][..], "--no-such-flag"),
+        ] {
+            let err = parse(args).unwrap_err().to_string();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn inert_tuning_flags_are_reported() {
+        let a = parse(&["--capacity-threads=4"]).unwrap();
+        assert_eq!(
+            a.inert_flags(&["--capacity-threads=4".into()]),
+            vec!["--capacity-threads"]
+        );
+    }
+}

@@ -1,0 +1,317 @@
+//! A work queue keyed by object: each key is queued at most once and processed by at most one
+//! worker at a time (a change during processing re-queues it once when the worker is done),
+//! with per-key exponential backoff from `start` to `max` that watch events do not bypass.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Backoff bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// First retry delay.
+    pub start: Duration,
+    /// Largest retry delay.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// Delay after `failures` consecutive failures (1 → start, doubling up to max).
+    pub fn delay(&self, failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(32);
+        self.start.saturating_mul(1u32 << exp.min(31)).min(self.max)
+    }
+}
+
+#[derive(Debug)]
+struct State<K> {
+    queue: VecDeque<K>,
+    queued: HashSet<K>,
+    processing: HashSet<K>,
+    dirty: HashSet<K>,
+    failures: HashMap<K, u32>,
+    backoff_until: HashMap<K, Instant>,
+    shutting_down: bool,
+}
+
+/// The queue. Cheap to clone.
+#[derive(Debug)]
+pub struct WorkQueue<K> {
+    state: Arc<Mutex<State<K>>>,
+    notify: Arc<Notify>,
+    backoff: Backoff,
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        WorkQueue {
+            state: self.state.clone(),
+            notify: self.notify.clone(),
+            backoff: self.backoff,
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
+    /// A queue with the given backoff.
+    pub fn new(backoff: Backoff) -> Self {
+        WorkQueue {
+            state: Arc::new(Mutex::new(State {
+                queue: VecDeque::new(),
+                queued: HashSet::new(),
+                processing: HashSet::new(),
+                dirty: HashSet::new(),
+                failures: HashMap::new(),
+                backoff_until: HashMap::new(),
+                shutting_down: false,
+            })),
+            notify: Arc::new(Notify::new()),
+            backoff,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn push(&self, state: &mut State<K>, key: K) {
+        if state.processing.contains(&key) {
+            state.dirty.insert(key);
+        } else if state.queued.insert(key.clone()) {
+            state.queue.push_back(key);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Queues a key because something changed, unless it is waiting out a backoff (the
+    /// delayed retry comes on time; a watch event does not shorten it).
+    pub fn add(&self, key: K) {
+        let mut state = self.lock();
+        if state
+            .backoff_until
+            .get(&key)
+            .is_some_and(|until| Instant::now() < *until)
+        {
+            return;
+        }
+        self.push(&mut state, key);
+    }
+
+    /// Queues a key now, ignoring any backoff (a change that may fix the cause, e.g. the
+    /// StorageClass it waited for appeared).
+    pub fn add_now(&self, key: K) {
+        let mut state = self.lock();
+        state.backoff_until.remove(&key);
+        self.push(&mut state, key);
+    }
+
+    /// Queues the key after `delay`.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        let until = Instant::now() + delay;
+        self.lock().backoff_until.insert(key.clone(), until);
+        let queue = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(until).await;
+            let mut state = queue.lock();
+            if state.backoff_until.get(&key) == Some(&until) {
+                state.backoff_until.remove(&key);
+                queue.push(&mut state, key);
+            }
+        });
+    }
+
+    /// Records a failure and queues the key after its backoff; returns the delay.
+    pub fn retry(&self, key: K) -> Duration {
+        let failures = {
+            let mut state = self.lock();
+            let n = state.failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let delay = self.backoff.delay(failures);
+        self.add_after(key, delay);
+        delay
+    }
+
+    /// Forgets the failures of a key (after a success).
+    pub fn forget(&self, key: &K) {
+        let mut state = self.lock();
+        state.failures.remove(key);
+        state.backoff_until.remove(key);
+    }
+
+    /// Consecutive failures of a key.
+    pub fn failures(&self, key: &K) -> u32 {
+        self.lock().failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Waits for the next key; None after [`WorkQueue::shutdown`].
+    pub async fn next(&self) -> Option<K> {
+        loop {
+            let notified = self.notify.notified();
+            {
+                let mut state = self.lock();
+                if state.shutting_down {
+                    return None;
+                }
+                if let Some(key) = state.queue.pop_front() {
+                    state.queued.remove(&key);
+                    state.processing.insert(key.clone());
+                    if !state.queue.is_empty() {
+                        self.notify.notify_one();
+                    }
+                    return Some(key);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Marks a key as processed; a change seen meanwhile queues it again.
+    pub fn done(&self, key: &K) {
+        let mut state = self.lock();
+        state.processing.remove(key);
+        if state.dirty.remove(key) {
+            let key = key.clone();
+            self.push(&mut state, key);
+        }
+    }
+
+    /// Keys waiting (not counting those in backoff or being processed).
+    pub fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// Whether no key waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stops handing out keys.
+    pub fn shutdown(&self) {
+        self.lock().shutting_down = true;
+        self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn queue() -> WorkQueue<&'static str> {
+        WorkQueue::new(Backoff {
+            start: Duration::from_secs(1),
+            max: Duration::from_secs(8),
+        })
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_maximum() {
+        let b = Backoff {
+            start: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+        };
+        let delays: Vec<u64> = (1..=12).map(|n| b.delay(n).as_secs()).collect();
+        assert_eq!(
+            delays,
+            vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]
+        );
+        assert_eq!(b.delay(1000).as_secs(), 300);
+    }
+
+    #[tokio::test]
+    async fn a_key_is_queued_once_and_requeued_once_if_it_changed_while_processed() {
+        let q = queue();
+        q.add("a");
+        q.add("a");
+        q.add("b");
+        assert_eq!(q.len(), 2);
+        let a = q.next().await.unwrap();
+        assert_eq!(a, "a");
+        q.add("a");
+        q.add("a");
+        assert_eq!(
+            q.len(),
+            1,
+            "a is being processed: marked dirty, not queued twice"
+        );
+        assert_eq!(q.next().await.unwrap(), "b");
+        q.done(&"b");
+        q.done(&"a");
+        assert_eq!(q.next().await.unwrap(), "a");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_wait_out_their_backoff_and_watch_events_do_not_shorten_it() {
+        let q = queue();
+        q.add("k");
+        let k = q.next().await.unwrap();
+        assert_eq!(q.retry(k), Duration::from_secs(1));
+        q.done(&k);
+        q.add("k");
+        assert!(q.is_empty(), "a watch event during backoff is ignored");
+        tokio::time::sleep(Duration::from_millis(1001)).await;
+        assert_eq!(q.len(), 1);
+        let k = q.next().await.unwrap();
+        assert_eq!(q.retry(k), Duration::from_secs(2));
+        q.done(&k);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(q.is_empty());
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let k = q.next().await.unwrap();
+        for expected in [4, 8, 8] {
+            assert_eq!(q.retry(k), Duration::from_secs(expected));
+        }
+        q.forget(&k);
+        assert_eq!(q.failures(&k), 0);
+        q.add("k");
+        q.done(&k);
+        assert_eq!(q.len(), 1, "after forget, a change queues at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_now_bypasses_a_backoff() {
+        let q = queue();
+        q.add("k");
+        let k = q.next().await.unwrap();
+        q.retry(k);
+        q.done(&k);
+        q.add_now("k");
+        assert_eq!(q.len(), 1);
+        let k = q.next().await.unwrap();
+        q.done(&k);
+        // The stale delayed add does not fire a second time.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test]
+    async fn workers_wake_up_for_new_keys_and_stop_on_shutdown() {
+        let q = queue();
+        let worker = tokio::spawn({
+            let q = q.clone();
+            async move {
+                let mut seen = Vec::new();
+                while let Some(k) = q.next().await {
+                    seen.push(k);
+                    q.done(&k);
+                }
+                seen
+            }
+        });
+        tokio::task::yield_now().await;
+        q.add("x");
+        q.add("y");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        q.shutdown();
+        assert_eq!(worker.await.unwrap(), vec!["x", "y"]);
+    }
+}
