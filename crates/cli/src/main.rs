@@ -63,26 +63,6 @@ fn main() -> std::process::ExitCode {
 async fn run_driver(args: hostpath_driver::DriverArgs) -> anyhow::Result<()> {
     let config = args.into_config()?;
     let driver = hostpath_driver::Driver::open(config).await?;
-    driver.serve(shutdown_signal()).await?;
+    driver.serve(cli::shutdown_signal()).await?;
     Ok(())
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutting down");
 }

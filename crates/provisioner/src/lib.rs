@@ -6,5 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod controller;
 pub mod decide;
 pub mod flags;
+pub mod runner;

@@ -8,6 +8,7 @@ pub mod csi;
 pub mod duration;
 pub mod events;
 pub mod goflags;
+pub mod kubeclient;
 pub mod quantity;
 pub mod ratelimit;
 pub mod workqueue;

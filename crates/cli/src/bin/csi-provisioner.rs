@@ -1,0 +1,52 @@
+//! `csi-provisioner`: drop-in replacement for the Go external-provisioner sidecar.
+
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use provisioner::flags::ProvisionerArgs;
+
+fn main() -> std::process::ExitCode {
+    let argv = sidecar_kit::goflags::normalize_args(std::env::args());
+    let args = match ProvisionerArgs::try_parse_from(&argv) {
+        Ok(args) => args,
+        Err(error) => error.exit(),
+    };
+    let level = match args.verbosity {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    };
+    let filter = std::env::var("RUST_LOG")
+        .unwrap_or_else(|_| format!("{level},h2=warn,tower=warn,hyper=warn,kube_client=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr);
+    let _ = if args.logging_format == "json" {
+        builder.json().flatten_event(true).try_init()
+    } else {
+        builder.try_init()
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("csi-provisioner: failed to start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let given: Vec<String> = argv.iter().skip(1).cloned().collect();
+    match runtime.block_on(provisioner::runner::run(
+        args,
+        &given,
+        cli::shutdown_signal(),
+    )) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "csi-provisioner failed");
+            eprintln!("csi-provisioner: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

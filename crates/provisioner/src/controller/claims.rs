@@ -1,0 +1,569 @@
+//! Provisioning a claim.
+//!
+//! Never leak, never duplicate: the CreateVolume name is the PV name, derived from the claim
+//! UID, so every retry asks the driver for the same volume. Before the first CreateVolume the
+//! request is recorded as in flight; it stays recorded until the PV is saved or the driver
+//! gives a final answer. If the claim disappears (or is replaced under the same name) while a
+//! volume may exist, the recorded request is repeated to learn the volume id, and the volume
+//! is deleted. A PV whose save fails keeps its record, so the next attempt saves it again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, Secret,
+};
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use sidecar_kit::csi::{go_code_name, with_timeout};
+use sidecar_kit::events::EventType;
+use tracing::Instrument;
+
+use super::{ClaimKey, Provisioner};
+use crate::decide::claim::{ANN_SELECTED_NODE, ClaimDecision, decide_claim, selected_node};
+use crate::decide::classify::{CreateOutcome, DeleteOutcome, classify_create, classify_delete};
+use crate::decide::provision::{
+    ProvisionError, ResponseError, build_pv, create_request, plan_provision,
+};
+use crate::decide::secrets::SecretRef;
+use crate::decide::topology::{
+    NodeTopology, Requirement, TopologyError, TopologyInput, accessibility_requirements,
+};
+
+/// A volume that may exist without a PV.
+#[derive(Debug, Clone)]
+pub struct InFlight {
+    /// The claim it is for.
+    pub claim: ClaimKey,
+    /// That claim's UID.
+    pub claim_uid: String,
+    /// The CreateVolume request, without secrets.
+    pub request: csi::CreateVolumeRequest,
+    /// Where the CreateVolume/DeleteVolume secret comes from.
+    pub secret: Option<SecretRef>,
+}
+
+/// Why a claim was not provisioned this time. Every variant is retried with backoff; the
+/// comment says which upstream class it belongs to.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// No change: the class may appear.
+    #[error("storageclass.storage.k8s.io {0:?} not found")]
+    ClassNotFound(String),
+    /// No change: the VolumeAttributesClass may appear.
+    #[error("volumeattributesclass {0:?} not found")]
+    VacNotFound(String),
+    /// Final: the claim or class is invalid as it stands.
+    #[error(transparent)]
+    Plan(#[from] ProvisionError),
+    /// No change: the node or its CSINode may appear.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// No change: the selected node is unknown.
+    #[error("selected node {0:?} not found")]
+    NodeNotFound(String),
+    /// No change: the secret may appear.
+    #[error("failed to get secret {namespace}/{name}: {reason}")]
+    Secret {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Why (never the content).
+        reason: String,
+    },
+    /// CreateVolume failed; the outcome says what that means.
+    #[error("rpc error: code = {code} desc = {message}")]
+    Create {
+        /// Go code name.
+        code: &'static str,
+        /// Driver message.
+        message: String,
+        /// Classification.
+        outcome: CreateOutcome,
+    },
+    /// The driver's answer was unusable; the volume was deleted again.
+    #[error(transparent)]
+    Response(#[from] ResponseError),
+    /// The PV could not be saved; the volume stays recorded.
+    #[error("failed to save PersistentVolume {name:?}: {source}")]
+    SavePv {
+        /// PV name.
+        name: String,
+        /// API error.
+        source: kube::Error,
+    },
+    /// A PV with our name exists for another claim.
+    #[error("PersistentVolume {0:?} already exists for another claim")]
+    PvConflict(String),
+    /// Removing the selected-node annotation failed.
+    #[error("failed to reschedule: {0}")]
+    Reschedule(kube::Error),
+    /// Cleaning up after a deleted claim failed; retried.
+    #[error("failed to delete volume {name:?} of a deleted claim: {detail}")]
+    Cleanup {
+        /// Volume name.
+        name: String,
+        /// Why.
+        detail: String,
+    },
+}
+
+impl ClaimError {
+    /// Whether the user should hear about it in a `ProvisioningFailed` event.
+    fn event_worthy(&self) -> bool {
+        match self {
+            ClaimError::ClassNotFound(_)
+            | ClaimError::VacNotFound(_)
+            | ClaimError::Plan(_)
+            | ClaimError::Topology(_)
+            | ClaimError::NodeNotFound(_)
+            | ClaimError::Secret { .. }
+            | ClaimError::Create { .. }
+            | ClaimError::Response(_)
+            | ClaimError::PvConflict(_) => true,
+            ClaimError::SavePv { .. } | ClaimError::Reschedule(_) | ClaimError::Cleanup { .. } => {
+                false
+            }
+        }
+    }
+}
+
+pub(crate) fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        name: claim.metadata.name.clone(),
+        namespace: claim.metadata.namespace.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Provisioner {
+    /// One pass over a claim; failures are retried after the key's backoff.
+    pub(crate) async fn sync_claim(&self, key: &ClaimKey) {
+        let span = tracing::info_span!("claim", claim = %key);
+        let result = self.provision(key).instrument(span.clone()).await;
+        let _enter = span.enter();
+        match result {
+            Ok(()) => self.claims.forget(key),
+            Err(error) => {
+                let delay = self.claims.retry(key.clone());
+                tracing::warn!(%error, retry_in = ?delay, "provisioning failed");
+            }
+        }
+    }
+
+    async fn provision(&self, key: &ClaimKey) -> Result<(), ClaimError> {
+        let live = self
+            .caches
+            .claims
+            .get(key)
+            .filter(|c| c.metadata.deletion_timestamp.is_none());
+        let live_uid = live.as_ref().and_then(|c| c.metadata.uid.clone());
+        let orphans: Vec<(String, InFlight)> = lock(&self.inflight)
+            .iter()
+            .filter(|(_, f)| &f.claim == key && Some(&f.claim_uid) != live_uid.as_ref())
+            .map(|(n, f)| (n.clone(), f.clone()))
+            .collect();
+        for (name, flight) in orphans {
+            self.clean_up(&name, &flight).await?;
+        }
+        let Some(claim) = live else { return Ok(()) };
+        let class_name = match decide_claim(&claim, &self.cfg.caps.name) {
+            ClaimDecision::Provision { class } => class,
+            ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => return Ok(()),
+        };
+        let result = self.provision_claim(&claim, &class_name).await;
+        if let Err(error) = &result
+            && error.event_worthy()
+        {
+            let message = match error {
+                ClaimError::Create { .. } => {
+                    format!("failed to provision volume with StorageClass {class_name:?}: {error}")
+                }
+                _ => {
+                    format!("failed to provision volume with StorageClass {class_name:?}: {error}")
+                }
+            };
+            self.recorder
+                .record(
+                    &claim_reference(&claim),
+                    EventType::Warning,
+                    "ProvisioningFailed",
+                    &message,
+                )
+                .await;
+        }
+        result
+    }
+
+    async fn provision_claim(
+        &self,
+        claim: &Arc<PersistentVolumeClaim>,
+        class_name: &str,
+    ) -> Result<(), ClaimError> {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let pv_name = self.cfg.options.naming.pv_name(&uid);
+        if self.caches.volumes.get(&ObjectRef::new(&pv_name)).is_some() {
+            lock(&self.inflight).remove(&pv_name);
+            return Ok(());
+        }
+        let class = self
+            .caches
+            .classes
+            .get(&ObjectRef::new(class_name))
+            .ok_or_else(|| ClaimError::ClassNotFound(class_name.to_string()))?;
+        let late_binding = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
+        let selected = selected_node(claim).map(str::to_string);
+        if late_binding && selected.is_none() {
+            tracing::debug!("waiting for the scheduler to select a node");
+            return Ok(());
+        }
+        let vac_name = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_attributes_class_name.clone())
+            .filter(|n| !n.is_empty());
+        let vac = match vac_name {
+            Some(name) if self.cfg.volume_attributes_class => Some(
+                self.caches
+                    .vacs
+                    .get(&ObjectRef::new(&name))
+                    .ok_or(ClaimError::VacNotFound(name))?,
+            ),
+            _ => None,
+        };
+        let plan = plan_provision(
+            &self.cfg.caps,
+            &self.cfg.options,
+            claim,
+            &class,
+            vac.as_deref(),
+        )?;
+        let topology = self.topology_for(claim, &class, selected.as_deref())?;
+        let secrets = self.fetch_secret(plan.provisioner_secret.as_ref()).await?;
+        let request = create_request(&plan, HashMap::new(), topology.as_ref());
+        lock(&self.inflight).insert(
+            pv_name.clone(),
+            InFlight {
+                claim: ObjectRef::from_obj(claim.as_ref()),
+                claim_uid: uid.clone(),
+                request: request.clone(),
+                secret: plan.provisioner_secret.clone(),
+            },
+        );
+        let mut full = request;
+        full.secrets = secrets.clone();
+        tracing::info!(volume = %pv_name, class = class_name, "calling CreateVolume");
+        let created = self.create_volume(full).await;
+        let volume = match created {
+            Ok(volume) => volume,
+            Err(status) => {
+                let may_reschedule = selected.is_some() && topology.is_some();
+                let outcome = classify_create(Err(status.0), may_reschedule);
+                match outcome {
+                    CreateOutcome::InBackground | CreateOutcome::Created => {}
+                    CreateOutcome::Final => {
+                        lock(&self.inflight).remove(&pv_name);
+                    }
+                    CreateOutcome::Reschedule => {
+                        lock(&self.inflight).remove(&pv_name);
+                        self.reschedule(claim).await?;
+                    }
+                }
+                return Err(ClaimError::Create {
+                    code: status.0.map_or("Unavailable", go_code_name),
+                    message: status.1,
+                    outcome,
+                });
+            }
+        };
+        let identity = self.cfg.identity.clone();
+        let pv = match build_pv(
+            &plan,
+            &self.cfg.caps,
+            &self.cfg.options,
+            claim,
+            volume.as_ref(),
+            &identity,
+        ) {
+            Ok(pv) => pv,
+            Err(error) => {
+                if let Some(id) = volume
+                    .as_ref()
+                    .map(|v| v.volume_id.clone())
+                    .filter(|id| !id.is_empty())
+                    && classify_delete(self.delete_volume_call(&id, secrets).await)
+                        == DeleteOutcome::Retry
+                {
+                    // Keep the record: the next pass repeats CreateVolume and tries again.
+                    return Err(ClaimError::Response(error));
+                }
+                lock(&self.inflight).remove(&pv_name);
+                return Err(ClaimError::Response(error));
+            }
+        };
+        self.save_pv(&pv, &uid).await?;
+        lock(&self.inflight).remove(&pv_name);
+        lock(&self.topology).remove(&uid);
+        tracing::info!(volume = %pv_name, "volume provisioned");
+        self.recorder
+            .record(
+                &claim_reference(claim),
+                EventType::Normal,
+                "ProvisioningSucceeded",
+                &format!("Successfully provisioned volume {pv_name}"),
+            )
+            .await;
+        Ok(())
+    }
+
+    /// CreateVolume with the `--timeout` deadline; a transport failure has no code.
+    async fn create_volume(
+        &self,
+        request: csi::CreateVolumeRequest,
+    ) -> Result<Option<csi::Volume>, (Option<tonic::Code>, String)> {
+        let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
+        let call = client.create_volume(with_timeout(request, self.cfg.timeout));
+        match tokio::time::timeout(self.cfg.timeout, call).await {
+            Err(_) => Err((
+                Some(tonic::Code::DeadlineExceeded),
+                "context deadline exceeded".into(),
+            )),
+            Ok(Ok(response)) => Ok(response.into_inner().volume),
+            Ok(Err(status)) => Err((Some(status.code()), status.message().to_string())),
+        }
+    }
+
+    /// DeleteVolume with the `--timeout` deadline.
+    pub(crate) async fn delete_volume_call(
+        &self,
+        id: &str,
+        secrets: HashMap<String, String>,
+    ) -> Result<(), Option<tonic::Code>> {
+        let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
+        let request = csi::DeleteVolumeRequest {
+            volume_id: id.to_string(),
+            secrets,
+        };
+        let call = client.delete_volume(with_timeout(request, self.cfg.timeout));
+        match tokio::time::timeout(self.cfg.timeout, call).await {
+            Err(_) => Err(Some(tonic::Code::DeadlineExceeded)),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => {
+                tracing::warn!(
+                    volume_id = id,
+                    code = go_code_name(status.code()),
+                    message = status.message(),
+                    "DeleteVolume failed"
+                );
+                Err(Some(status.code()))
+            }
+        }
+    }
+
+    async fn save_pv(&self, pv: &PersistentVolume, claim_uid: &str) -> Result<(), ClaimError> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        match api.create(&PostParams::default(), pv).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let existing = api.get(&name).await.map_err(|source| ClaimError::SavePv {
+                    name: name.clone(),
+                    source,
+                })?;
+                let same = existing
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.claim_ref.as_ref())
+                    .and_then(|r| r.uid.as_deref())
+                    == Some(claim_uid);
+                if same {
+                    Ok(())
+                } else {
+                    Err(ClaimError::PvConflict(name))
+                }
+            }
+            Err(source) => Err(ClaimError::SavePv { name, source }),
+        }
+    }
+
+    async fn reschedule(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
+        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
+        let mut updated = claim.clone();
+        if let Some(a) = updated.metadata.annotations.as_mut() {
+            a.remove(ANN_SELECTED_NODE);
+        }
+        api.replace(&name, &PostParams::default(), &updated)
+            .await
+            .map_err(ClaimError::Reschedule)?;
+        tracing::info!("removed the selected node so the scheduler picks another");
+        Ok(())
+    }
+
+    /// Fetches a secret live (never cached, never logged) as CSI wants it: UTF-8 strings.
+    pub(crate) async fn fetch_secret(
+        &self,
+        secret: Option<&SecretRef>,
+    ) -> Result<HashMap<String, String>, ClaimError> {
+        let Some(secret) = secret else {
+            return Ok(HashMap::new());
+        };
+        let fail = |reason: String| ClaimError::Secret {
+            namespace: secret.namespace.clone(),
+            name: secret.name.clone(),
+            reason,
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret.namespace);
+        let found = api.get(&secret.name).await.map_err(|e| match e {
+            kube::Error::Api(s) if s.code == 404 => fail("not found".into()),
+            other => fail(other.to_string()),
+        })?;
+        let mut out = HashMap::new();
+        for (key, value) in found.data.unwrap_or_default() {
+            let text = String::from_utf8(value.0)
+                .map_err(|_| fail(format!("value of key {key:?} is not UTF-8")))?;
+            out.insert(key, text);
+        }
+        for (key, value) in found.string_data.unwrap_or_default() {
+            out.insert(key, value);
+        }
+        Ok(out)
+    }
+
+    fn node_topology(&self, name: &str) -> Option<NodeTopology> {
+        let node = self.caches.nodes.get(&ObjectRef::new(name))?;
+        Some(self.topology_of(&node))
+    }
+
+    fn topology_of(&self, node: &k8s_openapi::api::core::v1::Node) -> NodeTopology {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let keys = self
+            .caches
+            .csinodes
+            .get(&ObjectRef::new(&name))
+            .and_then(|csinode| {
+                csinode
+                    .spec
+                    .drivers
+                    .iter()
+                    .find(|d| d.name == self.cfg.caps.name)
+                    .map(|d| d.topology_keys.clone().unwrap_or_default())
+            });
+        NodeTopology {
+            name,
+            keys,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+        }
+    }
+
+    fn topology_for(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &k8s_openapi::api::storage::v1::StorageClass,
+        selected: Option<&str>,
+    ) -> Result<Option<Requirement>, ClaimError> {
+        if !(self.cfg.topology && self.cfg.caps.accessibility) {
+            return Ok(None);
+        }
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let cache_key = format!("{uid}/{}", selected.unwrap_or(""));
+        if let Some(cached) = lock(&self.topology).get(&cache_key) {
+            return Ok(cached.clone());
+        }
+        let selected_topology = match selected {
+            Some(name) => Some(
+                self.node_topology(name)
+                    .ok_or_else(|| ClaimError::NodeNotFound(name.to_string()))?,
+            ),
+            None => None,
+        };
+        let cluster: Vec<NodeTopology> = self
+            .caches
+            .nodes
+            .state()
+            .iter()
+            .map(|n| self.topology_of(n))
+            .collect();
+        let allowed = class.allowed_topologies.clone().unwrap_or_default();
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
+        let requirement = accessibility_requirements(&TopologyInput {
+            selected: selected_topology.as_ref(),
+            strict: self.cfg.strict_topology,
+            immediate_topology: self.cfg.immediate_topology,
+            allowed: &allowed,
+            cluster: &cluster,
+            claim_name: &claim_name,
+        })?;
+        lock(&self.topology).insert(cache_key, requirement.clone());
+        Ok(requirement)
+    }
+
+    /// Deletes a volume that may exist for a claim that is gone: repeat the recorded
+    /// CreateVolume to learn its id (idempotent by name), then DeleteVolume.
+    async fn clean_up(&self, name: &str, flight: &InFlight) -> Result<(), ClaimError> {
+        if self.caches.volumes.get(&ObjectRef::new(name)).is_some() {
+            // The PV exists: the deletion path owns the volume now.
+            lock(&self.inflight).remove(name);
+            return Ok(());
+        }
+        let cleanup_error = |detail: String| ClaimError::Cleanup {
+            name: name.to_string(),
+            detail,
+        };
+        let secrets = self
+            .fetch_secret(flight.secret.as_ref())
+            .await
+            .map_err(|e| cleanup_error(e.to_string()))?;
+        let mut request = flight.request.clone();
+        request.secrets = secrets.clone();
+        tracing::info!(
+            volume = name,
+            "claim is gone while its volume may exist: deleting the volume"
+        );
+        match self.create_volume(request).await {
+            Ok(volume) => {
+                let Some(id) = volume.map(|v| v.volume_id).filter(|id| !id.is_empty()) else {
+                    lock(&self.inflight).remove(name);
+                    return Ok(());
+                };
+                match classify_delete(self.delete_volume_call(&id, secrets).await) {
+                    DeleteOutcome::Deleted => {
+                        lock(&self.inflight).remove(name);
+                        tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
+                        Ok(())
+                    }
+                    DeleteOutcome::Retry => Err(cleanup_error("DeleteVolume failed".into())),
+                }
+            }
+            Err((code, message)) => match classify_create(Err(code), false) {
+                CreateOutcome::InBackground => Err(cleanup_error(message)),
+                CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
+                    lock(&self.inflight).remove(name);
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// Volumes recorded as possibly existing without a PV (for tests and metrics).
+    pub fn in_flight(&self) -> BTreeMap<String, String> {
+        lock(&self.inflight)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.claim.to_string()))
+            .collect()
+    }
+}

@@ -1,0 +1,257 @@
+//! The controller around the decisions: watches feed caches, keys go through work queues to
+//! workers, workers read caches, call `decide`, and carry out the result (CSI calls, API
+//! writes). State lives in the cluster; see `claims` for how a crash or a deleted claim never
+//! leaks a volume.
+
+mod cache;
+mod claims;
+pub mod driver;
+mod volumes;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{
+    CSINode, StorageClass, VolumeAttachment, VolumeAttributesClass,
+};
+use kube::Api;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use sidecar_kit::events::Recorder;
+use sidecar_kit::workqueue::{Backoff, WorkQueue};
+use tonic::transport::Channel;
+
+use crate::decide::provision::{DriverCapabilities, ProvisionOptions};
+use cache::{Caches, empty, reflect};
+pub use claims::InFlight;
+
+/// Settings of the controller.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Provisioning options.
+    pub options: ProvisionOptions,
+    /// Driver capabilities.
+    pub caps: DriverCapabilities,
+    /// `--timeout`.
+    pub timeout: Duration,
+    /// `--worker-threads`.
+    pub workers: usize,
+    /// Backoff bounds.
+    pub backoff: Backoff,
+    /// `--strict-topology`.
+    pub strict_topology: bool,
+    /// `--immediate-topology`.
+    pub immediate_topology: bool,
+    /// Topology gate (and driver capability).
+    pub topology: bool,
+    /// VolumeAttributesClass gate.
+    pub volume_attributes_class: bool,
+    /// Identity attribute written into PVs.
+    pub identity: String,
+}
+
+/// Claim queue key.
+pub type ClaimKey = ObjectRef<PersistentVolumeClaim>;
+
+/// The running provisioner.
+pub struct Provisioner {
+    pub(crate) client: kube::Client,
+    pub(crate) csi: Channel,
+    pub(crate) cfg: ControllerConfig,
+    pub(crate) caches: Caches,
+    pub(crate) claims: WorkQueue<ClaimKey>,
+    pub(crate) volumes: WorkQueue<String>,
+    pub(crate) recorder: Recorder,
+    /// Volumes that may exist without a PV yet, by PV name.
+    pub(crate) inflight: Mutex<HashMap<String, InFlight>>,
+    /// The topology chosen for a claim (by UID), so retries send identical requests.
+    pub(crate) topology: Mutex<HashMap<String, Option<crate::decide::topology::Requirement>>>,
+}
+
+impl std::fmt::Debug for Provisioner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provisioner")
+            .field("driver", &self.cfg.caps.name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn claim_key(pvc: &PersistentVolumeClaim) -> ClaimKey {
+    ObjectRef::from_obj(pvc)
+}
+
+impl Provisioner {
+    /// Starts the watches and returns the provisioner; [`Provisioner::run`] starts the workers.
+    pub fn new(
+        client: kube::Client,
+        csi: Channel,
+        cfg: ControllerConfig,
+        recorder: Recorder,
+    ) -> Arc<Self> {
+        let claims_q: WorkQueue<ClaimKey> = WorkQueue::new(cfg.backoff);
+        let volumes_q: WorkQueue<String> = WorkQueue::new(cfg.backoff);
+        let with_topology = cfg.topology && cfg.caps.accessibility;
+
+        let q = claims_q.clone();
+        let claims = reflect(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+            move |event| {
+                for_each(event, |pvc| q.add(claim_key(pvc)));
+            },
+        );
+        let q = volumes_q.clone();
+        let volumes = reflect(
+            Api::<PersistentVolume>::all(client.clone()),
+            watcher::Config::default(),
+            move |event| {
+                for_each(event, |pv| {
+                    if let Some(name) = &pv.metadata.name {
+                        q.add(name.clone());
+                    }
+                });
+            },
+        );
+        // A class that appears or changes may unblock the claims waiting for it.
+        let q = claims_q.clone();
+        let claims_for_classes = claims.clone();
+        let classes = reflect(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+            move |event| {
+                for_each(event, |class| {
+                    let name = class.metadata.name.as_deref();
+                    for pvc in claims_for_classes.state() {
+                        if crate::decide::claim::claim_class(&pvc) == name
+                            && pvc
+                                .spec
+                                .as_ref()
+                                .and_then(|s| s.volume_name.as_ref())
+                                .is_none()
+                        {
+                            q.add_now(claim_key(&pvc));
+                        }
+                    }
+                });
+            },
+        );
+        let (csinodes, nodes) = if with_topology {
+            (
+                reflect(
+                    Api::<CSINode>::all(client.clone()),
+                    watcher::Config::default(),
+                    |_| {},
+                ),
+                reflect(
+                    Api::<Node>::all(client.clone()),
+                    watcher::Config::default(),
+                    |_| {},
+                ),
+            )
+        } else {
+            (empty(), empty())
+        };
+        let attachments = if cfg.caps.publish_unpublish {
+            let q = volumes_q.clone();
+            reflect(
+                Api::<VolumeAttachment>::all(client.clone()),
+                watcher::Config::default(),
+                move |event| {
+                    if let watcher::Event::Delete(va) = event
+                        && let Some(pv) = va.spec.source.persistent_volume_name.clone()
+                    {
+                        q.add_now(pv);
+                    }
+                },
+            )
+        } else {
+            empty()
+        };
+        let vacs = if cfg.volume_attributes_class {
+            reflect(
+                Api::<VolumeAttributesClass>::all(client.clone()),
+                watcher::Config::default(),
+                |_| {},
+            )
+        } else {
+            empty()
+        };
+        Arc::new(Provisioner {
+            client,
+            csi,
+            cfg,
+            caches: Caches {
+                claims,
+                volumes,
+                classes,
+                csinodes,
+                nodes,
+                attachments,
+                vacs,
+            },
+            claims: claims_q,
+            volumes: volumes_q,
+            recorder,
+            inflight: Mutex::new(HashMap::new()),
+            topology: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Waits for the caches, then runs `--worker-threads` claim workers and as many volume
+    /// workers until `stop` resolves; in-progress calls finish before it returns.
+    pub async fn run(self: Arc<Self>, stop: impl std::future::Future<Output = ()>) {
+        let c = &self.caches;
+        let ready = async {
+            let _ = c.claims.wait_until_ready().await;
+            let _ = c.volumes.wait_until_ready().await;
+            let _ = c.classes.wait_until_ready().await;
+            let _ = c.csinodes.wait_until_ready().await;
+            let _ = c.nodes.wait_until_ready().await;
+            let _ = c.attachments.wait_until_ready().await;
+            let _ = c.vacs.wait_until_ready().await;
+        };
+        tokio::pin!(stop);
+        tokio::select! {
+            () = ready => {},
+            () = &mut stop => return,
+        }
+        tracing::info!(
+            claims = c.claims.state().len(),
+            volumes = c.volumes.state().len(),
+            "caches synced; starting workers"
+        );
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..self.cfg.workers {
+            let this = self.clone();
+            workers.spawn(async move {
+                while let Some(key) = this.claims.next().await {
+                    this.sync_claim(&key).await;
+                    this.claims.done(&key);
+                }
+            });
+            let this = self.clone();
+            workers.spawn(async move {
+                while let Some(key) = this.volumes.next().await {
+                    this.sync_volume(&key).await;
+                    this.volumes.done(&key);
+                }
+            });
+        }
+        stop.await;
+        tracing::info!("stopping workers");
+        self.claims.shutdown();
+        self.volumes.shutdown();
+        while workers.join_next().await.is_some() {}
+    }
+}
+
+fn for_each<K>(event: &watcher::Event<K>, mut f: impl FnMut(&K)) {
+    match event {
+        watcher::Event::Apply(obj)
+        | watcher::Event::Delete(obj)
+        | watcher::Event::InitApply(obj) => f(obj),
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
+}

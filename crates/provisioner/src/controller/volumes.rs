@@ -1,0 +1,209 @@
+//! Deleting the volumes of released PVs: DeleteVolume with the secret recorded on the PV,
+//! then delete the PV, then drop our finalizer (two API writes per volume).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use sidecar_kit::events::EventType;
+use tracing::Instrument;
+
+use super::Provisioner;
+use crate::decide::classify::{DeleteOutcome, classify_delete};
+use crate::decide::delete::{VolumeDecision, decide_volume};
+use crate::decide::parameters::{SecretKind, parse_class_parameters};
+use crate::decide::provision::PV_FINALIZER;
+use crate::decide::secrets::{SecretRef, TemplateContext, resolve};
+
+/// Why a volume was not deleted this time; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// A VolumeAttachment still names the PV: wait for the detach (no event: this is normal).
+    #[error("waiting for VolumeAttachment {0:?} to be deleted")]
+    Attached(String),
+    /// The deletion secret could not be read.
+    #[error("{0}")]
+    Secret(String),
+    /// The driver did not delete the volume.
+    #[error("DeleteVolume failed with {0}")]
+    Driver(&'static str),
+    /// The PV could not be deleted or its finalizer removed.
+    #[error("failed to {action} PersistentVolume: {source}")]
+    Api {
+        /// What.
+        action: &'static str,
+        /// Why.
+        source: kube::Error,
+    },
+}
+
+fn pv_reference(pv: &PersistentVolume) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolume".into()),
+        name: pv.metadata.name.clone(),
+        namespace: None,
+        uid: pv.metadata.uid.clone(),
+        resource_version: pv.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+impl Provisioner {
+    /// One pass over a PV; failures are retried after the key's backoff.
+    pub(crate) async fn sync_volume(&self, name: &String) {
+        let span = tracing::info_span!("volume", pv = %name);
+        let result = self.reclaim(name).instrument(span.clone()).await;
+        let _enter = span.enter();
+        match result {
+            Ok(()) => self.volumes.forget(name),
+            Err(error) => {
+                let delay = self.volumes.retry(name.clone());
+                match &error {
+                    VolumeError::Attached(_) => {
+                        tracing::debug!(%error, retry_in = ?delay, "deletion waits")
+                    }
+                    _ => tracing::warn!(%error, retry_in = ?delay, "deletion failed"),
+                }
+            }
+        }
+    }
+
+    async fn reclaim(&self, name: &str) -> Result<(), VolumeError> {
+        let Some(pv) = self.caches.volumes.get(&ObjectRef::new(name)) else {
+            return Ok(());
+        };
+        match decide_volume(&pv, &self.cfg.caps.name) {
+            VolumeDecision::Ignore => Ok(()),
+            VolumeDecision::RemoveFinalizer => self.remove_finalizer(name).await,
+            VolumeDecision::Delete {
+                volume_handle,
+                secret,
+            } => {
+                if self.cfg.caps.publish_unpublish
+                    && let Some(va) =
+                        self.caches.attachments.state().iter().find(|va| {
+                            va.spec.source.persistent_volume_name.as_deref() == Some(name)
+                        })
+                {
+                    return Err(VolumeError::Attached(
+                        va.metadata.name.clone().unwrap_or_default(),
+                    ));
+                }
+                let secret = match secret {
+                    Some(recorded) => recorded,
+                    None => self.class_secret(&pv),
+                };
+                let secrets = self
+                    .fetch_secret(secret.as_ref())
+                    .await
+                    .map_err(|e| VolumeError::Secret(e.to_string()))?;
+                let result = self.delete_volume_call(&volume_handle, secrets).await;
+                if classify_delete(result) == DeleteOutcome::Retry {
+                    let code = match result {
+                        Err(Some(code)) => sidecar_kit::csi::go_code_name(code),
+                        _ => "Unavailable",
+                    };
+                    self.recorder
+                        .record(
+                            &pv_reference(&pv),
+                            EventType::Warning,
+                            "VolumeFailedDelete",
+                            &format!("DeleteVolume of {volume_handle:?} failed with {code}"),
+                        )
+                        .await;
+                    return Err(VolumeError::Driver(code));
+                }
+                tracing::info!(volume_handle, "volume deleted");
+                let api: Api<PersistentVolume> = Api::all(self.client.clone());
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                    Err(source) => {
+                        return Err(VolumeError::Api {
+                            action: "delete",
+                            source,
+                        });
+                    }
+                }
+                self.remove_finalizer(name).await
+            }
+        }
+    }
+
+    /// Removes our finalizer with a JSON patch that first tests the list entry, so a stale
+    /// cache can never drop someone else's finalizer; on a failed test it re-reads and retries.
+    async fn remove_finalizer(&self, name: &str) -> Result<(), VolumeError> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        for _ in 0..3 {
+            let current = match api.get(name).await {
+                Ok(pv) => pv,
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(source) => {
+                    return Err(VolumeError::Api {
+                        action: "read",
+                        source,
+                    });
+                }
+            };
+            let finalizers = current.metadata.finalizers.clone().unwrap_or_default();
+            let Some(index) = finalizers.iter().position(|f| f == PV_FINALIZER) else {
+                return Ok(());
+            };
+            let patch: json_patch::Patch = match serde_json::from_value(serde_json::json!([
+                {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": PV_FINALIZER},
+                {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+            ])) {
+                Ok(p) => p,
+                Err(e) => return Err(VolumeError::Secret(format!("internal: bad patch: {e}"))),
+            };
+            match api
+                .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => continue,
+                Err(source) => {
+                    return Err(VolumeError::Api {
+                        action: "remove the finalizer of",
+                        source,
+                    });
+                }
+            }
+        }
+        Err(VolumeError::Api {
+            action: "remove the finalizer of",
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("finalizers kept changing", "Conflict").with_code(409),
+            )),
+        })
+    }
+
+    /// The deletion secret of a PV made by an older provisioner: the class's template.
+    fn class_secret(&self, pv: &PersistentVolume) -> Option<SecretRef> {
+        let spec = pv.spec.as_ref()?;
+        let class = self
+            .caches
+            .classes
+            .get(&ObjectRef::new(spec.storage_class_name.as_deref()?))?;
+        let params: BTreeMap<String, String> = class
+            .parameters
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let parsed = parse_class_parameters(&params).ok()?;
+        let template = parsed.secrets.get(&SecretKind::Provisioner)?;
+        let claim = spec.claim_ref.as_ref();
+        let pv_name = pv.metadata.name.clone().unwrap_or_default();
+        let ctx = TemplateContext {
+            pv_name: &pv_name,
+            pvc_name: claim.and_then(|c| c.name.as_deref()).unwrap_or(""),
+            pvc_namespace: claim.and_then(|c| c.namespace.as_deref()).unwrap_or(""),
+            pvc_annotations: None,
+        };
+        resolve(template, &ctx).ok()
+    }
+}
