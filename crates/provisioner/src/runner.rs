@@ -3,7 +3,10 @@
 use std::future::Future;
 
 use sidecar_kit::events::Recorder;
+use sidecar_kit::http::{self, Endpoint};
 use sidecar_kit::kubeclient::{ClientError, ClientOptions, build_client};
+use sidecar_kit::leader::{ElectionConfig, Elector, lease_name, lease_namespace};
+use sidecar_kit::metrics::Metrics;
 use sidecar_kit::workqueue::Backoff;
 
 use crate::controller::driver::{self, StartupError};
@@ -24,6 +27,12 @@ pub enum RunError {
     /// No API client.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The HTTP endpoint could not start.
+    #[error(transparent)]
+    Http(#[from] sidecar_kit::http::HttpError),
+    /// Leadership was lost; the process exits so that it restarts as a standby.
+    #[error(transparent)]
+    Election(#[from] sidecar_kit::leader::ElectionError),
     /// A flag that is accepted for compatibility but whose feature is missing.
     #[error("{0}")]
     Unsupported(String),
@@ -51,16 +60,6 @@ pub async fn run(
             flag,
             "flag has no effect: its feature is not supported by this provisioner yet"
         );
-    }
-    if args.leader_election {
-        return Err(RunError::Unsupported(
-            "--leader-election: leader election is not available in this build yet; run one replica".into(),
-        ));
-    }
-    if settings.http_address.is_some() {
-        return Err(RunError::Unsupported(
-            "--http-endpoint/--metrics-address: the metrics endpoint is not available in this build yet".into(),
-        ));
     }
     let (channel, caps) = driver::start(&args.csi_address, args.timeout).await?;
     let user_agent = format!("csi-provisioner/{}", env!("CARGO_PKG_VERSION"));
@@ -99,7 +98,68 @@ pub async fn run(
         immediate_topology: args.immediate_topology,
         identity,
     };
-    let provisioner = Provisioner::new(client, channel, config, recorder);
-    provisioner.run(shutdown).await;
+    let driver_name = config.caps.name.clone();
+    let metrics = Metrics::new()
+        .map_err(|e| RunError::Unsupported(format!("failed to register metrics: {e}")))?;
+    let provisioner = Provisioner::new(client.clone(), channel, config, recorder, metrics.clone());
+    if !args.leader_election {
+        if let Some(address) = &settings.http_address {
+            http::serve(
+                address,
+                &args.metrics_path,
+                Endpoint {
+                    metrics,
+                    leader: None,
+                },
+            )
+            .await?;
+        }
+        provisioner.run(shutdown).await;
+        return Ok(());
+    }
+    let election = ElectionConfig {
+        namespace: lease_namespace(&args.leader_election_namespace),
+        name: lease_name(&driver_name),
+        identity: format!("{}_{}", hostname(), uuid::Uuid::new_v4()),
+        lease_duration: args.leader_election_lease_duration,
+        renew_deadline: args.leader_election_renew_deadline,
+        retry_period: args.leader_election_retry_period,
+        labels: args.leader_election_labels.iter().cloned().collect(),
+        release_on_exit: settings.release_on_exit,
+    };
+    let lease_duration = election.lease_duration;
+    let lease = election.name.clone();
+    let elector = Elector::new(client, election);
+    let status = elector.status();
+    if let Some(address) = &settings.http_address {
+        http::serve(
+            address,
+            &args.metrics_path,
+            Endpoint {
+                metrics: metrics.clone(),
+                leader: Some((status.clone(), lease_duration)),
+            },
+        )
+        .await?;
+    }
+    let gauge = metrics.leader.with_label_values(&[lease.as_str()]);
+    tokio::spawn(async move {
+        loop {
+            gauge.set(i64::from(status.is_leader()));
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+    elector
+        .run(
+            move |mut stop| async move {
+                provisioner
+                    .run(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await;
+            },
+            shutdown,
+        )
+        .await?;
     Ok(())
 }

@@ -184,7 +184,27 @@ impl Provisioner {
             ClaimDecision::Provision { class } => class,
             ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => return Ok(()),
         };
+        let started = std::time::Instant::now();
         let result = self.provision_claim(&claim, &class_name).await;
+        match &result {
+            Ok(true) => {
+                self.metrics
+                    .provision_total
+                    .with_label_values(&[class_name.as_str(), ""])
+                    .inc();
+                self.metrics
+                    .provision_duration
+                    .with_label_values(&[class_name.as_str(), ""])
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            Ok(false) => {}
+            Err(_) => self
+                .metrics
+                .provision_failed
+                .with_label_values(&[class_name.as_str(), ""])
+                .inc(),
+        }
+        let result = result.map(|_| ());
         if let Err(error) = &result
             && error.event_worthy()
         {
@@ -212,12 +232,12 @@ impl Provisioner {
         &self,
         claim: &Arc<PersistentVolumeClaim>,
         class_name: &str,
-    ) -> Result<(), ClaimError> {
+    ) -> Result<bool, ClaimError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let pv_name = self.cfg.options.naming.pv_name(&uid);
         if self.caches.volumes.get(&ObjectRef::new(&pv_name)).is_some() {
             lock(&self.inflight).remove(&pv_name);
-            return Ok(());
+            return Ok(false);
         }
         let class = self
             .caches
@@ -228,7 +248,7 @@ impl Provisioner {
         let selected = selected_node(claim).map(str::to_string);
         if late_binding && selected.is_none() {
             tracing::debug!("waiting for the scheduler to select a node");
-            return Ok(());
+            return Ok(false);
         }
         let vac_name = claim
             .spec
@@ -326,7 +346,7 @@ impl Provisioner {
                 &format!("Successfully provisioned volume {pv_name}"),
             )
             .await;
-        Ok(())
+        Ok(true)
     }
 
     /// CreateVolume with the `--timeout` deadline; a transport failure has no code.
@@ -357,8 +377,21 @@ impl Provisioner {
             volume_id: id.to_string(),
             secrets,
         };
+        let started = std::time::Instant::now();
         let call = client.delete_volume(with_timeout(request, self.cfg.timeout));
-        match tokio::time::timeout(self.cfg.timeout, call).await {
+        let result = tokio::time::timeout(self.cfg.timeout, call).await;
+        let code = match &result {
+            Err(_) => tonic::Code::DeadlineExceeded,
+            Ok(Ok(_)) => tonic::Code::Ok,
+            Ok(Err(status)) => status.code(),
+        };
+        self.metrics.observe_csi(
+            &self.cfg.caps.name,
+            "/csi.v1.Controller/DeleteVolume",
+            code,
+            started.elapsed(),
+        );
+        match result {
             Err(_) => Err(Some(tonic::Code::DeadlineExceeded)),
             Ok(Ok(_)) => Ok(()),
             Ok(Err(status)) => {

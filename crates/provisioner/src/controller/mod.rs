@@ -64,6 +64,7 @@ pub struct Provisioner {
     pub(crate) claims: WorkQueue<ClaimKey>,
     pub(crate) volumes: WorkQueue<String>,
     pub(crate) recorder: Recorder,
+    pub(crate) metrics: sidecar_kit::metrics::Metrics,
     /// Volumes that may exist without a PV yet, by PV name.
     pub(crate) inflight: Mutex<HashMap<String, InFlight>>,
     /// The topology chosen for a claim (by UID), so retries send identical requests.
@@ -89,6 +90,7 @@ impl Provisioner {
         csi: Channel,
         cfg: ControllerConfig,
         recorder: Recorder,
+        metrics: sidecar_kit::metrics::Metrics,
     ) -> Arc<Self> {
         let claims_q: WorkQueue<ClaimKey> = WorkQueue::new(cfg.backoff);
         let volumes_q: WorkQueue<String> = WorkQueue::new(cfg.backoff);
@@ -194,6 +196,7 @@ impl Provisioner {
             claims: claims_q,
             volumes: volumes_q,
             recorder,
+            metrics,
             inflight: Mutex::new(HashMap::new()),
             topology: Mutex::new(HashMap::new()),
         })

@@ -113,9 +113,27 @@ impl Provisioner {
                             &format!("DeleteVolume of {volume_handle:?} failed with {code}"),
                         )
                         .await;
+                    let class = pv
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.storage_class_name.clone())
+                        .unwrap_or_default();
+                    self.metrics
+                        .delete_failed
+                        .with_label_values(&[class.as_str()])
+                        .inc();
                     return Err(VolumeError::Driver(code));
                 }
                 tracing::info!(volume_handle, "volume deleted");
+                let class = pv
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.clone())
+                    .unwrap_or_default();
+                self.metrics
+                    .delete_total
+                    .with_label_values(&[class.as_str()])
+                    .inc();
                 let api: Api<PersistentVolume> = Api::all(self.client.clone());
                 match api.delete(name, &DeleteParams::default()).await {
                     Ok(_) => {}

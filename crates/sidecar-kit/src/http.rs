@@ -1,0 +1,140 @@
+//! The sidecar HTTP endpoint (`--http-endpoint`): metrics, `/healthz` and
+//! `/healthz/leader-election`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::leader::LeaderStatus;
+use crate::metrics::Metrics;
+
+/// What the endpoint reports.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The metrics.
+    pub metrics: Metrics,
+    /// Leadership and the lease duration, when leader election is on.
+    pub leader: Option<(LeaderStatus, std::time::Duration)>,
+}
+
+/// Why the endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// Not `host:port` or `:port`.
+    #[error("invalid address {0:?}: expected host:port or :port")]
+    Address(String),
+    /// Bind failed.
+    #[error("failed to listen on {address}: {source}")]
+    Bind {
+        /// Address.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Go-style listen address: `:8080` means every interface.
+pub fn parse_address(text: &str) -> Result<SocketAddr, HttpError> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_string()
+    };
+    if let Ok(addr) = full.parse() {
+        return Ok(addr);
+    }
+    let (host, port) = full
+        .rsplit_once(':')
+        .ok_or_else(|| HttpError::Address(text.to_string()))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| HttpError::Address(text.to_string()))?;
+    let ip = if host == "localhost" {
+        [127, 0, 0, 1].into()
+    } else {
+        return Err(HttpError::Address(text.to_string()));
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+async fn metrics(State(endpoint): State<Arc<Endpoint>>) -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        endpoint.metrics.render(),
+    )
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn leader_health(State(endpoint): State<Arc<Endpoint>>) -> (StatusCode, &'static str) {
+    match &endpoint.leader {
+        Some((status, lease)) if !status.healthy(*lease + std::time::Duration::from_secs(20)) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "leader lease expired")
+        }
+        _ => (StatusCode::OK, "ok"),
+    }
+}
+
+/// Binds and serves in the background; returns the bound address.
+pub async fn serve(
+    address: &str,
+    metrics_path: &str,
+    endpoint: Endpoint,
+) -> Result<SocketAddr, HttpError> {
+    let addr = parse_address(address)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Bind {
+            address: address.to_string(),
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| HttpError::Bind {
+        address: address.to_string(),
+        source,
+    })?;
+    let app = Router::new()
+        .route(metrics_path, get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/healthz/leader-election", get(leader_health))
+        .with_state(Arc::new(endpoint));
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "HTTP endpoint stopped");
+        }
+    });
+    tracing::info!(address = %bound, "serving metrics and health");
+    Ok(bound)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_addresses_parse() {
+        assert_eq!(
+            parse_address(":8080").unwrap(),
+            "0.0.0.0:8080".parse().unwrap()
+        );
+        assert_eq!(
+            parse_address("127.0.0.1:9").unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
+        assert_eq!(
+            parse_address("localhost:9").unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
+        assert!(parse_address("nonsense").is_err());
+    }
+}

@@ -1,0 +1,435 @@
+//! Leader election on a coordination.k8s.io/v1 Lease, compatible with client-go's `LeaseLock`
+//! (same name rule, same spec fields and the same takeover rule), so a Go replica and ours can
+//! hand over during a rolling upgrade. Unlike upstream's default, the lease is released on exit
+//! so a standby takes over at its next retry instead of after the lease duration.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+
+/// The Lease name for a driver, as csi-lib-utils makes it: every character other than
+/// `[a-zA-Z0-9-]` becomes `-`, and a trailing `-` gets an `X`.
+pub fn lease_name(driver: &str) -> String {
+    let mut name: String = driver
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.ends_with('-') {
+        name.push('X');
+    }
+    name
+}
+
+/// The namespace of the lease: the flag, else `POD_NAMESPACE`, else the service account's
+/// namespace, else `default`.
+pub fn lease_namespace(flag: &str) -> String {
+    if !flag.is_empty() {
+        return flag.to_string();
+    }
+    if let Ok(ns) = std::env::var("POD_NAMESPACE")
+        && !ns.is_empty()
+    {
+        return ns;
+    }
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Settings, from the `--leader-election-*` flags.
+#[derive(Debug, Clone)]
+pub struct ElectionConfig {
+    /// Lease namespace.
+    pub namespace: String,
+    /// Lease name.
+    pub name: String,
+    /// This replica's identity (`<host>_<uuid>`).
+    pub identity: String,
+    /// `--leader-election-lease-duration`.
+    pub lease_duration: Duration,
+    /// `--leader-election-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--leader-election-retry-period`.
+    pub retry_period: Duration,
+    /// `--leader-election-labels`.
+    pub labels: BTreeMap<String, String>,
+    /// Release the lease when stopping.
+    pub release_on_exit: bool,
+}
+
+/// What to write to the lease, decided from what it holds now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseAction {
+    /// Someone else holds a valid lease.
+    Wait {
+        /// The holder.
+        holder: String,
+    },
+    /// Write this spec (create when there was no lease).
+    Write(LeaseSpec),
+}
+
+fn micro(t: Timestamp) -> MicroTime {
+    MicroTime(t)
+}
+
+/// client-go's `tryAcquireOrRenew` as a pure function.
+pub fn decide(
+    current: Option<&LeaseSpec>,
+    me: &str,
+    now: Timestamp,
+    lease_duration: Duration,
+) -> LeaseAction {
+    let seconds = i32::try_from(lease_duration.as_secs())
+        .unwrap_or(i32::MAX)
+        .max(1);
+    let Some(spec) = current else {
+        return LeaseAction::Write(LeaseSpec {
+            holder_identity: Some(me.to_string()),
+            lease_duration_seconds: Some(seconds),
+            acquire_time: Some(micro(now)),
+            renew_time: Some(micro(now)),
+            lease_transitions: Some(0),
+            ..Default::default()
+        });
+    };
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    if !holder.is_empty() && holder != me {
+        let duration =
+            SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(seconds)));
+        let valid = spec
+            .renew_time
+            .as_ref()
+            .is_some_and(|r| r.0.checked_add(duration).is_ok_and(|end| end > now));
+        if valid {
+            return LeaseAction::Wait { holder };
+        }
+    }
+    let mut next = spec.clone();
+    if holder == me {
+        next.renew_time = Some(micro(now));
+        next.lease_duration_seconds = Some(seconds);
+    } else {
+        next.holder_identity = Some(me.to_string());
+        next.acquire_time = Some(micro(now));
+        next.renew_time = Some(micro(now));
+        next.lease_duration_seconds = Some(seconds);
+        next.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    LeaseAction::Write(next)
+}
+
+/// The spec written on release: no holder, a one-second duration (as client-go's release).
+pub fn released(spec: &LeaseSpec, now: Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: None,
+        lease_duration_seconds: Some(1),
+        acquire_time: Some(micro(now)),
+        renew_time: Some(micro(now)),
+        lease_transitions: spec.lease_transitions,
+        ..Default::default()
+    }
+}
+
+/// Leadership as seen by health checks and metrics.
+#[derive(Debug, Clone, Default)]
+pub struct LeaderStatus {
+    leading: Arc<AtomicBool>,
+    last_renew: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
+}
+
+impl LeaderStatus {
+    /// Whether this replica leads.
+    pub fn is_leader(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    fn renewed(&self) {
+        if let Ok(mut last) = self.last_renew.lock() {
+            *last = Some(tokio::time::Instant::now());
+        }
+    }
+
+    /// client-go's health rule: unhealthy only while leading with a lease not renewed for
+    /// longer than `max_age` (the lease duration plus a tolerance).
+    pub fn healthy(&self, max_age: Duration) -> bool {
+        if !self.is_leader() {
+            return true;
+        }
+        let last = self.last_renew.lock().ok().and_then(|l| *l);
+        last.is_some_and(|t| t.elapsed() <= max_age)
+    }
+}
+
+/// Why the election ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ElectionError {
+    /// Renewal failed for longer than the renew deadline.
+    #[error("leader election lost: the lease could not be renewed within {0:?}")]
+    Lost(Duration),
+}
+
+/// The election loop.
+pub struct Elector {
+    api: Api<Lease>,
+    config: ElectionConfig,
+    status: LeaderStatus,
+}
+
+impl std::fmt::Debug for Elector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Elector {
+    /// An elector for the lease in `config`.
+    pub fn new(client: kube::Client, config: ElectionConfig) -> Self {
+        Elector {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            status: LeaderStatus::default(),
+        }
+    }
+
+    /// Leadership status handle.
+    pub fn status(&self) -> LeaderStatus {
+        self.status.clone()
+    }
+
+    async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        let existing = match self.api.get(&self.config.name).await {
+            Ok(lease) => Some(lease),
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => return Err(e),
+        };
+        let action = decide(
+            existing.as_ref().and_then(|l| l.spec.as_ref()),
+            &self.config.identity,
+            Timestamp::now(),
+            self.config.lease_duration,
+        );
+        let spec = match action {
+            LeaseAction::Wait { .. } => return Ok(false),
+            LeaseAction::Write(spec) => spec,
+        };
+        match existing {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.config.name.clone()),
+                        namespace: Some(self.config.namespace.clone()),
+                        labels: (!self.config.labels.is_empty())
+                            .then(|| self.config.labels.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(spec),
+                };
+                match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+            Some(mut lease) => {
+                lease.spec = Some(spec);
+                lease.metadata.managed_fields = None;
+                match self
+                    .api
+                    .replace(&self.config.name, &PostParams::default(), &lease)
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    async fn release(&self) {
+        let Ok(mut lease) = self.api.get(&self.config.name).await else {
+            return;
+        };
+        let holds = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(self.config.identity.as_str());
+        if !holds {
+            return;
+        }
+        let spec = released(
+            lease
+                .spec
+                .as_ref()
+                .cloned()
+                .as_ref()
+                .unwrap_or(&LeaseSpec::default()),
+            Timestamp::now(),
+        );
+        lease.spec = Some(spec);
+        lease.metadata.managed_fields = None;
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(lease = %self.config.name, "released the leader lease"),
+            Err(error) => tracing::warn!(%error, "failed to release the leader lease"),
+        }
+    }
+
+    /// Waits for leadership, runs `lead` with a stop signal while leading, and returns when
+    /// `shutdown` resolves (after releasing the lease) or leadership is lost.
+    pub async fn run<F, Fut>(
+        self,
+        lead: F,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ElectionError>
+    where
+        F: FnOnce(watch::Receiver<bool>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        tokio::pin!(shutdown);
+        let retry = self.config.retry_period;
+        tracing::info!(lease = %self.config.name, namespace = %self.config.namespace, identity = %self.config.identity, "waiting for leadership");
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, "failed to read or write the leader lease"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(retry) => {}
+                () = &mut shutdown => return Ok(()),
+            }
+        }
+        tracing::info!(lease = %self.config.name, "became leader");
+        self.status.renewed();
+        self.status.leading.store(true, Ordering::SeqCst);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let leading = tokio::spawn(lead(stop_rx));
+        let mut last_renew = tokio::time::Instant::now();
+        let outcome = loop {
+            tokio::select! {
+                () = tokio::time::sleep(retry) => {}
+                () = &mut shutdown => break Ok(()),
+            }
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    last_renew = tokio::time::Instant::now();
+                    self.status.renewed();
+                }
+                Ok(false) => break Err(ElectionError::Lost(self.config.renew_deadline)),
+                Err(error) => tracing::warn!(%error, "failed to renew the leader lease"),
+            }
+            if last_renew.elapsed() > self.config.renew_deadline {
+                break Err(ElectionError::Lost(self.config.renew_deadline));
+            }
+        };
+        self.status.leading.store(false, Ordering::SeqCst);
+        let _ = stop_tx.send(true);
+        let _ = leading.await;
+        if outcome.is_ok() && self.config.release_on_exit {
+            self.release().await;
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const D: Duration = Duration::from_secs(15);
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn lease_names_follow_csi_lib_utils() {
+        assert_eq!(lease_name("hostpath.csi.k8s.io"), "hostpath-csi-k8s-io");
+        assert_eq!(lease_name("example.com/driver"), "example-com-driver");
+        assert_eq!(lease_name("driver."), "driver-X");
+        assert_eq!(lease_name("a-b"), "a-b");
+    }
+
+    #[test]
+    fn a_missing_lease_is_created_with_us_as_holder() {
+        let LeaseAction::Write(spec) = decide(None, "me", at(0), D) else {
+            panic!("expected a write")
+        };
+        assert_eq!(spec.holder_identity.as_deref(), Some("me"));
+        assert_eq!(spec.lease_duration_seconds, Some(15));
+        assert_eq!(spec.lease_transitions, Some(0));
+        assert_eq!(spec.acquire_time, spec.renew_time);
+    }
+
+    #[test]
+    fn a_valid_lease_of_another_holder_is_respected_and_an_expired_one_taken() {
+        let LeaseAction::Write(theirs) = decide(None, "other", at(0), D) else {
+            panic!()
+        };
+        assert_eq!(
+            decide(Some(&theirs), "me", at(10), D),
+            LeaseAction::Wait {
+                holder: "other".into()
+            }
+        );
+        let LeaseAction::Write(mine) = decide(Some(&theirs), "me", at(16), D) else {
+            panic!("expired lease is taken")
+        };
+        assert_eq!(mine.holder_identity.as_deref(), Some("me"));
+        assert_eq!(mine.lease_transitions, Some(1));
+        assert_eq!(mine.acquire_time, Some(MicroTime(at(16))));
+    }
+
+    #[test]
+    fn renewing_keeps_acquire_time_and_transitions() {
+        let LeaseAction::Write(first) = decide(None, "me", at(0), D) else {
+            panic!()
+        };
+        let LeaseAction::Write(renewed) = decide(Some(&first), "me", at(5), D) else {
+            panic!()
+        };
+        assert_eq!(renewed.acquire_time, first.acquire_time);
+        assert_eq!(renewed.renew_time, Some(MicroTime(at(5))));
+        assert_eq!(renewed.lease_transitions, Some(0));
+    }
+
+    #[test]
+    fn a_released_lease_is_taken_at_once() {
+        let LeaseAction::Write(theirs) = decide(None, "other", at(0), D) else {
+            panic!()
+        };
+        let free = released(&theirs, at(1));
+        assert_eq!(free.holder_identity, None);
+        assert_eq!(free.lease_duration_seconds, Some(1));
+        let LeaseAction::Write(mine) = decide(Some(&free), "me", at(1), D) else {
+            panic!("a released lease is free")
+        };
+        assert_eq!(mine.holder_identity.as_deref(), Some("me"));
+        assert_eq!(mine.lease_transitions, Some(1));
+    }
+}

@@ -1,0 +1,209 @@
+//! Prometheus metrics with upstream's names and labels, in the text format Go's client writes.
+
+use std::time::Duration;
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+
+/// Buckets of csi-lib-utils' `csi_sidecar_operations_seconds`.
+const CSI_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+/// Buckets of the controller duration histograms (Prometheus defaults, as upstream).
+const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Every metric the sidecars export.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// The registry behind `/metrics`.
+    pub registry: Registry,
+    /// `csi_sidecar_operations_seconds{driver_name, method_name, grpc_status_code}`.
+    pub csi_operations: HistogramVec,
+    /// `controller_persistentvolumeclaim_provision_total{class, source}`.
+    pub provision_total: IntCounterVec,
+    /// `controller_persistentvolumeclaim_provision_failed_total{class, source}`.
+    pub provision_failed: IntCounterVec,
+    /// `controller_persistentvolumeclaim_provision_duration_seconds{class, source}`.
+    pub provision_duration: HistogramVec,
+    /// `controller_persistentvolume_delete_total{class}`.
+    pub delete_total: IntCounterVec,
+    /// `controller_persistentvolume_delete_failed_total{class}`.
+    pub delete_failed: IntCounterVec,
+    /// `controller_persistentvolume_delete_duration_seconds{class}`.
+    pub delete_duration: HistogramVec,
+    /// `workqueue_depth{name}`.
+    pub queue_depth: IntGaugeVec,
+    /// `workqueue_adds_total{name}`.
+    pub queue_adds: IntCounterVec,
+    /// `workqueue_retries_total{name}`.
+    pub queue_retries: IntCounterVec,
+    /// `leader_election_master_status{name}`.
+    pub leader: IntGaugeVec,
+}
+
+fn counter(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn histogram(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> Result<HistogramVec, prometheus::Error> {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )?;
+    registry.register(Box::new(h.clone()))?;
+    Ok(h)
+}
+
+fn gauge(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntGaugeVec, prometheus::Error> {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+impl Metrics {
+    /// Registers everything (plus process metrics).
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        Ok(Metrics {
+            csi_operations: histogram(
+                &registry,
+                "csi_sidecar_operations_seconds",
+                "Container Storage Interface operation duration with gRPC error code status total",
+                &["driver_name", "grpc_status_code", "method_name"],
+                &CSI_BUCKETS,
+            )?,
+            provision_total: counter(
+                &registry,
+                "controller_persistentvolumeclaim_provision_total",
+                "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.",
+                &["class", "source"],
+            )?,
+            provision_failed: counter(
+                &registry,
+                "controller_persistentvolumeclaim_provision_failed_total",
+                "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim.",
+                &["class", "source"],
+            )?,
+            provision_duration: histogram(
+                &registry,
+                "controller_persistentvolumeclaim_provision_duration_seconds",
+                "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim.",
+                &["class", "source"],
+                &DEFAULT_BUCKETS,
+            )?,
+            delete_total: counter(
+                &registry,
+                "controller_persistentvolume_delete_total",
+                "Total number of persistent volumes deleted succesfully. Broken down by storage class name.",
+                &["class"],
+            )?,
+            delete_failed: counter(
+                &registry,
+                "controller_persistentvolume_delete_failed_total",
+                "Total number of persistent volume delete failed attempts. Broken down by storage class name.",
+                &["class"],
+            )?,
+            delete_duration: histogram(
+                &registry,
+                "controller_persistentvolume_delete_duration_seconds",
+                "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.",
+                &["class"],
+                &DEFAULT_BUCKETS,
+            )?,
+            queue_depth: gauge(
+                &registry,
+                "workqueue_depth",
+                "Current depth of workqueue",
+                &["name"],
+            )?,
+            queue_adds: counter(
+                &registry,
+                "workqueue_adds_total",
+                "Total number of adds handled by workqueue",
+                &["name"],
+            )?,
+            queue_retries: counter(
+                &registry,
+                "workqueue_retries_total",
+                "Total number of retries handled by workqueue",
+                &["name"],
+            )?,
+            leader: gauge(
+                &registry,
+                "leader_election_master_status",
+                "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+                &["name"],
+            )?,
+            registry,
+        })
+    }
+
+    /// Records one CSI call.
+    pub fn observe_csi(&self, driver: &str, method: &str, code: tonic::Code, took: Duration) {
+        self.csi_operations
+            .with_label_values(&[driver, crate::csi::go_code_name(code), method])
+            .observe(took.as_secs_f64());
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let families = self.registry.gather();
+        if let Err(error) = prometheus::TextEncoder::new().encode_utf8(&families, &mut out) {
+            tracing::warn!(%error, "failed to encode metrics");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_and_labels_are_upstreams() {
+        let m = Metrics::new().unwrap();
+        m.observe_csi(
+            "d.csi",
+            "/csi.v1.Controller/CreateVolume",
+            tonic::Code::DeadlineExceeded,
+            Duration::from_millis(300),
+        );
+        m.provision_total.with_label_values(&["fast", ""]).inc();
+        m.delete_total.with_label_values(&["fast"]).inc();
+        m.leader.with_label_values(&["d-csi"]).set(1);
+        let text = m.render();
+        for needle in [
+            "csi_sidecar_operations_seconds_bucket{driver_name=\"d.csi\",grpc_status_code=\"DeadlineExceeded\",method_name=\"/csi.v1.Controller/CreateVolume\",le=\"0.5\"} 1",
+            "controller_persistentvolumeclaim_provision_total{class=\"fast\",source=\"\"} 1",
+            "controller_persistentvolume_delete_total{class=\"fast\"} 1",
+            "leader_election_master_status{name=\"d-csi\"} 1",
+            "process_resident_memory_bytes",
+        ] {
+            assert!(text.contains(needle), "missing {needle}\n{text}");
+        }
+    }
+}
