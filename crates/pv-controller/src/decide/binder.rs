@@ -1,0 +1,414 @@
+//! Binding claims to volumes, as kube-controller-manager's PV controller does it (seed 000,
+//! "Controller workflow for provisioning volumes"): default class, pre-binding, the smallest
+//! matching Available volume, else the class's provisioner; and the volume side: Available,
+//! Bound, Released, and what reclaiming a Released volume means.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use sidecar_kit::quantity::parse_bytes;
+
+/// Claim annotation: the provisioner asked to make the volume.
+pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+/// Deprecated form of [`ANN_STORAGE_PROVISIONER`], still written for old provisioners.
+pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+/// Claim annotation: the scheduler's node for a WaitForFirstConsumer claim.
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// Deprecated class annotation (wins over spec.storageClassName).
+pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// Set on both sides when this controller made the binding.
+pub const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+/// Set on the claim when its binding is complete.
+pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+/// PV annotation naming the provisioner that made it.
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// The pseudo-provisioner of classes for static volumes only.
+pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+
+/// What to do with a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimAction {
+    /// Nothing (bound and consistent, or waiting for someone else).
+    Nothing,
+    /// Set `spec.storageClassName` to the default class (claims created with no class).
+    AssignDefaultClass(String),
+    /// Bind to this volume: write the volume's claimRef, then the claim.
+    Bind(String),
+    /// The volume already names the claim: finish the claim side and both phases.
+    CompleteBinding(String),
+    /// Ask the class's provisioner for a volume (annotate the claim).
+    Provision {
+        /// The provisioner.
+        provisioner: String,
+        /// Whether the annotations are already there (then only the event is due).
+        annotated: bool,
+    },
+    /// WaitForFirstConsumer class without a selected node: wait for the scheduler.
+    WaitForFirstConsumer,
+    /// Stay Pending, with an event.
+    Pending {
+        /// Event reason.
+        reason: &'static str,
+        /// Event message.
+        message: String,
+    },
+    /// The bound volume is gone: phase Lost.
+    Lost(String),
+}
+
+/// What to do with a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeAction {
+    /// Nothing.
+    Nothing,
+    /// Set the phase.
+    SetPhase(&'static str),
+    /// Remove a claimRef this controller set for a claim that bound elsewhere.
+    Unbind,
+    /// Released with policy Delete and no provisioner annotation: report, do not guess.
+    CannotDelete(String),
+    /// Released with policy Recycle: scrub and make Available again.
+    Recycle,
+}
+
+fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The claim's class: None when unset (eligible for the default), Some("") for "no class".
+pub fn claim_class(claim: &PersistentVolumeClaim) -> Option<String> {
+    annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS)
+        .map(str::to_string)
+        .or_else(|| claim.spec.as_ref()?.storage_class_name.clone())
+}
+
+fn volume_class(pv: &PersistentVolume) -> String {
+    annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS)
+        .map(str::to_string)
+        .or_else(|| pv.spec.as_ref()?.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+fn phase(pv: &PersistentVolume) -> &str {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn capacity(pv: &PersistentVolume) -> Option<i64> {
+    let q = pv.spec.as_ref()?.capacity.as_ref()?.get("storage")?;
+    parse_bytes(&q.0).ok()
+}
+
+fn requested(claim: &PersistentVolumeClaim) -> Option<i64> {
+    let q = claim
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")?;
+    parse_bytes(&q.0).ok()
+}
+
+/// Whether `labels` satisfy a label selector.
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let labels_ok = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let exprs_ok = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.clone().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
+    });
+    labels_ok && exprs_ok
+}
+
+/// Why a volume does not fit a claim, if it does not.
+pub fn mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<String> {
+    let cs = claim.spec.clone().unwrap_or_default();
+    let ps = pv.spec.clone().unwrap_or_default();
+    let claim_class = claim_class(claim).unwrap_or_default();
+    if volume_class(pv) != claim_class {
+        return Some(format!(
+            "storage class {:?} differs from the claim's {claim_class:?}",
+            volume_class(pv)
+        ));
+    }
+    let claim_mode = cs.volume_mode.unwrap_or_else(|| "Filesystem".into());
+    let pv_mode = ps
+        .volume_mode
+        .clone()
+        .unwrap_or_else(|| "Filesystem".into());
+    if claim_mode != pv_mode {
+        return Some(format!(
+            "volume mode {pv_mode} differs from the claim's {claim_mode}"
+        ));
+    }
+    let pv_modes = ps.access_modes.clone().unwrap_or_default();
+    if let Some(missing) = cs
+        .access_modes
+        .iter()
+        .flatten()
+        .find(|m| !pv_modes.contains(m))
+    {
+        return Some(format!("access mode {missing} is not offered"));
+    }
+    match (requested(claim), capacity(pv)) {
+        (Some(want), Some(have)) if have < want => {
+            return Some(format!(
+                "capacity {have} is smaller than the {want} requested"
+            ));
+        }
+        (Some(_), None) => return Some("volume has no capacity".into()),
+        _ => {}
+    }
+    if let Some(selector) = &cs.selector {
+        let labels = pv.metadata.labels.clone().unwrap_or_default();
+        if !selector_matches(selector, &labels) {
+            return Some("labels do not match the claim's selector".into());
+        }
+    }
+    None
+}
+
+fn claim_ref_names(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
+    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return false;
+    };
+    r.namespace == claim.metadata.namespace
+        && r.name == claim.metadata.name
+        && r.uid
+            .as_ref()
+            .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_ref())
+}
+
+/// The smallest Available volume that fits the claim.
+pub fn best_match<'a>(
+    claim: &PersistentVolumeClaim,
+    volumes: &'a [PersistentVolume],
+) -> Option<&'a PersistentVolume> {
+    volumes
+        .iter()
+        .filter(|pv| pv.metadata.deletion_timestamp.is_none())
+        .filter(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_none()
+        })
+        .filter(|pv| matches!(phase(pv), "Available" | "Pending" | ""))
+        .filter(|pv| mismatch(claim, pv).is_none())
+        .min_by(|a, b| {
+            capacity(a)
+                .cmp(&capacity(b))
+                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+        })
+}
+
+/// Decides a claim.
+pub fn decide_claim(
+    claim: &PersistentVolumeClaim,
+    volumes: &[PersistentVolume],
+    classes: &[StorageClass],
+    default_class: Option<&StorageClass>,
+) -> ClaimAction {
+    let spec = claim.spec.clone().unwrap_or_default();
+    let claim_phase = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    if let Some(volume_name) = spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
+        let Some(pv) = volumes
+            .iter()
+            .find(|v| v.metadata.name.as_deref() == Some(volume_name))
+        else {
+            return if claim_phase == "Bound" || claim_phase == "Lost" {
+                ClaimAction::Lost(volume_name.to_string())
+            } else {
+                ClaimAction::Pending {
+                    reason: "FailedBinding",
+                    message: format!("volume {volume_name:?} not found"),
+                }
+            };
+        };
+        let has_ref = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .is_some();
+        if !has_ref {
+            return match mismatch(claim, pv) {
+                None => ClaimAction::Bind(volume_name.to_string()),
+                Some(why) => ClaimAction::Pending {
+                    reason: "VolumeMismatch",
+                    message: format!("cannot bind to requested volume {volume_name:?}: {why}"),
+                },
+            };
+        }
+        if claim_ref_names(pv, claim) {
+            let complete = claim_phase == "Bound"
+                && phase(pv) == "Bound"
+                && annotation(&claim.metadata, ANN_BIND_COMPLETED) == Some("yes");
+            return if complete {
+                ClaimAction::Nothing
+            } else {
+                ClaimAction::CompleteBinding(volume_name.to_string())
+            };
+        }
+        return ClaimAction::Pending {
+            reason: "FailedBinding",
+            message: format!("volume {volume_name:?} already bound to a different claim"),
+        };
+    }
+    let class = claim_class(claim);
+    if class.is_none()
+        && let Some(default) = default_class.and_then(|c| c.metadata.name.clone())
+    {
+        return ClaimAction::AssignDefaultClass(default);
+    }
+    if let Some(pv) = volumes
+        .iter()
+        .find(|pv| claim_ref_names(pv, claim) && pv.metadata.deletion_timestamp.is_none())
+    {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        // A volume made for (or pre-bound to) this claim: the provisioner's PV lands here.
+        return match mismatch(claim, pv) {
+            None => ClaimAction::CompleteBinding(name),
+            Some(why) => ClaimAction::Pending {
+                reason: "VolumeMismatch",
+                message: format!("cannot bind to volume {name:?} pre-bound to this claim: {why}"),
+            },
+        };
+    }
+    if let Some(pv) = best_match(claim, volumes) {
+        return ClaimAction::Bind(pv.metadata.name.clone().unwrap_or_default());
+    }
+    let class_name = class.unwrap_or_default();
+    if class_name.is_empty() {
+        return ClaimAction::Pending {
+            reason: "FailedBinding",
+            message: "no persistent volumes available for this claim and no storage class is set"
+                .into(),
+        };
+    }
+    let Some(sc) = classes
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(class_name.as_str()))
+    else {
+        return ClaimAction::Pending {
+            reason: "ProvisioningFailed",
+            message: format!("storageclass.storage.k8s.io {class_name:?} not found"),
+        };
+    };
+    if sc.provisioner == NO_PROVISIONER || sc.provisioner.is_empty() {
+        return ClaimAction::Pending {
+            reason: "FailedBinding",
+            message: format!(
+                "no persistent volumes available for this claim and storage class {class_name:?} cannot provision"
+            ),
+        };
+    }
+    let late = sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
+    let selected = annotation(&claim.metadata, ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty());
+    if late && !selected {
+        return ClaimAction::WaitForFirstConsumer;
+    }
+    let annotated = annotation(&claim.metadata, ANN_STORAGE_PROVISIONER)
+        == Some(sc.provisioner.as_str())
+        && annotation(&claim.metadata, ANN_BETA_STORAGE_PROVISIONER)
+            == Some(sc.provisioner.as_str());
+    ClaimAction::Provision {
+        provisioner: sc.provisioner.clone(),
+        annotated,
+    }
+}
+
+/// Decides a volume. `claims` are all claims (the decision looks up the one its claimRef names).
+pub fn decide_volume(pv: &PersistentVolume, claims: &[PersistentVolumeClaim]) -> VolumeAction {
+    let current = phase(pv);
+    let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return if current == "Available" || current == "Failed" {
+            VolumeAction::Nothing
+        } else {
+            VolumeAction::SetPhase("Available")
+        };
+    };
+    let claim = claims
+        .iter()
+        .find(|c| c.metadata.namespace == claim_ref.namespace && c.metadata.name == claim_ref.name);
+    let ref_uid = claim_ref.uid.clone().unwrap_or_default();
+    let same_claim =
+        claim.filter(|c| ref_uid.is_empty() || c.metadata.uid.as_deref() == Some(ref_uid.as_str()));
+    match same_claim {
+        None if ref_uid.is_empty() => {
+            // Pre-bound to a claim that does not exist yet.
+            if current == "Available" {
+                VolumeAction::Nothing
+            } else {
+                VolumeAction::SetPhase("Available")
+            }
+        }
+        None => {
+            if current != "Released" && current != "Failed" {
+                return VolumeAction::SetPhase("Released");
+            }
+            if current == "Failed" {
+                return VolumeAction::Nothing;
+            }
+            let policy = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+                .unwrap_or("Retain");
+            match policy {
+                "Delete" if annotation(&pv.metadata, ANN_PROVISIONED_BY).is_none() => VolumeAction::CannotDelete(
+                    "volume has reclaim policy Delete but no pv.kubernetes.io/provisioned-by annotation: no provisioner will delete it".into(),
+                ),
+                "Recycle" => VolumeAction::Recycle,
+                _ => VolumeAction::Nothing,
+            }
+        }
+        Some(claim) => {
+            let bound_here = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref())
+                == pv.metadata.name.as_deref();
+            let claim_volume = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.clone())
+                .unwrap_or_default();
+            if bound_here {
+                if current == "Bound" {
+                    VolumeAction::Nothing
+                } else {
+                    VolumeAction::SetPhase("Bound")
+                }
+            } else if !claim_volume.is_empty()
+                && annotation(&pv.metadata, ANN_BOUND_BY_CONTROLLER) == Some("yes")
+            {
+                VolumeAction::Unbind
+            } else {
+                VolumeAction::Nothing
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "binder_tests.rs"]
+mod tests;

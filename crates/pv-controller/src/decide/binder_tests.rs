@@ -1,0 +1,384 @@
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, PersistentVolumeSpec,
+    PersistentVolumeStatus, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
+
+use super::*;
+
+fn claim(name: &str, class: Option<&str>, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            storage_class_name: class.map(str::to_string),
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(size.into()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: Some(PersistentVolumeClaimStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        }),
+    }
+}
+
+fn pv(name: &str, class: &str, size: &str) -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            storage_class_name: Some(class.into()).filter(|c: &String| !c.is_empty()),
+            access_modes: Some(vec!["ReadWriteOnce".into(), "ReadOnlyMany".into()]),
+            capacity: Some(BTreeMap::from([(
+                "storage".to_string(),
+                Quantity(size.into()),
+            )])),
+            persistent_volume_reclaim_policy: Some("Retain".into()),
+            ..Default::default()
+        }),
+        status: Some(PersistentVolumeStatus {
+            phase: Some("Available".into()),
+            ..Default::default()
+        }),
+    }
+}
+
+fn bound_to(mut v: PersistentVolume, c: &PersistentVolumeClaim) -> PersistentVolume {
+    v.spec.as_mut().unwrap().claim_ref = Some(ObjectReference {
+        name: c.metadata.name.clone(),
+        namespace: c.metadata.namespace.clone(),
+        uid: c.metadata.uid.clone(),
+        ..Default::default()
+    });
+    v
+}
+
+fn with_phase(mut v: PersistentVolume, phase: &str) -> PersistentVolume {
+    v.status = Some(PersistentVolumeStatus {
+        phase: Some(phase.into()),
+        ..Default::default()
+    });
+    v
+}
+
+fn sc(name: &str, provisioner: &str, wffc: bool) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        provisioner: provisioner.into(),
+        volume_binding_mode: Some(
+            if wffc {
+                "WaitForFirstConsumer"
+            } else {
+                "Immediate"
+            }
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_smallest_matching_available_volume_is_bound() {
+    let c = claim("c", Some("gold"), "5Gi");
+    let volumes = vec![
+        pv("big", "gold", "100Gi"),
+        pv("small", "gold", "10Gi"),
+        pv("tiny", "gold", "1Gi"),
+        pv("other-class", "silver", "5Gi"),
+    ];
+    assert_eq!(
+        decide_claim(&c, &volumes, &[], None),
+        ClaimAction::Bind("small".into())
+    );
+}
+
+#[test]
+fn class_mode_access_and_selector_must_match() {
+    let mut c = claim("c", Some(""), "1Gi");
+    let mut block = pv("block", "", "1Gi");
+    block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    let labelled = {
+        let mut v = pv("labelled", "", "2Gi");
+        v.metadata.labels = Some(BTreeMap::from([("tier".to_string(), "fast".to_string())]));
+        v
+    };
+    let volumes = vec![
+        block,
+        pv("classed", "gold", "1Gi"),
+        labelled,
+        pv("plain", "", "3Gi"),
+    ];
+    assert_eq!(
+        decide_claim(&c, &volumes, &[], None),
+        ClaimAction::Bind("labelled".into()),
+        "empty class matches class-less volumes"
+    );
+    c.spec.as_mut().unwrap().selector = Some(LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "tier".into(),
+            operator: "In".into(),
+            values: Some(vec!["fast".into()]),
+        }]),
+        match_labels: None,
+    });
+    assert_eq!(
+        decide_claim(&c, &volumes[3..], &[], None),
+        ClaimAction::Pending {
+            reason: "FailedBinding",
+            message: "no persistent volumes available for this claim and no storage class is set"
+                .into()
+        }
+    );
+    c.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteMany".into()]);
+    assert!(mismatch(&c, &volumes[2]).unwrap().contains("ReadWriteMany"));
+}
+
+#[test]
+fn a_claim_without_class_gets_the_default_and_an_empty_class_does_not() {
+    let default = sc("standard", "csi.example", false);
+    assert_eq!(
+        decide_claim(
+            &claim("c", None, "1Gi"),
+            &[],
+            &[default.clone()],
+            Some(&default)
+        ),
+        ClaimAction::AssignDefaultClass("standard".into())
+    );
+    assert!(matches!(
+        decide_claim(
+            &claim("c", Some(""), "1Gi"),
+            &[],
+            &[default.clone()],
+            Some(&default)
+        ),
+        ClaimAction::Pending { .. }
+    ));
+}
+
+#[test]
+fn without_a_match_the_class_provisioner_is_asked() {
+    let classes = vec![
+        sc("fast", "csi.example", false),
+        sc("late", "csi.example", true),
+        sc("static", NO_PROVISIONER, false),
+    ];
+    assert_eq!(
+        decide_claim(&claim("c", Some("fast"), "1Gi"), &[], &classes, None),
+        ClaimAction::Provision {
+            provisioner: "csi.example".into(),
+            annotated: false
+        }
+    );
+    assert_eq!(
+        decide_claim(&claim("c", Some("late"), "1Gi"), &[], &classes, None),
+        ClaimAction::WaitForFirstConsumer
+    );
+    let mut selected = claim("c", Some("late"), "1Gi");
+    selected.metadata.annotations = Some(BTreeMap::from([(
+        ANN_SELECTED_NODE.to_string(),
+        "node-1".to_string(),
+    )]));
+    assert!(matches!(
+        decide_claim(&selected, &[], &classes, None),
+        ClaimAction::Provision { .. }
+    ));
+    assert!(matches!(
+        decide_claim(&claim("c", Some("static"), "1Gi"), &[], &classes, None),
+        ClaimAction::Pending {
+            reason: "FailedBinding",
+            ..
+        }
+    ));
+    let missing = decide_claim(&claim("c", Some("nope"), "1Gi"), &[], &classes, None);
+    assert_eq!(
+        missing,
+        ClaimAction::Pending {
+            reason: "ProvisioningFailed",
+            message: "storageclass.storage.k8s.io \"nope\" not found".into()
+        }
+    );
+}
+
+#[test]
+fn a_provisioned_volume_naming_the_claim_completes_the_binding() {
+    let c = claim("c", Some("fast"), "1Gi");
+    let made = with_phase(bound_to(pv("pvc-1", "fast", "1Gi"), &c), "Pending");
+    assert_eq!(
+        decide_claim(&c, &[made.clone()], &[], None),
+        ClaimAction::CompleteBinding("pvc-1".into())
+    );
+    let mut bound = c.clone();
+    bound.spec.as_mut().unwrap().volume_name = Some("pvc-1".into());
+    bound.status = Some(PersistentVolumeClaimStatus {
+        phase: Some("Bound".into()),
+        ..Default::default()
+    });
+    bound.metadata.annotations = Some(BTreeMap::from([(
+        ANN_BIND_COMPLETED.to_string(),
+        "yes".to_string(),
+    )]));
+    assert_eq!(
+        decide_claim(&bound, &[with_phase(made.clone(), "Bound")], &[], None),
+        ClaimAction::Nothing
+    );
+    assert_eq!(
+        decide_claim(&bound, &[made], &[], None),
+        ClaimAction::CompleteBinding("pvc-1".into())
+    );
+}
+
+#[test]
+fn pre_bound_claims_and_volumes_are_honoured() {
+    let mut c = claim("c", Some(""), "1Gi");
+    c.spec.as_mut().unwrap().volume_name = Some("chosen".into());
+    let volumes = vec![pv("smaller", "", "1Gi"), pv("chosen", "", "50Gi")];
+    assert_eq!(
+        decide_claim(&c, &volumes, &[], None),
+        ClaimAction::Bind("chosen".into())
+    );
+    let taken = bound_to(
+        pv("chosen", "", "50Gi"),
+        &claim("someone-else", Some(""), "1Gi"),
+    );
+    assert!(matches!(
+        decide_claim(&c, &[taken], &[], None),
+        ClaimAction::Pending {
+            reason: "FailedBinding",
+            ..
+        }
+    ));
+
+    let d = claim("d", Some(""), "1Gi");
+    let mut reserved = pv("reserved", "", "9Gi");
+    reserved.spec.as_mut().unwrap().claim_ref = Some(ObjectReference {
+        name: Some("d".into()),
+        namespace: Some("default".into()),
+        ..Default::default()
+    });
+    let volumes = vec![pv("smaller", "", "1Gi"), reserved];
+    assert_eq!(
+        decide_claim(&d, &volumes, &[], None),
+        ClaimAction::CompleteBinding("reserved".into()),
+        "a volume pre-bound by name wins"
+    );
+    assert!(
+        best_match(&claim("e", Some(""), "1Gi"), &volumes)
+            .map(|v| v.metadata.name.as_deref() == Some("smaller"))
+            .unwrap()
+    );
+}
+
+#[test]
+fn a_claim_whose_volume_vanished_is_lost() {
+    let mut c = claim("c", Some(""), "1Gi");
+    c.spec.as_mut().unwrap().volume_name = Some("gone".into());
+    c.status = Some(PersistentVolumeClaimStatus {
+        phase: Some("Bound".into()),
+        ..Default::default()
+    });
+    assert_eq!(
+        decide_claim(&c, &[], &[], None),
+        ClaimAction::Lost("gone".into())
+    );
+}
+
+#[test]
+fn volumes_move_through_their_phases() {
+    let c = claim("c", Some(""), "1Gi");
+    assert_eq!(
+        decide_volume(&with_phase(pv("v", "", "1Gi"), "Pending"), &[]),
+        VolumeAction::SetPhase("Available")
+    );
+    assert_eq!(
+        decide_volume(&pv("v", "", "1Gi"), &[]),
+        VolumeAction::Nothing
+    );
+    let mut bound_claim = c.clone();
+    bound_claim.spec.as_mut().unwrap().volume_name = Some("v".into());
+    let v = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Available");
+    assert_eq!(
+        decide_volume(&v, &[bound_claim.clone()]),
+        VolumeAction::SetPhase("Bound")
+    );
+    let v = with_phase(v, "Bound");
+    assert_eq!(decide_volume(&v, &[bound_claim]), VolumeAction::Nothing);
+    assert_eq!(
+        decide_volume(&v, &[]),
+        VolumeAction::SetPhase("Released"),
+        "claim deleted"
+    );
+    let mut replaced = c.clone();
+    replaced.metadata.uid = Some("another-uid".into());
+    assert_eq!(
+        decide_volume(&v, &[replaced]),
+        VolumeAction::SetPhase("Released"),
+        "same name, new claim"
+    );
+}
+
+#[test]
+fn released_volumes_follow_their_reclaim_policy() {
+    let c = claim("c", Some(""), "1Gi");
+    let released = |policy: &str, provisioned: bool| {
+        let mut v = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Released");
+        v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some(policy.into());
+        if provisioned {
+            v.metadata.annotations = Some(BTreeMap::from([(
+                ANN_PROVISIONED_BY.to_string(),
+                "csi.example".to_string(),
+            )]));
+        }
+        v
+    };
+    assert_eq!(
+        decide_volume(&released("Retain", true), &[]),
+        VolumeAction::Nothing
+    );
+    assert_eq!(
+        decide_volume(&released("Delete", true), &[]),
+        VolumeAction::Nothing,
+        "the provisioner deletes it"
+    );
+    assert!(matches!(
+        decide_volume(&released("Delete", false), &[]),
+        VolumeAction::CannotDelete(_)
+    ));
+    assert_eq!(
+        decide_volume(&released("Recycle", false), &[]),
+        VolumeAction::Recycle
+    );
+}
+
+#[test]
+fn a_controller_binding_to_a_claim_that_bound_elsewhere_is_undone() {
+    let mut c = claim("c", Some(""), "1Gi");
+    c.spec.as_mut().unwrap().volume_name = Some("winner".into());
+    let mut loser = bound_to(pv("loser", "", "1Gi"), &c);
+    loser.metadata.annotations = Some(BTreeMap::from([(
+        ANN_BOUND_BY_CONTROLLER.to_string(),
+        "yes".to_string(),
+    )]));
+    assert_eq!(decide_volume(&loser, &[c]), VolumeAction::Unbind);
+}

@@ -1,0 +1,4 @@
+//! Pure decisions of the PV controller.
+
+pub mod binder;
+pub mod classes;
