@@ -161,7 +161,7 @@ fn a_claim_without_class_gets_the_default_and_an_empty_class_does_not() {
         decide_claim(
             &claim("c", None, "1Gi"),
             &[],
-            &[default.clone()],
+            std::slice::from_ref(&default),
             Some(&default)
         ),
         ClaimAction::AssignDefaultClass("standard".into())
@@ -170,7 +170,7 @@ fn a_claim_without_class_gets_the_default_and_an_empty_class_does_not() {
         decide_claim(
             &claim("c", Some(""), "1Gi"),
             &[],
-            &[default.clone()],
+            std::slice::from_ref(&default),
             Some(&default)
         ),
         ClaimAction::Pending { .. }
@@ -226,7 +226,7 @@ fn a_provisioned_volume_naming_the_claim_completes_the_binding() {
     let c = claim("c", Some("fast"), "1Gi");
     let made = with_phase(bound_to(pv("pvc-1", "fast", "1Gi"), &c), "Pending");
     assert_eq!(
-        decide_claim(&c, &[made.clone()], &[], None),
+        decide_claim(&c, std::slice::from_ref(&made), &[], None),
         ClaimAction::CompleteBinding("pvc-1".into())
     );
     let mut bound = c.clone();
