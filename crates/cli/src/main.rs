@@ -26,6 +26,22 @@ enum Command {
     Csi(csi_client::CsiArgs),
     /// Switch the reference driver's injected faults through its control file.
     Faults(faults::FaultsArgs),
+    /// Run the Kubernetes-API-compatible server.
+    Apiserver(ApiserverArgs),
+}
+
+/// Flags of `volstack apiserver`.
+#[derive(Debug, clap::Args)]
+struct ApiserverArgs {
+    /// Address to listen on (loopback by default).
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    bind: std::net::SocketAddr,
+    /// Durable state directory (omit for an in-memory server).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// Where to write the kubeconfig for clients (mode 0600).
+    #[arg(long, default_value = "volstack.kubeconfig")]
+    kubeconfig: std::path::PathBuf,
 }
 
 fn main() -> std::process::ExitCode {
@@ -49,6 +65,7 @@ fn main() -> std::process::ExitCode {
             Command::Driver(args) => run_driver(*args).await,
             Command::Csi(args) => csi_client::run(args).await,
             Command::Faults(args) => faults::run(args),
+            Command::Apiserver(args) => run_apiserver(args).await,
         }
     });
     match result {
@@ -58,6 +75,23 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
+    let config = apiserver::Config {
+        bind: args.bind,
+        data_dir: args.data_dir,
+        kubeconfig_path: Some(args.kubeconfig.clone()),
+        ..Default::default()
+    };
+    let server = apiserver::serve(config, cli::shutdown_signal()).await?;
+    eprintln!(
+        "API server at {}; use: kubectl --kubeconfig {} get pvc",
+        server.url(),
+        args.kubeconfig.display()
+    );
+    server.join().await;
+    Ok(())
 }
 
 async fn run_driver(args: hostpath_driver::DriverArgs) -> anyhow::Result<()> {

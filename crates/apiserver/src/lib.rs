@@ -1,0 +1,232 @@
+//! A Kubernetes-API-compatible server: the embedded default of the single-machine stack and
+//! the test bed of every controller. JSON over HTTP on loopback, bearer-token auth, one
+//! cluster-wide resourceVersion, watches with resume and 410, finalizers, status
+//! subresources, merge/JSON/strategic patches, discovery and tables for kubectl, and a
+//! durable write-ahead log.
+
+#![forbid(unsafe_code)]
+
+pub mod objects;
+pub mod registry;
+pub mod selectors;
+pub mod server;
+pub mod status;
+pub mod store;
+pub mod tls;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to bind (loopback by default).
+    pub bind: SocketAddr,
+    /// Durable state directory; None keeps everything in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Where to write a kubeconfig for clients (mode 0600).
+    pub kubeconfig_path: Option<PathBuf>,
+    /// The bearer token; None makes a random one (kept in `data_dir` across restarts).
+    pub token: Option<String>,
+    /// Changes kept for watch resumption.
+    pub history: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: None,
+            kubeconfig_path: None,
+            token: None,
+            history: 100_000,
+        }
+    }
+}
+
+/// Why the server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// TLS setup failed.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// Binding or writing files failed.
+    #[error("failed to {action}: {source}")]
+    Io {
+        /// What.
+        action: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct RunningServer {
+    addr: SocketAddr,
+    token: String,
+    kubeconfig: Option<PathBuf>,
+    app: Arc<server::App>,
+    ca_data: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// The bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+    /// `https://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+    /// Base64 PEM of the CA clients must trust.
+    pub fn ca_data(&self) -> &str {
+        &self.ca_data
+    }
+    /// The kubeconfig written, if any.
+    pub fn kubeconfig_path(&self) -> Option<&PathBuf> {
+        self.kubeconfig.as_ref()
+    }
+    /// The kubeconfig text.
+    pub fn kubeconfig(&self) -> String {
+        server::kubeconfig(self.addr, &self.token, &self.ca_data)
+    }
+    /// Requests served so far by (verb, resource, code, client).
+    pub fn request_counts(&self) -> std::collections::BTreeMap<(String, String, u16, String), u64> {
+        self.app
+            .requests
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+    /// Waits for the server to stop.
+    pub async fn join(self) {
+        let _ = self.task.await;
+    }
+}
+
+fn random_token() -> String {
+    (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect()
+}
+
+/// Starts the server; it stops when `shutdown` resolves.
+pub async fn serve(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<RunningServer, Error> {
+    let token = match (&config.token, &config.data_dir) {
+        (Some(t), _) => t.clone(),
+        (None, Some(dir)) => {
+            let path = dir.join("token");
+            match std::fs::read_to_string(&path) {
+                Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+                _ => {
+                    let t = random_token();
+                    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                        action: format!("create {}", dir.display()),
+                        source,
+                    })?;
+                    std::fs::write(&path, &t).map_err(|source| Error::Io {
+                        action: format!("write {}", path.display()),
+                        source,
+                    })?;
+                    t
+                }
+            }
+        }
+        (None, None) => random_token(),
+    };
+    let data_dir = config.data_dir.clone();
+    let history = config.history;
+    let store =
+        tokio::task::spawn_blocking(move || store::Store::open(data_dir.as_deref(), history))
+            .await
+            .map_err(|e| Error::Io {
+                action: "open the store".into(),
+                source: std::io::Error::other(e.to_string()),
+            })??;
+    let app = server::new_app(store, token.clone());
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|source| Error::Io {
+            action: format!("listen on {}", config.bind),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| Error::Io {
+        action: "read the bound address".into(),
+        source,
+    })?;
+    if let Ok(mut a) = app.address.lock() {
+        *a = Some(addr);
+    }
+    let identity = tls::Identity::load_or_create(config.data_dir.as_deref())?;
+    let acceptor = identity.acceptor()?;
+    let ca_data = identity.ca_data();
+    if let Some(path) = &config.kubeconfig_path {
+        server::write_kubeconfig(path, addr, &token, &ca_data).map_err(|source| Error::Io {
+            action: format!("write {}", path.display()),
+            source,
+        })?;
+    }
+    let router = axum::Router::new()
+        .fallback(server::handle)
+        .with_state(app.clone());
+    let task = tokio::spawn(accept_loop(listener, acceptor, router, shutdown));
+    tracing::info!(address = %addr, "API server listening");
+    Ok(RunningServer {
+        addr,
+        token,
+        kubeconfig: config.kubeconfig_path,
+        app,
+        ca_data,
+        task,
+    })
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::service::TowerToHyperService;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((tcp, _)) = accepted else { continue };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = TowerToHyperService::new(router);
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            tokio::select! {
+                _ = connection => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+    }
+    let _ = stop_tx.send(true);
+}

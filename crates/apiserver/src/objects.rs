@@ -1,0 +1,415 @@
+//! What kube-apiserver does to objects on the way in: metadata, defaults, validation, and the
+//! spec/status split of the status subresource.
+
+use serde_json::{Map, Value, json};
+
+use crate::registry::ResourceType;
+use crate::status::ApiError;
+
+/// RFC 3339 UTC, seconds (metav1.Time).
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    rfc3339(secs)
+}
+
+/// Formats seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn rfc3339(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (h, m, s) = (rem / 3600, (rem / 60) % 60, rem % 60);
+    // Civil-from-days (Howard Hinnant's algorithm, public domain description).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = if month <= 2 { y + 1 } else { y };
+    format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
+}
+
+/// Seconds since the epoch from `YYYY-MM-DDTHH:MM:SSZ` (for ages in tables).
+pub fn parse_rfc3339(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    if b.len() < 20 {
+        return None;
+    }
+    let num = |s: &str| s.parse::<i64>().ok();
+    let (y, mo, d) = (num(&text[0..4])?, num(&text[5..7])?, num(&text[8..10])?);
+    let (h, mi, s) = (
+        num(&text[11..13])?,
+        num(&text[14..16])?,
+        num(&text[17..19])?,
+    );
+    let y2 = if mo <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = if mo > 2 { mo - 3 } else { mo + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + s).ok()
+}
+
+/// A DNS-1123 label.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS-1123 subdomain.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+fn meta_mut(obj: &mut Value) -> Result<&mut Map<String, Value>, ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    obj.get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| ApiError::bad_request("metadata must be an object"))
+}
+
+/// Checks `apiVersion`/`kind` against the URL and fills them in when missing.
+pub fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    match obj["kind"].as_str() {
+        None => obj["kind"] = json!(rt.kind),
+        Some(k) if k == rt.kind => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind {k:?} does not match the resource {} (kind {:?})",
+                rt.plural, rt.kind
+            )));
+        }
+    }
+    match obj["apiVersion"].as_str() {
+        None => obj["apiVersion"] = json!(rt.api_version()),
+        Some(v) if v == rt.api_version() => {}
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "the apiVersion {v:?} does not match {:?}",
+                rt.api_version()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Prepares a new object: name (or generateName), namespace, uid, timestamps, generation.
+pub fn prepare_create(
+    rt: &ResourceType,
+    namespace: &str,
+    obj: &mut Value,
+) -> Result<String, ApiError> {
+    check_type(rt, obj)?;
+    let meta = meta_mut(obj)?;
+    let mut name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty() {
+        let prefix = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if prefix.is_empty() {
+            return Err(ApiError::invalid(
+                &rt.kind,
+                "",
+                "metadata.name: Required value: name or generateName is required",
+            ));
+        }
+        let suffix: String = (0..5)
+            .map(|_| {
+                const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+                ALPHABET[rand::random_range(0..ALPHABET.len())] as char
+            })
+            .collect();
+        name = format!("{prefix}{suffix}");
+        meta.insert("name".into(), json!(name));
+    }
+    let valid = if rt.plural == "namespaces" {
+        is_dns_label(&name)
+    } else {
+        is_dns_subdomain(&name)
+    };
+    if !valid {
+        return Err(ApiError::invalid(
+            &rt.kind,
+            &name,
+            &format!(
+                "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+            ),
+        ));
+    }
+    if rt.namespaced {
+        match meta.get("namespace").and_then(Value::as_str) {
+            Some(ns) if !ns.is_empty() && ns != namespace => {
+                return Err(ApiError::bad_request(format!(
+                    "the namespace of the provided object ({ns}) does not match the namespace sent on the request ({namespace})"
+                )));
+            }
+            _ => {
+                meta.insert("namespace".into(), json!(namespace));
+            }
+        }
+    } else {
+        meta.remove("namespace");
+    }
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+    meta.insert("generation".into(), json!(1));
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    meta.remove("resourceVersion");
+    meta.remove("selfLink");
+    meta.remove("managedFields");
+    if rt.status {
+        let status = initial_status(rt);
+        obj["status"] = status;
+    }
+    apply_defaults(rt, obj);
+    Ok(name)
+}
+
+fn initial_status(rt: &ResourceType) -> Value {
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "persistentvolumeclaims") | ("", "persistentvolumes") => json!({"phase": "Pending"}),
+        ("", "namespaces") => json!({"phase": "Active"}),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => json!({
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now_rfc3339()},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now_rfc3339()},
+            ]
+        }),
+        _ => json!({}),
+    }
+}
+
+/// Defaults clients rely on.
+pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
+    let set_default = |obj: &mut Value, path: &[&str], value: Value| {
+        let mut cur = obj;
+        for (i, part) in path.iter().enumerate() {
+            if !cur.is_object() {
+                return;
+            }
+            if i == path.len() - 1 {
+                if cur.get(*part).is_none_or(Value::is_null) {
+                    cur[*part] = value;
+                }
+                return;
+            }
+            if cur.get(*part).is_none_or(Value::is_null) {
+                cur[*part] = json!({});
+            }
+            cur = &mut cur[*part];
+        }
+    };
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "persistentvolumeclaims") => {
+            set_default(obj, &["spec", "volumeMode"], json!("Filesystem"))
+        }
+        ("", "persistentvolumes") => {
+            set_default(
+                obj,
+                &["spec", "persistentVolumeReclaimPolicy"],
+                json!("Retain"),
+            );
+            set_default(obj, &["spec", "volumeMode"], json!("Filesystem"));
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            set_default(obj, &["reclaimPolicy"], json!("Delete"));
+            set_default(obj, &["volumeBindingMode"], json!("Immediate"));
+        }
+        ("", "namespaces") => {
+            set_default(obj, &["spec", "finalizers"], json!(["kubernetes"]));
+        }
+        _ => {}
+    }
+}
+
+/// Validations clients rely on (422 with the field path).
+pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let invalid = |msg: String| Err(ApiError::invalid(&rt.kind, name, &msg));
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "persistentvolumeclaims") => {
+            let spec = &obj["spec"];
+            if spec["accessModes"].as_array().is_none_or(Vec::is_empty) && old.is_none() {
+                return invalid(
+                    "spec.accessModes: Required value: at least 1 access mode is required".into(),
+                );
+            }
+            if spec["resources"]["requests"]["storage"].is_null()
+                && spec["dataSourceRef"].is_null()
+                && old.is_none()
+            {
+                return invalid("spec.resources[storage]: Required value".into());
+            }
+            if let Some(old) = old {
+                let mut a = old["spec"].clone();
+                let mut b = spec.clone();
+                for v in [&mut a, &mut b] {
+                    if let Some(m) = v.as_object_mut() {
+                        m.remove("resources");
+                        m.remove("volumeAttributesClassName");
+                    }
+                }
+                // Binding sets volumeName once; the default class is assigned once.
+                for field in ["volumeName", "storageClassName"] {
+                    if a[field].is_null() || a[field] == json!("") {
+                        if let Some(m) = a.as_object_mut() {
+                            m.remove(field);
+                        }
+                        if let Some(m) = b.as_object_mut() {
+                            m.remove(field);
+                        }
+                    }
+                }
+                if a != b {
+                    return invalid("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims".into());
+                }
+            }
+        }
+        ("", "persistentvolumes") => {
+            let spec = &obj["spec"];
+            if spec["capacity"]["storage"].is_null() {
+                return invalid("spec.capacity: Required value".into());
+            }
+            if spec["accessModes"].as_array().is_none_or(Vec::is_empty) {
+                return invalid("spec.accessModes: Required value".into());
+            }
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            if obj["provisioner"].as_str().is_none_or(str::is_empty) {
+                return invalid("provisioner: Required value".into());
+            }
+            if let Some(old) = old {
+                for field in [
+                    "provisioner",
+                    "parameters",
+                    "reclaimPolicy",
+                    "volumeBindingMode",
+                ] {
+                    if old[field] != obj[field] {
+                        return invalid(format!(
+                            "{field}: Forbidden: updates to {field} are forbidden."
+                        ));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The object an update stores: immutable metadata kept, status or spec taken from the right
+/// side of the status subresource, generation bumped when the spec changes.
+pub fn merge_update(
+    rt: &ResourceType,
+    current: &Value,
+    mut incoming: Value,
+    status_only: bool,
+) -> Result<Value, ApiError> {
+    check_type(rt, &mut incoming)?;
+    let mut next = if status_only {
+        let mut next = current.clone();
+        next["status"] = incoming["status"].clone();
+        next
+    } else {
+        if rt.status {
+            incoming["status"] = current["status"].clone();
+        }
+        incoming
+    };
+    let cm = &current["metadata"];
+    let meta = meta_mut(&mut next)?;
+    for key in [
+        "uid",
+        "creationTimestamp",
+        "namespace",
+        "name",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match cm.get(key) {
+            Some(v) => {
+                meta.insert(key.into(), v.clone());
+            }
+            None => {
+                meta.remove(key);
+            }
+        }
+    }
+    meta.remove("managedFields");
+    if !status_only {
+        let spec_changed = spec_of(current) != spec_of(&next);
+        if spec_changed {
+            let generation = current["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
+            next["metadata"]["generation"] = json!(generation);
+        }
+    }
+    apply_defaults(rt, &mut next);
+    Ok(next)
+}
+
+fn spec_of(v: &Value) -> Value {
+    let mut copy = v.clone();
+    if let Some(m) = copy.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    copy
+}
+
+/// Removes `$`-directives of strategic merge patches that merge patch does not know.
+pub fn strip_directives(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, _| !k.starts_with('$'));
+            for child in m.values_mut() {
+                strip_directives(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_directives),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(1_700_000_000));
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}

@@ -1,0 +1,293 @@
+//! The resources the server knows: built-in types and those declared by CRDs.
+
+use std::sync::RwLock;
+
+/// One resource type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceType {
+    /// API group ("" for core).
+    pub group: String,
+    /// Version.
+    pub version: String,
+    /// Plural (URL) name.
+    pub plural: String,
+    /// Singular name.
+    pub singular: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespaced or cluster scoped.
+    pub namespaced: bool,
+    /// Has a status subresource.
+    pub status: bool,
+    /// Short names.
+    pub short_names: Vec<String>,
+}
+
+impl ResourceType {
+    /// `apiVersion` of its objects.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// Storage key prefix, unique per resource.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.group, self.plural)
+    }
+}
+
+/// group, version, plural, kind, namespaced, status subresource, short names.
+type Builtin = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    bool,
+    &'static [&'static str],
+);
+
+const BUILTIN: &[Builtin] = &[
+    ("", "v1", "namespaces", "Namespace", false, true, &["ns"]),
+    ("", "v1", "nodes", "Node", false, true, &["no"]),
+    (
+        "",
+        "v1",
+        "persistentvolumes",
+        "PersistentVolume",
+        false,
+        true,
+        &["pv"],
+    ),
+    (
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        true,
+        true,
+        &["pvc"],
+    ),
+    ("", "v1", "pods", "Pod", true, true, &["po"]),
+    ("", "v1", "secrets", "Secret", true, false, &[]),
+    ("", "v1", "configmaps", "ConfigMap", true, false, &["cm"]),
+    ("", "v1", "events", "Event", true, false, &["ev"]),
+    (
+        "",
+        "v1",
+        "serviceaccounts",
+        "ServiceAccount",
+        true,
+        false,
+        &["sa"],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        "StorageClass",
+        false,
+        false,
+        &["sc"],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "csidrivers",
+        "CSIDriver",
+        false,
+        false,
+        &[],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "csinodes",
+        "CSINode",
+        false,
+        false,
+        &[],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "csistoragecapacities",
+        "CSIStorageCapacity",
+        true,
+        false,
+        &[],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "volumeattachments",
+        "VolumeAttachment",
+        false,
+        true,
+        &[],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "volumeattributesclasses",
+        "VolumeAttributesClass",
+        false,
+        false,
+        &["vac"],
+    ),
+    (
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        true,
+        false,
+        &[],
+    ),
+    (
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        true,
+        false,
+        &["ev"],
+    ),
+    (
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        true,
+        true,
+        &["deploy"],
+    ),
+    (
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        true,
+        true,
+        &["sts"],
+    ),
+    ("apps", "v1", "daemonsets", "DaemonSet", true, true, &["ds"]),
+    (
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        true,
+        &["rs"],
+    ),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        false,
+        true,
+        &["crd", "crds"],
+    ),
+];
+
+/// The table of resource types; CRDs add and remove entries at run time.
+#[derive(Debug)]
+pub struct Registry {
+    types: RwLock<Vec<ResourceType>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        let types = BUILTIN
+            .iter()
+            .map(|(g, v, p, k, ns, st, short)| ResourceType {
+                group: g.to_string(),
+                version: v.to_string(),
+                plural: p.to_string(),
+                singular: k.to_lowercase(),
+                kind: k.to_string(),
+                namespaced: *ns,
+                status: *st,
+                short_names: short.iter().map(|s| s.to_string()).collect(),
+            })
+            .collect();
+        Registry {
+            types: RwLock::new(types),
+        }
+    }
+}
+
+impl Registry {
+    /// Looks a resource up by group, version and plural.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<ResourceType> {
+        self.read()
+            .iter()
+            .find(|t| t.group == group && t.version == version && t.plural == plural)
+            .cloned()
+    }
+
+    /// All types.
+    pub fn all(&self) -> Vec<ResourceType> {
+        self.read().clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<ResourceType>> {
+        match self.types.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Replaces the CRD-declared types with those described by `crds` (CRD objects as JSON).
+    pub fn set_custom(&self, crds: &[serde_json::Value]) {
+        let mut custom = Vec::new();
+        for crd in crds {
+            let spec = &crd["spec"];
+            let group = spec["group"].as_str().unwrap_or_default();
+            let names = &spec["names"];
+            let plural = names["plural"].as_str().unwrap_or_default();
+            let kind = names["kind"].as_str().unwrap_or_default();
+            if group.is_empty() || plural.is_empty() || kind.is_empty() {
+                continue;
+            }
+            for version in spec["versions"].as_array().into_iter().flatten() {
+                if version["served"].as_bool() == Some(false) {
+                    continue;
+                }
+                let Some(name) = version["name"].as_str() else {
+                    continue;
+                };
+                custom.push(ResourceType {
+                    group: group.to_string(),
+                    version: name.to_string(),
+                    plural: plural.to_string(),
+                    singular: names["singular"]
+                        .as_str()
+                        .map_or_else(|| kind.to_lowercase(), str::to_string),
+                    kind: kind.to_string(),
+                    namespaced: spec["scope"].as_str() != Some("Cluster"),
+                    status: !version["subresources"]["status"].is_null(),
+                    short_names: names["shortNames"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|s| s.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        let mut types = match self.types.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        types.truncate(BUILTIN.len());
+        types.extend(custom);
+    }
+}

@@ -1,0 +1,1269 @@
+//! HTTP: routing, verbs, watch streams, discovery, tables, auth and request metrics.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::objects::{self, merge_update, prepare_create, strip_directives, validate};
+use crate::registry::{Registry, ResourceType};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::store::{Change, ChangeKind, Store, Write2};
+
+/// Largest accepted body (kube-apiserver's default is 3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Shared state of the handlers.
+pub struct App {
+    /// Objects.
+    pub store: Store,
+    /// Types.
+    pub registry: Registry,
+    /// Bearer token.
+    pub token: String,
+    /// Requests by (verb, resource, code, client).
+    pub requests: Mutex<BTreeMap<(String, String, u16, String), u64>>,
+    /// Address clients use (discovery).
+    pub address: Mutex<Option<SocketAddr>>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App").finish_non_exhaustive()
+    }
+}
+
+type Shared = Arc<App>;
+
+struct Query(BTreeMap<String, String>);
+
+impl Query {
+    fn parse(q: Option<&str>) -> Self {
+        let mut m = BTreeMap::new();
+        for pair in q.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            m.insert(decode(k), decode(v));
+        }
+        Query(m)
+    }
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+    fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("true" | "1"))
+    }
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A resolved resource path.
+struct Target {
+    rt: ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+enum Route {
+    Version,
+    ApiVersions,
+    ApiGroups,
+    Resources(String, String),
+    Object(Target),
+    Metrics,
+    Health,
+    OpenApiRoot,
+    OpenApiGroupVersion(String, String),
+}
+
+fn route(app: &App, path: &str) -> Result<Route, ApiError> {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["version"] => return Ok(Route::Version),
+        ["metrics"] => return Ok(Route::Metrics),
+        ["healthz" | "readyz" | "livez", ..] => return Ok(Route::Health),
+        ["openapi", "v3"] => return Ok(Route::OpenApiRoot),
+        ["openapi", "v3", "api", v] => {
+            return Ok(Route::OpenApiGroupVersion(String::new(), v.to_string()));
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return Ok(Route::OpenApiGroupVersion(g.to_string(), v.to_string()));
+        }
+        ["api"] => return Ok(Route::ApiVersions),
+        ["apis"] => return Ok(Route::ApiGroups),
+        ["api", v] => return Ok(Route::Resources(String::new(), v.to_string())),
+        ["apis", g, v] => return Ok(Route::Resources(g.to_string(), v.to_string())),
+        ["api", v, rest @ ..] => (String::new(), v.to_string(), rest.to_vec()),
+        ["apis", g, v, rest @ ..] => (g.to_string(), v.to_string(), rest.to_vec()),
+        _ => return Err(ApiError::no_route(path)),
+    };
+    let find = |plural: &str| {
+        app.registry
+            .find(&group, &version, plural)
+            .ok_or_else(|| ApiError::no_route(path))
+    };
+    let target = match rest.as_slice() {
+        ["namespaces", ns, plural, tail @ ..] if *plural != "status" && *plural != "finalize" => {
+            let rt = find(plural)?;
+            if !rt.namespaced {
+                return Err(ApiError::no_route(path));
+            }
+            let (name, sub) = match tail {
+                [] => (None, None),
+                [n] => (Some(n.to_string()), None),
+                [n, s] => (Some(n.to_string()), Some(s.to_string())),
+                _ => return Err(ApiError::no_route(path)),
+            };
+            Target {
+                rt,
+                namespace: Some(ns.to_string()),
+                name,
+                subresource: sub,
+            }
+        }
+        [plural, tail @ ..] => {
+            let rt = find(plural)?;
+            let (name, sub) = match tail {
+                [] => (None, None),
+                [n] if !rt.namespaced => (Some(n.to_string()), None),
+                [n, s] if !rt.namespaced => (Some(n.to_string()), Some(s.to_string())),
+                _ => return Err(ApiError::no_route(path)),
+            };
+            Target {
+                rt,
+                namespace: None,
+                name,
+                subresource: sub,
+            }
+        }
+        _ => return Err(ApiError::no_route(path)),
+    };
+    if let Some(sub) = &target.subresource
+        && !(sub == "status" && target.rt.status)
+    {
+        return Err(ApiError::no_route(path));
+    }
+    Ok(Route::Object(target))
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Ok(());
+    };
+    let ok = accept.split(',').any(|part| {
+        let media = part.split(';').next().unwrap_or("").trim();
+        matches!(
+            media,
+            "application/json" | "*/*" | "application/*" | "" | "application/yaml"
+        )
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::not_acceptable(format!(
+            "only the following media types are accepted: application/json (asked for {accept:?})"
+        )))
+    }
+}
+
+/// The single handler: authenticates, routes, counts.
+pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
+    let client = request
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .unwrap_or("unknown")
+        .to_string();
+    let (verb, resource, response) = dispatch(&app, request).await;
+    let code = response.status().as_u16();
+    if let Ok(mut counts) = app.requests.lock() {
+        *counts
+            .entry((verb.to_string(), resource, code, client))
+            .or_default() += 1;
+    }
+    response
+}
+
+async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Response) {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let query = Query::parse(request.uri().query());
+    let headers = request.headers().clone();
+    let route = match route(app, &path) {
+        Ok(r) => r,
+        Err(e) => return ("GET", String::new(), e.into_response()),
+    };
+    if !matches!(route, Route::Health) {
+        let auth = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if auth.strip_prefix("Bearer ").map(str::trim) != Some(app.token.as_str()) {
+            return ("", String::new(), ApiError::unauthorized().into_response());
+        }
+    }
+    if let Err(e) = check_accept(&headers) {
+        return ("", String::new(), e.into_response());
+    }
+    let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => return ("", String::new(), ApiError::too_large().into_response()),
+    };
+    match route {
+        Route::Health => ("", String::new(), "ok".into_response()),
+        Route::Version => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &version()),
+        ),
+        Route::Metrics => ("GET", String::new(), metrics(app)),
+        Route::ApiVersions => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &api_versions(app)),
+        ),
+        Route::ApiGroups => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &api_groups(app)),
+        ),
+        Route::Resources(g, v) => ("GET", String::new(), resource_list(app, &g, &v)),
+        Route::OpenApiRoot => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &openapi_root(app)),
+        ),
+        Route::OpenApiGroupVersion(g, v) => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &openapi_group_version(app, &g, &v)),
+        ),
+        Route::Object(target) => {
+            let resource = target.rt.plural.clone();
+            let (verb, result) = object_request(app, &method, target, &query, &headers, body).await;
+            (
+                verb,
+                resource,
+                result.unwrap_or_else(IntoResponse::into_response),
+            )
+        }
+    }
+}
+
+fn version() -> Value {
+    json!({
+        "major": "1", "minor": "34", "gitVersion": "v1.34.0-volstack", "gitCommit": "", "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "rust", "compiler": "rustc", "platform": "linux/amd64"
+    })
+}
+
+fn api_versions(app: &App) -> Value {
+    let address = app
+        .address
+        .lock()
+        .ok()
+        .and_then(|a| *a)
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}]})
+}
+
+fn api_groups(app: &App) -> Value {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for t in app.registry.all() {
+        if t.group.is_empty() {
+            continue;
+        }
+        let versions = groups.entry(t.group.clone()).or_default();
+        if !versions.contains(&t.version) {
+            versions.push(t.version.clone());
+        }
+    }
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(g, vs)| {
+            let versions: Vec<Value> = vs
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                .collect();
+            json!({"name": g, "versions": versions.clone(), "preferredVersion": versions[0]})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn resource_list(app: &App, group: &str, version: &str) -> Response {
+    let types: Vec<ResourceType> = app
+        .registry
+        .all()
+        .into_iter()
+        .filter(|t| t.group == group && t.version == version)
+        .collect();
+    if types.is_empty() {
+        return ApiError::no_route(&format!("{group}/{version}")).into_response();
+    }
+    let mut resources = Vec::new();
+    for t in &types {
+        let mut r = json!({
+            "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        });
+        if !t.short_names.is_empty() {
+            r["shortNames"] = json!(t.short_names);
+        }
+        resources.push(r);
+        if t.status {
+            resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    json_response(
+        StatusCode::OK,
+        &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
+}
+
+/// The OpenAPI v3 index: one document per group version. kubectl reads it to learn that the
+/// server validates fields itself (`fieldValidation`), so it needs no schemas.
+fn openapi_root(app: &App) -> Value {
+    let mut paths = serde_json::Map::new();
+    for t in app.registry.all() {
+        let key = if t.group.is_empty() {
+            format!("api/{}", t.version)
+        } else {
+            format!("apis/{}/{}", t.group, t.version)
+        };
+        paths.insert(
+            key.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash=volstack")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
+    let mut paths = serde_json::Map::new();
+    let param = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+    for t in app
+        .registry
+        .all()
+        .into_iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let item = if t.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", t.plural)
+        };
+        let collection = if t.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}", t.plural)
+        } else {
+            format!("{prefix}/{}", t.plural)
+        };
+        let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
+        let op = |action: &str| {
+            json!({
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": [param("dryRun"), param("fieldManager"), param("fieldValidation")],
+                "responses": {"200": {"description": "OK"}},
+            })
+        };
+        paths.insert(item, json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
+        paths.insert(collection, json!({"get": op("list"), "post": op("post")}));
+    }
+    json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.34.0"}, "paths": paths, "components": {"schemas": {}}})
+}
+
+fn metrics(app: &App) -> Response {
+    let mut out = String::from(
+        "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource, client and HTTP response code.\n# TYPE apiserver_request_total counter\n",
+    );
+    if let Ok(counts) = app.requests.lock() {
+        for ((verb, resource, code, client), n) in counts.iter() {
+            out.push_str(&format!("apiserver_request_total{{client=\"{client}\",code=\"{code}\",resource=\"{resource}\",verb=\"{verb}\"}} {n}\n"));
+        }
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+fn namespace_active(app: &App, rt: &ResourceType, ns: &str) -> Result<(), ApiError> {
+    if !rt.namespaced {
+        return Ok(());
+    }
+    match app.store.get("/namespaces", "", ns) {
+        None => Err(ApiError::not_found("", "namespaces", ns)),
+        Some(n) if !n["metadata"]["deletionTimestamp"].is_null() => {
+            Err(ApiError::forbidden(format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            )))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+async fn object_request(
+    app: &Shared,
+    method: &Method,
+    t: Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> (&'static str, Result<Response, ApiError>) {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let rt = t.rt.clone();
+    let key = rt.key();
+    match (method.as_str(), t.name.clone()) {
+        ("GET", None) if query.flag("watch") => ("WATCH", watch(app, &t, query, headers)),
+        ("GET", None) => ("LIST", list(app, &t, query, headers)),
+        ("GET", Some(name)) => (
+            "GET",
+            match app.store.get(&key, &ns, &name) {
+                Some(obj) if wants_table(headers) => Ok(json_response(
+                    StatusCode::OK,
+                    &table(&rt, &[obj], app.store.current_rv()),
+                )),
+                Some(obj) => Ok(json_response(StatusCode::OK, &obj)),
+                None => Err(ApiError::not_found(&rt.group, &rt.plural, &name)),
+            },
+        ),
+        ("POST", None) => ("CREATE", create(app, &t, query, body).await),
+        ("PUT", Some(name)) => ("UPDATE", update(app, &t, &name, body).await),
+        ("PATCH", Some(name)) => ("PATCH", patch(app, &t, &name, headers, body).await),
+        ("DELETE", Some(name)) => (
+            "DELETE",
+            delete(app, &rt, &ns, &name, &body)
+                .await
+                .map(|v| json_response(StatusCode::OK, &v)),
+        ),
+        ("DELETE", None) => ("DELETECOLLECTION", delete_collection(app, &t, query).await),
+        _ => (
+            "",
+            Err(ApiError::method_not_allowed(format!(
+                "{method} is not allowed here"
+            ))),
+        ),
+    }
+}
+
+fn selectors(query: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    Ok((labels, fields))
+}
+
+fn list(app: &App, t: &Target, query: &Query, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(query)?;
+    let (items, rv) = app.store.list(&t.rt.key(), t.namespace.as_deref());
+    let items: Vec<Arc<Value>> = items
+        .into_iter()
+        .filter(|o| labels.matches_object(o) && fields.matches(o))
+        .collect();
+    if wants_table(headers) {
+        return Ok(json_response(StatusCode::OK, &table(&t.rt, &items, rv)));
+    }
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let start: usize = query
+        .get("continue")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let page: Vec<&Value> = items
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|a| a.as_ref())
+        .collect();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if start + page.len() < items.len() {
+        metadata["continue"] = json!((start + page.len()).to_string());
+        metadata["remainingItemCount"] = json!(items.len() - start - page.len());
+    }
+    let body = json!({
+        "kind": format!("{}List", t.rt.kind),
+        "apiVersion": t.rt.api_version(),
+        "metadata": metadata,
+        "items": page,
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+fn age(obj: &Value) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let created = obj["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(objects::parse_rfc3339)
+        .unwrap_or(now);
+    let s = now.saturating_sub(created);
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn modes(v: &Value) -> String {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(|m| match m {
+                    "ReadWriteOnce" => "RWO",
+                    "ReadOnlyMany" => "ROX",
+                    "ReadWriteMany" => "RWX",
+                    "ReadWriteOncePod" => "RWOP",
+                    other => other,
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+fn s(v: &Value) -> String {
+    v.as_str().unwrap_or("").to_string()
+}
+
+/// Renders one table row's cells.
+type CellFn = Box<dyn Fn(&Value) -> Vec<String>>;
+
+fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
+    let (columns, cells): (Vec<&str>, CellFn) = match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "persistentvolumeclaims") => (
+            vec![
+                "Name",
+                "Status",
+                "Volume",
+                "Capacity",
+                "Access Modes",
+                "StorageClass",
+                "Age",
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    s(&o["metadata"]["name"]),
+                    s(&o["status"]["phase"]),
+                    s(&o["spec"]["volumeName"]),
+                    s(&o["status"]["capacity"]["storage"]),
+                    modes(&o["status"]["accessModes"]),
+                    s(&o["spec"]["storageClassName"]),
+                    age(o),
+                ]
+            }),
+        ),
+        ("", "persistentvolumes") => (
+            vec![
+                "Name",
+                "Capacity",
+                "Access Modes",
+                "Reclaim Policy",
+                "Status",
+                "Claim",
+                "StorageClass",
+                "Age",
+            ],
+            Box::new(|o: &Value| {
+                let claim = if o["spec"]["claimRef"].is_null() {
+                    String::new()
+                } else {
+                    format!(
+                        "{}/{}",
+                        s(&o["spec"]["claimRef"]["namespace"]),
+                        s(&o["spec"]["claimRef"]["name"])
+                    )
+                };
+                vec![
+                    s(&o["metadata"]["name"]),
+                    s(&o["spec"]["capacity"]["storage"]),
+                    modes(&o["spec"]["accessModes"]),
+                    s(&o["spec"]["persistentVolumeReclaimPolicy"]),
+                    s(&o["status"]["phase"]),
+                    claim,
+                    s(&o["spec"]["storageClassName"]),
+                    age(o),
+                ]
+            }),
+        ),
+        ("storage.k8s.io", "storageclasses") => (
+            vec![
+                "Name",
+                "Provisioner",
+                "ReclaimPolicy",
+                "VolumeBindingMode",
+                "Age",
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    s(&o["metadata"]["name"]),
+                    s(&o["provisioner"]),
+                    s(&o["reclaimPolicy"]),
+                    s(&o["volumeBindingMode"]),
+                    age(o),
+                ]
+            }),
+        ),
+        ("", "namespaces") => (
+            vec!["Name", "Status", "Age"],
+            Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), s(&o["status"]["phase"]), age(o)]),
+        ),
+        _ => (
+            vec!["Name", "Age"],
+            Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), age(o)]),
+        ),
+    };
+    let column_definitions: Vec<Value> = columns
+        .iter()
+        .map(|c| json!({"name": c, "type": "string", "format": if *c == "Name" { "name" } else { "" }, "description": "", "priority": 0}))
+        .collect();
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|o| json!({"cells": cells(o), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}))
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()}, "columnDefinitions": column_definitions, "rows": rows})
+}
+
+/// A live subscription to changes.
+type Feed = broadcast::Receiver<Arc<Change>>;
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = json!({"type": kind, "object": object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+fn watch(
+    app: &Shared,
+    t: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(query)?;
+    let resource = t.rt.key();
+    let namespace = t.namespace.clone();
+    let rt = t.rt.clone();
+    let as_table = wants_table(headers);
+    let requested_rv: Option<u64> = query
+        .get("resourceVersion")
+        .filter(|r| !r.is_empty())
+        .and_then(|r| r.parse().ok());
+    let send_initial = query.flag("sendInitialEvents");
+    let bookmarks = query.flag("allowWatchBookmarks");
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let matches = move |c: &Change| {
+        c.resource == resource
+            && namespace.as_ref().is_none_or(|ns| &c.namespace == ns)
+            && labels.matches_object(&c.object)
+            && fields.matches(&c.object)
+    };
+    let (initial, backlog, mut rx, start_rv): (Vec<Arc<Value>>, Vec<Arc<Change>>, Feed, u64) =
+        match requested_rv {
+            Some(rv) if rv > 0 && !send_initial => match app.store.watch_from(rv) {
+                Ok((backlog, rx)) => (Vec::new(), backlog, rx, rv),
+                Err(oldest) => {
+                    let status =
+                        ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
+                            .to_status();
+                    let body = event_line("ERROR", &status);
+                    return Ok((
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                        .into_response());
+                }
+            },
+            _ => {
+                let (items, rv, rx) = app
+                    .store
+                    .snapshot_and_watch(&t.rt.key(), t.namespace.as_deref());
+                (items, Vec::new(), rx, rv)
+            }
+        };
+    let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(256);
+    let kind = rt.kind.clone();
+    let api_version = rt.api_version();
+    let app = app.clone();
+    tokio::spawn(async move {
+        let render = |object: &Value| {
+            if as_table {
+                table(&rt, &[Arc::new(object.clone())], 0)
+            } else {
+                object.clone()
+            }
+        };
+        let mut last_rv = start_rv;
+        let filter_initial = |o: &Value| {
+            let change = Change {
+                rv: 0,
+                kind: ChangeKind::Added,
+                resource: rt.key(),
+                namespace: o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                object: Arc::new(o.clone()),
+            };
+            matches(&change)
+        };
+        for obj in &initial {
+            if filter_initial(obj)
+                && tx
+                    .send(Ok(event_line("ADDED", &render(obj))))
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+        }
+        if send_initial {
+            let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": start_rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
+            if tx
+                .send(Ok(event_line("BOOKMARK", &bookmark)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        for change in backlog {
+            last_rv = change.rv;
+            if matches(&change)
+                && tx
+                    .send(Ok(event_line(
+                        change.kind.as_str(),
+                        &render(&change.object),
+                    )))
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(Duration::from_secs(10));
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                () = &mut deadline => return,
+                () = tx.closed() => return,
+                _ = ticker.tick(), if bookmarks => {
+                    let rv = app.store.current_rv().max(last_rv);
+                    let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
+                    if tx.send(Ok(event_line("BOOKMARK", &bookmark))).await.is_err() {
+                        return;
+                    }
+                }
+                received = rx.recv() => match received {
+                    Ok(change) => {
+                        if change.rv <= last_rv {
+                            continue;
+                        }
+                        last_rv = change.rv;
+                        if matches(&change) && tx.send(Ok(event_line(change.kind.as_str(), &render(&change.object)))).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Fell behind: end the watch; the client re-lists.
+                    Err(_) => return,
+                },
+            }
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(out);
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::TRANSFER_ENCODING, "chunked")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| {
+            ApiError::internal("failed to build the watch response").into_response()
+        }))
+}
+
+async fn commit(app: &App, rv: u64) -> Result<(), ApiError> {
+    app.store
+        .wait_durable(rv)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+async fn create(
+    app: &Shared,
+    t: &Target,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    if t.subresource.is_some() {
+        return Err(ApiError::method_not_allowed(
+            "create is not allowed on a subresource",
+        ));
+    }
+    let ns = t.namespace.clone().unwrap_or_default();
+    if t.rt.namespaced && ns.is_empty() {
+        return Err(ApiError::bad_request(
+            "the namespace of the object is required (POST to /namespaces/{ns}/...)",
+        ));
+    }
+    let mut obj = parse_body(&body)?;
+    let name = prepare_create(&t.rt, &ns, &mut obj)?;
+    validate(&t.rt, &obj, None)?;
+    namespace_active(app, &t.rt, &ns)?;
+    if query.get("dryRun") == Some("All") {
+        if app.store.get(&t.rt.key(), &ns, &name).is_some() {
+            return Err(ApiError::already_exists(&t.rt.group, &t.rt.plural, &name));
+        }
+        return Ok(json_response(StatusCode::CREATED, &obj));
+    }
+    let rt = t.rt.clone();
+    let (stored, rv) = app
+        .store
+        .write(&rt.key(), &ns, &name, |current, _| match current {
+            Some(_) => Err(ApiError::already_exists(&rt.group, &rt.plural, &name)),
+            None => Ok(Write2::Put(obj)),
+        })?;
+    commit(app, rv).await?;
+    if rt.plural == "customresourcedefinitions" {
+        refresh_crds(app);
+    }
+    let stored = stored.ok_or_else(|| ApiError::internal("object vanished"))?;
+    Ok(json_response(StatusCode::CREATED, &stored))
+}
+
+fn refresh_crds(app: &App) {
+    let (crds, _) = app
+        .store
+        .list("apiextensions.k8s.io/customresourcedefinitions", None);
+    let crds: Vec<Value> = crds.iter().map(|c| (**c).clone()).collect();
+    app.registry.set_custom(&crds);
+}
+
+/// Applies an update (full object) under optimistic concurrency; deletes the object when it is
+/// being deleted and has no finalizers left.
+async fn apply_update(
+    app: &Shared,
+    t: &Target,
+    name: &str,
+    incoming: Value,
+    check_rv: bool,
+) -> Result<Response, ApiError> {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let rt = t.rt.clone();
+    let status_only = t.subresource.as_deref() == Some("status");
+    if incoming["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n != name)
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            incoming["metadata"]["name"]
+        )));
+    }
+    let wanted_rv = incoming["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let (result, rv) = app.store.write(&rt.key(), &ns, name, |current, _| {
+        let Some(current) = current else { return Err(ApiError::not_found(&rt.group, &rt.plural, name)) };
+        let current_rv = current["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if check_rv && !wanted_rv.is_empty() && wanted_rv != current_rv {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name, "the object has been modified; please apply your changes to the latest version and try again"));
+        }
+        let next = merge_update(&rt, current, incoming, status_only)?;
+        validate(&rt, &next, Some(current))?;
+        let deleting = !next["metadata"]["deletionTimestamp"].is_null();
+        let no_finalizers = next["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty);
+        if deleting && no_finalizers {
+            return Ok(Write2::Delete);
+        }
+        let mut a = next.clone();
+        let mut b = current.clone();
+        if let (Some(ma), Some(mb)) = (a["metadata"].as_object_mut(), b["metadata"].as_object_mut()) {
+            ma.remove("resourceVersion");
+            mb.remove("resourceVersion");
+        }
+        if a == b {
+            return Ok(Write2::Keep);
+        }
+        Ok(Write2::Put(next))
+    })?;
+    commit(app, rv).await?;
+    if rt.plural == "customresourcedefinitions" {
+        refresh_crds(app);
+    }
+    let object = result.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+    Ok(json_response(StatusCode::OK, &object))
+}
+
+async fn update(app: &Shared, t: &Target, name: &str, body: Bytes) -> Result<Response, ApiError> {
+    let incoming = parse_body(&body)?;
+    apply_update(app, t, name, incoming, true).await
+}
+
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+async fn patch(
+    app: &Shared,
+    t: &Target,
+    name: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let ns = t.namespace.clone().unwrap_or_default();
+    let current = app
+        .store
+        .get(&t.rt.key(), &ns, name)
+        .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
+    let mut next = (*current).clone();
+    let patch_value = parse_body(&body)?;
+    match content_type.as_str() {
+        "application/merge-patch+json" => merge_patch(&mut next, &patch_value),
+        "application/strategic-merge-patch+json" => {
+            let mut p = patch_value.clone();
+            strip_directives(&mut p);
+            merge_patch(&mut next, &p);
+        }
+        "application/json-patch+json" => {
+            let ops: json_patch::Patch = serde_json::from_value(patch_value.clone())
+                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            json_patch::patch(&mut next, &ops).map_err(|e| {
+                ApiError::invalid(
+                    &t.rt.kind,
+                    name,
+                    &format!("the JSON patch could not be applied: {e}"),
+                )
+            })?;
+        }
+        "application/apply-patch+yaml" => {
+            return Err(ApiError::unsupported_media(
+                "server-side apply is not supported by this server; use kubectl apply (client-side) or another patch type",
+            ));
+        }
+        other => {
+            return Err(ApiError::unsupported_media(format!(
+                "the body of the request was in an unknown format ({other:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+            )));
+        }
+    }
+    // A patch that names a resourceVersion is a precondition; otherwise the patch applies to
+    // what we just read, and a concurrent change makes it retry.
+    let patched_rv = patch_value["metadata"]["resourceVersion"]
+        .as_str()
+        .map(str::to_string);
+    if patched_rv.is_none() {
+        next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+    }
+    for _ in 0..5 {
+        match apply_update(app, t, name, next.clone(), true).await {
+            Err(e) if e.code == 409 && patched_rv.is_none() => {
+                let fresh = app
+                    .store
+                    .get(&t.rt.key(), &ns, name)
+                    .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
+                next = (*fresh).clone();
+                match content_type.as_str() {
+                    "application/json-patch+json" => {
+                        let ops: json_patch::Patch = serde_json::from_value(patch_value.clone())
+                            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                        json_patch::patch(&mut next, &ops)
+                            .map_err(|e| ApiError::invalid(&t.rt.kind, name, &e.to_string()))?;
+                    }
+                    _ => {
+                        let mut p = patch_value.clone();
+                        strip_directives(&mut p);
+                        merge_patch(&mut next, &p);
+                    }
+                }
+                next["metadata"]["resourceVersion"] = fresh["metadata"]["resourceVersion"].clone();
+            }
+            other => return other,
+        }
+    }
+    Err(ApiError::conflict(
+        &t.rt.group,
+        &t.rt.plural,
+        name,
+        "the object keeps changing",
+    ))
+}
+
+async fn delete(
+    app: &Shared,
+    rt: &ResourceType,
+    ns: &str,
+    name: &str,
+    body: &Bytes,
+) -> Result<Value, ApiError> {
+    let options: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse_body(body)?
+    };
+    let pre_uid = options["preconditions"]["uid"].as_str().map(str::to_string);
+    let pre_rv = options["preconditions"]["resourceVersion"]
+        .as_str()
+        .map(str::to_string);
+    let is_namespace = rt.plural == "namespaces";
+    let (object, rv) = app.store.write(&rt.key(), ns, name, |current, _| {
+        let Some(current) = current else {
+            return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+        };
+        if let Some(uid) = &pre_uid
+            && current["metadata"]["uid"].as_str() != Some(uid.as_str())
+        {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    current["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            ));
+        }
+        if let Some(want) = &pre_rv
+            && current["metadata"]["resourceVersion"].as_str() != Some(want.as_str())
+        {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                "Precondition failed: the resourceVersion does not match",
+            ));
+        }
+        let has_finalizers = current["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if has_finalizers || is_namespace {
+            if !current["metadata"]["deletionTimestamp"].is_null() {
+                return Ok(Write2::Keep);
+            }
+            let mut next = current.clone();
+            next["metadata"]["deletionTimestamp"] = json!(objects::now_rfc3339());
+            next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            if is_namespace {
+                next["status"]["phase"] = json!("Terminating");
+            }
+            return Ok(Write2::Put(next));
+        }
+        Ok(Write2::Delete)
+    })?;
+    commit(app, rv).await?;
+    if is_namespace {
+        finish_namespace(app.clone(), name.to_string());
+    }
+    if rt.plural == "customresourcedefinitions" {
+        refresh_crds(app);
+    }
+    object
+        .map(|o| (*o).clone())
+        .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+}
+
+/// Deletes everything in a terminating namespace, then the namespace once it is empty.
+fn finish_namespace(app: Shared, namespace: String) {
+    tokio::spawn(async move {
+        for _ in 0..600 {
+            let contents = app.store.in_namespace(&namespace);
+            if contents.is_empty() {
+                let _ = app.store.write("/namespaces", "", &namespace, |_, _| {
+                    Ok::<_, ApiError>(Write2::Delete)
+                });
+                return;
+            }
+            for (resource, name) in contents {
+                let Some(rt) = app.registry.all().into_iter().find(|t| t.key() == resource) else {
+                    continue;
+                };
+                let _ = delete(&app, &rt, &namespace, &name, &Bytes::new()).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+}
+
+async fn delete_collection(app: &Shared, t: &Target, query: &Query) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(query)?;
+    let (items, _) = app.store.list(&t.rt.key(), t.namespace.as_deref());
+    let mut deleted = Vec::new();
+    for item in items
+        .iter()
+        .filter(|o| labels.matches_object(o) && fields.matches(o))
+    {
+        let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let ns = item["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if let Ok(obj) = delete(app, &t.rt, &ns, &name, &Bytes::new()).await {
+            deleted.push(obj);
+        }
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(), "metadata": {}, "items": deleted}),
+    ))
+}
+
+/// Builds the application state with the built-in namespaces.
+pub fn new_app(store: Store, token: String) -> Shared {
+    let app = Arc::new(App {
+        store,
+        registry: Registry::default(),
+        token,
+        requests: Mutex::new(BTreeMap::new()),
+        address: Mutex::new(None),
+    });
+    refresh_crds(&app);
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        if app.store.get("/namespaces", "", ns).is_none() {
+            let rt = app.registry.find("", "v1", "namespaces");
+            if let Some(rt) = rt {
+                let mut obj = json!({"metadata": {"name": ns}});
+                if prepare_create(&rt, "", &mut obj).is_ok() {
+                    let _ = app.store.write("/namespaces", "", ns, |_, _| {
+                        Ok::<_, ApiError>(Write2::Put(obj))
+                    });
+                }
+            }
+        }
+    }
+    app
+}
+
+/// Where the server keeps its kubeconfig and how it is reached.
+pub fn kubeconfig(address: SocketAddr, token: &str, ca_data: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: volstack\n  cluster:\n    server: https://{address}\n    certificate-authority-data: {ca_data}\ncontexts:\n- name: volstack\n  context:\n    cluster: volstack\n    user: volstack-admin\n    namespace: default\ncurrent-context: volstack\nusers:\n- name: volstack-admin\n  user:\n    token: {token}\n"
+    )
+}
+
+/// Writes the kubeconfig with mode 0600.
+pub fn write_kubeconfig(
+    path: &PathBuf,
+    address: SocketAddr,
+    token: &str,
+    ca_data: &str,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(kubeconfig(address, token, ca_data).as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,181 @@
+//! Errors as `Status` objects with kube-apiserver's reasons and codes.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// An API error.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP code.
+    pub code: u16,
+    /// Reason (`NotFound`, `Conflict`, ...).
+    pub reason: &'static str,
+    /// Message.
+    pub message: String,
+    /// details.name.
+    pub name: Option<String>,
+    /// details.kind (resource plural).
+    pub kind: Option<String>,
+    /// details.group.
+    pub group: Option<String>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            name: None,
+            kind: None,
+            group: None,
+        }
+    }
+    /// 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+    /// 401.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+    /// 403.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message)
+    }
+    /// 404 for an object.
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        let resource = if group.is_empty() {
+            plural.to_string()
+        } else {
+            format!("{plural}.{group}")
+        };
+        let mut e = Self::new(404, "NotFound", format!("{resource} \"{name}\" not found"));
+        e.name = Some(name.into());
+        e.kind = Some(plural.into());
+        e.group = Some(group.into());
+        e
+    }
+    /// 404 for a path.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    }
+    /// 405.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+    /// 409 AlreadyExists.
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        let resource = if group.is_empty() {
+            plural.to_string()
+        } else {
+            format!("{plural}.{group}")
+        };
+        let mut e = Self::new(
+            409,
+            "AlreadyExists",
+            format!("{resource} \"{name}\" already exists"),
+        );
+        e.name = Some(name.into());
+        e.kind = Some(plural.into());
+        e.group = Some(group.into());
+        e
+    }
+    /// 409 Conflict.
+    pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        let resource = if group.is_empty() {
+            plural.to_string()
+        } else {
+            format!("{plural}.{group}")
+        };
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+        );
+        e.name = Some(name.into());
+        e.kind = Some(plural.into());
+        e.group = Some(group.into());
+        e
+    }
+    /// 410.
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+    /// 413.
+    pub fn too_large() -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            "the request body is too large",
+        )
+    }
+    /// 415.
+    pub fn unsupported_media(message: impl Into<String>) -> Self {
+        Self::new(415, "UnsupportedMediaType", message)
+    }
+    /// 406.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+    /// 422.
+    pub fn invalid(kind: &str, name: &str, field_errors: &str) -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {field_errors}"),
+        );
+        e.name = Some(name.into());
+        e.kind = Some(kind.into());
+        e
+    }
+    /// 500.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    /// The Status object.
+    pub fn to_status(&self) -> Value {
+        let mut details = serde_json::Map::new();
+        if let Some(n) = &self.name {
+            details.insert("name".into(), json!(n));
+        }
+        if let Some(g) = &self.group {
+            details.insert("group".into(), json!(g));
+        }
+        if let Some(k) = &self.kind {
+            details.insert("kind".into(), json!(k));
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if !details.is_empty() {
+            status["details"] = Value::Object(details);
+        }
+        status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = self.to_status().to_string();
+        (
+            code,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    }
+}
