@@ -5,6 +5,7 @@
 mod csi_client;
 mod faults;
 mod logging;
+mod stack;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +29,21 @@ enum Command {
     Faults(faults::FaultsArgs),
     /// Run the Kubernetes-API-compatible server.
     Apiserver(ApiserverArgs),
+    /// Run the whole stack on this machine: API server, driver, provisioner, PV controller.
+    Up(stack::UpArgs),
+    /// Run the PV controller against an API server.
+    PvController(PvControllerArgs),
+}
+
+/// Flags of `volstack pv-controller`.
+#[derive(Debug, clap::Args)]
+struct PvControllerArgs {
+    /// Kubeconfig of the API server.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: String,
+    /// Concurrent claim (and volume) workers.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
 }
 
 /// Flags of `volstack apiserver`.
@@ -66,6 +82,8 @@ fn main() -> std::process::ExitCode {
             Command::Csi(args) => csi_client::run(args).await,
             Command::Faults(args) => faults::run(args),
             Command::Apiserver(args) => run_apiserver(args).await,
+            Command::Up(args) => stack::up(args).await,
+            Command::PvController(args) => run_pv_controller(args).await,
         }
     });
     match result {
@@ -75,6 +93,23 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+async fn run_pv_controller(args: PvControllerArgs) -> anyhow::Result<()> {
+    let client = sidecar_kit::kubeclient::build_client(&sidecar_kit::kubeclient::ClientOptions {
+        kubeconfig: &args.kubeconfig,
+        master: "",
+        qps: 0.0,
+        burst: 1,
+        user_agent: "pv-controller/0.1",
+    })
+    .await?;
+    let controller = pv_controller::controller::PvController::new(
+        client,
+        pv_controller::controller::default_backoff(),
+    );
+    controller.run(args.workers, cli::shutdown_signal()).await;
+    Ok(())
 }
 
 async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {

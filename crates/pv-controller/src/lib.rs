@@ -1,6 +1,17 @@
 //! The cluster side that kube-controller-manager plays in a real cluster: binding claims to
 //! volumes, default classes, asking provisioners, releasing volumes.
+//!
+//! - [`decide`]: pure decisions (tested with tables);
+//! - [`controller`]: watches, queues and the API writes that carry them out.
 
 #![forbid(unsafe_code)]
 
+pub mod controller;
 pub mod decide;
+
+/// This machine's host name (event source host).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}

@@ -1,0 +1,483 @@
+//! The PV controller's I/O: watches feed caches, workers carry out the binder's decisions.
+//! Binding writes the volume first (its claimRef, under optimistic concurrency), so two claims
+//! racing for one volume end with exactly one binding: the loser's write conflicts and it
+//! looks again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use sidecar_kit::events::{EventType, Recorder};
+use sidecar_kit::workqueue::{Backoff, WorkQueue};
+use tracing::Instrument;
+
+use crate::decide::binder::{
+    ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
+    ANN_STORAGE_PROVISIONER, ClaimAction, VolumeAction, decide_claim, decide_volume,
+};
+use crate::decide::classes::default_class;
+
+/// A failed write; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// An API write failed (a conflict means someone else changed the object first).
+    #[error("failed to {action}: {source}")]
+    Write {
+        /// What.
+        action: &'static str,
+        /// Why.
+        source: kube::Error,
+    },
+    /// The claim must wait (class missing...); retried with backoff.
+    #[error("{0}")]
+    Waiting(String),
+}
+
+/// The controller.
+pub struct PvController {
+    client: kube::Client,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    classes: Store<StorageClass>,
+    claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>>,
+    volume_queue: WorkQueue<String>,
+    recorder: Recorder,
+}
+
+impl std::fmt::Debug for PvController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PvController").finish_non_exhaustive()
+    }
+}
+
+fn spawn_reflector<K, F>(api: Api<K>, on_event: F) -> Store<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    F: Fn(&watcher::Event<K>) + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => on_event(&event),
+                Err(error) => tracing::warn!(%error, "watch failed; retrying"),
+            }
+        }
+    });
+    store
+}
+
+fn each<K>(event: &watcher::Event<K>, mut f: impl FnMut(&K)) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => f(o),
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
+}
+
+fn claim_ref(claim: &PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        name: claim.metadata.name.clone(),
+        namespace: claim.metadata.namespace.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+fn volume_ref(pv: &PersistentVolume) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolume".into()),
+        name: pv.metadata.name.clone(),
+        uid: pv.metadata.uid.clone(),
+        resource_version: pv.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+fn write_err(action: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
+    move |source| SyncError::Write { action, source }
+}
+
+impl PvController {
+    /// Starts the watches.
+    pub fn new(client: kube::Client, backoff: Backoff) -> Arc<Self> {
+        let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> = WorkQueue::new(backoff);
+        let volume_queue: WorkQueue<String> = WorkQueue::new(backoff);
+        let (q, vq) = (claim_queue.clone(), volume_queue.clone());
+        let claims = spawn_reflector(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            move |e| {
+                each(e, |c| {
+                    q.add(ObjectRef::from_obj(c));
+                    // A deleted or changed claim may release its volume.
+                    if let Some(v) = c
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.volume_name.as_ref())
+                        .filter(|v| !v.is_empty())
+                    {
+                        vq.add(v.clone());
+                    }
+                });
+            },
+        );
+        // A volume change may complete or free a claim's binding.
+        let (vq, cq) = (volume_queue.clone(), claim_queue.clone());
+        let volumes = spawn_reflector(Api::<PersistentVolume>::all(client.clone()), move |e| {
+            each(e, |v| {
+                if let Some(name) = &v.metadata.name {
+                    vq.add(name.clone());
+                }
+                if let Some(r) = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref())
+                    && let (Some(ns), Some(name)) = (&r.namespace, &r.name)
+                {
+                    cq.add(ObjectRef::new(name).within(ns));
+                }
+            });
+        });
+        let q = claim_queue.clone();
+        let claims_for_classes = claims.clone();
+        let classes = spawn_reflector(Api::<StorageClass>::all(client.clone()), move |e| {
+            each(e, |_| {
+                for c in claims_for_classes.state() {
+                    if c.spec
+                        .as_ref()
+                        .and_then(|s| s.volume_name.as_ref())
+                        .is_none()
+                    {
+                        q.add_now(ObjectRef::from_obj(c.as_ref()));
+                    }
+                }
+            });
+        });
+        let recorder = Recorder::new(
+            client.clone(),
+            "persistentvolume-controller",
+            crate::hostname(),
+        );
+        Arc::new(PvController {
+            client,
+            claims,
+            volumes,
+            classes,
+            claim_queue,
+            volume_queue,
+            recorder,
+        })
+    }
+
+    /// Runs `workers` claim and volume workers until `stop` resolves.
+    pub async fn run(self: Arc<Self>, workers: usize, stop: impl std::future::Future<Output = ()>) {
+        tokio::pin!(stop);
+        let ready = async {
+            let _ = self.claims.wait_until_ready().await;
+            let _ = self.volumes.wait_until_ready().await;
+            let _ = self.classes.wait_until_ready().await;
+        };
+        tokio::select! {
+            () = ready => {}
+            () = &mut stop => return,
+        }
+        tracing::info!("PV controller caches synced");
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..workers.max(1) {
+            let this = self.clone();
+            set.spawn(async move {
+                while let Some(key) = this.claim_queue.next().await {
+                    let span = tracing::info_span!("claim", claim = %key);
+                    match this.sync_claim(&key).instrument(span).await {
+                        Ok(()) => this.claim_queue.forget(&key),
+                        Err(error) => {
+                            let delay = this.claim_queue.retry(key.clone());
+                            tracing::debug!(claim = %key, %error, retry_in = ?delay, "claim sync failed");
+                        }
+                    }
+                    this.claim_queue.done(&key);
+                }
+            });
+            let this = self.clone();
+            set.spawn(async move {
+                while let Some(key) = this.volume_queue.next().await {
+                    let span = tracing::info_span!("volume", pv = %key);
+                    match this.sync_volume(&key).instrument(span).await {
+                        Ok(()) => this.volume_queue.forget(&key),
+                        Err(error) => {
+                            let delay = this.volume_queue.retry(key.clone());
+                            tracing::debug!(pv = %key, %error, retry_in = ?delay, "volume sync failed");
+                        }
+                    }
+                    this.volume_queue.done(&key);
+                }
+            });
+        }
+        stop.await;
+        self.claim_queue.shutdown();
+        self.volume_queue.shutdown();
+        while set.join_next().await.is_some() {}
+    }
+
+    fn all_volumes(&self) -> Vec<PersistentVolume> {
+        self.volumes.state().iter().map(|v| (**v).clone()).collect()
+    }
+
+    async fn sync_claim(&self, key: &ObjectRef<PersistentVolumeClaim>) -> Result<(), SyncError> {
+        let Some(claim) = self.claims.get(key) else {
+            return Ok(());
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Ok(());
+        }
+        let classes: Vec<StorageClass> =
+            self.classes.state().iter().map(|c| (**c).clone()).collect();
+        let volumes = self.all_volumes();
+        let action = decide_claim(&claim, &volumes, &classes, default_class(&classes));
+        let ns = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        match action {
+            ClaimAction::Nothing => Ok(()),
+            ClaimAction::AssignDefaultClass(class) => {
+                let mut updated = (*claim).clone();
+                updated
+                    .spec
+                    .get_or_insert_with(Default::default)
+                    .storage_class_name = Some(class);
+                claims
+                    .replace(&name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("assign the default class"))?;
+                Ok(())
+            }
+            ClaimAction::Bind(pv_name) => {
+                let pv = self
+                    .volumes
+                    .get(&ObjectRef::new(&pv_name))
+                    .ok_or_else(|| SyncError::Waiting(format!("volume {pv_name} vanished")))?;
+                let mut bound = (*pv).clone();
+                bound.spec.get_or_insert_with(Default::default).claim_ref = Some(claim_ref(&claim));
+                bound
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(ANN_BOUND_BY_CONTROLLER.into(), "yes".into());
+                let bound = pvs
+                    .replace(&pv_name, &PostParams::default(), &bound)
+                    .await
+                    .map_err(write_err("bind the volume"))?;
+                self.finish_binding(&claim, &bound).await
+            }
+            ClaimAction::CompleteBinding(pv_name) => {
+                let pv = self
+                    .volumes
+                    .get(&ObjectRef::new(&pv_name))
+                    .ok_or_else(|| SyncError::Waiting(format!("volume {pv_name} vanished")))?;
+                self.finish_binding(&claim, &pv).await
+            }
+            ClaimAction::Provision {
+                provisioner,
+                annotated,
+            } => {
+                if !annotated {
+                    let mut updated = (*claim).clone();
+                    let a = updated
+                        .metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new);
+                    a.insert(ANN_STORAGE_PROVISIONER.into(), provisioner.clone());
+                    a.insert(ANN_BETA_STORAGE_PROVISIONER.into(), provisioner.clone());
+                    claims
+                        .replace(&name, &PostParams::default(), &updated)
+                        .await
+                        .map_err(write_err("annotate the claim"))?;
+                }
+                self.recorder
+                    .record(&claim_ref(&claim), EventType::Normal, "ExternalProvisioning", &format!(
+                        "Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
+                    ))
+                    .await;
+                Ok(())
+            }
+            ClaimAction::WaitForFirstConsumer => {
+                self.recorder
+                    .record(
+                        &claim_ref(&claim),
+                        EventType::Normal,
+                        "WaitForFirstConsumer",
+                        "waiting for first consumer to be created before binding",
+                    )
+                    .await;
+                Ok(())
+            }
+            ClaimAction::Pending { reason, message } => {
+                let kind = if reason == "ProvisioningFailed" {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                self.recorder
+                    .record(&claim_ref(&claim), kind, reason, &message)
+                    .await;
+                Err(SyncError::Waiting(message))
+            }
+            ClaimAction::Lost(pv_name) => {
+                let mut updated = (*claim).clone();
+                updated.status.get_or_insert_with(Default::default).phase = Some("Lost".into());
+                claims
+                    .replace_status(&name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("mark the claim Lost"))?;
+                self.recorder
+                    .record(&claim_ref(&claim), EventType::Warning, "ClaimLost", &format!("Bound claim has lost reference to PersistentVolume. Data on the volume is lost! (volume {pv_name})"))
+                    .await;
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the rest of a binding whose volume side is done: volume phase, claim spec and
+    /// annotations, claim status.
+    async fn finish_binding(
+        &self,
+        claim: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+    ) -> Result<(), SyncError> {
+        let pv_name = pv.metadata.name.clone().unwrap_or_default();
+        let ns = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+            let mut status = pv.clone();
+            status.status.get_or_insert_with(Default::default).phase = Some("Bound".into());
+            pvs.replace_status(&pv_name, &PostParams::default(), &status)
+                .await
+                .map_err(write_err("mark the volume Bound"))?;
+        }
+        let mut updated = claim.clone();
+        let needs_spec = updated.spec.as_ref().and_then(|s| s.volume_name.as_deref())
+            != Some(pv_name.as_str())
+            || updated
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANN_BIND_COMPLETED))
+                .is_none();
+        if needs_spec {
+            updated
+                .spec
+                .get_or_insert_with(Default::default)
+                .volume_name = Some(pv_name.clone());
+            let a = updated
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new);
+            a.insert(ANN_BIND_COMPLETED.into(), "yes".into());
+            if pv
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANN_BOUND_BY_CONTROLLER))
+                .is_some()
+            {
+                a.insert(ANN_BOUND_BY_CONTROLLER.into(), "yes".into());
+            }
+            updated = claims
+                .replace(&name, &PostParams::default(), &updated)
+                .await
+                .map_err(write_err("bind the claim"))?;
+        }
+        let spec = pv.spec.clone().unwrap_or_default();
+        let status = updated.status.get_or_insert_with(Default::default);
+        if status.phase.as_deref() != Some("Bound") {
+            status.phase = Some("Bound".into());
+            status.capacity = spec.capacity.clone();
+            status.access_modes = spec.access_modes.clone();
+            claims
+                .replace_status(&name, &PostParams::default(), &updated)
+                .await
+                .map_err(write_err("mark the claim Bound"))?;
+            tracing::info!(volume = %pv_name, "claim bound");
+        }
+        Ok(())
+    }
+
+    async fn sync_volume(&self, name: &str) -> Result<(), SyncError> {
+        let Some(pv) = self.volumes.get(&ObjectRef::new(name)) else {
+            return Ok(());
+        };
+        let claims: Vec<PersistentVolumeClaim> =
+            self.claims.state().iter().map(|c| (**c).clone()).collect();
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        match decide_volume(&pv, &claims) {
+            VolumeAction::Nothing => Ok(()),
+            VolumeAction::SetPhase(phase) => {
+                let mut updated = (*pv).clone();
+                updated.status.get_or_insert_with(Default::default).phase = Some(phase.into());
+                pvs.replace_status(name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("set the volume phase"))?;
+                tracing::info!(phase, "volume phase changed");
+                Ok(())
+            }
+            VolumeAction::Unbind => {
+                let mut updated = (*pv).clone();
+                if let Some(spec) = updated.spec.as_mut() {
+                    spec.claim_ref = None;
+                }
+                if let Some(a) = updated.metadata.annotations.as_mut() {
+                    a.remove(ANN_BOUND_BY_CONTROLLER);
+                }
+                pvs.replace(name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("unbind the volume"))?;
+                Ok(())
+            }
+            VolumeAction::CannotDelete(message) => {
+                self.recorder
+                    .record(
+                        &volume_ref(&pv),
+                        EventType::Warning,
+                        "VolumeFailedDelete",
+                        &message,
+                    )
+                    .await;
+                Ok(())
+            }
+            VolumeAction::Recycle => {
+                self.recorder
+                    .record(&volume_ref(&pv), EventType::Warning, "VolumeFailedRecycle", "the Recycle reclaim policy is not supported by this controller; the volume stays Released")
+                    .await;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Default backoff of the PV controller.
+pub fn default_backoff() -> Backoff {
+    Backoff {
+        start: Duration::from_millis(500),
+        max: Duration::from_secs(60),
+    }
+}
