@@ -260,6 +260,13 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
     if let Err(e) = check_accept(&headers) {
         return ("", String::new(), e.into_response());
     }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        return ("", String::new(), ApiError::too_large().into_response());
+    }
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
         Ok(b) => b,
         Err(_) => return ("", String::new(), ApiError::too_large().into_response()),
@@ -1021,6 +1028,22 @@ async fn patch(
         .get(&t.rt.key(), &ns, name)
         .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
     let mut next = (*current).clone();
+    if !matches!(
+        content_type.as_str(),
+        "application/merge-patch+json"
+            | "application/strategic-merge-patch+json"
+            | "application/json-patch+json"
+            | "application/apply-patch+yaml"
+    ) {
+        return Err(ApiError::unsupported_media(format!(
+            "the body of the request was in an unknown format ({content_type:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+        )));
+    }
+    if content_type == "application/apply-patch+yaml" {
+        return Err(ApiError::unsupported_media(
+            "server-side apply is not supported by this server; use kubectl apply (client-side) or another patch type",
+        ));
+    }
     let patch_value = parse_body(&body)?;
     match content_type.as_str() {
         "application/merge-patch+json" => merge_patch(&mut next, &patch_value),

@@ -1,0 +1,474 @@
+//! The server driven by kube-rs, the client our controllers use.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+async fn start(
+    data_dir: Option<std::path::PathBuf>,
+) -> (
+    apiserver::RunningServer,
+    kube::Client,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = apiserver::serve(
+        apiserver::Config {
+            data_dir,
+            ..Default::default()
+        },
+        async {
+            let _ = rx.await;
+        },
+    )
+    .await
+    .unwrap();
+    let client = client_for(&server).await;
+    (server, client, tx)
+}
+
+async fn client_for(server: &apiserver::RunningServer) -> kube::Client {
+    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
+}
+
+fn pvc(name: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn crud_sets_metadata_and_enforces_optimistic_concurrency() {
+    let (_server, client, _stop) = start(None).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let created = api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let meta = &created.metadata;
+    assert!(meta.uid.is_some() && meta.creation_timestamp.is_some());
+    let rv1: u64 = meta.resource_version.as_deref().unwrap().parse().unwrap();
+    let err = api
+        .create(&PostParams::default(), &cm("a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "AlreadyExists"),
+        "{err:?}"
+    );
+
+    let mut changed = created.clone();
+    changed.data = Some(BTreeMap::from([("k".to_string(), "w".to_string())]));
+    let replaced = api
+        .replace("a", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let rv2: u64 = replaced
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rv2 > rv1);
+    let stale = api
+        .replace("a", &PostParams::default(), &changed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, kube::Error::Api(ref s) if s.code == 409 && s.reason == "Conflict"),
+        "{stale:?}"
+    );
+
+    let patched = api
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "1"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["x"], "1");
+    let json_patch: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "replace", "path": "/data/k", "value": "z"}]))
+            .unwrap();
+    let patched = api
+        .patch("a", &PatchParams::default(), &Patch::<()>::Json(json_patch))
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["k"], "z");
+    let patched = api
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"annotations": {"s": "t"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.annotations.unwrap()["s"], "t");
+
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let gone = api.get("a").await.unwrap_err();
+    assert!(matches!(gone, kube::Error::Api(ref s) if s.code == 404 && s.reason == "NotFound"));
+}
+
+#[tokio::test]
+async fn generate_name_selectors_and_paging() {
+    let (_server, client, _stop) = start(None).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    for i in 0..7 {
+        let mut c: ConfigMap = serde_json::from_value(json!({"metadata": {"generateName": "gen-", "labels": {"i": i.to_string(), "even": (i % 2 == 0).to_string()}}})).unwrap();
+        c = api.create(&PostParams::default(), &c).await.unwrap();
+        assert!(c.metadata.name.unwrap().starts_with("gen-"));
+    }
+    assert_eq!(
+        api.list(&ListParams::default().labels("even=true"))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        4
+    );
+    assert_eq!(
+        api.list(&ListParams::default().labels("i in (1,2,3)"))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+    let first = api.list(&ListParams::default().limit(3)).await.unwrap();
+    assert_eq!(first.items.len(), 3);
+    let token = first.metadata.continue_.clone().unwrap();
+    let second = api
+        .list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(second.items.len(), 4);
+    let bad = api
+        .list(&ListParams::default().fields("spec.bogus=1"))
+        .await
+        .unwrap_err();
+    assert!(matches!(bad, kube::Error::Api(ref s) if s.code == 400));
+}
+
+#[tokio::test]
+async fn defaults_validation_and_immutability_follow_kube_apiserver() {
+    let (_server, client, _stop) = start(None).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let c = claims
+        .create(&PostParams::default(), &pvc("c"))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.spec.as_ref().unwrap().volume_mode.as_deref(),
+        Some("Filesystem")
+    );
+    assert_eq!(c.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+    let mut changed = c.clone();
+    changed.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteMany".into()]);
+    let err = claims
+        .replace("c", &PostParams::default(), &changed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422 && s.message.contains("spec")),
+        "{err:?}"
+    );
+    let bad: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": "Bad_Name"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
+    let err = claims
+        .create(&PostParams::default(), &bad)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422 && s.message.contains("metadata.name")),
+        "{err:?}"
+    );
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let sc: StorageClass =
+        serde_json::from_value(json!({"metadata": {"name": "sc"}, "provisioner": "p"})).unwrap();
+    let sc = classes.create(&PostParams::default(), &sc).await.unwrap();
+    assert_eq!(sc.reclaim_policy.as_deref(), Some("Delete"));
+    assert_eq!(sc.volume_binding_mode.as_deref(), Some("Immediate"));
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "pv"}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/x"}}})).unwrap();
+    let pv = pvs.create(&PostParams::default(), &pv).await.unwrap();
+    assert_eq!(
+        pv.spec.unwrap().persistent_volume_reclaim_policy.as_deref(),
+        Some("Retain")
+    );
+    let missing_ns: Api<ConfigMap> = Api::namespaced(client, "nowhere");
+    let err = missing_ns
+        .create(&PostParams::default(), &cm("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_status_subresource_splits_spec_and_status() {
+    let (_server, client, _stop) = start(None).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, "default");
+    let mut c = claims
+        .create(&PostParams::default(), &pvc("s"))
+        .await
+        .unwrap();
+    c.status.as_mut().unwrap().phase = Some("Bound".into());
+    c.metadata.labels = Some(BTreeMap::from([("ignored".to_string(), "yes".to_string())]));
+    let after = claims
+        .replace_status("s", &PostParams::default(), &c)
+        .await
+        .unwrap();
+    assert_eq!(
+        after.status.as_ref().unwrap().phase.as_deref(),
+        Some("Bound")
+    );
+    assert!(
+        after.metadata.labels.is_none(),
+        "metadata changes are ignored on /status"
+    );
+    let mut main = after.clone();
+    main.status.as_mut().unwrap().phase = Some("Lost".into());
+    let after = claims
+        .replace("s", &PostParams::default(), &main)
+        .await
+        .unwrap();
+    assert_eq!(
+        after.status.unwrap().phase.as_deref(),
+        Some("Bound"),
+        "status changes are ignored on the main resource"
+    );
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let (_server, client, _stop) = start(None).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut c = cm("f");
+    c.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    api.create(&PostParams::default(), &c).await.unwrap();
+    api.delete("f", &DeleteParams::default()).await.unwrap();
+    let held = api.get("f").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    api.patch(
+        "f",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(api.get("f").await.is_err(), "gone with the last finalizer");
+    let precondition = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("wrong".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &cm("p")).await.unwrap();
+    let err = api.delete("p", &precondition).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409));
+}
+
+#[tokio::test]
+async fn watches_resume_and_old_versions_are_gone() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = apiserver::serve(
+        apiserver::Config {
+            history: 5,
+            ..Default::default()
+        },
+        async {
+            let _ = rx.await;
+        },
+    )
+    .await
+    .unwrap();
+    let client = client_for(&server).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let first = api.create(&PostParams::default(), &cm("w0")).await.unwrap();
+    let rv = first.metadata.resource_version.clone().unwrap();
+    let stream = api
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap();
+    futures::pin_mut!(stream);
+    api.create(&PostParams::default(), &cm("w1")).await.unwrap();
+    api.delete("w0", &DeleteParams::default()).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match stream.next().await.unwrap().unwrap() {
+            WatchEvent::Added(c) => seen.push(format!("ADDED {}", c.metadata.name.unwrap())),
+            WatchEvent::Deleted(c) => seen.push(format!("DELETED {}", c.metadata.name.unwrap())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, vec!["ADDED w1", "DELETED w0"]);
+    for i in 2..12 {
+        api.create(&PostParams::default(), &cm(&format!("w{i}")))
+            .await
+            .unwrap();
+    }
+    let old = api
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap();
+    futures::pin_mut!(old);
+    match old.next().await.unwrap().unwrap() {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    let _ = tx.send(());
+}
+
+#[tokio::test]
+async fn kube_runtime_watchers_see_everything_with_plain_and_streaming_lists() {
+    let (_server, client, _stop) = start(None).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &cm("before"))
+        .await
+        .unwrap();
+    for config in [
+        watcher::Config::default(),
+        watcher::Config::default().streaming_lists(),
+    ] {
+        let (reader, writer) = kube::runtime::reflector::store::<ConfigMap>();
+        let stream = watcher(api.clone(), config)
+            .reflect(writer)
+            .applied_objects();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while stream.next().await.is_some() {}
+        });
+        reader.wait_until_ready().await.unwrap();
+        let name = format!("after-{}", rand_suffix());
+        api.create(&PostParams::default(), &cm(&name))
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while reader
+            .state()
+            .iter()
+            .all(|c| c.metadata.name.as_deref() != Some(name.as_str()))
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "reflector never saw {name}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            reader
+                .state()
+                .iter()
+                .any(|c| c.metadata.name.as_deref() == Some("before"))
+        );
+        task.abort();
+    }
+}
+
+fn rand_suffix() -> String {
+    format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000
+    )
+}
+
+#[tokio::test]
+async fn namespace_deletion_cascades() {
+    let (_server, client, _stop) = start(None).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    api.create(&PostParams::default(), &cm("inside"))
+        .await
+        .unwrap();
+    namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while namespaces.get("team").await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(api.get("inside").await.is_err());
+}
+
+#[tokio::test]
+async fn acknowledged_writes_survive_a_restart_and_versions_keep_increasing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, client, stop) = start(Some(dir.path().to_path_buf())).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut last = 0u64;
+    for i in 0..20 {
+        let c = api
+            .create(&PostParams::default(), &cm(&format!("d{i}")))
+            .await
+            .unwrap();
+        last = c.metadata.resource_version.unwrap().parse().unwrap();
+    }
+    let _ = stop.send(());
+    server.join().await;
+    let (_server, client, _stop) = start(Some(dir.path().to_path_buf())).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    assert_eq!(
+        api.list(&ListParams::default()).await.unwrap().items.len(),
+        20
+    );
+    let next = api
+        .create(&PostParams::default(), &cm("after"))
+        .await
+        .unwrap();
+    let rv: u64 = next.metadata.resource_version.unwrap().parse().unwrap();
+    assert!(rv > last, "resourceVersion {rv} must continue after {last}");
+}
+
+#[tokio::test]
+async fn requests_need_the_token() {
+    let (server, _client, _stop) = start(None).await;
+    let kc = server.kubeconfig().replace(server.token(), "wrong-token");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&kc).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let bad = kube::Client::try_from(config).unwrap();
+    let err = Api::<ConfigMap>::namespaced(bad, "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 401),
+        "{err:?}"
+    );
+}

@@ -1,0 +1,344 @@
+//! The server driven by the real kubectl, and fed bad input.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+    server: apiserver::RunningServer,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = apiserver::serve(
+        apiserver::Config {
+            kubeconfig_path: Some(kubeconfig.clone()),
+            ..Default::default()
+        },
+        async {
+            let _ = rx.await;
+        },
+    )
+    .await
+    .unwrap();
+    Fixture {
+        _dir: dir,
+        kubeconfig,
+        server,
+        _stop: tx,
+    }
+}
+
+async fn kubectl(f: &Fixture, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let kubeconfig = f.kubeconfig.clone();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let stdin = stdin.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+const CLAIM: &str = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n";
+
+#[tokio::test]
+async fn kubectl_works_against_the_server() {
+    let f = start().await;
+    let (ok, out, err) = kubectl(&f, &["apply", "-f", "-"], Some(CLAIM)).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("persistentvolumeclaim/data created"), "{out}");
+    let (ok, out, _) = kubectl(&f, &["apply", "-f", "-"], Some(CLAIM)).await;
+    assert!(ok && out.contains("unchanged"), "{out}");
+    let (ok, out, _) = kubectl(&f, &["get", "pvc"], None).await;
+    assert!(
+        ok && out.contains("NAME") && out.contains("data") && out.contains("Pending"),
+        "{out}"
+    );
+    let (ok, out, _) = kubectl(&f, &["get", "pvc", "data", "-o", "yaml"], None).await;
+    assert!(
+        ok && out.contains("volumeMode: Filesystem") && out.contains("uid:"),
+        "{out}"
+    );
+    for args in [
+        vec!["label", "pvc", "data", "app=web"],
+        vec!["annotate", "pvc", "data", "note=hi"],
+        vec![
+            "patch",
+            "pvc",
+            "data",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"labels":{"m":"1"}}}"#,
+        ],
+        vec![
+            "patch",
+            "pvc",
+            "data",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"add","path":"/metadata/labels/j","value":"2"}]"#,
+        ],
+        vec![
+            "patch",
+            "pvc",
+            "data",
+            "--type",
+            "strategic",
+            "-p",
+            r#"{"metadata":{"labels":{"s":"3"}}}"#,
+        ],
+    ] {
+        let (ok, _, err) = kubectl(&f, &args, None).await;
+        assert!(ok, "{args:?}: {err}");
+    }
+    let (ok, out, _) = kubectl(
+        &f,
+        &["get", "pvc", "-l", "app=web,m=1,j=2,s=3", "-o", "name"],
+        None,
+    )
+    .await;
+    assert!(ok && out.trim() == "persistentvolumeclaim/data", "{out}");
+
+    // A finalizer holds the deletion; removing it lets the object go.
+    kubectl(
+        &f,
+        &[
+            "patch",
+            "pvc",
+            "data",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+        ],
+        None,
+    )
+    .await;
+    let (ok, _, err) = kubectl(&f, &["delete", "pvc", "data", "--wait=false"], None).await;
+    assert!(ok, "{err}");
+    let (_, out, _) = kubectl(
+        &f,
+        &[
+            "get",
+            "pvc",
+            "data",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ],
+        None,
+    )
+    .await;
+    assert!(!out.is_empty(), "deletionTimestamp set");
+    kubectl(
+        &f,
+        &[
+            "patch",
+            "pvc",
+            "data",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+        None,
+    )
+    .await;
+    let (ok, _, err) = kubectl(
+        &f,
+        &["wait", "--for=delete", "pvc/data", "--timeout=10s"],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+}
+
+#[tokio::test]
+async fn kubectl_get_watch_streams_changes() {
+    let f = start().await;
+    let kubeconfig = f.kubeconfig.clone();
+    let watcher = std::thread::spawn(move || {
+        Command::new("timeout")
+            .args([
+                "4",
+                "kubectl",
+                &format!("--kubeconfig={}", kubeconfig.display()),
+                "get",
+                "pvc",
+                "-w",
+            ])
+            .output()
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(CLAIM)).await;
+    assert!(ok, "{err}");
+    let out = watcher.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("data"),
+        "the watch printed the new claim: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_refused() {
+    let f = start().await;
+    let text = std::fs::read_to_string(&f.kubeconfig)
+        .unwrap()
+        .replace(f.server.token(), "nope");
+    std::fs::write(&f.kubeconfig, text).unwrap();
+    let (ok, _, err) = kubectl(&f, &["get", "pvc"], None).await;
+    assert!(
+        !ok && (err.contains("Unauthorized") || err.contains("credentials")),
+        "{err}"
+    );
+}
+
+fn http_client(f: &Fixture) -> (String, String) {
+    (f.server.url(), f.server.token().to_string())
+}
+
+async fn raw(
+    f: &Fixture,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, serde_json::Value) {
+    let (url, token) = http_client(f);
+    let dir = tempfile::tempdir().unwrap();
+    let body_file = dir.path().join("body");
+    std::fs::write(&body_file, body).unwrap();
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sk",
+            "--http1.1",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            method,
+            "-H",
+            &format!("Authorization: Bearer {token}"),
+            "-H",
+            &format!("Content-Type: {content_type}"),
+            "--data-binary",
+            &format!("@{}", body_file.display()),
+            &format!("{url}{path}"),
+        ])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (
+        code.parse().unwrap(),
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn bad_requests_get_clean_status_errors() {
+    let f = start().await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+    let cases: Vec<(&str, Vec<u8>, &str, u16)> = vec![
+        ("malformed", b"{not json".to_vec(), "application/json", 400),
+        ("deep nesting", deep.into_bytes(), "application/json", 400),
+        (
+            "wrong kind",
+            br#"{"kind":"Secret","apiVersion":"v1","metadata":{"name":"x"}}"#.to_vec(),
+            "application/json",
+            400,
+        ),
+        (
+            "invalid name",
+            br#"{"metadata":{"name":"Not_Valid"}}"#.to_vec(),
+            "application/json",
+            422,
+        ),
+        ("huge", vec![b' '; 4 * 1024 * 1024], "application/json", 413),
+        (
+            "not an object",
+            b"[1,2,3]".to_vec(),
+            "application/json",
+            400,
+        ),
+    ];
+    for (case, body, ct, want) in cases {
+        let (code, status) = raw(&f, "POST", path, ct, body).await;
+        assert_eq!(code, want, "{case}: {status}");
+        if code != 413 {
+            assert_eq!(status["kind"], "Status", "{case}");
+            assert_eq!(status["code"], want, "{case}");
+        }
+    }
+    let (code, _) = raw(
+        &f,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/none",
+        "application/xml",
+        b"<x/>".to_vec(),
+    )
+    .await;
+    assert_eq!(code, 404);
+    raw(
+        &f,
+        "POST",
+        path,
+        "application/json",
+        br#"{"metadata":{"name":"p"}}"#.to_vec(),
+    )
+    .await;
+    let (code, status) = raw(
+        &f,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/p",
+        "application/xml",
+        b"<x/>".to_vec(),
+    )
+    .await;
+    assert_eq!(code, 415, "{status}");
+    let (code, _) = raw(
+        &f,
+        "GET",
+        "/api/v1/nonsense",
+        "application/json",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 404);
+}
