@@ -2,6 +2,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod stack;
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let terminate = async {

@@ -5,7 +5,7 @@
 mod csi_client;
 mod faults;
 mod logging;
-mod stack;
+use cli::stack;
 
 use clap::{Parser, Subcommand};
 

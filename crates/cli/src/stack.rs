@@ -144,7 +144,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!();
     println!("Ctrl-C stops everything; the next `up` resumes the same state.");
 
-    cli::shutdown_signal().await;
+    crate::shutdown_signal().await;
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
         let _ = provisioner_task.await;

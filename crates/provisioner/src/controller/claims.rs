@@ -355,15 +355,27 @@ impl Provisioner {
         request: csi::CreateVolumeRequest,
     ) -> Result<Option<csi::Volume>, (Option<tonic::Code>, String)> {
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
+        let started = std::time::Instant::now();
         let call = client.create_volume(with_timeout(request, self.cfg.timeout));
-        match tokio::time::timeout(self.cfg.timeout, call).await {
+        let result = match tokio::time::timeout(self.cfg.timeout, call).await {
             Err(_) => Err((
                 Some(tonic::Code::DeadlineExceeded),
-                "context deadline exceeded".into(),
+                "context deadline exceeded".to_string(),
             )),
             Ok(Ok(response)) => Ok(response.into_inner().volume),
             Ok(Err(status)) => Err((Some(status.code()), status.message().to_string())),
-        }
+        };
+        let code = match &result {
+            Ok(_) => tonic::Code::Ok,
+            Err((code, _)) => code.unwrap_or(tonic::Code::Unavailable),
+        };
+        self.metrics.observe_csi(
+            &self.cfg.caps.name,
+            "/csi.v1.Controller/CreateVolume",
+            code,
+            started.elapsed(),
+        );
+        result
     }
 
     /// DeleteVolume with the `--timeout` deadline.

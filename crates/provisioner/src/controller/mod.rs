@@ -67,6 +67,11 @@ pub struct Provisioner {
     pub(crate) metrics: sidecar_kit::metrics::Metrics,
     /// Volumes that may exist without a PV yet, by PV name.
     pub(crate) inflight: Mutex<HashMap<String, InFlight>>,
+    /// Volume handles DeleteVolume already removed, so a retry of the API steps (or a stale
+    /// cache) never calls DeleteVolume twice (upstream issue 1235).
+    pub(crate) deleted_handles: Mutex<HashMap<String, std::time::Instant>>,
+    /// PVs whose deletion this process finished; later cache events for them are stale.
+    pub(crate) finished: Mutex<HashMap<String, std::time::Instant>>,
     /// The topology chosen for a claim (by UID), so retries send identical requests.
     pub(crate) topology: Mutex<HashMap<String, Option<crate::decide::topology::Requirement>>>,
 }
@@ -198,6 +203,8 @@ impl Provisioner {
             recorder,
             metrics,
             inflight: Mutex::new(HashMap::new()),
+            deleted_handles: Mutex::new(HashMap::new()),
+            finished: Mutex::new(HashMap::new()),
             topology: Mutex::new(HashMap::new()),
         })
     }

@@ -38,6 +38,33 @@ pub enum VolumeError {
     },
 }
 
+const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn remembered(
+    map: &std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    key: &str,
+) -> bool {
+    let map = match map.lock() {
+        Ok(m) => m,
+        Err(p) => p.into_inner(),
+    };
+    map.get(key).is_some_and(|at| at.elapsed() < REMEMBER_FOR)
+}
+
+fn remember(
+    map: &std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    key: &str,
+) {
+    let mut map = match map.lock() {
+        Ok(m) => m,
+        Err(p) => p.into_inner(),
+    };
+    if map.len() > 10_000 {
+        map.retain(|_, at| at.elapsed() < REMEMBER_FOR);
+    }
+    map.insert(key.to_string(), std::time::Instant::now());
+}
+
 fn pv_reference(pv: &PersistentVolume) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
@@ -74,9 +101,12 @@ impl Provisioner {
         let Some(pv) = self.caches.volumes.get(&ObjectRef::new(name)) else {
             return Ok(());
         };
+        if remembered(&self.finished, name) {
+            return Ok(());
+        }
         match decide_volume(&pv, &self.cfg.caps.name) {
             VolumeDecision::Ignore => Ok(()),
-            VolumeDecision::RemoveFinalizer => self.remove_finalizer(name).await,
+            VolumeDecision::RemoveFinalizer => self.remove_finalizer(&pv).await,
             VolumeDecision::Delete {
                 volume_handle,
                 secret,
@@ -91,93 +121,101 @@ impl Provisioner {
                         va.metadata.name.clone().unwrap_or_default(),
                     ));
                 }
-                let secret = match secret {
-                    Some(recorded) => recorded,
-                    None => self.class_secret(&pv),
-                };
-                let secrets = self
-                    .fetch_secret(secret.as_ref())
-                    .await
-                    .map_err(|e| VolumeError::Secret(e.to_string()))?;
-                let result = self.delete_volume_call(&volume_handle, secrets).await;
-                if classify_delete(result) == DeleteOutcome::Retry {
-                    let code = match result {
-                        Err(Some(code)) => sidecar_kit::csi::go_code_name(code),
-                        _ => "Unavailable",
-                    };
-                    self.recorder
-                        .record(
-                            &pv_reference(&pv),
-                            EventType::Warning,
-                            "VolumeFailedDelete",
-                            &format!("DeleteVolume of {volume_handle:?} failed with {code}"),
-                        )
-                        .await;
-                    let class = pv
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.storage_class_name.clone())
-                        .unwrap_or_default();
-                    self.metrics
-                        .delete_failed
-                        .with_label_values(&[class.as_str()])
-                        .inc();
-                    return Err(VolumeError::Driver(code));
-                }
-                tracing::info!(volume_handle, "volume deleted");
                 let class = pv
                     .spec
                     .as_ref()
                     .and_then(|s| s.storage_class_name.clone())
                     .unwrap_or_default();
-                self.metrics
-                    .delete_total
-                    .with_label_values(&[class.as_str()])
-                    .inc();
-                let api: Api<PersistentVolume> = Api::all(self.client.clone());
-                match api.delete(name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                    Err(source) => {
-                        return Err(VolumeError::Api {
-                            action: "delete",
-                            source,
-                        });
+                if !remembered(&self.deleted_handles, &volume_handle) {
+                    let secret = match secret {
+                        Some(recorded) => recorded,
+                        None => self.class_secret(&pv),
+                    };
+                    let secrets = self
+                        .fetch_secret(secret.as_ref())
+                        .await
+                        .map_err(|e| VolumeError::Secret(e.to_string()))?;
+                    let result = self.delete_volume_call(&volume_handle, secrets).await;
+                    if classify_delete(result) == DeleteOutcome::Retry {
+                        let code = match result {
+                            Err(Some(code)) => sidecar_kit::csi::go_code_name(code),
+                            _ => "Unavailable",
+                        };
+                        self.metrics
+                            .delete_failed
+                            .with_label_values(&[class.as_str()])
+                            .inc();
+                        self.recorder
+                            .record(
+                                &pv_reference(&pv),
+                                EventType::Warning,
+                                "VolumeFailedDelete",
+                                &format!("DeleteVolume of {volume_handle:?} failed with {code}"),
+                            )
+                            .await;
+                        return Err(VolumeError::Driver(code));
+                    }
+                    remember(&self.deleted_handles, &volume_handle);
+                    self.metrics
+                        .delete_total
+                        .with_label_values(&[class.as_str()])
+                        .inc();
+                    tracing::info!(volume_handle, "volume deleted");
+                }
+                if pv.metadata.deletion_timestamp.is_none() {
+                    let api: Api<PersistentVolume> = Api::all(self.client.clone());
+                    match api.delete(name, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {
+                            remember(&self.finished, name);
+                            return Ok(());
+                        }
+                        Err(source) => {
+                            return Err(VolumeError::Api {
+                                action: "delete",
+                                source,
+                            });
+                        }
                     }
                 }
-                self.remove_finalizer(name).await
+                self.remove_finalizer(&pv).await?;
+                remember(&self.finished, name);
+                Ok(())
             }
         }
     }
 
     /// Removes our finalizer with a JSON patch that first tests the list entry, so a stale
-    /// cache can never drop someone else's finalizer; on a failed test it re-reads and retries.
-    async fn remove_finalizer(&self, name: &str) -> Result<(), VolumeError> {
+    /// cache can never drop someone else's finalizer. The cached object is tried first; only a
+    /// failed test reads the PV again.
+    async fn remove_finalizer(&self, cached: &PersistentVolume) -> Result<(), VolumeError> {
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        for _ in 0..3 {
-            let current = match api.get(name).await {
-                Ok(pv) => pv,
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                Err(source) => {
-                    return Err(VolumeError::Api {
-                        action: "read",
-                        source,
-                    });
-                }
-            };
+        let name = cached.metadata.name.clone().unwrap_or_default();
+        let mut current = cached.clone();
+        for attempt in 0..3 {
+            if attempt > 0 {
+                current = match api.get(&name).await {
+                    Ok(pv) => pv,
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                    Err(source) => {
+                        return Err(VolumeError::Api {
+                            action: "read",
+                            source,
+                        });
+                    }
+                };
+            }
             let finalizers = current.metadata.finalizers.clone().unwrap_or_default();
             let Some(index) = finalizers.iter().position(|f| f == PV_FINALIZER) else {
                 return Ok(());
             };
-            let patch: json_patch::Patch = match serde_json::from_value(serde_json::json!([
+            let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
                 {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": PV_FINALIZER},
                 {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-            ])) {
-                Ok(p) => p,
-                Err(e) => return Err(VolumeError::Secret(format!("internal: bad patch: {e}"))),
-            };
+            ]))
+            .map_err(|e| VolumeError::Secret(format!("internal: bad patch: {e}")))?;
             match api
-                .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
                 .await
             {
                 Ok(_) => return Ok(()),

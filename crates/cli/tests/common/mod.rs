@@ -1,0 +1,324 @@
+//! A whole cluster on loopback for scenario tests: our API server and driver in-process, the
+//! real `csi-provisioner` binary as a child process, and the PV controller as a task.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+pub const DRIVER: &str = "hostpath.csi.volstack.dev";
+
+#[derive(Parser)]
+struct DriverCli {
+    #[command(flatten)]
+    args: hostpath_driver::DriverArgs,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub client: kube::Client,
+    pub server: apiserver::RunningServer,
+    pub socket: String,
+    provisioner: Option<Child>,
+    stop: tokio::sync::watch::Sender<bool>,
+    pub provisioner_args: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.provisioner.take() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        let _ = self.stop.send(true);
+    }
+}
+
+fn stopper(
+    rx: &tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let mut rx = rx.clone();
+    async move {
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+impl Cluster {
+    /// Starts everything; `driver_args` go to the driver, `provisioner_args` to csi-provisioner.
+    pub async fn start(
+        driver_args: &[&str],
+        provisioner_args: &[&str],
+        with_pv_controller: bool,
+    ) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let kubeconfig = dir.path().join("kubeconfig");
+        let server = apiserver::serve(
+            apiserver::Config {
+                kubeconfig_path: Some(kubeconfig.clone()),
+                ..Default::default()
+            },
+            stopper(&stop_rx),
+        )
+        .await
+        .unwrap();
+        let socket = dir.path().join("csi.sock").display().to_string();
+        let mut argv = vec![
+            "driver".to_string(),
+            format!("--endpoint=unix://{socket}"),
+            format!("--state-dir={}", dir.path().join("driver").display()),
+            format!("--fault-file={}", dir.path().join("faults").display()),
+            "--publish-mode=symlink".to_string(),
+        ];
+        argv.extend(driver_args.iter().map(|s| s.to_string()));
+        let config = DriverCli::try_parse_from(argv)
+            .unwrap()
+            .args
+            .into_config()
+            .unwrap();
+        let driver = hostpath_driver::Driver::open(config).await.unwrap();
+        let listener = hostpath_driver::bind_socket(&socket).await.unwrap();
+        tokio::spawn(driver.serve_on(listener, stopper(&stop_rx)));
+        let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        cli::stack::register(&client, &socket).await.unwrap();
+        if with_pv_controller {
+            let pvc = pv_controller::controller::PvController::new(
+                client.clone(),
+                sidecar_kit::workqueue::Backoff {
+                    start: Duration::from_millis(100),
+                    max: Duration::from_secs(2),
+                },
+            );
+            tokio::spawn(pvc.run(4, stopper(&stop_rx)));
+        }
+        let mut args = vec![
+            format!("--csi-address={socket}"),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--retry-interval-start=100ms".to_string(),
+            "--retry-interval-max=1s".to_string(),
+            "--kube-api-qps=0".to_string(),
+        ];
+        args.extend(provisioner_args.iter().map(|s| s.to_string()));
+        let mut cluster = Cluster {
+            dir,
+            client,
+            server,
+            socket,
+            provisioner: None,
+            stop,
+            provisioner_args: args,
+        };
+        cluster.start_provisioner();
+        cluster
+    }
+
+    pub fn start_provisioner(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("provisioner.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_csi-provisioner"))
+            .args(&self.provisioner_args)
+            .env("RUST_LOG", "info,rustls=warn,kube_client=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.provisioner = Some(child);
+    }
+
+    pub fn kill_provisioner(&mut self) {
+        if let Some(mut p) = self.provisioner.take() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+
+    pub fn provisioner_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("provisioner.log")).unwrap_or_default()
+    }
+
+    /// Replaces the driver's fault control file.
+    pub fn faults(&self, text: &str) {
+        let tmp = self.dir.path().join("faults.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.dir.path().join("faults")).unwrap();
+    }
+
+    pub async fn driver_volumes(&self) -> usize {
+        let channel = sidecar_kit::csi::connect(&self.socket).await.unwrap();
+        let mut client = csi_proto::v1::controller_client::ControllerClient::new(channel);
+        let r = client
+            .list_volumes(csi_proto::v1::ListVolumesRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        r.entries.len()
+    }
+
+    pub async fn apply<K>(&self, value: Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let obj: K = serde_json::from_value(value).unwrap();
+        Api::<K>::namespaced(self.client.clone(), "default")
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap()
+    }
+
+    pub async fn apply_cluster<K>(&self, value: Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let obj: K = serde_json::from_value(value).unwrap();
+        Api::<K>::all(self.client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap()
+    }
+
+    pub async fn class(&self, name: &str, extra: Value) {
+        let mut sc =
+            json!({"metadata": {"name": name}, "provisioner": DRIVER, "reclaimPolicy": "Delete"});
+        merge(&mut sc, &extra);
+        self.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(sc)
+            .await;
+    }
+
+    /// A claim; `annotate` adds the storage-provisioner annotation as the PV controller would.
+    pub async fn claim(
+        &self,
+        name: &str,
+        class: &str,
+        size: &str,
+        extra: Value,
+        annotate: bool,
+    ) -> PersistentVolumeClaim {
+        let mut pvc = json!({
+            "metadata": {"name": name},
+            "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+        });
+        if annotate {
+            pvc["metadata"]["annotations"] =
+                json!({"volume.kubernetes.io/storage-provisioner": DRIVER});
+        }
+        merge(&mut pvc, &extra);
+        self.apply::<PersistentVolumeClaim>(pvc).await
+    }
+
+    pub async fn pv_for(&self, claim: &PersistentVolumeClaim) -> Option<PersistentVolume> {
+        let name = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
+        Api::<PersistentVolume>::all(self.client.clone())
+            .get_opt(&name)
+            .await
+            .unwrap()
+    }
+
+    pub async fn wait_pv(
+        &self,
+        claim: &PersistentVolumeClaim,
+        timeout: Duration,
+    ) -> PersistentVolume {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(pv) = self.pv_for(claim).await {
+                return pv;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no PV for {:?}\n{}",
+                claim.metadata.name,
+                self.provisioner_log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn events_for(&self, name: &str) -> Vec<(String, String)> {
+        let events = Api::<Event>::namespaced(self.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        events
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect()
+    }
+
+    /// Waits for an event with `reason` on `name` whose message contains `words`.
+    pub async fn wait_event(&self, name: &str, reason: &str, words: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let events = self.events_for(name).await;
+            if let Some((_, m)) = events
+                .iter()
+                .find(|(r, m)| r == reason && m.contains(words))
+            {
+                return m.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {reason} event containing {words:?} for {name}; events: {events:?}\n{}",
+                self.provisioner_log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn wait_until<F, Fut>(&self, what: &str, timeout: Duration, mut f: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !f().await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}\n{}",
+                self.provisioner_log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn api_writes(&self, client: &str) -> BTreeMap<(String, String), u64> {
+        let mut out = BTreeMap::new();
+        for ((verb, resource, _code, c), n) in self.server.request_counts() {
+            if c == client && matches!(verb.as_str(), "CREATE" | "UPDATE" | "PATCH" | "DELETE") {
+                *out.entry((verb, resource)).or_default() += n;
+            }
+        }
+        out
+    }
+}
+
+pub fn merge(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                merge(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}

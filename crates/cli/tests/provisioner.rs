@@ -1,0 +1,504 @@
+//! csi-provisioner scenarios: the real binary against our API server and reference driver.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, DRIVER};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(15);
+
+#[tokio::test]
+async fn provisions_and_deletes_filesystem_and_block_volumes_for_every_access_mode() {
+    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    c.class(
+        "fast",
+        json!({"parameters": {"csi.storage.k8s.io/fstype": "xfs"}, "mountOptions": ["noatime"]}),
+    )
+    .await;
+    c.class("raw", json!({})).await;
+    let mut claims = Vec::new();
+    for (i, mode) in [
+        "ReadWriteOnce",
+        "ReadOnlyMany",
+        "ReadWriteMany",
+        "ReadWriteOncePod",
+    ]
+    .iter()
+    .enumerate()
+    {
+        claims.push(
+            c.claim(
+                &format!("fs-{i}"),
+                "fast",
+                "1Gi",
+                json!({"spec": {"accessModes": [mode]}}),
+                false,
+            )
+            .await,
+        );
+    }
+    claims.push(
+        c.claim(
+            "blk",
+            "raw",
+            "2Gi",
+            json!({"spec": {"volumeMode": "Block"}}),
+            false,
+        )
+        .await,
+    );
+    for claim in &claims {
+        let pv = c.wait_pv(claim, T).await;
+        let spec = pv.spec.clone().unwrap();
+        assert_eq!(spec.access_modes, claim.spec.as_ref().unwrap().access_modes);
+        assert_eq!(spec.csi.as_ref().unwrap().driver, DRIVER);
+        let block = claim.spec.as_ref().unwrap().volume_mode.as_deref() == Some("Block");
+        assert_eq!(
+            spec.volume_mode.as_deref(),
+            Some(if block { "Block" } else { "Filesystem" })
+        );
+        assert_eq!(
+            spec.csi.as_ref().unwrap().fs_type.as_deref(),
+            if block { None } else { Some("xfs") }
+        );
+        assert_eq!(
+            pv.metadata.annotations.as_ref().unwrap()["pv.kubernetes.io/provisioned-by"],
+            DRIVER
+        );
+        assert_eq!(
+            pv.metadata.finalizers,
+            Some(vec![
+                "external-provisioner.volume.kubernetes.io/finalizer".to_string()
+            ])
+        );
+        assert!(
+            spec.node_affinity.is_some(),
+            "topology from the driver becomes node affinity"
+        );
+    }
+    assert_eq!(c.driver_volumes().await, 5);
+    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    c.wait_until("all claims Bound", T, || async {
+        claims_api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+    })
+    .await;
+    c.wait_event(
+        "fs-0",
+        "ProvisioningSucceeded",
+        "Successfully provisioned volume",
+    )
+    .await;
+    for claim in &claims {
+        claims_api
+            .delete(
+                claim.metadata.name.as_deref().unwrap(),
+                &DeleteParams::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    c.wait_until("every PV deleted", T, || async {
+        pvs.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    assert_eq!(c.driver_volumes().await, 0, "every driver volume deleted");
+    let writes = c.api_writes("csi-provisioner");
+    let pv_creates = writes
+        .get(&("CREATE".to_string(), "persistentvolumes".to_string()))
+        .copied()
+        .unwrap_or(0);
+    assert_eq!(pv_creates, 5);
+    let get = |verb: &str, resource: &str| {
+        writes
+            .get(&(verb.to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        get("DELETE", "persistentvolumes"),
+        5,
+        "one DELETE per volume: {writes:?}"
+    );
+    assert_eq!(
+        get("PATCH", "persistentvolumes"),
+        5,
+        "one finalizer PATCH per volume: {writes:?}"
+    );
+    let total: u64 = writes.values().sum();
+    assert!(
+        total <= 5 * 4,
+        "at most 2 writes per provisioned and 2 per deleted volume, got {writes:?}"
+    );
+}
+
+#[tokio::test]
+async fn retain_volumes_are_left_alone() {
+    let c = Cluster::start(&[], &[], true).await;
+    c.class("keep", json!({"reclaimPolicy": "Retain"})).await;
+    let claim = c.claim("kept", "keep", "1Gi", json!({}), false).await;
+    let pv = c.wait_pv(&claim, T).await;
+    assert_eq!(pv.metadata.finalizers, None);
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let name = pv.metadata.name.clone().unwrap();
+    c.wait_until("Released", T, || async {
+        pvs.get(&name)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Released")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        pvs.get_opt(&name).await.unwrap().is_some(),
+        "Retain keeps the PV"
+    );
+    assert_eq!(c.driver_volumes().await, 1, "and the volume");
+}
+
+#[tokio::test]
+async fn bad_input_ends_in_a_provisioning_failed_event_and_no_create_volume() {
+    let c = Cluster::start(&[], &[], false).await;
+    // Any CreateVolume that reached the driver would fail with this message instead.
+    c.faults("CreateVolume=error:INTERNAL\n");
+    c.class("plain", json!({})).await;
+    c.class(
+        "unknown-key",
+        json!({"parameters": {"csi.storage.k8s.io/colour": "blue"}}),
+    )
+    .await;
+    c.class(
+        "half-secret",
+        json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "s"}}),
+    )
+    .await;
+    c.class("bad-template", json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "${pvc.uid}", "csi.storage.k8s.io/provisioner-secret-namespace": "default"}})).await;
+    c.class("missing-secret", json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "nowhere", "csi.storage.k8s.io/provisioner-secret-namespace": "default"}})).await;
+    c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    let cases: Vec<(&str, &str, &str, serde_json::Value, &str)> = vec![
+        (
+            "selector",
+            "plain",
+            "1Gi",
+            json!({"spec": {"selector": {"matchLabels": {"a": "b"}}}}),
+            "selector",
+        ),
+        (
+            "unknown-key",
+            "unknown-key",
+            "1Gi",
+            json!({}),
+            "csi.storage.k8s.io/colour",
+        ),
+        (
+            "half-secret",
+            "half-secret",
+            "1Gi",
+            json!({}),
+            "come in pairs",
+        ),
+        (
+            "bad-template",
+            "bad-template",
+            "1Gi",
+            json!({}),
+            "${pvc.uid}",
+        ),
+        (
+            "missing-secret",
+            "missing-secret",
+            "1Gi",
+            json!({}),
+            "default/nowhere",
+        ),
+        (
+            "size-garbage",
+            "plain",
+            "lots",
+            json!({}),
+            "not a valid quantity",
+        ),
+        ("size-zero", "plain", "0", json!({}), "greater than zero"),
+        ("size-huge", "plain", "7Ei", json!({}), "too large"),
+        (
+            "no-class",
+            "missing-class",
+            "1Gi",
+            json!({}),
+            "\"missing-class\" not found",
+        ),
+        (
+            "no-csinode",
+            "late",
+            "1Gi",
+            json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "ghost"}}}),
+            "ghost",
+        ),
+    ];
+    for (name, class, size, extra, _) in &cases {
+        c.claim(name, class, size, extra.clone(), true).await;
+    }
+    for (name, _, _, _, words) in &cases {
+        let message = c.wait_event(name, "ProvisioningFailed", words).await;
+        assert!(
+            !message.contains("injected"),
+            "{name}: the driver was called: {message}"
+        );
+    }
+    assert_eq!(c.driver_volumes().await, 0);
+}
+
+#[tokio::test]
+async fn a_missing_class_is_retried_until_it_appears_and_secrets_are_fetched_live() {
+    let c = Cluster::start(&[], &[], false).await;
+    let claim = c.claim("waits", "later", "1Gi", json!({}), true).await;
+    c.wait_event("waits", "ProvisioningFailed", "not found")
+        .await;
+    c.class(
+        "later",
+        json!({"parameters": {
+            "csi.storage.k8s.io/provisioner-secret-name": "${pvc.name}-creds",
+            "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+            "csi.storage.k8s.io/node-publish-secret-name": "np",
+            "csi.storage.k8s.io/node-publish-secret-namespace": "default"
+        }}),
+    )
+    .await;
+    c.wait_event("waits", "ProvisioningFailed", "default/waits-creds")
+        .await;
+    c.apply::<Secret>(
+        json!({"metadata": {"name": "waits-creds"}, "stringData": {"password": "hunter2"}}),
+    )
+    .await;
+    let pv = c.wait_pv(&claim, T).await;
+    let ann = pv.metadata.annotations.unwrap();
+    assert_eq!(
+        ann["volume.kubernetes.io/provisioner-deletion-secret-name"],
+        "waits-creds"
+    );
+    assert_eq!(
+        ann["volume.kubernetes.io/provisioner-deletion-secret-namespace"],
+        "default"
+    );
+    let csi = pv.spec.unwrap().csi.unwrap();
+    assert_eq!(
+        csi.node_publish_secret_ref.unwrap().name.as_deref(),
+        Some("np")
+    );
+    assert!(
+        !c.provisioner_log().contains("hunter2"),
+        "secrets never reach the logs"
+    );
+}
+
+#[tokio::test]
+async fn a_driver_that_times_out_then_succeeds_makes_exactly_one_volume() {
+    let c = Cluster::start(&[], &["--timeout=500ms"], false).await;
+    c.class("plain", json!({})).await;
+    c.faults("CreateVolume=error:DEADLINE_EXCEEDED:1:after\n");
+    let claim = c.claim("slow", "plain", "1Gi", json!({}), true).await;
+    c.wait_event("slow", "ProvisioningFailed", "DeadlineExceeded")
+        .await;
+    c.faults("CreateVolume=hang\n");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    c.faults("");
+    c.wait_pv(&claim, T).await;
+    assert_eq!(
+        c.driver_volumes().await,
+        1,
+        "the retry found the volume made behind the timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_deleted_while_its_volume_is_in_flight_leaves_no_volume() {
+    let c = Cluster::start(&[], &["--timeout=500ms"], false).await;
+    c.class("plain", json!({})).await;
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    c.claim("gone", "plain", "1Gi", json!({}), true).await;
+    c.wait_event("gone", "ProvisioningFailed", "Unavailable")
+        .await;
+    assert_eq!(
+        c.driver_volumes().await,
+        1,
+        "a volume exists behind the error"
+    );
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.faults("");
+    c.wait_until("the orphaned volume to be deleted", T, || async {
+        c.driver_volumes().await == 0
+    })
+    .await;
+    let pvs = Api::<PersistentVolume>::all(c.client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(pvs.items.is_empty());
+}
+
+#[tokio::test]
+async fn resource_exhausted_with_a_selected_node_reschedules() {
+    let c = Cluster::start(&["--capacity=1Gi"], &[], false).await;
+    c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    let big = c
+        .claim(
+            "big",
+            "late",
+            "2Gi",
+            json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "node-1"}}}),
+            true,
+        )
+        .await;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    c.wait_until("selected-node removed", T, || async {
+        let claim = api.get("big").await.unwrap();
+        !claim
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("volume.kubernetes.io/selected-node")
+    })
+    .await;
+    c.wait_event("big", "ProvisioningFailed", "ResourceExhausted")
+        .await;
+    assert!(c.pv_for(&big).await.is_none());
+    // Without a selected node a WaitForFirstConsumer claim waits.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.driver_volumes().await, 0);
+}
+
+#[tokio::test]
+async fn a_conflicting_pv_is_reported_not_overwritten() {
+    let c = Cluster::start(&[], &[], false).await;
+    c.class("plain", json!({})).await;
+    c.faults("CreateVolume=latency:300ms\n");
+    let claim = c.claim("clash", "plain", "1Gi", json!({}), true).await;
+    let name = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
+    c.apply_cluster::<PersistentVolume>(json!({
+        "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "claimRef": {"name": "someone", "namespace": "default", "uid": "other"},
+                 "csi": {"driver": "other.csi", "volumeHandle": "x"}}
+    }))
+    .await;
+    // The PV already exists in the cache: nothing to do, nothing overwritten.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let pv = Api::<PersistentVolume>::all(c.client.clone())
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(pv.spec.unwrap().csi.unwrap().driver, "other.csi");
+}
+
+#[tokio::test]
+async fn topology_requests_follow_the_class_and_selected_node() {
+    let c = Cluster::start(
+        &["--extra-node=node-2=zone-b", "--topology-value=zone-a"],
+        &["--strict-topology"],
+        false,
+    )
+    .await;
+    let node2: serde_json::Value = json!({"metadata": {"name": "node-2", "labels": {"topology.hostpath.csi.volstack.dev/node": "zone-b"}}});
+    c.apply_cluster::<k8s_openapi::api::core::v1::Node>(node2)
+        .await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::CSINode>(json!({
+        "metadata": {"name": "node-2"},
+        "spec": {"drivers": [{"name": DRIVER, "nodeID": "node-2", "topologyKeys": ["topology.hostpath.csi.volstack.dev/node"]}]}
+    }))
+    .await;
+    c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    let claim = c
+        .claim(
+            "placed",
+            "late",
+            "1Gi",
+            json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "node-2"}}}),
+            true,
+        )
+        .await;
+    let pv = c.wait_pv(&claim, T).await;
+    let terms = pv
+        .spec
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required
+        .unwrap()
+        .node_selector_terms;
+    let values = terms[0].match_expressions.as_ref().unwrap()[0]
+        .values
+        .clone()
+        .unwrap();
+    assert_eq!(
+        values,
+        vec!["zone-b".to_string()],
+        "strict topology puts the volume on the selected node's segment"
+    );
+}
+
+#[tokio::test]
+async fn metrics_use_upstream_names() {
+    let c = Cluster::start(&[], &["--http-endpoint=127.0.0.1:0"], false).await;
+    drop(c);
+    // The bound port is only in the log; use a fixed free port instead.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let c = Cluster::start(&[], &[&format!("--http-endpoint=127.0.0.1:{port}")], false).await;
+    c.class("plain", json!({})).await;
+    let claim = c.claim("m", "plain", "1Gi", json!({}), true).await;
+    c.wait_pv(&claim, T).await;
+    let body = tokio::process::Command::new("curl")
+        .arg("-s")
+        .arg(format!("http://127.0.0.1:{port}/metrics"))
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&body.stdout);
+    for name in [
+        "csi_sidecar_operations_seconds_bucket",
+        "controller_persistentvolumeclaim_provision_total{class=\"plain\",source=\"\"} 1",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(text.contains(name), "missing {name} in\n{text}");
+    }
+    let health = tokio::process::Command::new("curl")
+        .arg("-s")
+        .arg(format!("http://127.0.0.1:{port}/healthz"))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&health.stdout), "ok");
+    let _ = Patch::Merge(json!({}));
+    let _ = PatchParams::default();
+}
