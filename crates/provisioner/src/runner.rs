@@ -78,6 +78,7 @@ pub async fn run(
     let host = hostname();
     let component = format!("{}_{}_{}", caps.name, host, uuid::Uuid::new_v4());
     let recorder = Recorder::new(client.clone(), component, host);
+    let caps_name = caps.name.clone();
     let config = ControllerConfig {
         options: ProvisionOptions {
             naming: settings.naming.clone(),
@@ -97,6 +98,10 @@ pub async fn run(
         strict_topology: args.strict_topology,
         immediate_topology: args.immediate_topology,
         identity,
+        intent_log: (
+            lease_namespace(&args.leader_election_namespace),
+            format!("{}-intents", lease_name(&caps_name)),
+        ),
     };
     let driver_name = config.caps.name.clone();
     let metrics = Metrics::new()

@@ -20,6 +20,7 @@ use sidecar_kit::csi::{go_code_name, with_timeout};
 use sidecar_kit::events::EventType;
 use tracing::Instrument;
 
+use super::intents::Record;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{ANN_SELECTED_NODE, ClaimDecision, decide_claim, selected_node};
 use crate::decide::classify::{CreateOutcome, DeleteOutcome, classify_create, classify_delete};
@@ -100,6 +101,9 @@ pub enum ClaimError {
     /// Removing the selected-node annotation failed.
     #[error("failed to reschedule: {0}")]
     Reschedule(kube::Error),
+    /// The intent could not be recorded; no CreateVolume was sent.
+    #[error("failed to record the in-flight volume: {0}")]
+    Intent(String),
     /// Cleaning up after a deleted claim failed; retried.
     #[error("failed to delete volume {name:?} of a deleted claim: {detail}")]
     Cleanup {
@@ -123,9 +127,10 @@ impl ClaimError {
             | ClaimError::Create { .. }
             | ClaimError::Response(_)
             | ClaimError::PvConflict(_) => true,
-            ClaimError::SavePv { .. } | ClaimError::Reschedule(_) | ClaimError::Cleanup { .. } => {
-                false
-            }
+            ClaimError::SavePv { .. }
+            | ClaimError::Reschedule(_)
+            | ClaimError::Cleanup { .. }
+            | ClaimError::Intent(_) => false,
         }
     }
 }
@@ -142,7 +147,7 @@ pub(crate) fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference 
     }
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -236,7 +241,7 @@ impl Provisioner {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let pv_name = self.cfg.options.naming.pv_name(&uid);
         if self.caches.volumes.get(&ObjectRef::new(&pv_name)).is_some() {
-            lock(&self.inflight).remove(&pv_name);
+            self.settle(&pv_name);
             return Ok(false);
         }
         let class = self
@@ -283,6 +288,20 @@ impl Provisioner {
                 secret: plan.provisioner_secret.clone(),
             },
         );
+        if let Some(log) = self.intents.get() {
+            let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            let secret = plan
+                .provisioner_secret
+                .as_ref()
+                .map(|s| (s.namespace.clone(), s.name.clone()));
+            log.record(
+                &pv_name,
+                Record::new(&namespace, &name, &uid, &request, secret),
+            )
+            .await
+            .map_err(|e| ClaimError::Intent(e.to_string()))?;
+        }
         let mut full = request;
         full.secrets = secrets.clone();
         tracing::info!(volume = %pv_name, class = class_name, "calling CreateVolume");
@@ -295,10 +314,10 @@ impl Provisioner {
                 match outcome {
                     CreateOutcome::InBackground | CreateOutcome::Created => {}
                     CreateOutcome::Final => {
-                        lock(&self.inflight).remove(&pv_name);
+                        self.settle(&pv_name);
                     }
                     CreateOutcome::Reschedule => {
-                        lock(&self.inflight).remove(&pv_name);
+                        self.settle(&pv_name);
                         self.reschedule(claim).await?;
                     }
                 }
@@ -330,12 +349,12 @@ impl Provisioner {
                     // Keep the record: the next pass repeats CreateVolume and tries again.
                     return Err(ClaimError::Response(error));
                 }
-                lock(&self.inflight).remove(&pv_name);
+                self.settle(&pv_name);
                 return Err(ClaimError::Response(error));
             }
         };
         self.save_pv(&pv, &uid).await?;
-        lock(&self.inflight).remove(&pv_name);
+        self.settle(&pv_name);
         lock(&self.topology).remove(&uid);
         tracing::info!(volume = %pv_name, "volume provisioned");
         self.recorder
@@ -562,7 +581,7 @@ impl Provisioner {
     async fn clean_up(&self, name: &str, flight: &InFlight) -> Result<(), ClaimError> {
         if self.caches.volumes.get(&ObjectRef::new(name)).is_some() {
             // The PV exists: the deletion path owns the volume now.
-            lock(&self.inflight).remove(name);
+            self.settle(&name);
             return Ok(());
         }
         let cleanup_error = |detail: String| ClaimError::Cleanup {
@@ -582,12 +601,12 @@ impl Provisioner {
         match self.create_volume(request).await {
             Ok(volume) => {
                 let Some(id) = volume.map(|v| v.volume_id).filter(|id| !id.is_empty()) else {
-                    lock(&self.inflight).remove(name);
+                    self.settle(&name);
                     return Ok(());
                 };
                 match classify_delete(self.delete_volume_call(&id, secrets).await) {
                     DeleteOutcome::Deleted => {
-                        lock(&self.inflight).remove(name);
+                        self.settle(&name);
                         tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
                         Ok(())
                     }
@@ -597,10 +616,18 @@ impl Provisioner {
             Err((code, message)) => match classify_create(Err(code), false) {
                 CreateOutcome::InBackground => Err(cleanup_error(message)),
                 CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
-                    lock(&self.inflight).remove(name);
+                    self.settle(&name);
                     Ok(())
                 }
             },
+        }
+    }
+
+    /// The volume has a PV or certainly does not exist: drop its in-flight record.
+    fn settle(&self, volume: &str) {
+        lock(&self.inflight).remove(volume);
+        if let Some(log) = self.intents.get() {
+            log.forget(volume);
         }
     }
 

@@ -6,6 +6,7 @@
 mod cache;
 mod claims;
 pub mod driver;
+pub mod intents;
 mod volumes;
 
 use std::collections::HashMap;
@@ -50,6 +51,8 @@ pub struct ControllerConfig {
     pub volume_attributes_class: bool,
     /// Identity attribute written into PVs.
     pub identity: String,
+    /// Namespace and name of the intent log Lease.
+    pub intent_log: (String, String),
 }
 
 /// Claim queue key.
@@ -72,6 +75,8 @@ pub struct Provisioner {
     pub(crate) deleted_handles: Mutex<HashMap<String, std::time::Instant>>,
     /// PVs whose deletion this process finished; later cache events for them are stale.
     pub(crate) finished: Mutex<HashMap<String, std::time::Instant>>,
+    /// The durable record of in-flight volumes (opened when the workers start).
+    pub(crate) intents: std::sync::OnceLock<Arc<intents::IntentLog>>,
     /// The topology chosen for a claim (by UID), so retries send identical requests.
     pub(crate) topology: Mutex<HashMap<String, Option<crate::decide::topology::Requirement>>>,
 }
@@ -204,6 +209,7 @@ impl Provisioner {
             metrics,
             inflight: Mutex::new(HashMap::new()),
             deleted_handles: Mutex::new(HashMap::new()),
+            intents: std::sync::OnceLock::new(),
             finished: Mutex::new(HashMap::new()),
             topology: Mutex::new(HashMap::new()),
         })
@@ -230,8 +236,53 @@ impl Provisioner {
         tracing::info!(
             claims = c.claims.state().len(),
             volumes = c.volumes.state().len(),
-            "caches synced; starting workers"
+            "caches synced"
         );
+        // The intent log must be readable before any CreateVolume: what a crashed predecessor
+        // left in flight is finished or undone first.
+        let (ns, name) = self.cfg.intent_log.clone();
+        let log = loop {
+            match intents::IntentLog::open(self.client.clone(), &ns, &name).await {
+                Ok(log) => break log,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the intent log yet; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        () = &mut stop => return,
+                    }
+                }
+            }
+        };
+        let recovered = log.records();
+        {
+            let mut inflight = claims::lock(&self.inflight);
+            for (volume, record) in &recovered {
+                let Some(request) = record.request() else {
+                    continue;
+                };
+                let key = ObjectRef::new(&record.name).within(&record.namespace);
+                inflight.insert(
+                    volume.clone(),
+                    InFlight {
+                        claim: key.clone(),
+                        claim_uid: record.uid.clone(),
+                        request,
+                        secret: record.secret().map(|(namespace, name)| {
+                            crate::decide::secrets::SecretRef { name, namespace }
+                        }),
+                    },
+                );
+                self.claims.add_now(key);
+            }
+        }
+        if !recovered.is_empty() {
+            tracing::info!(
+                volumes = recovered.len(),
+                "recovered in-flight volumes from the intent log"
+            );
+        }
+        let _ = self.intents.set(log);
+        tracing::info!("starting workers");
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.cfg.workers {
             let this = self.clone();

@@ -1,0 +1,166 @@
+//! Chaos: claims created and deleted while the provisioner is killed with SIGKILL at random
+//! moments and the driver fails 20% of calls. Ignored by default (it runs for a minute or two);
+//! run with `cargo test -p cli --test chaos -- --ignored --nocapture`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::json;
+
+async fn run_chaos(replicas: usize) {
+    let started = Instant::now();
+    let leader_args: Vec<String> = if replicas > 1 {
+        vec![
+            "--leader-election".into(),
+            "--leader-election-lease-duration=3s".into(),
+            "--leader-election-renew-deadline=2s".into(),
+            "--leader-election-retry-period=500ms".into(),
+        ]
+    } else {
+        Vec::new()
+    };
+    let args: Vec<&str> = leader_args
+        .iter()
+        .map(String::as_str)
+        .chain(["--timeout=1s", "--worker-threads=20"])
+        .collect();
+    let mut c = Cluster::start(&["--capacity=1Ti"], &args, false).await;
+    let mut standby = if replicas > 1 {
+        let mut argv = c.provisioner_args.clone();
+        argv.retain(|a| !a.is_empty());
+        Some(argv)
+    } else {
+        None
+    };
+    c.class("chaos", json!({})).await;
+    c.faults("CreateVolume=error:UNAVAILABLE:0.1:after\nDeleteVolume=error:DEADLINE_EXCEEDED:0.1\n*=error:UNAVAILABLE:0.05\n");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let mut kills = 0;
+    let mut second: Option<std::process::Child> = None;
+    if let Some(argv) = standby.take() {
+        second = Some(
+            std::process::Command::new(env!("CARGO_BIN_EXE_csi-provisioner"))
+                .args(&argv)
+                .env("RUST_LOG", "warn")
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    for i in 0..200 {
+        c.claim(&format!("chaos-{i}"), "chaos", "1Mi", json!({}), true)
+            .await;
+        if i % 2 == 1 && i > 20 {
+            let victim = format!("chaos-{}", i - 21);
+            claims
+                .delete(&victim, &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        if rand::random::<f64>() < 0.04 {
+            c.kill_provisioner();
+            kills += 1;
+            tokio::time::sleep(Duration::from_millis(rand::random_range(0..300))).await;
+            c.start_provisioner();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in (0..200).filter(|i| i % 2 == 0).skip(90) {
+        let _ = claims
+            .delete(&format!("chaos-{i}"), &DeleteParams::default())
+            .await;
+    }
+    c.faults("");
+    // Released volumes are deleted only once the PV controller marks them; we play it here.
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let live: BTreeMap<String, PersistentVolumeClaim> = claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|p| (p.metadata.uid.clone().unwrap(), p))
+            .collect();
+        let volumes = pvs.list(&ListParams::default()).await.unwrap().items;
+        for pv in &volumes {
+            let uid = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| r.uid.clone())
+                .unwrap_or_default();
+            let phase = pv
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            if !live.contains_key(&uid) && phase != "Released" {
+                let _ = pvs
+                    .patch_status(
+                        pv.metadata.name.as_deref().unwrap(),
+                        &Default::default(),
+                        &kube::api::Patch::Merge(json!({"status": {"phase": "Released"}})),
+                    )
+                    .await;
+            }
+        }
+        let bound: BTreeSet<String> = volumes
+            .iter()
+            .filter_map(|pv| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.claim_ref.as_ref())
+                    .and_then(|r| r.uid.clone())
+            })
+            .filter(|uid| live.contains_key(uid))
+            .collect();
+        let driver = c.driver_volumes().await;
+        let done = bound.len() == live.len() && volumes.len() == live.len() && driver == live.len();
+        if done {
+            println!(
+                "chaos ({replicas} replica(s)): {} claims live, {} PVs, {} driver volumes, {kills} SIGKILLs, {:.1}s",
+                live.len(),
+                volumes.len(),
+                driver,
+                started.elapsed().as_secs_f64()
+            );
+            assert_eq!(live.len(), 100);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "end state not reached: {} live claims, {} bound, {} PVs, {} driver volumes\n{}",
+            live.len(),
+            bound.len(),
+            volumes.len(),
+            driver,
+            c.provisioner_log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if let Some(mut s) = second {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+}
+
+#[tokio::test]
+#[ignore = "chaos run: about a minute"]
+async fn chaos_single_replica() {
+    run_chaos(1).await;
+}
+
+#[tokio::test]
+#[ignore = "chaos run: about a minute"]
+async fn chaos_two_replicas_with_leader_election() {
+    run_chaos(2).await;
+}
