@@ -581,7 +581,7 @@ impl Provisioner {
     async fn clean_up(&self, name: &str, flight: &InFlight) -> Result<(), ClaimError> {
         if self.caches.volumes.get(&ObjectRef::new(name)).is_some() {
             // The PV exists: the deletion path owns the volume now.
-            self.settle(&name);
+            self.settle(name);
             return Ok(());
         }
         let cleanup_error = |detail: String| ClaimError::Cleanup {
@@ -601,12 +601,12 @@ impl Provisioner {
         match self.create_volume(request).await {
             Ok(volume) => {
                 let Some(id) = volume.map(|v| v.volume_id).filter(|id| !id.is_empty()) else {
-                    self.settle(&name);
+                    self.settle(name);
                     return Ok(());
                 };
                 match classify_delete(self.delete_volume_call(&id, secrets).await) {
                     DeleteOutcome::Deleted => {
-                        self.settle(&name);
+                        self.settle(name);
                         tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
                         Ok(())
                     }
@@ -616,7 +616,7 @@ impl Provisioner {
             Err((code, message)) => match classify_create(Err(code), false) {
                 CreateOutcome::InBackground => Err(cleanup_error(message)),
                 CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
-                    self.settle(&name);
+                    self.settle(name);
                     Ok(())
                 }
             },
