@@ -134,6 +134,19 @@ impl Cluster {
         self.provisioner = Some(child);
     }
 
+    /// Restarts the provisioner if it exited, as kubelet restarts a crashed container.
+    pub fn ensure_running(&mut self) -> bool {
+        let exited = match self.provisioner.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(Some(_))),
+            None => true,
+        };
+        if exited {
+            self.provisioner = None;
+            self.start_provisioner();
+        }
+        exited
+    }
+
     pub fn kill_provisioner(&mut self) {
         if let Some(mut p) = self.provisioner.take() {
             let _ = p.kill();
