@@ -117,6 +117,16 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         format!("--csi-address={}", p.socket.display()),
         format!("--kubeconfig={}", p.kubeconfig.display()),
     ];
+    // Our own API server on loopback needs no client-side throttling; the flags still win.
+    for (flag, value) in [("--kube-api-qps", "1000"), ("--kube-api-burst", "2000")] {
+        if !args
+            .provisioner_args
+            .iter()
+            .any(|a| a.trim_start_matches('-').starts_with(&flag[2..]))
+        {
+            prov_argv.push(format!("{flag}={value}"));
+        }
+    }
     prov_argv.extend(args.provisioner_args.iter().cloned());
     let prov_argv = sidecar_kit::goflags::normalize_args(prov_argv);
     let prov_args = provisioner::flags::ProvisionerArgs::try_parse_from(&prov_argv)?;

@@ -1,0 +1,188 @@
+//! The embedded stack as a newcomer uses it: `volstack up` as a process, driven by kubectl.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_volstack");
+
+struct Up(Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn up(dir: &Path) -> Up {
+    let log = std::fs::File::create(dir.join("up.log")).unwrap();
+    let child = Command::new(BIN)
+        .args([
+            "up",
+            "--bind=127.0.0.1:0",
+            &format!("--data-dir={}", dir.join("state").display()),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(log)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join("up.log"))
+        .unwrap_or_default()
+        .contains("volstack is up")
+    {
+        assert!(Instant::now() < deadline, "volstack up did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Up(child)
+}
+
+fn stop(mut up: Up) {
+    Command::new("kill")
+        .arg("-INT")
+        .arg(up.0.id().to_string())
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while up.0.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "volstack up did not stop on Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new("kubectl")
+        .arg(format!(
+            "--kubeconfig={}",
+            dir.join("state/kubeconfig").display()
+        ))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn claims_yaml(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {prefix}-{i}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !f() {
+        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    started.elapsed()
+}
+
+fn phases(dir: &Path, kind: &str) -> Vec<String> {
+    kubectl(
+        dir,
+        &[
+            "get",
+            kind,
+            "-o",
+            "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}",
+        ],
+        None,
+    )
+    .lines()
+    .map(str::to_string)
+    .filter(|l| !l.is_empty())
+    .collect()
+}
+
+fn driver_volumes(dir: &Path) -> usize {
+    let out = Command::new(BIN)
+        .args([
+            "csi",
+            &format!("--endpoint=unix://{}", dir.join("state/csi.sock").display()),
+            "list",
+        ])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["entries"].as_array().unwrap().len()
+}
+
+#[test]
+fn fifty_claims_bind_delete_and_the_state_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = up(dir.path());
+    kubectl(
+        dir.path(),
+        &["apply", "-f", "-"],
+        Some(&claims_yaml("c", 50)),
+    );
+    let took = wait_for("50 claims Bound", Duration::from_secs(60), || {
+        let p = phases(dir.path(), "pvc");
+        p.len() == 50 && p.iter().all(|x| x == "Bound")
+    });
+    println!(
+        "50 claims Bound {:.2}s after kubectl apply",
+        took.as_secs_f64()
+    );
+    assert_eq!(driver_volumes(dir.path()), 50);
+    kubectl(
+        dir.path(),
+        &["delete", "pvc", "--all", "--wait=false"],
+        None,
+    );
+    wait_for("every PV gone", Duration::from_secs(60), || {
+        phases(dir.path(), "pv").is_empty()
+    });
+    assert_eq!(driver_volumes(dir.path()), 0, "every driver volume deleted");
+
+    kubectl(
+        dir.path(),
+        &["apply", "-f", "-"],
+        Some(&claims_yaml("kept", 5)),
+    );
+    wait_for("5 claims Bound", Duration::from_secs(30), || {
+        let p = phases(dir.path(), "pvc");
+        p.len() == 5 && p.iter().all(|x| x == "Bound")
+    });
+    stop(stack);
+    let stack = up(dir.path());
+    let p = phases(dir.path(), "pvc");
+    assert_eq!(p, vec!["Bound"; 5], "claims survive the restart");
+    assert_eq!(phases(dir.path(), "pv").len(), 5);
+    assert_eq!(driver_volumes(dir.path()), 5);
+    // And the restarted stack keeps working.
+    kubectl(dir.path(), &["delete", "pvc", "kept-0"], None);
+    wait_for(
+        "the deleted claim's volume to go",
+        Duration::from_secs(30),
+        || driver_volumes(dir.path()) == 4,
+    );
+    stop(stack);
+}
