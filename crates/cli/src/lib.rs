@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod stack;
 
 /// Resolves on SIGINT or SIGTERM.

@@ -33,6 +33,8 @@ enum Command {
     Up(stack::UpArgs),
     /// Run the PV controller against an API server.
     PvController(PvControllerArgs),
+    /// Measure a provisioner: throughput, latency, memory, CPU and API calls per volume.
+    Bench(cli::bench::BenchArgs),
 }
 
 /// Flags of `volstack pv-controller`.
@@ -61,7 +63,11 @@ struct ApiserverArgs {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // The benchmark's in-process components would drown its report in info logs.
+    if matches!(cli.command, Command::Bench(_)) && std::env::var("RUST_LOG").is_err() {
+        cli.log.verbosity = 0;
+    }
     if let Err(error) = logging::init(&cli.log) {
         eprintln!("volstack: {error:#}");
         return std::process::ExitCode::from(2);
@@ -83,6 +89,7 @@ fn main() -> std::process::ExitCode {
             Command::Faults(args) => faults::run(args),
             Command::Apiserver(args) => run_apiserver(args).await,
             Command::Up(args) => stack::up(args).await,
+            Command::Bench(args) => cli::bench::run(args).await,
             Command::PvController(args) => run_pv_controller(args).await,
         }
     });

@@ -101,6 +101,8 @@ struct State {
 /// The log.
 pub struct IntentLog {
     api: Api<Lease>,
+    /// The Lease as last read or written, so a write needs no read first.
+    last: tokio::sync::Mutex<Option<Lease>>,
     name: String,
     state: Mutex<State>,
     dirty: Notify,
@@ -142,6 +144,7 @@ impl IntentLog {
             .unwrap_or_default();
         let (written, _) = watch::channel((0, None));
         let log = Arc::new(IntentLog {
+            last: tokio::sync::Mutex::new(existing.clone()),
             api,
             name: name.to_string(),
             state: Mutex::new(State {
@@ -245,16 +248,9 @@ impl IntentLog {
     }
 
     async fn store(&self, text: &str) -> Result<(), IntentError> {
+        let mut last = self.last.lock().await;
         for _ in 0..5 {
-            let current =
-                self.api
-                    .get_opt(&self.name)
-                    .await
-                    .map_err(|source| IntentError::Api {
-                        action: "read",
-                        source,
-                    })?;
-            let result = match current {
+            let result = match last.clone() {
                 None => {
                     let lease = Lease {
                         metadata: ObjectMeta {
@@ -267,10 +263,7 @@ impl IntentLog {
                         },
                         spec: None,
                     };
-                    self.api
-                        .create(&PostParams::default(), &lease)
-                        .await
-                        .map(|_| ())
+                    self.api.create(&PostParams::default(), &lease).await
                 }
                 Some(mut lease) => {
                     lease.metadata.managed_fields = None;
@@ -282,12 +275,24 @@ impl IntentLog {
                     self.api
                         .replace(&self.name, &PostParams::default(), &lease)
                         .await
-                        .map(|_| ())
                 }
             };
             match result {
-                Ok(()) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Ok(written) => {
+                    *last = Some(written);
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                    // Someone else wrote it (or it was removed): read it again and retry.
+                    *last =
+                        self.api
+                            .get_opt(&self.name)
+                            .await
+                            .map_err(|source| IntentError::Api {
+                                action: "read",
+                                source,
+                            })?;
+                }
                 Err(source) => {
                     return Err(IntentError::Api {
                         action: "write",

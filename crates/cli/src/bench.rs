@@ -1,0 +1,505 @@
+//! `volstack bench`: measures a provisioner from the outside. It starts the API server
+//! (durable), the reference driver and the PV controller, runs the provisioner under test as a
+//! child process with the upstream flags, and reports throughput, latency, memory, CPU and the
+//! API requests the provisioner made, checking the end state of every scenario.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+
+/// Flags of `volstack bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Claims per scenario.
+    #[arg(long, default_value_t = 1000)]
+    pub claims: usize,
+    /// The provisioner under test, as a command line (default: our csi-provisioner). The
+    /// benchmark appends --csi-address, --kubeconfig and, for `storm`, the QPS flags.
+    #[arg(long)]
+    pub provisioner_cmd: Option<String>,
+    /// Scenarios to run: storm (QPS limits lifted), defaults (upstream's default QPS 5/burst 10).
+    #[arg(long, value_delimiter = ',', default_value = "storm,defaults")]
+    pub scenarios: Vec<String>,
+    /// Claims created at once by the benchmark's clients.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench-results.json")]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct Report {
+    scenario: String,
+    claims: usize,
+    provisioner: String,
+    seconds_to_all_bound: f64,
+    volumes_per_second: f64,
+    latency_p50_ms: f64,
+    latency_p99_ms: f64,
+    seconds_to_all_deleted: f64,
+    peak_rss_mib: f64,
+    rss_per_1000_volumes_mib: f64,
+    cpu_seconds: f64,
+    requests_per_provisioned_volume: BTreeMap<String, f64>,
+    writes_per_provisioned_volume: f64,
+    writes_per_deleted_volume: f64,
+    correct: bool,
+    problems: Vec<String>,
+}
+
+fn proc_status(pid: u32, key: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = text.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+fn counts(server: &apiserver::RunningServer, client: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for ((verb, _resource, _code, c), n) in server.request_counts() {
+        if c == client {
+            *out.entry(verb).or_default() += n;
+        }
+    }
+    out
+}
+
+fn diff(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+fn writes(m: &BTreeMap<String, u64>) -> u64 {
+    ["CREATE", "UPDATE", "PATCH", "DELETE"]
+        .iter()
+        .map(|v| m.get(*v).copied().unwrap_or(0))
+        .sum()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+/// Runs the scenarios and prints a table.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(unknown) = args
+        .scenarios
+        .iter()
+        .find(|s| !matches!(s.as_str(), "storm" | "defaults"))
+    {
+        bail!("--scenarios: unknown scenario {unknown:?} (known: storm, defaults)");
+    }
+    if args.claims == 0 {
+        bail!("--claims must be at least 1");
+    }
+    let mut reports = Vec::new();
+    for scenario in &args.scenarios {
+        let report = scenario_run(&args, scenario).await?;
+        print_report(&report);
+        reports.push(report);
+    }
+    std::fs::write(&args.output, serde_json::to_string_pretty(&reports)?)
+        .with_context(|| format!("write {}", args.output.display()))?;
+    println!("results written to {}", args.output.display());
+    if reports.iter().any(|r| !r.correct) {
+        bail!("a scenario ended in a wrong state: its figures do not count");
+    }
+    Ok(())
+}
+
+fn print_report(r: &Report) {
+    println!(
+        "scenario {} ({} claims, provisioner: {})",
+        r.scenario, r.claims, r.provisioner
+    );
+    println!(
+        "  all Bound after            {:>10.2} s  ({:.1} volumes/s)",
+        r.seconds_to_all_bound, r.volumes_per_second
+    );
+    println!(
+        "  claim-to-PV latency        p50 {:.0} ms, p99 {:.0} ms",
+        r.latency_p50_ms, r.latency_p99_ms
+    );
+    println!(
+        "  all deleted after          {:>10.2} s",
+        r.seconds_to_all_deleted
+    );
+    println!("  provisioner peak RSS       {:>10.1} MiB", r.peak_rss_mib);
+    println!(
+        "  RSS per 1000 volumes       {:>10.2} MiB",
+        r.rss_per_1000_volumes_mib
+    );
+    println!("  CPU                        {:>10.2} s", r.cpu_seconds);
+    println!(
+        "  requests per provisioned   {:?}",
+        r.requests_per_provisioned_volume
+    );
+    println!(
+        "  writes per provisioned     {:>10.2}",
+        r.writes_per_provisioned_volume
+    );
+    println!(
+        "  writes per deleted         {:>10.2}",
+        r.writes_per_deleted_volume
+    );
+    println!(
+        "  end state                  {}",
+        if r.correct {
+            "correct".to_string()
+        } else {
+            format!("WRONG: {:?}", r.problems)
+        }
+    );
+}
+
+#[derive(Parser)]
+struct DriverCli {
+    #[command(flatten)]
+    args: hostpath_driver::DriverArgs,
+}
+
+async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report> {
+    let dir = tempfile::tempdir()?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopper = |rx: &tokio::sync::watch::Receiver<bool>| {
+        let mut rx = rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let kubeconfig = dir.path().join("kubeconfig");
+    let server = apiserver::serve(
+        apiserver::Config {
+            data_dir: Some(dir.path().join("api")),
+            kubeconfig_path: Some(kubeconfig.clone()),
+            ..Default::default()
+        },
+        stopper(&stop_rx),
+    )
+    .await?;
+    let socket = dir.path().join("csi.sock").display().to_string();
+    let driver_cfg = DriverCli::try_parse_from([
+        "driver".to_string(),
+        format!("--endpoint=unix://{socket}"),
+        format!("--state-dir={}", dir.path().join("driver").display()),
+        "--capacity=1Ei".to_string(),
+        "--publish-mode=symlink".to_string(),
+    ])?
+    .args
+    .into_config()?;
+    let driver = hostpath_driver::Driver::open(driver_cfg).await?;
+    let listener = hostpath_driver::bind_socket(&socket).await?;
+    tokio::spawn(driver.serve_on(listener, stopper(&stop_rx)));
+    let client = sidecar_kit::kubeclient::build_client(&sidecar_kit::kubeclient::ClientOptions {
+        kubeconfig: &kubeconfig.display().to_string(),
+        master: "",
+        qps: 0.0,
+        burst: 1,
+        user_agent: "volstack-bench/0.1",
+    })
+    .await?;
+    crate::stack::register(&client, &socket).await?;
+    let pvc = pv_controller::controller::PvController::new(
+        client.clone(),
+        pv_controller::controller::default_backoff(),
+    );
+    tokio::spawn(pvc.run(16, stopper(&stop_rx)));
+
+    let own = std::env::current_exe()?
+        .with_file_name("csi-provisioner")
+        .display()
+        .to_string();
+    let command = args.provisioner_cmd.clone().unwrap_or(own);
+    let mut words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+    if words.is_empty() {
+        bail!("--provisioner-cmd is empty");
+    }
+    let program = words.remove(0);
+    words.push(format!("--csi-address={socket}"));
+    words.push(format!("--kubeconfig={}", kubeconfig.display()));
+    if scenario == "storm" {
+        words.push("--kube-api-qps=10000".into());
+        words.push("--kube-api-burst=10000".into());
+    }
+    let mut child: Child = Command::new(&program)
+        .args(&words)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("provisioner.log"))?)
+        .spawn()
+        .with_context(|| format!("start the provisioner {program:?}"))?;
+    let pid = child.id();
+    let client_name = "csi-provisioner";
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    // Warm up: the provisioner is ready when one claim gets its PV.
+    create_claim(&claims, "warmup").await?;
+    wait(Duration::from_secs(120), || async {
+        bound_count(&claims).await == 1
+    })
+    .await
+    .context("the provisioner never provisioned the warm-up claim")?;
+    claims.delete("warmup", &DeleteParams::default()).await?;
+    wait(Duration::from_secs(120), || async {
+        pvs.list(&ListParams::default())
+            .await
+            .map(|l| l.items.is_empty())
+            .unwrap_or(false)
+    })
+    .await?;
+
+    let rss_before = proc_status(pid, "VmRSS:").unwrap_or(0.0);
+    let cpu_before = cpu_seconds(pid).unwrap_or(0.0);
+    let before = counts(&server, client_name);
+    let created_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let seen_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let watch_task = tokio::spawn({
+        let seen = seen_at.clone();
+        let pvs = pvs.clone();
+        async move {
+            let stream = watcher(pvs, watcher::Config::default());
+            futures::pin_mut!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) = event
+                    && let Some(name) = pv
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|r| r.name.clone())
+                    && let Ok(mut seen) = seen.lock()
+                {
+                    seen.entry(name).or_insert_with(Instant::now);
+                }
+            }
+        }
+    });
+    let peak = Arc::new(Mutex::new(0.0f64));
+    let sampler = tokio::spawn({
+        let peak = peak.clone();
+        async move {
+            loop {
+                if let (Some(rss), Ok(mut p)) = (proc_status(pid, "VmRSS:"), peak.lock()) {
+                    *p = p.max(rss);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    let n = args.claims;
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut creators = Vec::new();
+    for _ in 0..args.concurrency.max(1) {
+        let (claims, next, created_at) = (claims.clone(), next.clone(), created_at.clone());
+        creators.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let name = format!("bench-{i}");
+                create_claim(&claims, &name).await?;
+                if let Ok(mut c) = created_at.lock() {
+                    c.insert(name, Instant::now());
+                }
+            }
+        }));
+    }
+    for c in creators {
+        c.await??;
+    }
+    let timeout = Duration::from_secs(60 + (n as u64) * 2);
+    let bound_ok = wait(timeout, || async { bound_count(&claims).await >= n })
+        .await
+        .is_ok();
+    let to_bound = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_rest = proc_status(pid, "VmRSS:").unwrap_or(0.0);
+    let after_provision = counts(&server, client_name);
+    let mut problems = Vec::new();
+    if !bound_ok {
+        problems.push(format!(
+            "only {} of {n} claims Bound within {timeout:?}",
+            bound_count(&claims).await
+        ));
+    }
+    let pv_list = pvs.list(&ListParams::default()).await?.items;
+    let driver_volumes = driver_count(&socket).await?;
+    if pv_list.len() != n {
+        problems.push(format!("{} PVs for {n} claims", pv_list.len()));
+    }
+    if driver_volumes != n {
+        problems.push(format!("{driver_volumes} driver volumes for {n} claims"));
+    }
+    let mut latencies: Vec<f64> = {
+        let created = created_at.lock().map(|c| c.clone()).unwrap_or_default();
+        let seen = seen_at.lock().map(|s| s.clone()).unwrap_or_default();
+        created
+            .iter()
+            .filter_map(|(k, t)| {
+                seen.get(k)
+                    .map(|s| s.saturating_duration_since(*t).as_secs_f64() * 1000.0)
+            })
+            .collect()
+    };
+    latencies.sort_by(|a, b| a.total_cmp(b));
+
+    let delete_started = Instant::now();
+    let names: Vec<String> = (0..n).map(|i| format!("bench-{i}")).collect();
+    let mut deleters = Vec::new();
+    for chunk in names.chunks(n.div_ceil(args.concurrency.max(1)).max(1)) {
+        let (claims, chunk) = (claims.clone(), chunk.to_vec());
+        deleters.push(tokio::spawn(async move {
+            for name in chunk {
+                let _ = claims.delete(&name, &DeleteParams::default()).await;
+            }
+        }));
+    }
+    for d in deleters {
+        let _ = d.await;
+    }
+    let gone_ok = wait(timeout, || async {
+        pvs.list(&ListParams::default())
+            .await
+            .map(|l| l.items.is_empty())
+            .unwrap_or(false)
+            && driver_count(&socket).await.unwrap_or(1) == 0
+    })
+    .await
+    .is_ok();
+    let to_deleted = delete_started.elapsed();
+    if !gone_ok {
+        problems.push("PVs or driver volumes left after deletion".into());
+    }
+    let after_delete = counts(&server, client_name);
+    let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu_before;
+    let peak_rss = proc_status(pid, "VmHWM:")
+        .unwrap_or(0.0)
+        .max(*peak.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
+    sampler.abort();
+    watch_task.abort();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    let _ = stop_tx.send(true);
+
+    let provisioning = diff(&after_provision, &before);
+    let deletion = diff(&after_delete, &after_provision);
+    let per = |m: &BTreeMap<String, u64>| {
+        m.iter()
+            .map(|(k, v)| (k.clone(), *v as f64 / n.max(1) as f64))
+            .collect()
+    };
+    Ok(Report {
+        scenario: scenario.to_string(),
+        claims: n,
+        provisioner: command,
+        seconds_to_all_bound: to_bound.as_secs_f64(),
+        volumes_per_second: n as f64 / to_bound.as_secs_f64(),
+        latency_p50_ms: percentile(&latencies, 0.5),
+        latency_p99_ms: percentile(&latencies, 0.99),
+        seconds_to_all_deleted: to_deleted.as_secs_f64(),
+        peak_rss_mib: peak_rss,
+        rss_per_1000_volumes_mib: (rss_rest - rss_before).max(0.0) / n.max(1) as f64 * 1000.0,
+        cpu_seconds: cpu,
+        requests_per_provisioned_volume: per(&provisioning),
+        writes_per_provisioned_volume: writes(&provisioning) as f64 / n.max(1) as f64,
+        writes_per_deleted_volume: writes(&deletion) as f64 / n.max(1) as f64,
+        correct: problems.is_empty(),
+        problems,
+    })
+}
+
+async fn create_claim(claims: &Api<PersistentVolumeClaim>, name: &str) -> anyhow::Result<()> {
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}
+    }))?;
+    for attempt in 0..5 {
+        match claims.create(&PostParams::default(), &pvc).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+            Err(e) if attempt == 4 => return Err(e.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    Ok(())
+}
+
+async fn bound_count(claims: &Api<PersistentVolumeClaim>) -> usize {
+    claims
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+async fn driver_count(socket: &str) -> anyhow::Result<usize> {
+    let channel = sidecar_kit::csi::connect(socket).await?;
+    let mut client = csi_proto::v1::controller_client::ControllerClient::new(channel);
+    let mut total = 0;
+    let mut token = String::new();
+    loop {
+        let r = client
+            .list_volumes(csi_proto::v1::ListVolumesRequest {
+                max_entries: 1000,
+                starting_token: token,
+            })
+            .await?
+            .into_inner();
+        total += r.entries.len();
+        if r.next_token.is_empty() {
+            return Ok(total);
+        }
+        token = r.next_token;
+    }
+}
+
+async fn wait<F, Fut>(timeout: Duration, mut f: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !f().await {
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
