@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod apibench;
 pub mod bench;
 pub mod stack;
 

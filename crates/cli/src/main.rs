@@ -35,6 +35,8 @@ enum Command {
     PvController(PvControllerArgs),
     /// Measure a provisioner: throughput, latency, memory, CPU and API calls per volume.
     Bench(cli::bench::BenchArgs),
+    /// Measure the API server: creates/s from concurrent clients and watch events/s.
+    BenchApiserver(cli::apibench::ApiBenchArgs),
 }
 
 /// Flags of `volstack pv-controller`.
@@ -65,7 +67,9 @@ struct ApiserverArgs {
 fn main() -> std::process::ExitCode {
     let mut cli = Cli::parse();
     // The benchmark's in-process components would drown its report in info logs.
-    if matches!(cli.command, Command::Bench(_)) && std::env::var("RUST_LOG").is_err() {
+    if matches!(cli.command, Command::Bench(_) | Command::BenchApiserver(_))
+        && std::env::var("RUST_LOG").is_err()
+    {
         cli.log.verbosity = 0;
     }
     if let Err(error) = logging::init(&cli.log) {
@@ -90,6 +94,7 @@ fn main() -> std::process::ExitCode {
             Command::Apiserver(args) => run_apiserver(args).await,
             Command::Up(args) => stack::up(args).await,
             Command::Bench(args) => cli::bench::run(args).await,
+            Command::BenchApiserver(args) => cli::apibench::run(args).await,
             Command::PvController(args) => run_pv_controller(args).await,
         }
     });

@@ -7,12 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, PostParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use sidecar_kit::events::{EventType, Recorder};
 use sidecar_kit::workqueue::{Backoff, WorkQueue};
 use tracing::Instrument;
@@ -56,52 +54,7 @@ impl std::fmt::Debug for PvController {
     }
 }
 
-fn spawn_reflector<K, F>(api: Api<K>, on_event: F) -> Store<K>
-where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-    F: Fn(&watcher::Event<K>) + Send + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer);
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(event) => on_event(&event),
-                Err(error) => tracing::warn!(%error, "watch failed; retrying"),
-            }
-        }
-    });
-    store
-}
-
-fn each<K>(event: &watcher::Event<K>, mut f: impl FnMut(&K)) {
-    match event {
-        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => f(o),
-        watcher::Event::Init | watcher::Event::InitDone => {}
-    }
-}
-
-fn claim_ref(claim: &PersistentVolumeClaim) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolumeClaim".into()),
-        name: claim.metadata.name.clone(),
-        namespace: claim.metadata.namespace.clone(),
-        uid: claim.metadata.uid.clone(),
-        resource_version: claim.metadata.resource_version.clone(),
-        field_path: None,
-    }
-}
+use sidecar_kit::watch::{claim_reference as claim_ref, each, reflect as spawn_reflector};
 
 fn volume_ref(pv: &PersistentVolume) -> ObjectReference {
     ObjectReference {

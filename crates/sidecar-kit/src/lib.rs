@@ -14,4 +14,5 @@ pub mod leader;
 pub mod metrics;
 pub mod quantity;
 pub mod ratelimit;
+pub mod watch;
 pub mod workqueue;

@@ -11,9 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use csi_proto::v1 as csi;
-use k8s_openapi::api::core::v1::{
-    ObjectReference, PersistentVolume, PersistentVolumeClaim, Secret,
-};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::csi::{go_code_name, with_timeout};
@@ -135,17 +133,7 @@ impl ClaimError {
     }
 }
 
-pub(crate) fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolumeClaim".into()),
-        name: claim.metadata.name.clone(),
-        namespace: claim.metadata.namespace.clone(),
-        uid: claim.metadata.uid.clone(),
-        resource_version: claim.metadata.resource_version.clone(),
-        field_path: None,
-    }
-}
+pub(crate) use sidecar_kit::watch::claim_reference;
 
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {

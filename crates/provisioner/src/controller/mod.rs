@@ -25,8 +25,9 @@ use sidecar_kit::workqueue::{Backoff, WorkQueue};
 use tonic::transport::Channel;
 
 use crate::decide::provision::{DriverCapabilities, ProvisionOptions};
-use cache::{Caches, empty, reflect};
+use cache::Caches;
 pub use claims::InFlight;
+use sidecar_kit::watch::{each as for_each, empty};
 
 /// Settings of the controller.
 #[derive(Debug, Clone)]
@@ -107,17 +108,15 @@ impl Provisioner {
         let with_topology = cfg.topology && cfg.caps.accessibility;
 
         let q = claims_q.clone();
-        let claims = reflect(
+        let claims = sidecar_kit::watch::reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
-            watcher::Config::default(),
             move |event| {
                 for_each(event, |pvc| q.add(claim_key(pvc)));
             },
         );
         let q = volumes_q.clone();
-        let volumes = reflect(
+        let volumes = sidecar_kit::watch::reflect(
             Api::<PersistentVolume>::all(client.clone()),
-            watcher::Config::default(),
             move |event| {
                 for_each(event, |pv| {
                     if let Some(name) = &pv.metadata.name {
@@ -129,10 +128,8 @@ impl Provisioner {
         // A class that appears or changes may unblock the claims waiting for it.
         let q = claims_q.clone();
         let claims_for_classes = claims.clone();
-        let classes = reflect(
-            Api::<StorageClass>::all(client.clone()),
-            watcher::Config::default(),
-            move |event| {
+        let classes =
+            sidecar_kit::watch::reflect(Api::<StorageClass>::all(client.clone()), move |event| {
                 for_each(event, |class| {
                     let name = class.metadata.name.as_deref();
                     for pvc in claims_for_classes.state() {
@@ -147,29 +144,19 @@ impl Provisioner {
                         }
                     }
                 });
-            },
-        );
+            });
         let (csinodes, nodes) = if with_topology {
             (
-                reflect(
-                    Api::<CSINode>::all(client.clone()),
-                    watcher::Config::default(),
-                    |_| {},
-                ),
-                reflect(
-                    Api::<Node>::all(client.clone()),
-                    watcher::Config::default(),
-                    |_| {},
-                ),
+                sidecar_kit::watch::reflect(Api::<CSINode>::all(client.clone()), |_| {}),
+                sidecar_kit::watch::reflect(Api::<Node>::all(client.clone()), |_| {}),
             )
         } else {
             (empty(), empty())
         };
         let attachments = if cfg.caps.publish_unpublish {
             let q = volumes_q.clone();
-            reflect(
+            sidecar_kit::watch::reflect(
                 Api::<VolumeAttachment>::all(client.clone()),
-                watcher::Config::default(),
                 move |event| {
                     if let watcher::Event::Delete(va) = event
                         && let Some(pv) = va.spec.source.persistent_volume_name.clone()
@@ -182,11 +169,7 @@ impl Provisioner {
             empty()
         };
         let vacs = if cfg.volume_attributes_class {
-            reflect(
-                Api::<VolumeAttributesClass>::all(client.clone()),
-                watcher::Config::default(),
-                |_| {},
-            )
+            sidecar_kit::watch::reflect(Api::<VolumeAttributesClass>::all(client.clone()), |_| {})
         } else {
             empty()
         };
@@ -305,14 +288,5 @@ impl Provisioner {
         self.claims.shutdown();
         self.volumes.shutdown();
         while workers.join_next().await.is_some() {}
-    }
-}
-
-fn for_each<K>(event: &watcher::Event<K>, mut f: impl FnMut(&K)) {
-    match event {
-        watcher::Event::Apply(obj)
-        | watcher::Event::Delete(obj)
-        | watcher::Event::InitApply(obj) => f(obj),
-        watcher::Event::Init | watcher::Event::InitDone => {}
     }
 }

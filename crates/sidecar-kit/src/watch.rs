@@ -1,0 +1,79 @@
+//! Watches feeding in-memory stores of trimmed objects, shared by every controller.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+/// Removes what no decision reads, so memory grows slowly with the number of objects.
+pub fn trim<K: ResourceExt>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+    if let Some(a) = obj.meta_mut().annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// Starts a reflector of trimmed objects and calls `on_event` for every change, after the
+/// store has it. Watch errors are logged and the watch resumes with backoff.
+pub fn reflect<K, F>(api: Api<K>, on_event: F) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    F: Fn(&watcher::Event<K>) + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(trim::<K>)
+        .reflect(writer);
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => on_event(&event),
+                Err(error) => {
+                    tracing::warn!(kind = %K::kind(&K::DynamicType::default()), %error, "watch failed; retrying")
+                }
+            }
+        }
+    });
+    store
+}
+
+/// A store that is ready and stays empty (for a kind a configuration makes irrelevant).
+pub fn empty<K>() -> Store<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    store
+}
+
+/// Calls `f` with the object of an apply or delete event.
+pub fn each<K>(event: &watcher::Event<K>, mut f: impl FnMut(&K)) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => f(o),
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
+}
+
+/// The reference to a claim that PVs (claimRef) and events (involvedObject) carry.
+pub fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        name: claim.metadata.name.clone(),
+        namespace: claim.metadata.namespace.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
