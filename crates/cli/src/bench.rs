@@ -300,6 +300,25 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
             }
         }
     });
+    // Bound claims, counted from a watch (listing 10,000 claims ten times a second would make the
+    // benchmark its own bottleneck).
+    let bound: Arc<Mutex<std::collections::HashSet<String>>> =
+        Arc::new(Mutex::new(Default::default()));
+    let bound_task = tokio::spawn({
+        let (bound, claims) = (bound.clone(), claims.clone());
+        async move {
+            let stream = watcher(claims, watcher::Config::default());
+            futures::pin_mut!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(pvc) | watcher::Event::InitApply(pvc) = event
+                    && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                    && let (Some(name), Ok(mut b)) = (pvc.metadata.name.clone(), bound.lock())
+                {
+                    b.insert(name);
+                }
+            }
+        }
+    });
     let peak = Arc::new(Mutex::new(0.0f64));
     let sampler = tokio::spawn({
         let peak = peak.clone();
@@ -405,6 +424,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         .max(*peak.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
     sampler.abort();
     watch_task.abort();
+    bound_task.abort();
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(pid.to_string())

@@ -189,10 +189,6 @@ impl PvController {
         while set.join_next().await.is_some() {}
     }
 
-    fn all_volumes(&self) -> Vec<PersistentVolume> {
-        self.volumes.state().iter().map(|v| (**v).clone()).collect()
-    }
-
     async fn sync_claim(&self, key: &ObjectRef<PersistentVolumeClaim>) -> Result<(), SyncError> {
         let Some(claim) = self.claims.get(key) else {
             return Ok(());
@@ -200,10 +196,10 @@ impl PvController {
         if claim.metadata.deletion_timestamp.is_some() {
             return Ok(());
         }
-        let classes: Vec<StorageClass> =
-            self.classes.state().iter().map(|c| (**c).clone()).collect();
-        let volumes = self.all_volumes();
-        let action = decide_claim(&claim, &volumes, &classes, default_class(&classes));
+        let classes = self.classes.state();
+        let volumes = self.volumes.state();
+        let default = default_class(classes.iter().map(|c| c.as_ref()));
+        let action = decide_claim(&claim, &volumes, &classes, default);
         let ns = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
@@ -379,10 +375,17 @@ impl PvController {
         let Some(pv) = self.volumes.get(&ObjectRef::new(name)) else {
             return Ok(());
         };
-        let claims: Vec<PersistentVolumeClaim> =
-            self.claims.state().iter().map(|c| (**c).clone()).collect();
+        // Only the claim the volume names matters: look it up instead of scanning all claims.
+        let named: Vec<std::sync::Arc<PersistentVolumeClaim>> = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?)))
+            .and_then(|key| self.claims.get(&key))
+            .into_iter()
+            .collect();
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
-        match decide_volume(&pv, &claims) {
+        match decide_volume(&pv, &named) {
             VolumeAction::Nothing => Ok(()),
             VolumeAction::SetPhase(phase) => {
                 let mut updated = (*pv).clone();

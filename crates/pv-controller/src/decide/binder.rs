@@ -3,6 +3,7 @@
 //! matching Available volume, else the class's provisioner; and the volume side: Available,
 //! Bound, Released, and what reclaiming a Released volume means.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -198,12 +199,13 @@ fn claim_ref_names(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool
 }
 
 /// The smallest Available volume that fits the claim.
-pub fn best_match<'a>(
+pub fn best_match<'a, V: Borrow<PersistentVolume>>(
     claim: &PersistentVolumeClaim,
-    volumes: &'a [PersistentVolume],
+    volumes: &'a [V],
 ) -> Option<&'a PersistentVolume> {
     volumes
         .iter()
+        .map(Borrow::borrow)
         .filter(|pv| pv.metadata.deletion_timestamp.is_none())
         .filter(|pv| {
             pv.spec
@@ -221,10 +223,10 @@ pub fn best_match<'a>(
 }
 
 /// Decides a claim.
-pub fn decide_claim(
+pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     claim: &PersistentVolumeClaim,
-    volumes: &[PersistentVolume],
-    classes: &[StorageClass],
+    volumes: &[V],
+    classes: &[C],
     default_class: Option<&StorageClass>,
 ) -> ClaimAction {
     let spec = claim.spec.clone().unwrap_or_default();
@@ -236,7 +238,8 @@ pub fn decide_claim(
     if let Some(volume_name) = spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
         let Some(pv) = volumes
             .iter()
-            .find(|v| v.metadata.name.as_deref() == Some(volume_name))
+            .map(Borrow::borrow)
+            .find(|v: &&PersistentVolume| v.metadata.name.as_deref() == Some(volume_name))
         else {
             return if claim_phase == "Bound" || claim_phase == "Lost" {
                 ClaimAction::Lost(volume_name.to_string())
@@ -284,7 +287,10 @@ pub fn decide_claim(
     }
     if let Some(pv) = volumes
         .iter()
-        .find(|pv| claim_ref_names(pv, claim) && pv.metadata.deletion_timestamp.is_none())
+        .map(Borrow::borrow)
+        .find(|pv: &&PersistentVolume| {
+            claim_ref_names(pv, claim) && pv.metadata.deletion_timestamp.is_none()
+        })
     {
         let name = pv.metadata.name.clone().unwrap_or_default();
         // A volume made for (or pre-bound to) this claim: the provisioner's PV lands here.
@@ -309,7 +315,8 @@ pub fn decide_claim(
     }
     let Some(sc) = classes
         .iter()
-        .find(|c| c.metadata.name.as_deref() == Some(class_name.as_str()))
+        .map(Borrow::borrow)
+        .find(|c: &&StorageClass| c.metadata.name.as_deref() == Some(class_name.as_str()))
     else {
         return ClaimAction::Pending {
             reason: "ProvisioningFailed",
@@ -340,7 +347,10 @@ pub fn decide_claim(
 }
 
 /// Decides a volume. `claims` are all claims (the decision looks up the one its claimRef names).
-pub fn decide_volume(pv: &PersistentVolume, claims: &[PersistentVolumeClaim]) -> VolumeAction {
+pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
+    pv: &PersistentVolume,
+    claims: &[P],
+) -> VolumeAction {
     let current = phase(pv);
     let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
         return if current == "Available" || current == "Failed" {
@@ -351,7 +361,10 @@ pub fn decide_volume(pv: &PersistentVolume, claims: &[PersistentVolumeClaim]) ->
     };
     let claim = claims
         .iter()
-        .find(|c| c.metadata.namespace == claim_ref.namespace && c.metadata.name == claim_ref.name);
+        .map(Borrow::borrow)
+        .find(|c: &&PersistentVolumeClaim| {
+            c.metadata.namespace == claim_ref.namespace && c.metadata.name == claim_ref.name
+        });
     let ref_uid = claim_ref.uid.clone().unwrap_or_default();
     let same_claim =
         claim.filter(|c| ref_uid.is_empty() || c.metadata.uid.as_deref() == Some(ref_uid.as_str()));

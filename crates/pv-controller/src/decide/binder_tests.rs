@@ -11,6 +11,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, O
 
 use super::*;
 
+fn dc(
+    c: &PersistentVolumeClaim,
+    v: &[PersistentVolume],
+    cl: &[StorageClass],
+    d: Option<&StorageClass>,
+) -> ClaimAction {
+    decide_claim(c, v, cl, d)
+}
+
+fn dv(pv: &PersistentVolume, claims: &[PersistentVolumeClaim]) -> VolumeAction {
+    decide_volume(pv, claims)
+}
+
 fn claim(name: &str, class: Option<&str>, size: &str) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
@@ -108,7 +121,7 @@ fn the_smallest_matching_available_volume_is_bound() {
         pv("other-class", "silver", "5Gi"),
     ];
     assert_eq!(
-        decide_claim(&c, &volumes, &[], None),
+        dc(&c, &volumes, &[], None),
         ClaimAction::Bind("small".into())
     );
 }
@@ -130,7 +143,7 @@ fn class_mode_access_and_selector_must_match() {
         pv("plain", "", "3Gi"),
     ];
     assert_eq!(
-        decide_claim(&c, &volumes, &[], None),
+        dc(&c, &volumes, &[], None),
         ClaimAction::Bind("labelled".into()),
         "empty class matches class-less volumes"
     );
@@ -143,7 +156,7 @@ fn class_mode_access_and_selector_must_match() {
         match_labels: None,
     });
     assert_eq!(
-        decide_claim(&c, &volumes[3..], &[], None),
+        dc(&c, &volumes[3..], &[], None),
         ClaimAction::Pending {
             reason: "FailedBinding",
             message: "no persistent volumes available for this claim and no storage class is set"
@@ -158,7 +171,7 @@ fn class_mode_access_and_selector_must_match() {
 fn a_claim_without_class_gets_the_default_and_an_empty_class_does_not() {
     let default = sc("standard", "csi.example", false);
     assert_eq!(
-        decide_claim(
+        dc(
             &claim("c", None, "1Gi"),
             &[],
             std::slice::from_ref(&default),
@@ -167,7 +180,7 @@ fn a_claim_without_class_gets_the_default_and_an_empty_class_does_not() {
         ClaimAction::AssignDefaultClass("standard".into())
     );
     assert!(matches!(
-        decide_claim(
+        dc(
             &claim("c", Some(""), "1Gi"),
             &[],
             std::slice::from_ref(&default),
@@ -185,14 +198,14 @@ fn without_a_match_the_class_provisioner_is_asked() {
         sc("static", NO_PROVISIONER, false),
     ];
     assert_eq!(
-        decide_claim(&claim("c", Some("fast"), "1Gi"), &[], &classes, None),
+        dc(&claim("c", Some("fast"), "1Gi"), &[], &classes, None),
         ClaimAction::Provision {
             provisioner: "csi.example".into(),
             annotated: false
         }
     );
     assert_eq!(
-        decide_claim(&claim("c", Some("late"), "1Gi"), &[], &classes, None),
+        dc(&claim("c", Some("late"), "1Gi"), &[], &classes, None),
         ClaimAction::WaitForFirstConsumer
     );
     let mut selected = claim("c", Some("late"), "1Gi");
@@ -201,17 +214,17 @@ fn without_a_match_the_class_provisioner_is_asked() {
         "node-1".to_string(),
     )]));
     assert!(matches!(
-        decide_claim(&selected, &[], &classes, None),
+        dc(&selected, &[], &classes, None),
         ClaimAction::Provision { .. }
     ));
     assert!(matches!(
-        decide_claim(&claim("c", Some("static"), "1Gi"), &[], &classes, None),
+        dc(&claim("c", Some("static"), "1Gi"), &[], &classes, None),
         ClaimAction::Pending {
             reason: "FailedBinding",
             ..
         }
     ));
-    let missing = decide_claim(&claim("c", Some("nope"), "1Gi"), &[], &classes, None);
+    let missing = dc(&claim("c", Some("nope"), "1Gi"), &[], &classes, None);
     assert_eq!(
         missing,
         ClaimAction::Pending {
@@ -226,7 +239,7 @@ fn a_provisioned_volume_naming_the_claim_completes_the_binding() {
     let c = claim("c", Some("fast"), "1Gi");
     let made = with_phase(bound_to(pv("pvc-1", "fast", "1Gi"), &c), "Pending");
     assert_eq!(
-        decide_claim(&c, std::slice::from_ref(&made), &[], None),
+        dc(&c, std::slice::from_ref(&made), &[], None),
         ClaimAction::CompleteBinding("pvc-1".into())
     );
     let mut bound = c.clone();
@@ -240,11 +253,11 @@ fn a_provisioned_volume_naming_the_claim_completes_the_binding() {
         "yes".to_string(),
     )]));
     assert_eq!(
-        decide_claim(&bound, &[with_phase(made.clone(), "Bound")], &[], None),
+        dc(&bound, &[with_phase(made.clone(), "Bound")], &[], None),
         ClaimAction::Nothing
     );
     assert_eq!(
-        decide_claim(&bound, &[made], &[], None),
+        dc(&bound, &[made], &[], None),
         ClaimAction::CompleteBinding("pvc-1".into())
     );
 }
@@ -255,7 +268,7 @@ fn pre_bound_claims_and_volumes_are_honoured() {
     c.spec.as_mut().unwrap().volume_name = Some("chosen".into());
     let volumes = vec![pv("smaller", "", "1Gi"), pv("chosen", "", "50Gi")];
     assert_eq!(
-        decide_claim(&c, &volumes, &[], None),
+        dc(&c, &volumes, &[], None),
         ClaimAction::Bind("chosen".into())
     );
     let taken = bound_to(
@@ -263,7 +276,7 @@ fn pre_bound_claims_and_volumes_are_honoured() {
         &claim("someone-else", Some(""), "1Gi"),
     );
     assert!(matches!(
-        decide_claim(&c, &[taken], &[], None),
+        dc(&c, &[taken], &[], None),
         ClaimAction::Pending {
             reason: "FailedBinding",
             ..
@@ -279,7 +292,7 @@ fn pre_bound_claims_and_volumes_are_honoured() {
     });
     let volumes = vec![pv("smaller", "", "1Gi"), reserved];
     assert_eq!(
-        decide_claim(&d, &volumes, &[], None),
+        dc(&d, &volumes, &[], None),
         ClaimAction::CompleteBinding("reserved".into()),
         "a volume pre-bound by name wins"
     );
@@ -298,41 +311,35 @@ fn a_claim_whose_volume_vanished_is_lost() {
         phase: Some("Bound".into()),
         ..Default::default()
     });
-    assert_eq!(
-        decide_claim(&c, &[], &[], None),
-        ClaimAction::Lost("gone".into())
-    );
+    assert_eq!(dc(&c, &[], &[], None), ClaimAction::Lost("gone".into()));
 }
 
 #[test]
 fn volumes_move_through_their_phases() {
     let c = claim("c", Some(""), "1Gi");
     assert_eq!(
-        decide_volume(&with_phase(pv("v", "", "1Gi"), "Pending"), &[]),
+        dv(&with_phase(pv("v", "", "1Gi"), "Pending"), &[]),
         VolumeAction::SetPhase("Available")
     );
-    assert_eq!(
-        decide_volume(&pv("v", "", "1Gi"), &[]),
-        VolumeAction::Nothing
-    );
+    assert_eq!(dv(&pv("v", "", "1Gi"), &[]), VolumeAction::Nothing);
     let mut bound_claim = c.clone();
     bound_claim.spec.as_mut().unwrap().volume_name = Some("v".into());
     let v = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Available");
     assert_eq!(
-        decide_volume(&v, &[bound_claim.clone()]),
+        dv(&v, &[bound_claim.clone()]),
         VolumeAction::SetPhase("Bound")
     );
     let v = with_phase(v, "Bound");
-    assert_eq!(decide_volume(&v, &[bound_claim]), VolumeAction::Nothing);
+    assert_eq!(dv(&v, &[bound_claim]), VolumeAction::Nothing);
     assert_eq!(
-        decide_volume(&v, &[]),
+        dv(&v, &[]),
         VolumeAction::SetPhase("Released"),
         "claim deleted"
     );
     let mut replaced = c.clone();
     replaced.metadata.uid = Some("another-uid".into());
     assert_eq!(
-        decide_volume(&v, &[replaced]),
+        dv(&v, &[replaced]),
         VolumeAction::SetPhase("Released"),
         "same name, new claim"
     );
@@ -352,23 +359,17 @@ fn released_volumes_follow_their_reclaim_policy() {
         }
         v
     };
+    assert_eq!(dv(&released("Retain", true), &[]), VolumeAction::Nothing);
     assert_eq!(
-        decide_volume(&released("Retain", true), &[]),
-        VolumeAction::Nothing
-    );
-    assert_eq!(
-        decide_volume(&released("Delete", true), &[]),
+        dv(&released("Delete", true), &[]),
         VolumeAction::Nothing,
         "the provisioner deletes it"
     );
     assert!(matches!(
-        decide_volume(&released("Delete", false), &[]),
+        dv(&released("Delete", false), &[]),
         VolumeAction::CannotDelete(_)
     ));
-    assert_eq!(
-        decide_volume(&released("Recycle", false), &[]),
-        VolumeAction::Recycle
-    );
+    assert_eq!(dv(&released("Recycle", false), &[]), VolumeAction::Recycle);
 }
 
 #[test]
@@ -380,5 +381,5 @@ fn a_controller_binding_to_a_claim_that_bound_elsewhere_is_undone() {
         ANN_BOUND_BY_CONTROLLER.to_string(),
         "yes".to_string(),
     )]));
-    assert_eq!(decide_volume(&loser, &[c]), VolumeAction::Unbind);
+    assert_eq!(dv(&loser, &[c]), VolumeAction::Unbind);
 }
