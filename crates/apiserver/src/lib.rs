@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod faults;
 pub mod objects;
 pub mod registry;
 pub mod selectors;
@@ -108,6 +109,19 @@ impl RunningServer {
             .lock()
             .map(|c| c.clone())
             .unwrap_or_default()
+    }
+    /// Replaces the fault rules (an empty list switches faults off).
+    pub fn set_faults(&self, rules: Vec<faults::FaultRule>) {
+        if let Ok(mut f) = self.app.faults.lock() {
+            *f = rules;
+        }
+    }
+    /// Closes every open watch (of one resource, or all); clients re-list or resume.
+    pub fn close_watches(&self, resource: Option<&str>) {
+        let _ = self
+            .app
+            .close_watches
+            .send((resource.unwrap_or("*").to_string(), rand::random::<u64>()));
     }
     /// Waits for the server to stop.
     pub async fn join(self) {

@@ -35,6 +35,10 @@ pub struct App {
     pub requests: Mutex<BTreeMap<(String, String, u16, String), u64>>,
     /// Address clients use (discovery).
     pub address: Mutex<Option<SocketAddr>>,
+    /// Injected faults (empty: none).
+    pub faults: Mutex<Vec<crate::faults::FaultRule>>,
+    /// Bumped to close open watches: (resource or `*`, nonce).
+    pub close_watches: tokio::sync::watch::Sender<(String, u64)>,
 }
 
 impl std::fmt::Debug for App {
@@ -106,6 +110,7 @@ enum Route {
     Object(Target),
     Metrics,
     Health,
+    Faults,
     OpenApiRoot,
     OpenApiGroupVersion(String, String),
 }
@@ -119,6 +124,7 @@ fn route(app: &App, path: &str) -> Result<Route, ApiError> {
     let (group, version, rest) = match segs.as_slice() {
         ["version"] => return Ok(Route::Version),
         ["metrics"] => return Ok(Route::Metrics),
+        ["debug", "faults"] => return Ok(Route::Faults),
         ["healthz" | "readyz" | "livez", ..] => return Ok(Route::Health),
         ["openapi", "v3"] => return Ok(Route::OpenApiRoot),
         ["openapi", "v3", "api", v] => {
@@ -273,6 +279,7 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
     };
     match route {
         Route::Health => ("", String::new(), "ok".into_response()),
+        Route::Faults => ("", String::new(), fault_admin(app, &method, &query, &body)),
         Route::Version => (
             "GET",
             String::new(),
@@ -302,6 +309,18 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
         ),
         Route::Object(target) => {
             let resource = target.rt.plural.clone();
+            let verb = verb_of(&method, target.name.is_some(), query.flag("watch"));
+            let rules = app.faults.lock().map(|f| f.clone()).unwrap_or_default();
+            if let Some(injection) =
+                crate::faults::decide(&rules, &resource, verb, rand::random::<f64>())
+            {
+                if injection.latency_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(injection.latency_ms)).await;
+                }
+                if let Some(error) = injection.error {
+                    return (verb, resource, error.into_response());
+                }
+            }
             let (verb, result) = object_request(app, &method, target, &query, &headers, body).await;
             (
                 verb,
@@ -309,6 +328,64 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
                 result.unwrap_or_else(IntoResponse::into_response),
             )
         }
+    }
+}
+
+fn verb_of(method: &Method, named: bool, watch: bool) -> &'static str {
+    match (method.as_str(), named) {
+        ("GET", true) => "GET",
+        ("GET", false) if watch => "WATCH",
+        ("GET", false) => "LIST",
+        ("POST", _) => "CREATE",
+        ("PUT", _) => "UPDATE",
+        ("PATCH", _) => "PATCH",
+        ("DELETE", true) => "DELETE",
+        ("DELETE", false) => "DELETECOLLECTION",
+        _ => "",
+    }
+}
+
+/// `/debug/faults`: GET shows the rules, POST `{"rules": [...]}` replaces them, DELETE clears
+/// them, POST `?closeWatches=RESOURCE|*` closes open watches.
+fn fault_admin(app: &App, method: &Method, query: &Query, body: &Bytes) -> Response {
+    if let Some(resource) = query.get("closeWatches") {
+        let _ = app
+            .close_watches
+            .send((resource.to_string(), rand::random::<u64>()));
+        return json_response(StatusCode::OK, &json!({"closed": resource}));
+    }
+    match method.as_str() {
+        "GET" => json_response(
+            StatusCode::OK,
+            &json!({"rules": app.faults.lock().map(|f| f.clone()).unwrap_or_default()}),
+        ),
+        "DELETE" => {
+            if let Ok(mut f) = app.faults.lock() {
+                f.clear();
+            }
+            json_response(StatusCode::OK, &json!({"rules": []}))
+        }
+        "POST" | "PUT" => {
+            #[derive(serde::Deserialize)]
+            struct Body {
+                rules: Vec<crate::faults::FaultRule>,
+            }
+            let parsed: Body = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => {
+                    return ApiError::bad_request(format!("expected {{\"rules\": [...]}}: {e}"))
+                        .into_response();
+                }
+            };
+            if let Some(why) = parsed.rules.iter().find_map(|r| r.validate().err()) {
+                return ApiError::bad_request(why).into_response();
+            }
+            if let Ok(mut f) = app.faults.lock() {
+                *f = parsed.rules.clone();
+            }
+            json_response(StatusCode::OK, &json!({"rules": parsed.rules}))
+        }
+        _ => ApiError::method_not_allowed("use GET, POST or DELETE").into_response(),
     }
 }
 
@@ -774,6 +851,8 @@ fn watch(
     let kind = rt.kind.clone();
     let api_version = rt.api_version();
     let app = app.clone();
+    let mut close = app.close_watches.subscribe();
+    let plural = rt.plural.clone();
     tokio::spawn(async move {
         let render = |object: &Value| {
             if as_table {
@@ -838,6 +917,12 @@ fn watch(
             tokio::select! {
                 () = &mut deadline => return,
                 () = tx.closed() => return,
+                changed = close.changed() => {
+                    let which = close.borrow().0.clone();
+                    if changed.is_err() || which == "*" || which == plural {
+                        return;
+                    }
+                }
                 _ = ticker.tick(), if bookmarks => {
                     let rv = app.store.current_rv().max(last_rv);
                     let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
@@ -1242,6 +1327,8 @@ pub fn new_app(store: Store, token: String) -> Shared {
         token,
         requests: Mutex::new(BTreeMap::new()),
         address: Mutex::new(None),
+        faults: Mutex::new(Vec::new()),
+        close_watches: tokio::sync::watch::channel((String::new(), 0)).0,
     });
     refresh_crds(&app);
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {

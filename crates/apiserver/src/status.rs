@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 /// An API error.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     /// HTTP code.
     pub code: u16,
@@ -107,6 +107,14 @@ impl ApiError {
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }
+    /// 429, with `Retry-After: 1` added by the response.
+    pub fn too_many_requests() -> Self {
+        Self::new(
+            429,
+            "TooManyRequests",
+            "injected fault: too many requests, please try again later",
+        )
+    }
     /// 413.
     pub fn too_large() -> Self {
         Self::new(
@@ -171,6 +179,13 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = self.to_status().to_string();
+        if self.code == 429 {
+            let headers = [
+                (axum::http::header::CONTENT_TYPE, "application/json"),
+                (axum::http::header::RETRY_AFTER, "1"),
+            ];
+            return (code, headers, body).into_response();
+        }
         (
             code,
             [(axum::http::header::CONTENT_TYPE, "application/json")],
