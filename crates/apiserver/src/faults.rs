@@ -90,6 +90,7 @@ pub fn decide(rules: &[FaultRule], resource: &str, verb: &str, draw: f64) -> Opt
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
