@@ -27,9 +27,19 @@ pub struct BenchArgs {
     /// benchmark appends --csi-address, --kubeconfig and, for `storm`, the QPS flags.
     #[arg(long)]
     pub provisioner_cmd: Option<String>,
-    /// Scenarios to run: storm (QPS limits lifted), defaults (upstream's default QPS 5/burst 10).
-    #[arg(long, value_delimiter = ',', default_value = "storm,defaults")]
+    /// Scenarios to run: storm (all claims at once, QPS limits lifted), defaults (the same with
+    /// upstream's default QPS 5/burst 10), steady (a fixed arrival rate, limits lifted).
+    #[arg(long, value_delimiter = ',', default_value = "storm,defaults,steady")]
     pub scenarios: Vec<String>,
+    /// Arrival rate of the steady scenario, claims per second.
+    #[arg(long, default_value_t = 50.0)]
+    pub rate: f64,
+    /// Length of the steady scenario (Go duration).
+    #[arg(long, default_value = "20s", value_parser = sidecar_kit::duration::parse_go_duration)]
+    pub duration: Duration,
+    /// Directory for the PNG charts of claims Bound over time (one per scenario).
+    #[arg(long, default_value = ".")]
+    pub chart_dir: PathBuf,
     /// Claims created at once by the benchmark's clients.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
@@ -56,6 +66,8 @@ struct Report {
     writes_per_deleted_volume: f64,
     correct: bool,
     problems: Vec<String>,
+    chart: String,
+    chart_scale: String,
 }
 
 fn proc_status(pid: u32, key: &str) -> Option<f64> {
@@ -111,9 +123,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(unknown) = args
         .scenarios
         .iter()
-        .find(|s| !matches!(s.as_str(), "storm" | "defaults"))
+        .find(|s| !matches!(s.as_str(), "storm" | "defaults" | "steady"))
     {
-        bail!("--scenarios: unknown scenario {unknown:?} (known: storm, defaults)");
+        bail!("--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady)");
+    }
+    if !(args.rate > 0.0 && args.rate.is_finite()) {
+        bail!("--rate must be a positive number of claims per second");
     }
     if args.claims == 0 {
         bail!("--claims must be at least 1");
@@ -167,6 +182,10 @@ fn print_report(r: &Report) {
     println!(
         "  writes per deleted         {:>10.2}",
         r.writes_per_deleted_volume
+    );
+    println!(
+        "  chart                      {} ({})",
+        r.chart, r.chart_scale
     );
     println!(
         "  end state                  {}",
@@ -243,7 +262,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
     let program = words.remove(0);
     words.push(format!("--csi-address={socket}"));
     words.push(format!("--kubeconfig={}", kubeconfig.display()));
-    if scenario == "storm" {
+    if scenario != "defaults" {
         words.push("--kube-api-qps=10000".into());
         words.push("--kube-api-burst=10000".into());
     }
@@ -302,8 +321,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
     });
     // Bound claims, counted from a watch (listing 10,000 claims ten times a second would make the
     // benchmark its own bottleneck).
-    let bound: Arc<Mutex<std::collections::HashSet<String>>> =
-        Arc::new(Mutex::new(Default::default()));
+    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(Default::default()));
     let bound_task = tokio::spawn({
         let (bound, claims) = (bound.clone(), claims.clone());
         async move {
@@ -314,7 +332,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
                     && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
                     && let (Some(name), Ok(mut b)) = (pvc.metadata.name.clone(), bound.lock())
                 {
-                    b.insert(name);
+                    b.entry(name).or_insert_with(Instant::now);
                 }
             }
         }
@@ -331,11 +349,35 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
             }
         }
     });
-    let n = args.claims;
+    let n = if scenario == "steady" {
+        (args.rate * args.duration.as_secs_f64()).round().max(1.0) as usize
+    } else {
+        args.claims
+    };
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut creators = Vec::new();
-    for _ in 0..args.concurrency.max(1) {
+    if scenario == "steady" {
+        // A fixed arrival rate: one claim every 1/rate seconds, each created by its own task.
+        let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+        for i in 0..n {
+            ticker.tick().await;
+            let (claims, created_at) = (claims.clone(), created_at.clone());
+            creators.push(tokio::spawn(async move {
+                let name = format!("bench-{i}");
+                create_claim(&claims, &name).await?;
+                if let Ok(mut c) = created_at.lock() {
+                    c.insert(name, Instant::now());
+                }
+                Ok::<_, anyhow::Error>(())
+            }));
+        }
+    }
+    for _ in 0..if scenario == "steady" {
+        0
+    } else {
+        args.concurrency.max(1)
+    } {
         let (claims, next, created_at) = (claims.clone(), next.clone(), created_at.clone());
         creators.push(tokio::spawn(async move {
             loop {
@@ -355,10 +397,38 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         c.await??;
     }
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
-    let bound_ok = wait(timeout, || async { bound_count(&claims).await >= n })
-        .await
-        .is_ok();
+    let bound_ok = wait(timeout, || async {
+        bound
+            .lock()
+            .map(|b| b.keys().filter(|k| k.starts_with("bench-")).count())
+            .unwrap_or(0)
+            >= n
+    })
+    .await
+    .is_ok();
     let to_bound = started.elapsed();
+    let mut times: Vec<f64> = bound
+        .lock()
+        .map(|b| {
+            b.iter()
+                .filter(|(k, _)| k.starts_with("bench-"))
+                .map(|(_, t)| t.saturating_duration_since(started).as_secs_f64())
+                .collect()
+        })
+        .unwrap_or_default();
+    times.sort_by(|a, b| a.total_cmp(b));
+    let stride = (times.len() / 400).max(1);
+    let series: crate::chart::Series = times
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % stride == 0 || *i + 1 == times.len())
+        .map(|(i, t)| (*t, i + 1))
+        .collect();
+    std::fs::create_dir_all(&args.chart_dir)
+        .with_context(|| format!("create {}", args.chart_dir.display()))?;
+    let chart = args.chart_dir.join(format!("bench-{scenario}.png"));
+    let (max_t, max_n) = crate::chart::write(&chart, &[series])
+        .with_context(|| format!("write {}", chart.display()))?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_rest = proc_status(pid, "VmRSS:").unwrap_or(0.0);
     let after_provision = counts(&server, client_name);
@@ -456,6 +526,8 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         writes_per_deleted_volume: writes(&deletion) as f64 / n.max(1) as f64,
         correct: problems.is_empty(),
         problems,
+        chart: chart.display().to_string(),
+        chart_scale: format!("x: 0 to {max_t:.1} s, y: 0 to {max_n} claims Bound, grid every 10%"),
     })
 }
 

@@ -4,6 +4,7 @@
 
 pub mod apibench;
 pub mod bench;
+pub mod chart;
 pub mod stack;
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,5 +1,5 @@
-//! The benchmark command runs end to end and judges the end state (figures are printed, not
-//! asserted: speed is measured by running it, not by tests).
+//! The benchmark command runs end to end, judges the end state and draws its charts (figures
+//! are printed, not asserted: speed is measured by running it, not by tests).
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +11,10 @@ fn the_benchmark_runs_and_checks_its_end_state() {
         .args([
             "bench",
             "--claims=20",
-            "--scenarios=storm",
+            "--scenarios=storm,steady",
+            "--rate=20",
+            "--duration=1s",
+            &format!("--chart-dir={}", dir.path().display()),
             &format!("--output={}", output.display()),
         ])
         .output()
@@ -36,21 +39,35 @@ fn the_benchmark_runs_and_checks_its_end_state() {
         storm["writes_per_deleted_volume"].as_f64().unwrap() <= 2.0 + 1e-9,
         "{storm}"
     );
-    assert!(
-        storm["requests_per_provisioned_volume"]["CREATE"]
-            .as_f64()
-            .unwrap()
-            >= 2.0,
-        "a PV and an event per volume: {storm}"
-    );
+    let creates = storm["requests_per_provisioned_volume"]["CREATE"]
+        .as_f64()
+        .unwrap();
+    assert!(creates >= 2.0, "a PV and an event per volume: {storm}");
+    let steady = &results[1];
+    assert_eq!(steady["scenario"], "steady");
+    assert_eq!(steady["claims"], 20, "rate 20/s for 1 s");
+    assert_eq!(steady["correct"], true);
+    for name in ["bench-storm.png", "bench-steady.png"] {
+        let png = std::fs::read(dir.path().join(name)).unwrap();
+        assert_eq!(&png[1..4], b"PNG", "{name}");
+    }
 }
 
 #[test]
-fn unknown_scenarios_are_refused() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
-        .args(["bench", "--scenarios=nope"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--scenarios"));
+fn unknown_scenarios_and_rates_are_refused() {
+    for args in [
+        &["bench", "--scenarios=nope"][..],
+        &["bench", "--rate=0"][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(args[1].split('=').next().unwrap()),
+            "{args:?}: {stderr}"
+        );
+    }
 }
