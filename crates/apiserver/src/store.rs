@@ -215,16 +215,7 @@ impl Store {
     /// Objects of a resource (in one namespace, or all), in key order, with the list's rv.
     pub fn list(&self, resource: &str, namespace: Option<&str>) -> (Vec<Arc<Value>>, u64) {
         let inner = self.lock();
-        let prefix = match namespace {
-            Some(ns) => format!("{resource}\u{0}{ns}\u{0}"),
-            None => format!("{resource}\u{0}"),
-        };
-        let items = inner
-            .objects
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .map(|(_, v)| v.clone())
-            .collect();
+        let items = objects_of(&inner, resource, namespace);
         (items, inner.rv)
     }
 
@@ -334,16 +325,7 @@ impl Store {
         namespace: Option<&str>,
     ) -> (Vec<Arc<Value>>, u64, broadcast::Receiver<Arc<Change>>) {
         let inner = self.lock();
-        let prefix = match namespace {
-            Some(ns) => format!("{resource}\u{0}{ns}\u{0}"),
-            None => format!("{resource}\u{0}"),
-        };
-        let items = inner
-            .objects
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .map(|(_, v)| v.clone())
-            .collect();
+        let items = objects_of(&inner, resource, namespace);
         (items, inner.rv, self.events.subscribe())
     }
 
@@ -360,6 +342,20 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// Objects of a resource (in one namespace, or all), in key order.
+fn objects_of(inner: &Inner, resource: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+    let prefix = match namespace {
+        Some(ns) => format!("{resource}\u{0}{ns}\u{0}"),
+        None => format!("{resource}\u{0}"),
+    };
+    inner
+        .objects
+        .range(prefix.clone()..)
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .map(|(_, v)| v.clone())
+        .collect()
 }
 
 fn replay(path: &Path, inner: &mut Inner) -> Result<usize, StoreError> {
