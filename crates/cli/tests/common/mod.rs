@@ -147,6 +147,10 @@ impl Cluster {
         exited
     }
 
+    pub fn provisioner_pid(&self) -> Option<u32> {
+        self.provisioner.as_ref().map(|p| p.id())
+    }
+
     pub fn kill_provisioner(&mut self) {
         if let Some(mut p) = self.provisioner.take() {
             let _ = p.kill();
