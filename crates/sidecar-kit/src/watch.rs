@@ -26,10 +26,25 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     F: Fn(&watcher::Event<K>) + Send + 'static,
 {
+    reflect_trimmed(api, |_: &mut K| {}, on_event)
+}
+
+/// Like [`reflect`], with a kind-specific `shrink` that also drops fields no decision of the
+/// caller reads (memory per object is what limits a sidecar with 10,000 volumes).
+pub fn reflect_trimmed<K, S, F>(api: Api<K>, shrink: S, on_event: F) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    S: Fn(&mut K) + Send + 'static,
+    F: Fn(&watcher::Event<K>) + Send + 'static,
+{
     let (store, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(trim::<K>)
+        .modify(move |obj: &mut K| {
+            trim(obj);
+            shrink(obj);
+        })
         .reflect(writer);
     tokio::spawn(async move {
         futures::pin_mut!(stream);

@@ -24,3 +24,35 @@ pub struct Caches {
     /// VolumeAttributesClasses (only with the gate).
     pub vacs: Store<VolumeAttributesClass>,
 }
+
+/// Drops what the provisioner never reads of a claim: its status and labels.
+pub fn shrink_claim(claim: &mut PersistentVolumeClaim) {
+    claim.status = None;
+    claim.metadata.labels = None;
+}
+
+/// Drops what the deleter never reads of a PV: everything but the phase in the status, labels,
+/// node affinity, capacity, access modes, mount options, volume attributes and the secret
+/// references (the deletion secret is read from the annotations).
+pub fn shrink_volume(pv: &mut PersistentVolume) {
+    pv.metadata.labels = None;
+    if let Some(status) = pv.status.as_mut() {
+        status.message = None;
+        status.reason = None;
+        status.last_phase_transition_time = None;
+    }
+    if let Some(spec) = pv.spec.as_mut() {
+        spec.node_affinity = None;
+        spec.capacity = None;
+        spec.access_modes = None;
+        spec.mount_options = None;
+        if let Some(csi) = spec.csi.as_mut() {
+            csi.volume_attributes = None;
+            csi.controller_publish_secret_ref = None;
+            csi.node_stage_secret_ref = None;
+            csi.node_publish_secret_ref = None;
+            csi.controller_expand_secret_ref = None;
+            csi.node_expand_secret_ref = None;
+        }
+    }
+}

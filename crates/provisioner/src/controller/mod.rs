@@ -108,15 +108,17 @@ impl Provisioner {
         let with_topology = cfg.topology && cfg.caps.accessibility;
 
         let q = claims_q.clone();
-        let claims = sidecar_kit::watch::reflect(
+        let claims = sidecar_kit::watch::reflect_trimmed(
             Api::<PersistentVolumeClaim>::all(client.clone()),
+            cache::shrink_claim,
             move |event| {
                 for_each(event, |pvc| q.add(claim_key(pvc)));
             },
         );
         let q = volumes_q.clone();
-        let volumes = sidecar_kit::watch::reflect(
+        let volumes = sidecar_kit::watch::reflect_trimmed(
             Api::<PersistentVolume>::all(client.clone()),
+            cache::shrink_volume,
             move |event| {
                 for_each(event, |pv| {
                     if let Some(name) = &pv.metadata.name {
