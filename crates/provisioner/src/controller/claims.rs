@@ -201,14 +201,8 @@ impl Provisioner {
         if let Err(error) = &result
             && error.event_worthy()
         {
-            let message = match error {
-                ClaimError::Create { .. } => {
-                    format!("failed to provision volume with StorageClass {class_name:?}: {error}")
-                }
-                _ => {
-                    format!("failed to provision volume with StorageClass {class_name:?}: {error}")
-                }
-            };
+            let message =
+                format!("failed to provision volume with StorageClass {class_name:?}: {error}");
             self.recorder
                 .record(
                     &claim_reference(&claim),
