@@ -6,7 +6,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod faults;
+pub mod listener;
 pub mod objects;
 pub mod registry;
 pub mod selectors;
@@ -33,6 +35,12 @@ pub struct Config {
     pub token: Option<String>,
     /// Changes kept for watch resumption.
     pub history: usize,
+    /// Bytes of changed objects kept for watch resumption.
+    pub history_bytes: usize,
+    /// When the log is compacted into a snapshot.
+    pub log: durable_log::Options,
+    /// Connection limits and deadlines.
+    pub listener: listener::Limits,
 }
 
 impl Default for Config {
@@ -43,6 +51,9 @@ impl Default for Config {
             kubeconfig_path: None,
             token: None,
             history: 100_000,
+            history_bytes: 128 << 20,
+            log: durable_log::Options::default(),
+            listener: listener::Limits::for_this_process(),
         }
     }
 }
@@ -148,11 +159,11 @@ pub async fn serve(
                 Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
                 _ => {
                     let t = random_token();
-                    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                    durable_log::files::create_private_dir(dir).map_err(|source| Error::Io {
                         action: format!("create {}", dir.display()),
                         source,
                     })?;
-                    std::fs::write(&path, &t).map_err(|source| Error::Io {
+                    durable_log::files::write_private_atomic(&path, t.as_bytes()).map_err(|source| Error::Io {
                         action: format!("write {}", path.display()),
                         source,
                     })?;
@@ -163,9 +174,14 @@ pub async fn serve(
         (None, None) => random_token(),
     };
     let data_dir = config.data_dir.clone();
-    let history = config.history;
-    let store =
-        tokio::task::spawn_blocking(move || store::Store::open(data_dir.as_deref(), history))
+    let history = store::HistoryLimits {
+        count: config.history,
+        bytes: config.history_bytes,
+    };
+    let log_options = config.log;
+    let store = tokio::task::spawn_blocking(move || {
+        store::Store::open(data_dir.as_deref(), history, log_options)
+    })
             .await
             .map_err(|e| Error::Io {
                 action: "open the store".into(),
@@ -197,7 +213,13 @@ pub async fn serve(
     let router = axum::Router::new()
         .fallback(server::handle)
         .with_state(app.clone());
-    let task = tokio::spawn(accept_loop(listener, acceptor, router, shutdown));
+    let task = tokio::spawn(listener::accept_loop(
+        listener,
+        acceptor,
+        router,
+        config.listener,
+        shutdown,
+    ));
     tracing::info!(address = %addr, "API server listening");
     Ok(RunningServer {
         addr,
@@ -207,40 +229,4 @@ pub async fn serve(
         ca_data,
         task,
     })
-}
-
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-    router: axum::Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use hyper_util::service::TowerToHyperService;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::pin!(shutdown);
-    loop {
-        let accepted = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
-        };
-        let Ok((tcp, _)) = accepted else { continue };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else {
-                return;
-            };
-            let service = TowerToHyperService::new(router);
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            tokio::select! {
-                _ = connection => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        });
-    }
-    let _ = stop_tx.send(true);
 }

@@ -14,11 +14,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::access;
 use crate::objects::{self, merge_update, prepare_create, strip_directives, validate};
 use crate::registry::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Change, ChangeKind, Store, Write2};
+use crate::store::{Change, ChangeKind, ResumeError, Store, Write2};
 
 /// Largest accepted body (kube-apiserver's default is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -226,23 +227,47 @@ fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// The single handler: authenticates, routes, counts.
+/// The single handler: authenticates (before routing, so every path answers alike without the
+/// token), routes, counts.
 pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
-    let client = request
-        .headers()
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|ua| ua.split('/').next())
-        .unwrap_or("unknown")
-        .to_string();
+    let path = request.uri().path().to_string();
+    if !access::is_health(&path) && !access::authorized(request.headers(), &app.token) {
+        count(&app, "", String::new(), 401, access::UNAUTHENTICATED);
+        let mut response = ApiError::unauthorized().into_response();
+        // An unauthenticated client does not keep its connection.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        return response;
+    }
+    let client = access::client_label(request.headers());
     let (verb, resource, response) = dispatch(&app, request).await;
     let code = response.status().as_u16();
-    if let Ok(mut counts) = app.requests.lock() {
-        *counts
-            .entry((verb.to_string(), resource, code, client))
-            .or_default() += 1;
-    }
+    count(&app, verb, resource, code, &client);
     response
+}
+
+/// Counts a request; clients beyond the first [`access::MAX_CLIENT_LABELS`] share one label.
+fn count(app: &App, verb: &str, resource: String, code: u16, client: &str) {
+    let Ok(mut counts) = app.requests.lock() else {
+        return;
+    };
+    let known = counts.keys().any(|(_, _, _, c)| c == client);
+    let client = if known || client_count(&counts) < access::MAX_CLIENT_LABELS {
+        client.to_string()
+    } else {
+        access::OTHER.to_string()
+    };
+    *counts
+        .entry((verb.to_string(), resource, code, client))
+        .or_default() += 1;
+}
+
+fn client_count(counts: &BTreeMap<(String, String, u16, String), u64>) -> usize {
+    let mut clients: Vec<&str> = counts.keys().map(|(_, _, _, c)| c.as_str()).collect();
+    clients.sort_unstable();
+    clients.dedup();
+    clients.len()
 }
 
 async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Response) {
@@ -254,15 +279,6 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
         Ok(r) => r,
         Err(e) => return ("GET", String::new(), e.into_response()),
     };
-    if !matches!(route, Route::Health) {
-        let auth = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        if auth.strip_prefix("Bearer ").map(str::trim) != Some(app.token.as_str()) {
-            return ("", String::new(), ApiError::unauthorized().into_response());
-        }
-    }
     if let Err(e) = check_accept(&headers) {
         return ("", String::new(), e.into_response());
     }
@@ -278,7 +294,7 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
         Err(_) => return ("", String::new(), ApiError::too_large().into_response()),
     };
     match route {
-        Route::Health => ("", String::new(), "ok".into_response()),
+        Route::Health => ("", String::new(), health(app, &path)),
         Route::Faults => ("", String::new(), fault_admin(app, &method, &query, &body)),
         Route::Version => (
             "GET",
@@ -523,12 +539,28 @@ fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
     json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.34.0"}, "paths": paths, "components": {"schemas": {}}})
 }
 
+/// `/healthz` and `/livez` answer while the process serves; `/readyz` also fails once the store
+/// refuses writes.
+fn health(app: &App, path: &str) -> Response {
+    if path.trim_start_matches('/').starts_with("readyz")
+        && let Some(reason) = app.store.failure()
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("[-]storage failed: {reason}\nreadyz check failed\n"),
+        )
+            .into_response();
+    }
+    "ok".into_response()
+}
+
 fn metrics(app: &App) -> Response {
     let mut out = String::from(
         "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource, client and HTTP response code.\n# TYPE apiserver_request_total counter\n",
     );
     if let Ok(counts) = app.requests.lock() {
         for ((verb, resource, code, client), n) in counts.iter() {
+            let (client, resource) = (access::escape_label(client), access::escape_label(resource));
             out.push_str(&format!("apiserver_request_total{{client=\"{client}\",code=\"{code}\",resource=\"{resource}\",verb=\"{verb}\"}} {n}\n"));
         }
     }
@@ -569,8 +601,17 @@ async fn object_request(
     let ns = t.namespace.clone().unwrap_or_default();
     let rt = t.rt.clone();
     let key = rt.key();
+    // A subresource (status) supports get, update and patch only, as in kube-apiserver.
+    if t.subresource.is_some() && !matches!(method.as_str(), "GET" | "PUT" | "PATCH") {
+        return (
+            "",
+            Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource: {method} on a subresource"
+            ))),
+        );
+    }
     match (method.as_str(), t.name.clone()) {
-        ("GET", None) if query.flag("watch") => ("WATCH", watch(app, &t, query, headers)),
+        ("GET", None) if query.flag("watch") => ("WATCH", watch(app, &t, query, headers).await),
         ("GET", None) => ("LIST", list(app, &t, query, headers)),
         ("GET", Some(name)) => (
             "GET",
@@ -795,7 +836,7 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
-fn watch(
+async fn watch(
     app: &Shared,
     t: &Target,
     query: &Query,
@@ -825,9 +866,12 @@ fn watch(
     };
     let (initial, backlog, mut rx, start_rv): (Vec<Arc<Value>>, Vec<Arc<Change>>, Feed, u64) =
         match requested_rv {
-            Some(rv) if rv > 0 && !send_initial => match app.store.watch_from(rv) {
+            Some(rv) if rv > 0 && !send_initial => match resume_watch(app, rv).await {
                 Ok((backlog, rx)) => (Vec::new(), backlog, rx, rv),
-                Err(oldest) => {
+                Err(ResumeError::TooLarge(current)) => {
+                    return Err(ApiError::too_large_resource_version(rv, current));
+                }
+                Err(ResumeError::Gone(oldest)) => {
                     let status =
                         ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
                             .to_status();
@@ -924,7 +968,11 @@ fn watch(
                     }
                 }
                 _ = ticker.tick(), if bookmarks => {
-                    let rv = app.store.current_rv().max(last_rv);
+                    // Every change up to the store's version has been broadcast before that
+                    // version became current; only when none of them is still queued for this
+                    // watcher may the bookmark carry it. Otherwise it carries the last change
+                    // this stream has passed on.
+                    let rv = bookmark_rv(app.store.current_rv(), rx.len(), last_rv);
                     let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
                     if tx.send(Ok(event_line("BOOKMARK", &bookmark))).await.is_err() {
                         return;
@@ -957,11 +1005,32 @@ fn watch(
         }))
 }
 
+/// The resourceVersion a bookmark may carry: the store's current version (read first) only when
+/// no change is still queued for this watcher, else the last change the stream passed on.
+fn bookmark_rv(current: u64, queued: usize, last_sent: u64) -> u64 {
+    if queued == 0 {
+        current.max(last_sent)
+    } else {
+        last_sent
+    }
+}
+
 async fn commit(app: &App, rv: u64) -> Result<(), ApiError> {
-    app.store
-        .wait_durable(rv)
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))
+    app.store.wait_durable(rv).await.map_err(ApiError::from)
+}
+
+/// Resumes a watch; a version newer than the store's is waited for up to 3 seconds (as
+/// kube-apiserver's watch cache does) before it is refused.
+async fn resume_watch(app: &App, rv: u64) -> Result<crate::store::Resume, ResumeError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        match app.store.watch_from(rv) {
+            Err(ResumeError::TooLarge(_)) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 async fn create(
@@ -1091,6 +1160,18 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// A patch may not turn the object or its metadata into something other than a JSON object.
+fn patched_is_an_object(t: &Target, name: &str, next: &Value) -> Result<(), ApiError> {
+    if next.is_object() && next["metadata"].is_object() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        &t.rt.kind,
+        name,
+        "metadata: Invalid value: the patched object and its metadata must be JSON objects",
+    ))
+}
+
 async fn patch(
     app: &Shared,
     t: &Target,
@@ -1130,6 +1211,11 @@ async fn patch(
         ));
     }
     let patch_value = parse_body(&body)?;
+    if content_type != "application/json-patch+json" && !patch_value.is_object() {
+        return Err(ApiError::bad_request(
+            "the patch must be a JSON object (a merge patch that is not an object would replace the whole object)",
+        ));
+    }
     match content_type.as_str() {
         "application/merge-patch+json" => merge_patch(&mut next, &patch_value),
         "application/strategic-merge-patch+json" => {
@@ -1159,6 +1245,7 @@ async fn patch(
             )));
         }
     }
+    patched_is_an_object(t, name, &next)?;
     // A patch that names a resourceVersion is a precondition; otherwise the patch applies to
     // what we just read, and a concurrent change makes it retry.
     let patched_rv = patch_value["metadata"]["resourceVersion"]
@@ -1188,6 +1275,7 @@ async fn patch(
                         merge_patch(&mut next, &p);
                     }
                 }
+                patched_is_an_object(t, name, &next)?;
                 next["metadata"]["resourceVersion"] = fresh["metadata"]["resourceVersion"].clone();
             }
             other => return other,
@@ -1376,4 +1464,18 @@ pub fn write_kubeconfig(
     f.write_all(kubeconfig(address, token, ca_data).as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bookmark_never_overtakes_queued_changes() {
+        // (store's version, changes queued for this watcher, last version sent) -> bookmark
+        let cases = [(10, 0, 7, 10), (10, 3, 7, 7), (10, 1, 0, 0), (5, 0, 5, 5)];
+        for (current, queued, last, want) in cases {
+            assert_eq!(bookmark_rv(current, queued, last), want, "{current} {queued} {last}");
+        }
+    }
 }

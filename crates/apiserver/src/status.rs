@@ -19,6 +19,10 @@ pub struct ApiError {
     pub kind: Option<String>,
     /// details.group.
     pub group: Option<String>,
+    /// details.causes as (reason, message).
+    pub causes: Vec<(&'static str, String)>,
+    /// details.retryAfterSeconds.
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -30,6 +34,8 @@ impl ApiError {
             name: None,
             kind: None,
             group: None,
+            causes: Vec::new(),
+            retry_after: None,
         }
     }
     /// 400.
@@ -142,6 +148,24 @@ impl ApiError {
         e.kind = Some(kind.into());
         e
     }
+    /// 504 for a resourceVersion newer than the server's, as kube-apiserver answers it.
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        );
+        e.causes = vec![(
+            "ResourceVersionTooLarge",
+            "Too large resource version".to_string(),
+        )];
+        e.retry_after = Some(1);
+        e
+    }
+    /// 503 while the store refuses writes.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(503, "ServiceUnavailable", message)
+    }
     /// 500.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
@@ -158,6 +182,17 @@ impl ApiError {
         }
         if let Some(k) = &self.kind {
             details.insert("kind".into(), json!(k));
+        }
+        if !self.causes.is_empty() {
+            let causes: Vec<Value> = self
+                .causes
+                .iter()
+                .map(|(reason, message)| json!({"reason": reason, "message": message}))
+                .collect();
+            details.insert("causes".into(), Value::Array(causes));
+        }
+        if let Some(seconds) = self.retry_after {
+            details.insert("retryAfterSeconds".into(), json!(seconds));
         }
         let mut status = json!({
             "kind": "Status",
@@ -192,5 +227,21 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response()
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(error: crate::store::StoreError) -> Self {
+        use crate::store::StoreError;
+        match &error {
+            StoreError::TooDeep => ApiError::bad_request(error.to_string()),
+            StoreError::Failed(_) => ApiError::unavailable(format!(
+                "{error}; the server refuses writes until it is restarted"
+            )),
+            StoreError::Encode(_)
+            | StoreError::Open(_)
+            | StoreError::Legacy(_)
+            | StoreError::Replay { .. } => ApiError::internal(error.to_string()),
+        }
     }
 }

@@ -1,15 +1,26 @@
 //! The object store: every object as JSON under one cluster-wide resourceVersion sequence,
-//! a bounded history of changes for watches, and optional durability (a write-ahead log with
-//! group commit, compacted into a snapshot).
+//! a history of changes for watches bounded in count and bytes, and optional durability
+//! through [`durable_log`].
+//!
+//! Invariants:
+//! - A change becomes visible (reads, lists, watches, the current resourceVersion) only once it
+//!   is on disk. Until then it lives in `pending`/`overlay`, which later writes read so that
+//!   read-modify-writes stay serial; the log's durability hook publishes it.
+//! - So every resourceVersion a client can see is durable, and a restart continues the sequence
+//!   after the highest one on disk: versions strictly increase across restarts.
+//! - After a log failure every write is refused until the server is restarted.
+//! - An object nested deeper than [`MAX_DEPTH`] is refused, so everything stored can be read back.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use durable_log::{Log, LogError, Options};
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::broadcast;
+
+/// Deepest object accepted (levels of objects and arrays). serde_json reads back 127.
+pub const MAX_DEPTH: usize = 100;
 
 /// Change kinds, as watch event types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,30 +62,43 @@ pub struct Change {
 /// Changes to replay plus the live feed.
 pub type Resume = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
 
+/// Why a watch cannot resume from a resourceVersion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeError {
+    /// Older than the history: the oldest version it can resume from.
+    Gone(u64),
+    /// Newer than anything visible: the current version.
+    TooLarge(u64),
+}
+
 /// Store failures.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// I/O on the data directory.
-    #[error("failed to {action} {path}: {source}")]
-    Io {
-        /// What.
-        action: &'static str,
-        /// File.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+    /// The data directory or its log could not be opened.
+    #[error("failed to open the store: {0}")]
+    Open(#[source] LogError),
+    /// The data directory holds a log in the format of an older release.
+    #[error(
+        "failed to open the store: {0} is a log of an older volstack release; move the data directory away to start afresh"
+    )]
+    Legacy(PathBuf),
+    /// A stored record does not parse.
+    #[error("failed to replay the store: record for {key} does not parse: {source}")]
+    Replay {
+        /// The object key.
+        key: String,
+        /// The parse error.
+        source: serde_json::Error,
     },
-    /// The log cannot be written any more.
+    /// Queueing or writing the log failed; the store refuses writes from now on.
     #[error("storage failed: {0}")]
-    Failed(String),
-}
-
-fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
-    move |source| StoreError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
+    Failed(#[source] LogError),
+    /// The object is nested more deeply than the store can read back.
+    #[error("the object is nested more than {MAX_DEPTH} levels deep")]
+    TooDeep,
+    /// The object could not be encoded.
+    #[error("failed to encode the object: {0}")]
+    Encode(#[source] serde_json::Error),
 }
 
 /// What a read-modify-write decided.
@@ -88,21 +112,39 @@ pub enum Write2 {
     Keep,
 }
 
+struct Pending {
+    key: String,
+    change: Arc<Change>,
+    bytes: usize,
+}
+
 struct Inner {
-    rv: u64,
+    /// The last published (durable) resourceVersion.
+    visible_rv: u64,
+    /// The last assigned resourceVersion.
+    next_rv: u64,
     objects: BTreeMap<String, Arc<Value>>,
-    history: VecDeque<Arc<Change>>,
+    /// Written, not yet durable, in order.
+    pending: VecDeque<Pending>,
+    /// The newest pending state per key: (rv, object or None if deleted).
+    overlay: HashMap<String, (u64, Option<Arc<Value>>)>,
+    history: VecDeque<(Arc<Change>, usize)>,
+    history_bytes: usize,
     /// Lowest resourceVersion a watch can resume from.
     compacted: u64,
-    log: Option<mpsc::UnboundedSender<(u64, String)>>,
+}
+
+struct Core {
+    inner: Mutex<Inner>,
+    events: broadcast::Sender<Arc<Change>>,
+    history_cap: usize,
+    history_budget: usize,
 }
 
 /// The store.
 pub struct Store {
-    inner: Mutex<Inner>,
-    events: broadcast::Sender<Arc<Change>>,
-    durable: watch::Receiver<(u64, Option<String>)>,
-    history_cap: usize,
+    core: Arc<Core>,
+    log: Option<Log>,
 }
 
 impl std::fmt::Debug for Store {
@@ -116,92 +158,94 @@ pub fn object_key(resource: &str, namespace: &str, name: &str) -> String {
     format!("{resource}\u{0}{namespace}\u{0}{name}")
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct LogLine {
-    rv: u64,
-    key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    obj: Option<Value>,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Snapshot {
-    rv: u64,
-    objects: BTreeMap<String, Value>,
+/// Sizes of the watch history.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryLimits {
+    /// Most changes kept.
+    pub count: usize,
+    /// Most bytes of objects kept.
+    pub bytes: usize,
 }
 
 impl Store {
     /// An in-memory store, or a durable one under `data_dir`.
-    pub fn open(data_dir: Option<&Path>, history_cap: usize) -> Result<Store, StoreError> {
-        let (events, _) = broadcast::channel(history_cap.max(1024));
-        let (durable_tx, durable_rx) = watch::channel((0u64, None::<String>));
-        let mut inner = Inner {
-            rv: 0,
-            objects: BTreeMap::new(),
-            history: VecDeque::new(),
-            compacted: 0,
-            log: None,
-        };
-        if let Some(dir) = data_dir {
-            fs::create_dir_all(dir).map_err(io("create", dir))?;
-            let snapshot_path = dir.join("snapshot.json");
-            if let Ok(bytes) = fs::read(&snapshot_path) {
-                let snapshot: Snapshot = serde_json::from_slice(&bytes)
-                    .map_err(|e| io("parse", &snapshot_path)(std::io::Error::other(e)))?;
-                inner.rv = snapshot.rv;
-                inner.objects = snapshot
-                    .objects
-                    .into_iter()
-                    .map(|(k, v)| (k, Arc::new(v)))
-                    .collect();
-            }
-            let log_path = dir.join("wal.jsonl");
-            let lines = replay(&log_path, &mut inner)?;
-            inner.compacted = inner.rv;
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-                .map_err(io("open", &log_path))?;
-            let (tx, rx) = mpsc::unbounded_channel();
-            inner.log = Some(tx);
-            let committer = Committer {
-                dir: dir.to_path_buf(),
-                file,
-                lines,
-                durable: durable_tx,
-            };
-            let store = Store {
-                inner: Mutex::new(inner),
-                events,
-                durable: durable_rx,
-                history_cap,
-            };
-            std::thread::Builder::new()
-                .name("apiserver-wal".into())
-                .spawn(move || committer.run(rx))
-                .map_err(io("start the log thread for", dir))?;
-            return Ok(store);
-        }
-        drop(durable_tx);
-        Ok(Store {
-            inner: Mutex::new(inner),
+    pub fn open(
+        data_dir: Option<&Path>,
+        history: HistoryLimits,
+        log_options: Options,
+    ) -> Result<Store, StoreError> {
+        let (events, _) = broadcast::channel(history.count.clamp(1024, 65_536));
+        let core = Arc::new(Core {
+            inner: Mutex::new(Inner {
+                visible_rv: 0,
+                next_rv: 0,
+                objects: BTreeMap::new(),
+                pending: VecDeque::new(),
+                overlay: HashMap::new(),
+                history: VecDeque::new(),
+                history_bytes: 0,
+                compacted: 0,
+            }),
             events,
-            durable: durable_rx,
-            history_cap,
+            history_cap: history.count,
+            history_budget: history.bytes,
+        });
+        let Some(dir) = data_dir else {
+            return Ok(Store { core, log: None });
+        };
+        for legacy in ["wal.jsonl", "snapshot.json"] {
+            if dir.join(legacy).exists() {
+                return Err(StoreError::Legacy(dir.join(legacy)));
+            }
+        }
+        let weak = Arc::downgrade(&core);
+        let (log, recovered) = Log::open(
+            dir,
+            log_options,
+            Box::new(move |rv| publish_weak(&weak, rv)),
+        )
+        .map_err(StoreError::Open)?;
+        {
+            let mut inner = lock(&core.inner);
+            for entry in recovered.snapshot {
+                let (key, object) = decode(&entry)?;
+                if let Some(object) = object {
+                    inner.objects.insert(key, Arc::new(object));
+                }
+            }
+            for (_, record) in recovered.records {
+                let (key, object) = decode(&record)?;
+                match object {
+                    Some(object) => inner.objects.insert(key, Arc::new(object)),
+                    None => inner.objects.remove(&key),
+                };
+            }
+            let rv = recovered.snapshot_seq.max(log.durable());
+            inner.visible_rv = rv;
+            inner.next_rv = rv;
+            inner.compacted = rv;
+        }
+        Ok(Store {
+            core,
+            log: Some(log),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        lock(&self.core.inner)
     }
 
-    /// The current resourceVersion.
+    /// The current (visible, durable) resourceVersion.
     pub fn current_rv(&self) -> u64 {
-        self.lock().rv
+        self.lock().visible_rv
+    }
+
+    /// Why the store refuses writes, if it does.
+    pub fn failure(&self) -> Option<String> {
+        self.log
+            .as_ref()
+            .and_then(Log::failure)
+            .map(|reason| reason.to_string())
     }
 
     /// One object.
@@ -216,26 +260,39 @@ impl Store {
     pub fn list(&self, resource: &str, namespace: Option<&str>) -> (Vec<Arc<Value>>, u64) {
         let inner = self.lock();
         let items = objects_of(&inner, resource, namespace);
-        (items, inner.rv)
+        (items, inner.visible_rv)
     }
 
-    /// Atomically reads an object, lets `decide` choose what to write, and writes it with the
-    /// next resourceVersion. Returns the resulting object (or the deleted one) and the change.
-    pub fn write<E>(
+    /// Atomically reads an object (including writes not yet durable), lets `decide` choose what
+    /// to write, and queues it with the next resourceVersion. Returns the resulting object (or
+    /// the deleted one) and the resourceVersion to pass to [`Store::wait_durable`] before
+    /// answering; the change is visible once that returns.
+    pub fn write<E: From<StoreError>>(
         &self,
         resource: &str,
         namespace: &str,
         name: &str,
         decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
     ) -> Result<(Option<Arc<Value>>, u64), E> {
+        if let Some(log) = &self.log
+            && let Some(reason) = log.failure()
+        {
+            return Err(StoreError::Failed(LogError::Failed(reason)).into());
+        }
         let key = object_key(resource, namespace, name);
         let mut inner = self.lock();
-        let current = inner.objects.get(&key).cloned();
-        let next_rv = inner.rv + 1;
+        let (current, pending_rv) = match inner.overlay.get(&key) {
+            Some((rv, object)) => (object.clone(), *rv),
+            None => (inner.objects.get(&key).cloned(), 0),
+        };
+        let next_rv = inner.next_rv + 1;
         let decision = decide(current.as_deref(), next_rv)?;
-        let (kind, object) = match decision {
-            Write2::Keep => return Ok((current, 0)),
+        let (kind, object, stored) = match decision {
+            Write2::Keep => return Ok((current, pending_rv)),
             Write2::Put(mut value) => {
+                if depth(&value) > MAX_DEPTH {
+                    return Err(StoreError::TooDeep.into());
+                }
                 if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
                     meta.insert("resourceVersion".into(), Value::String(next_rv.to_string()));
                 }
@@ -245,30 +302,26 @@ impl Store {
                 } else {
                     ChangeKind::Added
                 };
-                inner.objects.insert(key.clone(), object.clone());
-                (kind, object)
+                (kind, object.clone(), Some(object))
             }
             Write2::Delete => {
-                let Some(old) = inner.objects.remove(&key) else {
-                    return Ok((None, 0));
+                let Some(old) = current else {
+                    return Ok((None, pending_rv));
                 };
                 let mut value = (*old).clone();
                 if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
                     meta.insert("resourceVersion".into(), Value::String(next_rv.to_string()));
                 }
-                (ChangeKind::Deleted, Arc::new(value))
+                (ChangeKind::Deleted, Arc::new(value), None)
             }
         };
-        inner.rv = next_rv;
-        if let Some(log) = &inner.log {
-            let line = LogLine {
-                rv: next_rv,
-                key: key.clone(),
-                obj: (kind != ChangeKind::Deleted).then(|| (*object).clone()),
-            };
-            let text = serde_json::to_string(&line).unwrap_or_default();
-            let _ = log.send((next_rv, text));
+        let record = encode(&key, stored.as_deref()).map_err(StoreError::Encode)?;
+        let bytes = record.len();
+        if let Some(log) = &self.log {
+            log.append(next_rv, record).map_err(StoreError::Failed)?;
         }
+        inner.next_rv = next_rv;
+        inner.overlay.insert(key.clone(), (next_rv, stored));
         let change = Arc::new(Change {
             rv: next_rv,
             kind,
@@ -276,46 +329,48 @@ impl Store {
             namespace: namespace.to_string(),
             object: object.clone(),
         });
-        inner.history.push_back(change.clone());
-        while inner.history.len() > self.history_cap {
-            if let Some(old) = inner.history.pop_front() {
-                inner.compacted = old.rv;
+        inner.pending.push_back(Pending { key, change, bytes });
+        match &self.log {
+            None => publish(&self.core, &mut inner, next_rv),
+            Some(log) if log.wants_compaction() => {
+                let objects = inner.objects.clone();
+                let overlay: Vec<(String, Option<Arc<Value>>)> = inner
+                    .overlay
+                    .iter()
+                    .map(|(k, (_, v))| (k.clone(), v.clone()))
+                    .collect();
+                log.compact(Box::new(move || snapshot_entries(objects, overlay)))
+                    .map_err(StoreError::Failed)?;
             }
+            Some(_) => {}
         }
-        let _ = self.events.send(change);
         Ok((Some(object), next_rv))
     }
 
-    /// Waits until `rv` is on disk (no-op in memory).
+    /// Waits until `rv` is on disk and visible (no-op in memory).
     pub async fn wait_durable(&self, rv: u64) -> Result<(), StoreError> {
-        if rv == 0 || self.lock().log.is_none() {
-            return Ok(());
-        }
-        let mut rx = self.durable.clone();
-        let state = rx
-            .wait_for(|(done, failed)| *done >= rv || failed.is_some())
-            .await
-            .map_err(|_| StoreError::Failed("log thread stopped".into()))?;
-        match &state.1 {
-            Some(reason) => Err(StoreError::Failed(reason.clone())),
-            None => Ok(()),
+        match &self.log {
+            Some(log) if rv > 0 => log.wait_durable(rv).await.map_err(StoreError::Failed),
+            _ => Ok(()),
         }
     }
 
-    /// Changes after `rv` plus a live subscription, with no gap between them; Err(oldest) if
-    /// `rv` is older than the history.
-    pub fn watch_from(&self, rv: u64) -> Result<Resume, u64> {
+    /// Changes after `rv` plus a live subscription, with no gap between them.
+    pub fn watch_from(&self, rv: u64) -> Result<Resume, ResumeError> {
         let inner = self.lock();
         if rv < inner.compacted {
-            return Err(inner.compacted);
+            return Err(ResumeError::Gone(inner.compacted));
+        }
+        if rv > inner.visible_rv {
+            return Err(ResumeError::TooLarge(inner.visible_rv));
         }
         let backlog = inner
             .history
             .iter()
-            .filter(|c| c.rv > rv)
-            .cloned()
+            .filter(|(c, _)| c.rv > rv)
+            .map(|(c, _)| c.clone())
             .collect();
-        Ok((backlog, self.events.subscribe()))
+        Ok((backlog, self.core.events.subscribe()))
     }
 
     /// Current objects of a resource plus a live subscription, atomically.
@@ -326,7 +381,7 @@ impl Store {
     ) -> (Vec<Arc<Value>>, u64, broadcast::Receiver<Arc<Change>>) {
         let inner = self.lock();
         let items = objects_of(&inner, resource, namespace);
-        (items, inner.rv, self.events.subscribe())
+        (items, inner.visible_rv, self.core.events.subscribe())
     }
 
     /// Every object in a namespace (for namespace deletion), as (resource, name).
@@ -344,6 +399,55 @@ impl Store {
     }
 }
 
+fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    match inner.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn publish_weak(core: &Weak<Core>, rv: u64) {
+    if let Some(core) = core.upgrade() {
+        let mut inner = lock(&core.inner);
+        publish(&core, &mut inner, rv);
+    }
+}
+
+/// Makes every pending change up to `durable` visible, in order, and tells watchers.
+fn publish(core: &Core, inner: &mut Inner, durable: u64) {
+    while inner
+        .pending
+        .front()
+        .is_some_and(|p| p.change.rv <= durable)
+    {
+        let Some(Pending { key, change, bytes }) = inner.pending.pop_front() else {
+            break;
+        };
+        match change.kind {
+            ChangeKind::Deleted => {
+                inner.objects.remove(&key);
+            }
+            ChangeKind::Added | ChangeKind::Modified => {
+                inner.objects.insert(key.clone(), change.object.clone());
+            }
+        }
+        if inner.overlay.get(&key).is_some_and(|(rv, _)| *rv == change.rv) {
+            inner.overlay.remove(&key);
+        }
+        inner.visible_rv = change.rv;
+        inner.history.push_back((change.clone(), bytes));
+        inner.history_bytes += bytes;
+        while inner.history.len() > core.history_cap || inner.history_bytes > core.history_budget {
+            let Some((old, size)) = inner.history.pop_front() else {
+                break;
+            };
+            inner.history_bytes -= size;
+            inner.compacted = old.rv;
+        }
+        let _ = core.events.send(change);
+    }
+}
+
 /// Objects of a resource (in one namespace, or all), in key order.
 fn objects_of(inner: &Inner, resource: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
     let prefix = match namespace {
@@ -358,82 +462,188 @@ fn objects_of(inner: &Inner, resource: &str, namespace: Option<&str>) -> Vec<Arc
         .collect()
 }
 
-fn replay(path: &Path, inner: &mut Inner) -> Result<usize, StoreError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io("read", path)(e)),
+/// Levels of objects and arrays, counted without recursion.
+pub fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1usize)];
+    while let Some((v, level)) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                deepest = deepest.max(level);
+                stack.extend(map.values().map(|c| (c, level + 1)));
+            }
+            Value::Array(items) => {
+                deepest = deepest.max(level);
+                stack.extend(items.iter().map(|c| (c, level + 1)));
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+        }
+    }
+    deepest
+}
+
+/// A record: `[u32 LE key length][key][object JSON, empty for a deletion]`.
+fn encode(key: &str, object: Option<&Value>) -> Result<Vec<u8>, serde_json::Error> {
+    let mut out = Vec::with_capacity(key.len() + 256);
+    let len = u32::try_from(key.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    if let Some(object) = object {
+        serde_json::to_writer(&mut out, object)?;
+    }
+    Ok(out)
+}
+
+fn decode(record: &[u8]) -> Result<(String, Option<Value>), StoreError> {
+    let bad = |what: &str| StoreError::Replay {
+        key: String::new(),
+        source: serde_json::Error::io(std::io::Error::other(what.to_string())),
     };
-    let mut good = 0;
-    let mut lines = 0;
-    for line in bytes.split_inclusive(|b| *b == b'\n') {
-        let Some(body) = line.strip_suffix(b"\n") else {
-            break;
-        };
-        let Ok(entry) = serde_json::from_slice::<LogLine>(body) else {
-            break;
-        };
-        if entry.rv > inner.rv {
-            inner.rv = entry.rv;
-            match entry.obj {
-                Some(obj) => {
-                    inner.objects.insert(entry.key, Arc::new(obj));
-                }
-                None => {
-                    inner.objects.remove(&entry.key);
-                }
-            }
-        }
-        good += line.len();
-        lines += 1;
+    let len_bytes: [u8; 4] = record
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| bad("a record shorter than its key length"))?;
+    let len = u32::from_le_bytes(len_bytes) as usize;
+    let key = record
+        .get(4..4 + len)
+        .ok_or_else(|| bad("a record shorter than its key"))?;
+    let key = String::from_utf8_lossy(key).into_owned();
+    let body = &record[4 + len..];
+    if body.is_empty() {
+        return Ok((key, None));
     }
-    if good < bytes.len() {
-        tracing::warn!(log = %path.display(), dropped = bytes.len() - good, "cutting an unacknowledged torn tail off the log");
-        let f = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(io("open", path))?;
-        f.set_len(good as u64).map_err(io("truncate", path))?;
-        f.sync_all().map_err(io("sync", path))?;
-    }
-    Ok(lines)
+    let object =
+        serde_json::from_slice(body).map_err(|source| StoreError::Replay {
+            key: key.clone(),
+            source,
+        })?;
+    Ok((key, Some(object)))
 }
 
-struct Committer {
-    dir: PathBuf,
-    file: File,
-    lines: usize,
-    durable: watch::Sender<(u64, Option<String>)>,
+fn snapshot_entries(
+    mut objects: BTreeMap<String, Arc<Value>>,
+    overlay: Vec<(String, Option<Arc<Value>>)>,
+) -> Vec<Vec<u8>> {
+    for (key, object) in overlay {
+        match object {
+            Some(object) => objects.insert(key, object),
+            None => objects.remove(&key),
+        };
+    }
+    objects
+        .iter()
+        .filter_map(|(key, object)| encode(key, Some(object)).ok())
+        .collect()
 }
 
-impl Committer {
-    fn run(mut self, mut rx: mpsc::UnboundedReceiver<(u64, String)>) {
-        let mut buffer = Vec::new();
-        while let Some((rv, line)) = rx.blocking_recv() {
-            buffer.clear();
-            let mut last = rv;
-            buffer.extend_from_slice(line.as_bytes());
-            buffer.push(b'\n');
-            let mut count = 1;
-            while let Ok((rv, line)) = rx.try_recv() {
-                last = rv;
-                buffer.extend_from_slice(line.as_bytes());
-                buffer.push(b'\n');
-                count += 1;
-            }
-            let path = self.dir.join("wal.jsonl");
-            let result = self
-                .file
-                .write_all(&buffer)
-                .and_then(|()| self.file.sync_data());
-            if let Err(error) = result {
-                let reason = format!("failed to write {}: {error}", path.display());
-                tracing::error!(%reason, "log write failed; refusing further writes");
-                self.durable.send_modify(|d| d.1 = Some(reason));
-                return;
-            }
-            self.lines += count;
-            self.durable.send_modify(|d| d.0 = last);
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn limits() -> HistoryLimits {
+        HistoryLimits {
+            count: 1000,
+            bytes: 1 << 20,
         }
+    }
+
+    fn put(store: &Store, name: &str, value: Value) -> u64 {
+        store
+            .write("/configmaps", "ns", name, |_, _| {
+                Ok::<_, StoreError>(Write2::Put(value))
+            })
+            .unwrap()
+            .1
+    }
+
+    #[test]
+    fn depth_counts_objects_and_arrays() {
+        assert_eq!(depth(&json!(1)), 0);
+        assert_eq!(depth(&json!({"a": [1, {"b": {}}]})), 4);
+    }
+
+    #[test]
+    fn records_round_trip_and_bad_ones_are_errors() {
+        let object = json!({"metadata": {"name": "x"}});
+        let record = encode("k\u{0}ns\u{0}x", Some(&object)).unwrap();
+        assert_eq!(decode(&record).unwrap(), ("k\u{0}ns\u{0}x".into(), Some(object)));
+        let deletion = encode("k", None).unwrap();
+        assert_eq!(decode(&deletion).unwrap(), ("k".into(), None));
+        assert!(decode(&[1, 0]).is_err());
+        assert!(decode(&[9, 0, 0, 0, b'a']).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_write_is_visible_only_after_it_is_durable_and_rvs_continue_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(Some(dir.path()), limits(), Options::default()).unwrap();
+        let rv = put(&store, "a", json!({"metadata": {"name": "a"}}));
+        store.wait_durable(rv).await.unwrap();
+        assert!(store.get("/configmaps", "ns", "a").is_some());
+        assert_eq!(store.current_rv(), rv);
+        drop(store);
+        let store = Store::open(Some(dir.path()), limits(), Options::default()).unwrap();
+        assert_eq!(store.current_rv(), rv);
+        let next = put(&store, "b", json!({"metadata": {"name": "b"}}));
+        assert!(next > rv);
+    }
+
+    #[tokio::test]
+    async fn a_second_write_reads_the_first_before_it_is_durable() {
+        let store = Store::open(None, limits(), Options::default()).unwrap();
+        put(&store, "a", json!({"metadata": {"name": "a"}, "v": 1}));
+        let seen = store
+            .write("/configmaps", "ns", "a", |current, _| {
+                Ok::<_, StoreError>(match current {
+                    Some(c) => Write2::Put(json!({"metadata": {"name": "a"}, "v": c["v"].as_i64().unwrap_or(0) + 1})),
+                    None => Write2::Keep,
+                })
+            })
+            .unwrap();
+        assert_eq!(seen.0.unwrap()["v"], 2);
+    }
+
+    #[tokio::test]
+    async fn a_watch_cannot_resume_from_the_future() {
+        let store = Store::open(None, limits(), Options::default()).unwrap();
+        let rv = put(&store, "a", json!({"metadata": {"name": "a"}}));
+        assert!(store.watch_from(rv).is_ok());
+        assert_eq!(store.watch_from(rv + 5).err(), Some(ResumeError::TooLarge(rv)));
+    }
+
+    #[tokio::test]
+    async fn the_history_is_bounded_in_bytes() {
+        let store = Store::open(
+            None,
+            HistoryLimits {
+                count: 1000,
+                bytes: 4096,
+            },
+            Options::default(),
+        )
+        .unwrap();
+        let big = "x".repeat(1000);
+        let mut last = 0;
+        for i in 0..20 {
+            last = put(&store, &format!("o{i}"), json!({"metadata": {"name": "o"}, "data": big}));
+        }
+        assert!(matches!(store.watch_from(1), Err(ResumeError::Gone(_))));
+        let (backlog, _) = store.watch_from(last - 2).unwrap();
+        assert_eq!(backlog.len(), 2);
+    }
+
+    #[test]
+    fn objects_too_deep_to_read_back_are_refused() {
+        let store = Store::open(None, limits(), Options::default()).unwrap();
+        let mut deep = json!("leaf");
+        for _ in 0..=MAX_DEPTH {
+            deep = json!({ "d": deep });
+        }
+        let result = store.write("/configmaps", "ns", "deep", |_, _| {
+            Ok::<_, StoreError>(Write2::Put(deep))
+        });
+        assert!(matches!(result, Err(StoreError::TooDeep)));
     }
 }

@@ -76,35 +76,24 @@ impl Identity {
             key_der: generated.signing_key.serialize_der(),
         };
         if let Some(dir) = dir {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+            durable_log::files::create_private_dir(dir).map_err(|source| TlsError::Io {
                 action: "create",
                 path: dir.display().to_string(),
                 source,
             })?;
-            for (name, text, mode) in [
-                ("server.crt", &identity.cert_pem, 0o644),
-                ("server.key", &identity.key_pem, 0o600),
+            // Every file in the data directory is 0600, the certificate included.
+            for (name, text) in [
+                ("server.crt", &identity.cert_pem),
+                ("server.key", &identity.key_pem),
             ] {
                 let path = dir.join(name);
-                let mut f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .truncate(true)
-                    .write(true)
-                    .mode(mode)
-                    .open(&path)
-                    .map_err(|source| TlsError::Io {
+                durable_log::files::write_private_atomic(&path, text.as_bytes()).map_err(
+                    |source| TlsError::Io {
                         action: "write",
                         path: path.display().to_string(),
                         source,
-                    })?;
-                f.write_all(text.as_bytes())
-                    .map_err(|source| TlsError::Io {
-                        action: "write",
-                        path: path.display().to_string(),
-                        source,
-                    })?;
+                    },
+                )?;
             }
         }
         Ok(identity)
