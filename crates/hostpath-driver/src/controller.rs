@@ -11,31 +11,31 @@ use tracing::Instrument;
 use crate::driver::{Driver, now_ms};
 use crate::error::{Error, Result};
 use crate::plan::{self, CreatePlan};
-use crate::state::Change;
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
 
 impl Driver {
     async fn create(&self, req: csi::CreateVolumeRequest) -> Result<csi::CreateVolumeResponse> {
         let parsed = plan::parse_create(&self.cfg, &req)?;
+        // A repeat of a request still in progress waits for it, then finds its volume.
+        let _name = self.creating.lock(&req.name).await;
         let id = uuid::Uuid::new_v4().to_string();
-        let (plan, seq) = self.store.mutate(|table| {
+        let plan = self.store.reserve(|table| {
             let plan = plan::plan_create(&self.cfg, table, &parsed, &id, now_ms())?;
-            let changes = match &plan {
-                CreatePlan::New(record) => vec![Change::Put(record.clone())],
-                CreatePlan::Existing(_) => Vec::new(),
+            let reserved = match &plan {
+                CreatePlan::New(record) => Some(record.clone()),
+                CreatePlan::Existing(_) => None,
             };
-            Ok::<_, Error>((plan, changes))
+            Ok::<_, Error>((plan, reserved))
         })?;
-        let record = match plan {
+        let (record, seq) = match plan {
             CreatePlan::Existing(record) => {
                 tracing::debug!(name = %record.name, volume_id = %record.id, "volume exists");
-                record
+                (record, self.store.read(|_| ()).1)
             }
             CreatePlan::New(record) => {
-                // The directory is made after the record is in the table so that a concurrent
-                // repeat of the same name sees the volume; a crash before the journal line is
-                // durable leaves an orphan directory that the next start removes.
+                // The directory exists before the record is logged: a crash in between leaves
+                // a directory no record names, which the next start removes.
                 let dir = self.store.volume_dir(&record.id);
                 let block = record
                     .block
@@ -52,18 +52,22 @@ impl Driver {
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map_err(|e| e.to_string()))
                 {
-                    // Undo the table entry so the name can be retried.
-                    let _ = self
-                        .store
-                        .mutate(|_| Ok::<_, Error>(((), vec![Change::Delete(record.id.clone())])));
+                    self.store.cancel(&record.id);
                     return Err(Error::Filesystem {
                         action: "create volume directory",
                         path: self.store.volume_dir(&record.id).display().to_string(),
                         detail,
                     });
                 }
+                let seq = match self.store.confirm(&record.id) {
+                    Ok(seq) => seq,
+                    Err(error) => {
+                        self.store.cancel(&record.id);
+                        return Err(error.into());
+                    }
+                };
                 tracing::info!(name = %record.name, volume_id = %record.id, bytes = record.capacity_bytes, node = ?record.node, "volume created");
-                record
+                (record, seq)
             }
         };
         self.store.wait_durable(seq).await?;

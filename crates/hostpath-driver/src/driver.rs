@@ -47,6 +47,7 @@ pub struct Driver {
     pub(crate) store: Arc<Store>,
     pub(crate) faults: Arc<Faults>,
     pub(crate) bind_mounts: bool,
+    pub(crate) creating: Arc<crate::name_locks::NameLocks>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -61,8 +62,10 @@ impl Driver {
     /// Opens the state directory and prepares the services.
     pub async fn open(cfg: DriverConfig) -> Result<Driver, ServeError> {
         let dir = cfg.state_dir.clone();
-        let compact_after = cfg.compact_after;
-        let store = tokio::task::spawn_blocking(move || Store::open(&dir, compact_after))
+        let options = durable_log::Options {
+            compact_min_bytes: (cfg.compact_after as u64).saturating_mul(256),
+        };
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir, options))
             .await
             .map_err(|e| StoreError::Failed(format!("opening the store panicked: {e}").into()))??;
         let bind_mounts = match cfg.publish_mode {
@@ -83,6 +86,7 @@ impl Driver {
             store: Arc::new(store),
             faults: Arc::new(faults),
             bind_mounts,
+            creating: Arc::default(),
         })
     }
 

@@ -133,7 +133,12 @@ impl Error {
             Error::NotServed(_) => Code::Unimplemented,
             Error::Filesystem { .. } => Code::Internal,
             Error::Store(StoreError::Failed(_)) => Code::Unavailable,
-            Error::Store(StoreError::Io { .. } | StoreError::Snapshot { .. }) => Code::Internal,
+            Error::Store(
+                StoreError::Io { .. }
+                | StoreError::Open(_)
+                | StoreError::Replay(_)
+                | StoreError::Legacy(_),
+            ) => Code::Internal,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod driver;
 pub mod error;
 pub mod faults;
 mod identity;
+pub mod name_locks;
 mod node;
 pub mod plan;
 pub mod state;

@@ -1,26 +1,22 @@
 //! The durable volume table.
 //!
-//! Layout under `--state-dir`:
-//! - `volumes.json`: a snapshot of the whole table, replaced atomically (write, fsync, rename,
-//!   fsync the directory);
-//! - `journal.jsonl`: one line per change since the snapshot (`{"put":{..}}` or
-//!   `{"delete":"id"}`), appended and fsynced by one committer thread that batches every change
-//!   waiting at that moment (group commit);
+//! Layout under `--state-dir` (0700; every file 0600):
+//! - the [`durable_log`] files: a snapshot of the table and a log of changes since
+//!   (`{"put":{..}}` or `{"delete":"id"}`, JSON), group-committed and fsynced;
 //! - `volumes/<id>/`: the volume itself (a directory; block volumes hold a sparse `block.img`).
 //!
-//! A change is answered to the client only after its journal line is on disk, so a restart,
-//! even after `kill -9`, sees every acknowledged volume. Lines after the first line that does
-//! not parse were never acknowledged (their batch's fsync did not finish) and are cut off.
-//! Replaying a journal line is idempotent, which makes the snapshot-then-truncate step safe.
+//! A change is answered to the client only after it is on disk, so a restart, even after
+//! `kill -9`, sees every acknowledged volume. A new volume is first *reserved* in the table (so
+//! capacity and its name are taken) without a log record; its directory is made; only then is
+//! its record logged. A crash in between leaves a directory no record names, which the next
+//! start removes; never a record without its directory. Snapshots leave reservations out.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use durable_log::{Log, LogError, Options};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, watch};
 
 /// Why the table could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -35,14 +31,17 @@ pub enum StoreError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The snapshot does not parse (the journal's torn tail is handled, a bad snapshot is not).
-    #[error("failed to parse the volume snapshot {path}: {source}")]
-    Snapshot {
-        /// The file.
-        path: PathBuf,
-        /// The parse error.
-        source: serde_json::Error,
-    },
+    /// The log could not be opened, or a record in it does not parse.
+    #[error("failed to open the volume log: {0}")]
+    Open(#[source] LogError),
+    /// A logged change does not parse.
+    #[error("failed to replay the volume log: {0}")]
+    Replay(#[source] serde_json::Error),
+    /// The state directory was written by an older release.
+    #[error(
+        "failed to open the volume table: {0} is from an older release; move the state directory away to start afresh"
+    )]
+    Legacy(PathBuf),
     /// An earlier write failed; the table refuses further changes.
     #[error("the volume table cannot be written any more: {0}")]
     Failed(Arc<str>),
@@ -215,22 +214,17 @@ impl Table {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Durability {
-    seq: u64,
-    failed: Option<Arc<str>>,
-}
-
 struct Inner {
     table: Table,
     next_seq: u64,
-    tx: mpsc::UnboundedSender<(u64, Change)>,
+    /// Volumes in the table whose record is not logged yet (directory being made).
+    reserved: HashSet<String>,
 }
 
-/// The durable table: in-memory [`Table`] plus the journal committer.
+/// The durable table: in-memory [`Table`] plus the log.
 pub struct Store {
-    inner: Arc<Mutex<Inner>>,
-    durable: watch::Receiver<Durability>,
+    inner: Mutex<Inner>,
+    log: Log,
     volumes_dir: PathBuf,
 }
 
@@ -242,95 +236,116 @@ impl std::fmt::Debug for Store {
     }
 }
 
-const SNAPSHOT: &str = "volumes.json";
-const JOURNAL: &str = "journal.jsonl";
-
-#[derive(Serialize, Deserialize)]
-struct Snapshot {
-    volumes: Vec<VolumeRecord>,
-}
-
 impl Store {
-    /// Opens (or creates) the table under `dir`, replaying the journal, cutting a torn tail,
-    /// and removing volume directories that no record names (left by a crash mid-create).
-    pub fn open(dir: &Path, compact_after: usize) -> Result<Store, StoreError> {
-        let volumes_dir = dir.join("volumes");
-        fs::create_dir_all(&volumes_dir).map_err(io("create", &volumes_dir))?;
-        let snapshot_path = dir.join(SNAPSHOT);
-        let mut table = match fs::read(&snapshot_path) {
-            Ok(bytes) => {
-                let snapshot: Snapshot =
-                    serde_json::from_slice(&bytes).map_err(|source| StoreError::Snapshot {
-                        path: snapshot_path.clone(),
-                        source,
-                    })?;
-                Table::from_records(snapshot.volumes)
+    /// Opens (or creates) the table under `dir`, replaying the log, and removing volume
+    /// directories that no record names (left by a crash mid-create).
+    pub fn open(dir: &Path, options: Options) -> Result<Store, StoreError> {
+        for legacy in ["volumes.json", "journal.jsonl"] {
+            if dir.join(legacy).exists() {
+                return Err(StoreError::Legacy(dir.join(legacy)));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Table::default(),
-            Err(e) => return Err(io("read", &snapshot_path)(e)),
-        };
-        let journal_path = dir.join(JOURNAL);
-        let journal_lines = replay_journal(&journal_path, &mut table)?;
+        }
+        let (log, recovered) =
+            Log::open(dir, options, Box::new(|_| {})).map_err(StoreError::Open)?;
+        let volumes_dir = dir.join("volumes");
+        durable_log::files::create_private_dir(&volumes_dir)
+            .map_err(io("create", &volumes_dir))?;
+        let mut table = Table::default();
+        for entry in recovered.snapshot.iter().chain(recovered.records.iter().map(|(_, r)| r)) {
+            let change: Change = serde_json::from_slice(entry).map_err(StoreError::Replay)?;
+            table.apply(change);
+        }
         remove_orphans(&volumes_dir, &table);
-
-        let journal = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&journal_path)
-            .map_err(io("open", &journal_path))?;
-        sync_dir(dir)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (durable_tx, durable_rx) = watch::channel(Durability {
-            seq: 0,
-            failed: None,
-        });
-        let store = Store {
-            inner: Arc::new(Mutex::new(Inner {
+        Ok(Store {
+            inner: Mutex::new(Inner {
                 table,
-                next_seq: 1,
-                tx,
-            })),
-            durable: durable_rx,
+                next_seq: recovered.last_seq() + 1,
+                reserved: HashSet::new(),
+            }),
+            log,
             volumes_dir,
-        };
-        let committer = Committer {
-            dir: dir.to_path_buf(),
-            journal,
-            journal_lines,
-            compact_after,
-            durable: durable_tx,
-        };
-        let snapshot_source = Arc::downgrade(&store.inner);
-        std::thread::Builder::new()
-            .name("volume-journal".into())
-            .spawn(move || committer.run(rx, snapshot_source))
-            .map_err(io("start the journal thread for", dir))?;
-        Ok(store)
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        lock(&self.inner)
+        match self.inner.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 
-    /// Runs `f` on the table; the changes it returns are applied and queued for the journal
-    /// in the same critical section, so journal order is table order. Returns the value and
-    /// the sequence number to wait for with [`Store::wait_durable`].
-    pub fn mutate<R, E>(
+    /// Runs `f` on the table; the changes it returns are applied and logged in the same
+    /// critical section, so log order is table order. Returns the value and the sequence
+    /// number to wait for with [`Store::wait_durable`].
+    pub fn mutate<R, E: From<StoreError>>(
         &self,
         f: impl FnOnce(&Table) -> Result<(R, Vec<Change>), E>,
     ) -> Result<(R, u64), E> {
         let mut inner = self.lock();
         let (value, changes) = f(&inner.table)?;
         for change in changes {
-            inner.table.apply(change.clone());
-            let seq = inner.next_seq;
-            inner.next_seq += 1;
-            // The committer only stops when the store is dropped or failed; a failure is
-            // reported to every waiter through `durable`.
-            let _ = inner.tx.send((seq, change));
+            self.log_change(&mut inner, &change)?;
+            inner.table.apply(change);
         }
-        let wait_for = inner.next_seq - 1;
-        Ok((value, wait_for))
+        Ok((value, inner.next_seq - 1))
+    }
+
+    fn log_change(&self, inner: &mut Inner, change: &Change) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(change).map_err(StoreError::Replay)?;
+        self.log
+            .append(inner.next_seq, bytes)
+            .map_err(|e| StoreError::Failed(e.to_string().into()))?;
+        inner.next_seq += 1;
+        if let Change::Put(record) = change {
+            inner.reserved.remove(&record.id);
+        }
+        if self.log.wants_compaction() {
+            let records: Vec<VolumeRecord> = inner
+                .table
+                .iter()
+                .filter(|r| !inner.reserved.contains(&r.id))
+                .cloned()
+                .collect();
+            let pending = change.clone();
+            self.log
+                .compact(Box::new(move || snapshot_entries(records, pending)))
+                .map_err(|e| StoreError::Failed(e.to_string().into()))?;
+        }
+        Ok(())
+    }
+
+    /// Like [`Store::mutate`] for one new volume, but the record is only reserved: the table
+    /// holds it (its name and capacity are taken) and nothing is logged until
+    /// [`Store::confirm`]; [`Store::cancel`] drops it.
+    pub fn reserve<R, E>(
+        &self,
+        f: impl FnOnce(&Table) -> Result<(R, Option<VolumeRecord>), E>,
+    ) -> Result<R, E> {
+        let mut inner = self.lock();
+        let (value, record) = f(&inner.table)?;
+        if let Some(record) = record {
+            inner.reserved.insert(record.id.clone());
+            inner.table.apply(Change::Put(record));
+        }
+        Ok(value)
+    }
+
+    /// Logs a reserved volume's record; returns the sequence number to wait for.
+    pub fn confirm(&self, id: &str) -> Result<u64, StoreError> {
+        let mut inner = self.lock();
+        let Some(record) = inner.table.get(id).cloned() else {
+            return Ok(inner.next_seq - 1);
+        };
+        self.log_change(&mut inner, &Change::Put(record))?;
+        Ok(inner.next_seq - 1)
+    }
+
+    /// Drops a reserved volume that was never logged.
+    pub fn cancel(&self, id: &str) {
+        let mut inner = self.lock();
+        if inner.reserved.remove(id) {
+            inner.table.apply(Change::Delete(id.to_string()));
+        }
     }
 
     /// Reads the table. The returned sequence number covers every change issued so far, so a
@@ -342,20 +357,15 @@ impl Store {
 
     /// Waits until every change up to `seq` is on disk.
     pub async fn wait_durable(&self, seq: u64) -> Result<(), StoreError> {
-        let mut rx = self.durable.clone();
-        let state = rx
-            .wait_for(|d| d.seq >= seq || d.failed.is_some())
+        self.log
+            .wait_durable(seq)
             .await
-            .map_err(|_| StoreError::Failed("the journal thread stopped".into()))?;
-        match &state.failed {
-            Some(reason) => Err(StoreError::Failed(reason.clone())),
-            None => Ok(()),
-        }
+            .map_err(|e| StoreError::Failed(e.to_string().into()))
     }
 
-    /// Whether the journal still accepts writes.
+    /// Whether the log still accepts writes.
     pub fn healthy(&self) -> bool {
-        self.durable.borrow().failed.is_none()
+        self.log.failure().is_none()
     }
 
     /// Directory of a volume.
@@ -364,149 +374,29 @@ impl Store {
     }
 }
 
-fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    match inner.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    }
-}
-
-fn replay_journal(path: &Path, table: &mut Table) -> Result<usize, StoreError> {
-    let bytes = match fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io("read", path)(e)),
-    };
-    let mut good_end = 0;
-    let mut lines = 0;
-    for line in bytes.split_inclusive(|b| *b == b'\n') {
-        let Some(body) = line.strip_suffix(b"\n") else {
-            break;
-        };
-        match serde_json::from_slice::<Change>(body) {
-            Ok(change) => table.apply(change),
-            Err(_) => break,
-        }
-        good_end += line.len();
-        lines += 1;
-    }
-    if good_end < bytes.len() {
-        tracing::warn!(
-            journal = %path.display(),
-            dropped_bytes = bytes.len() - good_end,
-            "cutting an unacknowledged torn tail off the volume journal"
-        );
-        let file = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(io("open", path))?;
-        file.set_len(good_end as u64)
-            .map_err(io("truncate", path))?;
-        file.sync_all().map_err(io("sync", path))?;
-    }
-    Ok(lines)
+/// The snapshot: every logged record, plus the change being logged right now (the snapshot
+/// is taken after it is appended).
+fn snapshot_entries(records: Vec<VolumeRecord>, latest: Change) -> Vec<Vec<u8>> {
+    let mut table = Table::from_records(records);
+    table.apply(latest);
+    table
+        .iter()
+        .filter_map(|r| serde_json::to_vec(&Change::Put(r.clone())).ok())
+        .collect()
 }
 
 fn remove_orphans(volumes_dir: &Path, table: &Table) {
-    let Ok(entries) = fs::read_dir(volumes_dir) else {
+    let Ok(entries) = std::fs::read_dir(volumes_dir) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if table.get(&name).is_none() {
             tracing::info!(volume_id = %name, "removing the directory of a volume never acknowledged");
-            if let Err(error) = fs::remove_dir_all(entry.path()) {
+            if let Err(error) = std::fs::remove_dir_all(entry.path()) {
                 tracing::warn!(volume_id = %name, %error, "failed to remove an orphaned volume directory");
             }
         }
-    }
-}
-
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("sync", dir))
-}
-
-struct Committer {
-    dir: PathBuf,
-    journal: File,
-    journal_lines: usize,
-    compact_after: usize,
-    durable: watch::Sender<Durability>,
-}
-
-impl Committer {
-    fn run(mut self, mut rx: mpsc::UnboundedReceiver<(u64, Change)>, source: Weak<Mutex<Inner>>) {
-        let mut batch = Vec::new();
-        while let Some(first) = rx.blocking_recv() {
-            batch.clear();
-            batch.push(first);
-            while let Ok(next) = rx.try_recv() {
-                batch.push(next);
-            }
-            let last_seq = batch.last().map_or(0, |(seq, _)| *seq);
-            if let Err(error) = self.append(&batch) {
-                self.fail(&error);
-                return;
-            }
-            self.durable.send_modify(|d| d.seq = last_seq);
-            if self.journal_lines >= self.compact_after {
-                // Compaction failure is not fatal: the journal is still complete.
-                if let Err(error) = self.compact(&source) {
-                    tracing::warn!(%error, "volume table compaction failed; journal keeps growing");
-                }
-            }
-        }
-    }
-
-    fn fail(&self, error: &StoreError) {
-        tracing::error!(%error, "volume journal write failed; refusing further changes");
-        let reason: Arc<str> = error.to_string().into();
-        self.durable.send_modify(|d| d.failed = Some(reason));
-    }
-
-    fn append(&mut self, batch: &[(u64, Change)]) -> Result<(), StoreError> {
-        let path = self.dir.join(JOURNAL);
-        let mut buffer = Vec::with_capacity(batch.len() * 256);
-        for (_, change) in batch {
-            serde_json::to_writer(&mut buffer, change)
-                .map_err(|e| io("encode a journal line for", &path)(std::io::Error::other(e)))?;
-            buffer.push(b'\n');
-        }
-        self.journal
-            .write_all(&buffer)
-            .map_err(io("append to", &path))?;
-        self.journal.sync_data().map_err(io("sync", &path))?;
-        self.journal_lines += batch.len();
-        Ok(())
-    }
-
-    fn compact(&mut self, source: &Weak<Mutex<Inner>>) -> Result<(), StoreError> {
-        // The table may already hold changes still queued behind this batch; they are written
-        // to the fresh journal next, and replaying them over the snapshot is harmless.
-        let Some(inner) = source.upgrade() else {
-            return Ok(());
-        };
-        let records: Vec<VolumeRecord> = lock(&inner).table.iter().cloned().collect();
-        drop(inner);
-        let tmp = self.dir.join("volumes.json.tmp");
-        let file = File::create(&tmp).map_err(io("create", &tmp))?;
-        let mut writer = BufWriter::new(file);
-        serde_json::to_writer(&mut writer, &Snapshot { volumes: records })
-            .map_err(|e| io("write", &tmp)(std::io::Error::other(e)))?;
-        let file = writer
-            .into_inner()
-            .map_err(|e| io("write", &tmp)(e.into_error()))?;
-        file.sync_all().map_err(io("sync", &tmp))?;
-        let snapshot = self.dir.join(SNAPSHOT);
-        fs::rename(&tmp, &snapshot).map_err(io("rename", &snapshot))?;
-        sync_dir(&self.dir)?;
-        let journal = self.dir.join(JOURNAL);
-        self.journal.set_len(0).map_err(io("truncate", &journal))?;
-        self.journal.sync_all().map_err(io("sync", &journal))?;
-        self.journal_lines = 0;
-        Ok(())
     }
 }
 
@@ -530,16 +420,20 @@ mod tests {
         }
     }
 
+    fn open(dir: &Path, compact_min_bytes: u64) -> Store {
+        Store::open(dir, Options { compact_min_bytes }).unwrap()
+    }
+
     async fn put(store: &Store, r: VolumeRecord) {
         let ((), seq) = store
-            .mutate(|_| Ok::<_, ()>(((), vec![Change::Put(r)])))
+            .mutate(|_| Ok::<_, StoreError>(((), vec![Change::Put(r)])))
             .unwrap();
         store.wait_durable(seq).await.unwrap();
     }
 
     async fn delete(store: &Store, id: &str) {
         let ((), seq) = store
-            .mutate(|_| Ok::<_, ()>(((), vec![Change::Delete(id.into())])))
+            .mutate(|_| Ok::<_, StoreError>(((), vec![Change::Delete(id.into())])))
             .unwrap();
         store.wait_durable(seq).await.unwrap();
     }
@@ -551,12 +445,12 @@ mod tests {
     #[tokio::test]
     async fn acknowledged_changes_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1000).unwrap();
+        let store = open(dir.path(), 1 << 20);
         put(&store, record("a", "va", 10)).await;
         put(&store, record("b", "vb", 20)).await;
         delete(&store, "a").await;
         drop(store);
-        let store = Store::open(dir.path(), 1000).unwrap();
+        let store = open(dir.path(), 1 << 20);
         assert_eq!(ids(&store), vec!["b"]);
         assert_eq!(store.read(|t| t.used("", Some("n1"))).0, 20);
         assert_eq!(
@@ -569,82 +463,70 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_torn_tail_is_cut_and_later_writes_append_cleanly() {
+    async fn a_reserved_volume_is_not_logged_until_confirmed_and_can_be_cancelled() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1000).unwrap();
-        put(&store, record("a", "va", 10)).await;
+        let store = open(dir.path(), 1 << 20);
+        store
+            .reserve(|_| Ok::<_, StoreError>(((), Some(record("r", "vr", 5)))))
+            .unwrap();
+        store
+            .reserve(|_| Ok::<_, StoreError>(((), Some(record("c", "vc", 5)))))
+            .unwrap();
+        // Reserved volumes hold their name and capacity in memory...
+        assert_eq!(store.read(|t| t.used("", Some("n1"))).0, 10);
+        store.cancel("c");
+        let seq = store.confirm("r").unwrap();
+        store.wait_durable(seq).await.unwrap();
+        store
+            .reserve(|_| Ok::<_, StoreError>(((), Some(record("x", "vx", 5)))))
+            .unwrap();
         drop(store);
-        let journal = dir.path().join(JOURNAL);
-        let mut bytes = fs::read(&journal).unwrap();
-        bytes.extend_from_slice(b"{\"put\":{\"id\":\"b\",\"na");
-        fs::write(&journal, &bytes).unwrap();
-        let store = Store::open(dir.path(), 1000).unwrap();
-        assert_eq!(ids(&store), vec!["a"]);
-        put(&store, record("c", "vc", 10)).await;
-        drop(store);
-        let store = Store::open(dir.path(), 1000).unwrap();
-        assert_eq!(ids(&store), vec!["a", "c"]);
-    }
-
-    #[tokio::test]
-    async fn garbage_in_the_middle_cuts_everything_after_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1000).unwrap();
-        put(&store, record("a", "va", 10)).await;
-        drop(store);
-        let journal = dir.path().join(JOURNAL);
-        let mut bytes = fs::read(&journal).unwrap();
-        bytes.extend_from_slice(&[0u8; 40]);
-        bytes.push(b'\n');
-        let good = serde_json::to_vec(&Change::Put(record("z", "vz", 1))).unwrap();
-        bytes.extend_from_slice(&good);
-        bytes.push(b'\n');
-        fs::write(&journal, &bytes).unwrap();
-        let store = Store::open(dir.path(), 1000).unwrap();
-        assert_eq!(ids(&store), vec!["a"]);
+        // ...but only a confirmed one is on disk.
+        let store = open(dir.path(), 1 << 20);
+        assert_eq!(ids(&store), vec!["r"]);
     }
 
     #[tokio::test]
     async fn orphan_volume_directories_are_removed_at_start() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1000).unwrap();
+        let store = open(dir.path(), 1 << 20);
         put(&store, record("kept", "v", 1)).await;
-        fs::create_dir_all(store.volume_dir("kept")).unwrap();
-        fs::create_dir_all(store.volume_dir("orphan")).unwrap();
+        std::fs::create_dir_all(store.volume_dir("kept")).unwrap();
+        std::fs::create_dir_all(store.volume_dir("orphan")).unwrap();
         drop(store);
-        let store = Store::open(dir.path(), 1000).unwrap();
+        let store = open(dir.path(), 1 << 20);
         assert!(store.volume_dir("kept").exists());
         assert!(!store.volume_dir("orphan").exists());
     }
 
     #[tokio::test]
-    async fn compaction_writes_a_snapshot_and_empties_the_journal() {
+    async fn compaction_keeps_the_table_and_leaves_reservations_out() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 16).unwrap();
+        let store = open(dir.path(), 512);
+        store
+            .reserve(|_| Ok::<_, StoreError>(((), Some(record("reserved", "vr", 1)))))
+            .unwrap();
         for i in 0..40 {
             put(&store, record(&format!("v{i:02}"), &format!("n{i:02}"), 1)).await;
         }
         for i in 0..10 {
             delete(&store, &format!("v{i:02}")).await;
         }
-        // Compaction runs on the committer thread right after a batch: give it a moment.
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        assert!(dir.path().join(SNAPSHOT).exists());
-        let journal_lines = fs::read_to_string(dir.path().join(JOURNAL))
-            .unwrap()
-            .lines()
-            .count();
-        assert!(journal_lines < 16, "journal has {journal_lines} lines");
         drop(store);
-        let store = Store::open(dir.path(), 16).unwrap();
+        assert!(
+            durable_log::files::list(dir.path()).unwrap().snapshots.last().copied().unwrap_or(0) > 0,
+            "compaction ran"
+        );
+        let store = open(dir.path(), 512);
         assert_eq!(store.read(|t| t.len()).0, 30);
         assert_eq!(store.read(|t| t.used("", Some("n1"))).0, 30);
+        assert!(store.read(|t| t.get("reserved").is_none()).0);
     }
 
     #[tokio::test]
-    async fn concurrent_writers_are_group_committed_in_order() {
+    async fn concurrent_writers_are_all_durable() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(dir.path(), 100_000).unwrap());
+        let store = Arc::new(open(dir.path(), 1 << 20));
         let mut tasks = Vec::new();
         for i in 0..200 {
             let store = store.clone();
@@ -655,13 +537,26 @@ mod tests {
         for t in tasks {
             t.await.unwrap();
         }
-        let lines = fs::read_to_string(dir.path().join(JOURNAL))
-            .unwrap()
-            .lines()
-            .count();
-        assert_eq!(lines, 200);
         drop(store);
-        let store = Store::open(dir.path(), 100_000).unwrap();
+        let store = open(dir.path(), 1 << 20);
         assert_eq!(store.read(|t| t.len()).0, 200);
+    }
+
+    #[test]
+    fn the_state_directory_and_its_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        let store = open(&dir, 1 << 20);
+        drop(store);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("volumes")), 0o700);
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                assert_eq!(mode(&path), 0o600, "{}", path.display());
+            }
+        }
     }
 }

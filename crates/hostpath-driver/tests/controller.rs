@@ -56,14 +56,19 @@ async fn concurrent_creates_of_one_name_make_one_volume() {
     let mut tasks = Vec::new();
     for _ in 0..32 {
         let mut c = h.controller();
+        let volumes = h.state_dir().join("volumes");
         tasks.push(tokio::spawn(async move {
-            c.create_volume(create_request("same", GI))
+            let id = c
+                .create_volume(create_request("same", GI))
                 .await
                 .unwrap()
                 .into_inner()
                 .volume
                 .unwrap()
-                .volume_id
+                .volume_id;
+            // No caller hears of the volume before its directory exists.
+            assert!(volumes.join(&id).is_dir(), "answered before the directory existed");
+            id
         }));
     }
     let mut ids = Vec::new();
