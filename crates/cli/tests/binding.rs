@@ -168,3 +168,46 @@ async fn default_class_and_missing_class() {
     c.class("nope", json!({})).await;
     bound_volume(&c, "lost-class").await;
 }
+
+#[tokio::test]
+async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
+    let c = Cluster::start(&[], &[], true).await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(
+        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
+    )
+    .await;
+    // The claim asks for more than the volume pre-bound to it holds, so the binding never
+    // completes; the claim never names the volume.
+    let claim = c.claim("gone", "manual", "5Gi", json!({}), false).await;
+    let mut pv = static_pv("pre-bound", "1Gi", "manual");
+    pv["spec"]["claimRef"] = json!({
+        "kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": "default",
+        "name": "gone", "uid": claim.metadata.uid.clone().unwrap(),
+    });
+    c.apply_cluster::<PersistentVolume>(pv).await;
+    // A volume made after it turning Available shows the controller has seen the pre-bound
+    // one (watch events arrive in order) while its claim existed.
+    c.apply_cluster::<PersistentVolume>(static_pv("marker", "1Gi", "other"))
+        .await;
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let phase = |pvs: Api<PersistentVolume>, name: &'static str, want: &'static str| async move {
+        pvs.get(name)
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some(want)
+    };
+    c.wait_until("the marker volume to be Available", T, || {
+        phase(pvs.clone(), "marker", "Available")
+    })
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    claims.delete("gone", &DeleteParams::default()).await.unwrap();
+    // The claim's deletion alone must bring the volume back: its claimRef names the claim.
+    c.wait_until("the volume to be Released", T, || {
+        phase(pvs.clone(), "pre-bound", "Released")
+    })
+    .await;
+}

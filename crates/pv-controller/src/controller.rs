@@ -20,6 +20,7 @@ use crate::decide::binder::{
     ANN_STORAGE_PROVISIONER, ClaimAction, VolumeAction, decide_claim, decide_volume,
 };
 use crate::decide::classes::default_class;
+use crate::index::ClaimRefIndex;
 
 /// A failed write; retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +48,9 @@ pub struct PvController {
     volume_queue: WorkQueue<String>,
     recorder: Recorder,
 }
+
+/// How often volumes whose claim is missing are looked at again, whatever the events said.
+pub const ORPHAN_RESYNC: Duration = Duration::from_secs(15);
 
 impl std::fmt::Debug for PvController {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,13 +80,15 @@ impl PvController {
     pub fn new(client: kube::Client, backoff: Backoff) -> Arc<Self> {
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> = WorkQueue::new(backoff);
         let volume_queue: WorkQueue<String> = WorkQueue::new(backoff);
-        let (q, vq) = (claim_queue.clone(), volume_queue.clone());
+        let index = Arc::new(ClaimRefIndex::default());
+        let (q, vq, by_claim) = (claim_queue.clone(), volume_queue.clone(), index.clone());
         let claims = spawn_reflector(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             move |e| {
                 each(e, |c| {
                     q.add(ObjectRef::from_obj(c));
-                    // A deleted or changed claim may release its volume.
+                    // A deleted or changed claim may release its volume: the one it names and
+                    // every one whose claimRef names it.
                     if let Some(v) = c
                         .spec
                         .as_ref()
@@ -91,12 +97,23 @@ impl PvController {
                     {
                         vq.add(v.clone());
                     }
+                    let ns = c.metadata.namespace.as_deref().unwrap_or_default();
+                    let name = c.metadata.name.as_deref().unwrap_or_default();
+                    for v in by_claim.volumes_of(ns, name) {
+                        vq.add(v);
+                    }
                 });
             },
         );
         // A volume change may complete or free a claim's binding.
-        let (vq, cq) = (volume_queue.clone(), claim_queue.clone());
+        let (vq, cq, by_claim) = (volume_queue.clone(), claim_queue.clone(), index.clone());
         let volumes = spawn_reflector(Api::<PersistentVolume>::all(client.clone()), move |e| {
+            match e {
+                kube::runtime::watcher::Event::Apply(v)
+                | kube::runtime::watcher::Event::InitApply(v) => by_claim.apply(v),
+                kube::runtime::watcher::Event::Delete(v) => by_claim.delete(v),
+                kube::runtime::watcher::Event::Init | kube::runtime::watcher::Event::InitDone => {}
+            }
             each(e, |v| {
                 if let Some(name) = &v.metadata.name {
                     vq.add(name.clone());
@@ -139,6 +156,32 @@ impl PvController {
         })
     }
 
+    /// Queues every volume whose claimRef names a claim that is missing or has another UID.
+    /// A missed event must not leak a volume; kube-controller-manager re-syncs every 15 s.
+    /// Uses [`WorkQueue::add`], so a volume waiting out a backoff keeps waiting.
+    pub fn resync_orphans(&self) -> usize {
+        let mut queued = 0;
+        for pv in self.volumes.state() {
+            let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+                continue;
+            };
+            let (Some(ns), Some(name)) = (&r.namespace, &r.name) else {
+                continue;
+            };
+            let claim = self.claims.get(&ObjectRef::new(name).within(ns));
+            let missing = match (&claim, &r.uid) {
+                (None, _) => true,
+                (Some(c), Some(uid)) => c.metadata.uid.as_deref() != Some(uid.as_str()),
+                (Some(_), None) => false,
+            };
+            if missing && let Some(pv_name) = &pv.metadata.name {
+                self.volume_queue.add(pv_name.clone());
+                queued += 1;
+            }
+        }
+        queued
+    }
+
     /// Runs `workers` claim and volume workers until `stop` resolves.
     pub async fn run(self: Arc<Self>, workers: usize, stop: impl std::future::Future<Output = ()>) {
         tokio::pin!(stop);
@@ -156,34 +199,44 @@ impl PvController {
         for _ in 0..workers.max(1) {
             let this = self.clone();
             set.spawn(async move {
-                while let Some(key) = this.claim_queue.next().await {
-                    let span = tracing::info_span!("claim", claim = %key);
-                    match this.sync_claim(&key).instrument(span).await {
-                        Ok(()) => this.claim_queue.forget(&key),
-                        Err(error) => {
-                            let delay = this.claim_queue.retry(key.clone());
-                            tracing::debug!(claim = %key, %error, retry_in = ?delay, "claim sync failed");
+                let handler = this.clone();
+                this.claim_queue
+                    .run_worker("claim", move |key| {
+                        let this = handler.clone();
+                        async move {
+                            let span = tracing::info_span!("claim", claim = %key);
+                            this.sync_claim(&key).instrument(span).await
                         }
-                    }
-                    this.claim_queue.done(&key);
-                }
+                    })
+                    .await;
             });
             let this = self.clone();
             set.spawn(async move {
-                while let Some(key) = this.volume_queue.next().await {
-                    let span = tracing::info_span!("volume", pv = %key);
-                    match this.sync_volume(&key).instrument(span).await {
-                        Ok(()) => this.volume_queue.forget(&key),
-                        Err(error) => {
-                            let delay = this.volume_queue.retry(key.clone());
-                            tracing::debug!(pv = %key, %error, retry_in = ?delay, "volume sync failed");
+                let handler = this.clone();
+                this.volume_queue
+                    .run_worker("volume", move |key| {
+                        let this = handler.clone();
+                        async move {
+                            let span = tracing::info_span!("volume", pv = %key);
+                            this.sync_volume(&key).instrument(span).await
                         }
-                    }
-                    this.volume_queue.done(&key);
-                }
+                    })
+                    .await;
             });
         }
+        let this = self.clone();
+        let resync = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(ORPHAN_RESYNC);
+            loop {
+                ticker.tick().await;
+                let queued = this.resync_orphans();
+                if queued > 0 {
+                    tracing::debug!(volumes = queued, "re-queued volumes whose claim is missing");
+                }
+            }
+        });
         stop.await;
+        resync.abort();
         self.claim_queue.shutdown();
         self.volume_queue.shutdown();
         while set.join_next().await.is_some() {}

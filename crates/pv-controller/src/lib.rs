@@ -8,6 +8,7 @@
 
 pub mod controller;
 pub mod decide;
+pub mod index;
 
 /// This machine's host name (event source host).
 pub fn hostname() -> String {

@@ -194,6 +194,41 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.len() == 0
     }
 
+    /// Handles keys until [`WorkQueue::shutdown`]: `Ok` forgets the key's failures, `Err` and a
+    /// panic while handling it (logged as an error) retry it after its backoff. One bad item
+    /// never takes a worker down.
+    pub async fn run_worker<F, Fut, E>(&self, what: &'static str, handle: F)
+    where
+        F: Fn(K) -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
+        K: std::fmt::Display,
+    {
+        use futures::FutureExt;
+        while let Some(key) = self.next().await {
+            let outcome = std::panic::AssertUnwindSafe(handle(key.clone()))
+                .catch_unwind()
+                .await;
+            match outcome {
+                Ok(Ok(())) => self.forget(&key),
+                Ok(Err(error)) => {
+                    let delay = self.retry(key.clone());
+                    tracing::debug!(%key, %error, retry_in = ?delay, "{what} sync failed");
+                }
+                Err(panic) => {
+                    let delay = self.retry(key.clone());
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic without a message".into());
+                    tracing::error!(%key, panic = %message, retry_in = ?delay, "{what} sync panicked; retrying with backoff");
+                }
+            }
+            self.done(&key);
+        }
+    }
+
     /// Stops handing out keys.
     pub fn shutdown(&self) {
         self.lock().shutting_down = true;
@@ -211,6 +246,42 @@ mod tests {
             start: Duration::from_secs(1),
             max: Duration::from_secs(8),
         })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_item_is_retried_with_backoff_and_the_worker_survives() {
+        let q = queue();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let worker = tokio::spawn({
+            let (q, calls) = (q.clone(), calls.clone());
+            async move {
+                q.run_worker("test", move |key: &'static str| {
+                    let calls = calls.clone();
+                    async move {
+                        let attempt = {
+                            let mut calls = calls.lock().unwrap();
+                            calls.push(key);
+                            calls.iter().filter(|k| **k == key).count()
+                        };
+                        if key == "bad" && attempt == 1 {
+                            panic!("bad input");
+                        }
+                        Ok::<(), String>(())
+                    }
+                })
+                .await;
+            }
+        });
+        q.add("bad");
+        // The panic is retried after the key's backoff (1 s of paused time), and a later key
+        // is still handled by the same worker.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        q.add("good");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(*calls.lock().unwrap(), vec!["bad", "bad", "good"]);
+        assert_eq!(q.failures(&"bad"), 0, "the successful retry forgot the failure");
+        q.shutdown();
+        worker.await.unwrap();
     }
 
     #[test]

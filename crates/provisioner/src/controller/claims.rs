@@ -143,18 +143,15 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Provisioner {
-    /// One pass over a claim; failures are retried after the key's backoff.
-    pub(crate) async fn sync_claim(&self, key: &ClaimKey) {
+    /// One pass over a claim; the worker retries a failure after the key's backoff.
+    pub(crate) async fn sync_claim(&self, key: &ClaimKey) -> Result<(), ClaimError> {
         let span = tracing::info_span!("claim", claim = %key);
         let result = self.provision(key).instrument(span.clone()).await;
-        let _enter = span.enter();
-        match result {
-            Ok(()) => self.claims.forget(key),
-            Err(error) => {
-                let delay = self.claims.retry(key.clone());
-                tracing::warn!(%error, retry_in = ?delay, "provisioning failed");
-            }
+        if let Err(error) = &result {
+            let _enter = span.enter();
+            tracing::warn!(%error, failures = self.claims.failures(key) + 1, "provisioning failed");
         }
+        result
     }
 
     async fn provision(&self, key: &ClaimKey) -> Result<(), ClaimError> {
@@ -294,7 +291,9 @@ impl Provisioner {
                 let may_reschedule = selected.is_some() && topology.is_some();
                 let outcome = classify_create(Err(status.0), may_reschedule);
                 match outcome {
-                    CreateOutcome::InBackground | CreateOutcome::Created => {}
+                    CreateOutcome::InBackground
+                    | CreateOutcome::Conflict
+                    | CreateOutcome::Created => {}
                     CreateOutcome::Final => {
                         self.settle(&pv_name);
                     }
@@ -596,7 +595,9 @@ impl Provisioner {
                 }
             }
             Err((code, message)) => match classify_create(Err(code), false) {
-                CreateOutcome::InBackground => Err(cleanup_error(message)),
+                CreateOutcome::InBackground | CreateOutcome::Conflict => {
+                    Err(cleanup_error(message))
+                }
                 CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
                     self.settle(name);
                     Ok(())

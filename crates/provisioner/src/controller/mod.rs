@@ -272,17 +272,23 @@ impl Provisioner {
         for _ in 0..self.cfg.workers {
             let this = self.clone();
             workers.spawn(async move {
-                while let Some(key) = this.claims.next().await {
-                    this.sync_claim(&key).await;
-                    this.claims.done(&key);
-                }
+                let handler = this.clone();
+                this.claims
+                    .run_worker("claim", move |key| {
+                        let this = handler.clone();
+                        async move { this.sync_claim(&key).await }
+                    })
+                    .await;
             });
             let this = self.clone();
             workers.spawn(async move {
-                while let Some(key) = this.volumes.next().await {
-                    this.sync_volume(&key).await;
-                    this.volumes.done(&key);
-                }
+                let handler = this.clone();
+                this.volumes
+                    .run_worker("volume", move |key| {
+                        let this = handler.clone();
+                        async move { this.sync_volume(&key).await }
+                    })
+                    .await;
             });
         }
         stop.await;

@@ -78,23 +78,18 @@ fn pv_reference(pv: &PersistentVolume) -> ObjectReference {
 }
 
 impl Provisioner {
-    /// One pass over a PV; failures are retried after the key's backoff.
-    pub(crate) async fn sync_volume(&self, name: &String) {
+    /// One pass over a PV; the worker retries a failure after the key's backoff.
+    pub(crate) async fn sync_volume(&self, name: &String) -> Result<(), VolumeError> {
         let span = tracing::info_span!("volume", pv = %name);
         let result = self.reclaim(name).instrument(span.clone()).await;
-        let _enter = span.enter();
-        match result {
-            Ok(()) => self.volumes.forget(name),
-            Err(error) => {
-                let delay = self.volumes.retry(name.clone());
-                match &error {
-                    VolumeError::Attached(_) => {
-                        tracing::debug!(%error, retry_in = ?delay, "deletion waits")
-                    }
-                    _ => tracing::warn!(%error, retry_in = ?delay, "deletion failed"),
-                }
+        if let Err(error) = &result {
+            let _enter = span.enter();
+            match error {
+                VolumeError::Attached(_) => tracing::debug!(%error, "deletion waits"),
+                _ => tracing::warn!(%error, "deletion failed"),
             }
         }
+        result
     }
 
     async fn reclaim(&self, name: &str) -> Result<(), VolumeError> {

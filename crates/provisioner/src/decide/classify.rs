@@ -15,6 +15,10 @@ pub enum CreateOutcome {
     Reschedule,
     /// The driver refused: no volume exists. Report and retry with backoff.
     Final,
+    /// `ALREADY_EXISTS`: a volume of this name exists, made with other parameters. It is not
+    /// ours to forget: keep the intent record (so it is deleted if the claim goes away), report
+    /// the conflict and retry with backoff.
+    Conflict,
 }
 
 /// Classifies a CreateVolume result. `may_reschedule`: the claim has a selected node and the
@@ -32,11 +36,11 @@ pub fn classify_create(result: Result<(), Option<Code>>, may_reschedule: bool) -
             CreateOutcome::InBackground
         }
         Code::ResourceExhausted if may_reschedule => CreateOutcome::Reschedule,
+        Code::AlreadyExists => CreateOutcome::Conflict,
         Code::ResourceExhausted
         | Code::Unknown
         | Code::InvalidArgument
         | Code::NotFound
-        | Code::AlreadyExists
         | Code::PermissionDenied
         | Code::FailedPrecondition
         | Code::OutOfRange
@@ -79,7 +83,7 @@ mod tests {
             (Code::InvalidArgument, Final, Final),
             (Code::DeadlineExceeded, InBackground, InBackground),
             (Code::NotFound, Final, Final),
-            (Code::AlreadyExists, Final, Final),
+            (Code::AlreadyExists, Conflict, Conflict),
             (Code::PermissionDenied, Final, Final),
             (Code::ResourceExhausted, Final, Reschedule),
             (Code::FailedPrecondition, Final, Final),

@@ -106,8 +106,8 @@ fn expand(
             "pv.name" => out.push_str(ctx.pv_name),
             "pvc.namespace" => out.push_str(ctx.pvc_namespace),
             "pvc.name" if field == "name" => out.push_str(ctx.pvc_name),
-            t if field == "name" && t.starts_with("pvc.annotations['") && t.ends_with("']") => {
-                let key = &t["pvc.annotations['".len()..t.len() - 2];
+            t if field == "name" && annotation_key(t).is_some() => {
+                let key = annotation_key(t).unwrap_or_default();
                 let value = ctx
                     .pvc_annotations
                     .and_then(|a| a.get(key))
@@ -123,6 +123,14 @@ fn expand(
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The KEY of a `pvc.annotations['KEY']` token (None for anything else, `pvc.annotations[']`
+/// included).
+fn annotation_key(token: &str) -> Option<&str> {
+    token
+        .strip_prefix("pvc.annotations['")?
+        .strip_suffix("']")
 }
 
 /// A DNS-1123 label: at most 63 lowercase alphanumerics or '-', alphanumeric at both ends.
@@ -225,6 +233,72 @@ mod tests {
         for (template, words) in cases {
             let err = resolve(&template, &ctx(&ann)).unwrap_err();
             assert!(err.to_string().contains(words), "{template:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn truncated_annotation_tokens_are_refused_not_panics() {
+        let ann = BTreeMap::new();
+        for name in [
+            "${pvc.annotations[']}",
+            "${pvc.annotations['}",
+            "${pvc.annotations[''']}",
+        ] {
+            let err = resolve(&t(name, "ns"), &ctx(&ann)).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("not allowed") || text.contains("not set"),
+                "{name}: {text}"
+            );
+        }
+    }
+
+    /// A property test over the template parser: any string made of template fragments and
+    /// multi-byte characters resolves or is refused, never panics.
+    #[test]
+    fn no_template_makes_the_parser_panic() {
+        const PIECES: [&str; 14] = [
+            "${",
+            "}",
+            "pvc.annotations['",
+            "']",
+            "'",
+            "[",
+            "]",
+            "pv.name",
+            "pvc.name",
+            "pvc.namespace",
+            "é",
+            "€",
+            "a",
+            "$",
+        ];
+        let mut ann = BTreeMap::new();
+        ann.insert("k".to_string(), "v".to_string());
+        ann.insert(String::new(), "empty".to_string());
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            let mut name = String::new();
+            let mut namespace = String::new();
+            for i in 0..12 {
+                seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let piece = PIECES[(seed >> 33) as usize % PIECES.len()];
+                if (seed >> 20) % 3 == 0 {
+                    continue;
+                }
+                if i % 2 == 0 {
+                    name.push_str(piece);
+                } else {
+                    namespace.push_str(piece);
+                }
+            }
+            let template = t(&name, &namespace);
+            let outcome = std::panic::catch_unwind(|| {
+                let _ = resolve(&template, &ctx(&ann));
+            });
+            assert!(outcome.is_ok(), "panicked on {template:?}");
         }
     }
 

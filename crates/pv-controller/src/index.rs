@@ -1,0 +1,121 @@
+//! Volumes by the claim their claimRef names, so that every event of a claim requeues every
+//! volume that names it, whether or not the claim names the volume back (a volume saved
+//! pre-bound by a provisioner whose claim is deleted before binding completes).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+/// `namespace/name` of a claim.
+pub type ClaimName = (String, String);
+
+#[derive(Debug, Default)]
+struct Maps {
+    by_claim: HashMap<ClaimName, BTreeSet<String>>,
+    claim_of: HashMap<String, ClaimName>,
+}
+
+/// The index. Fed by the volume watch, read by claim events.
+#[derive(Debug, Default)]
+pub struct ClaimRefIndex {
+    maps: Mutex<Maps>,
+}
+
+/// The claim a volume's claimRef names.
+pub fn claim_named_by(pv: &PersistentVolume) -> Option<ClaimName> {
+    let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    Some((r.namespace.clone()?, r.name.clone()?))
+}
+
+impl ClaimRefIndex {
+    fn maps(&self) -> std::sync::MutexGuard<'_, Maps> {
+        match self.maps.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A volume was added or changed.
+    pub fn apply(&self, pv: &PersistentVolume) {
+        let Some(name) = pv.metadata.name.clone() else {
+            return;
+        };
+        let claim = claim_named_by(pv);
+        let mut maps = self.maps();
+        Self::unlink(&mut maps, &name);
+        if let Some(claim) = claim {
+            maps.by_claim
+                .entry(claim.clone())
+                .or_default()
+                .insert(name.clone());
+            maps.claim_of.insert(name, claim);
+        }
+    }
+
+    /// A volume was deleted.
+    pub fn delete(&self, pv: &PersistentVolume) {
+        if let Some(name) = &pv.metadata.name {
+            Self::unlink(&mut self.maps(), name);
+        }
+    }
+
+    fn unlink(maps: &mut Maps, volume: &str) {
+        if let Some(old) = maps.claim_of.remove(volume)
+            && let Some(set) = maps.by_claim.get_mut(&old)
+        {
+            set.remove(volume);
+            if set.is_empty() {
+                maps.by_claim.remove(&old);
+            }
+        }
+    }
+
+    /// Volumes whose claimRef names this claim.
+    pub fn volumes_of(&self, namespace: &str, name: &str) -> Vec<String> {
+        self.maps()
+            .by_claim
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Volumes indexed (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.maps().claim_of.len()
+    }
+
+    /// Whether no volume names a claim.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pv(name: &str, claim: Option<(&str, &str)>) -> PersistentVolume {
+        let claim_ref = claim.map(|(ns, n)| json!({"namespace": ns, "name": n, "uid": "u"}));
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"claimRef": claim_ref}}))
+            .unwrap()
+    }
+
+    #[test]
+    fn volumes_follow_their_claim_ref_through_changes_and_deletion() {
+        let index = ClaimRefIndex::default();
+        index.apply(&pv("a", Some(("ns", "c1"))));
+        index.apply(&pv("b", Some(("ns", "c1"))));
+        index.apply(&pv("free", None));
+        assert_eq!(index.volumes_of("ns", "c1"), vec!["a", "b"]);
+        // Rebinding moves the volume; unbinding drops it.
+        index.apply(&pv("a", Some(("other", "c2"))));
+        index.apply(&pv("b", None));
+        assert!(index.volumes_of("ns", "c1").is_empty());
+        assert_eq!(index.volumes_of("other", "c2"), vec!["a"]);
+        index.delete(&pv("a", Some(("other", "c2"))));
+        assert!(index.is_empty());
+    }
+}
