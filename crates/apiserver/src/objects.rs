@@ -251,9 +251,23 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
 }
 
 /// Validations clients rely on (422 with the field path).
+/// kube-apiserver's limit on the total size of an object's annotations (keys and values).
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let invalid = |msg: String| Err(ApiError::invalid(&rt.kind, name, &msg));
+    if let Some(annotations) = obj["metadata"]["annotations"].as_object() {
+        let total: usize = annotations
+            .iter()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        if total > MAX_ANNOTATIONS_BYTES {
+            return invalid(format!(
+                "metadata.annotations: Too long: may not be more than {MAX_ANNOTATIONS_BYTES} bytes"
+            ));
+        }
+    }
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => {
             let spec = &obj["spec"];

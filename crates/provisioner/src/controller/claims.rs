@@ -169,10 +169,16 @@ impl Provisioner {
         for (name, flight) in orphans {
             self.clean_up(&name, &flight).await?;
         }
-        let Some(claim) = live else { return Ok(()) };
+        let Some(claim) = live else {
+            lock(&self.topology).remove(key);
+            return Ok(());
+        };
         let class_name = match decide_claim(&claim, &self.cfg.caps.name) {
             ClaimDecision::Provision { class } => class,
-            ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => return Ok(()),
+            ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => {
+                lock(&self.topology).remove(key);
+                return Ok(());
+            }
         };
         let started = std::time::Instant::now();
         let result = self.provision_claim(&claim, &class_name).await;
@@ -336,7 +342,7 @@ impl Provisioner {
         };
         self.save_pv(&pv, &uid).await?;
         self.settle(&pv_name);
-        lock(&self.topology).remove(&uid);
+        lock(&self.topology).remove(&ObjectRef::from_obj(claim.as_ref()));
         tracing::info!(volume = %pv_name, "volume provisioned");
         self.recorder
             .record(
@@ -525,8 +531,12 @@ impl Provisioner {
             return Ok(None);
         }
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let cache_key = format!("{uid}/{}", selected.unwrap_or(""));
-        if let Some(cached) = lock(&self.topology).get(&cache_key) {
+        let selected_name = selected.unwrap_or("").to_string();
+        let cache_key = ObjectRef::from_obj(claim);
+        if let Some((cached_uid, cached_node, cached)) = lock(&self.topology).get(&cache_key)
+            && *cached_uid == uid
+            && *cached_node == selected_name
+        {
             return Ok(cached.clone());
         }
         let selected_topology = match selected {
@@ -553,7 +563,7 @@ impl Provisioner {
             cluster: &cluster,
             claim_name: &claim_name,
         })?;
-        lock(&self.topology).insert(cache_key, requirement.clone());
+        lock(&self.topology).insert(cache_key, (uid, selected_name, requirement.clone()));
         Ok(requirement)
     }
 

@@ -1,12 +1,19 @@
 //! The intent log: before CreateVolume, the request is recorded in a Lease object
-//! (`<lease-name>-intents`, annotation `volstack.dev/in-flight`), so that after a crash at any
-//! instant the next leader knows every volume that may exist without a PV, and finishes or
-//! undoes it. Records are written in batches: every worker waiting at that moment shares one
-//! API write (group commit), so the cost per volume shrinks as load grows. Removals are
-//! written with the next batch; a stale record only costs an idempotent CreateVolume and
-//! DeleteVolume after a crash.
+//! (annotation `volstack.dev/in-flight`), so that after a crash at any instant the next leader
+//! knows every volume that may exist without a PV, and finishes or undoes it.
+//!
+//! - Sharded: a real API server refuses annotations over 256 KiB per object, so records are
+//!   spread over Leases `<base>` (shard 0, the name earlier releases used), `<base>-1`,
+//!   `<base>-2`, ...; a new record goes to the first shard with room under [`SHARD_BUDGET`]. Any
+//!   number of volumes can be in flight (a driver outage with thousands of claims pending).
+//! - Group commit: records waiting at that moment share one write per shard they touch.
+//!   Removals ride along with the next write, or go out after a quiet period.
+//! - Merge on conflict: on 409 the shard is read again and merged: records this process did not
+//!   remove are kept (another writer's included), never overwritten.
+//! - Fail closed: a stored annotation that does not parse stops the open (and any write to
+//!   that shard) instead of being taken for empty.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,13 +21,15 @@ use base64::Engine;
 use csi_proto::v1 as csi;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 /// The annotation holding the records.
 pub const ANNOTATION: &str = "volstack.dev/in-flight";
+/// Bytes of records one shard holds at most (the API limit on annotations is 256 KiB).
+pub const SHARD_BUDGET: usize = 200 * 1024;
 
 /// One record, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,32 +96,73 @@ pub enum IntentError {
         /// Why.
         source: kube::Error,
     },
+    /// A shard's annotation does not parse: nothing is overwritten.
+    #[error(
+        "failed to read the intent log {lease}: its {ANNOTATION} annotation does not parse ({source}); refusing to overwrite records that may name existing volumes"
+    )]
+    Corrupt {
+        /// The Lease.
+        lease: String,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// One record does not fit in a shard.
+    #[error(
+        "failed to record volume {volume}: its record ({bytes} bytes) is larger than one intent log object may hold ({SHARD_BUDGET} bytes)"
+    )]
+    TooLarge {
+        /// The volume.
+        volume: String,
+        /// The record's size.
+        bytes: usize,
+    },
+    /// The shard holding the record could not be written (the writer retries).
+    #[error("failed to write the intent log: {0}")]
+    Write(String),
     /// The writer stopped.
     #[error("the intent log writer stopped")]
     Stopped,
 }
 
-struct State {
+/// One Lease's worth of records.
+#[derive(Default)]
+struct Shard {
+    name: String,
     records: BTreeMap<String, Record>,
+    bytes: usize,
+    /// Removed here since the last successful write (a merge must not bring them back).
+    removed: BTreeSet<String>,
     version: u64,
+    /// The Lease as last read or written, so a write needs no read first.
+    last: Option<Lease>,
+}
+
+struct State {
+    shards: Vec<Shard>,
+    shard_of: HashMap<String, usize>,
     waiters: usize,
+}
+
+/// Written version and last failure, per shard.
+#[derive(Debug, Clone, Default)]
+struct Written {
+    versions: Vec<u64>,
+    failures: Vec<Option<String>>,
 }
 
 /// The log.
 pub struct IntentLog {
     api: Api<Lease>,
-    /// The Lease as last read or written, so a write needs no read first.
-    last: tokio::sync::Mutex<Option<Lease>>,
-    name: String,
+    base: String,
     state: Mutex<State>,
     dirty: Notify,
-    written: watch::Sender<(u64, Option<String>)>,
+    written: watch::Sender<Written>,
 }
 
 impl std::fmt::Debug for IntentLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IntentLog")
-            .field("name", &self.name)
+            .field("base", &self.base)
             .finish_non_exhaustive()
     }
 }
@@ -124,32 +174,122 @@ fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     }
 }
 
+/// Bytes a record takes in a shard's annotation.
+fn record_size(volume: &str, record: &Record) -> usize {
+    volume.len() + serde_json::to_string(record).map_or(0, |t| t.len()) + 4
+}
+
+/// The shard number of a Lease named `<base>` (0) or `<base>-<n>`.
+fn shard_number(base: &str, name: &str) -> Option<usize> {
+    if name == base {
+        return Some(0);
+    }
+    let n = name.strip_prefix(base)?.strip_prefix('-')?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| n.parse().ok())
+        .flatten()
+        .filter(|n| *n > 0)
+}
+
+fn shard_name(base: &str, n: usize) -> String {
+    if n == 0 {
+        base.to_string()
+    } else {
+        format!("{base}-{n}")
+    }
+}
+
+/// The records a Lease holds; an annotation that does not parse is an error, never empty.
+fn stored_records(lease: &Lease) -> Result<BTreeMap<String, Record>, IntentError> {
+    let Some(text) = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION))
+    else {
+        return Ok(BTreeMap::new());
+    };
+    serde_json::from_str(text).map_err(|source| IntentError::Corrupt {
+        lease: lease.metadata.name.clone().unwrap_or_default(),
+        source,
+    })
+}
+
+/// Merges what is stored with what this writer holds: its own records win, stored records it
+/// did not remove are kept.
+pub fn merge(
+    stored: BTreeMap<String, Record>,
+    mine: &BTreeMap<String, Record>,
+    removed: &BTreeSet<String>,
+) -> BTreeMap<String, Record> {
+    let mut merged = mine.clone();
+    for (volume, record) in stored {
+        if !removed.contains(&volume) {
+            merged.entry(volume).or_insert(record);
+        }
+    }
+    merged
+}
+
 impl IntentLog {
-    /// Reads the log (creating nothing yet) and starts its writer.
+    /// Reads every shard (creating nothing yet) and starts the writer. Fails when a shard
+    /// does not parse.
     pub async fn open(
         client: kube::Client,
         namespace: &str,
-        name: &str,
+        base: &str,
     ) -> Result<Arc<IntentLog>, IntentError> {
         let api: Api<Lease> = Api::namespaced(client, namespace);
-        let existing = api.get_opt(name).await.map_err(|source| IntentError::Api {
-            action: "read",
-            source,
-        })?;
-        let records: BTreeMap<String, Record> = existing
-            .as_ref()
-            .and_then(|l| l.metadata.annotations.as_ref())
-            .and_then(|a| a.get(ANNOTATION))
-            .and_then(|text| serde_json::from_str(text).ok())
-            .unwrap_or_default();
-        let (written, _) = watch::channel((0, None));
+        let leases = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|source| IntentError::Api {
+                action: "list",
+                source,
+            })?;
+        let mut shards: Vec<Shard> = Vec::new();
+        let mut shard_of = HashMap::new();
+        for lease in leases.items {
+            let Some(n) = lease
+                .metadata
+                .name
+                .as_deref()
+                .and_then(|name| shard_number(base, name))
+            else {
+                continue;
+            };
+            while shards.len() <= n {
+                let name = shard_name(base, shards.len());
+                shards.push(Shard {
+                    name,
+                    ..Shard::default()
+                });
+            }
+            let records = stored_records(&lease)?;
+            let shard = &mut shards[n];
+            shard.bytes = records.iter().map(|(v, r)| record_size(v, r)).sum();
+            for volume in records.keys() {
+                shard_of.insert(volume.clone(), n);
+            }
+            shard.records = records;
+            shard.last = Some(lease);
+        }
+        if shards.is_empty() {
+            shards.push(Shard {
+                name: shard_name(base, 0),
+                ..Shard::default()
+            });
+        }
+        let (written, _) = watch::channel(Written {
+            versions: vec![0; shards.len()],
+            failures: vec![None; shards.len()],
+        });
         let log = Arc::new(IntentLog {
-            last: tokio::sync::Mutex::new(existing.clone()),
             api,
-            name: name.to_string(),
+            base: base.to_string(),
             state: Mutex::new(State {
-                records,
-                version: 0,
+                shards,
+                shard_of,
                 waiters: 0,
             }),
             dirty: Notify::new(),
@@ -161,60 +301,119 @@ impl IntentLog {
 
     /// The records found at start (and since).
     pub fn records(&self) -> BTreeMap<String, Record> {
-        lock(&self.state).records.clone()
+        let state = lock(&self.state);
+        state
+            .shards
+            .iter()
+            .flat_map(|s| s.records.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .collect()
+    }
+
+    /// Number of shards (Leases) in use.
+    pub fn shards(&self) -> usize {
+        lock(&self.state).shards.len()
     }
 
     /// Records an intent and waits until it is stored.
     pub async fn record(&self, volume: &str, record: Record) -> Result<(), IntentError> {
-        let version = {
+        let size = record_size(volume, &record);
+        if size > SHARD_BUDGET {
+            return Err(IntentError::TooLarge {
+                volume: volume.to_string(),
+                bytes: size,
+            });
+        }
+        let (shard, version) = {
             let mut state = lock(&self.state);
-            if state.records.get(volume) == Some(&record) {
-                // Already stored (a retry of the same request) unless a write is pending.
-                state.version
-            } else {
-                state.records.insert(volume.to_string(), record);
-                state.version += 1;
-                state.version
+            let index = match state.shard_of.get(volume) {
+                Some(&i) => i,
+                None => {
+                    let room = state
+                        .shards
+                        .iter()
+                        .position(|s| s.bytes + size <= SHARD_BUDGET);
+                    let i = match room {
+                        Some(i) => i,
+                        None => {
+                            let n = state.shards.len();
+                            state.shards.push(Shard {
+                                name: shard_name(&self.base, n),
+                                ..Shard::default()
+                            });
+                            self.written.send_modify(|w| {
+                                w.versions.push(0);
+                                w.failures.push(None);
+                            });
+                            n
+                        }
+                    };
+                    state.shard_of.insert(volume.to_string(), i);
+                    i
+                }
+            };
+            let shard = &mut state.shards[index];
+            if shard.records.get(volume) != Some(&record) {
+                if let Some(old) = shard.records.insert(volume.to_string(), record.clone()) {
+                    shard.bytes = shard.bytes.saturating_sub(record_size(volume, &old));
+                }
+                shard.bytes += size;
+                shard.removed.remove(volume);
+                shard.version += 1;
             }
+            let version = shard.version;
+            state.waiters += 1;
+            (index, version)
         };
         let mut rx = self.written.subscribe();
-        lock(&self.state).waiters += 1;
         self.dirty.notify_one();
         let waited = rx
-            .wait_for(|(done, failed)| *done >= version || failed.is_some())
+            .wait_for(|w| {
+                w.versions.get(shard).is_some_and(|v| *v >= version)
+                    || w.failures.get(shard).is_some_and(Option::is_some)
+            })
             .await
-            .map(|r| r.clone());
+            .map(|w| w.clone());
         lock(&self.state).waiters -= 1;
-        let result = waited.map_err(|_| IntentError::Stopped)?;
-        match &result.1 {
-            Some(reason) if result.0 < version => Err(IntentError::Api {
-                action: "write",
-                source: kube::Error::Api(Box::new(kube::core::Status::failure(
-                    reason,
-                    "InternalError",
-                ))),
-            }),
-            _ => Ok(()),
+        let written = waited.map_err(|_| IntentError::Stopped)?;
+        if written.versions.get(shard).is_some_and(|v| *v >= version) {
+            return Ok(());
         }
+        let reason = written
+            .failures
+            .get(shard)
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        Err(IntentError::Write(reason))
     }
 
-    /// Forgets an intent. Not written by itself: removals ride along with the next batch of
-    /// records, or go out after a quiet period, so they cost no write per volume.
+    /// Forgets an intent. Not written by itself: removals ride along with the next write of
+    /// their shard, or go out after a quiet period, so they cost no write per volume.
     pub fn forget(&self, volume: &str) {
         let mut state = lock(&self.state);
-        if state.records.remove(volume).is_some() {
-            state.version += 1;
+        let Some(index) = state.shard_of.remove(volume) else {
+            return;
+        };
+        let shard = &mut state.shards[index];
+        if let Some(old) = shard.records.remove(volume) {
+            shard.bytes = shard.bytes.saturating_sub(record_size(volume, &old));
+            shard.removed.insert(volume.to_string());
+            shard.version += 1;
         }
     }
 
     async fn writer(self: Arc<Self>) {
-        let mut written_version = 0;
+        let mut written: Vec<u64> = Vec::new();
         loop {
-            let (version, waiting) = {
+            let (dirty, waiting) = {
                 let state = lock(&self.state);
-                (state.version, state.waiters)
+                written.resize(state.shards.len(), 0);
+                let dirty: Vec<usize> = (0..state.shards.len())
+                    .filter(|i| state.shards[*i].version > written[*i])
+                    .collect();
+                (dirty, state.waiters)
             };
-            if version == written_version {
+            if dirty.is_empty() {
                 self.dirty.notified().await;
                 continue;
             }
@@ -225,40 +424,59 @@ impl IntentLog {
                     () = tokio::time::sleep(Duration::from_secs(10)) => {}
                 }
             }
-            let (version, text) = {
-                let state = lock(&self.state);
-                (
-                    state.version,
-                    serde_json::to_string(&state.records).unwrap_or_else(|_| "{}".into()),
-                )
-            };
-            match self.store(&text).await {
-                Ok(()) => {
-                    written_version = version;
-                    self.written.send_modify(|w| *w = (version, None));
+            let mut failed = false;
+            for index in dirty {
+                match self.write_shard(index).await {
+                    Ok(version) => {
+                        written[index] = version;
+                        self.written.send_modify(|w| {
+                            if let Some(v) = w.versions.get_mut(index) {
+                                *v = version;
+                            }
+                        });
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "failed to write the intent log; retrying");
+                        failed = true;
+                        self.written.send_modify(|w| {
+                            if let Some(f) = w.failures.get_mut(index) {
+                                *f = Some(error.to_string());
+                            }
+                        });
+                    }
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "failed to write the intent log; retrying");
-                    self.written.send_modify(|w| w.1 = Some(error.to_string()));
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    self.written.send_modify(|w| w.1 = None);
-                }
+            }
+            if failed {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                self.written.send_modify(|w| w.failures.iter_mut().for_each(|f| *f = None));
             }
         }
     }
 
-    async fn store(&self, text: &str) -> Result<(), IntentError> {
-        let mut last = self.last.lock().await;
+    /// Writes one shard as it is now; returns the version written.
+    async fn write_shard(&self, index: usize) -> Result<u64, IntentError> {
+        let (name, version, mut records, removed, mut lease) = {
+            let state = lock(&self.state);
+            let shard = &state.shards[index];
+            (
+                shard.name.clone(),
+                shard.version,
+                shard.records.clone(),
+                shard.removed.clone(),
+                shard.last.clone(),
+            )
+        };
         for _ in 0..5 {
-            let result = match last.clone() {
+            let text = serde_json::to_string(&records).map_err(|source| IntentError::Corrupt {
+                lease: name.clone(),
+                source,
+            })?;
+            let result = match lease.clone() {
                 None => {
                     let lease = Lease {
                         metadata: ObjectMeta {
-                            name: Some(self.name.clone()),
-                            annotations: Some(BTreeMap::from([(
-                                ANNOTATION.to_string(),
-                                text.to_string(),
-                            )])),
+                            name: Some(name.clone()),
+                            annotations: Some(BTreeMap::from([(ANNOTATION.to_string(), text)])),
                             ..Default::default()
                         },
                         spec: None,
@@ -271,27 +489,28 @@ impl IntentLog {
                         .metadata
                         .annotations
                         .get_or_insert_with(BTreeMap::new)
-                        .insert(ANNOTATION.to_string(), text.to_string());
-                    self.api
-                        .replace(&self.name, &PostParams::default(), &lease)
-                        .await
+                        .insert(ANNOTATION.to_string(), text);
+                    self.api.replace(&name, &PostParams::default(), &lease).await
                 }
             };
             match result {
-                Ok(written) => {
-                    *last = Some(written);
-                    return Ok(());
+                Ok(stored) => {
+                    self.written_shard(index, stored, &records, &removed);
+                    return Ok(version);
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
-                    // Someone else wrote it (or it was removed): read it again and retry.
-                    *last =
-                        self.api
-                            .get_opt(&self.name)
-                            .await
-                            .map_err(|source| IntentError::Api {
-                                action: "read",
-                                source,
-                            })?;
+                    // Someone else wrote it (or it was removed): read it again and merge.
+                    lease = self
+                        .api
+                        .get_opt(&name)
+                        .await
+                        .map_err(|source| IntentError::Api {
+                            action: "read",
+                            source,
+                        })?;
+                    if let Some(fresh) = &lease {
+                        records = merge(stored_records(fresh)?, &records, &removed);
+                    }
                 }
                 Err(source) => {
                     return Err(IntentError::Api {
@@ -301,13 +520,39 @@ impl IntentLog {
                 }
             }
         }
-        Err(IntentError::Api {
-            action: "write",
-            source: kube::Error::Api(Box::new(
-                kube::core::Status::failure("the intent log kept changing", "Conflict")
-                    .with_code(409),
-            )),
-        })
+        Err(IntentError::Write(format!(
+            "{name} kept changing under concurrent writers"
+        )))
+    }
+
+    /// After a write: keep the Lease, adopt records merged in from other writers (so later
+    /// writes keep them), and drop the removals that are now on the server.
+    fn written_shard(
+        &self,
+        index: usize,
+        stored: Lease,
+        records: &BTreeMap<String, Record>,
+        removed: &BTreeSet<String>,
+    ) {
+        let mut state = lock(&self.state);
+        let State {
+            shards, shard_of, ..
+        } = &mut *state;
+        let shard = &mut shards[index];
+        shard.last = Some(stored);
+        for volume in removed {
+            shard.removed.remove(volume);
+        }
+        for (volume, record) in records {
+            if !shard.records.contains_key(volume)
+                && !shard.removed.contains(volume)
+                && !shard_of.contains_key(volume)
+            {
+                shard.bytes += record_size(volume, record);
+                shard.records.insert(volume.clone(), record.clone());
+                shard_of.insert(volume.clone(), index);
+            }
+        }
     }
 }
 
@@ -315,6 +560,60 @@ impl IntentLog {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn rec(name: &str) -> Record {
+        Record::new("ns", name, "uid", &csi::CreateVolumeRequest::default(), None)
+    }
+
+    #[test]
+    fn shard_names_are_the_base_and_numbered_suffixes() {
+        let cases = [
+            ("p-intents", Some(0)),
+            ("p-intents-1", Some(1)),
+            ("p-intents-12", Some(12)),
+            ("p-intents-0", None),
+            ("p-intents-", None),
+            ("p-intents-x", None),
+            ("p-intentsx", None),
+            ("other", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(shard_number("p-intents", name), want, "{name}");
+        }
+        assert_eq!(shard_name("p-intents", 0), "p-intents");
+        assert_eq!(shard_name("p-intents", 3), "p-intents-3");
+    }
+
+    #[test]
+    fn a_merge_keeps_records_this_writer_did_not_remove() {
+        let stored = BTreeMap::from([
+            ("theirs".to_string(), rec("t")),
+            ("removed-here".to_string(), rec("r")),
+            ("both".to_string(), rec("old")),
+        ]);
+        let mine = BTreeMap::from([
+            ("mine".to_string(), rec("m")),
+            ("both".to_string(), rec("new")),
+        ]);
+        let removed = BTreeSet::from(["removed-here".to_string()]);
+        let merged = merge(stored, &mine, &removed);
+        let keys: Vec<&str> = merged.keys().map(String::as_str).collect();
+        assert_eq!(keys, vec!["both", "mine", "theirs"]);
+        assert_eq!(merged["both"].name, "new", "this writer's own record wins");
+    }
+
+    #[test]
+    fn an_annotation_that_does_not_parse_is_an_error_not_an_empty_log() {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some("p-intents".into()),
+                annotations: Some(BTreeMap::from([(ANNOTATION.to_string(), "{not json".into())])),
+                ..Default::default()
+            },
+            spec: None,
+        };
+        assert!(matches!(stored_records(&lease), Err(IntentError::Corrupt { .. })));
+    }
 
     #[test]
     fn records_round_trip_the_request_without_secrets() {

@@ -59,6 +59,9 @@ pub struct ControllerConfig {
 /// Claim queue key.
 pub type ClaimKey = ObjectRef<PersistentVolumeClaim>;
 
+/// A cached topology requirement: (claim UID, selected node, requirement).
+pub(crate) type TopologyEntry = (String, String, Option<crate::decide::topology::Requirement>);
+
 /// The running provisioner.
 pub struct Provisioner {
     pub(crate) client: kube::Client,
@@ -79,7 +82,9 @@ pub struct Provisioner {
     /// The durable record of in-flight volumes (opened when the workers start).
     pub(crate) intents: std::sync::OnceLock<Arc<intents::IntentLog>>,
     /// The topology chosen for a claim (by UID), so retries send identical requests.
-    pub(crate) topology: Mutex<HashMap<String, Option<crate::decide::topology::Requirement>>>,
+    /// Topology requirement per claim, computed once per (claim UID, selected node); dropped
+    /// when the claim is provisioned or gone.
+    pub(crate) topology: Mutex<HashMap<ClaimKey, TopologyEntry>>,
 }
 
 impl std::fmt::Debug for Provisioner {
