@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
@@ -89,12 +89,16 @@ fn micro(t: Timestamp) -> MicroTime {
     MicroTime(t)
 }
 
-/// client-go's `tryAcquireOrRenew` as a pure function.
+/// client-go's `tryAcquireOrRenew` as a pure function. Another holder's lease is valid while
+/// `observed_for` (how long this replica has seen the record unchanged, on its own clock) is
+/// shorter than the record's duration: the holder's `renewTime` is never compared with the
+/// local clock, so clock skew between replicas does not matter.
 pub fn decide(
     current: Option<&LeaseSpec>,
     me: &str,
     now: Timestamp,
     lease_duration: Duration,
+    observed_for: Duration,
 ) -> LeaseAction {
     let seconds = i32::try_from(lease_duration.as_secs())
         .unwrap_or(i32::MAX)
@@ -111,13 +115,10 @@ pub fn decide(
     };
     let holder = spec.holder_identity.clone().unwrap_or_default();
     if !holder.is_empty() && holder != me {
-        let duration =
-            SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(seconds)));
-        let valid = spec
-            .renew_time
-            .as_ref()
-            .is_some_and(|r| r.0.checked_add(duration).is_ok_and(|end| end > now));
-        if valid {
+        let duration = Duration::from_secs(
+            u64::try_from(spec.lease_duration_seconds.unwrap_or(seconds)).unwrap_or(0),
+        );
+        if observed_for < duration {
             return LeaseAction::Wait { holder };
         }
     }
@@ -190,6 +191,8 @@ pub struct Elector {
     api: Api<Lease>,
     config: ElectionConfig,
     status: LeaderStatus,
+    /// The lease record as last seen and when it was first seen in that state (local clock).
+    observed: std::sync::Mutex<Option<(LeaseSpec, tokio::time::Instant)>>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -207,6 +210,36 @@ impl Elector {
             api: Api::namespaced(client, &config.namespace),
             config,
             status: LeaderStatus::default(),
+            observed: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Notes the record seen now; returns for how long it has been seen unchanged.
+    fn observe(&self, spec: Option<&LeaseSpec>) -> Duration {
+        let now = tokio::time::Instant::now();
+        let mut observed = match self.observed.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match (observed.as_ref(), spec) {
+            (Some((seen, since)), Some(spec)) if seen == spec => now.duration_since(*since),
+            (_, Some(spec)) => {
+                *observed = Some((spec.clone(), now));
+                Duration::ZERO
+            }
+            (_, None) => {
+                *observed = None;
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// One acquire-or-renew, bounded by `deadline` (a hanging API call counts as a failure).
+    async fn attempt(&self, deadline: tokio::time::Instant) -> Result<bool, AttemptError> {
+        match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+            Ok(Ok(acquired)) => Ok(acquired),
+            Ok(Err(error)) => Err(AttemptError::Api(error)),
+            Err(_) => Err(AttemptError::TimedOut),
         }
     }
 
@@ -221,11 +254,14 @@ impl Elector {
             Err(kube::Error::Api(s)) if s.code == 404 => None,
             Err(e) => return Err(e),
         };
+        let current = existing.as_ref().and_then(|l| l.spec.as_ref());
+        let observed_for = self.observe(current);
         let action = decide(
-            existing.as_ref().and_then(|l| l.spec.as_ref()),
+            current,
             &self.config.identity,
             Timestamp::now(),
             self.config.lease_duration,
+            observed_for,
         );
         let spec = match action {
             LeaseAction::Wait { .. } => return Ok(false),
@@ -244,7 +280,10 @@ impl Elector {
                     spec: Some(spec),
                 };
                 match self.api.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(true),
+                    Ok(written) => {
+                        self.observe(written.spec.as_ref());
+                        Ok(true)
+                    }
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                     Err(e) => Err(e),
                 }
@@ -257,7 +296,10 @@ impl Elector {
                     .replace(&self.config.name, &PostParams::default(), &lease)
                     .await
                 {
-                    Ok(_) => Ok(true),
+                    Ok(written) => {
+                        self.observe(written.spec.as_ref());
+                        Ok(true)
+                    }
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                     Err(e) => Err(e),
                 }
@@ -313,7 +355,8 @@ impl Elector {
         let retry = self.config.retry_period;
         tracing::info!(lease = %self.config.name, namespace = %self.config.namespace, identity = %self.config.identity, "waiting for leadership");
         loop {
-            match self.try_acquire_or_renew().await {
+            let deadline = tokio::time::Instant::now() + self.config.renew_deadline;
+            match self.attempt(deadline).await {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(error) => tracing::warn!(%error, "failed to read or write the leader lease"),
@@ -327,33 +370,62 @@ impl Elector {
         self.status.renewed();
         self.status.leading.store(true, Ordering::SeqCst);
         let (stop_tx, stop_rx) = watch::channel(false);
-        let leading = tokio::spawn(lead(stop_rx));
+        let mut leading = tokio::spawn(lead(stop_rx));
+        // As client-go: renew every retry period; every call, and the whole renewal, must finish
+        // within the renew deadline counted from the last successful renewal, or leadership
+        // is lost.
         let mut last_renew = tokio::time::Instant::now();
         let outcome = loop {
             tokio::select! {
                 () = tokio::time::sleep(retry) => {}
                 () = &mut shutdown => break Ok(()),
             }
-            match self.try_acquire_or_renew().await {
+            let deadline = last_renew + self.config.renew_deadline;
+            match self.attempt(deadline).await {
                 Ok(true) => {
                     last_renew = tokio::time::Instant::now();
                     self.status.renewed();
                 }
                 Ok(false) => break Err(ElectionError::Lost(self.config.renew_deadline)),
-                Err(error) => tracing::warn!(%error, "failed to renew the leader lease"),
-            }
-            if last_renew.elapsed() > self.config.renew_deadline {
-                break Err(ElectionError::Lost(self.config.renew_deadline));
+                Err(error) => {
+                    tracing::warn!(%error, "failed to renew the leader lease");
+                    if tokio::time::Instant::now() >= deadline {
+                        break Err(ElectionError::Lost(self.config.renew_deadline));
+                    }
+                }
             }
         };
         self.status.leading.store(false, Ordering::SeqCst);
         let _ = stop_tx.send(true);
-        let _ = leading.await;
-        if outcome.is_ok() && self.config.release_on_exit {
-            self.release().await;
+        match &outcome {
+            Ok(()) => {
+                // Shutting down: in-flight work finishes, then the lease is released.
+                let _ = (&mut leading).await;
+                if self.config.release_on_exit {
+                    self.release().await;
+                }
+            }
+            Err(_) => {
+                // Lost: another replica may lead already. Stop writing now rather than wait
+                // for in-flight work (upstream exits the process here).
+                leading.abort();
+                let _ = leading.await;
+                tracing::error!(lease = %self.config.name, "leadership lost; stopped all work");
+            }
         }
         outcome
     }
+}
+
+/// Why one acquire-or-renew did not complete.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    /// The API answered with an error.
+    #[error("{0}")]
+    Api(kube::Error),
+    /// The call did not finish within the renew deadline.
+    #[error("the lease call did not finish within the renew deadline")]
+    TimedOut,
 }
 
 #[cfg(test)]
@@ -377,7 +449,7 @@ mod tests {
 
     #[test]
     fn a_missing_lease_is_created_with_us_as_holder() {
-        let LeaseAction::Write(spec) = decide(None, "me", at(0), D) else {
+        let LeaseAction::Write(spec) = decide(None, "me", at(0), D, Duration::ZERO) else {
             panic!("expected a write")
         };
         assert_eq!(spec.holder_identity.as_deref(), Some("me"));
@@ -388,16 +460,16 @@ mod tests {
 
     #[test]
     fn a_valid_lease_of_another_holder_is_respected_and_an_expired_one_taken() {
-        let LeaseAction::Write(theirs) = decide(None, "other", at(0), D) else {
+        let LeaseAction::Write(theirs) = decide(None, "other", at(0), D, Duration::ZERO) else {
             panic!()
         };
         assert_eq!(
-            decide(Some(&theirs), "me", at(10), D),
+            decide(Some(&theirs), "me", at(10), D, Duration::from_secs(10)),
             LeaseAction::Wait {
                 holder: "other".into()
             }
         );
-        let LeaseAction::Write(mine) = decide(Some(&theirs), "me", at(16), D) else {
+        let LeaseAction::Write(mine) = decide(Some(&theirs), "me", at(16), D, Duration::from_secs(16)) else {
             panic!("expired lease is taken")
         };
         assert_eq!(mine.holder_identity.as_deref(), Some("me"));
@@ -406,11 +478,41 @@ mod tests {
     }
 
     #[test]
-    fn renewing_keeps_acquire_time_and_transitions() {
-        let LeaseAction::Write(first) = decide(None, "me", at(0), D) else {
+    fn expiry_follows_the_local_observation_not_the_holders_clock() {
+        // A record renewed "an hour ago" by a holder whose clock is behind is still valid
+        // until this replica has seen it unchanged for the lease duration.
+        let LeaseAction::Write(theirs) = decide(None, "other", at(-3600), D, Duration::ZERO)
+        else {
             panic!()
         };
-        let LeaseAction::Write(renewed) = decide(Some(&first), "me", at(5), D) else {
+        assert_eq!(
+            decide(Some(&theirs), "me", at(0), D, Duration::ZERO),
+            LeaseAction::Wait {
+                holder: "other".into()
+            }
+        );
+        assert_eq!(
+            decide(Some(&theirs), "me", at(14), D, Duration::from_secs(14)),
+            LeaseAction::Wait {
+                holder: "other".into()
+            }
+        );
+        // And a record renewed "in the future" expires after the duration all the same.
+        let LeaseAction::Write(ahead) = decide(None, "other", at(3600), D, Duration::ZERO) else {
+            panic!()
+        };
+        assert!(matches!(
+            decide(Some(&ahead), "me", at(15), D, Duration::from_secs(15)),
+            LeaseAction::Write(_)
+        ));
+    }
+
+    #[test]
+    fn renewing_keeps_acquire_time_and_transitions() {
+        let LeaseAction::Write(first) = decide(None, "me", at(0), D, Duration::ZERO) else {
+            panic!()
+        };
+        let LeaseAction::Write(renewed) = decide(Some(&first), "me", at(5), D, Duration::from_secs(5)) else {
             panic!()
         };
         assert_eq!(renewed.acquire_time, first.acquire_time);
@@ -420,13 +522,13 @@ mod tests {
 
     #[test]
     fn a_released_lease_is_taken_at_once() {
-        let LeaseAction::Write(theirs) = decide(None, "other", at(0), D) else {
+        let LeaseAction::Write(theirs) = decide(None, "other", at(0), D, Duration::ZERO) else {
             panic!()
         };
         let free = released(&theirs, at(1));
         assert_eq!(free.holder_identity, None);
         assert_eq!(free.lease_duration_seconds, Some(1));
-        let LeaseAction::Write(mine) = decide(Some(&free), "me", at(1), D) else {
+        let LeaseAction::Write(mine) = decide(Some(&free), "me", at(1), D, Duration::ZERO) else {
             panic!("a released lease is free")
         };
         assert_eq!(mine.holder_identity.as_deref(), Some("me"));

@@ -1,0 +1,127 @@
+//! Leader election against our API server with injected latency: client-go's semantics.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use sidecar_kit::leader::{ElectionConfig, ElectionError, Elector};
+
+async fn server() -> (apiserver::RunningServer, kube::Client, tokio::sync::oneshot::Sender<()>) {
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = apiserver::serve(apiserver::Config::default(), async {
+        let _ = rx.await;
+    })
+    .await
+    .unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).unwrap();
+    (server, client, stop)
+}
+
+fn config(identity: &str, lease: u64, renew: Duration, retry: Duration) -> ElectionConfig {
+    ElectionConfig {
+        namespace: "default".into(),
+        name: "election".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(lease),
+        renew_deadline: renew,
+        retry_period: retry,
+        labels: Default::default(),
+        release_on_exit: false,
+    }
+}
+
+/// Sets a flag when dropped: shows that the leader's work was stopped.
+struct Dropped(Arc<AtomicBool>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline() {
+    let (server, client, _stop) = server().await;
+    let elector = Elector::new(
+        client,
+        config("me", 4, Duration::from_secs(1), Duration::from_millis(200)),
+    );
+    let status = elector.status();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    let run = tokio::spawn(elector.run(
+        move |_stop| async move {
+            // Work that ignores the stop signal, like a write stuck in a slow API call.
+            let _guard = Dropped(flag);
+            std::future::pending::<()>().await;
+        },
+        std::future::pending::<()>(),
+    ));
+    while !status.is_leader() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rules = serde_json::from_value(json!([
+        {"resource": "leases", "verb": "*", "latency_ms": 60_000}
+    ]))
+    .unwrap();
+    server.set_faults(rules);
+    let hung_at = tokio::time::Instant::now();
+    // The renew call hangs for a minute; the leader must give up well before that.
+    let outcome = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the leader kept leading while its renewals hung")
+        .unwrap();
+    assert!(matches!(outcome, Err(ElectionError::Lost(_))), "{outcome:?}");
+    assert!(stopped.load(Ordering::SeqCst), "the leader's work was not stopped");
+    assert!(!status.is_leader());
+    assert!(hung_at.elapsed() < Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn a_lease_renewed_by_a_skewed_clock_is_respected_for_its_duration_from_observation() {
+    let (_server, client, _stop) = server().await;
+    // The holder's clock is an hour behind: its renewTime looks expired to ours.
+    let renewed = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "election"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 2,
+                 "acquireTime": renewed.to_string(), "renewTime": renewed.to_string(),
+                 "leaseTransitions": 0}
+    }))
+    .unwrap();
+    Api::<Lease>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let elector = Elector::new(
+        client,
+        config("me", 2, Duration::from_secs(1), Duration::from_millis(100)),
+    );
+    let status = elector.status();
+    let started = tokio::time::Instant::now();
+    let _run = tokio::spawn(elector.run(
+        |_stop| async move {
+            std::future::pending::<()>().await;
+        },
+        std::future::pending::<()>(),
+    ));
+    while !status.is_leader() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // It may only take over once it has itself seen the record unchanged for 2 s.
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "took over after {:?}",
+        started.elapsed()
+    );
+}
