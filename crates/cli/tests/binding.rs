@@ -57,24 +57,34 @@ async fn the_smallest_matching_volume_is_bound_and_racing_claims_get_one_each() 
     // Two claims race for the one volume left that fits 5Gi: exactly one wins.
     c.claim("race-a", "manual", "5Gi", json!({}), false).await;
     c.claim("race-b", "manual", "5Gi", json!({}), false).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
-    let mut bound = Vec::new();
-    for name in ["race-a", "race-b"] {
-        let pvc = claims.get(name).await.unwrap();
-        if pvc.status.and_then(|s| s.phase).as_deref() == Some("Bound") {
-            bound.push(pvc.spec.unwrap().volume_name.unwrap());
+    // The volume's claimRef is where the race is decided: once it names the winner, the loser
+    // can never bind it. Wait for that, then for the winner to be Bound and the loser to be
+    // told there is no volume for it.
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let winner = {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let pv = pvs.get("pv-big").await.unwrap();
+            let named = pv.spec.and_then(|s| s.claim_ref).and_then(|r| r.name);
+            if let Some(name) = named {
+                break name;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "pv-big never claimed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-    assert_eq!(
-        bound,
-        vec!["pv-big".to_string()],
+    };
+    let loser = if winner == "race-a" { "race-b" } else { "race-a" };
+    assert_eq!(bound_volume(&c, &winner).await, "pv-big");
+    c.wait_event(loser, "FailedBinding", "no persistent volumes available")
+        .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let lost = claims.get(loser).await.unwrap();
+    assert_ne!(
+        lost.spec.unwrap().volume_name.as_deref(),
+        Some("pv-big"),
         "exactly one claim bound the big volume"
     );
-    let pv = Api::<PersistentVolume>::all(c.client.clone())
-        .get("pv-big")
-        .await
-        .unwrap();
+    let pv = pvs.get("pv-big").await.unwrap();
     assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Bound"));
 }
 

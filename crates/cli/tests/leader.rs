@@ -52,12 +52,6 @@ async fn a_standby_takes_over_within_a_retry_period_after_sigterm() {
         }
     }
     let _standby = Kill(standby);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        holder(&c).await.as_deref(),
-        Some(first.as_str()),
-        "the standby waits while the lease is held"
-    );
 
     // SIGTERM to the leader (the harness's own child).
     let pid = c.provisioner_pid().unwrap();
@@ -73,9 +67,17 @@ async fn a_standby_takes_over_within_a_retry_period_after_sigterm() {
     .await;
     let took = started.elapsed();
     assert!(
-        took < Duration::from_secs(5),
-        "takeover took {took:?}, upstream needs the 15 s lease duration"
+        took < Duration::from_secs(12),
+        "takeover took {took:?}: the lease was not released (upstream waits out the 15 s lease)"
     );
+    // Exactly one handover: the standby waited while the lease was held.
+    let transitions = Api::<Lease>::namespaced(c.client.clone(), "default")
+        .get("hostpath-csi-volstack-dev")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.lease_transitions);
+    assert_eq!(transitions, Some(1));
     // The new leader provisions.
     c.class("plain", json!({})).await;
     let claim = c

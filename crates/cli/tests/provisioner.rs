@@ -141,10 +141,12 @@ async fn provisions_and_deletes_filesystem_and_block_volumes_for_every_access_mo
         5,
         "one finalizer PATCH per volume: {writes:?}"
     );
+    // Batching of intent-log writes depends on timing (measured by `volstack bench`); here
+    // only the bound that holds on any machine: one write per record and per removal.
     let intent_log = get("CREATE", "leases") + get("UPDATE", "leases");
     assert!(
-        intent_log <= 5,
-        "intent-log writes are shared by claims in flight together: {writes:?}"
+        intent_log <= 10,
+        "at most one intent-log write per record and per removal: {writes:?}"
     );
     let total: u64 = writes.values().sum::<u64>() - intent_log;
     assert!(
@@ -176,7 +178,20 @@ async fn retain_volumes_are_left_alone() {
             == Some("Released")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A Delete volume released after it is deleted: the provisioner has handled the volume
+    // events up to there, and left the Retain one alone.
+    c.class("drop", json!({})).await;
+    let later = c.claim("later", "drop", "1Gi", json!({}), false).await;
+    let later_pv = c.wait_pv(&later, T).await;
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("later", &DeleteParams::default())
+        .await
+        .unwrap();
+    let later_name = later_pv.metadata.name.clone().unwrap();
+    c.wait_until("the Delete volume to go", T, || async {
+        pvs.get_opt(&later_name).await.unwrap().is_none()
+    })
+    .await;
     assert!(
         pvs.get_opt(&name).await.unwrap().is_some(),
         "Retain keeps the PV"
@@ -395,9 +410,7 @@ async fn resource_exhausted_with_a_selected_node_reschedules() {
     c.wait_event("big", "ProvisioningFailed", "ResourceExhausted")
         .await;
     assert!(c.pv_for(&big).await.is_none());
-    // Without a selected node a WaitForFirstConsumer claim waits.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(c.driver_volumes().await, 0);
+    assert_eq!(c.driver_volumes().await, 0, "no volume behind RESOURCE_EXHAUSTED");
 }
 
 #[tokio::test]
@@ -413,8 +426,10 @@ async fn a_conflicting_pv_is_reported_not_overwritten() {
                  "csi": {"driver": "other.csi", "volumeHandle": "x"}}
     }))
     .await;
-    // The PV already exists in the cache: nothing to do, nothing overwritten.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The PV already exists in the cache: nothing to do, nothing overwritten. A claim made
+    // afterwards being provisioned shows the provisioner has handled the first one.
+    let after = c.claim("after", "plain", "1Gi", json!({}), true).await;
+    c.wait_pv(&after, T).await;
     let pv = Api::<PersistentVolume>::all(c.client.clone())
         .get(&name)
         .await

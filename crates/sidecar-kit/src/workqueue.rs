@@ -364,7 +364,7 @@ mod tests {
         assert!(q.is_empty());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn workers_wake_up_for_new_keys_and_stop_on_shutdown() {
         let q = queue();
         let worker = tokio::spawn({
