@@ -16,9 +16,16 @@ pub struct ApiError {
     /// details.name.
     pub name: Option<String>,
     /// details.kind (resource plural).
-    pub kind: Option<String>,
+    pub kind: Option<Box<str>>,
     /// details.group.
-    pub group: Option<String>,
+    pub group: Option<Box<str>>,
+    /// details.causes and details.retryAfterSeconds, when there are any.
+    pub extra: Option<Box<Extra>>,
+}
+
+/// The rarer parts of a Status's details.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Extra {
     /// details.causes as (reason, message).
     pub causes: Vec<(&'static str, String)>,
     /// details.retryAfterSeconds.
@@ -34,8 +41,7 @@ impl ApiError {
             name: None,
             kind: None,
             group: None,
-            causes: Vec::new(),
-            retry_after: None,
+            extra: None,
         }
     }
     /// 400.
@@ -155,11 +161,13 @@ impl ApiError {
             "Timeout",
             format!("Too large resource version: {requested}, current: {current}"),
         );
-        e.causes = vec![(
-            "ResourceVersionTooLarge",
-            "Too large resource version".to_string(),
-        )];
-        e.retry_after = Some(1);
+        e.extra = Some(Box::new(Extra {
+            causes: vec![(
+                "ResourceVersionTooLarge",
+                "Too large resource version".to_string(),
+            )],
+            retry_after: Some(1),
+        }));
         e
     }
     /// 503 while the store refuses writes.
@@ -178,21 +186,23 @@ impl ApiError {
             details.insert("name".into(), json!(n));
         }
         if let Some(g) = &self.group {
-            details.insert("group".into(), json!(g));
+            details.insert("group".into(), json!(g.as_ref()));
         }
         if let Some(k) = &self.kind {
-            details.insert("kind".into(), json!(k));
+            details.insert("kind".into(), json!(k.as_ref()));
         }
-        if !self.causes.is_empty() {
-            let causes: Vec<Value> = self
-                .causes
-                .iter()
-                .map(|(reason, message)| json!({"reason": reason, "message": message}))
-                .collect();
-            details.insert("causes".into(), Value::Array(causes));
-        }
-        if let Some(seconds) = self.retry_after {
-            details.insert("retryAfterSeconds".into(), json!(seconds));
+        if let Some(extra) = &self.extra {
+            if !extra.causes.is_empty() {
+                let causes: Vec<Value> = extra
+                    .causes
+                    .iter()
+                    .map(|(reason, message)| json!({"reason": reason, "message": message}))
+                    .collect();
+                details.insert("causes".into(), Value::Array(causes));
+            }
+            if let Some(seconds) = extra.retry_after {
+                details.insert("retryAfterSeconds".into(), json!(seconds));
+            }
         }
         let mut status = json!({
             "kind": "Status",

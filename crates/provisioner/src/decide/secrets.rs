@@ -285,7 +285,7 @@ mod tests {
                     .wrapping_mul(6_364_136_223_846_793_005)
                     .wrapping_add(1_442_695_040_888_963_407);
                 let piece = PIECES[(seed >> 33) as usize % PIECES.len()];
-                if (seed >> 20) % 3 == 0 {
+                if (seed >> 20).is_multiple_of(3) {
                     continue;
                 }
                 if i % 2 == 0 {
