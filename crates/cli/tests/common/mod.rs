@@ -123,7 +123,12 @@ impl Cluster {
     }
 
     pub fn start_provisioner(&mut self) {
-        let log = std::fs::File::create(self.dir.path().join("provisioner.log")).unwrap();
+        // Appended: the log of every process the test started, crashed ones included.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("provisioner.log"))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_csi-provisioner"))
             .args(&self.provisioner_args)
             .env("RUST_LOG", "info,rustls=warn,kube_client=warn")
@@ -170,6 +175,11 @@ impl Cluster {
     }
 
     pub async fn driver_volumes(&self) -> usize {
+        self.driver_volume_ids().await.len()
+    }
+
+    /// Volume ids the driver holds.
+    pub async fn driver_volume_ids(&self) -> Vec<String> {
         let channel = sidecar_kit::csi::connect(&self.socket).await.unwrap();
         let mut client = csi_proto::v1::controller_client::ControllerClient::new(channel);
         let r = client
@@ -177,7 +187,10 @@ impl Cluster {
             .await
             .unwrap()
             .into_inner();
-        r.entries.len()
+        r.entries
+            .into_iter()
+            .filter_map(|e| e.volume.map(|v| v.volume_id))
+            .collect()
     }
 
     pub async fn apply<K>(&self, value: Value) -> K

@@ -583,6 +583,26 @@ impl Provisioner {
             .fetch_secret(flight.secret.as_ref())
             .await
             .map_err(|e| cleanup_error(e.to_string()))?;
+        // The record must be durable before any CreateVolume, this one included: the attempt
+        // that put it in flight may have failed to store it, and a crash after this call
+        // would otherwise leave a volume nobody knows of.
+        if let Some(log) = self.intents.get() {
+            let secret = flight
+                .secret
+                .as_ref()
+                .map(|s| (s.namespace.clone(), s.name.clone()));
+            let namespace = flight.claim.namespace.clone().unwrap_or_default();
+            let record = Record::new(
+                &namespace,
+                &flight.claim.name,
+                &flight.claim_uid,
+                &flight.request,
+                secret,
+            );
+            log.record(name, record)
+                .await
+                .map_err(|e| cleanup_error(e.to_string()))?;
+        }
         let mut request = flight.request.clone();
         request.secrets = secrets.clone();
         tracing::info!(
