@@ -552,3 +552,56 @@ async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume
         .unwrap();
     assert!(pvs.items.is_empty(), "and no PV was made for it");
 }
+
+/// Names of the volumes the intent log records.
+async fn intent_volumes(c: &Cluster) -> Vec<String> {
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::all(c.client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let mut names = Vec::new();
+    for lease in leases.items {
+        if let Some(text) = lease
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("volstack.dev/in-flight")
+        {
+            let map: std::collections::BTreeMap<String, serde_json::Value> =
+                serde_json::from_str(text).unwrap();
+            names.extend(map.into_keys());
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn already_exists_keeps_the_intent_and_the_volume_is_cleaned_up_when_the_claim_goes() {
+    let c = Cluster::start(&[], &[], false).await;
+    c.class("plain", json!({})).await;
+    // A volume of this name exists with other parameters (as far as the driver says).
+    c.faults("CreateVolume=error:ALREADY_EXISTS:1:after\n");
+    let claim = c.claim("clash", "plain", "1Gi", json!({}), true).await;
+    let name = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
+    c.wait_event("clash", "ProvisioningFailed", "AlreadyExists")
+        .await;
+    // The conflict is reported and the record kept: a volume of that name exists.
+    assert!(
+        intent_volumes(&c).await.contains(&name),
+        "the intent record was dropped on ALREADY_EXISTS"
+    );
+    assert_eq!(c.driver_volumes().await, 1);
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("clash", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.faults("");
+    c.wait_until("the conflicting volume to be deleted", T, || async {
+        c.driver_volumes().await == 0
+    })
+    .await;
+    c.wait_until("the intent record to go", Duration::from_secs(30), || async {
+        !intent_volumes(&c).await.contains(&name)
+    })
+    .await;
+}

@@ -400,10 +400,14 @@ impl IntentLog {
             shard.removed.insert(volume.to_string());
             shard.version += 1;
         }
+        drop(state);
+        // Wake the writer: with no record waiting it writes the removal after a quiet period.
+        self.dirty.notify_one();
     }
 
     async fn writer(self: Arc<Self>) {
         let mut written: Vec<u64> = Vec::new();
+        let mut removals_since: Option<tokio::time::Instant> = None;
         loop {
             let (dirty, waiting) = {
                 let state = lock(&self.state);
@@ -418,12 +422,19 @@ impl IntentLog {
                 continue;
             }
             if waiting == 0 {
-                // Only removals are pending: give a record up to ten seconds to take them along.
-                tokio::select! {
-                    () = self.dirty.notified() => continue,
-                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                // Only removals are pending: give a record up to ten seconds (from the first
+                // pending removal, so a stream of removals cannot postpone them for ever) to
+                // take them along.
+                let due = *removals_since.get_or_insert_with(tokio::time::Instant::now)
+                    + Duration::from_secs(10);
+                if tokio::time::Instant::now() < due {
+                    tokio::select! {
+                        () = self.dirty.notified() => continue,
+                        () = tokio::time::sleep_until(due) => {}
+                    }
                 }
             }
+            removals_since = None;
             let mut failed = false;
             for index in dirty {
                 match self.write_shard(index).await {
