@@ -146,15 +146,7 @@ async fn a_failed_log_write_is_never_visible_and_later_writes_are_refused_until_
     let (code, body) = raw(&s.client, "GET", "/readyz", "text/plain", Vec::new(), "t").await;
     assert_ne!(code, 200, "readyz: {body}");
     // After a restart (with room again) exactly the acknowledged objects are there.
-    let names_before: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|c| c.metadata.name)
-        .collect();
-    assert_eq!(names_before, sorted(acknowledged.clone()));
+    assert_eq!(names(&api).await, sorted(acknowledged.clone()));
     let copy = root.path().join("copy");
     let status = Command::new("cp").arg("-a").arg(&data).arg(&copy).status().unwrap();
     assert!(status.success());
@@ -162,18 +154,21 @@ async fn a_failed_log_write_is_never_visible_and_later_writes_are_refused_until_
     s.server.join().await;
     let s = start(durable(&copy)).await;
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
-    let names: Vec<String> = api
-        .list(&ListParams::default())
+    assert_eq!(names(&api).await, sorted(acknowledged));
+    api.create(&PostParams::default(), &cm(&failed, "small"))
+        .await
+        .unwrap();
+}
+
+/// Names of the config maps, in the server's (sorted) order.
+async fn names(api: &Api<ConfigMap>) -> Vec<String> {
+    api.list(&ListParams::default())
         .await
         .unwrap()
         .items
         .into_iter()
         .filter_map(|c| c.metadata.name)
-        .collect();
-    assert_eq!(names, sorted(acknowledged));
-    api.create(&PostParams::default(), &cm(&failed, "small"))
-        .await
-        .unwrap();
+        .collect()
 }
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {

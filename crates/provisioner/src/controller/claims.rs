@@ -170,13 +170,13 @@ impl Provisioner {
             self.clean_up(&name, &flight).await?;
         }
         let Some(claim) = live else {
-            lock(&self.topology).remove(key);
+            self.topology.forget(key);
             return Ok(());
         };
         let class_name = match decide_claim(&claim, &self.cfg.caps.name) {
             ClaimDecision::Provision { class } => class,
             ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => {
-                lock(&self.topology).remove(key);
+                self.topology.forget(key);
                 return Ok(());
             }
         };
@@ -342,7 +342,7 @@ impl Provisioner {
         };
         self.save_pv(&pv, &uid).await?;
         self.settle(&pv_name);
-        lock(&self.topology).remove(&ObjectRef::from_obj(claim.as_ref()));
+        self.topology.forget(&ObjectRef::from_obj(claim.as_ref()));
         tracing::info!(volume = %pv_name, "volume provisioned");
         self.recorder
             .record(
@@ -533,11 +533,8 @@ impl Provisioner {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let selected_name = selected.unwrap_or("").to_string();
         let cache_key = ObjectRef::from_obj(claim);
-        if let Some((cached_uid, cached_node, cached)) = lock(&self.topology).get(&cache_key)
-            && *cached_uid == uid
-            && *cached_node == selected_name
-        {
-            return Ok(cached.clone());
+        if let Some(cached) = self.topology.get(&cache_key, &uid, &selected_name) {
+            return Ok(cached);
         }
         let selected_topology = match selected {
             Some(name) => Some(
@@ -563,7 +560,8 @@ impl Provisioner {
             cluster: &cluster,
             claim_name: &claim_name,
         })?;
-        lock(&self.topology).insert(cache_key, (uid, selected_name, requirement.clone()));
+        self.topology
+            .insert(cache_key, &uid, &selected_name, requirement.clone());
         Ok(requirement)
     }
 

@@ -7,6 +7,7 @@ mod cache;
 mod claims;
 pub mod driver;
 pub mod intents;
+mod topology_cache;
 mod volumes;
 
 use std::collections::HashMap;
@@ -59,9 +60,6 @@ pub struct ControllerConfig {
 /// Claim queue key.
 pub type ClaimKey = ObjectRef<PersistentVolumeClaim>;
 
-/// A cached topology requirement: (claim UID, selected node, requirement).
-pub(crate) type TopologyEntry = (String, String, Option<crate::decide::topology::Requirement>);
-
 /// The running provisioner.
 pub struct Provisioner {
     pub(crate) client: kube::Client,
@@ -81,10 +79,9 @@ pub struct Provisioner {
     pub(crate) finished: Mutex<HashMap<String, std::time::Instant>>,
     /// The durable record of in-flight volumes (opened when the workers start).
     pub(crate) intents: std::sync::OnceLock<Arc<intents::IntentLog>>,
-    /// The topology chosen for a claim (by UID), so retries send identical requests.
-    /// Topology requirement per claim, computed once per (claim UID, selected node); dropped
-    /// when the claim is provisioned or gone.
-    pub(crate) topology: Mutex<HashMap<ClaimKey, TopologyEntry>>,
+    /// Topology requirement per claim, computed once per (claim UID, selected node), so
+    /// retries send identical requests; dropped when the claim is provisioned or gone.
+    pub(crate) topology: topology_cache::TopologyCache,
 }
 
 impl std::fmt::Debug for Provisioner {
@@ -201,7 +198,7 @@ impl Provisioner {
             deleted_handles: Mutex::new(HashMap::new()),
             intents: std::sync::OnceLock::new(),
             finished: Mutex::new(HashMap::new()),
-            topology: Mutex::new(HashMap::new()),
+            topology: topology_cache::TopologyCache::default(),
         })
     }
 
