@@ -142,26 +142,33 @@ fn is_subset(term: &Segment, of: &Segment) -> bool {
     term.iter().all(|(k, v)| of.get(k) == Some(v))
 }
 
-/// 32-bit FNV-1a.
-pub fn fnv1a32(bytes: &[u8]) -> u32 {
+/// 32-bit FNV-1 (Go's `hash/fnv.New32`, which upstream uses): multiply, then XOR.
+pub fn fnv1_32(bytes: &[u8]) -> u32 {
     let mut hash: u32 = 0x811c_9dc5;
     for b in bytes {
-        hash ^= u32::from(*b);
         hash = hash.wrapping_mul(0x0100_0193);
+        hash ^= u32::from(*b);
     }
     hash
 }
 
-/// The rotation for immediate binding: `<claim>-<set>-<N>` hashes `<set>` and adds N, so the
-/// replicas of a StatefulSet land on consecutive segments; other names hash the whole name.
+/// The rotation for immediate binding, as upstream (and in-tree) computes it: a name ending in
+/// `-<N>` (N a base-10 u32) hashes what precedes that dash, narrowed to the part after the
+/// dash before it (`<claim>-<set>-<N>` hashes `<set>`), and adds N, so the replicas of a
+/// StatefulSet land on consecutive segments; other names hash the whole name.
 pub fn claim_rotation(claim_name: &str) -> u32 {
-    let tokens: Vec<&str> = claim_name.split('-').collect();
-    if tokens.len() >= 3
-        && let Some(Ok(index)) = tokens.last().map(|t| t.parse::<u32>())
-    {
-        return fnv1a32(tokens[tokens.len() - 2].as_bytes()).wrapping_add(index);
+    let indexed = claim_name.rfind('-').and_then(|dash| {
+        let suffix = &claim_name[dash + 1..];
+        let digits = !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit());
+        let index = if digits { suffix.parse::<u32>().ok() } else { None }?;
+        let prefix = &claim_name[..dash];
+        let base = prefix.rfind('-').map_or(prefix, |d| &prefix[d + 1..]);
+        Some((base, index))
+    });
+    match indexed {
+        Some((base, index)) => fnv1_32(base.as_bytes()).wrapping_add(index),
+        None => fnv1_32(claim_name.as_bytes()),
     }
-    fnv1a32(claim_name.as_bytes())
 }
 
 fn rotate(mut terms: Vec<Segment>, by: usize) -> Vec<Segment> {
@@ -430,9 +437,31 @@ mod tests {
     }
 
     #[test]
-    fn fnv_matches_the_reference_vectors() {
-        assert_eq!(fnv1a32(b""), 0x811c_9dc5);
-        assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
-        assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+    fn fnv1_matches_the_reference_vectors() {
+        assert_eq!(fnv1_32(b""), 0x811c_9dc5);
+        assert_eq!(fnv1_32(b"a"), 0x050c_5d7e);
+        assert_eq!(fnv1_32(b"foobar"), 0x31f0_b262);
+    }
+
+    #[test]
+    fn rotation_hashes_the_names_upstream_hashes() {
+        // (claim name, what is hashed, index added)
+        let cases = [
+            ("data-web-2", "web", 2),
+            ("www-my-set-0", "set", 0),
+            ("name-7", "name", 7),
+            ("plain", "plain", 0),
+            ("ends-with-", "ends-with-", 0),
+            ("signed-+1", "signed-+1", 0),
+            ("big-99999999999", "big-99999999999", 0),
+            ("-3", "", 3),
+        ];
+        for (name, hashed, index) in cases {
+            assert_eq!(
+                claim_rotation(name),
+                fnv1_32(hashed.as_bytes()).wrapping_add(index),
+                "{name}"
+            );
+        }
     }
 }
