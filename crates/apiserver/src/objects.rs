@@ -208,6 +208,33 @@ fn initial_status(rt: &ResourceType) -> Value {
 }
 
 /// Defaults clients rely on.
+/// A Secret's write-only `stringData` is merged into `data` (base64, its keys win) and never
+/// stored or returned, as kube-apiserver does.
+fn merge_string_data(obj: &mut Value) {
+    use base64::Engine;
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    if !map.get("data").is_some_and(Value::is_object) {
+        map.insert("data".into(), json!({}));
+    }
+    if let Some(data) = map.get_mut("data").and_then(Value::as_object_mut) {
+        for (key, value) in strings {
+            let text = match value {
+                Value::String(text) => text,
+                other => other.to_string(),
+            };
+            data.insert(
+                key,
+                Value::String(base64::engine::general_purpose::STANDARD.encode(text)),
+            );
+        }
+    }
+}
+
 pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
     let set_default = |obj: &mut Value, path: &[&str], value: Value| {
         let mut cur = obj;
@@ -246,6 +273,7 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
         ("", "namespaces") => {
             set_default(obj, &["spec", "finalizers"], json!(["kubernetes"]));
         }
+        ("", "secrets") => merge_string_data(obj),
         _ => {}
     }
 }

@@ -552,3 +552,34 @@ async fn faults_switch_on_and_off_and_close_watches() {
     .await;
     assert!(ended.is_ok(), "the watch was closed");
 }
+
+#[tokio::test]
+async fn secret_string_data_is_merged_into_data_and_never_stored() {
+    use k8s_openapi::api::core::v1::Secret;
+    let (_server, client, _stop) = start(None).await;
+    let api: Api<Secret> = Api::namespaced(client, "default");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "s1"},
+        "data": {"kept": "a2VwdA==", "p": "b2xk"},
+        "stringData": {"p": "q"}
+    }))
+    .unwrap();
+    let created = api.create(&PostParams::default(), &secret).await.unwrap();
+    assert!(created.string_data.is_none());
+    let data = created.data.unwrap();
+    assert_eq!(data["p"].0, b"q", "stringData wins over data");
+    assert_eq!(data["kept"].0, b"kept");
+    let patched = api
+        .patch(
+            "s1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"new": "value"}})),
+        )
+        .await
+        .unwrap();
+    assert!(patched.string_data.is_none());
+    assert_eq!(patched.data.unwrap()["new"].0, b"value");
+    let read = api.get("s1").await.unwrap();
+    assert!(read.string_data.is_none());
+    assert_eq!(read.data.unwrap().len(), 3);
+}

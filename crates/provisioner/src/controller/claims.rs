@@ -489,9 +489,6 @@ impl Provisioner {
                 .map_err(|_| fail(format!("value of key {key:?} is not UTF-8")))?;
             out.insert(key, text);
         }
-        for (key, value) in found.string_data.unwrap_or_default() {
-            out.insert(key, value);
-        }
         Ok(out)
     }
 
