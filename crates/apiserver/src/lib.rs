@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod claim_rules;
 pub mod faults;
 pub mod listener;
 pub mod objects;

@@ -299,6 +299,7 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => {
             let spec = &obj["spec"];
+            crate::claim_rules::check_spec(spec).or_else(invalid)?;
             if spec["accessModes"].as_array().is_none_or(Vec::is_empty) && old.is_none() {
                 return invalid(
                     "spec.accessModes: Required value: at least 1 access mode is required".into(),

@@ -23,11 +23,52 @@ pub struct ApiError {
     pub extra: Option<Box<Extra>>,
 }
 
+/// One of a Status's details.causes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cause {
+    /// `reason` (`FieldValueInvalid`, ...).
+    pub reason: &'static str,
+    /// `message`.
+    pub message: String,
+    /// `field`, a field path.
+    pub field: Option<String>,
+}
+
+impl Cause {
+    /// The cause of a field error written as kube-apiserver words it (`path: Type: detail`).
+    pub fn from_field_error(text: &str) -> Cause {
+        let Some((field, message)) = text.split_once(": ") else {
+            return Cause {
+                reason: "FieldValueInvalid",
+                message: text.to_string(),
+                field: None,
+            };
+        };
+        let reason = [
+            ("Invalid value", "FieldValueInvalid"),
+            ("Unsupported value", "FieldValueNotSupported"),
+            ("Required value", "FieldValueRequired"),
+            ("Forbidden", "FieldValueForbidden"),
+            ("Too long", "FieldValueTooLong"),
+            ("Duplicate value", "FieldValueDuplicate"),
+            ("Not found", "FieldValueNotFound"),
+        ]
+        .iter()
+        .find(|(prefix, _)| message.starts_with(prefix))
+        .map_or("FieldValueInvalid", |(_, reason)| reason);
+        Cause {
+            reason,
+            message: message.to_string(),
+            field: Some(field.to_string()),
+        }
+    }
+}
+
 /// The rarer parts of a Status's details.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Extra {
-    /// details.causes as (reason, message).
-    pub causes: Vec<(&'static str, String)>,
+    /// details.causes.
+    pub causes: Vec<Cause>,
     /// details.retryAfterSeconds.
     pub retry_after: Option<u32>,
 }
@@ -143,7 +184,7 @@ impl ApiError {
     pub fn not_acceptable(message: impl Into<String>) -> Self {
         Self::new(406, "NotAcceptable", message)
     }
-    /// 422.
+    /// 422, with one details.cause for the field error (`path: Type: detail`).
     pub fn invalid(kind: &str, name: &str, field_errors: &str) -> Self {
         let mut e = Self::new(
             422,
@@ -152,6 +193,10 @@ impl ApiError {
         );
         e.name = Some(name.into());
         e.kind = Some(kind.into());
+        e.extra = Some(Box::new(Extra {
+            causes: vec![Cause::from_field_error(field_errors)],
+            retry_after: None,
+        }));
         e
     }
     /// 504 for a resourceVersion newer than the server's, as kube-apiserver answers it.
@@ -162,10 +207,11 @@ impl ApiError {
             format!("Too large resource version: {requested}, current: {current}"),
         );
         e.extra = Some(Box::new(Extra {
-            causes: vec![(
-                "ResourceVersionTooLarge",
-                "Too large resource version".to_string(),
-            )],
+            causes: vec![Cause {
+                reason: "ResourceVersionTooLarge",
+                message: "Too large resource version".to_string(),
+                field: None,
+            }],
             retry_after: Some(1),
         }));
         e
@@ -196,7 +242,12 @@ impl ApiError {
                 let causes: Vec<Value> = extra
                     .causes
                     .iter()
-                    .map(|(reason, message)| json!({"reason": reason, "message": message}))
+                    .map(|c| match &c.field {
+                        Some(field) => {
+                            json!({"reason": c.reason, "message": c.message, "field": field})
+                        }
+                        None => json!({"reason": c.reason, "message": c.message}),
+                    })
                     .collect();
                 details.insert("causes".into(), Value::Array(causes));
             }

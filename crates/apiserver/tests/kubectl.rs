@@ -342,3 +342,29 @@ async fn bad_requests_get_clean_status_errors() {
     .await;
     assert_eq!(code, 404);
 }
+
+#[tokio::test]
+async fn kubectl_prints_kube_apiservers_validation_messages_for_claims() {
+    let f = start().await;
+    let claim = |storage: &str, mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: bad\nspec:\n  accessModes: [\"{mode}\"]\n  resources:\n    requests:\n      storage: \"{storage}\"\n"
+        )
+    };
+    let cases = [
+        (
+            claim("-5Gi", "ReadWriteOnce"),
+            "The PersistentVolumeClaim \"bad\" is invalid: spec.resources[storage]: Invalid value: \"-5Gi\": must be greater than zero",
+        ),
+        (
+            claim("1Gi", "Bogus"),
+            "The PersistentVolumeClaim \"bad\" is invalid: spec.accessModes: Unsupported value: \"Bogus\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\"",
+        ),
+    ];
+    for (manifest, want) in cases {
+        let (ok, _, stderr) = kubectl(&f, &["apply", "-f", "-"], Some(&manifest)).await;
+        assert!(!ok, "kubectl apply accepted {manifest}");
+        assert!(stderr.contains(want), "{stderr}");
+    }
+    let _ = &f.server;
+}
