@@ -40,6 +40,18 @@ impl ResourceType {
 }
 
 /// group, version, plural, kind, namespaced, status subresource, short names.
+/// Discovery categories of the built-in resources we serve, as kube-apiserver lists them
+/// (`kubectl get all` asks for the category `all`).
+pub fn categories(group: &str, plural: &str) -> Option<&'static [&'static str]> {
+    match (group, plural) {
+        ("", "pods")
+        | ("apps", "deployments" | "statefulsets" | "daemonsets" | "replicasets") => {
+            Some(&["all"])
+        }
+        _ => None,
+    }
+}
+
 type Builtin = (
     &'static str,
     &'static str,

@@ -466,6 +466,9 @@ fn resource_list(app: &App, group: &str, version: &str) -> Response {
         if !t.short_names.is_empty() {
             r["shortNames"] = json!(t.short_names);
         }
+        if let Some(categories) = crate::registry::categories(&t.group, &t.plural) {
+            r["categories"] = json!(categories);
+        }
         resources.push(r);
         if t.status {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));

@@ -368,3 +368,15 @@ async fn kubectl_prints_kube_apiservers_validation_messages_for_claims() {
     }
     let _ = &f.server;
 }
+
+#[tokio::test]
+async fn kubectl_get_all_lists_the_resources_in_the_all_category() {
+    let f = start().await;
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d1\nspec:\n  selector:\n    matchLabels: {app: d1}\n  template:\n    metadata:\n      labels: {app: d1}\n    spec:\n      containers:\n      - name: c\n        image: nginx\n";
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(deployment)).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl(&f, &["get", "all"], None).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("deployment.apps/d1"), "{out}");
+    let _ = &f.server;
+}
