@@ -861,11 +861,20 @@ async fn watch(
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(1800));
-    let matches = move |c: &Change| {
-        c.resource == resource
-            && namespace.as_ref().is_none_or(|ns| &c.namespace == ns)
-            && labels.matches_object(&c.object)
-            && fields.matches(&c.object)
+    let selects = move |object: &Value| labels.matches_object(object) && fields.matches(object);
+    let in_scope =
+        move |c: &Change| c.resource == resource && namespace.as_ref().is_none_or(|ns| &c.namespace == ns);
+    // The event a watcher sees, if any: an object that stops matching the selectors is sent as
+    // DELETED, one that starts matching as ADDED (as kube-apiserver's watch cache does).
+    let event_of = move |c: &Change| -> Option<&'static str> {
+        if !in_scope(c) {
+            return None;
+        }
+        selector_event(
+            c.kind,
+            c.previous.as_deref().map(&selects),
+            selects(&c.object),
+        )
     };
     let (initial, backlog, mut rx, start_rv): (Vec<Arc<Value>>, Vec<Arc<Change>>, Feed, u64) =
         match requested_rv {
@@ -919,8 +928,9 @@ async fn watch(
                     .unwrap_or("")
                     .to_string(),
                 object: Arc::new(o.clone()),
+                previous: None,
             };
-            matches(&change)
+            event_of(&change).is_some()
         };
         for obj in &initial {
             if filter_initial(obj)
@@ -944,12 +954,9 @@ async fn watch(
         }
         for change in backlog {
             last_rv = change.rv;
-            if matches(&change)
+            if let Some(event) = event_of(&change)
                 && tx
-                    .send(Ok(event_line(
-                        change.kind.as_str(),
-                        &render(&change.object),
-                    )))
+                    .send(Ok(event_line(event, &render(&change.object))))
                     .await
                     .is_err()
             {
@@ -987,7 +994,7 @@ async fn watch(
                             continue;
                         }
                         last_rv = change.rv;
-                        if matches(&change) && tx.send(Ok(event_line(change.kind.as_str(), &render(&change.object)))).await.is_err() {
+                        if let Some(event) = event_of(&change) && tx.send(Ok(event_line(event, &render(&change.object)))).await.is_err() {
                             return;
                         }
                     }
@@ -1006,6 +1013,19 @@ async fn watch(
         .unwrap_or_else(|_| {
             ApiError::internal("failed to build the watch response").into_response()
         }))
+}
+
+/// The event type a watcher with selectors sees for a change, given whether the object matched
+/// before (None: it did not exist) and matches now.
+fn selector_event(kind: ChangeKind, before: Option<bool>, now: bool) -> Option<&'static str> {
+    match (kind, before.unwrap_or(false), now) {
+        (ChangeKind::Added, _, true) => Some("ADDED"),
+        (ChangeKind::Deleted, _, true) => Some("DELETED"),
+        (ChangeKind::Modified, true, true) => Some("MODIFIED"),
+        (ChangeKind::Modified, true, false) => Some("DELETED"),
+        (ChangeKind::Modified, false, true) => Some("ADDED"),
+        (ChangeKind::Added | ChangeKind::Deleted | ChangeKind::Modified, _, false) => None,
+    }
 }
 
 /// The resourceVersion a bookmark may carry: the store's current version (read first) only when
@@ -1472,6 +1492,24 @@ pub fn write_kubeconfig(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objects_entering_and_leaving_a_selector_are_added_and_deleted() {
+        use ChangeKind::{Added, Deleted, Modified};
+        let cases = [
+            (Added, None, true, Some("ADDED")),
+            (Added, None, false, None),
+            (Modified, Some(true), true, Some("MODIFIED")),
+            (Modified, Some(true), false, Some("DELETED")),
+            (Modified, Some(false), true, Some("ADDED")),
+            (Modified, Some(false), false, None),
+            (Deleted, Some(true), true, Some("DELETED")),
+            (Deleted, Some(false), false, None),
+        ];
+        for (kind, before, now, want) in cases {
+            assert_eq!(selector_event(kind, before, now), want, "{kind:?} {before:?} {now}");
+        }
+    }
 
     #[test]
     fn a_bookmark_never_overtakes_queued_changes() {

@@ -57,6 +57,9 @@ pub struct Change {
     pub namespace: String,
     /// The object (its last state for DELETED).
     pub object: Arc<Value>,
+    /// The object before this change (None for ADDED), so a watch with a selector can tell an
+    /// object that starts or stops matching.
+    pub previous: Option<Arc<Value>>,
 }
 
 /// Changes to replay plus the live feed.
@@ -305,7 +308,7 @@ impl Store {
                 (kind, object.clone(), Some(object))
             }
             Write2::Delete => {
-                let Some(old) = current else {
+                let Some(old) = current.clone() else {
                     return Ok((None, pending_rv));
                 };
                 let mut value = (*old).clone();
@@ -328,6 +331,7 @@ impl Store {
             resource: resource.to_string(),
             namespace: namespace.to_string(),
             object: object.clone(),
+            previous: current,
         });
         inner.pending.push_back(Pending { key, change, bytes });
         match &self.log {

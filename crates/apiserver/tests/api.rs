@@ -583,3 +583,41 @@ async fn secret_string_data_is_merged_into_data_and_never_stored() {
     assert!(read.string_data.is_none());
     assert_eq!(read.data.unwrap().len(), 3);
 }
+
+#[tokio::test]
+async fn a_watch_with_a_label_selector_sees_objects_enter_and_leave_it() {
+    let (_server, client, _stop) = start(None).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let stream = api
+        .watch(&WatchParams::default().labels("team=a"), "0")
+        .await
+        .unwrap();
+    let mut stream = Box::pin(stream);
+    let labelled: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "m", "labels": {"team": "a"}}})).unwrap();
+    api.create(&PostParams::default(), &labelled).await.unwrap();
+    let relabel = |team: &str| Patch::Merge(json!({"metadata": {"labels": {"team": team}}}));
+    api.patch("m", &PatchParams::default(), &relabel("b")).await.unwrap();
+    // Changes while outside the selector are not sent.
+    api.patch("m", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v"}})))
+        .await
+        .unwrap();
+    api.patch("m", &PatchParams::default(), &relabel("a")).await.unwrap();
+    api.delete("m", &DeleteParams::default()).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let event = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("watch event")
+            .unwrap()
+            .unwrap();
+        match event {
+            WatchEvent::Added(_) => seen.push("ADDED"),
+            WatchEvent::Modified(_) => seen.push("MODIFIED"),
+            WatchEvent::Deleted(_) => seen.push("DELETED"),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(seen, vec!["ADDED", "DELETED", "ADDED", "DELETED"]);
+}
