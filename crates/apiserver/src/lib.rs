@@ -16,7 +16,9 @@ pub mod selectors;
 pub mod server;
 pub mod status;
 pub mod store;
+mod tables;
 pub mod tls;
+mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;

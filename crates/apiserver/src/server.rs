@@ -1,25 +1,24 @@
 //! HTTP: routing, verbs, watch streams, discovery, tables, auth and request metrics.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
 
 use crate::access;
 use crate::objects::{self, merge_update, prepare_create, strip_directives, validate};
 use crate::registry::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Change, ChangeKind, ResumeError, Store, Write2};
+use crate::store::{Store, Write2};
+use crate::tables::table;
 
 /// Largest accepted body (kube-apiserver's default is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -48,9 +47,9 @@ impl std::fmt::Debug for App {
     }
 }
 
-type Shared = Arc<App>;
+pub(crate) type Shared = Arc<App>;
 
-struct Query(BTreeMap<String, String>);
+pub(crate) struct Query(BTreeMap<String, String>);
 
 impl Query {
     fn parse(q: Option<&str>) -> Self {
@@ -61,10 +60,10 @@ impl Query {
         }
         Query(m)
     }
-    fn get(&self, k: &str) -> Option<&str> {
+    pub(crate) fn get(&self, k: &str) -> Option<&str> {
         self.0.get(k).map(String::as_str)
     }
-    fn flag(&self, k: &str) -> bool {
+    pub(crate) fn flag(&self, k: &str) -> bool {
         matches!(self.get(k), Some("true" | "1"))
     }
 }
@@ -96,11 +95,11 @@ fn decode(s: &str) -> String {
 }
 
 /// A resolved resource path.
-struct Target {
-    rt: ResourceType,
-    namespace: Option<String>,
-    name: Option<String>,
-    subresource: Option<String>,
+pub(crate) struct Target {
+    pub(crate) rt: ResourceType,
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) subresource: Option<String>,
 }
 
 enum Route {
@@ -200,7 +199,7 @@ fn json_response(code: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-fn wants_table(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -614,7 +613,7 @@ async fn object_request(
         );
     }
     match (method.as_str(), t.name.clone()) {
-        ("GET", None) if query.flag("watch") => ("WATCH", watch(app, &t, query, headers).await),
+        ("GET", None) if query.flag("watch") => ("WATCH", crate::watch::watch(app, &t, query, headers).await),
         ("GET", None) => ("LIST", list(app, &t, query, headers)),
         ("GET", Some(name)) => (
             "GET",
@@ -646,7 +645,7 @@ async fn object_request(
     }
 }
 
-fn selectors(query: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+pub(crate) fn selectors(query: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
     let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
@@ -693,367 +692,8 @@ fn list(app: &App, t: &Target, query: &Query, headers: &HeaderMap) -> Result<Res
     Ok(json_response(StatusCode::OK, &body))
 }
 
-fn age(obj: &Value) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let created = obj["metadata"]["creationTimestamp"]
-        .as_str()
-        .and_then(objects::parse_rfc3339)
-        .unwrap_or(now);
-    let s = now.saturating_sub(created);
-    match s {
-        0..=119 => format!("{s}s"),
-        120..=7199 => format!("{}m", s / 60),
-        7200..=172_799 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
-}
-
-fn modes(v: &Value) -> String {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(|m| match m {
-                    "ReadWriteOnce" => "RWO",
-                    "ReadOnlyMany" => "ROX",
-                    "ReadWriteMany" => "RWX",
-                    "ReadWriteOncePod" => "RWOP",
-                    other => other,
-                })
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default()
-}
-
-fn s(v: &Value) -> String {
-    v.as_str().unwrap_or("").to_string()
-}
-
-/// Renders one table row's cells.
-type CellFn = Box<dyn Fn(&Value) -> Vec<String>>;
-
-fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
-    let (columns, cells): (Vec<&str>, CellFn) = match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "persistentvolumeclaims") => (
-            vec![
-                "Name",
-                "Status",
-                "Volume",
-                "Capacity",
-                "Access Modes",
-                "StorageClass",
-                "Age",
-            ],
-            Box::new(|o: &Value| {
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["status"]["phase"]),
-                    s(&o["spec"]["volumeName"]),
-                    s(&o["status"]["capacity"]["storage"]),
-                    modes(&o["status"]["accessModes"]),
-                    s(&o["spec"]["storageClassName"]),
-                    age(o),
-                ]
-            }),
-        ),
-        ("", "persistentvolumes") => (
-            vec![
-                "Name",
-                "Capacity",
-                "Access Modes",
-                "Reclaim Policy",
-                "Status",
-                "Claim",
-                "StorageClass",
-                "Age",
-            ],
-            Box::new(|o: &Value| {
-                let claim = if o["spec"]["claimRef"].is_null() {
-                    String::new()
-                } else {
-                    format!(
-                        "{}/{}",
-                        s(&o["spec"]["claimRef"]["namespace"]),
-                        s(&o["spec"]["claimRef"]["name"])
-                    )
-                };
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["spec"]["capacity"]["storage"]),
-                    modes(&o["spec"]["accessModes"]),
-                    s(&o["spec"]["persistentVolumeReclaimPolicy"]),
-                    s(&o["status"]["phase"]),
-                    claim,
-                    s(&o["spec"]["storageClassName"]),
-                    age(o),
-                ]
-            }),
-        ),
-        ("storage.k8s.io", "storageclasses") => (
-            vec![
-                "Name",
-                "Provisioner",
-                "ReclaimPolicy",
-                "VolumeBindingMode",
-                "Age",
-            ],
-            Box::new(|o: &Value| {
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["provisioner"]),
-                    s(&o["reclaimPolicy"]),
-                    s(&o["volumeBindingMode"]),
-                    age(o),
-                ]
-            }),
-        ),
-        ("", "namespaces") => (
-            vec!["Name", "Status", "Age"],
-            Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), s(&o["status"]["phase"]), age(o)]),
-        ),
-        _ => (
-            vec!["Name", "Age"],
-            Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), age(o)]),
-        ),
-    };
-    let column_definitions: Vec<Value> = columns
-        .iter()
-        .map(|c| json!({"name": c, "type": "string", "format": if *c == "Name" { "name" } else { "" }, "description": "", "priority": 0}))
-        .collect();
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|o| json!({"cells": cells(o), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}))
-        .collect();
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()}, "columnDefinitions": column_definitions, "rows": rows})
-}
-
-/// A live subscription to changes.
-type Feed = broadcast::Receiver<Arc<Change>>;
-
-fn event_line(kind: &str, object: &Value) -> Bytes {
-    let mut line = json!({"type": kind, "object": object}).to_string();
-    line.push('\n');
-    Bytes::from(line)
-}
-
-async fn watch(
-    app: &Shared,
-    t: &Target,
-    query: &Query,
-    headers: &HeaderMap,
-) -> Result<Response, ApiError> {
-    let (labels, fields) = selectors(query)?;
-    let resource = t.rt.key();
-    let namespace = t.namespace.clone();
-    let rt = t.rt.clone();
-    let as_table = wants_table(headers);
-    let requested_rv: Option<u64> = query
-        .get("resourceVersion")
-        .filter(|r| !r.is_empty())
-        .and_then(|r| r.parse().ok());
-    let send_initial = query.flag("sendInitialEvents");
-    let bookmarks = query.flag("allowWatchBookmarks");
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::from_secs(1800));
-    let selects = move |object: &Value| labels.matches_object(object) && fields.matches(object);
-    let in_scope =
-        move |c: &Change| c.resource == resource && namespace.as_ref().is_none_or(|ns| &c.namespace == ns);
-    // The event a watcher sees, if any: an object that stops matching the selectors is sent as
-    // DELETED, one that starts matching as ADDED (as kube-apiserver's watch cache does).
-    let event_of = move |c: &Change| -> Option<&'static str> {
-        if !in_scope(c) {
-            return None;
-        }
-        selector_event(
-            c.kind,
-            c.previous.as_deref().map(&selects),
-            selects(&c.object),
-        )
-    };
-    let (initial, backlog, mut rx, start_rv): (Vec<Arc<Value>>, Vec<Arc<Change>>, Feed, u64) =
-        match requested_rv {
-            Some(rv) if rv > 0 && !send_initial => match resume_watch(app, rv).await {
-                Ok((backlog, rx)) => (Vec::new(), backlog, rx, rv),
-                Err(ResumeError::TooLarge(current)) => {
-                    return Err(ApiError::too_large_resource_version(rv, current));
-                }
-                Err(ResumeError::Gone(oldest)) => {
-                    let status =
-                        ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
-                            .to_status();
-                    let body = event_line("ERROR", &status);
-                    return Ok((
-                        StatusCode::OK,
-                        [(header::CONTENT_TYPE, "application/json")],
-                        body,
-                    )
-                        .into_response());
-                }
-            },
-            _ => {
-                let (items, rv, rx) = app
-                    .store
-                    .snapshot_and_watch(&t.rt.key(), t.namespace.as_deref());
-                (items, Vec::new(), rx, rv)
-            }
-        };
-    let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(256);
-    let kind = rt.kind.clone();
-    let api_version = rt.api_version();
-    let app = app.clone();
-    let mut close = app.close_watches.subscribe();
-    let plural = rt.plural.clone();
-    tokio::spawn(async move {
-        let render = |object: &Value| {
-            if as_table {
-                table(&rt, &[Arc::new(object.clone())], 0)
-            } else {
-                object.clone()
-            }
-        };
-        let mut last_rv = start_rv;
-        let filter_initial = |o: &Value| {
-            let change = Change {
-                rv: 0,
-                kind: ChangeKind::Added,
-                resource: rt.key(),
-                namespace: o["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                object: Arc::new(o.clone()),
-                previous: None,
-            };
-            event_of(&change).is_some()
-        };
-        for obj in &initial {
-            if filter_initial(obj)
-                && tx
-                    .send(Ok(event_line("ADDED", &render(obj))))
-                    .await
-                    .is_err()
-            {
-                return;
-            }
-        }
-        if send_initial {
-            let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": start_rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
-            if tx
-                .send(Ok(event_line("BOOKMARK", &bookmark)))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-        for change in backlog {
-            last_rv = change.rv;
-            if let Some(event) = event_of(&change)
-                && tx
-                    .send(Ok(event_line(event, &render(&change.object))))
-                    .await
-                    .is_err()
-            {
-                return;
-            }
-        }
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut ticker = tokio::time::interval(Duration::from_secs(10));
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                () = &mut deadline => return,
-                () = tx.closed() => return,
-                changed = close.changed() => {
-                    let which = close.borrow().0.clone();
-                    if changed.is_err() || which == "*" || which == plural {
-                        return;
-                    }
-                }
-                _ = ticker.tick(), if bookmarks => {
-                    // Every change up to the store's version has been broadcast before that
-                    // version became current; only when none of them is still queued for this
-                    // watcher may the bookmark carry it. Otherwise it carries the last change
-                    // this stream has passed on.
-                    let rv = bookmark_rv(app.store.current_rv(), rx.len(), last_rv);
-                    let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
-                    if tx.send(Ok(event_line("BOOKMARK", &bookmark))).await.is_err() {
-                        return;
-                    }
-                }
-                received = rx.recv() => match received {
-                    Ok(change) => {
-                        if change.rv <= last_rv {
-                            continue;
-                        }
-                        last_rv = change.rv;
-                        if let Some(event) = event_of(&change) && tx.send(Ok(event_line(event, &render(&change.object)))).await.is_err() {
-                            return;
-                        }
-                    }
-                    // Fell behind: end the watch; the client re-lists.
-                    Err(_) => return,
-                },
-            }
-        }
-    });
-    let stream = tokio_stream::wrappers::ReceiverStream::new(out);
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::TRANSFER_ENCODING, "chunked")
-        .body(Body::from_stream(stream))
-        .unwrap_or_else(|_| {
-            ApiError::internal("failed to build the watch response").into_response()
-        }))
-}
-
-/// The event type a watcher with selectors sees for a change, given whether the object matched
-/// before (None: it did not exist) and matches now.
-fn selector_event(kind: ChangeKind, before: Option<bool>, now: bool) -> Option<&'static str> {
-    match (kind, before.unwrap_or(false), now) {
-        (ChangeKind::Added, _, true) => Some("ADDED"),
-        (ChangeKind::Deleted, _, true) => Some("DELETED"),
-        (ChangeKind::Modified, true, true) => Some("MODIFIED"),
-        (ChangeKind::Modified, true, false) => Some("DELETED"),
-        (ChangeKind::Modified, false, true) => Some("ADDED"),
-        (ChangeKind::Added | ChangeKind::Deleted | ChangeKind::Modified, _, false) => None,
-    }
-}
-
-/// The resourceVersion a bookmark may carry: the store's current version (read first) only when
-/// no change is still queued for this watcher, else the last change the stream passed on.
-fn bookmark_rv(current: u64, queued: usize, last_sent: u64) -> u64 {
-    if queued == 0 {
-        current.max(last_sent)
-    } else {
-        last_sent
-    }
-}
-
 async fn commit(app: &App, rv: u64) -> Result<(), ApiError> {
     app.store.wait_durable(rv).await.map_err(ApiError::from)
-}
-
-/// Resumes a watch; a version newer than the store's is waited for up to 3 seconds (as
-/// kube-apiserver's watch cache does) before it is refused.
-async fn resume_watch(app: &App, rv: u64) -> Result<crate::store::Resume, ResumeError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    loop {
-        match app.store.watch_from(rv) {
-            Err(ResumeError::TooLarge(_)) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            other => return other,
-        }
-    }
 }
 
 async fn create(
@@ -1487,36 +1127,4 @@ pub fn write_kubeconfig(
     f.write_all(kubeconfig(address, token, ca_data).as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn objects_entering_and_leaving_a_selector_are_added_and_deleted() {
-        use ChangeKind::{Added, Deleted, Modified};
-        let cases = [
-            (Added, None, true, Some("ADDED")),
-            (Added, None, false, None),
-            (Modified, Some(true), true, Some("MODIFIED")),
-            (Modified, Some(true), false, Some("DELETED")),
-            (Modified, Some(false), true, Some("ADDED")),
-            (Modified, Some(false), false, None),
-            (Deleted, Some(true), true, Some("DELETED")),
-            (Deleted, Some(false), false, None),
-        ];
-        for (kind, before, now, want) in cases {
-            assert_eq!(selector_event(kind, before, now), want, "{kind:?} {before:?} {now}");
-        }
-    }
-
-    #[test]
-    fn a_bookmark_never_overtakes_queued_changes() {
-        // (store's version, changes queued for this watcher, last version sent) -> bookmark
-        let cases = [(10, 0, 7, 10), (10, 3, 7, 7), (10, 1, 0, 0), (5, 0, 5, 5)];
-        for (current, queued, last, want) in cases {
-            assert_eq!(bookmark_rv(current, queued, last), want, "{current} {queued} {last}");
-        }
-    }
 }

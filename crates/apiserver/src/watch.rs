@@ -1,0 +1,274 @@
+//! Watch streams: resume from a resourceVersion (410 when too old, 504 when not reached yet),
+//! selectors with objects entering and leaving them, bookmarks that never overtake queued
+//! events, timeouts and closing on request.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::server::{App, Query, Shared, Target, selectors, wants_table};
+use crate::status::ApiError;
+use crate::store::{Change, ChangeKind, ResumeError};
+use crate::tables::table;
+
+/// A live subscription to changes.
+type Feed = broadcast::Receiver<Arc<Change>>;
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = json!({"type": kind, "object": object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+pub(crate) async fn watch(
+    app: &Shared,
+    t: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(query)?;
+    let resource = t.rt.key();
+    let namespace = t.namespace.clone();
+    let rt = t.rt.clone();
+    let as_table = wants_table(headers);
+    let requested_rv: Option<u64> = query
+        .get("resourceVersion")
+        .filter(|r| !r.is_empty())
+        .and_then(|r| r.parse().ok());
+    let send_initial = query.flag("sendInitialEvents");
+    let bookmarks = query.flag("allowWatchBookmarks");
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let selects = move |object: &Value| labels.matches_object(object) && fields.matches(object);
+    let in_scope =
+        move |c: &Change| c.resource == resource && namespace.as_ref().is_none_or(|ns| &c.namespace == ns);
+    // The event a watcher sees, if any: an object that stops matching the selectors is sent as
+    // DELETED, one that starts matching as ADDED (as kube-apiserver's watch cache does).
+    let event_of = move |c: &Change| -> Option<&'static str> {
+        if !in_scope(c) {
+            return None;
+        }
+        selector_event(
+            c.kind,
+            c.previous.as_deref().map(&selects),
+            selects(&c.object),
+        )
+    };
+    let (initial, backlog, mut rx, start_rv): (Vec<Arc<Value>>, Vec<Arc<Change>>, Feed, u64) =
+        match requested_rv {
+            Some(rv) if rv > 0 && !send_initial => match resume_watch(app, rv).await {
+                Ok((backlog, rx)) => (Vec::new(), backlog, rx, rv),
+                Err(ResumeError::TooLarge(current)) => {
+                    return Err(ApiError::too_large_resource_version(rv, current));
+                }
+                Err(ResumeError::Gone(oldest)) => {
+                    let status =
+                        ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
+                            .to_status();
+                    let body = event_line("ERROR", &status);
+                    return Ok((
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                        .into_response());
+                }
+            },
+            _ => {
+                let (items, rv, rx) = app
+                    .store
+                    .snapshot_and_watch(&t.rt.key(), t.namespace.as_deref());
+                (items, Vec::new(), rx, rv)
+            }
+        };
+    let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(256);
+    let kind = rt.kind.clone();
+    let api_version = rt.api_version();
+    let app = app.clone();
+    let mut close = app.close_watches.subscribe();
+    let plural = rt.plural.clone();
+    tokio::spawn(async move {
+        let render = |object: &Value| {
+            if as_table {
+                table(&rt, &[Arc::new(object.clone())], 0)
+            } else {
+                object.clone()
+            }
+        };
+        let mut last_rv = start_rv;
+        let filter_initial = |o: &Value| {
+            let change = Change {
+                rv: 0,
+                kind: ChangeKind::Added,
+                resource: rt.key(),
+                namespace: o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                object: Arc::new(o.clone()),
+                previous: None,
+            };
+            event_of(&change).is_some()
+        };
+        for obj in &initial {
+            if filter_initial(obj)
+                && tx
+                    .send(Ok(event_line("ADDED", &render(obj))))
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+        }
+        if send_initial {
+            let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": start_rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
+            if tx
+                .send(Ok(event_line("BOOKMARK", &bookmark)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        for change in backlog {
+            last_rv = change.rv;
+            if let Some(event) = event_of(&change)
+                && tx
+                    .send(Ok(event_line(event, &render(&change.object))))
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(Duration::from_secs(10));
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                () = &mut deadline => return,
+                () = tx.closed() => return,
+                changed = close.changed() => {
+                    let which = close.borrow().0.clone();
+                    if changed.is_err() || which == "*" || which == plural {
+                        return;
+                    }
+                }
+                _ = ticker.tick(), if bookmarks => {
+                    // Every change up to the store's version has been broadcast before that
+                    // version became current; only when none of them is still queued for this
+                    // watcher may the bookmark carry it. Otherwise it carries the last change
+                    // this stream has passed on.
+                    let rv = bookmark_rv(app.store.current_rv(), rx.len(), last_rv);
+                    let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
+                    if tx.send(Ok(event_line("BOOKMARK", &bookmark))).await.is_err() {
+                        return;
+                    }
+                }
+                received = rx.recv() => match received {
+                    Ok(change) => {
+                        if change.rv <= last_rv {
+                            continue;
+                        }
+                        last_rv = change.rv;
+                        if let Some(event) = event_of(&change) && tx.send(Ok(event_line(event, &render(&change.object)))).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Fell behind: end the watch; the client re-lists.
+                    Err(_) => return,
+                },
+            }
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(out);
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::TRANSFER_ENCODING, "chunked")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| {
+            ApiError::internal("failed to build the watch response").into_response()
+        }))
+}
+
+/// The event type a watcher with selectors sees for a change, given whether the object matched
+/// before (None: it did not exist) and matches now.
+fn selector_event(kind: ChangeKind, before: Option<bool>, now: bool) -> Option<&'static str> {
+    match (kind, before.unwrap_or(false), now) {
+        (ChangeKind::Added, _, true) => Some("ADDED"),
+        (ChangeKind::Deleted, _, true) => Some("DELETED"),
+        (ChangeKind::Modified, true, true) => Some("MODIFIED"),
+        (ChangeKind::Modified, true, false) => Some("DELETED"),
+        (ChangeKind::Modified, false, true) => Some("ADDED"),
+        (ChangeKind::Added | ChangeKind::Deleted | ChangeKind::Modified, _, false) => None,
+    }
+}
+
+/// The resourceVersion a bookmark may carry: the store's current version (read first) only when
+/// no change is still queued for this watcher, else the last change the stream passed on.
+fn bookmark_rv(current: u64, queued: usize, last_sent: u64) -> u64 {
+    if queued == 0 {
+        current.max(last_sent)
+    } else {
+        last_sent
+    }
+}
+
+/// Resumes a watch; a version newer than the store's is waited for up to 3 seconds (as
+/// kube-apiserver's watch cache does) before it is refused.
+async fn resume_watch(app: &App, rv: u64) -> Result<crate::store::Resume, ResumeError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        match app.store.watch_from(rv) {
+            Err(ResumeError::TooLarge(_)) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_entering_and_leaving_a_selector_are_added_and_deleted() {
+        use ChangeKind::{Added, Deleted, Modified};
+        let cases = [
+            (Added, None, true, Some("ADDED")),
+            (Added, None, false, None),
+            (Modified, Some(true), true, Some("MODIFIED")),
+            (Modified, Some(true), false, Some("DELETED")),
+            (Modified, Some(false), true, Some("ADDED")),
+            (Modified, Some(false), false, None),
+            (Deleted, Some(true), true, Some("DELETED")),
+            (Deleted, Some(false), false, None),
+        ];
+        for (kind, before, now, want) in cases {
+            assert_eq!(selector_event(kind, before, now), want, "{kind:?} {before:?} {now}");
+        }
+    }
+
+    #[test]
+    fn a_bookmark_never_overtakes_queued_changes() {
+        // (store's version, changes queued for this watcher, last version sent) -> bookmark
+        let cases = [(10, 0, 7, 10), (10, 3, 7, 7), (10, 1, 0, 0), (5, 0, 5, 5)];
+        for (current, queued, last, want) in cases {
+            assert_eq!(bookmark_rv(current, queued, last), want, "{current} {queued} {last}");
+        }
+    }
+}
+
