@@ -62,6 +62,13 @@ struct ApiserverArgs {
     /// Where to write the kubeconfig for clients (mode 0600).
     #[arg(long, default_value = "volstack.kubeconfig")]
     kubeconfig: std::path::PathBuf,
+    /// Most connections open at once (default: below the process's open-file limit, at most
+    /// 4096); further clients wait in the kernel's backlog.
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Time a client has to complete the TLS handshake (Go duration).
+    #[arg(long, default_value = "10s", value_parser = sidecar_kit::duration::parse_go_duration)]
+    tls_handshake_timeout: std::time::Duration,
 }
 
 fn main() -> std::process::ExitCode {
@@ -125,10 +132,17 @@ async fn run_pv_controller(args: PvControllerArgs) -> anyhow::Result<()> {
 }
 
 async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
+    let mut listener = apiserver::listener::Limits::for_this_process();
+    if let Some(max) = args.max_connections {
+        anyhow::ensure!(max > 0, "--max-connections must be at least 1");
+        listener.max_connections = max;
+    }
+    listener.handshake = args.tls_handshake_timeout;
     let config = apiserver::Config {
         bind: args.bind,
         data_dir: args.data_dir,
         kubeconfig_path: Some(args.kubeconfig.clone()),
+        listener,
         ..Default::default()
     };
     let server = apiserver::serve(config, cli::shutdown_signal()).await?;

@@ -1,0 +1,99 @@
+//! `volstack apiserver` as a process: clients that exhaust its file descriptors make it pause,
+//! not spin, and it serves again once they are gone.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// CPU seconds the process has used (user + system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which ends with ')'): utime and stime are the 12th and
+    // 13th of them, in clock ticks (100 per second on Linux).
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+#[tokio::test]
+async fn running_out_of_file_descriptors_pauses_accepting_instead_of_spinning() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    // Few file descriptors and a connection limit above them: accepting fails with EMFILE.
+    let script = format!(
+        "ulimit -n 48 && exec {} apiserver --bind 127.0.0.1:0 --kubeconfig {} --max-connections 1000 --tls-handshake-timeout 5m",
+        env!("CARGO_BIN_EXE_volstack"),
+        kubeconfig.display()
+    );
+    let child = Kill(
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        if let Ok(text) = std::fs::read_to_string(&kubeconfig)
+            && text.contains("server:")
+        {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the server never wrote its kubeconfig");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let address = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://"))
+        .unwrap()
+        .to_string();
+    let mut idle = Vec::new();
+    for _ in 0..80 {
+        idle.push(std::net::TcpStream::connect(&address).unwrap());
+    }
+    // Give the accept loop time to run into the limit, then measure its CPU over 2 s.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = cpu_seconds(pid);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_seconds(pid) - before;
+    let wall = started.elapsed().as_secs_f64();
+    assert!(
+        used < wall * 0.25,
+        "the accept loop burned {used:.2} s of CPU in {wall:.2} s with its file descriptors exhausted"
+    );
+    // Once the clients go, it serves again.
+    drop(idle);
+    let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let request = http::Request::get("/healthz").body(Vec::new()).unwrap();
+        match client.request_text(request).await {
+            Ok(body) => {
+                assert_eq!(body, "ok");
+                break;
+            }
+            Err(error) => {
+                assert!(Instant::now() < deadline, "healthz never answered: {error}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
