@@ -9,10 +9,15 @@ use crate::objects;
 use crate::registry::ResourceType;
 
 fn age(obj: &Value) -> String {
+    since(&obj["metadata"]["creationTimestamp"])
+}
+
+/// Time since an RFC 3339 timestamp, as kubectl shows ages (`45s`, `12m`, `3h`, `2d`).
+fn since(timestamp: &Value) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let created = obj["metadata"]["creationTimestamp"]
+    let created = timestamp
         .as_str()
         .and_then(objects::parse_rfc3339)
         .unwrap_or(now);
@@ -122,6 +127,28 @@ pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
                     s(&o["reclaimPolicy"]),
                     s(&o["volumeBindingMode"]),
                     age(o),
+                ]
+            }),
+        ),
+        // kube-apiserver's event columns of priority 0, as `kubectl get events` shows them.
+        ("", "events") => (
+            vec!["Last Seen", "Type", "Reason", "Object", "Message"],
+            Box::new(|o: &Value| {
+                let last = [&o["lastTimestamp"], &o["eventTime"], &o["metadata"]["creationTimestamp"]]
+                    .into_iter()
+                    .find(|t| t.is_string())
+                    .unwrap_or(&Value::Null);
+                let object = &o["involvedObject"];
+                vec![
+                    since(last),
+                    s(&o["type"]),
+                    s(&o["reason"]),
+                    format!(
+                        "{}/{}",
+                        s(&object["kind"]).to_lowercase(),
+                        s(&object["name"])
+                    ),
+                    s(&o["message"]),
                 ]
             }),
         ),

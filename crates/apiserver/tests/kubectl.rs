@@ -380,3 +380,20 @@ async fn kubectl_get_all_lists_the_resources_in_the_all_category() {
     assert!(out.contains("deployment.apps/d1"), "{out}");
     let _ = &f.server;
 }
+
+#[tokio::test]
+async fn kubectl_get_events_shows_kube_apiservers_columns() {
+    let f = start().await;
+    let event = "apiVersion: v1\nkind: Event\nmetadata:\n  name: e1\ninvolvedObject:\n  kind: PersistentVolumeClaim\n  name: data\n  namespace: default\nreason: ProvisioningSucceeded\nmessage: Successfully provisioned volume pvc-1\ntype: Normal\n";
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(event)).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl(&f, &["get", "events"], None).await;
+    assert!(ok, "{err}");
+    let header: Vec<&str> = out.lines().next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(header, vec!["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], "{out}");
+    let row = out.lines().nth(1).unwrap_or("");
+    for cell in ["Normal", "ProvisioningSucceeded", "persistentvolumeclaim/data", "Successfully provisioned volume pvc-1"] {
+        assert!(row.contains(cell), "{out}");
+    }
+    let _ = &f.server;
+}
