@@ -12,6 +12,7 @@ pub mod faults;
 pub mod listener;
 pub mod objects;
 pub mod registry;
+pub mod reviews;
 pub mod selectors;
 pub mod server;
 pub mod status;

@@ -458,9 +458,14 @@ fn resource_list(app: &App, group: &str, version: &str) -> Response {
     }
     let mut resources = Vec::new();
     for t in &types {
+        let verbs = if crate::reviews::is_review(&t.group, &t.plural) {
+            json!(["create"])
+        } else {
+            json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"])
+        };
         let mut r = json!({
             "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+            "verbs": verbs,
         });
         if !t.short_names.is_empty() {
             r["shortNames"] = json!(t.short_names);
@@ -611,6 +616,37 @@ async fn object_request(
                 "the server does not allow this method on the requested resource: {method} on a subresource"
             ))),
         );
+    }
+    if crate::reviews::is_review(&rt.group, &rt.plural) {
+        return match (method.as_str(), t.name.is_none()) {
+            ("POST", true) => {
+                // kubectl's typed clients send these as protobuf; the answer does not depend on
+                // what is asked (the token holder may do everything), so such a body is read as
+                // an empty request.
+                let protobuf = headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|c| c.starts_with("application/vnd.kubernetes.protobuf"));
+                let request = if protobuf {
+                    Ok(None)
+                } else {
+                    parse_body(&body).map(Some)
+                };
+                (
+                    "CREATE",
+                    request
+                        .and_then(|request| crate::reviews::answer(&rt, request))
+                        .map(|review| json_response(StatusCode::CREATED, &review)),
+                )
+            }
+            _ => (
+                "",
+                Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource: {} supports create only",
+                    rt.plural
+                ))),
+            ),
+        };
     }
     match (method.as_str(), t.name.clone()) {
         ("GET", None) if query.flag("watch") => ("WATCH", crate::watch::watch(app, &t, query, headers).await),

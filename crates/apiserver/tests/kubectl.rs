@@ -397,3 +397,18 @@ async fn kubectl_get_events_shows_kube_apiservers_columns() {
     }
     let _ = &f.server;
 }
+
+#[tokio::test]
+async fn kubectl_auth_whoami_and_can_i_answer_for_the_tokens_user() {
+    let f = start().await;
+    let (ok, out, err) = kubectl(&f, &["auth", "whoami"], None).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("volstack-admin") && out.contains("system:masters"), "{out}");
+    let (ok, out, err) = kubectl(&f, &["auth", "can-i", "create", "persistentvolumeclaims"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "yes");
+    let (ok, out, err) = kubectl(&f, &["auth", "can-i", "delete", "storageclasses"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "yes");
+    let _ = &f.server;
+}
