@@ -9,6 +9,7 @@
 pub mod access;
 pub mod claim_rules;
 pub mod faults;
+pub mod list_versions;
 pub mod listener;
 pub mod objects;
 pub mod registry;

@@ -650,7 +650,13 @@ async fn object_request(
     }
     match (method.as_str(), t.name.clone()) {
         ("GET", None) if query.flag("watch") => ("WATCH", crate::watch::watch(app, &t, query, headers).await),
-        ("GET", None) => ("LIST", list(app, &t, query, headers)),
+        ("GET", None) => (
+            "LIST",
+            match list_version_reached(app, query).await {
+                Ok(()) => list(app, &t, query, headers),
+                Err(error) => Err(error),
+            },
+        ),
         ("GET", Some(name)) => (
             "GET",
             match app.store.get(&key, &ns, &name) {
@@ -678,6 +684,28 @@ async fn object_request(
                 "{method} is not allowed here"
             ))),
         ),
+    }
+}
+
+/// Checks a list's `resourceVersion`/`resourceVersionMatch`; a version the store has not
+/// reached is waited for up to 3 seconds, as kube-apiserver's watch cache does.
+async fn list_version_reached(app: &App, query: &Query) -> Result<(), ApiError> {
+    use crate::list_versions::{ListAt, decide, refusal};
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let current = app.store.current_rv();
+        let at = decide(
+            query.get("resourceVersion"),
+            query.get("resourceVersionMatch"),
+            current,
+        );
+        match refusal(&at, current) {
+            None => return Ok(()),
+            Some(_) if matches!(at, ListAt::NotYet(_)) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Some(error) => return Err(error),
+        }
     }
 }
 

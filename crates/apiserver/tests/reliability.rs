@@ -372,3 +372,36 @@ async fn malformed_patches_and_unsupported_subresource_verbs_get_a_status() {
     // The server is still serving.
     assert!(api.get_opt("c").await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn list_resource_versions_are_served_refused_or_gone_as_kube_apiserver_does() {
+    let s = start(apiserver::Config::default()).await;
+    let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
+    api.create(&PostParams::default(), &cm("a", "v")).await.unwrap();
+    api.create(&PostParams::default(), &cm("b", "v")).await.unwrap();
+    let current: u64 = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+        .parse()
+        .unwrap();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let get = |query: String| {
+        let client = s.client.clone();
+        async move { raw(&client, "GET", &format!("{path}?{query}"), "application/json", Vec::new(), "t").await }
+    };
+    let (code, _) = get(format!("resourceVersion={current}&resourceVersionMatch=Exact")).await;
+    assert_eq!(code, 200);
+    let (code, _) = get("resourceVersion=0".into()).await;
+    assert_eq!(code, 200);
+    let (code, message) = get(format!("resourceVersion={}&resourceVersionMatch=Exact", current - 1)).await;
+    assert_eq!(code, 410, "{message}");
+    let (code, message) = get(format!("resourceVersion={}&resourceVersionMatch=NotOlderThan", current + 1000)).await;
+    assert_eq!(code, 504, "{message}");
+    assert!(message.contains("Too large resource version"), "{message}");
+    let (code, message) = get("resourceVersionMatch=Exact".into()).await;
+    assert_eq!(code, 400, "{message}");
+}
