@@ -65,7 +65,9 @@ fn stopper(rx: &watch::Receiver<bool>) -> impl std::future::Future<Output = ()> 
 /// Runs the stack until Ctrl-C.
 pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     let data_dir = std::path::absolute(&args.data_dir).context("resolve --data-dir")?;
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("create {}", data_dir.display()))?;
+    // 0700: it holds the kubeconfig with the token and the driver's socket.
+    durable_log::files::create_private_dir(&data_dir)
+        .with_context(|| format!("create {}", data_dir.display()))?;
     let p = paths(&data_dir);
     let (stop_tx, stop_rx) = watch::channel(false);
 

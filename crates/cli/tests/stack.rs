@@ -138,6 +138,13 @@ fn driver_volumes(dir: &Path) -> usize {
 fn fifty_claims_bind_delete_and_the_state_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let stack = up(dir.path());
+    // The state directory holds the kubeconfig (with the token) and the driver's socket.
+    let mode = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&dir.path().join("state")), 0o700);
+    assert_eq!(mode(&dir.path().join("state/kubeconfig")), 0o600);
     kubectl(
         dir.path(),
         &["apply", "-f", "-"],
