@@ -160,6 +160,18 @@ async fn a_failed_log_write_is_never_visible_and_later_writes_are_refused_until_
         .unwrap();
 }
 
+/// The resourceVersion of a list of config maps.
+async fn list_rv(api: &Api<ConfigMap>) -> u64 {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// Names of the config maps, in the server's (sorted) order.
 async fn names(api: &Api<ConfigMap>) -> Vec<String> {
     api.list(&ListParams::default())
@@ -222,15 +234,7 @@ async fn versions_increase_across_restarts_and_a_watch_from_the_future_is_refuse
         seen = seen.max(c.metadata.resource_version.unwrap().parse().unwrap());
         api.delete(&format!("a{i}"), &Default::default()).await.unwrap();
     }
-    let listed: u64 = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap()
-        .parse()
-        .unwrap();
+    let listed = list_rv(&api).await;
     seen = seen.max(listed);
     let s = restart(s, dir.path()).await;
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
@@ -379,15 +383,7 @@ async fn list_resource_versions_are_served_refused_or_gone_as_kube_apiserver_doe
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
     api.create(&PostParams::default(), &cm("a", "v")).await.unwrap();
     api.create(&PostParams::default(), &cm("b", "v")).await.unwrap();
-    let current: u64 = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap()
-        .parse()
-        .unwrap();
+    let current = list_rv(&api).await;
     let path = "/api/v1/namespaces/default/configmaps";
     let get = |query: String| {
         let client = s.client.clone();
