@@ -96,7 +96,11 @@ mod tests {
             ("", false),
         ];
         for (value, want) in cases {
-            assert_eq!(authorized(&with(header::AUTHORIZATION, value), "secret"), want, "{value:?}");
+            assert_eq!(
+                authorized(&with(header::AUTHORIZATION, value), "secret"),
+                want,
+                "{value:?}"
+            );
         }
         assert!(!authorized(&HeaderMap::new(), "secret"));
     }
@@ -119,9 +123,16 @@ mod tests {
             ("a b", OTHER),
         ];
         for (agent, want) in cases {
-            assert_eq!(client_label(&with(header::USER_AGENT, agent)), want, "{agent:?}");
+            assert_eq!(
+                client_label(&with(header::USER_AGENT, agent)),
+                want,
+                "{agent:?}"
+            );
         }
-        assert_eq!(client_label(&with(header::USER_AGENT, &"x".repeat(41))), OTHER);
+        assert_eq!(
+            client_label(&with(header::USER_AGENT, &"x".repeat(41))),
+            OTHER
+        );
     }
 
     #[test]

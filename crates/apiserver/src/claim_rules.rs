@@ -139,11 +139,15 @@ mod tests {
             ),
             (
                 json!({"accessModes": ["Bogus"], "resources": {"requests": {"storage": "1Gi"}}}),
-                Some("spec.accessModes: Unsupported value: \"Bogus\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\""),
+                Some(
+                    "spec.accessModes: Unsupported value: \"Bogus\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\"",
+                ),
             ),
             (
                 json!({"accessModes": ["ReadWriteOnce"], "volumeMode": "Raw", "resources": {"requests": {"storage": "1Gi"}}}),
-                Some("spec.volumeMode: Unsupported value: \"Raw\": supported values: \"Block\", \"Filesystem\""),
+                Some(
+                    "spec.volumeMode: Unsupported value: \"Raw\": supported values: \"Block\", \"Filesystem\"",
+                ),
             ),
             (
                 json!({"accessModes": ["ReadWriteOncePod"], "volumeMode": "Block", "resources": {"requests": {"storage": "1Gi"}}}),

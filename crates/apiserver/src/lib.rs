@@ -168,10 +168,12 @@ pub async fn serve(
                         action: format!("create {}", dir.display()),
                         source,
                     })?;
-                    durable_log::files::write_private_atomic(&path, t.as_bytes()).map_err(|source| Error::Io {
-                        action: format!("write {}", path.display()),
-                        source,
-                    })?;
+                    durable_log::files::write_private_atomic(&path, t.as_bytes()).map_err(
+                        |source| Error::Io {
+                            action: format!("write {}", path.display()),
+                            source,
+                        },
+                    )?;
                     t
                 }
             }
@@ -187,11 +189,11 @@ pub async fn serve(
     let store = tokio::task::spawn_blocking(move || {
         store::Store::open(data_dir.as_deref(), history, log_options)
     })
-            .await
-            .map_err(|e| Error::Io {
-                action: "open the store".into(),
-                source: std::io::Error::other(e.to_string()),
-            })??;
+    .await
+    .map_err(|e| Error::Io {
+        action: "open the store".into(),
+        source: std::io::Error::other(e.to_string()),
+    })??;
     let app = server::new_app(store, token.clone());
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await

@@ -86,6 +86,9 @@ mod tests {
             assert_eq!(decide(rv, matching, 100), want, "{rv:?} {matching:?}");
         }
         assert!(matches!(decide(Some("x"), None, 1), ListAt::Invalid(_)));
-        assert!(matches!(decide(Some("5"), Some("Newest"), 10), ListAt::Invalid(_)));
+        assert!(matches!(
+            decide(Some("5"), Some("Newest"), 10),
+            ListAt::Invalid(_)
+        ));
     }
 }

@@ -44,8 +44,7 @@ impl ResourceType {
 /// (`kubectl get all` asks for the category `all`).
 pub fn categories(group: &str, plural: &str) -> Option<&'static [&'static str]> {
     match (group, plural) {
-        ("", "pods")
-        | ("apps", "deployments" | "statefulsets" | "daemonsets" | "replicasets") => {
+        ("", "pods") | ("apps", "deployments" | "statefulsets" | "daemonsets" | "replicasets") => {
             Some(&["all"])
         }
         _ => None,

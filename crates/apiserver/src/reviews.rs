@@ -29,7 +29,9 @@ pub fn answer(rt: &ResourceType, request: Option<Value>) -> Result<Value, ApiErr
         || json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {}, "spec": {}}),
     );
     if !request.is_object() {
-        return Err(ApiError::bad_request("the request body must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
     }
     let status = match rt.plural.as_str() {
         "selfsubjectreviews" => json!({"userInfo": {"username": USER, "groups": GROUPS}}),
@@ -70,8 +72,16 @@ mod tests {
 
     #[test]
     fn reviews_answer_for_the_token_holder() {
-        let ssr = rt("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview");
-        let ssar = rt("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview");
+        let ssr = rt(
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+        );
+        let ssar = rt(
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+        );
         let who = answer(&ssr, Some(json!({"kind": "SelfSubjectReview"}))).unwrap_or_default();
         assert_eq!(who["status"]["userInfo"]["username"], USER);
         let unread = answer(&ssr, None).unwrap_or_default();

@@ -234,9 +234,10 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
         count(&app, "", String::new(), 401, access::UNAUTHENTICATED);
         let mut response = ApiError::unauthorized().into_response();
         // An unauthenticated client does not keep its connection.
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
         return response;
     }
     let client = access::client_label(request.headers());
@@ -461,7 +462,16 @@ fn resource_list(app: &App, group: &str, version: &str) -> Response {
         let verbs = if crate::reviews::is_review(&t.group, &t.plural) {
             json!(["create"])
         } else {
-            json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"])
+            json!([
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch"
+            ])
         };
         let mut r = json!({
             "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
@@ -649,7 +659,9 @@ async fn object_request(
         };
     }
     match (method.as_str(), t.name.clone()) {
-        ("GET", None) if query.flag("watch") => ("WATCH", crate::watch::watch(app, &t, query, headers).await),
+        ("GET", None) if query.flag("watch") => {
+            ("WATCH", crate::watch::watch(app, &t, query, headers).await)
+        }
         ("GET", None) => (
             "LIST",
             match list_version_reached(app, query).await {
@@ -701,7 +713,9 @@ async fn list_version_reached(app: &App, query: &Query) -> Result<(), ApiError> 
         );
         match refusal(&at, current) {
             None => return Ok(()),
-            Some(_) if matches!(at, ListAt::NotYet(_)) && tokio::time::Instant::now() < deadline => {
+            Some(_)
+                if matches!(at, ListAt::NotYet(_)) && tokio::time::Instant::now() < deadline =>
+            {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
             Some(error) => return Err(error),

@@ -435,7 +435,11 @@ fn publish(core: &Core, inner: &mut Inner, durable: u64) {
                 inner.objects.insert(key.clone(), change.object.clone());
             }
         }
-        if inner.overlay.get(&key).is_some_and(|(rv, _)| *rv == change.rv) {
+        if inner
+            .overlay
+            .get(&key)
+            .is_some_and(|(rv, _)| *rv == change.rv)
+        {
             inner.overlay.remove(&key);
         }
         inner.visible_rv = change.rv;
@@ -516,11 +520,10 @@ fn decode(record: &[u8]) -> Result<(String, Option<Value>), StoreError> {
     if body.is_empty() {
         return Ok((key, None));
     }
-    let object =
-        serde_json::from_slice(body).map_err(|source| StoreError::Replay {
-            key: key.clone(),
-            source,
-        })?;
+    let object = serde_json::from_slice(body).map_err(|source| StoreError::Replay {
+        key: key.clone(),
+        source,
+    })?;
     Ok((key, Some(object)))
 }
 
@@ -572,7 +575,10 @@ mod tests {
     fn records_round_trip_and_bad_ones_are_errors() {
         let object = json!({"metadata": {"name": "x"}});
         let record = encode("k\u{0}ns\u{0}x", Some(&object)).unwrap();
-        assert_eq!(decode(&record).unwrap(), ("k\u{0}ns\u{0}x".into(), Some(object)));
+        assert_eq!(
+            decode(&record).unwrap(),
+            ("k\u{0}ns\u{0}x".into(), Some(object))
+        );
         let deletion = encode("k", None).unwrap();
         assert_eq!(decode(&deletion).unwrap(), ("k".into(), None));
         assert!(decode(&[1, 0]).is_err());
@@ -601,7 +607,9 @@ mod tests {
         let seen = store
             .write("/configmaps", "ns", "a", |current, _| {
                 Ok::<_, StoreError>(match current {
-                    Some(c) => Write2::Put(json!({"metadata": {"name": "a"}, "v": c["v"].as_i64().unwrap_or(0) + 1})),
+                    Some(c) => Write2::Put(
+                        json!({"metadata": {"name": "a"}, "v": c["v"].as_i64().unwrap_or(0) + 1}),
+                    ),
                     None => Write2::Keep,
                 })
             })
@@ -614,7 +622,10 @@ mod tests {
         let store = Store::open(None, limits(), Options::default()).unwrap();
         let rv = put(&store, "a", json!({"metadata": {"name": "a"}}));
         assert!(store.watch_from(rv).is_ok());
-        assert_eq!(store.watch_from(rv + 5).err(), Some(ResumeError::TooLarge(rv)));
+        assert_eq!(
+            store.watch_from(rv + 5).err(),
+            Some(ResumeError::TooLarge(rv))
+        );
     }
 
     #[tokio::test]
@@ -631,7 +642,11 @@ mod tests {
         let big = "x".repeat(1000);
         let mut last = 0;
         for i in 0..20 {
-            last = put(&store, &format!("o{i}"), json!({"metadata": {"name": "o"}, "data": big}));
+            last = put(
+                &store,
+                &format!("o{i}"),
+                json!({"metadata": {"name": "o"}, "data": big}),
+            );
         }
         assert!(matches!(store.watch_from(1), Err(ResumeError::Gone(_))));
         let (backlog, _) = store.watch_from(last - 2).unwrap();

@@ -134,10 +134,14 @@ pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
         ("", "events") => (
             vec!["Last Seen", "Type", "Reason", "Object", "Message"],
             Box::new(|o: &Value| {
-                let last = [&o["lastTimestamp"], &o["eventTime"], &o["metadata"]["creationTimestamp"]]
-                    .into_iter()
-                    .find(|t| t.is_string())
-                    .unwrap_or(&Value::Null);
+                let last = [
+                    &o["lastTimestamp"],
+                    &o["eventTime"],
+                    &o["metadata"]["creationTimestamp"],
+                ]
+                .into_iter()
+                .find(|t| t.is_string())
+                .unwrap_or(&Value::Null);
                 let object = &o["involvedObject"];
                 vec![
                     since(last),
@@ -171,4 +175,3 @@ pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()}, "columnDefinitions": column_definitions, "rows": rows})
 }
-

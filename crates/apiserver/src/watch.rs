@@ -49,8 +49,9 @@ pub(crate) async fn watch(
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(1800));
     let selects = move |object: &Value| labels.matches_object(object) && fields.matches(object);
-    let in_scope =
-        move |c: &Change| c.resource == resource && namespace.as_ref().is_none_or(|ns| &c.namespace == ns);
+    let in_scope = move |c: &Change| {
+        c.resource == resource && namespace.as_ref().is_none_or(|ns| &c.namespace == ns)
+    };
     // The event a watcher sees, if any: an object that stops matching the selectors is sent as
     // DELETED, one that starts matching as ADDED (as kube-apiserver's watch cache does).
     let event_of = move |c: &Change| -> Option<&'static str> {
@@ -239,7 +240,6 @@ async fn resume_watch(app: &App, rv: u64) -> Result<crate::store::Resume, Resume
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,7 +258,11 @@ mod tests {
             (Deleted, Some(false), false, None),
         ];
         for (kind, before, now, want) in cases {
-            assert_eq!(selector_event(kind, before, now), want, "{kind:?} {before:?} {now}");
+            assert_eq!(
+                selector_event(kind, before, now),
+                want,
+                "{kind:?} {before:?} {now}"
+            );
         }
     }
 
@@ -267,8 +271,11 @@ mod tests {
         // (store's version, changes queued for this watcher, last version sent) -> bookmark
         let cases = [(10, 0, 7, 10), (10, 3, 7, 7), (10, 1, 0, 0), (5, 0, 5, 5)];
         for (current, queued, last, want) in cases {
-            assert_eq!(bookmark_rv(current, queued, last), want, "{current} {queued} {last}");
+            assert_eq!(
+                bookmark_rv(current, queued, last),
+                want,
+                "{current} {queued} {last}"
+            );
         }
     }
 }
-

@@ -594,15 +594,24 @@ async fn a_watch_with_a_label_selector_sees_objects_enter_and_leave_it() {
         .unwrap();
     let mut stream = Box::pin(stream);
     let labelled: ConfigMap =
-        serde_json::from_value(json!({"metadata": {"name": "m", "labels": {"team": "a"}}})).unwrap();
+        serde_json::from_value(json!({"metadata": {"name": "m", "labels": {"team": "a"}}}))
+            .unwrap();
     api.create(&PostParams::default(), &labelled).await.unwrap();
     let relabel = |team: &str| Patch::Merge(json!({"metadata": {"labels": {"team": team}}}));
-    api.patch("m", &PatchParams::default(), &relabel("b")).await.unwrap();
-    // Changes while outside the selector are not sent.
-    api.patch("m", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v"}})))
+    api.patch("m", &PatchParams::default(), &relabel("b"))
         .await
         .unwrap();
-    api.patch("m", &PatchParams::default(), &relabel("a")).await.unwrap();
+    // Changes while outside the selector are not sent.
+    api.patch(
+        "m",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    )
+    .await
+    .unwrap();
+    api.patch("m", &PatchParams::default(), &relabel("a"))
+        .await
+        .unwrap();
     api.delete("m", &DeleteParams::default()).await.unwrap();
     let mut seen = Vec::new();
     while seen.len() < 4 {

@@ -389,10 +389,24 @@ async fn kubectl_get_events_shows_kube_apiservers_columns() {
     assert!(ok, "{err}");
     let (ok, out, err) = kubectl(&f, &["get", "events"], None).await;
     assert!(ok, "{err}");
-    let header: Vec<&str> = out.lines().next().unwrap_or("").split_whitespace().collect();
-    assert_eq!(header, vec!["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], "{out}");
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        vec!["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
     let row = out.lines().nth(1).unwrap_or("");
-    for cell in ["Normal", "ProvisioningSucceeded", "persistentvolumeclaim/data", "Successfully provisioned volume pvc-1"] {
+    for cell in [
+        "Normal",
+        "ProvisioningSucceeded",
+        "persistentvolumeclaim/data",
+        "Successfully provisioned volume pvc-1",
+    ] {
         assert!(row.contains(cell), "{out}");
     }
     let _ = &f.server;
@@ -403,8 +417,16 @@ async fn kubectl_auth_whoami_and_can_i_answer_for_the_tokens_user() {
     let f = start().await;
     let (ok, out, err) = kubectl(&f, &["auth", "whoami"], None).await;
     assert!(ok, "{err}");
-    assert!(out.contains("volstack-admin") && out.contains("system:masters"), "{out}");
-    let (ok, out, err) = kubectl(&f, &["auth", "can-i", "create", "persistentvolumeclaims"], None).await;
+    assert!(
+        out.contains("volstack-admin") && out.contains("system:masters"),
+        "{out}"
+    );
+    let (ok, out, err) = kubectl(
+        &f,
+        &["auth", "can-i", "create", "persistentvolumeclaims"],
+        None,
+    )
+    .await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "yes");
     let (ok, out, err) = kubectl(&f, &["auth", "can-i", "delete", "storageclasses"], None).await;

@@ -124,7 +124,10 @@ async fn a_failed_log_write_is_never_visible_and_later_writes_are_refused_until_
     let mut failed = None;
     for i in 0..40 {
         let name = format!("fill{i}");
-        match api.create(&PostParams::default(), &cm(&name, &payload)).await {
+        match api
+            .create(&PostParams::default(), &cm(&name, &payload))
+            .await
+        {
             Ok(_) => acknowledged.push(name),
             Err(kube::Error::Api(status)) => {
                 assert!(status.code >= 500, "{status:?}");
@@ -142,13 +145,21 @@ async fn a_failed_log_write_is_never_visible_and_later_writes_are_refused_until_
         .create(&PostParams::default(), &cm(&failed, "small"))
         .await
         .unwrap_err();
-    assert!(matches!(retry, kube::Error::Api(ref s) if s.code == 503), "{retry:?}");
+    assert!(
+        matches!(retry, kube::Error::Api(ref s) if s.code == 503),
+        "{retry:?}"
+    );
     let (code, body) = raw(&s.client, "GET", "/readyz", "text/plain", Vec::new(), "t").await;
     assert_ne!(code, 200, "readyz: {body}");
     // After a restart (with room again) exactly the acknowledged objects are there.
     assert_eq!(names(&api).await, sorted(acknowledged.clone()));
     let copy = root.path().join("copy");
-    let status = Command::new("cp").arg("-a").arg(&data).arg(&copy).status().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&data)
+        .arg(&copy)
+        .status()
+        .unwrap();
     assert!(status.success());
     let _ = s.stop.send(());
     s.server.join().await;
@@ -202,21 +213,42 @@ async fn deeply_nested_objects_are_refused_and_later_writes_survive_a_restart() 
     let s = start(durable(dir.path())).await;
     let path = "/api/v1/namespaces/default/configmaps";
     let deep = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "deep"}, "extra": nested(125)});
-    let (code, message) = raw(&s.client, "POST", path, "application/json", deep.to_string().into_bytes(), "t").await;
+    let (code, message) = raw(
+        &s.client,
+        "POST",
+        path,
+        "application/json",
+        deep.to_string().into_bytes(),
+        "t",
+    )
+    .await;
     assert_eq!(code, 400, "{message}");
     assert!(message.contains("nested"), "{message}");
     let ok = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ok"}, "extra": nested(90)});
-    let (code, message) = raw(&s.client, "POST", path, "application/json", ok.to_string().into_bytes(), "t").await;
+    let (code, message) = raw(
+        &s.client,
+        "POST",
+        path,
+        "application/json",
+        ok.to_string().into_bytes(),
+        "t",
+    )
+    .await;
     assert_eq!(code, 200, "{message}");
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
-    api.create(&PostParams::default(), &cm("later", "v")).await.unwrap();
+    api.create(&PostParams::default(), &cm("later", "v"))
+        .await
+        .unwrap();
     // A merge patch cannot nest an object past the limit either.
     let patch = json!({"extra": nested(105)});
     let err = api
         .patch("ok", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 400), "{err:?}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 400),
+        "{err:?}"
+    );
     let s = restart(s, dir.path()).await;
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
     assert!(api.get_opt("ok").await.unwrap().is_some());
@@ -230,15 +262,23 @@ async fn versions_increase_across_restarts_and_a_watch_from_the_future_is_refuse
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
     let mut seen = 0u64;
     for i in 0..5 {
-        let c = api.create(&PostParams::default(), &cm(&format!("a{i}"), "v")).await.unwrap();
+        let c = api
+            .create(&PostParams::default(), &cm(&format!("a{i}"), "v"))
+            .await
+            .unwrap();
         seen = seen.max(c.metadata.resource_version.unwrap().parse().unwrap());
-        api.delete(&format!("a{i}"), &Default::default()).await.unwrap();
+        api.delete(&format!("a{i}"), &Default::default())
+            .await
+            .unwrap();
     }
     let listed = list_rv(&api).await;
     seen = seen.max(listed);
     let s = restart(s, dir.path()).await;
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
-    let after = api.create(&PostParams::default(), &cm("b", "v")).await.unwrap();
+    let after = api
+        .create(&PostParams::default(), &cm("b", "v"))
+        .await
+        .unwrap();
     let rv: u64 = after.metadata.resource_version.unwrap().parse().unwrap();
     assert!(rv > seen, "{rv} after {seen}");
     let future = rv + 1000;
@@ -265,7 +305,9 @@ async fn the_data_directory_and_every_file_in_it_are_private() {
     })
     .await;
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
-    api.create(&PostParams::default(), &cm("c", "v")).await.unwrap();
+    api.create(&PostParams::default(), &cm("c", "v"))
+        .await
+        .unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dir), 0o700);
     let mut files = 0;
@@ -274,28 +316,68 @@ async fn the_data_directory_and_every_file_in_it_are_private() {
         assert_eq!(mode(&path), 0o600, "{}", path.display());
         files += 1;
     }
-    assert!(files >= 4, "token, certificate, key, kubeconfig and the log: {files}");
+    assert!(
+        files >= 4,
+        "token, certificate, key, kubeconfig and the log: {files}"
+    );
 }
 
 #[tokio::test]
 async fn clients_without_the_token_get_401_everywhere_and_one_metrics_label() {
     let s = start(apiserver::Config::default()).await;
     let anonymous = client_for(&s.server, false).await;
-    for (i, path) in ["/api/v1/namespaces", "/no/such/path", "/metrics", "/debug/faults"]
-        .iter()
-        .enumerate()
+    for (i, path) in [
+        "/api/v1/namespaces",
+        "/no/such/path",
+        "/metrics",
+        "/debug/faults",
+    ]
+    .iter()
+    .enumerate()
     {
-        let (code, _) = raw(&anonymous, "GET", path, "application/json", Vec::new(), &format!("agent-{i}\"x")).await;
+        let (code, _) = raw(
+            &anonymous,
+            "GET",
+            path,
+            "application/json",
+            Vec::new(),
+            &format!("agent-{i}\"x"),
+        )
+        .await;
         assert_eq!(code, 401, "{path}");
     }
     for i in 0..100 {
-        let (code, _) = raw(&anonymous, "GET", "/api", "application/json", Vec::new(), &format!("bot{i}")).await;
+        let (code, _) = raw(
+            &anonymous,
+            "GET",
+            "/api",
+            "application/json",
+            Vec::new(),
+            &format!("bot{i}"),
+        )
+        .await;
         assert_eq!(code, 401);
     }
     // Authenticated clients with hostile or numerous agents stay within bounded labels.
-    raw(&s.client, "GET", "/api", "application/json", Vec::new(), "evil\"agent\\").await;
+    raw(
+        &s.client,
+        "GET",
+        "/api",
+        "application/json",
+        Vec::new(),
+        "evil\"agent\\",
+    )
+    .await;
     for i in 0..100 {
-        raw(&s.client, "GET", "/api", "application/json", Vec::new(), &format!("client{i}")).await;
+        raw(
+            &s.client,
+            "GET",
+            "/api",
+            "application/json",
+            Vec::new(),
+            &format!("client{i}"),
+        )
+        .await;
     }
     let (code, metrics) = raw(&s.client, "GET", "/metrics", "text/plain", Vec::new(), "t").await;
     assert_eq!(code, 200);
@@ -303,19 +385,33 @@ async fn clients_without_the_token_get_401_everywhere_and_one_metrics_label() {
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{"))
         .collect();
-    let unauthenticated: Vec<&&str> = series.iter().filter(|l| l.contains("client=\"unauthenticated\"")).collect();
+    let unauthenticated: Vec<&&str> = series
+        .iter()
+        .filter(|l| l.contains("client=\"unauthenticated\""))
+        .collect();
     assert_eq!(unauthenticated.len(), 1, "{unauthenticated:?}");
-    assert!(unauthenticated[0].ends_with(" 104"), "{}", unauthenticated[0]);
+    assert!(
+        unauthenticated[0].ends_with(" 104"),
+        "{}",
+        unauthenticated[0]
+    );
     let clients: std::collections::BTreeSet<&str> = series
         .iter()
         .filter_map(|l| l.split("client=\"").nth(1)?.split('"').next())
         .collect();
-    assert!(clients.len() <= apiserver::access::MAX_CLIENT_LABELS + 2, "{}", clients.len());
+    assert!(
+        clients.len() <= apiserver::access::MAX_CLIENT_LABELS + 2,
+        "{}",
+        clients.len()
+    );
     // Every series parses: name{labels} value, with no stray quote.
     for line in &series {
         let (labels, value) = line.rsplit_once(' ').unwrap();
         assert!(value.parse::<u64>().is_ok(), "{line}");
-        assert!(labels.ends_with('}') && labels.matches('"').count() % 2 == 0, "{line}");
+        assert!(
+            labels.ends_with('}') && labels.matches('"').count() % 2 == 0,
+            "{line}"
+        );
     }
 }
 
@@ -363,16 +459,39 @@ async fn malformed_patches_and_unsupported_subresource_verbs_get_a_status() {
         ("application/merge-patch+json", "5", 400),
         ("application/merge-patch+json", "{\"metadata\":\"x\"}", 422),
         ("application/strategic-merge-patch+json", "[1]", 400),
-        ("application/json-patch+json", "[{\"op\":\"replace\",\"path\":\"\",\"value\":5}]", 422),
+        (
+            "application/json-patch+json",
+            "[{\"op\":\"replace\",\"path\":\"\",\"value\":5}]",
+            422,
+        ),
         ("application/json-patch+json", "{\"op\":1}", 400),
     ];
     for (content_type, body, want) in cases {
-        let (code, message) = raw(&s.client, "PATCH", path, content_type, body.as_bytes().to_vec(), "t").await;
+        let (code, message) = raw(
+            &s.client,
+            "PATCH",
+            path,
+            content_type,
+            body.as_bytes().to_vec(),
+            "t",
+        )
+        .await;
         assert_eq!(code, want, "{content_type} {body}: {message}");
     }
-    let (code, message) = raw(&s.client, "DELETE", &format!("{path}/status"), "application/json", Vec::new(), "t").await;
+    let (code, message) = raw(
+        &s.client,
+        "DELETE",
+        &format!("{path}/status"),
+        "application/json",
+        Vec::new(),
+        "t",
+    )
+    .await;
     assert_eq!(code, 405, "{message}");
-    assert!(api.get_opt("c").await.unwrap().is_some(), "DELETE on status must not delete the claim");
+    assert!(
+        api.get_opt("c").await.unwrap().is_some(),
+        "DELETE on status must not delete the claim"
+    );
     // The server is still serving.
     assert!(api.get_opt("c").await.unwrap().is_some());
 }
@@ -381,21 +500,46 @@ async fn malformed_patches_and_unsupported_subresource_verbs_get_a_status() {
 async fn list_resource_versions_are_served_refused_or_gone_as_kube_apiserver_does() {
     let s = start(apiserver::Config::default()).await;
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
-    api.create(&PostParams::default(), &cm("a", "v")).await.unwrap();
-    api.create(&PostParams::default(), &cm("b", "v")).await.unwrap();
+    api.create(&PostParams::default(), &cm("a", "v"))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &cm("b", "v"))
+        .await
+        .unwrap();
     let current = list_rv(&api).await;
     let path = "/api/v1/namespaces/default/configmaps";
     let get = |query: String| {
         let client = s.client.clone();
-        async move { raw(&client, "GET", &format!("{path}?{query}"), "application/json", Vec::new(), "t").await }
+        async move {
+            raw(
+                &client,
+                "GET",
+                &format!("{path}?{query}"),
+                "application/json",
+                Vec::new(),
+                "t",
+            )
+            .await
+        }
     };
-    let (code, _) = get(format!("resourceVersion={current}&resourceVersionMatch=Exact")).await;
+    let (code, _) = get(format!(
+        "resourceVersion={current}&resourceVersionMatch=Exact"
+    ))
+    .await;
     assert_eq!(code, 200);
     let (code, _) = get("resourceVersion=0".into()).await;
     assert_eq!(code, 200);
-    let (code, message) = get(format!("resourceVersion={}&resourceVersionMatch=Exact", current - 1)).await;
+    let (code, message) = get(format!(
+        "resourceVersion={}&resourceVersionMatch=Exact",
+        current - 1
+    ))
+    .await;
     assert_eq!(code, 410, "{message}");
-    let (code, message) = get(format!("resourceVersion={}&resourceVersionMatch=NotOlderThan", current + 1000)).await;
+    let (code, message) = get(format!(
+        "resourceVersion={}&resourceVersionMatch=NotOlderThan",
+        current + 1000
+    ))
+    .await;
     assert_eq!(code, 504, "{message}");
     assert!(message.contains("Too large resource version"), "{message}");
     let (code, message) = get("resourceVersionMatch=Exact".into()).await;

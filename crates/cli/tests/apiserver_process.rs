@@ -52,7 +52,10 @@ async fn running_out_of_file_descriptors_pauses_accepting_instead_of_spinning() 
         {
             break text;
         }
-        assert!(Instant::now() < deadline, "the server never wrote its kubeconfig");
+        assert!(
+            Instant::now() < deadline,
+            "the server never wrote its kubeconfig"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let address = text

@@ -69,11 +69,18 @@ async fn the_smallest_matching_volume_is_bound_and_racing_claims_get_one_each() 
             if let Some(name) = named {
                 break name;
             }
-            assert!(tokio::time::Instant::now() < deadline, "pv-big never claimed");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "pv-big never claimed"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    let loser = if winner == "race-a" { "race-b" } else { "race-a" };
+    let loser = if winner == "race-a" {
+        "race-b"
+    } else {
+        "race-a"
+    };
     assert_eq!(bound_volume(&c, &winner).await, "pv-big");
     c.wait_event(loser, "FailedBinding", "no persistent volumes available")
         .await;
@@ -214,7 +221,10 @@ async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
     })
     .await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
-    claims.delete("gone", &DeleteParams::default()).await.unwrap();
+    claims
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
     // The claim's deletion alone must bring the volume back: its claimRef names the claim.
     c.wait_until("the volume to be Released", T, || {
         phase(pvs.clone(), "pre-bound", "Released")

@@ -171,7 +171,13 @@ async fn run_chaos(replicas: usize, pv_controller: bool) {
         if Instant::now() >= deadline {
             let handles: BTreeSet<String> = volumes
                 .iter()
-                .filter_map(|pv| pv.spec.as_ref()?.csi.as_ref().map(|s| s.volume_handle.clone()))
+                .filter_map(|pv| {
+                    pv.spec
+                        .as_ref()?
+                        .csi
+                        .as_ref()
+                        .map(|s| s.volume_handle.clone())
+                })
                 .collect();
             let leaked: Vec<String> = c
                 .driver_volume_ids()
@@ -180,8 +186,13 @@ async fn run_chaos(replicas: usize, pv_controller: bool) {
                 .filter(|id| !handles.contains(id))
                 .collect();
             let mut names = Vec::new();
-            for entry in std::fs::read_dir(c.dir.path().join("driver")).unwrap().flatten() {
-                let Ok(bytes) = std::fs::read(entry.path()) else { continue };
+            for entry in std::fs::read_dir(c.dir.path().join("driver"))
+                .unwrap()
+                .flatten()
+            {
+                let Ok(bytes) = std::fs::read(entry.path()) else {
+                    continue;
+                };
                 let text = String::from_utf8_lossy(&bytes);
                 for id in &leaked {
                     if let Some(at) = text.find(&format!("\"id\":\"{id}\"")) {

@@ -66,33 +66,44 @@ async fn five_thousand_volumes_in_flight_fit_in_the_log_and_all_provision_afterw
     for t in tasks {
         t.await.unwrap();
     }
-    c.wait_until("every claim to be recorded in the intent log", Duration::from_secs(300), || async {
-        intent_records(&c).await.0 >= CLAIMS
-    })
+    c.wait_until(
+        "every claim to be recorded in the intent log",
+        Duration::from_secs(300),
+        || async { intent_records(&c).await.0 >= CLAIMS },
+    )
     .await;
     let (records, shards, largest) = intent_records(&c).await;
     assert_eq!(records, CLAIMS);
     assert!(shards > 1, "5,000 records cannot fit in one object");
-    assert!(largest <= 256 * 1024, "an intent Lease holds {largest} bytes of annotations");
+    assert!(
+        largest <= 256 * 1024,
+        "an intent Lease holds {largest} bytes of annotations"
+    );
     assert!(
         !c.provisioner_log().contains("Too long"),
         "the API server refused an intent log write"
     );
     // The driver recovers: every claim is provisioned and the log empties.
     c.faults("");
-    c.wait_until("every claim to have a PV", Duration::from_secs(600), || async {
-        Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(c.client.clone())
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .len()
-            == CLAIMS
-    })
+    c.wait_until(
+        "every claim to have a PV",
+        Duration::from_secs(600),
+        || async {
+            Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(c.client.clone())
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                == CLAIMS
+        },
+    )
     .await;
-    c.wait_until("the intent log to empty", Duration::from_secs(120), || async {
-        intent_records(&c).await.0 == 0
-    })
+    c.wait_until(
+        "the intent log to empty",
+        Duration::from_secs(120),
+        || async { intent_records(&c).await.0 == 0 },
+    )
     .await;
     assert_eq!(c.driver_volumes().await, CLAIMS);
 }

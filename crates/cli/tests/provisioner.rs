@@ -424,7 +424,11 @@ async fn resource_exhausted_with_a_selected_node_reschedules() {
     c.wait_event("big", "ProvisioningFailed", "ResourceExhausted")
         .await;
     assert!(c.pv_for(&big).await.is_none());
-    assert_eq!(c.driver_volumes().await, 0, "no volume behind RESOURCE_EXHAUSTED");
+    assert_eq!(
+        c.driver_volumes().await,
+        0,
+        "no volume behind RESOURCE_EXHAUSTED"
+    );
 }
 
 #[tokio::test]
@@ -614,8 +618,10 @@ async fn already_exists_keeps_the_intent_and_the_volume_is_cleaned_up_when_the_c
         c.driver_volumes().await == 0
     })
     .await;
-    c.wait_until("the intent record to go", Duration::from_secs(30), || async {
-        !intent_volumes(&c).await.contains(&name)
-    })
+    c.wait_until(
+        "the intent record to go",
+        Duration::from_secs(30),
+        || async { !intent_volumes(&c).await.contains(&name) },
+    )
     .await;
 }

@@ -115,7 +115,9 @@ pub struct Recovered {
 impl Recovered {
     /// The highest sequence number on disk.
     pub fn last_seq(&self) -> u64 {
-        self.records.last().map_or(self.snapshot_seq, |(seq, _)| *seq)
+        self.records
+            .last()
+            .map_or(self.snapshot_seq, |(seq, _)| *seq)
     }
 }
 
@@ -153,7 +155,9 @@ pub struct Log {
 
 impl std::fmt::Debug for Log {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Log").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("Log")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
     }
 }
 

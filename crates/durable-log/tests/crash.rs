@@ -132,7 +132,11 @@ async fn compaction_bounds_the_log_and_keeps_the_state() {
     assert!(listing.snapshots[0] > 1, "compaction ran more than once");
     let (_log, recovered) = open(dir.path());
     assert!(!recovered.snapshot.is_empty());
-    assert!(recovered.records.len() < 100, "{} records replayed", recovered.records.len());
+    assert!(
+        recovered.records.len() < 100,
+        "{} records replayed",
+        recovered.records.len()
+    );
     assert_eq!(recovered.last_seq(), seq);
     assert_eq!(State::from(&recovered).0, state.lock().unwrap().0);
 }
@@ -152,7 +156,10 @@ fn write_generation(dir: &Path, generation: u64, snapshot: &[(&str, u64)], log: 
                 l.append(*s, record.as_bytes().to_vec()).unwrap();
             }
             l.wait_durable(seq).await.unwrap();
-            let entries: Vec<Vec<u8>> = snapshot.iter().map(|(r, _)| r.as_bytes().to_vec()).collect();
+            let entries: Vec<Vec<u8>> = snapshot
+                .iter()
+                .map(|(r, _)| r.as_bytes().to_vec())
+                .collect();
             l.compact(Box::new(move || entries)).unwrap();
             // A record after the compaction proves the switch happened.
             l.append(seq + 1, b"marker=1".to_vec()).unwrap();
@@ -187,7 +194,11 @@ fn write_generation(dir: &Path, generation: u64, snapshot: &[(&str, u64)], log: 
 fn a_crash_before_the_snapshot_rename_keeps_the_old_generation() {
     let dir = tempfile::tempdir().unwrap();
     write_generation(dir.path(), 0, &[], &[(1, "a=1"), (2, "b=2")]);
-    fs::write(dir.path().join("snapshot-00000000000000000001.tmp"), b"half").unwrap();
+    fs::write(
+        dir.path().join("snapshot-00000000000000000001.tmp"),
+        b"half",
+    )
+    .unwrap();
     let (_log, recovered) = open(dir.path());
     assert_eq!(recovered.last_seq(), 2);
     assert_eq!(State::from(&recovered).0.len(), 2);
@@ -260,7 +271,12 @@ fn a_torn_tail_is_cut_and_later_appends_follow_the_good_records() {
 #[test]
 fn a_bad_frame_before_acknowledged_records_fails_the_open_instead_of_dropping_them() {
     let dir = tempfile::tempdir().unwrap();
-    write_generation(dir.path(), 0, &[], &[(1, "first=1"), (2, "second=2"), (3, "third=3")]);
+    write_generation(
+        dir.path(),
+        0,
+        &[],
+        &[(1, "first=1"), (2, "second=2"), (3, "third=3")],
+    );
     let path = files::log_path(dir.path(), 0);
     let mut bytes = fs::read(&path).unwrap();
     // The second frame's payload starts after the first frame (8 + 8 + 4 + 7 bytes).
@@ -369,7 +385,10 @@ fn kill_9_at_random_instants_loses_no_acknowledged_record() {
             state.0.values().map(|v| v.parse().unwrap()).collect();
         let last = recovered.last_seq();
         for seq in acknowledged.keys() {
-            assert!(*seq <= last, "round {round}: acknowledged {seq} but the log ends at {last}");
+            assert!(
+                *seq <= last,
+                "round {round}: acknowledged {seq} but the log ends at {last}"
+            );
         }
         // Each key's value is the newest acknowledged write to it, never an older one.
         assert!(values.iter().all(|v| *v <= last));

@@ -86,7 +86,10 @@ mod tests {
         };
         // Another name is independent.
         drop(locks.lock("b").await);
-        assert!(rx.try_recv().is_err(), "the second holder got in while the first held it");
+        assert!(
+            rx.try_recv().is_err(),
+            "the second holder got in while the first held it"
+        );
         drop(first);
         assert_eq!(rx.recv().await, Some("second"));
         waiter.await.unwrap();

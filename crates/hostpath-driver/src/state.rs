@@ -248,10 +248,13 @@ impl Store {
         let (log, recovered) =
             Log::open(dir, options, Box::new(|_| {})).map_err(StoreError::Open)?;
         let volumes_dir = dir.join("volumes");
-        durable_log::files::create_private_dir(&volumes_dir)
-            .map_err(io("create", &volumes_dir))?;
+        durable_log::files::create_private_dir(&volumes_dir).map_err(io("create", &volumes_dir))?;
         let mut table = Table::default();
-        for entry in recovered.snapshot.iter().chain(recovered.records.iter().map(|(_, r)| r)) {
+        for entry in recovered
+            .snapshot
+            .iter()
+            .chain(recovered.records.iter().map(|(_, r)| r))
+        {
             let change: Change = serde_json::from_slice(entry).map_err(StoreError::Replay)?;
             table.apply(change);
         }
@@ -514,7 +517,13 @@ mod tests {
         }
         drop(store);
         assert!(
-            durable_log::files::list(dir.path()).unwrap().snapshots.last().copied().unwrap_or(0) > 0,
+            durable_log::files::list(dir.path())
+                .unwrap()
+                .snapshots
+                .last()
+                .copied()
+                .unwrap_or(0)
+                > 0,
             "compaction ran"
         );
         let store = open(dir.path(), 512);

@@ -67,7 +67,10 @@ async fn concurrent_creates_of_one_name_make_one_volume() {
                 .unwrap()
                 .volume_id;
             // No caller hears of the volume before its directory exists.
-            assert!(volumes.join(&id).is_dir(), "answered before the directory existed");
+            assert!(
+                volumes.join(&id).is_dir(),
+                "answered before the directory existed"
+            );
             id
         }));
     }

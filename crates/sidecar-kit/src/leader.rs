@@ -469,7 +469,9 @@ mod tests {
                 holder: "other".into()
             }
         );
-        let LeaseAction::Write(mine) = decide(Some(&theirs), "me", at(16), D, Duration::from_secs(16)) else {
+        let LeaseAction::Write(mine) =
+            decide(Some(&theirs), "me", at(16), D, Duration::from_secs(16))
+        else {
             panic!("expired lease is taken")
         };
         assert_eq!(mine.holder_identity.as_deref(), Some("me"));
@@ -481,8 +483,7 @@ mod tests {
     fn expiry_follows_the_local_observation_not_the_holders_clock() {
         // A record renewed "an hour ago" by a holder whose clock is behind is still valid
         // until this replica has seen it unchanged for the lease duration.
-        let LeaseAction::Write(theirs) = decide(None, "other", at(-3600), D, Duration::ZERO)
-        else {
+        let LeaseAction::Write(theirs) = decide(None, "other", at(-3600), D, Duration::ZERO) else {
             panic!()
         };
         assert_eq!(
@@ -512,7 +513,9 @@ mod tests {
         let LeaseAction::Write(first) = decide(None, "me", at(0), D, Duration::ZERO) else {
             panic!()
         };
-        let LeaseAction::Write(renewed) = decide(Some(&first), "me", at(5), D, Duration::from_secs(5)) else {
+        let LeaseAction::Write(renewed) =
+            decide(Some(&first), "me", at(5), D, Duration::from_secs(5))
+        else {
             panic!()
         };
         assert_eq!(renewed.acquire_time, first.acquire_time);

@@ -279,7 +279,11 @@ mod tests {
         q.add("good");
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(*calls.lock().unwrap(), vec!["bad", "bad", "good"]);
-        assert_eq!(q.failures(&"bad"), 0, "the successful retry forgot the failure");
+        assert_eq!(
+            q.failures(&"bad"),
+            0,
+            "the successful retry forgot the failure"
+        );
         q.shutdown();
         worker.await.unwrap();
     }

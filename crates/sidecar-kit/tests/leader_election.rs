@@ -11,7 +11,11 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use sidecar_kit::leader::{ElectionConfig, ElectionError, Elector};
 
-async fn server() -> (apiserver::RunningServer, kube::Client, tokio::sync::oneshot::Sender<()>) {
+async fn server() -> (
+    apiserver::RunningServer,
+    kube::Client,
+    tokio::sync::oneshot::Sender<()>,
+) {
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let server = apiserver::serve(apiserver::Config::default(), async {
         let _ = rx.await;
@@ -81,8 +85,14 @@ async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline()
         .await
         .expect("the leader kept leading while its renewals hung")
         .unwrap();
-    assert!(matches!(outcome, Err(ElectionError::Lost(_))), "{outcome:?}");
-    assert!(stopped.load(Ordering::SeqCst), "the leader's work was not stopped");
+    assert!(
+        matches!(outcome, Err(ElectionError::Lost(_))),
+        "{outcome:?}"
+    );
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the leader's work was not stopped"
+    );
     assert!(!status.is_leader());
     assert!(hung_at.elapsed() < Duration::from_secs(30));
 }
@@ -91,7 +101,8 @@ async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline()
 async fn a_lease_renewed_by_a_skewed_clock_is_respected_for_its_duration_from_observation() {
     let (_server, client, _stop) = server().await;
     // The holder's clock is an hour behind: its renewTime looks expired to ours.
-    let renewed = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let renewed =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
     let lease: Lease = serde_json::from_value(json!({
         "metadata": {"name": "election"},
         "spec": {"holderIdentity": "other", "leaseDurationSeconds": 2,

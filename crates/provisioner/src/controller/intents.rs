@@ -459,7 +459,8 @@ impl IntentLog {
             }
             if failed {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                self.written.send_modify(|w| w.failures.iter_mut().for_each(|f| *f = None));
+                self.written
+                    .send_modify(|w| w.failures.iter_mut().for_each(|f| *f = None));
             }
         }
     }
@@ -501,7 +502,9 @@ impl IntentLog {
                         .annotations
                         .get_or_insert_with(BTreeMap::new)
                         .insert(ANNOTATION.to_string(), text);
-                    self.api.replace(&name, &PostParams::default(), &lease).await
+                    self.api
+                        .replace(&name, &PostParams::default(), &lease)
+                        .await
                 }
             };
             match result {
@@ -573,7 +576,13 @@ mod tests {
     use super::*;
 
     fn rec(name: &str) -> Record {
-        Record::new("ns", name, "uid", &csi::CreateVolumeRequest::default(), None)
+        Record::new(
+            "ns",
+            name,
+            "uid",
+            &csi::CreateVolumeRequest::default(),
+            None,
+        )
     }
 
     #[test]
@@ -618,12 +627,18 @@ mod tests {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some("p-intents".into()),
-                annotations: Some(BTreeMap::from([(ANNOTATION.to_string(), "{not json".into())])),
+                annotations: Some(BTreeMap::from([(
+                    ANNOTATION.to_string(),
+                    "{not json".into(),
+                )])),
                 ..Default::default()
             },
             spec: None,
         };
-        assert!(matches!(stored_records(&lease), Err(IntentError::Corrupt { .. })));
+        assert!(matches!(
+            stored_records(&lease),
+            Err(IntentError::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -37,7 +37,13 @@ impl TopologyCache {
     }
 
     /// Keeps a requirement (replacing one for an older UID or another node).
-    pub(crate) fn insert(&self, key: ClaimKey, uid: &str, node: &str, requirement: Option<Requirement>) {
+    pub(crate) fn insert(
+        &self,
+        key: ClaimKey,
+        uid: &str,
+        node: &str,
+        requirement: Option<Requirement>,
+    ) {
         self.entries().insert(
             key,
             Entry {
@@ -72,7 +78,11 @@ mod tests {
         cache.insert(key.clone(), "uid-1", "node-a", None);
         assert_eq!(cache.get(&key, "uid-1", "node-a"), Some(None));
         assert_eq!(cache.get(&key, "uid-1", "node-b"), None, "another node");
-        assert_eq!(cache.get(&key, "uid-2", "node-a"), None, "a new claim of the same name");
+        assert_eq!(
+            cache.get(&key, "uid-2", "node-a"),
+            None,
+            "a new claim of the same name"
+        );
         // A new node replaces the entry rather than adding one.
         cache.insert(key.clone(), "uid-1", "node-b", None);
         assert_eq!(cache.len(), 1);

@@ -128,9 +128,7 @@ fn expand(
 /// The KEY of a `pvc.annotations['KEY']` token (None for anything else, `pvc.annotations[']`
 /// included).
 fn annotation_key(token: &str) -> Option<&str> {
-    token
-        .strip_prefix("pvc.annotations['")?
-        .strip_suffix("']")
+    token.strip_prefix("pvc.annotations['")?.strip_suffix("']")
 }
 
 /// A DNS-1123 label: at most 63 lowercase alphanumerics or '-', alphanumeric at both ends.

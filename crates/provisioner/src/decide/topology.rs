@@ -160,7 +160,11 @@ pub fn claim_rotation(claim_name: &str) -> u32 {
     let indexed = claim_name.rfind('-').and_then(|dash| {
         let suffix = &claim_name[dash + 1..];
         let digits = !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit());
-        let index = if digits { suffix.parse::<u32>().ok() } else { None }?;
+        let index = if digits {
+            suffix.parse::<u32>().ok()
+        } else {
+            None
+        }?;
         let prefix = &claim_name[..dash];
         let base = prefix.rfind('-').map_or(prefix, |d| &prefix[d + 1..]);
         Some((base, index))
