@@ -58,6 +58,16 @@ pub fn client_label(headers: &HeaderMap) -> String {
     }
 }
 
+/// The label a client gets given the labels in use (sorted): its own while it is one of them
+/// or there is room for another, else [`OTHER`].
+pub fn bounded_client<'a>(in_use: &[&str], client: &'a str) -> &'a str {
+    if in_use.binary_search(&client).is_ok() || in_use.len() < MAX_CLIENT_LABELS {
+        client
+    } else {
+        OTHER
+    }
+}
+
 /// Escapes a Prometheus label value (backslash, quote, newline).
 pub fn escape_label(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
@@ -133,6 +143,20 @@ mod tests {
             client_label(&with(header::USER_AGENT, &"x".repeat(41))),
             OTHER
         );
+    }
+
+    #[test]
+    fn client_labels_are_bounded() {
+        let full: Vec<String> = (0..MAX_CLIENT_LABELS).map(|i| format!("c{i:03}")).collect();
+        let mut full: Vec<&str> = full.iter().map(String::as_str).collect();
+        full.sort_unstable();
+        assert_eq!(
+            bounded_client(&full, "c005"),
+            "c005",
+            "a known client keeps its label"
+        );
+        assert_eq!(bounded_client(&full, "newcomer"), OTHER);
+        assert_eq!(bounded_client(&full[1..], "newcomer"), "newcomer");
     }
 
     #[test]

@@ -252,22 +252,18 @@ fn count(app: &App, verb: &str, resource: String, code: u16, client: &str) {
     let Ok(mut counts) = app.requests.lock() else {
         return;
     };
-    let known = counts.keys().any(|(_, _, _, c)| c == client);
-    let client = if known || client_count(&counts) < access::MAX_CLIENT_LABELS {
-        client.to_string()
-    } else {
-        access::OTHER.to_string()
-    };
-    *counts
-        .entry((verb.to_string(), resource, code, client))
-        .or_default() += 1;
-}
-
-fn client_count(counts: &BTreeMap<(String, String, u16, String), u64>) -> usize {
+    let mut key = (verb.to_string(), resource, code, client.to_string());
+    if let Some(n) = counts.get_mut(&key) {
+        *n += 1;
+        return;
+    }
+    // A new series (rare: their number is bounded): its client label must be known already or
+    // fit under the limit.
     let mut clients: Vec<&str> = counts.keys().map(|(_, _, _, c)| c.as_str()).collect();
     clients.sort_unstable();
     clients.dedup();
-    clients.len()
+    key.3 = access::bounded_client(&clients, client).to_string();
+    *counts.entry(key).or_default() += 1;
 }
 
 async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Response) {
@@ -700,27 +696,26 @@ async fn object_request(
 }
 
 /// Checks a list's `resourceVersion`/`resourceVersionMatch`; a version the store has not
-/// reached is waited for up to 3 seconds, as kube-apiserver's watch cache does.
+/// reached is waited for, as kube-apiserver's watch cache does.
 async fn list_version_reached(app: &App, query: &Query) -> Result<(), ApiError> {
     use crate::list_versions::{ListAt, decide, refusal};
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
-    loop {
+    let check = || {
         let current = app.store.current_rv();
         let at = decide(
             query.get("resourceVersion"),
             query.get("resourceVersionMatch"),
             current,
         );
-        match refusal(&at, current) {
-            None => return Ok(()),
-            Some(_)
-                if matches!(at, ListAt::NotYet(_)) && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            Some(error) => return Err(error),
-        }
+        (at, current)
+    };
+    let (mut at, mut current) = check();
+    if let ListAt::NotYet(rv) = at {
+        app.store
+            .wait_visible(rv, crate::store::FUTURE_VERSION_WAIT)
+            .await;
+        (at, current) = check();
     }
+    refusal(&at, current).map_or(Ok(()), Err)
 }
 
 pub(crate) fn selectors(query: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {

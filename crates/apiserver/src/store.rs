@@ -19,6 +19,9 @@ use durable_log::{Log, LogError, Options};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+/// How long a request naming a resourceVersion the store has not reached waits for it.
+pub const FUTURE_VERSION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Deepest object accepted (levels of objects and arrays). serde_json reads back 127.
 pub const MAX_DEPTH: usize = 100;
 
@@ -140,6 +143,8 @@ struct Inner {
 struct Core {
     inner: Mutex<Inner>,
     events: broadcast::Sender<Arc<Change>>,
+    /// The visible resourceVersion, for waiters on a version not reached yet.
+    visible: tokio::sync::watch::Sender<u64>,
     history_cap: usize,
     history_budget: usize,
 }
@@ -190,6 +195,7 @@ impl Store {
                 compacted: 0,
             }),
             events,
+            visible: tokio::sync::watch::Sender::new(0),
             history_cap: history.count,
             history_budget: history.bytes,
         });
@@ -227,6 +233,7 @@ impl Store {
             inner.visible_rv = rv;
             inner.next_rv = rv;
             inner.compacted = rv;
+            core.visible.send_replace(rv);
         }
         Ok(Store {
             core,
@@ -241,6 +248,15 @@ impl Store {
     /// The current (visible, durable) resourceVersion.
     pub fn current_rv(&self) -> u64 {
         self.lock().visible_rv
+    }
+
+    /// Waits up to `timeout` for the store to make `rv` visible; whether it did. (A client may
+    /// name a version just before it becomes visible; kube-apiserver waits 3 s for it.)
+    pub async fn wait_visible(&self, rv: u64, timeout: std::time::Duration) -> bool {
+        let mut visible = self.core.visible.subscribe();
+        tokio::time::timeout(timeout, visible.wait_for(|v| *v >= rv))
+            .await
+            .is_ok_and(|reached| reached.is_ok())
     }
 
     /// Why the store refuses writes, if it does.
@@ -443,6 +459,7 @@ fn publish(core: &Core, inner: &mut Inner, durable: u64) {
             inner.overlay.remove(&key);
         }
         inner.visible_rv = change.rv;
+        core.visible.send_replace(change.rv);
         inner.history.push_back((change.clone(), bytes));
         inner.history_bytes += bytes;
         while inner.history.len() > core.history_cap || inner.history_bytes > core.history_budget {

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::{App, Query, Shared, Target, selectors, wants_table};
 use crate::status::ApiError;
 use crate::store::{Change, ChangeKind, ResumeError};
@@ -48,21 +49,11 @@ pub(crate) async fn watch(
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(1800));
-    let selects = move |object: &Value| labels.matches_object(object) && fields.matches(object);
-    let in_scope = move |c: &Change| {
-        c.resource == resource && namespace.as_ref().is_none_or(|ns| &c.namespace == ns)
-    };
-    // The event a watcher sees, if any: an object that stops matching the selectors is sent as
-    // DELETED, one that starts matching as ADDED (as kube-apiserver's watch cache does).
-    let event_of = move |c: &Change| -> Option<&'static str> {
-        if !in_scope(c) {
-            return None;
-        }
-        selector_event(
-            c.kind,
-            c.previous.as_deref().map(&selects),
-            selects(&c.object),
-        )
+    let filter = Filter {
+        resource,
+        namespace,
+        labels,
+        fields,
     };
     let (initial, backlog, mut rx, start_rv): (Vec<Arc<Value>>, Vec<Arc<Change>>, Feed, u64) =
         match requested_rv {
@@ -106,22 +97,8 @@ pub(crate) async fn watch(
             }
         };
         let mut last_rv = start_rv;
-        let filter_initial = |o: &Value| {
-            let change = Change {
-                rv: 0,
-                kind: ChangeKind::Added,
-                resource: rt.key(),
-                namespace: o["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                object: Arc::new(o.clone()),
-                previous: None,
-            };
-            event_of(&change).is_some()
-        };
         for obj in &initial {
-            if filter_initial(obj)
+            if filter.selects(obj)
                 && tx
                     .send(Ok(event_line("ADDED", &render(obj))))
                     .await
@@ -142,7 +119,7 @@ pub(crate) async fn watch(
         }
         for change in backlog {
             last_rv = change.rv;
-            if let Some(event) = event_of(&change)
+            if let Some(event) = filter.event(&change)
                 && tx
                     .send(Ok(event_line(event, &render(&change.object))))
                     .await
@@ -182,7 +159,7 @@ pub(crate) async fn watch(
                             continue;
                         }
                         last_rv = change.rv;
-                        if let Some(event) = event_of(&change) && tx.send(Ok(event_line(event, &render(&change.object)))).await.is_err() {
+                        if let Some(event) = filter.event(&change) && tx.send(Ok(event_line(event, &render(&change.object)))).await.is_err() {
                             return;
                         }
                     }
@@ -201,6 +178,36 @@ pub(crate) async fn watch(
         .unwrap_or_else(|_| {
             ApiError::internal("failed to build the watch response").into_response()
         }))
+}
+
+/// What one watch stream passes on.
+struct Filter {
+    resource: String,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn selects(&self, object: &Value) -> bool {
+        self.labels.matches_object(object) && self.fields.matches(object)
+    }
+
+    /// The event a watcher sees for a change, if any: an object that stops matching the
+    /// selectors is sent as DELETED, one that starts matching as ADDED (as kube-apiserver's
+    /// watch cache does).
+    fn event(&self, c: &Change) -> Option<&'static str> {
+        let in_scope = c.resource == self.resource
+            && self.namespace.as_ref().is_none_or(|ns| &c.namespace == ns);
+        if !in_scope {
+            return None;
+        }
+        selector_event(
+            c.kind,
+            c.previous.as_deref().map(|p| self.selects(p)),
+            self.selects(&c.object),
+        )
+    }
 }
 
 /// The event type a watcher with selectors sees for a change, given whether the object matched
@@ -226,17 +233,17 @@ fn bookmark_rv(current: u64, queued: usize, last_sent: u64) -> u64 {
     }
 }
 
-/// Resumes a watch; a version newer than the store's is waited for up to 3 seconds (as
-/// kube-apiserver's watch cache does) before it is refused.
+/// Resumes a watch; a version newer than the store's is waited for (as kube-apiserver's watch
+/// cache does) before it is refused.
 async fn resume_watch(app: &App, rv: u64) -> Result<crate::store::Resume, ResumeError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    loop {
-        match app.store.watch_from(rv) {
-            Err(ResumeError::TooLarge(_)) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            other => return other,
+    match app.store.watch_from(rv) {
+        Err(ResumeError::TooLarge(_)) => {
+            app.store
+                .wait_visible(rv, crate::store::FUTURE_VERSION_WAIT)
+                .await;
+            app.store.watch_from(rv)
         }
+        other => other,
     }
 }
 
