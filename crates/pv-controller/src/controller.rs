@@ -20,7 +20,7 @@ use crate::decide::binder::{
     ANN_STORAGE_PROVISIONER, ClaimAction, VolumeAction, decide_claim, decide_volume,
 };
 use crate::decide::classes::default_class;
-use crate::index::ClaimRefIndex;
+use crate::index::{ClaimRefIndex, claim_named_by, names_a_missing_claim};
 
 /// A failed write; retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -162,19 +162,13 @@ impl PvController {
     pub fn resync_orphans(&self) -> usize {
         let mut queued = 0;
         for pv in self.volumes.state() {
-            let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+            let Some((ns, name)) = claim_named_by(&pv) else {
                 continue;
             };
-            let (Some(ns), Some(name)) = (&r.namespace, &r.name) else {
-                continue;
-            };
-            let claim = self.claims.get(&ObjectRef::new(name).within(ns));
-            let missing = match (&claim, &r.uid) {
-                (None, _) => true,
-                (Some(c), Some(uid)) => c.metadata.uid.as_deref() != Some(uid.as_str()),
-                (Some(_), None) => false,
-            };
-            if missing && let Some(pv_name) = &pv.metadata.name {
+            let claim = self.claims.get(&ObjectRef::new(&name).within(&ns));
+            if names_a_missing_claim(&pv, claim.as_deref())
+                && let Some(pv_name) = &pv.metadata.name
+            {
                 self.volume_queue.add(pv_name.clone());
                 queued += 1;
             }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
 /// `namespace/name` of a claim.
 pub type ClaimName = (String, String);
@@ -26,6 +26,19 @@ pub struct ClaimRefIndex {
 pub fn claim_named_by(pv: &PersistentVolume) -> Option<ClaimName> {
     let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
     Some((r.namespace.clone()?, r.name.clone()?))
+}
+
+/// Whether a volume's claimRef names a claim that is not there: none by that name, or one with
+/// another UID (the named claim was deleted and a new one made with its name).
+pub fn names_a_missing_claim(pv: &PersistentVolume, claim: Option<&PersistentVolumeClaim>) -> bool {
+    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return false;
+    };
+    match (claim, &r.uid) {
+        (None, _) => true,
+        (Some(c), Some(uid)) => c.metadata.uid.as_deref() != Some(uid.as_str()),
+        (Some(_), None) => false,
+    }
 }
 
 impl ClaimRefIndex {
@@ -101,6 +114,30 @@ mod tests {
         let claim_ref = claim.map(|(ns, n)| json!({"namespace": ns, "name": n, "uid": "u"}));
         serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"claimRef": claim_ref}}))
             .unwrap()
+    }
+
+    #[test]
+    fn a_claim_is_missing_when_absent_or_replaced() {
+        let named = pv("v", Some(("ns", "c1")));
+        let claim = |uid: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(
+                json!({"metadata": {"name": "c1", "namespace": "ns", "uid": uid}}),
+            )
+            .unwrap()
+        };
+        let cases = [
+            (&named, None, true),
+            (&named, Some(claim("u")), false),
+            (&named, Some(claim("other")), true),
+            (&pv("free", None), None, false),
+        ];
+        for (volume, present, want) in cases {
+            assert_eq!(
+                names_a_missing_claim(volume, present.as_ref()),
+                want,
+                "{present:?}"
+            );
+        }
     }
 
     #[test]
