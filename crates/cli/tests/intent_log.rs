@@ -6,38 +6,21 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::Cluster;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
 const CLAIMS: usize = 5_000;
-const ANNOTATION: &str = "volstack.dev/in-flight";
 
-/// Records per intent-log Lease, and the largest annotation total seen.
+/// Records in the intent log, the Leases holding them, and the largest annotation total.
 async fn intent_records(c: &Cluster) -> (usize, usize, usize) {
-    let leases = Api::<Lease>::all(c.client.clone())
-        .list(&Default::default())
-        .await
-        .unwrap();
-    let mut records = 0;
-    let mut shards = 0;
-    let mut largest = 0;
-    for lease in leases.items {
-        let annotations = lease.metadata.annotations.unwrap_or_default();
-        let Some(text) = annotations.get(ANNOTATION) else {
-            continue;
-        };
-        let map: BTreeMap<String, serde_json::Value> = serde_json::from_str(text).unwrap();
-        records += map.len();
-        shards += 1;
-        largest = largest.max(annotations.iter().map(|(k, v)| k.len() + v.len()).sum());
-    }
-    (records, shards, largest)
+    let shards = c.intent_shards().await;
+    let records = shards.iter().map(|(_, volumes)| volumes.len()).sum();
+    let largest = shards.iter().map(|(bytes, _)| *bytes).max().unwrap_or(0);
+    (records, shards.len(), largest)
 }
 
 #[tokio::test]

@@ -573,24 +573,11 @@ async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume
 
 /// Names of the volumes the intent log records.
 async fn intent_volumes(c: &Cluster) -> Vec<String> {
-    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::all(c.client.clone())
-        .list(&Default::default())
+    c.intent_shards()
         .await
-        .unwrap();
-    let mut names = Vec::new();
-    for lease in leases.items {
-        if let Some(text) = lease
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .get("volstack.dev/in-flight")
-        {
-            let map: std::collections::BTreeMap<String, serde_json::Value> =
-                serde_json::from_str(text).unwrap();
-            names.extend(map.into_keys());
-        }
-    }
-    names
+        .into_iter()
+        .flat_map(|(_, volumes)| volumes)
+        .collect()
 }
 
 #[tokio::test]

@@ -331,6 +331,26 @@ impl Cluster {
         }
     }
 
+    /// The intent log as stored: per Lease that holds one, (its annotations' total bytes, the
+    /// volumes it records).
+    pub async fn intent_shards(&self) -> Vec<(usize, Vec<String>)> {
+        let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .unwrap();
+        let mut shards = Vec::new();
+        for lease in leases.items {
+            let annotations = lease.metadata.annotations.unwrap_or_default();
+            let Some(text) = annotations.get("volstack.dev/in-flight") else {
+                continue;
+            };
+            let records: BTreeMap<String, Value> = serde_json::from_str(text).unwrap();
+            let bytes = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+            shards.push((bytes, records.into_keys().collect()));
+        }
+        shards
+    }
+
     pub fn api_writes(&self, client: &str) -> BTreeMap<(String, String), u64> {
         let mut out = BTreeMap::new();
         for ((verb, resource, _code, c), n) in self.server.request_counts() {

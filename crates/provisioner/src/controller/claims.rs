@@ -43,6 +43,24 @@ pub struct InFlight {
     pub secret: Option<SecretRef>,
 }
 
+impl InFlight {
+    /// Its intent-log record (the request without secrets).
+    pub fn record(&self) -> Record {
+        let secret = self
+            .secret
+            .as_ref()
+            .map(|s| (s.namespace.clone(), s.name.clone()));
+        let namespace = self.claim.namespace.clone().unwrap_or_default();
+        Record::new(
+            &namespace,
+            &self.claim.name,
+            &self.claim_uid,
+            &self.request,
+            secret,
+        )
+    }
+}
+
 /// Why a claim was not provisioned this time. Every variant is retried with backoff; the
 /// comment says which upstream class it belongs to.
 #[derive(Debug, thiserror::Error)]
@@ -264,28 +282,18 @@ impl Provisioner {
         let topology = self.topology_for(claim, &class, selected.as_deref())?;
         let secrets = self.fetch_secret(plan.provisioner_secret.as_ref()).await?;
         let request = create_request(&plan, HashMap::new(), topology.as_ref());
-        lock(&self.inflight).insert(
-            pv_name.clone(),
-            InFlight {
-                claim: ObjectRef::from_obj(claim.as_ref()),
-                claim_uid: uid.clone(),
-                request: request.clone(),
-                secret: plan.provisioner_secret.clone(),
-            },
-        );
+        let flight = InFlight {
+            claim: ObjectRef::from_obj(claim.as_ref()),
+            claim_uid: uid.clone(),
+            request: request.clone(),
+            secret: plan.provisioner_secret.clone(),
+        };
+        let record = flight.record();
+        lock(&self.inflight).insert(pv_name.clone(), flight);
         if let Some(log) = self.intents.get() {
-            let namespace = claim.metadata.namespace.clone().unwrap_or_default();
-            let name = claim.metadata.name.clone().unwrap_or_default();
-            let secret = plan
-                .provisioner_secret
-                .as_ref()
-                .map(|s| (s.namespace.clone(), s.name.clone()));
-            log.record(
-                &pv_name,
-                Record::new(&namespace, &name, &uid, &request, secret),
-            )
-            .await
-            .map_err(|e| ClaimError::Intent(e.to_string()))?;
+            log.record(&pv_name, record)
+                .await
+                .map_err(|e| ClaimError::Intent(e.to_string()))?;
         }
         let mut full = request;
         full.secrets = secrets.clone();
@@ -582,19 +590,7 @@ impl Provisioner {
         // that put it in flight may have failed to store it, and a crash after this call
         // would otherwise leave a volume nobody knows of.
         if let Some(log) = self.intents.get() {
-            let secret = flight
-                .secret
-                .as_ref()
-                .map(|s| (s.namespace.clone(), s.name.clone()));
-            let namespace = flight.claim.namespace.clone().unwrap_or_default();
-            let record = Record::new(
-                &namespace,
-                &flight.claim.name,
-                &flight.claim_uid,
-                &flight.request,
-                secret,
-            );
-            log.record(name, record)
+            log.record(name, flight.record())
                 .await
                 .map_err(|e| cleanup_error(e.to_string()))?;
         }
