@@ -302,7 +302,8 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::Encode(_)
             | StoreError::Open(_)
             | StoreError::Legacy(_)
-            | StoreError::Replay { .. } => ApiError::internal(error.to_string()),
+            | StoreError::Replay { .. }
+            | StoreError::Malformed(_) => ApiError::internal(error.to_string()),
         }
     }
 }

@@ -96,6 +96,9 @@ pub enum StoreError {
         /// The parse error.
         source: serde_json::Error,
     },
+    /// A stored record is not framed as the store writes them.
+    #[error("failed to replay the store: {0}")]
+    Malformed(&'static str),
     /// Queueing or writing the log failed; the store refuses writes from now on.
     #[error("storage failed: {0}")]
     Failed(#[source] LogError),
@@ -520,18 +523,15 @@ fn encode(key: &str, object: Option<&Value>) -> Result<Vec<u8>, serde_json::Erro
 }
 
 fn decode(record: &[u8]) -> Result<(String, Option<Value>), StoreError> {
-    let bad = |what: &str| StoreError::Replay {
-        key: String::new(),
-        source: serde_json::Error::io(std::io::Error::other(what.to_string())),
-    };
+    let bad = StoreError::Malformed;
     let len_bytes: [u8; 4] = record
         .get(..4)
         .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| bad("a record shorter than its key length"))?;
+        .ok_or(bad("a record shorter than its key length"))?;
     let len = u32::from_le_bytes(len_bytes) as usize;
     let key = record
         .get(4..4 + len)
-        .ok_or_else(|| bad("a record shorter than its key"))?;
+        .ok_or(bad("a record shorter than its key"))?;
     let key = String::from_utf8_lossy(key).into_owned();
     let body = &record[4 + len..];
     if body.is_empty() {
