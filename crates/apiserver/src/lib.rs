@@ -194,7 +194,7 @@ pub async fn serve(
         action: "open the store".into(),
         source: std::io::Error::other(e.to_string()),
     })??;
-    let app = server::new_app(store, token.clone());
+    let app = server::new_app(store, token.clone()).await?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|source| Error::Io {

@@ -17,7 +17,7 @@ use crate::objects::{self, merge_update, prepare_create, strip_directives, valid
 use crate::registry::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Store, Write2};
+use crate::store::{Store, StoreError, Write2};
 use crate::tables::table;
 
 /// Largest accepted body (kube-apiserver's default is 3 MiB).
@@ -1143,8 +1143,9 @@ async fn delete_collection(app: &Shared, t: &Target, query: &Query) -> Result<Re
     ))
 }
 
-/// Builds the application state with the built-in namespaces.
-pub fn new_app(store: Store, token: String) -> Shared {
+/// Builds the application state with the built-in namespaces, and returns once they are
+/// durable and visible (a client that connects first must find `default`).
+pub async fn new_app(store: Store, token: String) -> Result<Shared, StoreError> {
     let app = Arc::new(App {
         store,
         registry: Registry::default(),
@@ -1155,20 +1156,24 @@ pub fn new_app(store: Store, token: String) -> Shared {
         close_watches: tokio::sync::watch::channel((String::new(), 0)).0,
     });
     refresh_crds(&app);
+    let mut last = 0;
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-        if app.store.get("/namespaces", "", ns).is_none() {
-            let rt = app.registry.find("", "v1", "namespaces");
-            if let Some(rt) = rt {
-                let mut obj = json!({"metadata": {"name": ns}});
-                if prepare_create(&rt, "", &mut obj).is_ok() {
-                    let _ = app.store.write("/namespaces", "", ns, |_, _| {
-                        Ok::<_, ApiError>(Write2::Put(obj))
-                    });
-                }
-            }
+        if app.store.get("/namespaces", "", ns).is_some() {
+            continue;
+        }
+        let Some(rt) = app.registry.find("", "v1", "namespaces") else {
+            continue;
+        };
+        let mut obj = json!({"metadata": {"name": ns}});
+        if prepare_create(&rt, "", &mut obj).is_ok() {
+            let (_, rv) = app.store.write("/namespaces", "", ns, |_, _| {
+                Ok::<_, StoreError>(Write2::Put(obj))
+            })?;
+            last = last.max(rv);
         }
     }
-    app
+    app.store.wait_durable(last).await?;
+    Ok(app)
 }
 
 /// Where the server keeps its kubeconfig and how it is reached.
