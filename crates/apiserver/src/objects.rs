@@ -273,7 +273,35 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
         ("", "namespaces") => {
             set_default(obj, &["spec", "finalizers"], json!(["kubernetes"]));
         }
-        ("", "secrets") => merge_string_data(obj),
+        ("", "secrets") => {
+            merge_string_data(obj);
+            if obj.get("type").is_some_and(|t| t == "") {
+                obj["type"] = Value::Null;
+            }
+            set_default(obj, &["type"], json!("Opaque"));
+        }
+        ("storage.k8s.io", "csidrivers") => {
+            set_default(obj, &["spec", "attachRequired"], json!(true));
+            set_default(obj, &["spec", "podInfoOnMount"], json!(false));
+            set_default(obj, &["spec", "storageCapacity"], json!(false));
+            set_default(obj, &["spec", "requiresRepublish"], json!(false));
+            set_default(obj, &["spec", "seLinuxMount"], json!(false));
+            set_default(
+                obj,
+                &["spec", "fsGroupPolicy"],
+                json!("ReadWriteOnceWithFSType"),
+            );
+            set_default(
+                obj,
+                &["spec", "volumeLifecycleModes"],
+                json!(["Persistent"]),
+            );
+        }
+        ("apps", "deployments") => {
+            set_default(obj, &["spec", "replicas"], json!(1));
+            set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
+            set_default(obj, &["spec", "progressDeadlineSeconds"], json!(600));
+        }
         _ => {}
     }
 }

@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::access;
+use crate::media::{self, Format};
 use crate::objects::{self, merge_update, prepare_create, strip_directives, validate};
+use crate::protobuf;
 use crate::registry::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
@@ -275,7 +277,9 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
         Ok(r) => r,
         Err(e) => return ("GET", String::new(), e.into_response()),
     };
-    if let Err(e) = check_accept(&headers) {
+    if !matches!(route, Route::Object(_))
+        && let Err(e) = check_accept(&headers)
+    {
         return ("", String::new(), e.into_response());
     }
     let declared = headers
@@ -333,13 +337,101 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
                     return (verb, resource, error.into_response());
                 }
             }
+            let accept = match negotiate(&target, &headers) {
+                Ok(accept) => accept,
+                Err(error) => return (verb, resource, error.into_response()),
+            };
+            let body = match json_body(&method, &headers, body) {
+                Ok(body) => body,
+                Err(error) => return (verb, resource, error.into_response()),
+            };
             let (verb, result) = object_request(app, &method, target, &query, &headers, body).await;
-            (
-                verb,
-                resource,
-                result.unwrap_or_else(IntoResponse::into_response),
-            )
+            let response = result.unwrap_or_else(IntoResponse::into_response);
+            let response = match accept.preferred {
+                Format::Protobuf if verb != "WATCH" && !wants_table(&headers) => {
+                    to_protobuf(response).await
+                }
+                _ => response,
+            };
+            (verb, resource, response)
         }
+    }
+}
+
+/// What the client accepts for this resource: a client that takes protobuf only gets 406 for
+/// a kind that has no protobuf form (custom resources), before anything is done.
+fn negotiate(target: &Target, headers: &HeaderMap) -> Result<media::Accepted, ApiError> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let accepted = media::accepted(accept)?;
+    if accepted.preferred == Format::Protobuf
+        && !accepted.json
+        && !protobuf::supports(&target.rt.api_version(), &target.rt.kind)
+    {
+        return Err(ApiError::not_acceptable(format!(
+            "{} is served as JSON only; only the following media types are accepted: application/json, application/yaml",
+            target.rt.kind
+        )));
+    }
+    Ok(accepted)
+}
+
+/// The body of a create, update or delete as JSON: protobuf bodies are converted here, so the
+/// handlers see JSON only. Patches carry their own media types and pass through.
+fn json_body(method: &Method, headers: &HeaderMap, body: Bytes) -> Result<Bytes, ApiError> {
+    if !matches!(method.as_str(), "POST" | "PUT" | "DELETE") || body.is_empty() {
+        return Ok(body);
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    match media::body_format(content_type)? {
+        Format::Json => Ok(body),
+        Format::Protobuf => match protobuf::decode_object(&body) {
+            Ok(object) => Ok(Bytes::from(object.to_string())),
+            Err(error @ protobuf::ProtobufError::Unsupported { .. }) => {
+                Err(ApiError::unsupported_media(format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json ({error})"
+                )))
+            }
+            Err(error) => Err(ApiError::bad_request(format!(
+                "the protobuf request body could not be read: {error}"
+            ))),
+        },
+    }
+}
+
+/// Rewrites a JSON answer (object, list or Status) in protobuf. An object this server cannot
+/// write in protobuf (a field outside its table) is answered in JSON, which client-go reads by
+/// the answer's Content-Type.
+async fn to_protobuf(response: Response) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if !is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return ApiError::internal("failed to read the answer").into_response();
+    };
+    let encoded = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .map(|value| protobuf::encode_object(&value));
+    match encoded {
+        Some(Ok(pb)) => {
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(protobuf::MEDIA_TYPE),
+            );
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, axum::body::Body::from(pb))
+        }
+        Some(Err(error)) => {
+            tracing::debug!(%error, "answering in JSON: no protobuf form");
+            Response::from_parts(parts, axum::body::Body::from(bytes))
+        }
+        None => Response::from_parts(parts, axum::body::Body::from(bytes)),
     }
 }
 
@@ -625,26 +717,12 @@ async fn object_request(
     }
     if crate::reviews::is_review(&rt.group, &rt.plural) {
         return match (method.as_str(), t.name.is_none()) {
-            ("POST", true) => {
-                // kubectl's typed clients send these as protobuf; the answer does not depend on
-                // what is asked (the token holder may do everything), so such a body is read as
-                // an empty request.
-                let protobuf = headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|c| c.starts_with("application/vnd.kubernetes.protobuf"));
-                let request = if protobuf {
-                    Ok(None)
-                } else {
-                    parse_body(&body).map(Some)
-                };
-                (
-                    "CREATE",
-                    request
-                        .and_then(|request| crate::reviews::answer(&rt, request))
-                        .map(|review| json_response(StatusCode::CREATED, &review)),
-                )
-            }
+            ("POST", true) => (
+                "CREATE",
+                parse_body(&body)
+                    .and_then(|request| crate::reviews::answer(&rt, Some(request)))
+                    .map(|review| json_response(StatusCode::CREATED, &review)),
+            ),
             _ => (
                 "",
                 Err(ApiError::method_not_allowed(format!(

@@ -27,6 +27,76 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
+/// How a stream writes its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// One JSON event per line.
+    Json,
+    /// Length-prefixed protobuf WatchEvents.
+    Protobuf,
+}
+
+impl Framing {
+    /// Protobuf when the client prefers it and the kind has a protobuf form; otherwise JSON,
+    /// which client-go reads by the answer's Content-Type.
+    fn choose(headers: &HeaderMap, api_version: &str, kind: &str) -> Self {
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        match crate::media::accepted(accept) {
+            Ok(a)
+                if a.preferred == crate::media::Format::Protobuf
+                    && crate::protobuf::supports(api_version, kind) =>
+            {
+                Framing::Protobuf
+            }
+            _ => Framing::Json,
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Framing::Json => "application/json",
+            Framing::Protobuf => crate::protobuf::WATCH_MEDIA_TYPE,
+        }
+    }
+
+    /// One event; `Err` carries an ERROR event that ends the stream (an object this server
+    /// cannot write in protobuf).
+    fn frame(self, kind: &str, object: &Value) -> Result<Bytes, Bytes> {
+        match self {
+            Framing::Json => Ok(event_line(kind, object)),
+            Framing::Protobuf => match crate::protobuf::watch_frame(kind, object) {
+                Ok(frame) => Ok(Bytes::from(frame)),
+                Err(error) => {
+                    let status = ApiError::internal(format!(
+                        "this object cannot be sent in protobuf: {error}; watch with Accept: application/json"
+                    ))
+                    .to_status();
+                    Err(crate::protobuf::watch_frame("ERROR", &status)
+                        .map(Bytes::from)
+                        .unwrap_or_default())
+                }
+            },
+        }
+    }
+}
+
+/// Sends one event; false when the stream is over (the client left or the object could not
+/// be framed, in which case an ERROR event went out instead).
+async fn send(
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    framing: Framing,
+    kind: &str,
+    object: &Value,
+) -> bool {
+    match framing.frame(kind, object) {
+        Ok(bytes) => tx.send(Ok(bytes)).await.is_ok(),
+        Err(error_event) => {
+            let _ = tx.send(Ok(error_event)).await;
+            false
+        }
+    }
+}
+
 pub(crate) async fn watch(
     app: &Shared,
     t: &Target,
@@ -66,10 +136,11 @@ pub(crate) async fn watch(
                     let status =
                         ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
                             .to_status();
-                    let body = event_line("ERROR", &status);
+                    let framing = Framing::choose(headers, &t.rt.api_version(), &t.rt.kind);
+                    let body = framing.frame("ERROR", &status).unwrap_or_else(|e| e);
                     return Ok((
                         StatusCode::OK,
-                        [(header::CONTENT_TYPE, "application/json")],
+                        [(header::CONTENT_TYPE, framing.content_type())],
                         body,
                     )
                         .into_response());
@@ -83,6 +154,11 @@ pub(crate) async fn watch(
             }
         };
     let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(256);
+    let framing = if as_table {
+        Framing::Json
+    } else {
+        Framing::choose(headers, &rt.api_version(), &rt.kind)
+    };
     let kind = rt.kind.clone();
     let api_version = rt.api_version();
     let app = app.clone();
@@ -98,32 +174,20 @@ pub(crate) async fn watch(
         };
         let mut last_rv = start_rv;
         for obj in &initial {
-            if filter.selects(obj)
-                && tx
-                    .send(Ok(event_line("ADDED", &render(obj))))
-                    .await
-                    .is_err()
-            {
+            if filter.selects(obj) && !send(&tx, framing, "ADDED", &render(obj)).await {
                 return;
             }
         }
         if send_initial {
             let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": start_rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
-            if tx
-                .send(Ok(event_line("BOOKMARK", &bookmark)))
-                .await
-                .is_err()
-            {
+            if !send(&tx, framing, "BOOKMARK", &bookmark).await {
                 return;
             }
         }
         for change in backlog {
             last_rv = change.rv;
             if let Some(event) = filter.event(&change)
-                && tx
-                    .send(Ok(event_line(event, &render(&change.object))))
-                    .await
-                    .is_err()
+                && !send(&tx, framing, event, &render(&change.object)).await
             {
                 return;
             }
@@ -149,7 +213,7 @@ pub(crate) async fn watch(
                     // this stream has passed on.
                     let rv = bookmark_rv(app.store.current_rv(), rx.len(), last_rv);
                     let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
-                    if tx.send(Ok(event_line("BOOKMARK", &bookmark))).await.is_err() {
+                    if !send(&tx, framing, "BOOKMARK", &bookmark).await {
                         return;
                     }
                 }
@@ -159,7 +223,7 @@ pub(crate) async fn watch(
                             continue;
                         }
                         last_rv = change.rv;
-                        if let Some(event) = filter.event(&change) && tx.send(Ok(event_line(event, &render(&change.object)))).await.is_err() {
+                        if let Some(event) = filter.event(&change) && !send(&tx, framing, event, &render(&change.object)).await {
                             return;
                         }
                     }
@@ -172,7 +236,7 @@ pub(crate) async fn watch(
     let stream = tokio_stream::wrappers::ReceiverStream::new(out);
     Ok(Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_TYPE, framing.content_type())
         .header(header::TRANSFER_ENCODING, "chunked")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| {

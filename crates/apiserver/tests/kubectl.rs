@@ -434,3 +434,51 @@ async fn kubectl_auth_whoami_and_can_i_answer_for_the_tokens_user() {
     assert_eq!(out.trim(), "yes");
     let _ = &f.server;
 }
+
+/// kubectl's typed clients send protobuf: `kubectl create ...` works and what it made reads
+/// back in JSON as it was meant.
+#[tokio::test]
+async fn kubectl_create_commands_send_protobuf_and_work() {
+    let f = start().await;
+    let commands: &[&[&str]] = &[
+        &["create", "namespace", "team"],
+        &["create", "configmap", "c1", "--from-literal=a=b"],
+        &["create", "secret", "generic", "s1", "--from-literal=p=q"],
+        &["create", "serviceaccount", "sa1"],
+        &["create", "deployment", "d1", "--image=nginx"],
+    ];
+    for args in commands {
+        let (ok, out, err) = kubectl(&f, args, None).await;
+        assert!(ok, "kubectl {args:?}: {err}");
+        assert!(out.contains("created"), "{out}");
+    }
+    let json = |args: &'static [&'static str]| {
+        let f = &f;
+        async move {
+            let (ok, out, err) = kubectl(f, args, None).await;
+            assert!(ok, "{err}");
+            serde_json::from_str::<serde_json::Value>(&out).unwrap()
+        }
+    };
+    let ns = json(&["get", "namespace", "team", "-o", "json"]).await;
+    assert_eq!(ns["status"]["phase"], "Active");
+    let cm = json(&["get", "configmap", "c1", "-o", "json"]).await;
+    assert_eq!(cm["data"], serde_json::json!({"a": "b"}));
+    // Go writes every string of ObjectMeta; the empty ones are not stored.
+    assert!(cm["metadata"].get("generateName").is_none(), "{cm}");
+    let secret = json(&["get", "secret", "s1", "-o", "json"]).await;
+    assert_eq!(secret["data"]["p"], "cQ==");
+    assert_eq!(secret["type"], "Opaque");
+    let deployment = json(&["get", "deployment", "d1", "-o", "json"]).await;
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "nginx");
+    assert_eq!(container["name"], "nginx");
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    // Deleting sends DeleteOptions in protobuf.
+    let (ok, _, err) = kubectl(&f, &["delete", "configmap", "c1"], None).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl(&f, &["get", "configmaps", "-o", "name"], None).await;
+    assert!(ok, "{err}");
+    assert!(!out.contains("configmap/c1"), "{out}");
+    let _ = &f.server;
+}
