@@ -7,12 +7,14 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod apply;
 pub mod claim_rules;
 pub mod faults;
 pub mod list_versions;
 pub mod listener;
 pub mod media;
 pub mod objects;
+pub mod patch;
 pub mod protobuf;
 pub mod registry;
 pub mod reviews;

@@ -436,7 +436,22 @@ pub fn merge_update(
             }
         }
     }
-    meta.remove("managedFields");
+    // Field ownership stays unless the write sets it (server-side apply does; an empty list
+    // clears it, as in kube-apiserver).
+    match meta.get("managedFields") {
+        Some(Value::Array(list)) if list.is_empty() => {
+            meta.remove("managedFields");
+        }
+        Some(Value::Array(_)) => {}
+        _ => match cm.get("managedFields") {
+            Some(v) => {
+                meta.insert("managedFields".into(), v.clone());
+            }
+            None => {
+                meta.remove("managedFields");
+            }
+        },
+    }
     if !status_only {
         let spec_changed = spec_of(current) != spec_of(&next);
         if spec_changed {
@@ -455,20 +470,6 @@ fn spec_of(v: &Value) -> Value {
         m.remove("status");
     }
     copy
-}
-
-/// Removes `$`-directives of strategic merge patches that merge patch does not know.
-pub fn strip_directives(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.retain(|k, _| !k.starts_with('$'));
-            for child in m.values_mut() {
-                strip_directives(child);
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(strip_directives),
-        _ => {}
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::access;
 use crate::media::{self, Format};
-use crate::objects::{self, merge_update, prepare_create, strip_directives, validate};
+use crate::objects::{self, merge_update, prepare_create, validate};
+use crate::patch::{self, PatchError, PatchKind};
 use crate::protobuf;
 use crate::registry::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -756,7 +757,7 @@ async fn object_request(
         ),
         ("POST", None) => ("CREATE", create(app, &t, query, body).await),
         ("PUT", Some(name)) => ("UPDATE", update(app, &t, &name, body).await),
-        ("PATCH", Some(name)) => ("PATCH", patch(app, &t, &name, headers, body).await),
+        ("PATCH", Some(name)) => ("PATCH", patch(app, &t, &name, headers, query, body).await),
         ("DELETE", Some(name)) => (
             "DELETE",
             delete(app, &rt, &ns, &name, &body)
@@ -864,8 +865,23 @@ async fn create(
             "the namespace of the object is required (POST to /namespaces/{ns}/...)",
         ));
     }
-    let mut obj = parse_body(&body)?;
+    let obj = parse_body(&body)?;
+    create_object(app, t, query, obj, None).await
+}
+
+/// Creates `obj`; `managed_fields` is the field ownership of a server-side apply that creates.
+pub(crate) async fn create_object(
+    app: &Shared,
+    t: &Target,
+    query: &Query,
+    mut obj: Value,
+    managed_fields: Option<Value>,
+) -> Result<Response, ApiError> {
+    let ns = t.namespace.clone().unwrap_or_default();
     let name = prepare_create(&t.rt, &ns, &mut obj)?;
+    if let Some(managed) = managed_fields {
+        obj["metadata"]["managedFields"] = managed;
+    }
     validate(&t.rt, &obj, None)?;
     namespace_active(app, &t.rt, &ns)?;
     if query.get("dryRun") == Some("All") {
@@ -899,7 +915,7 @@ fn refresh_crds(app: &App) {
 
 /// Applies an update (full object) under optimistic concurrency; deletes the object when it is
 /// being deleted and has no finalizers left.
-async fn apply_update(
+pub(crate) async fn apply_update(
     app: &Shared,
     t: &Target,
     name: &str,
@@ -959,21 +975,6 @@ async fn update(app: &Shared, t: &Target, name: &str, body: Bytes) -> Result<Res
     apply_update(app, t, name, incoming, true).await
 }
 
-fn merge_patch(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(t), Some(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        _ => *target = patch.clone(),
-    }
-}
-
 /// A patch may not turn the object or its metadata into something other than a JSON object.
 fn patched_is_an_object(t: &Target, name: &str, next: &Value) -> Result<(), ApiError> {
     if next.is_object() && next["metadata"].is_object() {
@@ -991,107 +992,38 @@ async fn patch(
     t: &Target,
     name: &str,
     headers: &HeaderMap,
+    query: &Query,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string();
-    let ns = t.namespace.clone().unwrap_or_default();
-    let current = app
-        .store
-        .get(&t.rt.key(), &ns, name)
-        .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
-    let mut next = (*current).clone();
-    if !matches!(
-        content_type.as_str(),
-        "application/merge-patch+json"
-            | "application/strategic-merge-patch+json"
-            | "application/json-patch+json"
-            | "application/apply-patch+yaml"
-    ) {
-        return Err(ApiError::unsupported_media(format!(
-            "the body of the request was in an unknown format ({content_type:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
-        )));
-    }
-    if content_type == "application/apply-patch+yaml" {
-        return Err(ApiError::unsupported_media(
-            "server-side apply is not supported by this server; use kubectl apply (client-side) or another patch type",
-        ));
-    }
+        .and_then(|v| v.to_str().ok());
+    let kind = PatchKind::from_content_type(content_type)?;
     let patch_value = parse_body(&body)?;
-    if content_type != "application/json-patch+json" && !patch_value.is_object() {
-        return Err(ApiError::bad_request(
-            "the patch must be a JSON object (a merge patch that is not an object would replace the whole object)",
-        ));
+    if kind == PatchKind::Apply {
+        return crate::apply::server_side_apply(app, t, name, query, patch_value).await;
     }
-    match content_type.as_str() {
-        "application/merge-patch+json" => merge_patch(&mut next, &patch_value),
-        "application/strategic-merge-patch+json" => {
-            let mut p = patch_value.clone();
-            strip_directives(&mut p);
-            merge_patch(&mut next, &p);
-        }
-        "application/json-patch+json" => {
-            let ops: json_patch::Patch = serde_json::from_value(patch_value.clone())
-                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(&mut next, &ops).map_err(|e| {
-                ApiError::invalid(
-                    &t.rt.kind,
-                    name,
-                    &format!("the JSON patch could not be applied: {e}"),
-                )
-            })?;
-        }
-        "application/apply-patch+yaml" => {
-            return Err(ApiError::unsupported_media(
-                "server-side apply is not supported by this server; use kubectl apply (client-side) or another patch type",
-            ));
-        }
-        other => {
-            return Err(ApiError::unsupported_media(format!(
-                "the body of the request was in an unknown format ({other:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
-            )));
-        }
-    }
-    patched_is_an_object(t, name, &next)?;
+    let ns = t.namespace.clone().unwrap_or_default();
     // A patch that names a resourceVersion is a precondition; otherwise the patch applies to
-    // what we just read, and a concurrent change makes it retry.
+    // what was just read, and a concurrent change makes it read again and retry.
     let patched_rv = patch_value["metadata"]["resourceVersion"]
         .as_str()
         .map(str::to_string);
-    if patched_rv.is_none() {
-        next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
-    }
     for _ in 0..5 {
-        match apply_update(app, t, name, next.clone(), true).await {
-            Err(e) if e.code == 409 && patched_rv.is_none() => {
-                let fresh = app
-                    .store
-                    .get(&t.rt.key(), &ns, name)
-                    .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
-                next = (*fresh).clone();
-                match content_type.as_str() {
-                    "application/json-patch+json" => {
-                        let ops: json_patch::Patch = serde_json::from_value(patch_value.clone())
-                            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                        json_patch::patch(&mut next, &ops)
-                            .map_err(|e| ApiError::invalid(&t.rt.kind, name, &e.to_string()))?;
-                    }
-                    _ => {
-                        let mut p = patch_value.clone();
-                        strip_directives(&mut p);
-                        merge_patch(&mut next, &p);
-                    }
-                }
-                patched_is_an_object(t, name, &next)?;
-                next["metadata"]["resourceVersion"] = fresh["metadata"]["resourceVersion"].clone();
-            }
+        let current = app
+            .store
+            .get(&t.rt.key(), &ns, name)
+            .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
+        let mut next = patch::apply(kind, &current, &patch_value).map_err(|e| match e {
+            PatchError::Parse(message) => ApiError::bad_request(message),
+            PatchError::Apply(_) => ApiError::invalid(&t.rt.kind, name, &e.to_string()),
+        })?;
+        patched_is_an_object(t, name, &next)?;
+        if patched_rv.is_none() {
+            next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+        }
+        match apply_update(app, t, name, next, true).await {
+            Err(e) if e.code == 409 && patched_rv.is_none() => continue,
             other => return other,
         }
     }

@@ -156,6 +156,15 @@ impl ApiError {
         e.group = Some(group.into());
         e
     }
+    /// 409 Conflict of a server-side apply, one cause per conflicting field.
+    pub fn conflict_with_causes(message: impl Into<String>, causes: Vec<Cause>) -> Self {
+        let mut e = Self::new(409, "Conflict", message);
+        e.extra = Some(Box::new(Extra {
+            causes,
+            retry_after: None,
+        }));
+        e
+    }
     /// 410.
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)

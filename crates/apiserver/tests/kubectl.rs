@@ -482,3 +482,155 @@ async fn kubectl_create_commands_send_protobuf_and_work() {
     assert!(!out.contains("configmap/c1"), "{out}");
     let _ = &f.server;
 }
+
+fn deployment_yaml(replicas: u32, containers: &[(&str, &str)]) -> String {
+    let mut yaml = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n"
+    );
+    for (name, image) in containers {
+        yaml.push_str(&format!("      - name: {name}\n        image: {image}\n"));
+    }
+    yaml
+}
+
+async fn deployment_json(f: &Fixture) -> serde_json::Value {
+    let (ok, out, err) = kubectl(f, &["get", "deployment", "web", "-o", "json"], None).await;
+    assert!(ok, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn container_images(d: &serde_json::Value) -> Vec<(String, String)> {
+    d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["image"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Client-side apply sends strategic merge patches: containers merge by name, so a container
+/// someone else added survives a re-apply that changes the list.
+#[tokio::test]
+async fn kubectl_apply_merges_containers_by_name_and_keeps_what_others_added() {
+    let f = start().await;
+    let first = deployment_yaml(1, &[("app", "app:1")]);
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&first)).await;
+    assert!(ok, "{err}");
+    let sidecar =
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","image":"sidecar:1"}]}}}}"#;
+    let (ok, _, err) = kubectl(&f, &["patch", "deployment", "web", "-p", sidecar], None).await;
+    assert!(ok, "{err}");
+    let second = deployment_yaml(1, &[("app", "app:2"), ("extra", "extra:1")]);
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&second)).await;
+    assert!(ok, "{err}");
+    let mut images = container_images(&deployment_json(&f).await);
+    images.sort();
+    assert_eq!(
+        images,
+        vec![
+            ("app".to_string(), "app:2".to_string()),
+            ("extra".to_string(), "extra:1".to_string()),
+            ("sidecar".to_string(), "sidecar:1".to_string()),
+        ]
+    );
+    // Removing a container from the file removes it (and only it).
+    let third = deployment_yaml(1, &[("app", "app:2")]);
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&third)).await;
+    assert!(ok, "{err}");
+    let mut images = container_images(&deployment_json(&f).await);
+    images.sort();
+    assert_eq!(
+        images,
+        vec![
+            ("app".to_string(), "app:2".to_string()),
+            ("sidecar".to_string(), "sidecar:1".to_string()),
+        ]
+    );
+    let _ = &f.server;
+}
+
+/// Server-side apply: a second manager's different value is a conflict worded as
+/// kube-apiserver words it; --force-conflicts takes the field over.
+#[tokio::test]
+async fn kubectl_server_side_apply_reports_conflicts_and_forces_them() {
+    let f = start().await;
+    let alice = deployment_yaml(1, &[("app", "app:1")]);
+    let (ok, out, err) = kubectl(
+        &f,
+        &["apply", "--server-side", "--field-manager=alice", "-f", "-"],
+        Some(&alice),
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("serverside-applied"), "{out}");
+    // The same configuration again: no change, no conflict.
+    let (ok, _, err) = kubectl(
+        &f,
+        &["apply", "--server-side", "--field-manager=alice", "-f", "-"],
+        Some(&alice),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let bob = deployment_yaml(2, &[("app", "app:1")]);
+    let (ok, _, err) = kubectl(
+        &f,
+        &["apply", "--server-side", "--field-manager=bob", "-f", "-"],
+        Some(&bob),
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        err.contains("Apply failed with 1 conflict: conflict with \"alice\": .spec.replicas"),
+        "{err}"
+    );
+    assert_eq!(deployment_json(&f).await["spec"]["replicas"], 1);
+    let (ok, _, err) = kubectl(
+        &f,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=bob",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        Some(&bob),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl(
+        &f,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["spec"]["replicas"], 2);
+    let managed = d["metadata"]["managedFields"].as_array().unwrap();
+    let owner_of_replicas: Vec<&str> = managed
+        .iter()
+        .filter(|m| !m["fieldsV1"]["f:spec"]["f:replicas"].is_null())
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(owner_of_replicas, vec!["bob"]);
+    // alice still owns what bob did not take.
+    assert!(
+        managed
+            .iter()
+            .any(|m| m["manager"] == "alice" && !m["fieldsV1"]["f:spec"]["f:selector"].is_null())
+    );
+    let _ = &f.server;
+}

@@ -1,0 +1,396 @@
+//! Patches: which kind a request sends (its Content-Type), and applying JSON patches, JSON
+//! merge patches and strategic merge patches to an object, as kube-apiserver does.
+//!
+//! A strategic merge patch merges lists of objects by their merge key (containers by name,
+//! conditions by type...) instead of replacing them, and understands the directives
+//! `$patch` (replace, delete, merge), `$setElementOrder/<list>`, `$retainKeys` and
+//! `$deleteFromPrimitiveList/<list>`.
+
+use serde_json::{Map, Value};
+
+use crate::status::ApiError;
+
+/// What a PATCH body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// RFC 6902 (`application/json-patch+json`).
+    Json,
+    /// RFC 7386 (`application/merge-patch+json`).
+    Merge,
+    /// Kubernetes' strategic merge patch.
+    Strategic,
+    /// Server-side apply (`application/apply-patch+yaml`).
+    Apply,
+}
+
+const PATCH_TYPES: &str = "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml";
+
+impl PatchKind {
+    /// The kind of a Content-Type, or 415 naming the ones there are.
+    pub fn from_content_type(content_type: Option<&str>) -> Result<Self, ApiError> {
+        let media = content_type
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match media.as_str() {
+            "application/json-patch+json" => Ok(PatchKind::Json),
+            "application/merge-patch+json" => Ok(PatchKind::Merge),
+            "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
+            "application/apply-patch+yaml" | "application/apply-patch+cbor" => Ok(PatchKind::Apply),
+            other => Err(ApiError::unsupported_media(format!(
+                "the body of the request was in an unknown format ({other:?}) - accepted media types include: {PATCH_TYPES}"
+            ))),
+        }
+    }
+}
+
+/// Why a patch could not be applied.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PatchError {
+    /// The body is not a patch of its kind.
+    #[error("{0}")]
+    Parse(String),
+    /// The patch does not fit the object (a JSON patch test or path that fails).
+    #[error("the patch could not be applied: {0}")]
+    Apply(String),
+}
+
+/// Applies a JSON, merge or strategic merge patch to `target`.
+pub fn apply(kind: PatchKind, target: &Value, patch: &Value) -> Result<Value, PatchError> {
+    let mut next = target.clone();
+    match kind {
+        PatchKind::Json => {
+            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| PatchError::Parse(format!("invalid JSON patch: {e}")))?;
+            json_patch::patch(&mut next, &ops).map_err(|e| PatchError::Apply(e.to_string()))?;
+        }
+        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply if !patch.is_object() => {
+            return Err(PatchError::Parse(
+                "the patch must be a JSON object (a merge patch that is not an object would replace the whole object)".into(),
+            ));
+        }
+        PatchKind::Merge => merge(&mut next, patch),
+        PatchKind::Strategic | PatchKind::Apply => strategic(&mut next, patch),
+    }
+    Ok(next)
+}
+
+/// RFC 7386: objects merge, `null` deletes, everything else replaces.
+pub fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(t) = target else {
+        return;
+    };
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// The merge key of a list field (Kubernetes' `patchMergeKey`), by the field's name.
+pub fn merge_key(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "secrets"
+        | "drivers"
+        | "resourceClaims"
+        | "schedulingGates"
+        | "readinessGates"
+        | "claims" => "name",
+        "conditions" | "addresses" => "type",
+        "ports" => "containerPort",
+        "volumeMounts" => "mountPath",
+        "volumeDevices" => "devicePath",
+        "ownerReferences" => "uid",
+        "hostAliases" => "ip",
+        "topologySpreadConstraints" => "topologyKey",
+        _ => return None,
+    })
+}
+
+/// Lists of strings that merge as sets (`patchStrategy: merge` without a key).
+fn merges_as_set(field: &str) -> bool {
+    matches!(field, "finalizers")
+}
+
+fn directive(value: &Value) -> Option<&str> {
+    value.get("$patch").and_then(Value::as_str)
+}
+
+/// The patch without its directives (what lands in the object).
+fn strip(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), strip(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .filter(|i| directive(i).is_none())
+                .map(strip)
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// A strategic merge patch.
+pub fn strategic(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    match directive(patch) {
+        Some("replace") => {
+            *target = strip(patch);
+            return;
+        }
+        Some("delete") => {
+            *target = Value::Null;
+            return;
+        }
+        _ => {}
+    }
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(t) = target else {
+        return;
+    };
+    for (k, v) in p {
+        if k.starts_with('$') {
+            continue;
+        }
+        match v {
+            Value::Null => {
+                t.remove(k);
+            }
+            Value::Array(items) => {
+                let slot = t.entry(k.clone()).or_insert(Value::Null);
+                merge_list(slot, items, k);
+            }
+            Value::Object(_) if directive(v) == Some("delete") => {
+                t.remove(k);
+            }
+            Value::Object(_) => strategic(t.entry(k.clone()).or_insert(Value::Null), v),
+            other => {
+                t.insert(k.clone(), other.clone());
+            }
+        }
+    }
+    for (k, v) in p {
+        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/")
+            && let (Some(Value::Array(list)), Value::Array(remove)) = (t.get_mut(field), v)
+        {
+            list.retain(|item| !remove.contains(item));
+        }
+    }
+    for (k, v) in p {
+        if let Some(field) = k.strip_prefix("$setElementOrder/")
+            && let (Some(Value::Array(list)), Value::Array(order)) = (t.get_mut(field), v)
+        {
+            reorder(list, order, merge_key(field));
+        }
+    }
+    if let Some(Value::Array(keep)) = p.get("$retainKeys") {
+        t.retain(|k, _| keep.iter().any(|kk| kk.as_str() == Some(k.as_str())));
+    }
+}
+
+fn merge_list(target: &mut Value, patch: &[Value], field: &str) {
+    if patch.iter().any(|i| directive(i) == Some("replace")) {
+        *target = strip(&Value::Array(patch.to_vec()));
+        return;
+    }
+    let key = merge_key(field);
+    let objects = patch.iter().all(Value::is_object);
+    match key {
+        Some(key) if objects => {
+            if !target.is_array() {
+                *target = Value::Array(Vec::new());
+            }
+            let Value::Array(live) = target else {
+                return;
+            };
+            for item in patch {
+                let id = item.get(key);
+                let position = id.and_then(|id| live.iter().position(|l| l.get(key) == Some(id)));
+                match (directive(item), position) {
+                    (Some("delete"), Some(_)) => live.retain(|l| l.get(key) != id),
+                    (Some("delete"), None) => {}
+                    (_, Some(i)) => strategic(&mut live[i], item),
+                    (_, None) => live.push(strip(item)),
+                }
+            }
+        }
+        None if merges_as_set(field) => {
+            if !target.is_array() {
+                *target = Value::Array(Vec::new());
+            }
+            let Value::Array(live) = target else {
+                return;
+            };
+            for item in patch {
+                if !live.contains(item) {
+                    live.push(item.clone());
+                }
+            }
+        }
+        _ => *target = strip(&Value::Array(patch.to_vec())),
+    }
+}
+
+/// Orders `list` as `order` says; items `order` does not name keep their order, after.
+fn reorder(list: &mut [Value], order: &[Value], key: Option<&str>) {
+    let rank = |item: &Value| {
+        order
+            .iter()
+            .position(|o| match key {
+                Some(k) => o.get(k).is_some() && o.get(k) == item.get(k),
+                None => o == item,
+            })
+            .unwrap_or(usize::MAX)
+    };
+    list.sort_by_key(rank);
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn content_types_name_the_patch_kind() {
+        let cases = [
+            (Some("application/json-patch+json"), Some(PatchKind::Json)),
+            (
+                Some("application/merge-patch+json; charset=utf-8"),
+                Some(PatchKind::Merge),
+            ),
+            (
+                Some("application/strategic-merge-patch+json"),
+                Some(PatchKind::Strategic),
+            ),
+            (Some("application/apply-patch+yaml"), Some(PatchKind::Apply)),
+            (Some("application/json"), None),
+            (None, None),
+        ];
+        for (content_type, expected) in cases {
+            assert_eq!(
+                PatchKind::from_content_type(content_type).ok(),
+                expected,
+                "{content_type:?}"
+            );
+        }
+        let refused = PatchKind::from_content_type(Some("text/plain")).unwrap_err();
+        assert_eq!(refused.code, 415);
+        assert!(
+            refused
+                .message
+                .contains("application/strategic-merge-patch+json")
+        );
+    }
+
+    #[test]
+    fn strategic_merge_patches_merge_lists_by_key_and_follow_directives() {
+        let deployment = json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "app", "image": "a:1", "env": [{"name": "X", "value": "1"}]},
+                           {"name": "sidecar", "image": "s:1"}],
+            "volumes": [{"name": "v1", "emptyDir": {}}]}}},
+            "metadata": {"finalizers": ["a"], "labels": {"x": "1", "y": "2"}}});
+        let cases = [
+            (
+                "a container merges by name; the other stays",
+                json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "a:2"}]}}}}),
+                json!({"spec": {"template": {"spec": {
+                    "containers": [{"name": "app", "image": "a:2", "env": [{"name": "X", "value": "1"}]}, {"name": "sidecar", "image": "s:1"}],
+                    "volumes": [{"name": "v1", "emptyDir": {}}]}}}, "metadata": {"finalizers": ["a"], "labels": {"x": "1", "y": "2"}}}),
+            ),
+            (
+                "a new container is appended, one is deleted by $patch",
+                json!({"spec": {"template": {"spec": {"containers": [{"name": "new", "image": "n"}, {"name": "sidecar", "$patch": "delete"}]}}}}),
+                json!({"spec": {"template": {"spec": {
+                    "containers": [{"name": "app", "image": "a:1", "env": [{"name": "X", "value": "1"}]}, {"name": "new", "image": "n"}],
+                    "volumes": [{"name": "v1", "emptyDir": {}}]}}}, "metadata": {"finalizers": ["a"], "labels": {"x": "1", "y": "2"}}}),
+            ),
+            (
+                "$patch: replace in a list replaces it; finalizers merge as a set; null deletes",
+                json!({"spec": {"template": {"spec": {"volumes": [{"name": "v2"}, {"$patch": "replace"}]}}},
+                       "metadata": {"finalizers": ["b", "a"], "labels": {"y": null}}}),
+                json!({"spec": {"template": {"spec": {
+                    "containers": [{"name": "app", "image": "a:1", "env": [{"name": "X", "value": "1"}]}, {"name": "sidecar", "image": "s:1"}],
+                    "volumes": [{"name": "v2"}]}}}, "metadata": {"finalizers": ["a", "b"], "labels": {"x": "1"}}}),
+            ),
+            (
+                "$setElementOrder, $deleteFromPrimitiveList, $patch: replace on a map",
+                json!({"spec": {"template": {"spec": {"$setElementOrder/containers": [{"name": "sidecar"}, {"name": "app"}]}}},
+                       "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"], "labels": {"$patch": "replace", "z": "3"}}}),
+                json!({"spec": {"template": {"spec": {
+                    "containers": [{"name": "sidecar", "image": "s:1"}, {"name": "app", "image": "a:1", "env": [{"name": "X", "value": "1"}]}],
+                    "volumes": [{"name": "v1", "emptyDir": {}}]}}}, "metadata": {"finalizers": [], "labels": {"z": "3"}}}),
+            ),
+            (
+                "$retainKeys keeps only the named fields",
+                json!({"spec": {"template": {"spec": {"volumes": [{"name": "v1", "hostPath": {"path": "/x"}, "$retainKeys": ["name", "hostPath"]}]}}}}),
+                json!({"spec": {"template": {"spec": {
+                    "containers": [{"name": "app", "image": "a:1", "env": [{"name": "X", "value": "1"}]}, {"name": "sidecar", "image": "s:1"}],
+                    "volumes": [{"name": "v1", "hostPath": {"path": "/x"}}]}}}, "metadata": {"finalizers": ["a"], "labels": {"x": "1", "y": "2"}}}),
+            ),
+        ];
+        for (what, patch, expected) in cases {
+            let got = apply(PatchKind::Strategic, &deployment, &patch).unwrap();
+            assert_eq!(got, expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn merge_patches_replace_lists_and_json_patches_fail_cleanly() {
+        let target = json!({"a": [1, 2], "b": {"c": 1}});
+        assert_eq!(
+            apply(
+                PatchKind::Merge,
+                &target,
+                &json!({"a": [3], "b": {"c": null}})
+            )
+            .unwrap(),
+            json!({"a": [3], "b": {}})
+        );
+        assert!(matches!(
+            apply(PatchKind::Merge, &target, &json!([1])),
+            Err(PatchError::Parse(_))
+        ));
+        assert!(matches!(
+            apply(
+                PatchKind::Json,
+                &target,
+                &json!([{"op": "test", "path": "/a/0", "value": 9}])
+            ),
+            Err(PatchError::Apply(_))
+        ));
+        assert!(matches!(
+            apply(PatchKind::Json, &target, &json!({"op": "add"})),
+            Err(PatchError::Parse(_))
+        ));
+    }
+}
