@@ -314,7 +314,8 @@ async fn bad_requests_get_clean_status_errors() {
         b"<x/>".to_vec(),
     )
     .await;
-    assert_eq!(code, 404);
+    // kube-apiserver checks the patch type before it looks the object up.
+    assert_eq!(code, 415);
     raw(
         &f,
         "POST",
