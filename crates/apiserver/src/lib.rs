@@ -9,6 +9,7 @@
 pub mod access;
 pub mod apply;
 pub mod claim_rules;
+pub mod discovery;
 pub mod faults;
 pub mod list_versions;
 pub mod listener;

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::access;
+use crate::discovery;
 use crate::media::{self, Format};
 use crate::objects::{self, merge_update, prepare_create, validate};
 use crate::patch::{self, PatchError, PatchKind};
@@ -193,7 +194,7 @@ fn route(app: &App, path: &str) -> Result<Route, ApiError> {
     Ok(Route::Object(target))
 }
 
-fn json_response(code: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
     (
         code,
         [(header::CONTENT_TYPE, "application/json")],
@@ -303,26 +304,39 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
             json_response(StatusCode::OK, &version()),
         ),
         Route::Metrics => ("GET", String::new(), metrics(app)),
+        Route::ApiVersions if discovery::wants_aggregated(&headers) => (
+            "GET",
+            String::new(),
+            discovery::aggregated_response(&discovery::aggregated(app, true)),
+        ),
+        Route::ApiGroups if discovery::wants_aggregated(&headers) => (
+            "GET",
+            String::new(),
+            discovery::aggregated_response(&discovery::aggregated(app, false)),
+        ),
         Route::ApiVersions => (
             "GET",
             String::new(),
-            json_response(StatusCode::OK, &api_versions(app)),
+            json_response(StatusCode::OK, &discovery::api_versions(app)),
         ),
         Route::ApiGroups => (
             "GET",
             String::new(),
-            json_response(StatusCode::OK, &api_groups(app)),
+            json_response(StatusCode::OK, &discovery::api_groups(app)),
         ),
-        Route::Resources(g, v) => ("GET", String::new(), resource_list(app, &g, &v)),
+        Route::Resources(g, v) => ("GET", String::new(), discovery::resource_list(app, &g, &v)),
         Route::OpenApiRoot => (
             "GET",
             String::new(),
-            json_response(StatusCode::OK, &openapi_root(app)),
+            json_response(StatusCode::OK, &discovery::openapi_root(app)),
         ),
         Route::OpenApiGroupVersion(g, v) => (
             "GET",
             String::new(),
-            json_response(StatusCode::OK, &openapi_group_version(app, &g, &v)),
+            json_response(
+                StatusCode::OK,
+                &discovery::openapi_group_version(app, &g, &v),
+            ),
         ),
         Route::Object(target) => {
             let resource = target.rt.plural.clone();
@@ -499,150 +513,6 @@ fn version() -> Value {
         "major": "1", "minor": "34", "gitVersion": "v1.34.0-volstack", "gitCommit": "", "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z", "goVersion": "rust", "compiler": "rustc", "platform": "linux/amd64"
     })
-}
-
-fn api_versions(app: &App) -> Value {
-    let address = app
-        .address
-        .lock()
-        .ok()
-        .and_then(|a| *a)
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}]})
-}
-
-fn api_groups(app: &App) -> Value {
-    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for t in app.registry.all() {
-        if t.group.is_empty() {
-            continue;
-        }
-        let versions = groups.entry(t.group.clone()).or_default();
-        if !versions.contains(&t.version) {
-            versions.push(t.version.clone());
-        }
-    }
-    let groups: Vec<Value> = groups
-        .into_iter()
-        .map(|(g, vs)| {
-            let versions: Vec<Value> = vs
-                .iter()
-                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
-                .collect();
-            json!({"name": g, "versions": versions.clone(), "preferredVersion": versions[0]})
-        })
-        .collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
-}
-
-fn resource_list(app: &App, group: &str, version: &str) -> Response {
-    let types: Vec<ResourceType> = app
-        .registry
-        .all()
-        .into_iter()
-        .filter(|t| t.group == group && t.version == version)
-        .collect();
-    if types.is_empty() {
-        return ApiError::no_route(&format!("{group}/{version}")).into_response();
-    }
-    let mut resources = Vec::new();
-    for t in &types {
-        let verbs = if crate::reviews::is_review(&t.group, &t.plural) {
-            json!(["create"])
-        } else {
-            json!([
-                "create",
-                "delete",
-                "deletecollection",
-                "get",
-                "list",
-                "patch",
-                "update",
-                "watch"
-            ])
-        };
-        let mut r = json!({
-            "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
-            "verbs": verbs,
-        });
-        if !t.short_names.is_empty() {
-            r["shortNames"] = json!(t.short_names);
-        }
-        if let Some(categories) = crate::registry::categories(&t.group, &t.plural) {
-            r["categories"] = json!(categories);
-        }
-        resources.push(r);
-        if t.status {
-            resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
-        }
-    }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    json_response(
-        StatusCode::OK,
-        &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
-    )
-}
-
-/// The OpenAPI v3 index: one document per group version. kubectl reads it to learn that the
-/// server validates fields itself (`fieldValidation`), so it needs no schemas.
-fn openapi_root(app: &App) -> Value {
-    let mut paths = serde_json::Map::new();
-    for t in app.registry.all() {
-        let key = if t.group.is_empty() {
-            format!("api/{}", t.version)
-        } else {
-            format!("apis/{}/{}", t.group, t.version)
-        };
-        paths.insert(
-            key.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash=volstack")}),
-        );
-    }
-    json!({"paths": paths})
-}
-
-fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
-    let mut paths = serde_json::Map::new();
-    let param = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
-    for t in app
-        .registry
-        .all()
-        .into_iter()
-        .filter(|t| t.group == group && t.version == version)
-    {
-        let prefix = if group.is_empty() {
-            format!("/api/{version}")
-        } else {
-            format!("/apis/{group}/{version}")
-        };
-        let item = if t.namespaced {
-            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
-        } else {
-            format!("{prefix}/{}/{{name}}", t.plural)
-        };
-        let collection = if t.namespaced {
-            format!("{prefix}/namespaces/{{namespace}}/{}", t.plural)
-        } else {
-            format!("{prefix}/{}", t.plural)
-        };
-        let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
-        let op = |action: &str| {
-            json!({
-                "x-kubernetes-action": action,
-                "x-kubernetes-group-version-kind": gvk,
-                "parameters": [param("dryRun"), param("fieldManager"), param("fieldValidation")],
-                "responses": {"200": {"description": "OK"}},
-            })
-        };
-        paths.insert(item, json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
-        paths.insert(collection, json!({"get": op("list"), "post": op("post")}));
-    }
-    json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.34.0"}, "paths": paths, "components": {"schemas": {}}})
 }
 
 /// `/healthz` and `/livez` answer while the process serves; `/readyz` also fails once the store

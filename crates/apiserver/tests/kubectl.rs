@@ -635,3 +635,35 @@ async fn kubectl_server_side_apply_reports_conflicts_and_forces_them() {
     );
     let _ = &f.server;
 }
+
+/// kubectl reads aggregated discovery: two requests (/api, /apis), no per-group fallback.
+#[tokio::test]
+async fn kubectl_discovers_everything_from_aggregated_discovery() {
+    let f = start().await;
+    let cache = tempfile::tempdir().unwrap();
+    let cache_arg = format!("--cache-dir={}", cache.path().display());
+    let (ok, out, err) = kubectl(&f, &["api-resources", "-v=6", &cache_arg], None).await;
+    assert!(ok, "{err}");
+    for resource in [
+        "persistentvolumeclaims",
+        "csidrivers",
+        "leases",
+        "deployments",
+    ] {
+        assert!(out.contains(resource), "{out}");
+    }
+    let requests: Vec<&str> = err.lines().filter(|l| l.contains("GET https://")).collect();
+    assert!(
+        requests
+            .iter()
+            .any(|l| l.contains("/apis ") || l.contains("/apis?")),
+        "{err}"
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|l| l.contains("/apis/storage.k8s.io/v1")),
+        "kubectl fell back to per-group discovery: {requests:#?}"
+    );
+    let _ = &f.server;
+}
