@@ -676,11 +676,48 @@ pub(crate) fn selectors(query: &Query) -> Result<(LabelSelector, FieldSelector),
 }
 
 fn list(app: &App, t: &Target, query: &Query, headers: &HeaderMap) -> Result<Response, ApiError> {
+    use crate::list_versions::{Continue, expired_continue};
     let (labels, fields) = selectors(query)?;
-    let (items, rv) = app.store.list(&t.rt.key(), t.namespace.as_deref());
+    let continued = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => Some(Continue::decode(token)?),
+        None => None,
+    };
+    if continued.is_some() && query.get("resourceVersion").is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::bad_request(
+            "specifying resource version is not allowed when using continue",
+        ));
+    }
+    let (items, rv) = match &continued {
+        Some(c) => {
+            let items = app
+                .store
+                .list_at(&t.rt.key(), t.namespace.as_deref(), c.rv)
+                .map_err(|e| match e {
+                    crate::store::ResumeError::Gone(_) => expired_continue(),
+                    crate::store::ResumeError::TooLarge(_) => ApiError::bad_request(
+                        "continue key is not valid: its version is newer than this server's",
+                    ),
+                })?;
+            (items, c.rv)
+        }
+        None => app.store.list(&t.rt.key(), t.namespace.as_deref()),
+    };
+    let list_key = |o: &Value| {
+        format!(
+            "{}\u{0}{}",
+            o["metadata"]["namespace"].as_str().unwrap_or_default(),
+            o["metadata"]["name"].as_str().unwrap_or_default()
+        )
+    };
+    let after = continued.map(|c| c.after);
     let items: Vec<Arc<Value>> = items
         .into_iter()
         .filter(|o| labels.matches_object(o) && fields.matches(o))
+        .filter(|o| {
+            after
+                .as_ref()
+                .is_none_or(|a| list_key(o).as_str() > a.as_str())
+        })
         .collect();
     if wants_table(headers) {
         return Ok(json_response(StatusCode::OK, &table(&t.rt, &items, rv)));
@@ -690,20 +727,15 @@ fn list(app: &App, t: &Target, query: &Query, headers: &HeaderMap) -> Result<Res
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    let start: usize = query
-        .get("continue")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let page: Vec<&Value> = items
-        .iter()
-        .skip(start)
-        .take(limit)
-        .map(|a| a.as_ref())
-        .collect();
+    let page: Vec<&Value> = items.iter().take(limit).map(|a| a.as_ref()).collect();
     let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if start + page.len() < items.len() {
-        metadata["continue"] = json!((start + page.len()).to_string());
-        metadata["remainingItemCount"] = json!(items.len() - start - page.len());
+    if let Some(last) = page.last().filter(|_| page.len() < items.len()) {
+        let token = Continue {
+            rv,
+            after: list_key(last),
+        };
+        metadata["continue"] = json!(token.encode());
+        metadata["remainingItemCount"] = json!(items.len() - page.len());
     }
     let body = json!({
         "kind": format!("{}List", t.rt.kind),

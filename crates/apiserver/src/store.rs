@@ -285,6 +285,53 @@ impl Store {
         (items, inner.visible_rv)
     }
 
+    /// Objects of a resource as they were at `rv` (a continued list's snapshot), in key order:
+    /// today's objects with every later change undone. `Gone` when the history no longer
+    /// reaches back to `rv`.
+    pub fn list_at(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Result<Vec<Arc<Value>>, ResumeError> {
+        let inner = self.lock();
+        if rv < inner.compacted {
+            return Err(ResumeError::Gone(inner.compacted));
+        }
+        if rv > inner.visible_rv {
+            return Err(ResumeError::TooLarge(inner.visible_rv));
+        }
+        let key_of = |object: &Value, ns: &str| {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            object_key(resource, ns, name)
+        };
+        let mut objects: BTreeMap<String, Arc<Value>> = objects_of(&inner, resource, namespace)
+            .into_iter()
+            .map(|o| {
+                let ns = o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                (key_of(&o, &ns), o)
+            })
+            .collect();
+        let newer = inner.history.iter().rev().map(|(c, _)| c).filter(|c| {
+            c.rv > rv && c.resource == resource && namespace.is_none_or(|ns| c.namespace == ns)
+        });
+        for change in newer {
+            let key = key_of(&change.object, &change.namespace);
+            match &change.previous {
+                Some(previous) => {
+                    objects.insert(key, previous.clone());
+                }
+                None => {
+                    objects.remove(&key);
+                }
+            }
+        }
+        Ok(objects.into_values().collect())
+    }
+
     /// Atomically reads an object (including writes not yet durable), lets `decide` choose what
     /// to write, and queues it with the next resourceVersion. Returns the resulting object (or
     /// the deleted one) and the resourceVersion to pass to [`Store::wait_durable`] before

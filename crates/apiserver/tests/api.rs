@@ -630,3 +630,94 @@ async fn a_watch_with_a_label_selector_sees_objects_enter_and_leave_it() {
     }
     assert_eq!(seen, vec!["ADDED", "DELETED", "ADDED", "DELETED"]);
 }
+
+/// Pages of a list come from one snapshot: what changes between pages does not show, and a
+/// token older than the history is 410 Expired.
+#[tokio::test]
+async fn continue_tokens_page_through_one_snapshot_or_expire() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = apiserver::serve(
+        apiserver::Config {
+            history: 20,
+            ..Default::default()
+        },
+        async {
+            let _ = rx.await;
+        },
+    )
+    .await
+    .unwrap();
+    let client = client_for(&server).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    for i in 0..5 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}")))
+            .await
+            .unwrap();
+    }
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    let names = |l: &kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        l.items
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap())
+            .collect()
+    };
+    assert_eq!(names(&first), ["c0", "c1"]);
+    assert_eq!(first.metadata.remaining_item_count, Some(3));
+    let token = first.metadata.continue_.clone().unwrap();
+    // Between pages: one not yet listed is deleted, one is added, one is changed.
+    api.delete("c3", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &cm("c25"))
+        .await
+        .unwrap();
+    let mut changed = api.get("c2").await.unwrap();
+    changed.data = Some(BTreeMap::from([("changed".to_string(), "yes".to_string())]));
+    api.replace("c2", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let second = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(&second), ["c2", "c3"]);
+    assert!(
+        !second.items[0]
+            .data
+            .as_ref()
+            .unwrap()
+            .contains_key("changed"),
+        "the snapshot's c2, not today's"
+    );
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    let third = api
+        .list(&ListParams::default().continue_token(second.metadata.continue_.as_deref().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(names(&third), ["c4"]);
+    assert!(third.metadata.continue_.is_none());
+    // Enough changes to push the snapshot out of the history: the token expires.
+    for round in 0..30 {
+        let mut c = api.get("c0").await.unwrap();
+        c.data = Some(BTreeMap::from([("round".to_string(), round.to_string())]));
+        api.replace("c0", &PostParams::default(), &c).await.unwrap();
+    }
+    let err = api
+        .list(&ListParams::default().continue_token(&token))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 410 && s.reason == "Expired"),
+        "{err:?}"
+    );
+    let err = api
+        .list(&ListParams::default().continue_token("not-a-token"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 400),
+        "{err:?}"
+    );
+    let _ = tx.send(());
+}
