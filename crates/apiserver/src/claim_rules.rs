@@ -49,7 +49,7 @@ pub fn check_spec(spec: &Value) -> Result<(), String> {
     Ok(())
 }
 
-fn unsupported(path: &str, value: &Value, supported: &[&str]) -> String {
+pub fn unsupported(path: &str, value: &Value, supported: &[&str]) -> String {
     let shown = match value {
         Value::String(s) => format!("{s:?}"),
         other => other.to_string(),

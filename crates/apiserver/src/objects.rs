@@ -306,93 +306,66 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
     }
 }
 
-/// Validations clients rely on (422 with the field path).
-/// kube-apiserver's limit on the total size of an object's annotations (keys and values).
-pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+pub use crate::meta_rules::MAX_ANNOTATIONS_BYTES;
 
+/// Validations clients rely on (422 with the field path), with kube-apiserver's messages.
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    use crate::storage_rules as rules;
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let invalid = |msg: String| Err(ApiError::invalid(&rt.kind, name, &msg));
-    if let Some(annotations) = obj["metadata"]["annotations"].as_object() {
-        let total: usize = annotations
-            .iter()
-            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
-            .sum();
-        if total > MAX_ANNOTATIONS_BYTES {
-            return invalid(format!(
-                "metadata.annotations: Too long: may not be more than {MAX_ANNOTATIONS_BYTES} bytes"
-            ));
-        }
+    crate::meta_rules::check(&obj["metadata"]).or_else(invalid)?;
+    let checked = match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "persistentvolumeclaims") => claim(obj, old),
+        ("", "persistentvolumes") => rules::persistent_volume(obj),
+        ("", "events") => rules::core_event(obj),
+        ("storage.k8s.io", "storageclasses") => rules::storage_class(obj, old),
+        ("storage.k8s.io", "csidrivers") => rules::csi_driver(obj, old),
+        ("storage.k8s.io", "csinodes") => rules::csi_node(obj),
+        ("storage.k8s.io", "volumeattachments") => rules::volume_attachment(obj, old),
+        ("storage.k8s.io", "csistoragecapacities") => rules::storage_capacity(obj),
+        ("coordination.k8s.io", "leases") => rules::lease(obj),
+        ("events.k8s.io", "events") => rules::event(obj),
+        _ => Ok(()),
+    };
+    checked.or_else(invalid)
+}
+
+/// A PersistentVolumeClaim: its spec, and what may change after creation.
+fn claim(obj: &Value, old: Option<&Value>) -> Result<(), String> {
+    let spec = &obj["spec"];
+    crate::claim_rules::check_spec(spec)?;
+    if spec["accessModes"].as_array().is_none_or(Vec::is_empty) && old.is_none() {
+        return Err("spec.accessModes: Required value: at least 1 access mode is required".into());
     }
-    match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "persistentvolumeclaims") => {
-            let spec = &obj["spec"];
-            crate::claim_rules::check_spec(spec).or_else(invalid)?;
-            if spec["accessModes"].as_array().is_none_or(Vec::is_empty) && old.is_none() {
-                return invalid(
-                    "spec.accessModes: Required value: at least 1 access mode is required".into(),
-                );
+    if spec["resources"]["requests"]["storage"].is_null()
+        && spec["dataSourceRef"].is_null()
+        && old.is_none()
+    {
+        return Err("spec.resources[storage]: Required value".into());
+    }
+    if let Some(old) = old {
+        let mut a = old["spec"].clone();
+        let mut b = spec.clone();
+        for v in [&mut a, &mut b] {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("resources");
+                m.remove("volumeAttributesClassName");
             }
-            if spec["resources"]["requests"]["storage"].is_null()
-                && spec["dataSourceRef"].is_null()
-                && old.is_none()
-            {
-                return invalid("spec.resources[storage]: Required value".into());
-            }
-            if let Some(old) = old {
-                let mut a = old["spec"].clone();
-                let mut b = spec.clone();
-                for v in [&mut a, &mut b] {
-                    if let Some(m) = v.as_object_mut() {
-                        m.remove("resources");
-                        m.remove("volumeAttributesClassName");
-                    }
+        }
+        // Binding sets volumeName once; the default class is assigned once.
+        for field in ["volumeName", "storageClassName"] {
+            if a[field].is_null() || a[field] == json!("") {
+                if let Some(m) = a.as_object_mut() {
+                    m.remove(field);
                 }
-                // Binding sets volumeName once; the default class is assigned once.
-                for field in ["volumeName", "storageClassName"] {
-                    if a[field].is_null() || a[field] == json!("") {
-                        if let Some(m) = a.as_object_mut() {
-                            m.remove(field);
-                        }
-                        if let Some(m) = b.as_object_mut() {
-                            m.remove(field);
-                        }
-                    }
-                }
-                if a != b {
-                    return invalid("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims".into());
+                if let Some(m) = b.as_object_mut() {
+                    m.remove(field);
                 }
             }
         }
-        ("", "persistentvolumes") => {
-            let spec = &obj["spec"];
-            if spec["capacity"]["storage"].is_null() {
-                return invalid("spec.capacity: Required value".into());
-            }
-            if spec["accessModes"].as_array().is_none_or(Vec::is_empty) {
-                return invalid("spec.accessModes: Required value".into());
-            }
+        if a != b {
+            return Err("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims".into());
         }
-        ("storage.k8s.io", "storageclasses") => {
-            if obj["provisioner"].as_str().is_none_or(str::is_empty) {
-                return invalid("provisioner: Required value".into());
-            }
-            if let Some(old) = old {
-                for field in [
-                    "provisioner",
-                    "parameters",
-                    "reclaimPolicy",
-                    "volumeBindingMode",
-                ] {
-                    if old[field] != obj[field] {
-                        return invalid(format!(
-                            "{field}: Forbidden: updates to {field} are forbidden."
-                        ));
-                    }
-                }
-            }
-        }
-        _ => {}
     }
     Ok(())
 }

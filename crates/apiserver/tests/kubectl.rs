@@ -371,6 +371,39 @@ async fn kubectl_prints_kube_apiservers_validation_messages_for_claims() {
 }
 
 #[tokio::test]
+async fn kubectl_prints_kube_apiservers_validation_messages_for_storage_types_and_metadata() {
+    let f = start().await;
+    let cases = [
+        (
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: fast\nprovisioner: example.com/p\nvolumeBindingMode: Later\n",
+            "The StorageClass \"fast\" is invalid: volumeBindingMode: Unsupported value: \"Later\": supported values: \"Immediate\", \"WaitForFirstConsumer\"",
+        ),
+        (
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: pv1\nspec:\n  capacity: {storage: 1Gi}\n  accessModes: [ReadWriteOnce]\n",
+            "The PersistentVolume \"pv1\" is invalid: spec: Required value: must specify a volume type",
+        ),
+        (
+            "apiVersion: storage.k8s.io/v1\nkind: VolumeAttachment\nmetadata:\n  name: va\nspec:\n  attacher: d\n  nodeName: n\n  source: {}\n",
+            "The VolumeAttachment \"va\" is invalid: spec.source: Required value: must specify exactly one of inlineVolumeSpec and persistentVolumeName",
+        ),
+        (
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  labels: {\"bad key\": x}\n",
+            "The ConfigMap \"c\" is invalid: metadata.labels: Invalid value: \"bad key\": name part must consist of alphanumeric characters",
+        ),
+        (
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  leaseDurationSeconds: 0\n",
+            "The Lease \"l\" is invalid: spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0",
+        ),
+    ];
+    for (manifest, want) in cases {
+        let (ok, _, stderr) = kubectl(&f, &["apply", "-f", "-"], Some(manifest)).await;
+        assert!(!ok, "kubectl apply accepted {manifest}");
+        assert!(stderr.contains(want), "{stderr}");
+    }
+    let _ = &f.server;
+}
+
+#[tokio::test]
 async fn kubectl_get_all_lists_the_resources_in_the_all_category() {
     let f = start().await;
     let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d1\nspec:\n  selector:\n    matchLabels: {app: d1}\n  template:\n    metadata:\n      labels: {app: d1}\n    spec:\n      containers:\n      - name: c\n        image: nginx\n";
