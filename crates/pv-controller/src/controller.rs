@@ -12,8 +12,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use sidecar_kit::events::{EventType, Recorder};
-use sidecar_kit::workqueue::{Backoff, WorkQueue};
-use tracing::Instrument;
+use sidecar_kit::runtime::Controller;
+use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
 use crate::decide::binder::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
@@ -178,62 +178,27 @@ impl PvController {
 
     /// Runs `workers` claim and volume workers until `stop` resolves.
     pub async fn run(self: Arc<Self>, workers: usize, stop: impl std::future::Future<Output = ()>) {
-        tokio::pin!(stop);
-        let ready = async {
-            let _ = self.claims.wait_until_ready().await;
-            let _ = self.volumes.wait_until_ready().await;
-            let _ = self.classes.wait_until_ready().await;
-        };
-        tokio::select! {
-            () = ready => {}
-            () = &mut stop => return,
-        }
-        tracing::info!("PV controller caches synced");
-        let mut set = tokio::task::JoinSet::new();
-        for _ in 0..workers.max(1) {
-            let this = self.clone();
-            set.spawn(async move {
-                let handler = this.clone();
-                this.claim_queue
-                    .run_worker("claim", move |key| {
-                        let this = handler.clone();
-                        async move {
-                            let span = tracing::info_span!("claim", claim = %key);
-                            this.sync_claim(&key).instrument(span).await
-                        }
-                    })
-                    .await;
-            });
-            let this = self.clone();
-            set.spawn(async move {
-                let handler = this.clone();
-                this.volume_queue
-                    .run_worker("volume", move |key| {
-                        let this = handler.clone();
-                        async move {
-                            let span = tracing::info_span!("volume", pv = %key);
-                            this.sync_volume(&key).instrument(span).await
-                        }
-                    })
-                    .await;
-            });
-        }
-        let this = self.clone();
-        let resync = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(ORPHAN_RESYNC);
-            loop {
-                ticker.tick().await;
-                let queued = this.resync_orphans();
+        let (claims, volumes, resync) = (self.clone(), self.clone(), self.clone());
+        Controller::new("persistentvolume-controller")
+            .wait_for(&self.claims)
+            .wait_for(&self.volumes)
+            .wait_for(&self.classes)
+            .reconcile("claim", self.claim_queue.clone(), workers, move |key| {
+                let this = claims.clone();
+                async move { this.sync_claim(&key).await.map(|()| Next::Done) }
+            })
+            .reconcile("volume", self.volume_queue.clone(), workers, move |key| {
+                let this = volumes.clone();
+                async move { this.sync_volume(&key).await.map(|()| Next::Done) }
+            })
+            .every(ORPHAN_RESYNC, move || {
+                let queued = resync.resync_orphans();
                 if queued > 0 {
                     tracing::debug!(volumes = queued, "re-queued volumes whose claim is missing");
                 }
-            }
-        });
-        stop.await;
-        resync.abort();
-        self.claim_queue.shutdown();
-        self.volume_queue.shutdown();
-        while set.join_next().await.is_some() {}
+            })
+            .run(stop)
+            .await;
     }
 
     async fn sync_claim(&self, key: &ObjectRef<PersistentVolumeClaim>) -> Result<(), SyncError> {

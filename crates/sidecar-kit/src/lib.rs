@@ -14,5 +14,6 @@ pub mod leader;
 pub mod metrics;
 pub mod quantity;
 pub mod ratelimit;
+pub mod runtime;
 pub mod watch;
 pub mod workqueue;

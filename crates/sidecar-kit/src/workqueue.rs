@@ -9,6 +9,37 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::Instrument;
+
+/// What a reconcile asks the queue to do with its key next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing: the key's failures are forgotten; it comes back when something changes.
+    Done,
+    /// Look again after the key's backoff (it counts as a failure), without logging an error.
+    Retry,
+    /// Look again after this long (not a failure).
+    After(Duration),
+}
+
+/// The upstream `workqueue_*` series of one queue (`name` label).
+#[derive(Debug, Clone)]
+pub struct QueueMetrics {
+    depth: prometheus::IntGauge,
+    adds: prometheus::IntCounter,
+    retries: prometheus::IntCounter,
+}
+
+impl QueueMetrics {
+    /// The series of the queue `name` (upstream names its queues `claims` and `volumes`).
+    pub fn new(metrics: &crate::metrics::Metrics, name: &str) -> Self {
+        QueueMetrics {
+            depth: metrics.queue_depth.with_label_values(&[name]),
+            adds: metrics.queue_adds.with_label_values(&[name]),
+            retries: metrics.queue_retries.with_label_values(&[name]),
+        }
+    }
+}
 
 /// Backoff bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +75,7 @@ pub struct WorkQueue<K> {
     state: Arc<Mutex<State<K>>>,
     notify: Arc<Notify>,
     backoff: Backoff,
+    metrics: Option<QueueMetrics>,
 }
 
 impl<K> Clone for WorkQueue<K> {
@@ -52,6 +84,7 @@ impl<K> Clone for WorkQueue<K> {
             state: self.state.clone(),
             notify: self.notify.clone(),
             backoff: self.backoff,
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -71,6 +104,21 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             })),
             notify: Arc::new(Notify::new()),
             backoff,
+            metrics: None,
+        }
+    }
+
+    /// The same queue, counted in `workqueue_depth`, `workqueue_adds_total` and
+    /// `workqueue_retries_total`.
+    pub fn with_metrics(mut self, metrics: QueueMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn count_depth(&self, state: &State<K>) {
+        if let Some(m) = &self.metrics {
+            m.depth
+                .set(i64::try_from(state.queue.len()).unwrap_or(i64::MAX));
         }
     }
 
@@ -82,12 +130,19 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     }
 
     fn push(&self, state: &mut State<K>, key: K) {
-        if state.processing.contains(&key) {
-            state.dirty.insert(key);
+        let added = if state.processing.contains(&key) {
+            state.dirty.insert(key)
         } else if state.queued.insert(key.clone()) {
             state.queue.push_back(key);
             self.notify.notify_one();
+            true
+        } else {
+            false
+        };
+        if added && let Some(m) = &self.metrics {
+            m.adds.inc();
         }
+        self.count_depth(state);
     }
 
     /// Queues a key because something changed, unless it is waiting out a backoff (the
@@ -136,6 +191,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             *n
         };
         let delay = self.backoff.delay(failures);
+        if let Some(m) = &self.metrics {
+            m.retries.inc();
+        }
         self.add_after(key, delay);
         delay
     }
@@ -162,6 +220,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     return None;
                 }
                 if let Some(key) = state.queue.pop_front() {
+                    self.count_depth(&state);
                     state.queued.remove(&key);
                     state.processing.insert(key.clone());
                     if !state.queue.is_empty() {
@@ -194,23 +253,32 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.len() == 0
     }
 
-    /// Handles keys until [`WorkQueue::shutdown`]: `Ok` forgets the key's failures, `Err` and a
-    /// panic while handling it (logged as an error) retry it after its backoff. One bad item
-    /// never takes a worker down.
+    /// Handles keys until [`WorkQueue::shutdown`], each in a span naming the queue and the key:
+    /// [`Next::Done`] forgets the key's failures, [`Next::After`] looks again later,
+    /// [`Next::Retry`], an error and a panic (logged as an error) retry it after its backoff.
+    /// One bad item never takes a worker down.
     pub async fn run_worker<F, Fut, E>(&self, what: &'static str, handle: F)
     where
         F: Fn(K) -> Fut,
-        Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+        Fut: std::future::Future<Output = Result<Next, E>> + Send + 'static,
         E: std::fmt::Display,
         K: std::fmt::Display,
     {
         use futures::FutureExt;
         while let Some(key) = self.next().await {
-            let outcome = std::panic::AssertUnwindSafe(handle(key.clone()))
+            let span = tracing::info_span!("reconcile", queue = what, key = %key);
+            let outcome = std::panic::AssertUnwindSafe(handle(key.clone()).instrument(span))
                 .catch_unwind()
                 .await;
             match outcome {
-                Ok(Ok(())) => self.forget(&key),
+                Ok(Ok(Next::Done)) => self.forget(&key),
+                Ok(Ok(Next::After(delay))) => {
+                    self.forget(&key);
+                    self.add_after(key.clone(), delay);
+                }
+                Ok(Ok(Next::Retry)) => {
+                    self.retry(key.clone());
+                }
                 Ok(Err(error)) => {
                     let delay = self.retry(key.clone());
                     tracing::debug!(%key, %error, retry_in = ?delay, "{what} sync failed");
@@ -266,7 +334,7 @@ mod tests {
                         if key == "bad" && attempt == 1 {
                             panic!("bad input");
                         }
-                        Ok::<(), String>(())
+                        Ok::<Next, String>(Next::Done)
                     }
                 })
                 .await;
@@ -283,6 +351,60 @@ mod tests {
             q.failures(&"bad"),
             0,
             "the successful retry forgot the failure"
+        );
+        q.shutdown();
+        worker.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_a_reconcile_returns_decides_when_the_key_comes_back() {
+        let metrics = crate::metrics::Metrics::new().unwrap();
+        let q = queue().with_metrics(QueueMetrics::new(&metrics, "claims"));
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let worker = tokio::spawn({
+            let (q, calls) = (q.clone(), calls.clone());
+            async move {
+                q.run_worker("test", move |key: &'static str| {
+                    let calls = calls.clone();
+                    async move {
+                        let attempt = {
+                            let mut calls = calls.lock().unwrap();
+                            calls.push(key);
+                            calls.iter().filter(|k| **k == key).count()
+                        };
+                        Ok::<Next, String>(match (key, attempt) {
+                            ("later", 1) => Next::After(Duration::from_secs(5)),
+                            ("again", 1 | 2) => Next::Retry,
+                            _ => Next::Done,
+                        })
+                    }
+                })
+                .await;
+            }
+        });
+        q.add("later");
+        q.add("again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(q.failures(&"again"), 1, "Retry counts as a failure");
+        assert_eq!(q.failures(&"later"), 0, "After does not");
+        // again: retried after 1 s, then 2 s; later: after 5 s.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let calls = calls.lock().unwrap().clone();
+        assert_eq!(calls.iter().filter(|k| **k == "again").count(), 3);
+        assert_eq!(calls.iter().filter(|k| **k == "later").count(), 2);
+        assert_eq!(q.failures(&"again"), 0);
+        let text = metrics.render();
+        assert!(
+            text.contains("workqueue_retries_total{name=\"claims\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("workqueue_adds_total{name=\"claims\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("workqueue_depth{name=\"claims\"} 0"),
+            "{text}"
         );
         q.shutdown();
         worker.await.unwrap();

@@ -22,7 +22,8 @@ use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use sidecar_kit::events::Recorder;
-use sidecar_kit::workqueue::{Backoff, WorkQueue};
+use sidecar_kit::runtime::Controller;
+use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
 
 use crate::decide::provision::{DriverCapabilities, ProvisionOptions};
@@ -105,8 +106,11 @@ impl Provisioner {
         recorder: Recorder,
         metrics: sidecar_kit::metrics::Metrics,
     ) -> Arc<Self> {
-        let claims_q: WorkQueue<ClaimKey> = WorkQueue::new(cfg.backoff);
-        let volumes_q: WorkQueue<String> = WorkQueue::new(cfg.backoff);
+        // Upstream names its queues "claims" and "volumes" (the `workqueue_*` name label).
+        let claims_q: WorkQueue<ClaimKey> =
+            WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "claims"));
+        let volumes_q: WorkQueue<String> =
+            WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "volumes"));
         let with_topology = cfg.topology && cfg.caps.accessibility;
 
         let q = claims_q.clone();
@@ -202,41 +206,58 @@ impl Provisioner {
         })
     }
 
-    /// Waits for the caches, then runs `--worker-threads` claim workers and as many volume
-    /// workers until `stop` resolves; in-progress calls finish before it returns.
+    /// Waits for the caches, reads the intent log, then runs `--worker-threads` claim workers
+    /// and as many volume workers until `stop` resolves; in-progress calls finish before it
+    /// returns.
     pub async fn run(self: Arc<Self>, stop: impl std::future::Future<Output = ()>) {
         let c = &self.caches;
-        let ready = async {
-            let _ = c.claims.wait_until_ready().await;
-            let _ = c.volumes.wait_until_ready().await;
-            let _ = c.classes.wait_until_ready().await;
-            let _ = c.csinodes.wait_until_ready().await;
-            let _ = c.nodes.wait_until_ready().await;
-            let _ = c.attachments.wait_until_ready().await;
-            let _ = c.vacs.wait_until_ready().await;
-        };
-        tokio::pin!(stop);
-        tokio::select! {
-            () = ready => {},
-            () = &mut stop => return,
-        }
+        let (recover, claims, volumes) = (self.clone(), self.clone(), self.clone());
+        Controller::new("csi-provisioner")
+            .wait_for(&c.claims)
+            .wait_for(&c.volumes)
+            .wait_for(&c.classes)
+            .wait_for(&c.csinodes)
+            .wait_for(&c.nodes)
+            .wait_for(&c.attachments)
+            .wait_for(&c.vacs)
+            .start_with(async move {
+                recover.recover_intents().await;
+                true
+            })
+            .reconcile("claim", self.claims.clone(), self.cfg.workers, move |key| {
+                let this = claims.clone();
+                async move { this.sync_claim(&key).await.map(|()| Next::Done) }
+            })
+            .reconcile(
+                "volume",
+                self.volumes.clone(),
+                self.cfg.workers,
+                move |key| {
+                    let this = volumes.clone();
+                    async move { this.sync_volume(&key).await.map(|()| Next::Done) }
+                },
+            )
+            .run(stop)
+            .await;
+    }
+
+    /// Reads the intent log before any CreateVolume: what a crashed predecessor left in
+    /// flight is finished or undone first. Retries until the log is readable (the runtime
+    /// stops waiting when asked to stop).
+    async fn recover_intents(&self) {
+        let c = &self.caches;
         tracing::info!(
             claims = c.claims.state().len(),
             volumes = c.volumes.state().len(),
             "caches synced"
         );
-        // The intent log must be readable before any CreateVolume: what a crashed predecessor
-        // left in flight is finished or undone first.
         let (ns, name) = self.cfg.intent_log.clone();
         let log = loop {
             match intents::IntentLog::open(self.client.clone(), &ns, &name).await {
                 Ok(log) => break log,
                 Err(error) => {
                     tracing::warn!(%error, "cannot read the intent log yet; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        () = &mut stop => return,
-                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
         };
@@ -269,34 +290,5 @@ impl Provisioner {
             );
         }
         let _ = self.intents.set(log);
-        tracing::info!("starting workers");
-        let mut workers = tokio::task::JoinSet::new();
-        for _ in 0..self.cfg.workers {
-            let this = self.clone();
-            workers.spawn(async move {
-                let handler = this.clone();
-                this.claims
-                    .run_worker("claim", move |key| {
-                        let this = handler.clone();
-                        async move { this.sync_claim(&key).await }
-                    })
-                    .await;
-            });
-            let this = self.clone();
-            workers.spawn(async move {
-                let handler = this.clone();
-                this.volumes
-                    .run_worker("volume", move |key| {
-                        let this = handler.clone();
-                        async move { this.sync_volume(&key).await }
-                    })
-                    .await;
-            });
-        }
-        stop.await;
-        tracing::info!("stopping workers");
-        self.claims.shutdown();
-        self.volumes.shutdown();
-        while workers.join_next().await.is_some() {}
     }
 }
