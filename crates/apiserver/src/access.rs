@@ -83,6 +83,7 @@ pub fn escape_label(value: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;

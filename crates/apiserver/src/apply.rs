@@ -446,6 +446,7 @@ pub(crate) async fn server_side_apply(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -127,17 +127,11 @@ impl RunningServer {
     }
     /// Requests served so far by (verb, resource, code, client).
     pub fn request_counts(&self) -> std::collections::BTreeMap<(String, String, u16, String), u64> {
-        self.app
-            .requests
-            .lock()
-            .map(|c| c.clone())
-            .unwrap_or_default()
+        self.app.requests.lock().clone()
     }
     /// Replaces the fault rules (an empty list switches faults off).
     pub fn set_faults(&self, rules: Vec<faults::FaultRule>) {
-        if let Ok(mut f) = self.app.faults.lock() {
-            *f = rules;
-        }
+        *self.app.faults.lock() = rules;
     }
     /// Closes every open watch (of one resource, or all); clients re-list or resume.
     pub fn close_watches(&self, resource: Option<&str>) {
@@ -212,9 +206,7 @@ pub async fn serve(
         action: "read the bound address".into(),
         source,
     })?;
-    if let Ok(mut a) = app.address.lock() {
-        *a = Some(addr);
-    }
+    *app.address.lock() = Some(addr);
     let identity = tls::Identity::load_or_create(config.data_dir.as_deref())?;
     let acceptor = identity.acceptor()?;
     let ca_data = identity.ca_data();

@@ -111,6 +111,7 @@ pub fn refusal(at: &ListAt, current: u64) -> Option<ApiError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -111,6 +111,7 @@ pub async fn accept_loop(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

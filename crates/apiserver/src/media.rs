@@ -90,6 +90,7 @@ pub fn body_format(content_type: Option<&str>) -> Result<Format, ApiError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::type_complexity)]
 mod tests {
     use super::*;
 

@@ -115,6 +115,7 @@ pub fn check(metadata: &Value) -> Result<(), String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
 

@@ -275,6 +275,7 @@ fn reorder(list: &mut [Value], order: &[Value], key: Option<&str>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
 

@@ -1,6 +1,6 @@
 //! The resources the server knows: built-in types and those declared by CRDs.
 
-use std::sync::RwLock;
+use parking_lot::RwLock;
 
 /// One resource type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,11 +265,8 @@ impl Registry {
         self.read().clone()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<ResourceType>> {
-        match self.types.read() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, Vec<ResourceType>> {
+        self.types.read()
     }
 
     /// Replaces the CRD-declared types with those described by `crds` (CRD objects as JSON).
@@ -312,10 +309,7 @@ impl Registry {
                 });
             }
         }
-        let mut types = match self.types.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut types = self.types.write();
         types.truncate(BUILTIN.len());
         types.extend(custom);
     }

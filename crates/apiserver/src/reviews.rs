@@ -61,6 +61,7 @@ pub fn answer(rt: &ResourceType, request: Option<Value>) -> Result<Value, ApiErr
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -253,9 +255,7 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
 
 /// Counts a request; clients beyond the first [`access::MAX_CLIENT_LABELS`] share one label.
 fn count(app: &App, verb: &str, resource: String, code: u16, client: &str) {
-    let Ok(mut counts) = app.requests.lock() else {
-        return;
-    };
+    let mut counts = app.requests.lock();
     let mut key = (verb.to_string(), resource, code, client.to_string());
     if let Some(n) = counts.get_mut(&key) {
         *n += 1;
@@ -341,7 +341,7 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
         Route::Object(target) => {
             let resource = target.rt.plural.clone();
             let verb = verb_of(&method, target.name.is_some(), query.flag("watch"));
-            let rules = app.faults.lock().map(|f| f.clone()).unwrap_or_default();
+            let rules = app.faults.lock().clone();
             if let Some(injection) =
                 crate::faults::decide(&rules, &resource, verb, rand::random::<f64>())
             {
@@ -474,12 +474,10 @@ fn fault_admin(app: &App, method: &Method, query: &Query, body: &Bytes) -> Respo
         return json_response(StatusCode::OK, &json!({"closed": resource}));
     }
     match method.as_str() {
-        "GET" => json_response(
-            StatusCode::OK,
-            &json!({"rules": app.faults.lock().map(|f| f.clone()).unwrap_or_default()}),
-        ),
+        "GET" => json_response(StatusCode::OK, &json!({"rules": app.faults.lock().clone()})),
         "DELETE" => {
-            if let Ok(mut f) = app.faults.lock() {
+            {
+                let mut f = app.faults.lock();
                 f.clear();
             }
             json_response(StatusCode::OK, &json!({"rules": []}))
@@ -499,7 +497,8 @@ fn fault_admin(app: &App, method: &Method, query: &Query, body: &Bytes) -> Respo
             if let Some(why) = parsed.rules.iter().find_map(|r| r.validate().err()) {
                 return ApiError::bad_request(why).into_response();
             }
-            if let Ok(mut f) = app.faults.lock() {
+            {
+                let mut f = app.faults.lock();
                 *f = parsed.rules.clone();
             }
             json_response(StatusCode::OK, &json!({"rules": parsed.rules}))
@@ -534,7 +533,8 @@ fn metrics(app: &App) -> Response {
     let mut out = String::from(
         "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource, client and HTTP response code.\n# TYPE apiserver_request_total counter\n",
     );
-    if let Ok(counts) = app.requests.lock() {
+    {
+        let counts = app.requests.lock();
         for ((verb, resource, code, client), n) in counts.iter() {
             let (client, resource) = (access::escape_label(client), access::escape_label(resource));
             out.push_str(&format!("apiserver_request_total{{client=\"{client}\",code=\"{code}\",resource=\"{resource}\",verb=\"{verb}\"}} {n}\n"));

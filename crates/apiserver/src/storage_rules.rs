@@ -180,9 +180,7 @@ pub fn storage_class(class: &Value, old: Option<&Value>) -> Check {
 pub fn csi_driver(driver: &Value, old: Option<&Value>) -> Check {
     let name = driver["metadata"]["name"].as_str().unwrap_or_default();
     if name.len() > 63 {
-        return Err(format!(
-            "metadata.name: Too long: may not be more than 63 bytes"
-        ));
+        return Err("metadata.name: Too long: may not be more than 63 bytes".into());
     }
     let spec = &driver["spec"];
     one_of(
@@ -340,6 +338,7 @@ pub fn event(event: &Value) -> Check {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
 

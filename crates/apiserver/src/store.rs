@@ -13,7 +13,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use durable_log::{Log, LogError, Options};
 use serde_json::Value;
@@ -470,10 +472,7 @@ impl Store {
 }
 
 fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    match inner.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
+    inner.lock()
 }
 
 fn publish_weak(core: &Weak<Core>, rv: u64) {

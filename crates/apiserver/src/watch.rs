@@ -312,6 +312,7 @@ async fn resume_watch(app: &App, rv: u64) -> Result<crate::store::Resume, Resume
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

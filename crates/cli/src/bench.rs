@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -312,9 +314,8 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
                         .as_ref()
                         .and_then(|s| s.claim_ref.as_ref())
                         .and_then(|r| r.name.clone())
-                    && let Ok(mut seen) = seen.lock()
                 {
-                    seen.entry(name).or_insert_with(Instant::now);
+                    seen.lock().entry(name).or_insert_with(Instant::now);
                 }
             }
         }
@@ -330,9 +331,9 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
             while let Some(Ok(event)) = stream.next().await {
                 if let watcher::Event::Apply(pvc) | watcher::Event::InitApply(pvc) = event
                     && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-                    && let (Some(name), Ok(mut b)) = (pvc.metadata.name.clone(), bound.lock())
+                    && let Some(name) = pvc.metadata.name.clone()
                 {
-                    b.entry(name).or_insert_with(Instant::now);
+                    bound.lock().entry(name).or_insert_with(Instant::now);
                 }
             }
         }
@@ -342,7 +343,8 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         let peak = peak.clone();
         async move {
             loop {
-                if let (Some(rss), Ok(mut p)) = (proc_status(pid, "VmRSS:"), peak.lock()) {
+                if let Some(rss) = proc_status(pid, "VmRSS:") {
+                    let mut p = peak.lock();
                     *p = p.max(rss);
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -366,7 +368,8 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
             creators.push(tokio::spawn(async move {
                 let name = format!("bench-{i}");
                 create_claim(&claims, &name).await?;
-                if let Ok(mut c) = created_at.lock() {
+                {
+                    let mut c = created_at.lock();
                     c.insert(name, Instant::now());
                 }
                 Ok::<_, anyhow::Error>(())
@@ -387,7 +390,8 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
                 }
                 let name = format!("bench-{i}");
                 create_claim(&claims, &name).await?;
-                if let Ok(mut c) = created_at.lock() {
+                {
+                    let mut c = created_at.lock();
                     c.insert(name, Instant::now());
                 }
             }
@@ -400,8 +404,9 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
     let bound_ok = wait(timeout, || async {
         bound
             .lock()
-            .map(|b| b.keys().filter(|k| k.starts_with("bench-")).count())
-            .unwrap_or(0)
+            .keys()
+            .filter(|k| k.starts_with("bench-"))
+            .count()
             >= n
     })
     .await
@@ -409,13 +414,10 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
     let to_bound = started.elapsed();
     let mut times: Vec<f64> = bound
         .lock()
-        .map(|b| {
-            b.iter()
-                .filter(|(k, _)| k.starts_with("bench-"))
-                .map(|(_, t)| t.saturating_duration_since(started).as_secs_f64())
-                .collect()
-        })
-        .unwrap_or_default();
+        .iter()
+        .filter(|(k, _)| k.starts_with("bench-"))
+        .map(|(_, t)| t.saturating_duration_since(started).as_secs_f64())
+        .collect();
     times.sort_by(|a, b| a.total_cmp(b));
     let stride = (times.len() / 400).max(1);
     let series: crate::chart::Series = times
@@ -448,8 +450,8 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         problems.push(format!("{driver_volumes} driver volumes for {n} claims"));
     }
     let mut latencies: Vec<f64> = {
-        let created = created_at.lock().map(|c| c.clone()).unwrap_or_default();
-        let seen = seen_at.lock().map(|s| s.clone()).unwrap_or_default();
+        let created = created_at.lock().clone();
+        let seen = seen_at.lock().clone();
         created
             .iter()
             .filter_map(|(k, t)| {
@@ -489,9 +491,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
     }
     let after_delete = counts(&server, client_name);
     let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu_before;
-    let peak_rss = proc_status(pid, "VmHWM:")
-        .unwrap_or(0.0)
-        .max(*peak.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
+    let peak_rss = proc_status(pid, "VmHWM:").unwrap_or(0.0).max(*peak.lock());
     sampler.abort();
     watch_task.abort();
     bound_task.abort();

@@ -4,10 +4,10 @@
 //! test can switch faults on and off in the middle of a run. The file is recognised as changed
 //! by its modification time, length and inode: replace it atomically (write, then rename).
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use sidecar_kit::csi::{go_code_name, parse_code};
@@ -197,10 +197,7 @@ impl Faults {
             let stamp = std::fs::metadata(path)
                 .ok()
                 .and_then(|m| Some((m.modified().ok()?, m.len(), m.ino())));
-            let mut cache = match self.cache.lock() {
-                Ok(guard) => guard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
+            let mut cache = self.cache.lock();
             if stamp != cache.stamp {
                 cache.stamp = stamp;
                 cache.set = match stamp {

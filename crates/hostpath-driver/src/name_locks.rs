@@ -2,7 +2,9 @@
 //! volume waits for it, and then finds the volume (or, if the first failed, makes it itself).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use tokio::sync::OwnedMutexGuard;
 
@@ -35,11 +37,8 @@ impl NameLocks {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
-        match self.locks.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+    fn map(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.locks.lock()
     }
 
     /// Names currently locked or waited for.

@@ -11,9 +11,10 @@
 //! its record logged. A crash in between leaves a directory no record names, which the next
 //! start removes; never a record without its directory. Snapshots leave reservations out.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use durable_log::{Log, LogError, Options};
 use serde::{Deserialize, Serialize};
@@ -271,10 +272,7 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        match self.inner.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        self.inner.lock()
     }
 
     /// Runs `f` on the table; the changes it returns are applied and logged in the same

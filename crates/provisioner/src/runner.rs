@@ -38,15 +38,7 @@ pub enum RunError {
     Unsupported(String),
 }
 
-/// This machine's host name, for the event source and identities.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
-}
+pub use sidecar_kit::vocabulary::hostname;
 
 /// Runs until `shutdown` resolves.
 pub async fn run(

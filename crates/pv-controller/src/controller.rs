@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -58,18 +58,8 @@ impl std::fmt::Debug for PvController {
     }
 }
 
-use sidecar_kit::watch::{claim_reference as claim_ref, each, reflect as spawn_reflector};
-
-fn volume_ref(pv: &PersistentVolume) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolume".into()),
-        name: pv.metadata.name.clone(),
-        uid: pv.metadata.uid.clone(),
-        resource_version: pv.metadata.resource_version.clone(),
-        ..Default::default()
-    }
-}
+use sidecar_kit::vocabulary::{hostname, reference};
+use sidecar_kit::watch::{each, reflect as spawn_reflector};
 
 fn write_err(action: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
     move |source| SyncError::Write { action, source }
@@ -140,11 +130,7 @@ impl PvController {
                 }
             });
         });
-        let recorder = Recorder::new(
-            client.clone(),
-            "persistentvolume-controller",
-            crate::hostname(),
-        );
+        let recorder = Recorder::new(client.clone(), "persistentvolume-controller", hostname());
         Arc::new(PvController {
             client,
             claims,
@@ -236,7 +222,8 @@ impl PvController {
                     .get(&ObjectRef::new(&pv_name))
                     .ok_or_else(|| SyncError::Waiting(format!("volume {pv_name} vanished")))?;
                 let mut bound = (*pv).clone();
-                bound.spec.get_or_insert_with(Default::default).claim_ref = Some(claim_ref(&claim));
+                bound.spec.get_or_insert_with(Default::default).claim_ref =
+                    Some(reference(&*claim));
                 bound
                     .metadata
                     .annotations
@@ -273,7 +260,7 @@ impl PvController {
                         .map_err(write_err("annotate the claim"))?;
                 }
                 self.recorder
-                    .record(&claim_ref(&claim), EventType::Normal, "ExternalProvisioning", &format!(
+                    .record(&reference(&*claim), EventType::Normal, "ExternalProvisioning", &format!(
                         "Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
                     ))
                     .await;
@@ -282,7 +269,7 @@ impl PvController {
             ClaimAction::WaitForFirstConsumer => {
                 self.recorder
                     .record(
-                        &claim_ref(&claim),
+                        &reference(&*claim),
                         EventType::Normal,
                         "WaitForFirstConsumer",
                         "waiting for first consumer to be created before binding",
@@ -297,7 +284,7 @@ impl PvController {
                     EventType::Normal
                 };
                 self.recorder
-                    .record(&claim_ref(&claim), kind, reason, &message)
+                    .record(&reference(&*claim), kind, reason, &message)
                     .await;
                 Err(SyncError::Waiting(message))
             }
@@ -309,7 +296,7 @@ impl PvController {
                     .await
                     .map_err(write_err("mark the claim Lost"))?;
                 self.recorder
-                    .record(&claim_ref(&claim), EventType::Warning, "ClaimLost", &format!("Bound claim has lost reference to PersistentVolume. Data on the volume is lost! (volume {pv_name})"))
+                    .record(&reference(&*claim), EventType::Warning, "ClaimLost", &format!("Bound claim has lost reference to PersistentVolume. Data on the volume is lost! (volume {pv_name})"))
                     .await;
                 Ok(())
             }
@@ -424,7 +411,7 @@ impl PvController {
             VolumeAction::CannotDelete(message) => {
                 self.recorder
                     .record(
-                        &volume_ref(&pv),
+                        &reference(&*pv),
                         EventType::Warning,
                         "VolumeFailedDelete",
                         &message,
@@ -434,7 +421,7 @@ impl PvController {
             }
             VolumeAction::Recycle => {
                 self.recorder
-                    .record(&volume_ref(&pv), EventType::Warning, "VolumeFailedRecycle", "the Recycle reclaim policy is not supported by this controller; the volume stays Released")
+                    .record(&reference(&*pv), EventType::Warning, "VolumeFailedRecycle", "the Recycle reclaim policy is not supported by this controller; the volume stays Released")
                     .await;
                 Ok(())
             }

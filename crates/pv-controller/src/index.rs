@@ -2,8 +2,8 @@
 //! volume that names it, whether or not the claim names the volume back (a volume saved
 //! pre-bound by a provisioner whose claim is deleted before binding completes).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
@@ -42,11 +42,8 @@ pub fn names_a_missing_claim(pv: &PersistentVolume, claim: Option<&PersistentVol
 }
 
 impl ClaimRefIndex {
-    fn maps(&self) -> std::sync::MutexGuard<'_, Maps> {
-        match self.maps.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+    fn maps(&self) -> parking_lot::MutexGuard<'_, Maps> {
+        self.maps.lock()
     }
 
     /// A volume was added or changed.

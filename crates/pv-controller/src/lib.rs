@@ -10,9 +10,4 @@ pub mod controller;
 pub mod decide;
 pub mod index;
 
-/// This machine's host name (event source host).
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
-}
+pub use sidecar_kit::vocabulary::hostname;

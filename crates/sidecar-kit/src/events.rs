@@ -5,8 +5,8 @@
 //! are not written again: a retry loop against a failing driver does not become an event storm
 //! (client-go patches the count of such an event on every repeat, one API write each time).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -77,10 +77,7 @@ impl Recorder {
         let uid = object.uid.clone().unwrap_or_default();
         let key = (uid, kind, reason.to_string(), message.to_string());
         {
-            let mut recent = match self.recent.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let mut recent = self.recent.lock();
             let now = tokio::time::Instant::now();
             if recent
                 .get(&key)

@@ -152,7 +152,7 @@ pub fn released(spec: &LeaseSpec, now: Timestamp) -> LeaseSpec {
 #[derive(Debug, Clone, Default)]
 pub struct LeaderStatus {
     leading: Arc<AtomicBool>,
-    last_renew: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
+    last_renew: Arc<parking_lot::Mutex<Option<tokio::time::Instant>>>,
 }
 
 impl LeaderStatus {
@@ -162,7 +162,8 @@ impl LeaderStatus {
     }
 
     fn renewed(&self) {
-        if let Ok(mut last) = self.last_renew.lock() {
+        {
+            let mut last = self.last_renew.lock();
             *last = Some(tokio::time::Instant::now());
         }
     }
@@ -173,7 +174,7 @@ impl LeaderStatus {
         if !self.is_leader() {
             return true;
         }
-        let last = self.last_renew.lock().ok().and_then(|l| *l);
+        let last = *self.last_renew.lock();
         last.is_some_and(|t| t.elapsed() <= max_age)
     }
 }
@@ -192,7 +193,7 @@ pub struct Elector {
     config: ElectionConfig,
     status: LeaderStatus,
     /// The lease record as last seen and when it was first seen in that state (local clock).
-    observed: std::sync::Mutex<Option<(LeaseSpec, tokio::time::Instant)>>,
+    observed: parking_lot::Mutex<Option<(LeaseSpec, tokio::time::Instant)>>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -210,17 +211,14 @@ impl Elector {
             api: Api::namespaced(client, &config.namespace),
             config,
             status: LeaderStatus::default(),
-            observed: std::sync::Mutex::new(None),
+            observed: parking_lot::Mutex::new(None),
         }
     }
 
     /// Notes the record seen now; returns for how long it has been seen unchanged.
     fn observe(&self, spec: Option<&LeaseSpec>) -> Duration {
         let now = tokio::time::Instant::now();
-        let mut observed = match self.observed.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut observed = self.observed.lock();
         match (observed.as_ref(), spec) {
             (Some((seen, since)), Some(spec)) if seen == spec => now.duration_since(*since),
             (_, Some(spec)) => {

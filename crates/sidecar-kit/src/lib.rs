@@ -15,5 +15,6 @@ pub mod metrics;
 pub mod quantity;
 pub mod ratelimit;
 pub mod runtime;
+pub mod vocabulary;
 pub mod watch;
 pub mod workqueue;

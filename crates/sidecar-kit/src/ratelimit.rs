@@ -4,7 +4,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -107,10 +109,7 @@ where
                 }
                 self.sleep = None;
             }
-            let taken = match self.bucket.lock() {
-                Ok(mut b) => b.try_take(Instant::now()),
-                Err(poisoned) => poisoned.into_inner().try_take(Instant::now()),
-            };
+            let taken = self.bucket.lock().try_take(Instant::now());
             match taken {
                 Ok(()) => self.has_token = true,
                 Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),

@@ -28,10 +28,12 @@ use kube::runtime::reflector::{Lookup, Store};
 use crate::workqueue::{Next, WorkQueue};
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+/// Spawns a queue's workers into the controller's task set.
+type Spawn = Box<dyn FnOnce(&mut tokio::task::JoinSet<()>) + Send>;
 
 /// A queue with its workers, started once the caches are synced.
 struct Workers {
-    start: Box<dyn FnOnce(&mut tokio::task::JoinSet<()>) + Send>,
+    start: Spawn,
     stop: Box<dyn Fn() + Send>,
 }
 
@@ -180,7 +182,7 @@ impl Controller {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use kube::runtime::reflector::store;
@@ -220,7 +222,7 @@ mod tests {
                 move |key: String| {
                     let seen = seen.clone();
                     async move {
-                        seen.lock().unwrap().push(key);
+                        seen.lock().push(key);
                         Ok::<Next, String>(Next::Done)
                     }
                 }
@@ -241,12 +243,12 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Init);
         writer.apply_watcher_event(&watcher::Event::InitDone);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while seen.lock().unwrap().is_empty() || ticks.load(Ordering::SeqCst) == 0 {
+        while seen.lock().is_empty() || ticks.load(Ordering::SeqCst) == 0 {
             assert!(tokio::time::Instant::now() < deadline, "never reconciled");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(started.load(Ordering::SeqCst), 1);
-        assert_eq!(*seen.lock().unwrap(), vec!["a".to_string()]);
+        assert_eq!(*seen.lock(), vec!["a".to_string()]);
         stop_tx.send(()).unwrap();
         running.await.unwrap();
         assert!(q.next().await.is_none(), "the queue was shut down");

@@ -4,7 +4,6 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -77,18 +76,5 @@ pub fn each<K>(event: &watcher::Event<K>, mut f: impl FnMut(&K)) {
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => f(o),
         watcher::Event::Init | watcher::Event::InitDone => {}
-    }
-}
-
-/// The reference to a claim that PVs (claimRef) and events (involvedObject) carry.
-pub fn claim_reference(claim: &PersistentVolumeClaim) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolumeClaim".into()),
-        name: claim.metadata.name.clone(),
-        namespace: claim.metadata.namespace.clone(),
-        uid: claim.metadata.uid.clone(),
-        resource_version: claim.metadata.resource_version.clone(),
-        field_path: None,
     }
 }

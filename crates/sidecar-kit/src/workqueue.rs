@@ -2,9 +2,10 @@
 //! worker at a time (a change during processing re-queues it once when the worker is done),
 //! with per-key exponential backoff from `start` to `max` that watch events do not bypass.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -123,10 +124,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<K>> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        self.state.lock()
     }
 
     fn push(&self, state: &mut State<K>, key: K) {
@@ -327,7 +325,7 @@ mod tests {
                     let calls = calls.clone();
                     async move {
                         let attempt = {
-                            let mut calls = calls.lock().unwrap();
+                            let mut calls = calls.lock();
                             calls.push(key);
                             calls.iter().filter(|k| **k == key).count()
                         };
@@ -346,7 +344,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1100)).await;
         q.add("good");
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(*calls.lock().unwrap(), vec!["bad", "bad", "good"]);
+        assert_eq!(*calls.lock(), vec!["bad", "bad", "good"]);
         assert_eq!(
             q.failures(&"bad"),
             0,
@@ -368,7 +366,7 @@ mod tests {
                     let calls = calls.clone();
                     async move {
                         let attempt = {
-                            let mut calls = calls.lock().unwrap();
+                            let mut calls = calls.lock();
                             calls.push(key);
                             calls.iter().filter(|k| **k == key).count()
                         };
@@ -389,7 +387,7 @@ mod tests {
         assert_eq!(q.failures(&"later"), 0, "After does not");
         // again: retried after 1 s, then 2 s; later: after 5 s.
         tokio::time::sleep(Duration::from_secs(6)).await;
-        let calls = calls.lock().unwrap().clone();
+        let calls = calls.lock().clone();
         assert_eq!(calls.iter().filter(|k| **k == "again").count(), 3);
         assert_eq!(calls.iter().filter(|k| **k == "later").count(), 2);
         assert_eq!(q.failures(&"again"), 0);

@@ -243,6 +243,7 @@ pub fn read_watch_frames(mut bytes: &[u8]) -> Result<Vec<(String, Value)>, Proto
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
 

@@ -347,6 +347,7 @@ fn parse_field(word: &str, line: usize) -> Result<Field, SchemaError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

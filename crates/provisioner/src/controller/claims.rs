@@ -151,13 +151,10 @@ impl ClaimError {
     }
 }
 
-pub(crate) use sidecar_kit::watch::claim_reference;
+pub(crate) use sidecar_kit::vocabulary::reference;
 
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
+pub(crate) fn lock<T>(m: &parking_lot::Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 impl Provisioner {
@@ -226,7 +223,7 @@ impl Provisioner {
                 format!("failed to provision volume with StorageClass {class_name:?}: {error}");
             self.recorder
                 .record(
-                    &claim_reference(&claim),
+                    &reference(&*claim),
                     EventType::Warning,
                     "ProvisioningFailed",
                     &message,
@@ -354,7 +351,7 @@ impl Provisioner {
         tracing::info!(volume = %pv_name, "volume provisioned");
         self.recorder
             .record(
-                &claim_reference(claim),
+                &reference(&**claim),
                 EventType::Normal,
                 "ProvisioningSucceeded",
                 &format!("Successfully provisioned volume {pv_name}"),

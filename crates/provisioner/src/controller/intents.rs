@@ -14,7 +14,9 @@
 //!   that shard) instead of being taken for empty.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use base64::Engine;
@@ -167,11 +169,8 @@ impl std::fmt::Debug for IntentLog {
     }
 }
 
-fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
+fn lock(m: &Mutex<State>) -> parking_lot::MutexGuard<'_, State> {
+    m.lock()
 }
 
 /// Bytes a record takes in a shard's annotation.

@@ -2,8 +2,8 @@
 //! CreateVolume requests. An entry is keyed by the claim and dropped when the claim is
 //! provisioned or gone, so the cache holds only claims in progress.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use crate::controller::ClaimKey;
 use crate::decide::topology::Requirement;
@@ -21,11 +21,8 @@ pub(crate) struct TopologyCache {
 }
 
 impl TopologyCache {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<ClaimKey, Entry>> {
-        match self.entries.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+    fn entries(&self) -> parking_lot::MutexGuard<'_, HashMap<ClaimKey, Entry>> {
+        self.entries.lock()
     }
 
     /// The requirement computed for this claim (UID) and selected node, if any.

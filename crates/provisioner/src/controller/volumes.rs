@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::events::EventType;
@@ -41,40 +41,22 @@ pub enum VolumeError {
 const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn remembered(
-    map: &std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    map: &parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     key: &str,
 ) -> bool {
-    let map = match map.lock() {
-        Ok(m) => m,
-        Err(p) => p.into_inner(),
-    };
+    let map = map.lock();
     map.get(key).is_some_and(|at| at.elapsed() < REMEMBER_FOR)
 }
 
 fn remember(
-    map: &std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    map: &parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     key: &str,
 ) {
-    let mut map = match map.lock() {
-        Ok(m) => m,
-        Err(p) => p.into_inner(),
-    };
+    let mut map = map.lock();
     if map.len() > 10_000 {
         map.retain(|_, at| at.elapsed() < REMEMBER_FOR);
     }
     map.insert(key.to_string(), std::time::Instant::now());
-}
-
-fn pv_reference(pv: &PersistentVolume) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolume".into()),
-        name: pv.metadata.name.clone(),
-        namespace: None,
-        uid: pv.metadata.uid.clone(),
-        resource_version: pv.metadata.resource_version.clone(),
-        field_path: None,
-    }
 }
 
 impl Provisioner {
@@ -142,7 +124,7 @@ impl Provisioner {
                             .inc();
                         self.recorder
                             .record(
-                                &pv_reference(&pv),
+                                &sidecar_kit::vocabulary::reference(&*pv),
                                 EventType::Warning,
                                 "VolumeFailedDelete",
                                 &format!("DeleteVolume of {volume_handle:?} failed with {code}"),

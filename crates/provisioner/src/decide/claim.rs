@@ -2,15 +2,10 @@
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use sidecar_kit::quantity::Quantity;
-
-/// The provisioner a claim waits for (set by the PV controller).
-pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-/// The deprecated form of [`ANN_STORAGE_PROVISIONER`].
-pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
-/// The node the scheduler picked for a WaitForFirstConsumer claim.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-/// The deprecated class annotation; it wins over `spec.storageClassName`.
-pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+pub use sidecar_kit::vocabulary::{
+    ANN_BETA_STORAGE_CLASS, ANN_BETA_STORAGE_PROVISIONER, ANN_SELECTED_NODE,
+    ANN_STORAGE_PROVISIONER,
+};
 
 /// Largest size we accept: above this the driver's int64 byte count would be meaningless.
 pub const MAX_VOLUME_BYTES: i64 = 1 << 62;

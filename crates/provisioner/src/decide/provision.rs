@@ -24,21 +24,11 @@ use super::parameters::{
 };
 use super::secrets::{SecretError, SecretRef, TemplateContext, resolve};
 use super::topology::Requirement;
+pub use sidecar_kit::vocabulary::{
+    ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, ANN_MODIFY_SECRET_NAME,
+    ANN_MODIFY_SECRET_NAMESPACE, ANN_PROVISIONED_BY, PV_FINALIZER,
+};
 
-/// PV annotation naming the provisioner.
-pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-/// PV annotation: deletion secret name.
-pub const ANN_DELETION_SECRET_NAME: &str = "volume.kubernetes.io/provisioner-deletion-secret-name";
-/// PV annotation: deletion secret namespace.
-pub const ANN_DELETION_SECRET_NAMESPACE: &str =
-    "volume.kubernetes.io/provisioner-deletion-secret-namespace";
-/// PV annotation: ControllerModifyVolume secret name.
-pub const ANN_MODIFY_SECRET_NAME: &str = "volume.kubernetes.io/controller-modify-secret-name";
-/// PV annotation: ControllerModifyVolume secret namespace.
-pub const ANN_MODIFY_SECRET_NAMESPACE: &str =
-    "volume.kubernetes.io/controller-modify-secret-namespace";
-/// Finalizer on every PV we own with reclaim policy Delete.
-pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 /// Volume attribute identifying the provisioner instance.
 pub const IDENTITY_ATTRIBUTE: &str = "storage.kubernetes.io/csiProvisionerIdentity";
 

@@ -10,21 +10,11 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use sidecar_kit::quantity::parse_bytes;
+pub use sidecar_kit::vocabulary::{
+    ANN_BETA_STORAGE_CLASS, ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED,
+    ANN_BOUND_BY_CONTROLLER, ANN_PROVISIONED_BY, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER,
+};
 
-/// Claim annotation: the provisioner asked to make the volume.
-pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-/// Deprecated form of [`ANN_STORAGE_PROVISIONER`], still written for old provisioners.
-pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
-/// Claim annotation: the scheduler's node for a WaitForFirstConsumer claim.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-/// Deprecated class annotation (wins over spec.storageClassName).
-pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-/// Set on both sides when this controller made the binding.
-pub const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
-/// Set on the claim when its binding is complete.
-pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
-/// PV annotation naming the provisioner that made it.
-pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 /// The pseudo-provisioner of classes for static volumes only.
 pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 

@@ -1,11 +1,7 @@
 //! Default StorageClass selection.
 
 use k8s_openapi::api::storage::v1::StorageClass;
-
-/// Marks the default class.
-pub const ANN_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
-/// The deprecated form of [`ANN_DEFAULT_CLASS`].
-pub const ANN_BETA_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
+pub use sidecar_kit::vocabulary::{ANN_BETA_DEFAULT_CLASS, ANN_DEFAULT_CLASS};
 
 fn is_default(class: &StorageClass) -> bool {
     let Some(a) = class.metadata.annotations.as_ref() else {
