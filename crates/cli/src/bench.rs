@@ -9,10 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+use crate::embedded::{Stack, StackOptions};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -199,59 +200,23 @@ fn print_report(r: &Report) {
     );
 }
 
-#[derive(Parser)]
-struct DriverCli {
-    #[command(flatten)]
-    args: hostpath_driver::DriverArgs,
-}
-
 async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report> {
     let dir = tempfile::tempdir()?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopper = |rx: &tokio::sync::watch::Receiver<bool>| {
-        let mut rx = rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-    let kubeconfig = dir.path().join("kubeconfig");
-    let server = apiserver::serve(
-        apiserver::Config {
-            data_dir: Some(dir.path().join("api")),
-            kubeconfig_path: Some(kubeconfig.clone()),
-            ..Default::default()
-        },
-        stopper(&stop_rx),
-    )
-    .await?;
-    let socket = dir.path().join("csi.sock").display().to_string();
-    let driver_cfg = DriverCli::try_parse_from([
-        "driver".to_string(),
-        format!("--endpoint=unix://{socket}"),
-        format!("--state-dir={}", dir.path().join("driver").display()),
-        "--capacity=1Ei".to_string(),
-        "--publish-mode=symlink".to_string(),
-    ])?
-    .args
-    .into_config()?;
-    let driver = hostpath_driver::Driver::open(driver_cfg).await?;
-    let listener = hostpath_driver::bind_socket(&socket).await?;
-    tokio::spawn(driver.serve_on(listener, stopper(&stop_rx)));
-    let client = sidecar_kit::kubeclient::build_client(&sidecar_kit::kubeclient::ClientOptions {
-        kubeconfig: &kubeconfig.display().to_string(),
-        master: "",
-        qps: 0.0,
-        burst: 1,
-        user_agent: "volstack-bench/0.1",
+    let stack = Stack::start(StackOptions {
+        durable: true,
+        driver_args: vec![
+            "--capacity=1Ei".to_string(),
+            "--publish-mode=symlink".to_string(),
+        ],
+        pv_controller: Some((16, pv_controller::controller::default_backoff())),
+        ..StackOptions::new(dir.path().to_path_buf(), "volstack-bench/0.1")
     })
     .await?;
-    crate::stack::register(&client, &socket).await?;
-    let pvc = pv_controller::controller::PvController::new(
-        client.clone(),
-        pv_controller::controller::default_backoff(),
+    let (client, socket, kubeconfig) = (
+        stack.client.clone(),
+        stack.socket.clone(),
+        stack.kubeconfig.clone(),
     );
-    tokio::spawn(pvc.run(16, stopper(&stop_rx)));
-
     let own = std::env::current_exe()?
         .with_file_name("csi-provisioner")
         .display()
@@ -298,7 +263,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
 
     let rss_before = proc_status(pid, "VmRSS:").unwrap_or(0.0);
     let cpu_before = cpu_seconds(pid).unwrap_or(0.0);
-    let before = counts(&server, client_name);
+    let before = counts(&stack.server, client_name);
     let created_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let seen_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let watch_task = tokio::spawn({
@@ -433,7 +398,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         .with_context(|| format!("write {}", chart.display()))?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_rest = proc_status(pid, "VmRSS:").unwrap_or(0.0);
-    let after_provision = counts(&server, client_name);
+    let after_provision = counts(&stack.server, client_name);
     let mut problems = Vec::new();
     if !bound_ok {
         problems.push(format!(
@@ -489,7 +454,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
     if !gone_ok {
         problems.push("PVs or driver volumes left after deletion".into());
     }
-    let after_delete = counts(&server, client_name);
+    let after_delete = counts(&stack.server, client_name);
     let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu_before;
     let peak_rss = proc_status(pid, "VmHWM:").unwrap_or(0.0).max(*peak.lock());
     sampler.abort();
@@ -500,7 +465,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         .arg(pid.to_string())
         .status();
     let _ = tokio::task::spawn_blocking(move || child.wait()).await;
-    let _ = stop_tx.send(true);
+    stack.shutdown(Duration::from_secs(10)).await;
 
     let provisioning = diff(&after_provision, &before);
     let deletion = diff(&after_delete, &after_provision);

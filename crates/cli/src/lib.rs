@@ -5,6 +5,8 @@
 pub mod apibench;
 pub mod bench;
 pub mod chart;
+pub mod embedded;
+pub mod logging;
 pub mod stack;
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,8 +1,10 @@
-//! Structured logs: text or JSON, to stderr, verbosity from -v or RUST_LOG.
+//! The one logging set-up of every binary: text or JSON to stderr, a level from the binary's
+//! own verbosity flag, `RUST_LOG` overriding it, and the chatty HTTP/2 and client crates kept at
+//! warnings.
 
 use tracing_subscriber::EnvFilter;
 
-/// Logging flags shared by every subcommand.
+/// Logging flags of `volstack` (every subcommand).
 #[derive(Debug, Clone, clap::Args)]
 pub struct LogArgs {
     /// Log format: text or json.
@@ -13,25 +15,57 @@ pub struct LogArgs {
     pub verbosity: u8,
 }
 
-/// Installs the global subscriber.
-pub fn init(args: &LogArgs) -> anyhow::Result<()> {
-    let level = match args.verbosity {
+/// `volstack --verbosity`: 0 warnings, 1 info, 2 debug, 3+ trace.
+pub fn level_of_verbosity(verbosity: u8) -> &'static str {
+    match verbosity {
         0 => "warn",
         1 => "info",
         2 => "debug",
         _ => "trace",
-    };
+    }
+}
+
+/// The Go sidecars' klog `-v`: up to 1 info, 2 to 4 debug, 5+ trace (klog's levels 2-4 are
+/// where the sidecars log each object they handle).
+pub fn level_of_klog_v(v: u8) -> &'static str {
+    match v {
+        0..=1 => "info",
+        2..=4 => "debug",
+        _ => "trace",
+    }
+}
+
+/// Installs the global subscriber: `format` is `text` or `json`, `level` one of the above.
+pub fn init(format: &str, level: &str) -> anyhow::Result<()> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => EnvFilter::try_new(spec)?,
-        _ => EnvFilter::new(format!("{level},h2=warn,tower=warn,hyper=warn")),
+        _ => EnvFilter::new(format!(
+            "{level},h2=warn,tower=warn,hyper=warn,kube_client=warn"
+        )),
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    let result = if args.log_format == "json" {
+    let result = if format == "json" {
         builder.json().flatten_event(true).try_init()
     } else {
         builder.try_init()
     };
     result.map_err(|e| anyhow::anyhow!("failed to initialise logging: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_flag_maps_to_its_level() {
+        let ours: Vec<&str> = (0..=4).map(level_of_verbosity).collect();
+        assert_eq!(ours, ["warn", "info", "debug", "trace", "trace"]);
+        let klog: Vec<&str> = [0, 1, 2, 4, 5, 9]
+            .into_iter()
+            .map(level_of_klog_v)
+            .collect();
+        assert_eq!(klog, ["info", "info", "debug", "debug", "trace", "trace"]);
+    }
 }

@@ -4,7 +4,7 @@
 
 mod csi_client;
 mod faults;
-mod logging;
+use cli::logging;
 use cli::stack;
 
 use clap::{Parser, Subcommand};
@@ -79,7 +79,10 @@ fn main() -> std::process::ExitCode {
     {
         cli.log.verbosity = 0;
     }
-    if let Err(error) = logging::init(&cli.log) {
+    if let Err(error) = logging::init(
+        &cli.log.log_format,
+        logging::level_of_verbosity(cli.log.verbosity),
+    ) {
         eprintln!("volstack: {error:#}");
         return std::process::ExitCode::from(2);
     }
@@ -115,13 +118,9 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run_pv_controller(args: PvControllerArgs) -> anyhow::Result<()> {
-    let client = sidecar_kit::kubeclient::build_client(&sidecar_kit::kubeclient::ClientOptions {
-        kubeconfig: &args.kubeconfig,
-        master: "",
-        qps: 0.0,
-        burst: 1,
-        user_agent: "pv-controller/0.1",
-    })
+    let client = sidecar_kit::kubeclient::build_client(
+        &sidecar_kit::kubeclient::ClientOptions::unthrottled(&args.kubeconfig, "pv-controller/0.1"),
+    )
     .await?;
     let controller = pv_controller::controller::PvController::new(
         client,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::Parser as _;
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{
@@ -17,7 +17,8 @@ use k8s_openapi::api::storage::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
-use tokio::sync::watch;
+
+use crate::embedded::{Stack, StackOptions};
 
 /// Flags of `volstack up`.
 #[derive(Debug, Clone, clap::Args)]
@@ -55,13 +56,6 @@ pub fn paths(data_dir: &Path) -> Paths {
     }
 }
 
-fn stopper(rx: &watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let mut rx = rx.clone();
-    async move {
-        let _ = rx.wait_for(|s| *s).await;
-    }
-}
-
 /// Runs the stack until Ctrl-C.
 pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     let data_dir = std::path::absolute(&args.data_dir).context("resolve --data-dir")?;
@@ -69,50 +63,17 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     durable_log::files::create_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
     let p = paths(&data_dir);
-    let (stop_tx, stop_rx) = watch::channel(false);
-
-    let server = apiserver::serve(
-        apiserver::Config {
-            bind: args.bind,
-            data_dir: Some(data_dir.join("apiserver")),
-            kubeconfig_path: Some(p.kubeconfig.clone()),
-            ..Default::default()
-        },
-        stopper(&stop_rx),
-    )
-    .await
-    .context("start the API server")?;
-
-    #[derive(Parser)]
-    struct DriverCli {
-        #[command(flatten)]
-        args: hostpath_driver::DriverArgs,
-    }
-    let driver_argv = vec![
-        "driver".to_string(),
-        format!("--endpoint=unix://{}", p.socket.display()),
-        format!("--state-dir={}", data_dir.join("driver").display()),
-        format!("--capacity={}", args.capacity),
-        format!("--nodeid={}", args.node),
-    ];
-    let driver_config = DriverCli::try_parse_from(driver_argv)?.args.into_config()?;
-    let driver = hostpath_driver::Driver::open(driver_config)
-        .await
-        .context("start the CSI driver")?;
-    let listener = hostpath_driver::bind_socket(&p.socket.display().to_string()).await?;
-    let driver_task = tokio::spawn(driver.serve_on(listener, stopper(&stop_rx)));
-
-    let client = sidecar_kit::kubeclient::build_client(&sidecar_kit::kubeclient::ClientOptions {
-        kubeconfig: &p.kubeconfig.display().to_string(),
-        master: "",
-        qps: 0.0,
-        burst: 1,
-        user_agent: "volstack-up/0.1",
+    let stack = Stack::start(StackOptions {
+        bind: args.bind,
+        durable: true,
+        driver_args: vec![
+            format!("--capacity={}", args.capacity),
+            format!("--nodeid={}", args.node),
+        ],
+        pv_controller: Some((8, pv_controller::controller::default_backoff())),
+        ..StackOptions::new(data_dir.clone(), "volstack-up/0.1")
     })
     .await?;
-    let driver_name = register(&client, &p.socket.display().to_string())
-        .await
-        .context("register the node")?;
 
     let mut prov_argv = vec![
         "csi-provisioner".to_string(),
@@ -134,19 +95,14 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     let prov_args = provisioner::flags::ProvisionerArgs::try_parse_from(&prov_argv)?;
     let given: Vec<String> = prov_argv.iter().skip(1).cloned().collect();
     let provisioner_task = tokio::spawn({
-        let stop = stopper(&stop_rx);
+        let stop = stack.stopped();
         async move { provisioner::runner::run(prov_args, &given, stop).await }
     });
 
-    let pv_controller = pv_controller::controller::PvController::new(
-        client.clone(),
-        pv_controller::controller::default_backoff(),
-    );
-    let pv_task = tokio::spawn(pv_controller.run(8, stopper(&stop_rx)));
-
     println!(
-        "volstack is up: API server {}, driver {driver_name}, data in {}",
-        server.url(),
+        "volstack is up: API server {}, driver {}, data in {}",
+        stack.server.url(),
+        stack.driver_name,
         data_dir.display()
     );
     println!();
@@ -157,12 +113,10 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!("Ctrl-C stops everything; the next `up` resumes the same state.");
 
     crate::shutdown_signal().await;
-    let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-        let _ = provisioner_task.await;
-        let _ = pv_task.await;
-        let _ = driver_task.await;
-        server.join().await;
+    let grace = Duration::from_secs(10);
+    let stopping = stack.shutdown(grace);
+    let _ = tokio::time::timeout(grace, async {
+        let (_, _) = tokio::join!(stopping, provisioner_task);
     })
     .await;
     println!("volstack stopped");

@@ -42,7 +42,7 @@ async fn run_chaos(replicas: usize, pv_controller: bool) {
     };
     c.class("chaos", json!({})).await;
     c.faults("CreateVolume=error:UNAVAILABLE:0.1:after\nDeleteVolume=error:DEADLINE_EXCEEDED:0.1\n*=error:UNAVAILABLE:0.05\n");
-    c.server.set_faults(
+    c.stack.server.set_faults(
         serde_json::from_value(json!([
             {"resource": "persistentvolumes", "verb": "CREATE", "error": 500, "probability": 0.1},
             {"resource": "leases", "verb": "UPDATE", "error": 500, "probability": 0.1},
@@ -105,7 +105,7 @@ async fn run_chaos(replicas: usize, pv_controller: bool) {
     }
     let expected_live = 200 - deleted.len();
     c.faults("");
-    c.server.set_faults(Vec::new());
+    c.stack.server.set_faults(Vec::new());
     // Released volumes are deleted only once the PV controller marks them; without the real
     // one, the test plays it.
     let pvs: Api<PersistentVolume> = Api::all(c.client.clone());

@@ -115,21 +115,14 @@ impl PvController {
                 }
             });
         });
+        // Any class change may change the default class: every unbound claim looks again.
         let q = claim_queue.clone();
-        let claims_for_classes = claims.clone();
-        let classes = spawn_reflector(Api::<StorageClass>::all(client.clone()), move |e| {
-            each(e, |_| {
-                for c in claims_for_classes.state() {
-                    if c.spec
-                        .as_ref()
-                        .and_then(|s| s.volume_name.as_ref())
-                        .is_none()
-                    {
-                        q.add_now(ObjectRef::from_obj(c.as_ref()));
-                    }
-                }
-            });
-        });
+        let classes = sidecar_kit::watch::reflect_classes(
+            Api::<StorageClass>::all(client.clone()),
+            claims.clone(),
+            |_, _| true,
+            move |claim| q.add_now(ObjectRef::from_obj(claim)),
+        );
         let recorder = Recorder::new(client.clone(), "persistentvolume-controller", hostname());
         Arc::new(PvController {
             client,

@@ -46,6 +46,20 @@ pub struct ClientOptions<'a> {
     pub user_agent: &'a str,
 }
 
+impl<'a> ClientOptions<'a> {
+    /// A client of the server in `kubeconfig` without client-side throttling (our own tools
+    /// against our own API server).
+    pub fn unthrottled(kubeconfig: &'a str, user_agent: &'a str) -> Self {
+        ClientOptions {
+            kubeconfig,
+            master: "",
+            qps: 0.0,
+            burst: 1,
+            user_agent,
+        }
+    }
+}
+
 /// Loads the configuration.
 pub async fn load_config(options: &ClientOptions<'_>) -> Result<kube::Config, ClientError> {
     let env = std::env::var("KUBECONFIG").ok().filter(|v| !v.is_empty());

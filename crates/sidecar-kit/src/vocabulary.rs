@@ -1,7 +1,8 @@
 //! The words every controller shares: well-known annotations and finalizers (kube's and the
 //! CSI sidecars' names), references to objects, and this machine's host name.
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 /// The provisioner a claim waits for (set by the PV controller).
@@ -35,6 +36,24 @@ pub const ANN_MODIFY_SECRET_NAMESPACE: &str =
 /// The external provisioner's finalizer on the volumes it deletes.
 pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 
+/// An annotation's value.
+pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The class a claim asks for, as written: the beta annotation, else `spec.storageClassName`.
+/// `Some("")` asks for no class (only volumes without one); `None` leaves it to the default
+/// class.
+pub fn requested_class(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS)
+        .or_else(|| claim.spec.as_ref()?.storage_class_name.as_deref())
+}
+
+/// The name of a claim's class, if it has one (an empty request names none).
+pub fn claim_class(claim: &PersistentVolumeClaim) -> Option<&str> {
+    requested_class(claim).filter(|c| !c.is_empty())
+}
+
 /// The reference to an object that claimRefs and events' involvedObject carry (apiVersion,
 /// kind, namespace, name, uid, resourceVersion).
 pub fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
@@ -61,6 +80,33 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+
+    #[test]
+    fn a_claims_class_is_the_beta_annotation_else_its_spec_and_empty_names_none() {
+        let claim = |annotation: Option<&str>, spec: Option<&str>| PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                annotations: annotation
+                    .map(|a| [(ANN_BETA_STORAGE_CLASS.to_string(), a.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+                storage_class_name: spec.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cases = [
+            (None, None, None, None),
+            (None, Some(""), Some(""), None),
+            (None, Some("fast"), Some("fast"), Some("fast")),
+            (Some("beta"), Some("fast"), Some("beta"), Some("beta")),
+        ];
+        for (annotation, spec, requested, named) in cases {
+            let c = claim(annotation, spec);
+            assert_eq!(requested_class(&c), requested, "{annotation:?} {spec:?}");
+            assert_eq!(claim_class(&c), named, "{annotation:?} {spec:?}");
+        }
+    }
 
     #[test]
     fn references_name_the_object_as_claim_refs_and_events_do() {

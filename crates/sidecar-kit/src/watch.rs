@@ -4,6 +4,8 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -26,6 +28,35 @@ where
     F: Fn(&watcher::Event<K>) + Send + 'static,
 {
     reflect_trimmed(api, |_: &mut K| {}, on_event)
+}
+
+/// Starts a reflector of StorageClasses: a class that appears or changes may unblock claims
+/// waiting for it, so every claim not bound yet for which `waits_for(claim, class)` holds is
+/// passed to `requeue`.
+pub fn reflect_classes<W, R>(
+    api: Api<StorageClass>,
+    claims: Store<PersistentVolumeClaim>,
+    waits_for: W,
+    requeue: R,
+) -> Store<StorageClass>
+where
+    W: Fn(&PersistentVolumeClaim, &StorageClass) -> bool + Send + 'static,
+    R: Fn(&PersistentVolumeClaim) + Send + 'static,
+{
+    reflect(api, move |event| {
+        each(event, |class| {
+            for claim in claims.state() {
+                let unbound = claim
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.as_deref())
+                    .is_none_or(str::is_empty);
+                if unbound && waits_for(&claim, class) {
+                    requeue(&claim);
+                }
+            }
+        });
+    })
 }
 
 /// Like [`reflect`], with a kind-specific `shrink` that also drops fields no decision of the

@@ -11,21 +11,13 @@ fn main() -> std::process::ExitCode {
         Ok(args) => args,
         Err(error) => error.exit(),
     };
-    let level = match args.verbosity {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    let filter = std::env::var("RUST_LOG")
-        .unwrap_or_else(|_| format!("{level},h2=warn,tower=warn,hyper=warn,kube_client=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr);
-    let _ = if args.logging_format == "json" {
-        builder.json().flatten_event(true).try_init()
-    } else {
-        builder.try_init()
-    };
+    if let Err(error) = cli::logging::init(
+        &args.logging_format,
+        cli::logging::level_of_klog_v(args.verbosity),
+    ) {
+        eprintln!("csi-provisioner: {error:#}");
+        return std::process::ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -7,27 +7,20 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use clap::Parser;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 pub const DRIVER: &str = "hostpath.csi.volstack.dev";
 
-#[derive(Parser)]
-struct DriverCli {
-    #[command(flatten)]
-    args: hostpath_driver::DriverArgs,
-}
-
 pub struct Cluster {
-    pub dir: tempfile::TempDir,
     pub client: kube::Client,
-    pub server: apiserver::RunningServer,
+    pub stack: cli::embedded::Stack,
     pub socket: String,
     provisioner: Option<Child>,
-    stop: tokio::sync::watch::Sender<bool>,
     pub provisioner_args: Vec<String>,
+    /// Last: removed after everything using it has stopped.
+    pub dir: tempfile::TempDir,
 }
 
 impl Drop for Cluster {
@@ -36,16 +29,6 @@ impl Drop for Cluster {
             let _ = p.kill();
             let _ = p.wait();
         }
-        let _ = self.stop.send(true);
-    }
-}
-
-fn stopper(
-    rx: &tokio::sync::watch::Receiver<bool>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let mut rx = rx.clone();
-    async move {
-        let _ = rx.wait_for(|s| *s).await;
     }
 }
 
@@ -57,65 +40,37 @@ impl Cluster {
         with_pv_controller: bool,
     ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let kubeconfig = dir.path().join("kubeconfig");
-        let server = apiserver::serve(
-            apiserver::Config {
-                kubeconfig_path: Some(kubeconfig.clone()),
-                ..Default::default()
-            },
-            stopper(&stop_rx),
-        )
-        .await
-        .unwrap();
-        let socket = dir.path().join("csi.sock").display().to_string();
-        let mut argv = vec![
-            "driver".to_string(),
-            format!("--endpoint=unix://{socket}"),
-            format!("--state-dir={}", dir.path().join("driver").display()),
+        let mut options =
+            cli::embedded::StackOptions::new(dir.path().to_path_buf(), "scenario-test/0.1");
+        options.driver_args = vec![
             format!("--fault-file={}", dir.path().join("faults").display()),
             "--publish-mode=symlink".to_string(),
         ];
-        argv.extend(driver_args.iter().map(|s| s.to_string()));
-        let config = DriverCli::try_parse_from(argv)
-            .unwrap()
-            .args
-            .into_config()
-            .unwrap();
-        let driver = hostpath_driver::Driver::open(config).await.unwrap();
-        let listener = hostpath_driver::bind_socket(&socket).await.unwrap();
-        tokio::spawn(driver.serve_on(listener, stopper(&stop_rx)));
-        let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        let client = kube::Client::try_from(config).unwrap();
-        cli::stack::register(&client, &socket).await.unwrap();
-        if with_pv_controller {
-            let pvc = pv_controller::controller::PvController::new(
-                client.clone(),
-                sidecar_kit::workqueue::Backoff {
-                    start: Duration::from_millis(100),
-                    max: Duration::from_secs(2),
-                },
-            );
-            tokio::spawn(pvc.run(4, stopper(&stop_rx)));
-        }
+        options
+            .driver_args
+            .extend(driver_args.iter().map(|s| s.to_string()));
+        options.pv_controller = with_pv_controller.then_some((
+            4,
+            sidecar_kit::workqueue::Backoff {
+                start: Duration::from_millis(100),
+                max: Duration::from_secs(2),
+            },
+        ));
+        let stack = cli::embedded::Stack::start(options).await.unwrap();
         let mut args = vec![
-            format!("--csi-address={socket}"),
-            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--csi-address={}", stack.socket),
+            format!("--kubeconfig={}", stack.kubeconfig.display()),
             "--retry-interval-start=100ms".to_string(),
             "--retry-interval-max=1s".to_string(),
             "--kube-api-qps=0".to_string(),
         ];
         args.extend(provisioner_args.iter().map(|s| s.to_string()));
         let mut cluster = Cluster {
+            client: stack.client.clone(),
+            socket: stack.socket.clone(),
             dir,
-            client,
-            server,
-            socket,
+            stack,
             provisioner: None,
-            stop,
             provisioner_args: args,
         };
         cluster.start_provisioner();
@@ -353,7 +308,7 @@ impl Cluster {
 
     pub fn api_writes(&self, client: &str) -> BTreeMap<(String, String), u64> {
         let mut out = BTreeMap::new();
-        for ((verb, resource, _code, c), n) in self.server.request_counts() {
+        for ((verb, resource, _code, c), n) in self.stack.server.request_counts() {
             if c == client && matches!(verb.as_str(), "CREATE" | "UPDATE" | "PATCH" | "DELETE") {
                 *out.entry((verb, resource)).or_default() += n;
             }

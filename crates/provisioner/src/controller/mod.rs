@@ -135,26 +135,16 @@ impl Provisioner {
                 });
             },
         );
-        // A class that appears or changes may unblock the claims waiting for it.
+        // A class that appears or changes may unblock the claims of that class.
         let q = claims_q.clone();
-        let claims_for_classes = claims.clone();
-        let classes =
-            sidecar_kit::watch::reflect(Api::<StorageClass>::all(client.clone()), move |event| {
-                for_each(event, |class| {
-                    let name = class.metadata.name.as_deref();
-                    for pvc in claims_for_classes.state() {
-                        if crate::decide::claim::claim_class(&pvc) == name
-                            && pvc
-                                .spec
-                                .as_ref()
-                                .and_then(|s| s.volume_name.as_ref())
-                                .is_none()
-                        {
-                            q.add_now(claim_key(&pvc));
-                        }
-                    }
-                });
-            });
+        let classes = sidecar_kit::watch::reflect_classes(
+            Api::<StorageClass>::all(client.clone()),
+            claims.clone(),
+            |claim, class| {
+                crate::decide::claim::claim_class(claim) == class.metadata.name.as_deref()
+            },
+            move |claim| q.add_now(claim_key(claim)),
+        );
         let (csinodes, nodes) = if with_topology {
             (
                 sidecar_kit::watch::reflect(Api::<CSINode>::all(client.clone()), |_| {}),

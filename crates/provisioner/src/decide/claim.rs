@@ -39,12 +39,7 @@ pub fn claim_provisioner(claim: &PersistentVolumeClaim) -> Option<&str> {
         .or_else(|| annotation(claim, ANN_BETA_STORAGE_PROVISIONER))
 }
 
-/// The class of a claim: the beta annotation wins over `spec.storageClassName`.
-pub fn claim_class(claim: &PersistentVolumeClaim) -> Option<&str> {
-    annotation(claim, ANN_BETA_STORAGE_CLASS)
-        .or_else(|| claim.spec.as_ref()?.storage_class_name.as_deref())
-        .filter(|c| !c.is_empty())
-}
+pub use sidecar_kit::vocabulary::claim_class;
 
 /// The node picked by the scheduler, if any.
 pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {

@@ -71,12 +71,7 @@ fn annotation<'a>(
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
-/// The claim's class: None when unset (eligible for the default), Some("") for "no class".
-pub fn claim_class(claim: &PersistentVolumeClaim) -> Option<String> {
-    annotation(&claim.metadata, ANN_BETA_STORAGE_CLASS)
-        .map(str::to_string)
-        .or_else(|| claim.spec.as_ref()?.storage_class_name.clone())
-}
+use sidecar_kit::vocabulary::requested_class;
 
 fn volume_class(pv: &PersistentVolume) -> String {
     annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS)
@@ -133,7 +128,7 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
 pub fn mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<String> {
     let cs = claim.spec.clone().unwrap_or_default();
     let ps = pv.spec.clone().unwrap_or_default();
-    let claim_class = claim_class(claim).unwrap_or_default();
+    let claim_class = requested_class(claim).unwrap_or_default();
     if volume_class(pv) != claim_class {
         return Some(format!(
             "storage class {:?} differs from the claim's {claim_class:?}",
@@ -269,7 +264,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             message: format!("volume {volume_name:?} already bound to a different claim"),
         };
     }
-    let class = claim_class(claim);
+    let class = requested_class(claim);
     if class.is_none()
         && let Some(default) = default_class.and_then(|c| c.metadata.name.clone())
     {
@@ -306,7 +301,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     let Some(sc) = classes
         .iter()
         .map(Borrow::borrow)
-        .find(|c: &&StorageClass| c.metadata.name.as_deref() == Some(class_name.as_str()))
+        .find(|c: &&StorageClass| c.metadata.name.as_deref() == Some(class_name))
     else {
         return ClaimAction::Pending {
             reason: "ProvisioningFailed",

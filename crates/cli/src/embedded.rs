@@ -1,0 +1,197 @@
+//! The embedded stack, assembled in one place for `volstack up`, the benchmark and the
+//! scenario tests: our API server, the reference driver on a unix socket, the node registered
+//! as kubelet would, and optionally the PV controller, all stopped by one signal. The
+//! provisioner is left to the caller (in-process for `up`, a child process for the benchmark
+//! and the tests).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use sidecar_kit::workqueue::Backoff;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// Where state lives: the kubeconfig, the CSI socket and the driver's state; the API
+    /// server's too when `durable`.
+    pub dir: PathBuf,
+    /// The API server's address (port 0: any free port).
+    pub bind: SocketAddr,
+    /// Whether the API server keeps its objects on disk (`<dir>/apiserver`).
+    pub durable: bool,
+    /// Flags for the driver besides its endpoint and state directory.
+    pub driver_args: Vec<String>,
+    /// Workers and backoff of the PV controller, if it runs.
+    pub pv_controller: Option<(usize, Backoff)>,
+    /// The User-Agent of the stack's own client.
+    pub user_agent: &'static str,
+}
+
+impl StackOptions {
+    /// An in-memory API server on a free loopback port, the driver with default flags and the
+    /// PV controller with its default backoff.
+    pub fn new(dir: PathBuf, user_agent: &'static str) -> Self {
+        StackOptions {
+            dir,
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            durable: false,
+            driver_args: Vec::new(),
+            pv_controller: Some((4, pv_controller::controller::default_backoff())),
+            user_agent,
+        }
+    }
+}
+
+#[derive(Parser)]
+struct DriverCli {
+    #[command(flatten)]
+    args: hostpath_driver::DriverArgs,
+}
+
+/// A running stack; [`Stack::shutdown`] stops it (dropping it stops it too, without waiting:
+/// the stop signal resolves once its sender is gone).
+pub struct Stack {
+    /// The API server.
+    pub server: apiserver::RunningServer,
+    /// A client of it (no client-side throttling).
+    pub client: kube::Client,
+    /// The kubeconfig clients use.
+    pub kubeconfig: PathBuf,
+    /// The driver's socket path.
+    pub socket: String,
+    /// The driver's name.
+    pub driver_name: String,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Stack {
+    /// Starts the API server, the driver and (if asked) the PV controller, and registers the
+    /// node, its CSINode, the CSIDriver and the default class.
+    pub async fn start(options: StackOptions) -> anyhow::Result<Stack> {
+        let dir = &options.dir;
+        let kubeconfig = dir.join("kubeconfig");
+        let socket = dir.join("csi.sock").display().to_string();
+        let (stop, _) = watch::channel(false);
+        let server = apiserver::serve(
+            apiserver::Config {
+                bind: options.bind,
+                data_dir: options.durable.then(|| dir.join("apiserver")),
+                kubeconfig_path: Some(kubeconfig.clone()),
+                ..Default::default()
+            },
+            signal(&stop),
+        )
+        .await
+        .context("start the API server")?;
+        let mut argv = vec![
+            "driver".to_string(),
+            format!("--endpoint=unix://{socket}"),
+            format!("--state-dir={}", dir.join("driver").display()),
+        ];
+        argv.extend(options.driver_args.iter().cloned());
+        let config = DriverCli::try_parse_from(argv)?.args.into_config()?;
+        let driver = hostpath_driver::Driver::open(config)
+            .await
+            .context("start the CSI driver")?;
+        let listener = hostpath_driver::bind_socket(&socket).await?;
+        let mut tasks = Vec::new();
+        let driver_stop = signal(&stop);
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = driver.serve_on(listener, driver_stop).await {
+                tracing::error!(%error, "the CSI driver stopped");
+            }
+        }));
+        let client = sidecar_kit::kubeclient::build_client(
+            &sidecar_kit::kubeclient::ClientOptions::unthrottled(
+                &kubeconfig.display().to_string(),
+                options.user_agent,
+            ),
+        )
+        .await?;
+        let driver_name = crate::stack::register(&client, &socket)
+            .await
+            .context("register the node")?;
+        if let Some((workers, backoff)) = options.pv_controller {
+            let controller = pv_controller::controller::PvController::new(client.clone(), backoff);
+            tasks.push(tokio::spawn(controller.run(workers, signal(&stop))));
+        }
+        Ok(Stack {
+            server,
+            client,
+            kubeconfig,
+            socket,
+            driver_name,
+            stop,
+            tasks,
+        })
+    }
+
+    /// Resolves when the stack is asked to stop (for what the caller runs beside it).
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        signal(&self.stop)
+    }
+
+    /// Stops everything and waits up to `grace` for it to finish.
+    pub async fn shutdown(self, grace: Duration) {
+        let Stack {
+            server,
+            stop,
+            tasks,
+            ..
+        } = self;
+        let _ = stop.send(true);
+        let _ = tokio::time::timeout(grace, async {
+            for task in tasks {
+                let _ = task.await;
+            }
+            server.join().await;
+        })
+        .await;
+    }
+}
+
+impl std::fmt::Debug for Stack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stack")
+            .field("server", &self.server)
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The one stop signal: resolves once `true` is sent (or the sender is gone).
+fn signal(stop: &watch::Sender<bool>) -> impl Future<Output = ()> + Send + 'static {
+    let mut rx = stop.subscribe();
+    async move {
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_stack_starts_registers_the_node_and_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = StackOptions::new(dir.path().to_path_buf(), "stack-test/0.1");
+        options.driver_args.push("--publish-mode=symlink".into());
+        let stack = Stack::start(options).await.unwrap();
+        assert_eq!(stack.driver_name, "hostpath.csi.volstack.dev");
+        let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
+            kube::Api::all(stack.client.clone());
+        let class = classes.get("hostpath").await.unwrap();
+        assert_eq!(class.provisioner, "hostpath.csi.volstack.dev");
+        let stopped = stack.stopped();
+        stack.shutdown(Duration::from_secs(10)).await;
+        stopped.await;
+    }
+}
