@@ -1,0 +1,34 @@
+//! The kubeconfig the server writes for its clients (mode 0600).
+
+use super::*;
+
+/// Where the server keeps its kubeconfig and how it is reached.
+pub fn kubeconfig(address: SocketAddr, token: &str, ca_data: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: volstack\n  cluster:\n    server: https://{address}\n    certificate-authority-data: {ca_data}\ncontexts:\n- name: volstack\n  context:\n    cluster: volstack\n    user: volstack-admin\n    namespace: default\ncurrent-context: volstack\nusers:\n- name: volstack-admin\n  user:\n    token: {token}\n"
+    )
+}
+
+/// Writes the kubeconfig with mode 0600.
+pub fn write_kubeconfig(
+    path: &PathBuf,
+    address: SocketAddr,
+    token: &str,
+    ca_data: &str,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(kubeconfig(address, token, ca_data).as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,407 @@
+//! HTTP: the one handler (authentication before routing, request metrics), dispatch to the
+//! read, write, patch and delete handlers, health and metrics endpoints, and the application
+//! state. Routing, negotiation, reads, writes, deletes and the kubeconfig are submodules.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::access;
+use crate::discovery;
+use crate::media::{self, Format};
+use crate::objects::{self, merge_update, prepare_create, validate};
+use crate::patch::{self, PatchError, PatchKind};
+use crate::protobuf;
+use crate::registry::{Registry, ResourceType};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::store::{Store, StoreError, Write2};
+use crate::tables::table;
+
+mod delete;
+mod kubeconfig;
+mod read;
+mod respond;
+mod routing;
+mod write;
+
+use delete::{delete, delete_collection};
+pub use kubeconfig::{kubeconfig, write_kubeconfig};
+pub(crate) use read::selectors;
+use read::{list, list_version_reached};
+use respond::{check_accept, json_body, negotiate, parse_body, to_protobuf};
+pub(crate) use respond::{json_response, wants_table};
+pub(crate) use routing::{Query, Target};
+use routing::{Route, route, verb_of};
+pub(crate) use write::{apply_update, create_object};
+use write::{commit, create, patch, refresh_crds, update};
+
+/// Largest accepted body (kube-apiserver's default is 3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Shared state of the handlers.
+pub struct App {
+    /// Objects.
+    pub store: Store,
+    /// Types.
+    pub registry: Registry,
+    /// Bearer token.
+    pub token: String,
+    /// Requests by (verb, resource, code, client).
+    pub requests: Mutex<BTreeMap<(String, String, u16, String), u64>>,
+    /// Address clients use (discovery).
+    pub address: Mutex<Option<SocketAddr>>,
+    /// Injected faults (empty: none).
+    pub faults: Mutex<Vec<crate::faults::FaultRule>>,
+    /// Bumped to close open watches: (resource or `*`, nonce).
+    pub close_watches: tokio::sync::watch::Sender<(String, u64)>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App").finish_non_exhaustive()
+    }
+}
+
+pub(crate) type Shared = Arc<App>;
+
+/// The single handler: authenticates (before routing, so every path answers alike without the
+/// token), routes, counts.
+pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
+    let path = request.uri().path().to_string();
+    if !access::is_health(&path) && !access::authorized(request.headers(), &app.token) {
+        count(&app, "", String::new(), 401, access::UNAUTHENTICATED);
+        let mut response = ApiError::unauthorized().into_response();
+        // An unauthenticated client does not keep its connection.
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+        return response;
+    }
+    let client = access::client_label(request.headers());
+    let (verb, resource, response) = dispatch(&app, request).await;
+    let code = response.status().as_u16();
+    count(&app, verb, resource, code, &client);
+    response
+}
+
+/// Counts a request; clients beyond the first [`access::MAX_CLIENT_LABELS`] share one label.
+fn count(app: &App, verb: &str, resource: String, code: u16, client: &str) {
+    let mut counts = app.requests.lock();
+    let mut key = (verb.to_string(), resource, code, client.to_string());
+    if let Some(n) = counts.get_mut(&key) {
+        *n += 1;
+        return;
+    }
+    // A new series (rare: their number is bounded): its client label must be known already or
+    // fit under the limit.
+    let mut clients: Vec<&str> = counts.keys().map(|(_, _, _, c)| c.as_str()).collect();
+    clients.sort_unstable();
+    clients.dedup();
+    key.3 = access::bounded_client(&clients, client).to_string();
+    *counts.entry(key).or_default() += 1;
+}
+
+async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Response) {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let query = Query::parse(request.uri().query());
+    let headers = request.headers().clone();
+    let route = match route(&app.registry, &path) {
+        Ok(r) => r,
+        Err(e) => return ("GET", String::new(), e.into_response()),
+    };
+    if !matches!(route, Route::Object(_))
+        && let Err(e) = check_accept(&headers)
+    {
+        return ("", String::new(), e.into_response());
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        return ("", String::new(), ApiError::too_large().into_response());
+    }
+    let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => return ("", String::new(), ApiError::too_large().into_response()),
+    };
+    match route {
+        Route::Health => ("", String::new(), health(app, &path)),
+        Route::Faults => ("", String::new(), fault_admin(app, &method, &query, &body)),
+        Route::Version => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &version()),
+        ),
+        Route::Metrics => ("GET", String::new(), metrics(app)),
+        Route::ApiVersions if discovery::wants_aggregated(&headers) => (
+            "GET",
+            String::new(),
+            discovery::aggregated_response(&discovery::aggregated(app, true)),
+        ),
+        Route::ApiGroups if discovery::wants_aggregated(&headers) => (
+            "GET",
+            String::new(),
+            discovery::aggregated_response(&discovery::aggregated(app, false)),
+        ),
+        Route::ApiVersions => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &discovery::api_versions(app)),
+        ),
+        Route::ApiGroups => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &discovery::api_groups(app)),
+        ),
+        Route::Resources(g, v) => ("GET", String::new(), discovery::resource_list(app, &g, &v)),
+        Route::OpenApiRoot => (
+            "GET",
+            String::new(),
+            json_response(StatusCode::OK, &discovery::openapi_root(app)),
+        ),
+        Route::OpenApiGroupVersion(g, v) => (
+            "GET",
+            String::new(),
+            json_response(
+                StatusCode::OK,
+                &discovery::openapi_group_version(app, &g, &v),
+            ),
+        ),
+        Route::Object(target) => {
+            let resource = target.rt.plural.clone();
+            let verb = verb_of(&method, target.name.is_some(), query.flag("watch"));
+            let rules = app.faults.lock().clone();
+            if let Some(injection) =
+                crate::faults::decide(&rules, &resource, verb, rand::random::<f64>())
+            {
+                if injection.latency_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(injection.latency_ms)).await;
+                }
+                if let Some(error) = injection.error {
+                    return (verb, resource, error.into_response());
+                }
+            }
+            let accept = match negotiate(&target, &headers) {
+                Ok(accept) => accept,
+                Err(error) => return (verb, resource, error.into_response()),
+            };
+            let body = match json_body(&method, &headers, body) {
+                Ok(body) => body,
+                Err(error) => return (verb, resource, error.into_response()),
+            };
+            let (verb, result) = object_request(app, &method, target, &query, &headers, body).await;
+            let response = result.unwrap_or_else(IntoResponse::into_response);
+            let response = match accept.preferred {
+                Format::Protobuf if verb != "WATCH" && !wants_table(&headers) => {
+                    to_protobuf(response).await
+                }
+                _ => response,
+            };
+            (verb, resource, response)
+        }
+    }
+}
+
+/// `/debug/faults`: GET shows the rules, POST `{"rules": [...]}` replaces them, DELETE clears
+/// them, POST `?closeWatches=RESOURCE|*` closes open watches.
+fn fault_admin(app: &App, method: &Method, query: &Query, body: &Bytes) -> Response {
+    if let Some(resource) = query.get("closeWatches") {
+        let _ = app
+            .close_watches
+            .send((resource.to_string(), rand::random::<u64>()));
+        return json_response(StatusCode::OK, &json!({"closed": resource}));
+    }
+    match method.as_str() {
+        "GET" => json_response(StatusCode::OK, &json!({"rules": app.faults.lock().clone()})),
+        "DELETE" => {
+            {
+                let mut f = app.faults.lock();
+                f.clear();
+            }
+            json_response(StatusCode::OK, &json!({"rules": []}))
+        }
+        "POST" | "PUT" => {
+            #[derive(serde::Deserialize)]
+            struct Body {
+                rules: Vec<crate::faults::FaultRule>,
+            }
+            let parsed: Body = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => {
+                    return ApiError::bad_request(format!("expected {{\"rules\": [...]}}: {e}"))
+                        .into_response();
+                }
+            };
+            if let Some(why) = parsed.rules.iter().find_map(|r| r.validate().err()) {
+                return ApiError::bad_request(why).into_response();
+            }
+            {
+                let mut f = app.faults.lock();
+                *f = parsed.rules.clone();
+            }
+            json_response(StatusCode::OK, &json!({"rules": parsed.rules}))
+        }
+        _ => ApiError::method_not_allowed("use GET, POST or DELETE").into_response(),
+    }
+}
+
+fn version() -> Value {
+    json!({
+        "major": "1", "minor": "34", "gitVersion": "v1.34.0-volstack", "gitCommit": "", "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "rust", "compiler": "rustc", "platform": "linux/amd64"
+    })
+}
+
+/// `/healthz` and `/livez` answer while the process serves; `/readyz` also fails once the store
+/// refuses writes.
+fn health(app: &App, path: &str) -> Response {
+    if path.trim_start_matches('/').starts_with("readyz")
+        && let Some(reason) = app.store.failure()
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("[-]storage failed: {reason}\nreadyz check failed\n"),
+        )
+            .into_response();
+    }
+    "ok".into_response()
+}
+
+fn metrics(app: &App) -> Response {
+    let mut out = String::from(
+        "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource, client and HTTP response code.\n# TYPE apiserver_request_total counter\n",
+    );
+    {
+        let counts = app.requests.lock();
+        for ((verb, resource, code, client), n) in counts.iter() {
+            let (client, resource) = (access::escape_label(client), access::escape_label(resource));
+            out.push_str(&format!("apiserver_request_total{{client=\"{client}\",code=\"{code}\",resource=\"{resource}\",verb=\"{verb}\"}} {n}\n"));
+        }
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+async fn object_request(
+    app: &Shared,
+    method: &Method,
+    t: Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> (&'static str, Result<Response, ApiError>) {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let rt = t.rt.clone();
+    let key = rt.key();
+    // A subresource (status) supports get, update and patch only, as in kube-apiserver.
+    if t.subresource.is_some() && !matches!(method.as_str(), "GET" | "PUT" | "PATCH") {
+        return (
+            "",
+            Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource: {method} on a subresource"
+            ))),
+        );
+    }
+    if crate::reviews::is_review(&rt.group, &rt.plural) {
+        return match (method.as_str(), t.name.is_none()) {
+            ("POST", true) => (
+                "CREATE",
+                parse_body(&body)
+                    .and_then(|request| crate::reviews::answer(&rt, Some(request)))
+                    .map(|review| json_response(StatusCode::CREATED, &review)),
+            ),
+            _ => (
+                "",
+                Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource: {} supports create only",
+                    rt.plural
+                ))),
+            ),
+        };
+    }
+    match (method.as_str(), t.name.clone()) {
+        ("GET", None) if query.flag("watch") => {
+            ("WATCH", crate::watch::watch(app, &t, query, headers).await)
+        }
+        ("GET", None) => (
+            "LIST",
+            match list_version_reached(app, query).await {
+                Ok(()) => list(app, &t, query, headers),
+                Err(error) => Err(error),
+            },
+        ),
+        ("GET", Some(name)) => (
+            "GET",
+            match app.store.get(&key, &ns, &name) {
+                Some(obj) if wants_table(headers) => Ok(json_response(
+                    StatusCode::OK,
+                    &table(&rt, &[obj], app.store.current_rv()),
+                )),
+                Some(obj) => Ok(json_response(StatusCode::OK, &obj)),
+                None => Err(ApiError::not_found(&rt.group, &rt.plural, &name)),
+            },
+        ),
+        ("POST", None) => ("CREATE", create(app, &t, query, body).await),
+        ("PUT", Some(name)) => ("UPDATE", update(app, &t, &name, body).await),
+        ("PATCH", Some(name)) => ("PATCH", patch(app, &t, &name, headers, query, body).await),
+        ("DELETE", Some(name)) => (
+            "DELETE",
+            delete(app, &rt, &ns, &name, &body)
+                .await
+                .map(|v| json_response(StatusCode::OK, &v)),
+        ),
+        ("DELETE", None) => ("DELETECOLLECTION", delete_collection(app, &t, query).await),
+        _ => (
+            "",
+            Err(ApiError::method_not_allowed(format!(
+                "{method} is not allowed here"
+            ))),
+        ),
+    }
+}
+
+/// Builds the application state with the built-in namespaces, and returns once they are
+/// durable and visible (a client that connects first must find `default`).
+pub async fn new_app(store: Store, token: String) -> Result<Shared, StoreError> {
+    let app = Arc::new(App {
+        store,
+        registry: Registry::default(),
+        token,
+        requests: Mutex::new(BTreeMap::new()),
+        address: Mutex::new(None),
+        faults: Mutex::new(Vec::new()),
+        close_watches: tokio::sync::watch::channel((String::new(), 0)).0,
+    });
+    refresh_crds(&app);
+    let mut last = 0;
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        if app.store.get("/namespaces", "", ns).is_some() {
+            continue;
+        }
+        let Some(rt) = app.registry.find("", "v1", "namespaces") else {
+            continue;
+        };
+        let mut obj = json!({"metadata": {"name": ns}});
+        if prepare_create(&rt, "", &mut obj).is_ok() {
+            let (_, rv) = app.store.write("/namespaces", "", ns, |_, _| {
+                Ok::<_, StoreError>(Write2::Put(obj))
+            })?;
+            last = last.max(rv);
+        }
+    }
+    app.store.wait_durable(last).await?;
+    Ok(app)
+}
