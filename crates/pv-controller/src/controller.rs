@@ -270,14 +270,13 @@ impl PvController {
                     .await;
                 Ok(())
             }
-            ClaimAction::Pending { reason, message } => {
-                let kind = if reason == "ProvisioningFailed" {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                };
+            ClaimAction::Pending {
+                event,
+                reason,
+                message,
+            } => {
                 self.recorder
-                    .record(&reference(&*claim), kind, reason, &message)
+                    .record(&reference(&*claim), event, reason, &message)
                     .await;
                 Err(SyncError::Waiting(message))
             }

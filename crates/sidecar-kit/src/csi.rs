@@ -101,6 +101,78 @@ pub async fn connect_with_retry(
     }
 }
 
+/// A CSI call that did not succeed: the gRPC code (our own deadline counts as
+/// `DeadlineExceeded`, as Go's context deadline does) and the driver's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{method} failed: {}: {message}", go_code_name(*code))]
+pub struct CallError {
+    /// The method's short name (`CreateVolume`).
+    pub method: &'static str,
+    /// The status code.
+    pub code: tonic::Code,
+    /// The message.
+    pub message: String,
+}
+
+/// Makes CSI calls the way every sidecar makes them: each with a deadline (sent to the driver
+/// as `grpc-timeout` and enforced here), counted in `csi_sidecar_operations_seconds`, failing
+/// with a [`CallError`].
+#[derive(Debug, Clone)]
+pub struct Caller {
+    driver: String,
+    timeout: Duration,
+    metrics: Option<crate::metrics::Metrics>,
+}
+
+impl Caller {
+    /// Calls to `driver` (its name, for the metrics) with `timeout` each.
+    pub fn new(driver: &str, timeout: Duration, metrics: Option<crate::metrics::Metrics>) -> Self {
+        Caller {
+            driver: driver.to_string(),
+            timeout,
+            metrics,
+        }
+    }
+
+    /// The request with this caller's deadline.
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        with_timeout(message, self.timeout)
+    }
+
+    /// Awaits a call of the CSI `service` (`Controller`, `Node`, `Identity`) `method`.
+    pub async fn call<T>(
+        &self,
+        service: &'static str,
+        method: &'static str,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, CallError> {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Err(_) => Err(CallError {
+                method,
+                code: tonic::Code::DeadlineExceeded,
+                message: "context deadline exceeded".into(),
+            }),
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(CallError {
+                method,
+                code: status.code(),
+                message: status.message().to_string(),
+            }),
+        };
+        if let Some(metrics) = &self.metrics {
+            let code = result.as_ref().map_or_else(|e| e.code, |_| tonic::Code::Ok);
+            metrics.observe_csi(
+                &self.driver,
+                &format!("/csi.v1.{service}/{method}"),
+                code,
+                started.elapsed(),
+            );
+        }
+        result
+    }
+}
+
 /// Wraps a request with a gRPC deadline (`grpc-timeout`), which the driver sees too.
 pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
@@ -172,6 +244,50 @@ pub fn parse_code(text: &str) -> Option<tonic::Code> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_fail_with_their_code_and_message_and_are_counted() {
+        let metrics = crate::metrics::Metrics::new().unwrap();
+        let caller = Caller::new(
+            "d.example.com",
+            Duration::from_secs(5),
+            Some(metrics.clone()),
+        );
+        let ok = caller
+            .call("Controller", "CreateVolume", async {
+                Ok(tonic::Response::new(7u32))
+            })
+            .await;
+        assert_eq!(ok, Ok(7));
+        let refused = caller
+            .call("Controller", "DeleteVolume", async {
+                Err::<tonic::Response<()>, _>(tonic::Status::failed_precondition("published"))
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "DeleteVolume failed: FailedPrecondition: published"
+        );
+        let late = caller
+            .call(
+                "Controller",
+                "CreateVolume",
+                std::future::pending::<Result<tonic::Response<()>, tonic::Status>>(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(late.code, tonic::Code::DeadlineExceeded);
+        let text = metrics.render();
+        assert!(
+            text.contains("method_name=\"/csi.v1.Controller/DeleteVolume\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("grpc_status_code=\"DeadlineExceeded\""),
+            "{text}"
+        );
+    }
 
     #[test]
     fn socket_paths_accept_the_forms_upstream_accepts() {

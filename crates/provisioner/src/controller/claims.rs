@@ -14,16 +14,20 @@ use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use sidecar_kit::csi::{go_code_name, with_timeout};
+use sidecar_kit::csi::{CallError, Caller, go_code_name};
 use sidecar_kit::events::EventType;
 use tracing::Instrument;
 
 use super::intents::Record;
 use super::{ClaimKey, Provisioner};
-use crate::decide::claim::{ANN_SELECTED_NODE, ClaimDecision, decide_claim, selected_node};
-use crate::decide::classify::{CreateOutcome, DeleteOutcome, classify_create, classify_delete};
+use crate::decide::claim::{
+    ANN_SELECTED_NODE, ClaimDecision, decide_claim, selected_node, waits_for_node,
+};
+use crate::decide::classify::{
+    CreateOutcome, DeleteOutcome, classify_create, classify_delete, may_reschedule,
+};
 use crate::decide::provision::{
-    ProvisionError, ResponseError, build_pv, create_request, plan_provision,
+    ProvisionError, ResponseError, build_pv, create_request, made_for_claim, plan_provision,
 };
 use crate::decide::secrets::SecretRef;
 use crate::decide::topology::{
@@ -249,12 +253,11 @@ impl Provisioner {
             .classes
             .get(&ObjectRef::new(class_name))
             .ok_or_else(|| ClaimError::ClassNotFound(class_name.to_string()))?;
-        let late_binding = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
-        let selected = selected_node(claim).map(str::to_string);
-        if late_binding && selected.is_none() {
+        if waits_for_node(claim, &class) {
             tracing::debug!("waiting for the scheduler to select a node");
             return Ok(false);
         }
+        let selected = selected_node(claim).map(str::to_string);
         let vac_name = claim
             .spec
             .as_ref()
@@ -298,9 +301,11 @@ impl Provisioner {
         let created = self.create_volume(full).await;
         let volume = match created {
             Ok(volume) => volume,
-            Err(status) => {
-                let may_reschedule = selected.is_some() && topology.is_some();
-                let outcome = classify_create(Err(status.0), may_reschedule);
+            Err(error) => {
+                let outcome = classify_create(
+                    Err(error.code),
+                    may_reschedule(selected.is_some(), topology.is_some()),
+                );
                 match outcome {
                     CreateOutcome::InBackground
                     | CreateOutcome::Conflict
@@ -314,8 +319,8 @@ impl Provisioner {
                     }
                 }
                 return Err(ClaimError::Create {
-                    code: status.0.map_or("Unavailable", go_code_name),
-                    message: status.1,
+                    code: go_code_name(error.code),
+                    message: error.message,
                     outcome,
                 });
             }
@@ -335,8 +340,11 @@ impl Provisioner {
                     .as_ref()
                     .map(|v| v.volume_id.clone())
                     .filter(|id| !id.is_empty())
-                    && classify_delete(self.delete_volume_call(&id, secrets).await)
-                        == DeleteOutcome::Retry
+                    && classify_delete(
+                        self.delete_volume_call(&id, secrets)
+                            .await
+                            .map_err(|e| e.code),
+                    ) == DeleteOutcome::Retry
                 {
                     // Keep the record: the next pass repeats CreateVolume and tries again.
                     return Err(ClaimError::Response(error));
@@ -360,73 +368,55 @@ impl Provisioner {
         Ok(true)
     }
 
-    /// CreateVolume with the `--timeout` deadline; a transport failure has no code.
+    /// The CSI calls of this provisioner: `--timeout` each, counted in the metrics.
+    fn csi_calls(&self) -> Caller {
+        Caller::new(
+            &self.cfg.caps.name,
+            self.cfg.timeout,
+            Some(self.metrics.clone()),
+        )
+    }
+
+    /// CreateVolume.
     async fn create_volume(
         &self,
         request: csi::CreateVolumeRequest,
-    ) -> Result<Option<csi::Volume>, (Option<tonic::Code>, String)> {
+    ) -> Result<Option<csi::Volume>, CallError> {
+        let calls = self.csi_calls();
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
-        let started = std::time::Instant::now();
-        let call = client.create_volume(with_timeout(request, self.cfg.timeout));
-        let result = match tokio::time::timeout(self.cfg.timeout, call).await {
-            Err(_) => Err((
-                Some(tonic::Code::DeadlineExceeded),
-                "context deadline exceeded".to_string(),
-            )),
-            Ok(Ok(response)) => Ok(response.into_inner().volume),
-            Ok(Err(status)) => Err((Some(status.code()), status.message().to_string())),
-        };
-        let code = match &result {
-            Ok(_) => tonic::Code::Ok,
-            Err((code, _)) => code.unwrap_or(tonic::Code::Unavailable),
-        };
-        self.metrics.observe_csi(
-            &self.cfg.caps.name,
-            "/csi.v1.Controller/CreateVolume",
-            code,
-            started.elapsed(),
-        );
-        result
+        let response = calls
+            .call(
+                "Controller",
+                "CreateVolume",
+                client.create_volume(calls.request(request)),
+            )
+            .await?;
+        Ok(response.volume)
     }
 
-    /// DeleteVolume with the `--timeout` deadline.
+    /// DeleteVolume.
     pub(crate) async fn delete_volume_call(
         &self,
         id: &str,
         secrets: HashMap<String, String>,
-    ) -> Result<(), Option<tonic::Code>> {
+    ) -> Result<(), CallError> {
+        let calls = self.csi_calls();
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
         let request = csi::DeleteVolumeRequest {
             volume_id: id.to_string(),
             secrets,
         };
-        let started = std::time::Instant::now();
-        let call = client.delete_volume(with_timeout(request, self.cfg.timeout));
-        let result = tokio::time::timeout(self.cfg.timeout, call).await;
-        let code = match &result {
-            Err(_) => tonic::Code::DeadlineExceeded,
-            Ok(Ok(_)) => tonic::Code::Ok,
-            Ok(Err(status)) => status.code(),
-        };
-        self.metrics.observe_csi(
-            &self.cfg.caps.name,
-            "/csi.v1.Controller/DeleteVolume",
-            code,
-            started.elapsed(),
-        );
-        match result {
-            Err(_) => Err(Some(tonic::Code::DeadlineExceeded)),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(status)) => {
-                tracing::warn!(
-                    volume_id = id,
-                    code = go_code_name(status.code()),
-                    message = status.message(),
-                    "DeleteVolume failed"
-                );
-                Err(Some(status.code()))
-            }
+        let result = calls
+            .call(
+                "Controller",
+                "DeleteVolume",
+                client.delete_volume(calls.request(request)),
+            )
+            .await;
+        if let Err(error) = &result {
+            tracing::warn!(volume_id = id, %error, "DeleteVolume failed");
         }
+        result.map(|_| ())
     }
 
     async fn save_pv(&self, pv: &PersistentVolume, claim_uid: &str) -> Result<(), ClaimError> {
@@ -439,13 +429,7 @@ impl Provisioner {
                     name: name.clone(),
                     source,
                 })?;
-                let same = existing
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.claim_ref.as_ref())
-                    .and_then(|r| r.uid.as_deref())
-                    == Some(claim_uid);
-                if same {
+                if made_for_claim(&existing, claim_uid) {
                     Ok(())
                 } else {
                     Err(ClaimError::PvConflict(name))
@@ -603,7 +587,11 @@ impl Provisioner {
                     self.settle(name);
                     return Ok(());
                 };
-                match classify_delete(self.delete_volume_call(&id, secrets).await) {
+                match classify_delete(
+                    self.delete_volume_call(&id, secrets)
+                        .await
+                        .map_err(|e| e.code),
+                ) {
                     DeleteOutcome::Deleted => {
                         self.settle(name);
                         tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
@@ -612,9 +600,9 @@ impl Provisioner {
                     DeleteOutcome::Retry => Err(cleanup_error("DeleteVolume failed".into())),
                 }
             }
-            Err((code, message)) => match classify_create(Err(code), false) {
+            Err(error) => match classify_create(Err(error.code), false) {
                 CreateOutcome::InBackground | CreateOutcome::Conflict => {
-                    Err(cleanup_error(message))
+                    Err(cleanup_error(error.message))
                 }
                 CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
                     self.settle(name);

@@ -7,7 +7,9 @@ use std::time::Duration;
 use csi::controller_service_capability::rpc::Type as Rpc;
 use csi::plugin_capability::service::Type as Service;
 use csi_proto::v1 as csi;
-use sidecar_kit::csi::{ConnectError, connect_with_retry, go_code_name, with_timeout};
+use sidecar_kit::csi::{
+    CallError, Caller, ConnectError, connect_with_retry, go_code_name, with_timeout,
+};
 use tonic::transport::Channel;
 
 use crate::decide::provision::DriverCapabilities;
@@ -19,29 +21,14 @@ pub enum StartupError {
     #[error(transparent)]
     Connect(#[from] ConnectError),
     /// One of the identity or capability calls failed.
-    #[error("{call} failed: {code}: {message}")]
-    Call {
-        /// The call.
-        call: &'static str,
-        /// Go code name.
-        code: &'static str,
-        /// Driver message.
-        message: String,
-    },
+    #[error(transparent)]
+    Call(#[from] CallError),
     /// The driver cannot provision.
     #[error("driver {0:?} does not advertise CREATE_DELETE_VOLUME")]
     NoCreateDelete(String),
     /// GetPluginInfo returned no name.
     #[error("driver returned an empty name from GetPluginInfo")]
     NoName,
-}
-
-fn call_error(call: &'static str, status: tonic::Status) -> StartupError {
-    StartupError::Call {
-        call,
-        code: go_code_name(status.code()),
-        message: status.message().to_string(),
-    }
 }
 
 /// Connects and learns what the driver is and can do.
@@ -72,19 +59,24 @@ pub async fn start(
         attempts += 1;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let info = identity
-        .get_plugin_info(with_timeout(csi::GetPluginInfoRequest {}, timeout))
-        .await
-        .map_err(|s| call_error("GetPluginInfo", s))?
-        .into_inner();
+    let calls = Caller::new("", timeout, None);
+    let info = calls
+        .call(
+            "Identity",
+            "GetPluginInfo",
+            identity.get_plugin_info(calls.request(csi::GetPluginInfoRequest {})),
+        )
+        .await?;
     if info.name.is_empty() {
         return Err(StartupError::NoName);
     }
-    let plugin = identity
-        .get_plugin_capabilities(with_timeout(csi::GetPluginCapabilitiesRequest {}, timeout))
-        .await
-        .map_err(|s| call_error("GetPluginCapabilities", s))?
-        .into_inner();
+    let plugin = calls
+        .call(
+            "Identity",
+            "GetPluginCapabilities",
+            identity.get_plugin_capabilities(calls.request(csi::GetPluginCapabilitiesRequest {})),
+        )
+        .await?;
     let services: Vec<i32> = plugin
         .capabilities
         .iter()
@@ -94,14 +86,15 @@ pub async fn start(
         })
         .collect();
     let mut controller = csi::controller_client::ControllerClient::new(channel.clone());
-    let rpcs: Vec<i32> = controller
-        .controller_get_capabilities(with_timeout(
-            csi::ControllerGetCapabilitiesRequest {},
-            timeout,
-        ))
-        .await
-        .map_err(|s| call_error("ControllerGetCapabilities", s))?
-        .into_inner()
+    let rpcs: Vec<i32> = calls
+        .call(
+            "Controller",
+            "ControllerGetCapabilities",
+            controller.controller_get_capabilities(
+                calls.request(csi::ControllerGetCapabilitiesRequest {}),
+            ),
+        )
+        .await?
         .capabilities
         .iter()
         .filter_map(|c| {

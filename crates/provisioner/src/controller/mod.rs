@@ -226,7 +226,7 @@ impl Provisioner {
                 self.cfg.workers,
                 move |key| {
                     let this = volumes.clone();
-                    async move { this.sync_volume(&key).await.map(|()| Next::Done) }
+                    async move { this.sync_volume(&key).await }
                 },
             )
             .run(stop)

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::events::EventType;
+use sidecar_kit::workqueue::Next;
 use tracing::Instrument;
 
 use super::Provisioner;
@@ -26,8 +27,8 @@ pub enum VolumeError {
     #[error("{0}")]
     Secret(String),
     /// The driver did not delete the volume.
-    #[error("DeleteVolume failed with {0}")]
-    Driver(&'static str),
+    #[error(transparent)]
+    Driver(#[from] sidecar_kit::csi::CallError),
     /// The PV could not be deleted or its finalizer removed.
     #[error("failed to {action} PersistentVolume: {source}")]
     Api {
@@ -60,18 +61,25 @@ fn remember(
 }
 
 impl Provisioner {
-    /// One pass over a PV; the worker retries a failure after the key's backoff.
-    pub(crate) async fn sync_volume(&self, name: &String) -> Result<(), VolumeError> {
+    /// One pass over a PV: done, or looked at again after the key's backoff (a failure, or a
+    /// VolumeAttachment that must go first).
+    pub(crate) async fn sync_volume(&self, name: &String) -> Result<Next, VolumeError> {
         let span = tracing::info_span!("volume", pv = %name);
         let result = self.reclaim(name).instrument(span.clone()).await;
-        if let Err(error) = &result {
-            let _enter = span.enter();
-            match error {
-                VolumeError::Attached(_) => tracing::debug!(%error, "deletion waits"),
-                _ => tracing::warn!(%error, "deletion failed"),
+        let _enter = span.enter();
+        match result {
+            Ok(()) => Ok(Next::Done),
+            Err(error @ VolumeError::Attached(_)) => {
+                tracing::debug!(%error, "deletion waits");
+                Ok(Next::Retry)
+            }
+            Err(
+                error @ (VolumeError::Secret(_) | VolumeError::Driver(_) | VolumeError::Api { .. }),
+            ) => {
+                tracing::warn!(%error, "deletion failed");
+                Err(error)
             }
         }
-        result
     }
 
     async fn reclaim(&self, name: &str) -> Result<(), VolumeError> {
@@ -113,11 +121,10 @@ impl Provisioner {
                         .await
                         .map_err(|e| VolumeError::Secret(e.to_string()))?;
                     let result = self.delete_volume_call(&volume_handle, secrets).await;
-                    if classify_delete(result) == DeleteOutcome::Retry {
-                        let code = match result {
-                            Err(Some(code)) => sidecar_kit::csi::go_code_name(code),
-                            _ => "Unavailable",
-                        };
+                    if let Err(error) = result
+                        && classify_delete(Err(error.code)) == DeleteOutcome::Retry
+                    {
+                        let code = sidecar_kit::csi::go_code_name(error.code);
                         self.metrics
                             .delete_failed
                             .with_label_values(&[class.as_str()])
@@ -130,7 +137,7 @@ impl Provisioner {
                                 &format!("DeleteVolume of {volume_handle:?} failed with {code}"),
                             )
                             .await;
-                        return Err(VolumeError::Driver(code));
+                        return Err(VolumeError::Driver(error));
                     }
                     remember(&self.deleted_handles, &volume_handle);
                     self.metrics

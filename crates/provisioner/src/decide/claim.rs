@@ -46,6 +46,15 @@ pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
     annotation(claim, ANN_SELECTED_NODE).filter(|n| !n.is_empty())
 }
 
+/// A WaitForFirstConsumer class and no node selected yet: provisioning waits for the scheduler.
+pub fn waits_for_node(
+    claim: &PersistentVolumeClaim,
+    class: &k8s_openapi::api::storage::v1::StorageClass,
+) -> bool {
+    class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+        && selected_node(claim).is_none()
+}
+
 /// Decides whether the claim is ours to provision.
 pub fn decide_claim(claim: &PersistentVolumeClaim, driver: &str) -> ClaimDecision {
     if claim_provisioner(claim) != Some(driver) {
@@ -139,6 +148,24 @@ mod tests {
     use crate::decide::testing::claim;
 
     const DRIVER: &str = "hostpath.csi";
+
+    #[test]
+    fn a_late_binding_class_waits_for_the_scheduler_to_pick_a_node() {
+        use crate::decide::testing::class;
+        let late = class("fast", DRIVER).wait_for_first_consumer().build();
+        let now = class("fast", DRIVER).build();
+        let unscheduled = claim("c").build();
+        let scheduled = claim("c").selected_node("n1").build();
+        let cases = [
+            (&unscheduled, &late, true),
+            (&scheduled, &late, false),
+            (&unscheduled, &now, false),
+            (&scheduled, &now, false),
+        ];
+        for (c, k, waits) in cases {
+            assert_eq!(waits_for_node(c, k), waits);
+        }
+    }
 
     #[test]
     fn only_claims_annotated_for_us_and_unbound_are_provisioned() {

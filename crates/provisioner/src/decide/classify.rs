@@ -22,13 +22,12 @@ pub enum CreateOutcome {
 }
 
 /// Classifies a CreateVolume result. `may_reschedule`: the claim has a selected node and the
-/// driver uses topology. Errors that are not gRPC statuses (transport failures) count as
-/// in-background: the request may have reached the driver.
-pub fn classify_create(result: Result<(), Option<Code>>, may_reschedule: bool) -> CreateOutcome {
+/// driver uses topology. A transport failure arrives as `Unavailable`: in background, the
+/// request may have reached the driver.
+pub fn classify_create(result: Result<(), Code>, may_reschedule: bool) -> CreateOutcome {
     let code = match result {
         Ok(()) => return CreateOutcome::Created,
-        Err(None) => return CreateOutcome::InBackground,
-        Err(Some(code)) => code,
+        Err(code) => code,
     };
     match code {
         Code::Ok => CreateOutcome::Created,
@@ -51,6 +50,12 @@ pub fn classify_create(result: Result<(), Option<Code>>, may_reschedule: bool) -
     }
 }
 
+/// Whether a ResourceExhausted answer may send the claim back to the scheduler: it has a
+/// selected node and the request carried topology.
+pub fn may_reschedule(node_selected: bool, uses_topology: bool) -> bool {
+    node_selected && uses_topology
+}
+
 /// What a DeleteVolume result means for the PV.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteOutcome {
@@ -62,16 +67,46 @@ pub enum DeleteOutcome {
 
 /// Classifies a DeleteVolume result. NotFound means the volume is already gone (upstream
 /// retries it forever).
-pub fn classify_delete(result: Result<(), Option<Code>>) -> DeleteOutcome {
-    match result {
-        Ok(()) | Err(Some(Code::NotFound)) | Err(Some(Code::Ok)) => DeleteOutcome::Deleted,
-        Err(_) => DeleteOutcome::Retry,
+pub fn classify_delete(result: Result<(), Code>) -> DeleteOutcome {
+    let Err(code) = result else {
+        return DeleteOutcome::Deleted;
+    };
+    match code {
+        Code::Ok | Code::NotFound => DeleteOutcome::Deleted,
+        Code::Cancelled
+        | Code::Unknown
+        | Code::InvalidArgument
+        | Code::DeadlineExceeded
+        | Code::AlreadyExists
+        | Code::PermissionDenied
+        | Code::ResourceExhausted
+        | Code::FailedPrecondition
+        | Code::Aborted
+        | Code::OutOfRange
+        | Code::Unimplemented
+        | Code::Internal
+        | Code::Unavailable
+        | Code::DataLoss
+        | Code::Unauthenticated => DeleteOutcome::Retry,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_selected_node_with_topology_may_be_rescheduled() {
+        let cases = [
+            (true, true, true),
+            (true, false, false),
+            (false, true, false),
+            (false, false, false),
+        ];
+        for (selected, topology, expected) in cases {
+            assert_eq!(may_reschedule(selected, topology), expected);
+        }
+    }
 
     #[test]
     fn every_create_code_is_classified_as_upstream_does() {
@@ -97,44 +132,32 @@ mod tests {
         ];
         assert_eq!(table.len(), 17, "every gRPC code is in the table");
         for (code, without, with) in table {
+            assert_eq!(classify_create(Err(*code), false), *without, "{code:?}");
             assert_eq!(
-                classify_create(Err(Some(*code)), false),
-                *without,
-                "{code:?}"
-            );
-            assert_eq!(
-                classify_create(Err(Some(*code)), true),
+                classify_create(Err(*code), true),
                 *with,
                 "{code:?} with a selected node"
             );
         }
         assert_eq!(classify_create(Ok(()), false), Created);
         assert_eq!(
-            classify_create(Err(None), false),
+            classify_create(Err(Code::Unavailable), false),
             InBackground,
-            "transport errors may have reached the driver"
+            "transport errors (Unavailable) may have reached the driver"
         );
     }
 
     #[test]
     fn delete_treats_not_found_as_done() {
         assert_eq!(classify_delete(Ok(())), DeleteOutcome::Deleted);
-        assert_eq!(
-            classify_delete(Err(Some(Code::NotFound))),
-            DeleteOutcome::Deleted
-        );
+        assert_eq!(classify_delete(Err(Code::NotFound)), DeleteOutcome::Deleted);
         for code in [
             Code::DeadlineExceeded,
             Code::Unavailable,
             Code::FailedPrecondition,
             Code::Internal,
         ] {
-            assert_eq!(
-                classify_delete(Err(Some(code))),
-                DeleteOutcome::Retry,
-                "{code:?}"
-            );
+            assert_eq!(classify_delete(Err(code)), DeleteOutcome::Retry, "{code:?}");
         }
-        assert_eq!(classify_delete(Err(None)), DeleteOutcome::Retry);
     }
 }

@@ -463,6 +463,17 @@ pub fn build_pv(
     })
 }
 
+/// Whether an existing PV of the name we would create was made for this claim (by an earlier
+/// pass of ours): then saving it again is done, otherwise it is a conflict.
+pub fn made_for_claim(existing: &PersistentVolume, claim_uid: &str) -> bool {
+    existing
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref())
+        == Some(claim_uid)
+}
+
 #[cfg(test)]
 #[path = "provision_tests.rs"]
 mod tests;

@@ -432,3 +432,22 @@ fn an_unusable_answer_is_an_error() {
         }
     );
 }
+
+#[test]
+fn an_existing_pv_is_ours_only_if_it_names_the_same_claim_uid() {
+    use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeSpec};
+    let pv = |uid: Option<&str>| PersistentVolume {
+        spec: Some(PersistentVolumeSpec {
+            claim_ref: uid.map(|u| ObjectReference {
+                uid: Some(u.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert!(made_for_claim(&pv(Some("u1")), "u1"));
+    assert!(!made_for_claim(&pv(Some("u2")), "u1"));
+    assert!(!made_for_claim(&pv(None), "u1"));
+    assert!(!made_for_claim(&PersistentVolume::default(), "u1"));
+}

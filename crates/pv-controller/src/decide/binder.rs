@@ -40,6 +40,8 @@ pub enum ClaimAction {
     WaitForFirstConsumer,
     /// Stay Pending, with an event.
     Pending {
+        /// Event type.
+        event: EventType,
         /// Event reason.
         reason: &'static str,
         /// Event message.
@@ -71,6 +73,7 @@ fn annotation<'a>(
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
+use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::requested_class;
 
 fn volume_class(pv: &PersistentVolume) -> String {
@@ -230,6 +233,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
                 ClaimAction::Lost(volume_name.to_string())
             } else {
                 ClaimAction::Pending {
+                    event: EventType::Normal,
                     reason: "FailedBinding",
                     message: format!("volume {volume_name:?} not found"),
                 }
@@ -244,6 +248,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             return match mismatch(claim, pv) {
                 None => ClaimAction::Bind(volume_name.to_string()),
                 Some(why) => ClaimAction::Pending {
+                    event: EventType::Normal,
                     reason: "VolumeMismatch",
                     message: format!("cannot bind to requested volume {volume_name:?}: {why}"),
                 },
@@ -260,6 +265,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             };
         }
         return ClaimAction::Pending {
+            event: EventType::Normal,
             reason: "FailedBinding",
             message: format!("volume {volume_name:?} already bound to a different claim"),
         };
@@ -282,6 +288,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         return match mismatch(claim, pv) {
             None => ClaimAction::CompleteBinding(name),
             Some(why) => ClaimAction::Pending {
+                event: EventType::Normal,
                 reason: "VolumeMismatch",
                 message: format!("cannot bind to volume {name:?} pre-bound to this claim: {why}"),
             },
@@ -293,6 +300,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     let class_name = class.unwrap_or_default();
     if class_name.is_empty() {
         return ClaimAction::Pending {
+            event: EventType::Normal,
             reason: "FailedBinding",
             message: "no persistent volumes available for this claim and no storage class is set"
                 .into(),
@@ -304,12 +312,14 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         .find(|c: &&StorageClass| c.metadata.name.as_deref() == Some(class_name))
     else {
         return ClaimAction::Pending {
+            event: EventType::Warning,
             reason: "ProvisioningFailed",
             message: format!("storageclass.storage.k8s.io {class_name:?} not found"),
         };
     };
     if sc.provisioner == NO_PROVISIONER || sc.provisioner.is_empty() {
         return ClaimAction::Pending {
+            event: EventType::Normal,
             reason: "FailedBinding",
             message: format!(
                 "no persistent volumes available for this claim and storage class {class_name:?} cannot provision"

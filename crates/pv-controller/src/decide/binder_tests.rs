@@ -158,6 +158,7 @@ fn class_mode_access_and_selector_must_match() {
     assert_eq!(
         dc(&c, &volumes[3..], &[], None),
         ClaimAction::Pending {
+            event: sidecar_kit::events::EventType::Normal,
             reason: "FailedBinding",
             message: "no persistent volumes available for this claim and no storage class is set"
                 .into()
@@ -220,6 +221,7 @@ fn without_a_match_the_class_provisioner_is_asked() {
     assert!(matches!(
         dc(&claim("c", Some("static"), "1Gi"), &[], &classes, None),
         ClaimAction::Pending {
+            event: sidecar_kit::events::EventType::Normal,
             reason: "FailedBinding",
             ..
         }
@@ -228,6 +230,7 @@ fn without_a_match_the_class_provisioner_is_asked() {
     assert_eq!(
         missing,
         ClaimAction::Pending {
+            event: sidecar_kit::events::EventType::Warning,
             reason: "ProvisioningFailed",
             message: "storageclass.storage.k8s.io \"nope\" not found".into()
         }
@@ -278,6 +281,7 @@ fn pre_bound_claims_and_volumes_are_honoured() {
     assert!(matches!(
         dc(&c, &[taken], &[], None),
         ClaimAction::Pending {
+            event: sidecar_kit::events::EventType::Normal,
             reason: "FailedBinding",
             ..
         }
