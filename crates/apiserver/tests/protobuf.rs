@@ -193,6 +193,33 @@ async fn round_trip<T: Message + Default + std::fmt::Debug, L: Message + Default
         "{kind} changed on its way through protobuf"
     );
 
+    // A merge patch (patches are JSON by definition), answered in protobuf.
+    let patched = call(
+        s,
+        "PATCH",
+        &path,
+        "application/merge-patch+json",
+        PROTOBUF,
+        br#"{"metadata":{"labels":{"patched":"yes"}}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(
+        (patched.code, patched.content_type.as_str()),
+        (200, PROTOBUF),
+        "{kind}"
+    );
+    let typed = T::decode(open(&patched.body).2.as_slice()).unwrap();
+    assert!(
+        format!("{typed:?}").contains("\"patched\""),
+        "{kind}: {typed:?}"
+    );
+    // A watch from the beginning sends it as a protobuf frame k8s-pb reads.
+    let (event_type, raw) = first_watch_event(s, collection).await;
+    assert_eq!(event_type, "ADDED", "{kind}");
+    let (_, watched_kind, raw) = open(&raw);
+    assert_eq!(watched_kind, kind);
+    T::decode(raw.as_slice()).unwrap();
+
     let list = call(s, "GET", collection, "", PROTOBUF, Vec::new()).await;
     assert_eq!(list.code, 200);
     let (_, list_kind, raw) = open(&list.body);
@@ -240,6 +267,36 @@ async fn round_trip<T: Message + Default + std::fmt::Debug, L: Message + Default
     let status = meta::Status::decode(raw.as_slice()).unwrap();
     assert_eq!(status.reason.as_deref(), Some("NotFound"));
     assert_eq!(status.code, Some(404));
+}
+
+/// The first event of a protobuf watch of `collection` from the beginning: its type and the
+/// enveloped object.
+async fn first_watch_event(s: &Server, collection: &str) -> (String, Vec<u8>) {
+    let request = http::Request::builder()
+        .uri(format!("{collection}?watch=true&resourceVersion=0"))
+        .header("accept", format!("{PROTOBUF}, */*"))
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = s.client.send(request).await.unwrap();
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    );
+    let mut body = response.into_body();
+    let mut buffer = Vec::new();
+    loop {
+        if buffer.len() >= 4 {
+            let len = u32::from_be_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
+            if buffer.len() >= 4 + len {
+                let event = meta::WatchEvent::decode(&buffer[4..4 + len]).unwrap();
+                return (event.r#type.unwrap(), event.object.unwrap().raw.unwrap());
+            }
+        }
+        let frame = body.frame().await.unwrap().unwrap();
+        if let Ok(data) = frame.into_data() {
+            buffer.extend_from_slice(&data);
+        }
+    }
 }
 
 #[tokio::test]
@@ -312,6 +369,14 @@ async fn every_kind_the_stack_uses_round_trips_through_protobuf() {
         "deprecatedSource": {"component": "x"}, "deprecatedFirstTimestamp": time, "deprecatedLastTimestamp": time, "deprecatedCount": 4})).await;
     round_trip::<core::Secret, core::SecretList>(&s, &format!("{core_ns}/secrets"), "v1", "Secret", json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": meta("s1"), "data": {"p": "cQ==", "empty": ""}, "type": "Opaque", "immutable": false})).await;
+    round_trip::<k8s_pb::api::apps::v1::StatefulSet, k8s_pb::api::apps::v1::StatefulSetList>(&s, "/apis/apps/v1/namespaces/default/statefulsets", "apps/v1", "StatefulSet", json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta("db"),
+        "spec": {"replicas": 0, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "db", "image": "postgres",
+                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": 1}},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"}}})).await;
     round_trip::<core::ConfigMap, core::ConfigMapList>(&s, &format!("{core_ns}/configmaps"), "v1", "ConfigMap", json!({
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("c1"), "data": {"a": "b"}, "binaryData": {"bin": "AAE="}})).await;
 }
@@ -386,9 +451,14 @@ async fn a_protobuf_watch_sends_length_prefixed_watch_events() {
 
 #[tokio::test]
 async fn kinds_without_a_protobuf_form_are_refused_in_protobuf_and_answered_in_json() {
+    // CustomResourceDefinitions (and custom resources) are served as JSON only.
     let s = start().await;
-    let collection = "/apis/apps/v1/namespaces/default/statefulsets";
-    let body = envelope("apps/v1", "StatefulSet", Vec::new());
+    let collection = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let body = envelope(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        Vec::new(),
+    );
     let refused = call(&s, "POST", collection, PROTOBUF, "application/json", body).await;
     assert_eq!(refused.code, 415);
     let status = refused.json();
@@ -412,7 +482,7 @@ async fn kinds_without_a_protobuf_form_are_refused_in_protobuf_and_answered_in_j
     )
     .await;
     assert_eq!(either.code, 200);
-    assert_eq!(either.json()["kind"], "StatefulSetList");
+    assert_eq!(either.json()["kind"], "CustomResourceDefinitionList");
     let garbage = call(
         &s,
         "POST",
@@ -529,6 +599,14 @@ fn the_table_has_every_field_of_the_messages_it_covers_whole() {
         "SubjectAccessReviewStatus" => authz::SubjectAccessReviewStatus,
         "Deployment" => k8s_pb::api::apps::v1::Deployment, "DeploymentSpec" => k8s_pb::api::apps::v1::DeploymentSpec,
         "DeploymentStatus" => k8s_pb::api::apps::v1::DeploymentStatus,
+        "StatefulSet" => k8s_pb::api::apps::v1::StatefulSet, "StatefulSetSpec" => k8s_pb::api::apps::v1::StatefulSetSpec,
+        "StatefulSetStatus" => k8s_pb::api::apps::v1::StatefulSetStatus,
+        "StatefulSetUpdateStrategy" => k8s_pb::api::apps::v1::StatefulSetUpdateStrategy,
+        "RollingUpdateStatefulSetStrategy" => k8s_pb::api::apps::v1::RollingUpdateStatefulSetStrategy,
+        "DaemonSet" => k8s_pb::api::apps::v1::DaemonSet, "DaemonSetSpec" => k8s_pb::api::apps::v1::DaemonSetSpec,
+        "DaemonSetStatus" => k8s_pb::api::apps::v1::DaemonSetStatus,
+        "ReplicaSet" => k8s_pb::api::apps::v1::ReplicaSet, "ReplicaSetSpec" => k8s_pb::api::apps::v1::ReplicaSetSpec,
+        "ReplicaSetStatus" => k8s_pb::api::apps::v1::ReplicaSetStatus,
     ];
     let mut problems = Vec::new();
     for (name, debug) in cases {

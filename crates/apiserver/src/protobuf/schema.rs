@@ -45,6 +45,9 @@ const KINDS: &[(&str, &str, &str)] = &[
         "SelfSubjectAccessReview",
     ),
     ("apps/v1", "Deployment", "Deployment"),
+    ("apps/v1", "StatefulSet", "StatefulSet"),
+    ("apps/v1", "DaemonSet", "DaemonSet"),
+    ("apps/v1", "ReplicaSet", "ReplicaSet"),
 ];
 
 /// Kinds every group version has (kube-apiserver registers them in each).
