@@ -3,22 +3,21 @@
 //! child process with the upstream flags, and reports throughput, latency, memory, CPU and the
 //! API requests the provisioner made, checking the end state of every scenario.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-
-use parking_lot::Mutex;
-
-use crate::embedded::{Stack, StackOptions};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::runtime::watcher;
 use serde_json::json;
+
+use crate::embedded::{Stack, StackOptions};
+use observe::{Observers, Times};
+
+mod observe;
 
 /// Flags of `volstack bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -200,6 +199,8 @@ fn print_report(r: &Report) {
     );
 }
 
+/// One scenario: a fresh stack, the provisioner under test as a child process, a warm-up
+/// claim, then the claims, their deletion, and the figures.
 async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report> {
     let dir = tempfile::tempdir()?;
     let stack = Stack::start(StackOptions {
@@ -212,193 +213,32 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         ..StackOptions::new(dir.path().to_path_buf(), "volstack-bench/0.1")
     })
     .await?;
-    let (client, socket, kubeconfig) = (
-        stack.client.clone(),
-        stack.socket.clone(),
-        stack.kubeconfig.clone(),
-    );
-    let own = std::env::current_exe()?
-        .with_file_name("csi-provisioner")
-        .display()
-        .to_string();
-    let command = args.provisioner_cmd.clone().unwrap_or(own);
-    let mut words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
-    if words.is_empty() {
-        bail!("--provisioner-cmd is empty");
-    }
-    let program = words.remove(0);
-    words.push(format!("--csi-address={socket}"));
-    words.push(format!("--kubeconfig={}", kubeconfig.display()));
-    if scenario != "defaults" {
-        words.push("--kube-api-qps=10000".into());
-        words.push("--kube-api-burst=10000".into());
-    }
-    let mut child: Child = Command::new(&program)
-        .args(&words)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("provisioner.log"))?)
-        .spawn()
-        .with_context(|| format!("start the provisioner {program:?}"))?;
+    let (mut child, command) = start_provisioner(args, scenario, &stack, dir.path())?;
     let pid = child.id();
-    let client_name = "csi-provisioner";
-
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    // Warm up: the provisioner is ready when one claim gets its PV.
-    create_claim(&claims, "warmup").await?;
-    wait(Duration::from_secs(120), || async {
-        bound_count(&claims).await == 1
-    })
-    .await
-    .context("the provisioner never provisioned the warm-up claim")?;
-    claims.delete("warmup", &DeleteParams::default()).await?;
-    wait(Duration::from_secs(120), || async {
-        pvs.list(&ListParams::default())
-            .await
-            .map(|l| l.items.is_empty())
-            .unwrap_or(false)
-    })
-    .await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");
+    let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());
+    warm_up(&claims, &pvs).await?;
 
     let rss_before = proc_status(pid, "VmRSS:").unwrap_or(0.0);
     let cpu_before = cpu_seconds(pid).unwrap_or(0.0);
-    let before = counts(&stack.server, client_name);
-    let created_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    let seen_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
-    let watch_task = tokio::spawn({
-        let seen = seen_at.clone();
-        let pvs = pvs.clone();
-        async move {
-            let stream = watcher(pvs, watcher::Config::default());
-            futures::pin_mut!(stream);
-            while let Some(Ok(event)) = stream.next().await {
-                if let watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) = event
-                    && let Some(name) = pv
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.claim_ref.as_ref())
-                        .and_then(|r| r.name.clone())
-                {
-                    seen.lock().entry(name).or_insert_with(Instant::now);
-                }
-            }
-        }
-    });
-    // Bound claims, counted from a watch (listing 10,000 claims ten times a second would make the
-    // benchmark its own bottleneck).
-    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(Default::default()));
-    let bound_task = tokio::spawn({
-        let (bound, claims) = (bound.clone(), claims.clone());
-        async move {
-            let stream = watcher(claims, watcher::Config::default());
-            futures::pin_mut!(stream);
-            while let Some(Ok(event)) = stream.next().await {
-                if let watcher::Event::Apply(pvc) | watcher::Event::InitApply(pvc) = event
-                    && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-                    && let Some(name) = pvc.metadata.name.clone()
-                {
-                    bound.lock().entry(name).or_insert_with(Instant::now);
-                }
-            }
-        }
-    });
-    let peak = Arc::new(Mutex::new(0.0f64));
-    let sampler = tokio::spawn({
-        let peak = peak.clone();
-        async move {
-            loop {
-                if let Some(rss) = proc_status(pid, "VmRSS:") {
-                    let mut p = peak.lock();
-                    *p = p.max(rss);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    });
+    let before = counts(&stack.server, PROVISIONER_CLIENT);
+    let observers = Observers::start(&claims, &pvs, pid);
     let n = if scenario == "steady" {
         (args.rate * args.duration.as_secs_f64()).round().max(1.0) as usize
     } else {
         args.claims
     };
     let started = Instant::now();
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut creators = Vec::new();
-    if scenario == "steady" {
-        // A fixed arrival rate: one claim every 1/rate seconds, each created by its own task.
-        let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
-        for i in 0..n {
-            ticker.tick().await;
-            let (claims, created_at) = (claims.clone(), created_at.clone());
-            creators.push(tokio::spawn(async move {
-                let name = format!("bench-{i}");
-                create_claim(&claims, &name).await?;
-                {
-                    let mut c = created_at.lock();
-                    c.insert(name, Instant::now());
-                }
-                Ok::<_, anyhow::Error>(())
-            }));
-        }
-    }
-    for _ in 0..if scenario == "steady" {
-        0
-    } else {
-        args.concurrency.max(1)
-    } {
-        let (claims, next, created_at) = (claims.clone(), next.clone(), created_at.clone());
-        creators.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= n {
-                    return Ok::<_, anyhow::Error>(());
-                }
-                let name = format!("bench-{i}");
-                create_claim(&claims, &name).await?;
-                {
-                    let mut c = created_at.lock();
-                    c.insert(name, Instant::now());
-                }
-            }
-        }));
-    }
-    for c in creators {
-        c.await??;
-    }
+    create_claims(args, scenario, n, &claims, &observers.created_at).await?;
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
-    let bound_ok = wait(timeout, || async {
-        bound
-            .lock()
-            .keys()
-            .filter(|k| k.starts_with("bench-"))
-            .count()
-            >= n
-    })
-    .await
-    .is_ok();
+    let bound_ok = wait(timeout, || async { observers.bound_count() >= n })
+        .await
+        .is_ok();
     let to_bound = started.elapsed();
-    let mut times: Vec<f64> = bound
-        .lock()
-        .iter()
-        .filter(|(k, _)| k.starts_with("bench-"))
-        .map(|(_, t)| t.saturating_duration_since(started).as_secs_f64())
-        .collect();
-    times.sort_by(|a, b| a.total_cmp(b));
-    let stride = (times.len() / 400).max(1);
-    let series: crate::chart::Series = times
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| i % stride == 0 || *i + 1 == times.len())
-        .map(|(i, t)| (*t, i + 1))
-        .collect();
-    std::fs::create_dir_all(&args.chart_dir)
-        .with_context(|| format!("create {}", args.chart_dir.display()))?;
-    let chart = args.chart_dir.join(format!("bench-{scenario}.png"));
-    let (max_t, max_n) = crate::chart::write(&chart, &[series])
-        .with_context(|| format!("write {}", chart.display()))?;
+    let (chart, chart_scale) = draw_chart(args, scenario, &observers.bound_times(started))?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_rest = proc_status(pid, "VmRSS:").unwrap_or(0.0);
-    let after_provision = counts(&stack.server, client_name);
+    let after_provision = counts(&stack.server, PROVISIONER_CLIENT);
     let mut problems = Vec::new();
     if !bound_ok {
         problems.push(format!(
@@ -406,47 +246,24 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
             bound_count(&claims).await
         ));
     }
-    let pv_list = pvs.list(&ListParams::default()).await?.items;
-    let driver_volumes = driver_count(&socket).await?;
-    if pv_list.len() != n {
-        problems.push(format!("{} PVs for {n} claims", pv_list.len()));
+    let pv_count = pvs.list(&ListParams::default()).await?.items.len();
+    let driver_volumes = driver_count(&stack.socket).await?;
+    if pv_count != n {
+        problems.push(format!("{pv_count} PVs for {n} claims"));
     }
     if driver_volumes != n {
         problems.push(format!("{driver_volumes} driver volumes for {n} claims"));
     }
-    let mut latencies: Vec<f64> = {
-        let created = created_at.lock().clone();
-        let seen = seen_at.lock().clone();
-        created
-            .iter()
-            .filter_map(|(k, t)| {
-                seen.get(k)
-                    .map(|s| s.saturating_duration_since(*t).as_secs_f64() * 1000.0)
-            })
-            .collect()
-    };
-    latencies.sort_by(|a, b| a.total_cmp(b));
+    let latencies = observers.latencies_ms();
 
     let delete_started = Instant::now();
-    let names: Vec<String> = (0..n).map(|i| format!("bench-{i}")).collect();
-    let mut deleters = Vec::new();
-    for chunk in names.chunks(n.div_ceil(args.concurrency.max(1)).max(1)) {
-        let (claims, chunk) = (claims.clone(), chunk.to_vec());
-        deleters.push(tokio::spawn(async move {
-            for name in chunk {
-                let _ = claims.delete(&name, &DeleteParams::default()).await;
-            }
-        }));
-    }
-    for d in deleters {
-        let _ = d.await;
-    }
+    delete_claims(args, n, &claims).await;
     let gone_ok = wait(timeout, || async {
         pvs.list(&ListParams::default())
             .await
             .map(|l| l.items.is_empty())
             .unwrap_or(false)
-            && driver_count(&socket).await.unwrap_or(1) == 0
+            && driver_count(&stack.socket).await.unwrap_or(1) == 0
     })
     .await
     .is_ok();
@@ -454,12 +271,11 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
     if !gone_ok {
         problems.push("PVs or driver volumes left after deletion".into());
     }
-    let after_delete = counts(&stack.server, client_name);
+    let after_delete = counts(&stack.server, PROVISIONER_CLIENT);
     let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu_before;
-    let peak_rss = proc_status(pid, "VmHWM:").unwrap_or(0.0).max(*peak.lock());
-    sampler.abort();
-    watch_task.abort();
-    bound_task.abort();
+    let peak_rss = proc_status(pid, "VmHWM:")
+        .unwrap_or(0.0)
+        .max(observers.stop());
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(pid.to_string())
@@ -492,8 +308,155 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         correct: problems.is_empty(),
         problems,
         chart: chart.display().to_string(),
-        chart_scale: format!("x: 0 to {max_t:.1} s, y: 0 to {max_n} claims Bound, grid every 10%"),
+        chart_scale,
     })
+}
+
+/// The provisioner's client label in the API server's request counts.
+const PROVISIONER_CLIENT: &str = "csi-provisioner";
+
+/// Starts the provisioner under test (ours by default) against the stack; its log goes to
+/// `dir/provisioner.log`. Returns the child and the command line it was started with.
+fn start_provisioner(
+    args: &BenchArgs,
+    scenario: &str,
+    stack: &Stack,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Child, String)> {
+    let own = std::env::current_exe()?
+        .with_file_name("csi-provisioner")
+        .display()
+        .to_string();
+    let command = args.provisioner_cmd.clone().unwrap_or(own);
+    let mut words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+    if words.is_empty() {
+        bail!("--provisioner-cmd is empty");
+    }
+    let program = words.remove(0);
+    words.push(format!("--csi-address={}", stack.socket));
+    words.push(format!("--kubeconfig={}", stack.kubeconfig.display()));
+    if scenario != "defaults" {
+        words.push("--kube-api-qps=10000".into());
+        words.push("--kube-api-burst=10000".into());
+    }
+    let child = Command::new(&program)
+        .args(&words)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("provisioner.log"))?)
+        .spawn()
+        .with_context(|| format!("start the provisioner {program:?}"))?;
+    Ok((child, command))
+}
+
+/// The provisioner is ready when one claim gets its PV; the claim and its PV are then removed.
+async fn warm_up(
+    claims: &Api<PersistentVolumeClaim>,
+    pvs: &Api<PersistentVolume>,
+) -> anyhow::Result<()> {
+    create_claim(claims, "warmup").await?;
+    wait(Duration::from_secs(120), || async {
+        bound_count(claims).await == 1
+    })
+    .await
+    .context("the provisioner never provisioned the warm-up claim")?;
+    claims.delete("warmup", &DeleteParams::default()).await?;
+    wait(Duration::from_secs(120), || async {
+        pvs.list(&ListParams::default())
+            .await
+            .map(|l| l.items.is_empty())
+            .unwrap_or(false)
+    })
+    .await
+}
+
+/// Creates the scenario's claims: `steady` at a fixed rate, one task per claim; the others
+/// as fast as `--concurrency` clients can.
+async fn create_claims(
+    args: &BenchArgs,
+    scenario: &str,
+    n: usize,
+    claims: &Api<PersistentVolumeClaim>,
+    created_at: &Times,
+) -> anyhow::Result<()> {
+    let mut creators = Vec::new();
+    let record = |created_at: Times, name: String| {
+        created_at.lock().insert(name, Instant::now());
+    };
+    if scenario == "steady" {
+        let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+        for i in 0..n {
+            ticker.tick().await;
+            let (claims, created_at) = (claims.clone(), created_at.clone());
+            creators.push(tokio::spawn(async move {
+                let name = format!("bench-{i}");
+                create_claim(&claims, &name).await?;
+                record(created_at, name);
+                Ok::<_, anyhow::Error>(())
+            }));
+        }
+    } else {
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for _ in 0..args.concurrency.max(1) {
+            let (claims, next, created_at) = (claims.clone(), next.clone(), created_at.clone());
+            creators.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    let name = format!("bench-{i}");
+                    create_claim(&claims, &name).await?;
+                    record(created_at.clone(), name);
+                }
+            }));
+        }
+    }
+    for c in creators {
+        c.await??;
+    }
+    Ok(())
+}
+
+/// Deletes the scenario's claims with `--concurrency` clients.
+async fn delete_claims(args: &BenchArgs, n: usize, claims: &Api<PersistentVolumeClaim>) {
+    let names: Vec<String> = (0..n).map(|i| format!("bench-{i}")).collect();
+    let mut deleters = Vec::new();
+    for chunk in names.chunks(n.div_ceil(args.concurrency.max(1)).max(1)) {
+        let (claims, chunk) = (claims.clone(), chunk.to_vec());
+        deleters.push(tokio::spawn(async move {
+            for name in chunk {
+                let _ = claims.delete(&name, &DeleteParams::default()).await;
+            }
+        }));
+    }
+    for d in deleters {
+        let _ = d.await;
+    }
+}
+
+/// Draws claims Bound over time; returns the chart's path and its scale.
+fn draw_chart(
+    args: &BenchArgs,
+    scenario: &str,
+    times: &[f64],
+) -> anyhow::Result<(std::path::PathBuf, String)> {
+    let stride = (times.len() / 400).max(1);
+    let series: crate::chart::Series = times
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % stride == 0 || *i + 1 == times.len())
+        .map(|(i, t)| (*t, i + 1))
+        .collect();
+    std::fs::create_dir_all(&args.chart_dir)
+        .with_context(|| format!("create {}", args.chart_dir.display()))?;
+    let chart = args.chart_dir.join(format!("bench-{scenario}.png"));
+    let (max_t, max_n) = crate::chart::write(&chart, &[series])
+        .with_context(|| format!("write {}", chart.display()))?;
+    Ok((
+        chart,
+        format!("x: 0 to {max_t:.1} s, y: 0 to {max_n} claims Bound, grid every 10%"),
+    ))
 }
 
 async fn create_claim(claims: &Api<PersistentVolumeClaim>, name: &str) -> anyhow::Result<()> {

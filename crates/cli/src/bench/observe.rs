@@ -1,0 +1,130 @@
+//! What the benchmark watches while a scenario runs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
+use kube::runtime::watcher;
+use parking_lot::Mutex;
+
+use super::proc_status;
+
+pub(super) type Times = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// What the benchmark watches while a scenario runs: when each claim was created, when its PV
+/// appeared and when it became Bound (from watches: listing 10,000 claims ten times a second
+/// would make the benchmark its own bottleneck), and the provisioner's peak RSS.
+pub(super) struct Observers {
+    pub(super) created_at: Times,
+    seen_at: Times,
+    bound: Times,
+    peak: Arc<Mutex<f64>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Observers {
+    pub(super) fn start(
+        claims: &Api<PersistentVolumeClaim>,
+        pvs: &Api<PersistentVolume>,
+        pid: u32,
+    ) -> Self {
+        let o = Observers {
+            created_at: Arc::default(),
+            seen_at: Arc::default(),
+            bound: Arc::default(),
+            peak: Arc::new(Mutex::new(0.0)),
+            tasks: Vec::new(),
+        };
+        let (seen, pvs) = (o.seen_at.clone(), pvs.clone());
+        let pv_task = tokio::spawn(async move {
+            let stream = watcher(pvs, watcher::Config::default());
+            futures::pin_mut!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) = event
+                    && let Some(name) = pv
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|r| r.name.clone())
+                {
+                    seen.lock().entry(name).or_insert_with(Instant::now);
+                }
+            }
+        });
+        let (bound, claims) = (o.bound.clone(), claims.clone());
+        let claim_task = tokio::spawn(async move {
+            let stream = watcher(claims, watcher::Config::default());
+            futures::pin_mut!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(pvc) | watcher::Event::InitApply(pvc) = event
+                    && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                    && let Some(name) = pvc.metadata.name.clone()
+                {
+                    bound.lock().entry(name).or_insert_with(Instant::now);
+                }
+            }
+        });
+        let peak = o.peak.clone();
+        let sampler = tokio::spawn(async move {
+            loop {
+                if let Some(rss) = proc_status(pid, "VmRSS:") {
+                    let mut p = peak.lock();
+                    *p = p.max(rss);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Observers {
+            tasks: vec![pv_task, claim_task, sampler],
+            ..o
+        }
+    }
+
+    /// Benchmark claims Bound so far.
+    pub(super) fn bound_count(&self) -> usize {
+        self.bound
+            .lock()
+            .keys()
+            .filter(|k| k.starts_with("bench-"))
+            .count()
+    }
+
+    /// Seconds from `started` to each benchmark claim's binding, sorted.
+    pub(super) fn bound_times(&self, started: Instant) -> Vec<f64> {
+        let mut times: Vec<f64> = self
+            .bound
+            .lock()
+            .iter()
+            .filter(|(k, _)| k.starts_with("bench-"))
+            .map(|(_, t)| t.saturating_duration_since(started).as_secs_f64())
+            .collect();
+        times.sort_by(|a, b| a.total_cmp(b));
+        times
+    }
+
+    /// Milliseconds from each claim's creation to its PV, sorted.
+    pub(super) fn latencies_ms(&self) -> Vec<f64> {
+        let created = self.created_at.lock().clone();
+        let seen = self.seen_at.lock().clone();
+        let mut latencies: Vec<f64> = created
+            .iter()
+            .filter_map(|(k, t)| {
+                seen.get(k)
+                    .map(|s| s.saturating_duration_since(*t).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        latencies.sort_by(|a, b| a.total_cmp(b));
+        latencies
+    }
+
+    /// Stops watching; returns the peak RSS seen (MiB).
+    pub(super) fn stop(self) -> f64 {
+        for task in &self.tasks {
+            task.abort();
+        }
+        *self.peak.lock()
+    }
+}
