@@ -437,12 +437,7 @@ pub(crate) async fn server_side_apply(
             other => return other,
         }
     }
-    Err(ApiError::conflict(
-        &t.rt.group,
-        &t.rt.plural,
-        name,
-        "the object keeps changing",
-    ))
+    Err(ApiError::keeps_changing(&t.rt.group, &t.rt.plural, name))
 }
 
 #[cfg(test)]

@@ -156,6 +156,10 @@ impl ApiError {
         e.group = Some(group.into());
         e
     }
+    /// 409 for a read-modify-write that kept losing to concurrent changes.
+    pub fn keeps_changing(group: &str, plural: &str, name: &str) -> Self {
+        Self::conflict(group, plural, name, "the object keeps changing")
+    }
     /// 409 Conflict of a server-side apply, one cause per conflicting field.
     pub fn conflict_with_causes(message: impl Into<String>, causes: Vec<Cause>) -> Self {
         let mut e = Self::new(409, "Conflict", message);

@@ -21,16 +21,24 @@ async fn start(
     kube::Client,
     tokio::sync::oneshot::Sender<()>,
 ) {
+    start_with(apiserver::Config {
+        data_dir,
+        ..Default::default()
+    })
+    .await
+}
+
+async fn start_with(
+    config: apiserver::Config,
+) -> (
+    apiserver::RunningServer,
+    kube::Client,
+    tokio::sync::oneshot::Sender<()>,
+) {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = apiserver::serve(
-        apiserver::Config {
-            data_dir,
-            ..Default::default()
-        },
-        async {
-            let _ = rx.await;
-        },
-    )
+    let server = apiserver::serve(config, async {
+        let _ = rx.await;
+    })
     .await
     .unwrap();
     let client = client_for(&server).await;
@@ -292,19 +300,11 @@ async fn finalizers_hold_deletion_until_removed() {
 
 #[tokio::test]
 async fn watches_resume_and_old_versions_are_gone() {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = apiserver::serve(
-        apiserver::Config {
-            history: 5,
-            ..Default::default()
-        },
-        async {
-            let _ = rx.await;
-        },
-    )
-    .await
-    .unwrap();
-    let client = client_for(&server).await;
+    let (_server, client, tx) = start_with(apiserver::Config {
+        history: 5,
+        ..Default::default()
+    })
+    .await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let first = api.create(&PostParams::default(), &cm("w0")).await.unwrap();
     let rv = first.metadata.resource_version.clone().unwrap();
@@ -635,19 +635,11 @@ async fn a_watch_with_a_label_selector_sees_objects_enter_and_leave_it() {
 /// token older than the history is 410 Expired.
 #[tokio::test]
 async fn continue_tokens_page_through_one_snapshot_or_expire() {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = apiserver::serve(
-        apiserver::Config {
-            history: 20,
-            ..Default::default()
-        },
-        async {
-            let _ = rx.await;
-        },
-    )
-    .await
-    .unwrap();
-    let client = client_for(&server).await;
+    let (_server, client, tx) = start_with(apiserver::Config {
+        history: 20,
+        ..Default::default()
+    })
+    .await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     for i in 0..5 {
         api.create(&PostParams::default(), &cm(&format!("c{i}")))

@@ -272,29 +272,50 @@ async fn round_trip<T: Message + Default + std::fmt::Debug, L: Message + Default
 /// The first event of a protobuf watch of `collection` from the beginning: its type and the
 /// enveloped object.
 async fn first_watch_event(s: &Server, collection: &str) -> (String, Vec<u8>) {
-    let request = http::Request::builder()
-        .uri(format!("{collection}?watch=true&resourceVersion=0"))
-        .header("accept", format!("{PROTOBUF}, */*"))
-        .body(kube::client::Body::empty())
-        .unwrap();
-    let response = s.client.send(request).await.unwrap();
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/vnd.kubernetes.protobuf;stream=watch"
-    );
-    let mut body = response.into_body();
-    let mut buffer = Vec::new();
-    loop {
-        if buffer.len() >= 4 {
-            let len = u32::from_be_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
-            if buffer.len() >= 4 + len {
-                let event = meta::WatchEvent::decode(&buffer[4..4 + len]).unwrap();
-                return (event.r#type.unwrap(), event.object.unwrap().raw.unwrap());
-            }
+    let mut watch = ProtobufWatch::open(s, collection).await;
+    watch.next().await
+}
+
+/// A protobuf watch from the beginning (`resourceVersion=0`), read frame by frame.
+struct ProtobufWatch {
+    body: kube::client::Body,
+    buffer: Vec<u8>,
+}
+
+impl ProtobufWatch {
+    async fn open(s: &Server, collection: &str) -> Self {
+        let request = http::Request::builder()
+            .uri(format!("{collection}?watch=true&resourceVersion=0"))
+            .header("accept", format!("{PROTOBUF}, */*"))
+            .body(kube::client::Body::empty())
+            .unwrap();
+        let response = s.client.send(request).await.unwrap();
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/vnd.kubernetes.protobuf;stream=watch"
+        );
+        ProtobufWatch {
+            body: response.into_body(),
+            buffer: Vec::new(),
         }
-        let frame = body.frame().await.unwrap().unwrap();
-        if let Ok(data) = frame.into_data() {
-            buffer.extend_from_slice(&data);
+    }
+
+    /// The next event: its type and the enveloped object.
+    async fn next(&mut self) -> (String, Vec<u8>) {
+        loop {
+            let b = &self.buffer;
+            if b.len() >= 4 {
+                let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+                if b.len() >= 4 + len {
+                    let event = meta::WatchEvent::decode(&b[4..4 + len]).unwrap();
+                    self.buffer.drain(..4 + len);
+                    return (event.r#type.unwrap(), event.object.unwrap().raw.unwrap());
+                }
+            }
+            let frame = self.body.frame().await.unwrap().unwrap();
+            if let Ok(data) = frame.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
         }
     }
 }
@@ -397,16 +418,7 @@ async fn a_protobuf_watch_sends_length_prefixed_watch_events() {
     )
     .await;
     assert_eq!(first.code, 201);
-    let request = http::Request::builder()
-        .uri(format!("{collection}?watch=true&resourceVersion=0"))
-        .header("accept", format!("{PROTOBUF}, */*"))
-        .body(kube::client::Body::empty())
-        .unwrap();
-    let response = s.client.send(request).await.unwrap();
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/vnd.kubernetes.protobuf;stream=watch"
-    );
+    let mut watch = ProtobufWatch::open(&s, collection).await;
     let second = call(
         &s,
         "POST",
@@ -417,28 +429,13 @@ async fn a_protobuf_watch_sends_length_prefixed_watch_events() {
     )
     .await;
     assert_eq!(second.code, 201);
-    let mut body = response.into_body();
-    let mut buffer = Vec::new();
     let mut events = Vec::new();
     while events.len() < 2 {
-        let frame = body.frame().await.unwrap().unwrap();
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        buffer.extend_from_slice(&data);
-        while buffer.len() >= 4 {
-            let len = u32::from_be_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
-            if buffer.len() < 4 + len {
-                break;
-            }
-            let event = meta::WatchEvent::decode(&buffer[4..4 + len]).unwrap();
-            buffer.drain(..4 + len);
-            let raw = event.object.unwrap().raw.unwrap();
-            let (_, kind, raw) = open(&raw);
-            assert_eq!(kind, "Lease");
-            let lease = Lease::decode(raw.as_slice()).unwrap();
-            events.push((event.r#type.unwrap(), lease.metadata.unwrap().name.unwrap()));
-        }
+        let (event_type, raw) = watch.next().await;
+        let (_, kind, raw) = open(&raw);
+        assert_eq!(kind, "Lease");
+        let lease = Lease::decode(raw.as_slice()).unwrap();
+        events.push((event_type, lease.metadata.unwrap().name.unwrap()));
     }
     assert_eq!(
         events,

@@ -13,6 +13,9 @@ const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Buckets of client-go's workqueue duration histograms (10 ns to 10 s, by tens).
+const QUEUE_BUCKETS: [f64; 10] = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
+
 /// Every metric the sidecars export.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -38,6 +41,14 @@ pub struct Metrics {
     pub queue_adds: IntCounterVec,
     /// `workqueue_retries_total{name}`.
     pub queue_retries: IntCounterVec,
+    /// `workqueue_queue_duration_seconds{name}`: how long a key waited before a worker took it.
+    pub queue_wait: HistogramVec,
+    /// `workqueue_work_duration_seconds{name}`: how long a worker took for a key.
+    pub queue_work: HistogramVec,
+    /// `workqueue_unfinished_work_seconds{name}`: seconds of work in progress, summed.
+    pub queue_unfinished: prometheus::GaugeVec,
+    /// `workqueue_longest_running_processor_seconds{name}`: the oldest work in progress.
+    pub queue_longest: prometheus::GaugeVec,
     /// `leader_election_master_status{name}`.
     pub leader: IntGaugeVec,
 }
@@ -75,6 +86,17 @@ fn gauge(
     labels: &[&str],
 ) -> Result<IntGaugeVec, prometheus::Error> {
     let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+fn float_gauge(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<prometheus::GaugeVec, prometheus::Error> {
+    let g = prometheus::GaugeVec::new(Opts::new(name, help), labels)?;
     registry.register(Box::new(g.clone()))?;
     Ok(g)
 }
@@ -148,6 +170,32 @@ impl Metrics {
                 &registry,
                 "workqueue_retries_total",
                 "Total number of retries handled by workqueue",
+                &["name"],
+            )?,
+            queue_wait: histogram(
+                &registry,
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested.",
+                &["name"],
+                &QUEUE_BUCKETS,
+            )?,
+            queue_work: histogram(
+                &registry,
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes.",
+                &["name"],
+                &QUEUE_BUCKETS,
+            )?,
+            queue_unfinished: float_gauge(
+                &registry,
+                "workqueue_unfinished_work_seconds",
+                "How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+                &["name"],
+            )?,
+            queue_longest: float_gauge(
+                &registry,
+                "workqueue_longest_running_processor_seconds",
+                "How many seconds has the longest running processor for workqueue been running.",
                 &["name"],
             )?,
             leader: gauge(

@@ -29,6 +29,10 @@ pub struct QueueMetrics {
     depth: prometheus::IntGauge,
     adds: prometheus::IntCounter,
     retries: prometheus::IntCounter,
+    wait: prometheus::Histogram,
+    work: prometheus::Histogram,
+    unfinished: prometheus::Gauge,
+    longest: prometheus::Gauge,
 }
 
 impl QueueMetrics {
@@ -38,6 +42,10 @@ impl QueueMetrics {
             depth: metrics.queue_depth.with_label_values(&[name]),
             adds: metrics.queue_adds.with_label_values(&[name]),
             retries: metrics.queue_retries.with_label_values(&[name]),
+            wait: metrics.queue_wait.with_label_values(&[name]),
+            work: metrics.queue_work.with_label_values(&[name]),
+            unfinished: metrics.queue_unfinished.with_label_values(&[name]),
+            longest: metrics.queue_longest.with_label_values(&[name]),
         }
     }
 }
@@ -67,6 +75,10 @@ struct State<K> {
     dirty: HashSet<K>,
     failures: HashMap<K, u32>,
     backoff_until: HashMap<K, Instant>,
+    /// When each queued key was queued (for the wait metric).
+    queued_at: HashMap<K, Instant>,
+    /// When each key in progress was taken (for the work metrics).
+    started_at: HashMap<K, Instant>,
     shutting_down: bool,
 }
 
@@ -101,6 +113,8 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 dirty: HashSet::new(),
                 failures: HashMap::new(),
                 backoff_until: HashMap::new(),
+                queued_at: HashMap::new(),
+                started_at: HashMap::new(),
                 shutting_down: false,
             })),
             notify: Arc::new(Notify::new()),
@@ -131,6 +145,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         let added = if state.processing.contains(&key) {
             state.dirty.insert(key)
         } else if state.queued.insert(key.clone()) {
+            if self.metrics.is_some() {
+                state.queued_at.insert(key.clone(), Instant::now());
+            }
             state.queue.push_back(key);
             self.notify.notify_one();
             true
@@ -219,6 +236,14 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 }
                 if let Some(key) = state.queue.pop_front() {
                     self.count_depth(&state);
+                    if let Some(m) = &self.metrics {
+                        let now = Instant::now();
+                        if let Some(at) = state.queued_at.remove(&key) {
+                            m.wait
+                                .observe(now.saturating_duration_since(at).as_secs_f64());
+                        }
+                        state.started_at.insert(key.clone(), now);
+                    }
                     state.queued.remove(&key);
                     state.processing.insert(key.clone());
                     if !state.queue.is_empty() {
@@ -235,6 +260,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     pub fn done(&self, key: &K) {
         let mut state = self.lock();
         state.processing.remove(key);
+        if let (Some(m), Some(at)) = (&self.metrics, state.started_at.remove(key)) {
+            m.work.observe(at.elapsed().as_secs_f64());
+        }
         if state.dirty.remove(key) {
             let key = key.clone();
             self.push(&mut state, key);
@@ -293,6 +321,22 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             }
             self.done(&key);
         }
+    }
+
+    /// Updates `workqueue_unfinished_work_seconds` and
+    /// `workqueue_longest_running_processor_seconds` from the work in progress (client-go does it
+    /// every 500 ms; the runtime calls this as often).
+    pub fn update_progress_metrics(&self) {
+        let Some(m) = &self.metrics else { return };
+        let state = self.lock();
+        let now = Instant::now();
+        let running = state
+            .started_at
+            .values()
+            .map(|at| now.saturating_duration_since(*at).as_secs_f64());
+        let (total, longest) = running.fold((0.0, 0.0f64), |(t, l), s| (t + s, l.max(s)));
+        m.unfinished.set(total);
+        m.longest.set(longest);
     }
 
     /// Stops handing out keys.

@@ -205,10 +205,5 @@ pub(crate) async fn patch(
             other => return other,
         }
     }
-    Err(ApiError::conflict(
-        &t.rt.group,
-        &t.rt.plural,
-        name,
-        "the object keeps changing",
-    ))
+    Err(ApiError::keeps_changing(&t.rt.group, &t.rt.plural, name))
 }
