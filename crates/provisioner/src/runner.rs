@@ -146,17 +146,9 @@ pub async fn run(
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
     });
-    elector
-        .run(
-            move |mut stop| async move {
-                provisioner
-                    .run(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
-                    .await;
-            },
-            shutdown,
-        )
+    provisioner
+        .controller()
+        .run_as_leader(elector, shutdown)
         .await?;
     Ok(())
 }

@@ -126,6 +126,27 @@ impl Controller {
         self
     }
 
+    /// Runs only while `elector` holds the lease: waits for leadership, runs until `shutdown`
+    /// (then releases the lease) or until leadership is lost (then stops, as the Go sidecars
+    /// do, and returns the loss as an error so the process exits and is restarted).
+    pub async fn run_as_leader(
+        self,
+        elector: crate::leader::Elector,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), crate::leader::ElectionError> {
+        elector
+            .run(
+                move |mut stop| async move {
+                    self.run(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await;
+                },
+                shutdown,
+            )
+            .await
+    }
+
     /// Runs until `stop` resolves: waits for the caches and the start-up step (returning early
     /// if `stop` comes first), starts the workers and periodic passes, and on stop lets work
     /// in progress finish.

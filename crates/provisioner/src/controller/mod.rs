@@ -198,10 +198,9 @@ impl Provisioner {
         })
     }
 
-    /// Waits for the caches, reads the intent log, then runs `--worker-threads` claim workers
-    /// and as many volume workers until `stop` resolves; in-progress calls finish before it
-    /// returns.
-    pub async fn run(self: Arc<Self>, stop: impl std::future::Future<Output = ()>) {
+    /// The provisioner as a controller: it waits for its caches, reads the intent log, then
+    /// runs `--worker-threads` claim workers and as many volume workers.
+    pub fn controller(self: Arc<Self>) -> Controller {
         let c = &self.caches;
         let (recover, claims, volumes) = (self.clone(), self.clone(), self.clone());
         Controller::new("csi-provisioner")
@@ -229,8 +228,11 @@ impl Provisioner {
                     async move { this.sync_volume(&key).await }
                 },
             )
-            .run(stop)
-            .await;
+    }
+
+    /// Runs until `stop` resolves; in-progress calls finish before it returns.
+    pub async fn run(self: Arc<Self>, stop: impl std::future::Future<Output = ()>) {
+        self.controller().run(stop).await;
     }
 
     /// Reads the intent log before any CreateVolume: what a crashed predecessor left in
