@@ -123,14 +123,17 @@ pub enum ClaimError {
     Reschedule(kube::Error),
     /// The intent could not be recorded; no CreateVolume was sent.
     #[error("failed to record the in-flight volume: {0}")]
-    Intent(String),
+    Intent(#[source] super::intents::IntentError),
+    /// A CSI call of the clean-up failed.
+    #[error(transparent)]
+    Csi(#[from] CallError),
     /// Cleaning up after a deleted claim failed; retried.
-    #[error("failed to delete volume {name:?} of a deleted claim: {detail}")]
+    #[error("failed to delete volume {name:?} of a deleted claim: {source}")]
     Cleanup {
         /// Volume name.
         name: String,
         /// Why.
-        detail: String,
+        source: Box<ClaimError>,
     },
 }
 
@@ -150,16 +153,13 @@ impl ClaimError {
             ClaimError::SavePv { .. }
             | ClaimError::Reschedule(_)
             | ClaimError::Cleanup { .. }
+            | ClaimError::Csi(_)
             | ClaimError::Intent(_) => false,
         }
     }
 }
 
 pub(crate) use sidecar_kit::vocabulary::reference;
-
-pub(crate) fn lock<T>(m: &parking_lot::Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
-    m.lock()
-}
 
 impl Provisioner {
     /// One pass over a claim; the worker retries a failure after the key's backoff.
@@ -180,7 +180,9 @@ impl Provisioner {
             .get(key)
             .filter(|c| c.metadata.deletion_timestamp.is_none());
         let live_uid = live.as_ref().and_then(|c| c.metadata.uid.clone());
-        let orphans: Vec<(String, InFlight)> = lock(&self.inflight)
+        let orphans: Vec<(String, InFlight)> = self
+            .inflight
+            .lock()
             .iter()
             .filter(|(_, f)| &f.claim == key && Some(&f.claim_uid) != live_uid.as_ref())
             .map(|(n, f)| (n.clone(), f.clone()))
@@ -289,11 +291,11 @@ impl Provisioner {
             secret: plan.provisioner_secret.clone(),
         };
         let record = flight.record();
-        lock(&self.inflight).insert(pv_name.clone(), flight);
+        self.inflight.lock().insert(pv_name.clone(), flight);
         if let Some(log) = self.intents.get() {
             log.record(&pv_name, record)
                 .await
-                .map_err(|e| ClaimError::Intent(e.to_string()))?;
+                .map_err(ClaimError::Intent)?;
         }
         let mut full = request;
         full.secrets = secrets.clone();
@@ -559,21 +561,21 @@ impl Provisioner {
             self.settle(name);
             return Ok(());
         }
-        let cleanup_error = |detail: String| ClaimError::Cleanup {
+        let cleanup_error = |source: ClaimError| ClaimError::Cleanup {
             name: name.to_string(),
-            detail,
+            source: Box::new(source),
         };
         let secrets = self
             .fetch_secret(flight.secret.as_ref())
             .await
-            .map_err(|e| cleanup_error(e.to_string()))?;
+            .map_err(cleanup_error)?;
         // The record must be durable before any CreateVolume, this one included: the attempt
         // that put it in flight may have failed to store it, and a crash after this call
         // would otherwise leave a volume nobody knows of.
         if let Some(log) = self.intents.get() {
             log.record(name, flight.record())
                 .await
-                .map_err(|e| cleanup_error(e.to_string()))?;
+                .map_err(|e| cleanup_error(ClaimError::Intent(e)))?;
         }
         let mut request = flight.request.clone();
         request.secrets = secrets.clone();
@@ -587,22 +589,18 @@ impl Provisioner {
                     self.settle(name);
                     return Ok(());
                 };
-                match classify_delete(
-                    self.delete_volume_call(&id, secrets)
-                        .await
-                        .map_err(|e| e.code),
-                ) {
-                    DeleteOutcome::Deleted => {
-                        self.settle(name);
-                        tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
-                        Ok(())
-                    }
-                    DeleteOutcome::Retry => Err(cleanup_error("DeleteVolume failed".into())),
+                if let Err(error) = self.delete_volume_call(&id, secrets).await
+                    && classify_delete(Err(error.code)) == DeleteOutcome::Retry
+                {
+                    return Err(cleanup_error(ClaimError::Csi(error)));
                 }
+                self.settle(name);
+                tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
+                Ok(())
             }
             Err(error) => match classify_create(Err(error.code), false) {
                 CreateOutcome::InBackground | CreateOutcome::Conflict => {
-                    Err(cleanup_error(error.message))
+                    Err(cleanup_error(ClaimError::Csi(error)))
                 }
                 CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
                     self.settle(name);
@@ -614,7 +612,7 @@ impl Provisioner {
 
     /// The volume has a PV or certainly does not exist: drop its in-flight record.
     fn settle(&self, volume: &str) {
-        lock(&self.inflight).remove(volume);
+        self.inflight.lock().remove(volume);
         if let Some(log) = self.intents.get() {
             log.forget(volume);
         }
@@ -622,7 +620,8 @@ impl Provisioner {
 
     /// Volumes recorded as possibly existing without a PV (for tests and metrics).
     pub fn in_flight(&self) -> BTreeMap<String, String> {
-        lock(&self.inflight)
+        self.inflight
+            .lock()
             .iter()
             .map(|(k, v)| (k.clone(), v.claim.to_string()))
             .collect()

@@ -169,10 +169,6 @@ impl std::fmt::Debug for IntentLog {
     }
 }
 
-fn lock(m: &Mutex<State>) -> parking_lot::MutexGuard<'_, State> {
-    m.lock()
-}
-
 /// Bytes a record takes in a shard's annotation.
 fn record_size(volume: &str, record: &Record) -> usize {
     volume.len() + serde_json::to_string(record).map_or(0, |t| t.len()) + 4
@@ -300,7 +296,7 @@ impl IntentLog {
 
     /// The records found at start (and since).
     pub fn records(&self) -> BTreeMap<String, Record> {
-        let state = lock(&self.state);
+        let state = self.state.lock();
         state
             .shards
             .iter()
@@ -310,7 +306,7 @@ impl IntentLog {
 
     /// Number of shards (Leases) in use.
     pub fn shards(&self) -> usize {
-        lock(&self.state).shards.len()
+        self.state.lock().shards.len()
     }
 
     /// Records an intent and waits until it is stored.
@@ -323,7 +319,7 @@ impl IntentLog {
             });
         }
         let (shard, version) = {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock();
             let index = match state.shard_of.get(volume) {
                 Some(&i) => i,
                 None => {
@@ -372,7 +368,7 @@ impl IntentLog {
             })
             .await
             .map(|w| w.clone());
-        lock(&self.state).waiters -= 1;
+        self.state.lock().waiters -= 1;
         let written = waited.map_err(|_| IntentError::Stopped)?;
         if written.versions.get(shard).is_some_and(|v| *v >= version) {
             return Ok(());
@@ -389,7 +385,7 @@ impl IntentLog {
     /// Forgets an intent. Not written by itself: removals ride along with the next write of
     /// their shard, or go out after a quiet period, so they cost no write per volume.
     pub fn forget(&self, volume: &str) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let Some(index) = state.shard_of.remove(volume) else {
             return;
         };
@@ -409,7 +405,7 @@ impl IntentLog {
         let mut removals_since: Option<tokio::time::Instant> = None;
         loop {
             let (dirty, waiting) = {
-                let state = lock(&self.state);
+                let state = self.state.lock();
                 written.resize(state.shards.len(), 0);
                 let dirty: Vec<usize> = (0..state.shards.len())
                     .filter(|i| state.shards[*i].version > written[*i])
@@ -467,7 +463,7 @@ impl IntentLog {
     /// Writes one shard as it is now; returns the version written.
     async fn write_shard(&self, index: usize) -> Result<u64, IntentError> {
         let (name, version, mut records, removed, mut lease) = {
-            let state = lock(&self.state);
+            let state = self.state.lock();
             let shard = &state.shards[index];
             (
                 shard.name.clone(),
@@ -547,7 +543,7 @@ impl IntentLog {
         records: &BTreeMap<String, Record>,
         removed: &BTreeSet<String>,
     ) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let State {
             shards, shard_of, ..
         } = &mut *state;

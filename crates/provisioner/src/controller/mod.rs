@@ -257,7 +257,7 @@ impl Provisioner {
         };
         let recovered = log.records();
         {
-            let mut inflight = claims::lock(&self.inflight);
+            let mut inflight = self.inflight.lock();
             for (volume, record) in &recovered {
                 let Some(request) = record.request() else {
                     continue;
