@@ -175,3 +175,82 @@ pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()}, "columnDefinitions": column_definitions, "rows": rows})
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+
+    fn render(group: &str, plural: &str, object: Value) -> (Vec<String>, Vec<String>) {
+        let rt = Registry::default().find(group, "v1", plural).unwrap();
+        let t = table(&rt, &[Arc::new(object)], 7);
+        assert_eq!(t["kind"], "Table");
+        assert_eq!(t["metadata"]["resourceVersion"], "7");
+        let columns = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect();
+        let cells = t["rows"][0]["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect();
+        (columns, cells)
+    }
+
+    #[test]
+    fn each_resource_gets_kubectls_columns() {
+        let (columns, cells) = render(
+            "",
+            "persistentvolumeclaims",
+            json!({"metadata": {"name": "data"}, "spec": {"volumeName": "pv1", "storageClassName": "fast"},
+                   "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce", "ReadOnlyMany"]}}),
+        );
+        assert_eq!(
+            columns,
+            [
+                "Name",
+                "Status",
+                "Volume",
+                "Capacity",
+                "Access Modes",
+                "StorageClass",
+                "Age"
+            ]
+        );
+        assert_eq!(
+            &cells[..6],
+            ["data", "Bound", "pv1", "1Gi", "RWO,ROX", "fast"]
+        );
+        let (columns, _) = render(
+            "storage.k8s.io",
+            "storageclasses",
+            json!({"metadata": {"name": "fast"}, "provisioner": "p"}),
+        );
+        assert_eq!(columns[0], "Name");
+        assert!(columns.iter().any(|c| c == "Provisioner"), "{columns:?}");
+        let (columns, cells) = render("", "configmaps", json!({"metadata": {"name": "c"}}));
+        assert_eq!(
+            (columns, cells[0].as_str()),
+            (vec!["Name".to_string(), "Age".to_string()], "c")
+        );
+    }
+
+    #[test]
+    fn ages_read_as_kubectl_prints_them() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let ago = |secs: u64| json!(objects::rfc3339(now - secs));
+        // A slow machine may take a second between the two clocks: compare prefixes of units.
+        assert!(since(&ago(30)).ends_with('s'));
+        assert_eq!(since(&ago(600)), "10m");
+        assert_eq!(since(&ago(3 * 3600 + 5)), "3h");
+        assert_eq!(since(&ago(5 * 86_400)), "5d");
+    }
+}
