@@ -559,31 +559,34 @@ async fn kubectl_apply_merges_containers_by_name_and_keeps_what_others_added() {
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","image":"sidecar:1"}]}}}}"#;
     let (ok, _, err) = kubectl(&f, &["patch", "deployment", "web", "-p", sidecar], None).await;
     assert!(ok, "{err}");
-    let second = deployment_yaml(1, &[("app", "app:2"), ("extra", "extra:1")]);
-    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&second)).await;
-    assert!(ok, "{err}");
-    let mut images = container_images(&deployment_json(&f).await);
-    images.sort();
+    let apply_and_list = |containers: &'static [(&'static str, &'static str)]| {
+        let f = &f;
+        async move {
+            let yaml = deployment_yaml(1, containers);
+            let (ok, _, err) = kubectl(f, &["apply", "-f", "-"], Some(&yaml)).await;
+            assert!(ok, "{err}");
+            let mut images = container_images(&deployment_json(f).await);
+            images.sort();
+            images
+        }
+    };
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(n, i)| (n.to_string(), i.to_string()))
+            .collect()
+    };
     assert_eq!(
-        images,
-        vec![
-            ("app".to_string(), "app:2".to_string()),
-            ("extra".to_string(), "extra:1".to_string()),
-            ("sidecar".to_string(), "sidecar:1".to_string()),
-        ]
+        apply_and_list(&[("app", "app:2"), ("extra", "extra:1")]).await,
+        pairs(&[
+            ("app", "app:2"),
+            ("extra", "extra:1"),
+            ("sidecar", "sidecar:1")
+        ])
     );
     // Removing a container from the file removes it (and only it).
-    let third = deployment_yaml(1, &[("app", "app:2")]);
-    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&third)).await;
-    assert!(ok, "{err}");
-    let mut images = container_images(&deployment_json(&f).await);
-    images.sort();
     assert_eq!(
-        images,
-        vec![
-            ("app".to_string(), "app:2".to_string()),
-            ("sidecar".to_string(), "sidecar:1".to_string()),
-        ]
+        apply_and_list(&[("app", "app:2")]).await,
+        pairs(&[("app", "app:2"), ("sidecar", "sidecar:1")])
     );
     let _ = &f.server;
 }
@@ -593,49 +596,32 @@ async fn kubectl_apply_merges_containers_by_name_and_keeps_what_others_added() {
 #[tokio::test]
 async fn kubectl_server_side_apply_reports_conflicts_and_forces_them() {
     let f = start().await;
-    let alice = deployment_yaml(1, &[("app", "app:1")]);
-    let (ok, out, err) = kubectl(
-        &f,
-        &["apply", "--server-side", "--field-manager=alice", "-f", "-"],
-        Some(&alice),
-    )
-    .await;
+    let apply = |manager: &'static str, replicas: u32, force: bool| {
+        let f = &f;
+        async move {
+            let yaml = deployment_yaml(replicas, &[("app", "app:1")]);
+            let manager = format!("--field-manager={manager}");
+            let mut args = vec!["apply", "--server-side", manager.as_str(), "-f", "-"];
+            if force {
+                args.push("--force-conflicts");
+            }
+            kubectl(f, &args, Some(&yaml)).await
+        }
+    };
+    let (ok, out, err) = apply("alice", 1, false).await;
     assert!(ok, "{err}");
     assert!(out.contains("serverside-applied"), "{out}");
     // The same configuration again: no change, no conflict.
-    let (ok, _, err) = kubectl(
-        &f,
-        &["apply", "--server-side", "--field-manager=alice", "-f", "-"],
-        Some(&alice),
-    )
-    .await;
+    let (ok, _, err) = apply("alice", 1, false).await;
     assert!(ok, "{err}");
-    let bob = deployment_yaml(2, &[("app", "app:1")]);
-    let (ok, _, err) = kubectl(
-        &f,
-        &["apply", "--server-side", "--field-manager=bob", "-f", "-"],
-        Some(&bob),
-    )
-    .await;
+    let (ok, _, err) = apply("bob", 2, false).await;
     assert!(!ok);
     assert!(
         err.contains("Apply failed with 1 conflict: conflict with \"alice\": .spec.replicas"),
         "{err}"
     );
     assert_eq!(deployment_json(&f).await["spec"]["replicas"], 1);
-    let (ok, _, err) = kubectl(
-        &f,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=bob",
-            "--force-conflicts",
-            "-f",
-            "-",
-        ],
-        Some(&bob),
-    )
-    .await;
+    let (ok, _, err) = apply("bob", 2, true).await;
     assert!(ok, "{err}");
     let (ok, out, err) = kubectl(
         &f,

@@ -358,10 +358,15 @@ mod tests {
         })
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_panicking_item_is_retried_with_backoff_and_the_worker_survives() {
-        let q = queue();
-        let calls = Arc::new(Mutex::new(Vec::new()));
+    type Calls = Arc<Mutex<Vec<&'static str>>>;
+
+    /// A worker that records each key it is given and answers with `decide(key, attempt)`
+    /// (which may panic).
+    fn recording_worker(
+        q: &WorkQueue<&'static str>,
+        decide: fn(&'static str, usize) -> Next,
+    ) -> (Calls, tokio::task::JoinHandle<()>) {
+        let calls: Calls = Arc::default();
         let worker = tokio::spawn({
             let (q, calls) = (q.clone(), calls.clone());
             async move {
@@ -373,14 +378,23 @@ mod tests {
                             calls.push(key);
                             calls.iter().filter(|k| **k == key).count()
                         };
-                        if key == "bad" && attempt == 1 {
-                            panic!("bad input");
-                        }
-                        Ok::<Next, String>(Next::Done)
+                        Ok::<Next, String>(decide(key, attempt))
                     }
                 })
                 .await;
             }
+        });
+        (calls, worker)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_item_is_retried_with_backoff_and_the_worker_survives() {
+        let q = queue();
+        let (calls, worker) = recording_worker(&q, |key, attempt| {
+            if key == "bad" && attempt == 1 {
+                panic!("bad input");
+            }
+            Next::Done
         });
         q.add("bad");
         // The panic is retried after the key's backoff (1 s of paused time), and a later key
@@ -402,27 +416,10 @@ mod tests {
     async fn what_a_reconcile_returns_decides_when_the_key_comes_back() {
         let metrics = crate::metrics::Metrics::new().unwrap();
         let q = queue().with_metrics(QueueMetrics::new(&metrics, "claims"));
-        let calls = Arc::new(Mutex::new(Vec::new()));
-        let worker = tokio::spawn({
-            let (q, calls) = (q.clone(), calls.clone());
-            async move {
-                q.run_worker("test", move |key: &'static str| {
-                    let calls = calls.clone();
-                    async move {
-                        let attempt = {
-                            let mut calls = calls.lock();
-                            calls.push(key);
-                            calls.iter().filter(|k| **k == key).count()
-                        };
-                        Ok::<Next, String>(match (key, attempt) {
-                            ("later", 1) => Next::After(Duration::from_secs(5)),
-                            ("again", 1 | 2) => Next::Retry,
-                            _ => Next::Done,
-                        })
-                    }
-                })
-                .await;
-            }
+        let (calls, worker) = recording_worker(&q, |key, attempt| match (key, attempt) {
+            ("later", 1) => Next::After(Duration::from_secs(5)),
+            ("again", 1 | 2) => Next::Retry,
+            _ => Next::Done,
         });
         q.add("later");
         q.add("again");
