@@ -24,8 +24,11 @@ pub enum VolumeError {
     #[error("waiting for VolumeAttachment {0:?} to be deleted")]
     Attached(String),
     /// The deletion secret could not be read.
-    #[error("{0}")]
-    Secret(String),
+    #[error(transparent)]
+    Secret(Box<super::claims::ClaimError>),
+    /// The finalizer-removal patch could not be built.
+    #[error("failed to build the finalizer patch: {0}")]
+    Patch(#[source] serde_json::Error),
     /// The driver did not delete the volume.
     #[error(transparent)]
     Driver(#[from] sidecar_kit::csi::CallError),
@@ -74,7 +77,10 @@ impl Provisioner {
                 Ok(Next::Retry)
             }
             Err(
-                error @ (VolumeError::Secret(_) | VolumeError::Driver(_) | VolumeError::Api { .. }),
+                error @ (VolumeError::Secret(_)
+                | VolumeError::Patch(_)
+                | VolumeError::Driver(_)
+                | VolumeError::Api { .. }),
             ) => {
                 tracing::warn!(%error, "deletion failed");
                 Err(error)
@@ -119,7 +125,7 @@ impl Provisioner {
                     let secrets = self
                         .fetch_secret(secret.as_ref())
                         .await
-                        .map_err(|e| VolumeError::Secret(e.to_string()))?;
+                        .map_err(|e| VolumeError::Secret(Box::new(e)))?;
                     let result = self.delete_volume_call(&volume_handle, secrets).await;
                     if let Err(error) = result
                         && classify_delete(Err(error.code)) == DeleteOutcome::Retry
@@ -197,7 +203,7 @@ impl Provisioner {
                 {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": PV_FINALIZER},
                 {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
             ]))
-            .map_err(|e| VolumeError::Secret(format!("internal: bad patch: {e}")))?;
+            .map_err(VolumeError::Patch)?;
             match api
                 .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
                 .await
