@@ -381,6 +381,81 @@ pub fn conflict_error(conflicts: &[Conflict]) -> ApiError {
     )
 }
 
+/// Records a plain update (PUT or a patch that is not an apply) by `manager` on an object
+/// whose fields are managed (someone applied it): the fields the update changed become the
+/// manager's (an `Update` entry) and no longer any other manager's, so a later apply of
+/// another value conflicts with it, as in kube-apiserver. An update that changes nothing, or an
+/// object nobody applied, is left as it is.
+pub fn record_update(old: &Value, new: &mut Value, manager: &str, api_version: &str) {
+    let mut entries = managers(new);
+    if entries.is_empty() {
+        return;
+    }
+    let before = leaves(&field_set(old));
+    let after = leaves(&field_set(new));
+    let changed: Vec<Path> = after
+        .iter()
+        .filter(|p| value_at(old, p) != value_at(new, p))
+        .cloned()
+        .collect();
+    let removed: Vec<&Path> = before.iter().filter(|p| !after.contains(p)).collect();
+    if changed.is_empty() && removed.is_empty() {
+        return;
+    }
+    for entry in &mut entries {
+        entry
+            .owned
+            .retain(|p| !changed.contains(p) && !removed.contains(&p));
+    }
+    let mine = entries
+        .iter()
+        .position(|m| m.name == manager && m.operation == "Update");
+    let index = match mine {
+        Some(i) => i,
+        None => {
+            entries.push(Manager {
+                name: manager.to_string(),
+                operation: "Update".into(),
+                api_version: api_version.to_string(),
+                owned: Vec::new(),
+                entry: json!({"manager": manager, "operation": "Update", "apiVersion": api_version, "fieldsType": "FieldsV1"}),
+            });
+            entries.len() - 1
+        }
+    };
+    for path in changed {
+        if !entries[index].owned.contains(&path) {
+            entries[index].owned.push(path);
+        }
+    }
+    entries[index].entry["time"] = json!(now_rfc3339());
+    let list: Vec<Value> = entries
+        .into_iter()
+        .filter(|m| !m.owned.is_empty())
+        .map(|m| {
+            let mut entry = m.entry;
+            entry["fieldsV1"] = set_from_leaves(&m.owned);
+            entry
+        })
+        .collect();
+    new["metadata"]["managedFields"] = Value::Array(list);
+}
+
+/// The field manager of a request that is not an apply: `fieldManager`, else the program name
+/// of its User-Agent (as kube-apiserver derives it).
+pub fn update_manager(field_manager: Option<&str>, user_agent: Option<&str>) -> String {
+    field_manager
+        .filter(|m| !m.is_empty())
+        .map(str::to_string)
+        .or_else(|| {
+            user_agent
+                .and_then(|ua| ua.split('/').next())
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// PATCH with `application/apply-patch+yaml`.
 pub(crate) async fn server_side_apply(
     app: &Shared,
@@ -432,7 +507,7 @@ pub(crate) async fn server_side_apply(
         }
         let mut object = outcome.object;
         object["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
-        match apply_update(app, t, name, object, true).await {
+        match apply_update(app, t, name, object, true, None).await {
             Err(e) if e.code == 409 && e.extra.is_none() => continue,
             other => return other,
         }
@@ -524,6 +599,40 @@ mod tests {
                 .iter()
                 .any(|p| describe(p) == ".metadata.labels.app")
         );
+    }
+
+    #[test]
+    fn an_update_takes_the_fields_it_changes_so_a_later_apply_conflicts() {
+        let live = decide(&json!({}), &deployment(1, "a:1"), "alice", "apps/v1", false).object;
+        let mut edited = live.clone();
+        edited["spec"]["replicas"] = json!(3);
+        record_update(&live, &mut edited, "kubectl-edit", "apps/v1");
+        let owners = managers(&edited);
+        let editor = owners.iter().find(|m| m.name == "kubectl-edit").unwrap();
+        assert_eq!(editor.operation, "Update");
+        let owned: Vec<String> = editor.owned.iter().map(|p| describe(p)).collect();
+        assert_eq!(owned, [".spec.replicas"]);
+        let alice = owners.iter().find(|m| m.name == "alice").unwrap();
+        assert!(!alice.owned.iter().any(|p| describe(p) == ".spec.replicas"));
+        let again = decide(&edited, &deployment(1, "a:1"), "alice", "apps/v1", false);
+        assert_eq!(
+            conflict_error(&again.conflicts).message,
+            "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using apps/v1: .spec.replicas"
+        );
+        // Nothing changed, or nobody applied: left as it is.
+        let mut same = edited.clone();
+        record_update(&edited, &mut same, "other", "apps/v1");
+        assert_eq!(same, edited);
+        let mut plain = json!({"spec": {"replicas": 1}});
+        let old = plain.clone();
+        plain["spec"]["replicas"] = json!(2);
+        record_update(&old, &mut plain, "other", "apps/v1");
+        assert!(plain["metadata"]["managedFields"].is_null());
+        assert_eq!(
+            update_manager(None, Some("kubectl-edit/v1.32.0 (linux/amd64)")),
+            "kubectl-edit"
+        );
+        assert_eq!(update_manager(Some("mine"), Some("kubectl/v1")), "mine");
     }
 
     #[test]

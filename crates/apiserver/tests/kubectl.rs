@@ -652,6 +652,35 @@ async fn kubectl_server_side_apply_reports_conflicts_and_forces_them() {
             .iter()
             .any(|m| m["manager"] == "alice" && !m["fieldsV1"]["f:spec"]["f:selector"].is_null())
     );
+    // A plain update takes the fields it changes: alice's next apply of another value
+    // conflicts with the patcher, as against kube-apiserver.
+    let (ok, _, err) = kubectl(
+        &f,
+        &[
+            "patch",
+            "deployment",
+            "web",
+            "-p",
+            r#"{"spec":{"minReadySeconds":5}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = kubectl(
+        &f,
+        &["apply", "--server-side", "--field-manager=alice", "-f", "-"],
+        Some(
+            &deployment_yaml(2, &[("app", "app:1")])
+                .replace("  replicas: 2\n", "  replicas: 2\n  minReadySeconds: 0\n"),
+        ),
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        err.contains("conflict with \"kubectl-patch\" using apps/v1: .spec.minReadySeconds"),
+        "{err}"
+    );
     let _ = &f.server;
 }
 

@@ -355,7 +355,15 @@ async fn object_request(
             },
         ),
         ("POST", None) => ("CREATE", create(app, &t, query, body).await),
-        ("PUT", Some(name)) => ("UPDATE", update(app, &t, &name, body).await),
+        ("PUT", Some(name)) => {
+            let manager = crate::apply::update_manager(
+                query.get("fieldManager"),
+                headers
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok()),
+            );
+            ("UPDATE", update(app, &t, &name, body, &manager).await)
+        }
         ("PATCH", Some(name)) => ("PATCH", patch(app, &t, &name, headers, query, body).await),
         ("DELETE", Some(name)) => (
             "DELETE",

@@ -94,9 +94,11 @@ pub(crate) async fn apply_update(
     name: &str,
     incoming: Value,
     check_rv: bool,
+    manager: Option<&str>,
 ) -> Result<Response, ApiError> {
     let ns = t.namespace.clone().unwrap_or_default();
     let rt = t.rt.clone();
+    let api_version = rt.api_version();
     let status_only = t.subresource.as_deref() == Some("status");
     if incoming["metadata"]["name"]
         .as_str()
@@ -117,8 +119,11 @@ pub(crate) async fn apply_update(
         if check_rv && !wanted_rv.is_empty() && wanted_rv != current_rv {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name, "the object has been modified; please apply your changes to the latest version and try again"));
         }
-        let next = merge_update(&rt, current, incoming, status_only)?;
+        let mut next = merge_update(&rt, current, incoming, status_only)?;
         validate(&rt, &next, Some(current))?;
+        if let Some(manager) = manager {
+            crate::apply::record_update(current, &mut next, manager, &api_version);
+        }
         let deleting = !next["metadata"]["deletionTimestamp"].is_null();
         let no_finalizers = next["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty);
         if deleting && no_finalizers {
@@ -148,9 +153,10 @@ pub(crate) async fn update(
     t: &Target,
     name: &str,
     body: Bytes,
+    manager: &str,
 ) -> Result<Response, ApiError> {
     let incoming = parse_body(&body)?;
-    apply_update(app, t, name, incoming, true).await
+    apply_update(app, t, name, incoming, true, Some(manager)).await
 }
 
 /// A patch may not turn the object or its metadata into something other than a JSON object.
@@ -181,6 +187,12 @@ pub(crate) async fn patch(
     if kind == PatchKind::Apply {
         return crate::apply::server_side_apply(app, t, name, query, patch_value).await;
     }
+    let manager = crate::apply::update_manager(
+        query.get("fieldManager"),
+        headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok()),
+    );
     let ns = t.namespace.clone().unwrap_or_default();
     // A patch that names a resourceVersion is a precondition; otherwise the patch applies to
     // what was just read, and a concurrent change makes it read again and retry.
@@ -200,7 +212,7 @@ pub(crate) async fn patch(
         if patched_rv.is_none() {
             next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         }
-        match apply_update(app, t, name, next, true).await {
+        match apply_update(app, t, name, next, true, Some(&manager)).await {
             Err(e) if e.code == 409 && patched_rv.is_none() => continue,
             other => return other,
         }
