@@ -312,6 +312,7 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::Failed(_) => ApiError::unavailable(format!(
                 "{error}; the server refuses writes until it is restarted"
             )),
+            StoreError::TooLarge => ApiError::internal(error.to_string()),
             StoreError::Encode(_)
             | StoreError::Open(_)
             | StoreError::Legacy(_)

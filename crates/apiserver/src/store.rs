@@ -107,6 +107,9 @@ pub enum StoreError {
     /// The object is nested more deeply than the store can read back.
     #[error("the object is nested more than {MAX_DEPTH} levels deep")]
     TooDeep,
+    /// The object is larger than etcd stores (what kube-apiserver answers then).
+    #[error("etcdserver: request is too large")]
+    TooLarge,
     /// The object could not be encoded.
     #[error("failed to encode the object: {0}")]
     Encode(#[source] serde_json::Error),
@@ -163,6 +166,19 @@ pub struct Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+/// etcd's default `--max-request-bytes` (1.5 MiB): a real cluster cannot store a larger
+/// object, so neither does this server (our own controllers must notice).
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// The size an object takes in etcd: kube-apiserver stores built-in kinds as protobuf and
+/// custom resources as JSON.
+fn etcd_size(object: &Value) -> usize {
+    match crate::protobuf::encode_object(object) {
+        Ok(bytes) => bytes.len(),
+        Err(_) => serde_json::to_vec(object).map_or(usize::MAX, |v| v.len()),
     }
 }
 
@@ -387,6 +403,13 @@ impl Store {
             }
         };
         let record = encode(&key, stored.as_deref()).map_err(StoreError::Encode)?;
+        if record.len() > MAX_OBJECT_BYTES
+            && stored
+                .as_deref()
+                .is_some_and(|o| etcd_size(o) > MAX_OBJECT_BYTES)
+        {
+            return Err(StoreError::TooLarge.into());
+        }
         let bytes = record.len();
         if let Some(log) = &self.log {
             log.append(next_rv, record).map_err(StoreError::Failed)?;
