@@ -68,6 +68,8 @@ pub struct Stack {
     /// The driver's name.
     pub driver_name: String,
     stop: watch::Sender<bool>,
+    /// The API server stops last, after everything that talks to it.
+    server_stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -79,6 +81,7 @@ impl Stack {
         let kubeconfig = dir.join("kubeconfig");
         let socket = dir.join("csi.sock").display().to_string();
         let (stop, _) = watch::channel(false);
+        let (server_stop, _) = watch::channel(false);
         let server = apiserver::serve(
             apiserver::Config {
                 bind: options.bind,
@@ -86,7 +89,7 @@ impl Stack {
                 kubeconfig_path: Some(kubeconfig.clone()),
                 ..Default::default()
             },
-            signal(&stop),
+            signal(&server_stop),
         )
         .await
         .context("start the API server")?;
@@ -129,6 +132,7 @@ impl Stack {
             socket,
             driver_name,
             stop,
+            server_stop,
             tasks,
         })
     }
@@ -140,17 +144,27 @@ impl Stack {
 
     /// Stops everything and waits up to `grace` for it to finish.
     pub async fn shutdown(self, grace: Duration) {
+        self.shutdown_with(grace, async {}).await;
+    }
+
+    /// Stops the controllers and the driver, waits for them and for `also` (what the caller
+    /// runs beside the stack, stopped by [`Stack::stopped`]), then stops the API server: nothing
+    /// is left talking to a server that is gone. Waits up to `grace` in all.
+    pub async fn shutdown_with(self, grace: Duration, also: impl Future<Output = ()>) {
         let Stack {
             server,
             stop,
+            server_stop,
             tasks,
             ..
         } = self;
         let _ = stop.send(true);
         let _ = tokio::time::timeout(grace, async {
+            also.await;
             for task in tasks {
                 let _ = task.await;
             }
+            let _ = server_stop.send(true);
             server.join().await;
         })
         .await;

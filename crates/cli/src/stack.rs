@@ -113,12 +113,11 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!("Ctrl-C stops everything; the next `up` resumes the same state.");
 
     crate::shutdown_signal().await;
-    let grace = Duration::from_secs(10);
-    let stopping = stack.shutdown(grace);
-    let _ = tokio::time::timeout(grace, async {
-        let (_, _) = tokio::join!(stopping, provisioner_task);
-    })
-    .await;
+    stack
+        .shutdown_with(Duration::from_secs(10), async {
+            let _ = provisioner_task.await;
+        })
+        .await;
     println!("volstack stopped");
     Ok(())
 }

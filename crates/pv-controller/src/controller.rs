@@ -47,6 +47,8 @@ pub struct PvController {
     claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>>,
     volume_queue: WorkQueue<String>,
     recorder: Recorder,
+    /// The watches feeding the caches (stopped with the controller).
+    watches: Watches,
 }
 
 /// How often volumes whose claim is missing are looked at again, whatever the events said.
@@ -59,7 +61,7 @@ impl std::fmt::Debug for PvController {
 }
 
 use sidecar_kit::vocabulary::{hostname, reference};
-use sidecar_kit::watch::{each, reflect as spawn_reflector};
+use sidecar_kit::watch::{Watches, each};
 
 fn write_err(action: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
     move |source| SyncError::Write { action, source }
@@ -68,11 +70,12 @@ fn write_err(action: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
 impl PvController {
     /// Starts the watches.
     pub fn new(client: kube::Client, backoff: Backoff) -> Arc<Self> {
+        let watches = Watches::default();
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> = WorkQueue::new(backoff);
         let volume_queue: WorkQueue<String> = WorkQueue::new(backoff);
         let index = Arc::new(ClaimRefIndex::default());
         let (q, vq, by_claim) = (claim_queue.clone(), volume_queue.clone(), index.clone());
-        let claims = spawn_reflector(
+        let claims = watches.reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             move |e| {
                 each(e, |c| {
@@ -97,7 +100,7 @@ impl PvController {
         );
         // A volume change may complete or free a claim's binding.
         let (vq, cq, by_claim) = (volume_queue.clone(), claim_queue.clone(), index.clone());
-        let volumes = spawn_reflector(Api::<PersistentVolume>::all(client.clone()), move |e| {
+        let volumes = watches.reflect(Api::<PersistentVolume>::all(client.clone()), move |e| {
             match e {
                 kube::runtime::watcher::Event::Apply(v)
                 | kube::runtime::watcher::Event::InitApply(v) => by_claim.apply(v),
@@ -117,7 +120,7 @@ impl PvController {
         });
         // Any class change may change the default class: every unbound claim looks again.
         let q = claim_queue.clone();
-        let classes = sidecar_kit::watch::reflect_classes(
+        let classes = watches.reflect_classes(
             Api::<StorageClass>::all(client.clone()),
             claims.clone(),
             |_, _| true,
@@ -132,6 +135,7 @@ impl PvController {
             claim_queue,
             volume_queue,
             recorder,
+            watches,
         })
     }
 
@@ -159,6 +163,7 @@ impl PvController {
     pub async fn run(self: Arc<Self>, workers: usize, stop: impl std::future::Future<Output = ()>) {
         let (claims, volumes, resync) = (self.clone(), self.clone(), self.clone());
         Controller::new("persistentvolume-controller")
+            .watches(&self.watches)
             .wait_for(&self.claims)
             .wait_for(&self.volumes)
             .wait_for(&self.classes)

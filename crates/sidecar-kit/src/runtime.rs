@@ -44,6 +44,7 @@ pub struct Controller {
     start_up: Option<Boxed<bool>>,
     workers: Vec<Workers>,
     periodic: Vec<(Duration, Arc<dyn Fn() + Send + Sync>)>,
+    watches: Option<crate::watch::Watches>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -65,6 +66,7 @@ impl Controller {
             start_up: None,
             workers: Vec::new(),
             periodic: Vec::new(),
+            watches: None,
         }
     }
 
@@ -78,6 +80,13 @@ impl Controller {
         self.ready.push(Box::pin(async move {
             let _ = store.wait_until_ready().await;
         }));
+        self
+    }
+
+    /// The watches feeding this controller's caches: stopped after its workers, so none
+    /// outlives it.
+    pub fn watches(mut self, watches: &crate::watch::Watches) -> Self {
+        self.watches = Some(watches.clone());
         self
     }
 
@@ -157,11 +166,20 @@ impl Controller {
             start_up,
             workers,
             periodic,
+            watches,
         } = self;
+        let stop_watches = move || {
+            if let Some(w) = &watches {
+                w.stop();
+            }
+        };
         tokio::pin!(stop);
         tokio::select! {
             _ = futures::future::join_all(ready) => {}
-            () = &mut stop => return,
+            () = &mut stop => {
+                stop_watches();
+                return;
+            }
         }
         tracing::info!(controller = name, "caches synced");
         if let Some(step) = start_up {
@@ -170,6 +188,7 @@ impl Controller {
                 () = &mut stop => false,
             };
             if !proceed {
+                stop_watches();
                 return;
             }
         }
@@ -202,6 +221,7 @@ impl Controller {
             stop();
         }
         while set.join_next().await.is_some() {}
+        stop_watches();
     }
 }
 
@@ -278,6 +298,18 @@ mod tests {
         stop_tx.send(()).unwrap();
         running.await.unwrap();
         assert!(q.next().await.is_none(), "the queue was shut down");
+    }
+
+    #[tokio::test]
+    async fn the_watches_stop_with_the_controller() {
+        let watches = crate::watch::Watches::default();
+        let watch = tokio::spawn(std::future::pending::<()>());
+        watches.adopt(watch.abort_handle());
+        Controller::new("test")
+            .watches(&watches)
+            .run(async {})
+            .await;
+        assert!(watch.await.unwrap_err().is_cancelled());
     }
 
     #[tokio::test]

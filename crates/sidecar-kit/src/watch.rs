@@ -2,6 +2,7 @@
 
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -9,6 +10,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
+use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 
 /// Removes what no decision reads, so memory grows slowly with the number of objects.
@@ -19,75 +21,100 @@ pub fn trim<K: ResourceExt>(obj: &mut K) {
     }
 }
 
-/// Starts a reflector of trimmed objects and calls `on_event` for every change, after the
-/// store has it. Watch errors are logged and the watch resumes with backoff.
-pub fn reflect<K, F>(api: Api<K>, on_event: F) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-    F: Fn(&watcher::Event<K>) + Send + 'static,
-{
-    reflect_trimmed(api, |_: &mut K| {}, on_event)
+/// The watches a controller started. They stop together with it ([`Watches::stop`], called
+/// by the runtime after the workers finished), so none outlives the controller and retries
+/// against an API server that is going away.
+#[derive(Debug, Clone, Default)]
+pub struct Watches {
+    tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
-/// Starts a reflector of StorageClasses: a class that appears or changes may unblock claims
-/// waiting for it, so every claim not bound yet for which `waits_for(claim, class)` holds is
-/// passed to `requeue`.
-pub fn reflect_classes<W, R>(
-    api: Api<StorageClass>,
-    claims: Store<PersistentVolumeClaim>,
-    waits_for: W,
-    requeue: R,
-) -> Store<StorageClass>
-where
-    W: Fn(&PersistentVolumeClaim, &StorageClass) -> bool + Send + 'static,
-    R: Fn(&PersistentVolumeClaim) + Send + 'static,
-{
-    reflect(api, move |event| {
-        each(event, |class| {
-            for claim in claims.state() {
-                let unbound = claim
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.volume_name.as_deref())
-                    .is_none_or(str::is_empty);
-                if unbound && waits_for(&claim, class) {
-                    requeue(&claim);
+impl Watches {
+    /// Starts a reflector of trimmed objects and calls `on_event` for every change, after the
+    /// store has it. Watch errors are logged and the watch resumes with backoff.
+    pub fn reflect<K, F>(&self, api: Api<K>, on_event: F) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
+        self.reflect_trimmed(api, |_: &mut K| {}, on_event)
+    }
+
+    /// Starts a reflector of StorageClasses: a class that appears or changes may unblock
+    /// claims waiting for it, so every claim not bound yet for which `waits_for(claim, class)`
+    /// holds is passed to `requeue`.
+    pub fn reflect_classes<W, R>(
+        &self,
+        api: Api<StorageClass>,
+        claims: Store<PersistentVolumeClaim>,
+        waits_for: W,
+        requeue: R,
+    ) -> Store<StorageClass>
+    where
+        W: Fn(&PersistentVolumeClaim, &StorageClass) -> bool + Send + 'static,
+        R: Fn(&PersistentVolumeClaim) + Send + 'static,
+    {
+        self.reflect(api, move |event| {
+            each(event, |class| {
+                for claim in claims.state() {
+                    let unbound = claim
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.volume_name.as_deref())
+                        .is_none_or(str::is_empty);
+                    if unbound && waits_for(&claim, class) {
+                        requeue(&claim);
+                    }
+                }
+            });
+        })
+    }
+
+    /// Like [`Watches::reflect`], with a kind-specific `shrink` that also drops fields no
+    /// decision of the caller reads (memory per object is what limits a sidecar with 10,000
+    /// volumes).
+    pub fn reflect_trimmed<K, S, F>(&self, api: Api<K>, shrink: S, on_event: F) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        S: Fn(&mut K) + Send + 'static,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
+        let (store, writer) = reflector::store();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(move |obj: &mut K| {
+                trim(obj);
+                shrink(obj);
+            })
+            .reflect(writer);
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(event) => on_event(&event),
+                    Err(error) => {
+                        tracing::warn!(kind = %K::kind(&K::DynamicType::default()), %error, "watch failed; retrying")
+                    }
                 }
             }
         });
-    })
-}
+        self.adopt(task.abort_handle());
+        store
+    }
 
-/// Like [`reflect`], with a kind-specific `shrink` that also drops fields no decision of the
-/// caller reads (memory per object is what limits a sidecar with 10,000 volumes).
-pub fn reflect_trimmed<K, S, F>(api: Api<K>, shrink: S, on_event: F) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-    S: Fn(&mut K) + Send + 'static,
-    F: Fn(&watcher::Event<K>) + Send + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(move |obj: &mut K| {
-            trim(obj);
-            shrink(obj);
-        })
-        .reflect(writer);
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(event) => on_event(&event),
-                Err(error) => {
-                    tracing::warn!(kind = %K::kind(&K::DynamicType::default()), %error, "watch failed; retrying")
-                }
-            }
+    /// Stops `task` with the others.
+    pub(crate) fn adopt(&self, task: tokio::task::AbortHandle) {
+        self.tasks.lock().push(task);
+    }
+
+    /// Stops every watch started so far.
+    pub fn stop(&self) {
+        for task in self.tasks.lock().drain(..) {
+            task.abort();
         }
-    });
-    store
+    }
 }
 
 /// A store that is ready and stays empty (for a kind a configuration makes irrelevant).

@@ -31,7 +31,7 @@ use tonic::transport::Channel;
 use crate::decide::provision::{DriverCapabilities, ProvisionOptions};
 use cache::Caches;
 pub use claims::InFlight;
-use sidecar_kit::watch::{each as for_each, empty};
+use sidecar_kit::watch::{Watches, each as for_each, empty};
 
 /// Settings of the controller.
 #[derive(Debug, Clone)]
@@ -73,6 +73,8 @@ pub struct Provisioner {
     pub(crate) volumes: WorkQueue<String>,
     pub(crate) recorder: Recorder,
     pub(crate) metrics: sidecar_kit::metrics::Metrics,
+    /// The watches feeding the caches (stopped with the controller).
+    pub(crate) watches: Watches,
     /// Volumes that may exist without a PV yet, by PV name.
     pub(crate) inflight: Mutex<HashMap<String, InFlight>>,
     /// Volume handles DeleteVolume already removed, so a retry of the API steps (or a stale
@@ -114,9 +116,10 @@ impl Provisioner {
         let volumes_q: WorkQueue<String> =
             WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "volumes"));
         let with_topology = cfg.topology && cfg.caps.accessibility;
+        let watches = Watches::default();
 
         let q = claims_q.clone();
-        let claims = sidecar_kit::watch::reflect_trimmed(
+        let claims = watches.reflect_trimmed(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             cache::shrink_claim,
             move |event| {
@@ -124,7 +127,7 @@ impl Provisioner {
             },
         );
         let q = volumes_q.clone();
-        let volumes = sidecar_kit::watch::reflect_trimmed(
+        let volumes = watches.reflect_trimmed(
             Api::<PersistentVolume>::all(client.clone()),
             cache::shrink_volume,
             move |event| {
@@ -137,7 +140,7 @@ impl Provisioner {
         );
         // A class that appears or changes may unblock the claims of that class.
         let q = claims_q.clone();
-        let classes = sidecar_kit::watch::reflect_classes(
+        let classes = watches.reflect_classes(
             Api::<StorageClass>::all(client.clone()),
             claims.clone(),
             |claim, class| {
@@ -147,29 +150,26 @@ impl Provisioner {
         );
         let (csinodes, nodes) = if with_topology {
             (
-                sidecar_kit::watch::reflect(Api::<CSINode>::all(client.clone()), |_| {}),
-                sidecar_kit::watch::reflect(Api::<Node>::all(client.clone()), |_| {}),
+                watches.reflect(Api::<CSINode>::all(client.clone()), |_| {}),
+                watches.reflect(Api::<Node>::all(client.clone()), |_| {}),
             )
         } else {
             (empty(), empty())
         };
         let attachments = if cfg.caps.publish_unpublish {
             let q = volumes_q.clone();
-            sidecar_kit::watch::reflect(
-                Api::<VolumeAttachment>::all(client.clone()),
-                move |event| {
-                    if let watcher::Event::Delete(va) = event
-                        && let Some(pv) = va.spec.source.persistent_volume_name.clone()
-                    {
-                        q.add_now(pv);
-                    }
-                },
-            )
+            watches.reflect(Api::<VolumeAttachment>::all(client.clone()), move |event| {
+                if let watcher::Event::Delete(va) = event
+                    && let Some(pv) = va.spec.source.persistent_volume_name.clone()
+                {
+                    q.add_now(pv);
+                }
+            })
         } else {
             empty()
         };
         let vacs = if cfg.volume_attributes_class {
-            sidecar_kit::watch::reflect(Api::<VolumeAttributesClass>::all(client.clone()), |_| {})
+            watches.reflect(Api::<VolumeAttributesClass>::all(client.clone()), |_| {})
         } else {
             empty()
         };
@@ -190,6 +190,7 @@ impl Provisioner {
             volumes: volumes_q,
             recorder,
             metrics,
+            watches,
             inflight: Mutex::new(HashMap::new()),
             deleted_handles: Mutex::new(HashMap::new()),
             intents: std::sync::OnceLock::new(),
@@ -204,6 +205,7 @@ impl Provisioner {
         let c = &self.caches;
         let (recover, claims, volumes) = (self.clone(), self.clone(), self.clone());
         Controller::new("csi-provisioner")
+            .watches(&self.watches)
             .wait_for(&c.claims)
             .wait_for(&c.volumes)
             .wait_for(&c.classes)
