@@ -52,6 +52,17 @@ fn s(v: &Value) -> String {
     v.as_str().unwrap_or("").to_string()
 }
 
+/// A boolean cell as Go prints it (`true`/`false`; unset is false).
+fn flag(v: &Value) -> String {
+    v.as_bool().unwrap_or(false).to_string()
+}
+
+/// The items of a list joined by commas, or None for an empty or missing list.
+fn joined(v: &Value, each: impl Fn(&Value) -> String) -> Option<String> {
+    let items: Vec<String> = v.as_array()?.iter().map(each).collect();
+    (!items.is_empty()).then(|| items.join(","))
+}
+
 /// Renders one table row's cells.
 type CellFn = Box<dyn Fn(&Value) -> Vec<String>>;
 
@@ -156,6 +167,78 @@ pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
                 ]
             }),
         ),
+        ("storage.k8s.io", "volumeattachments") => (
+            vec!["Name", "Attacher", "PV", "Node", "Attached", "Age"],
+            Box::new(|o: &Value| {
+                vec![
+                    s(&o["metadata"]["name"]),
+                    s(&o["spec"]["attacher"]),
+                    s(&o["spec"]["source"]["persistentVolumeName"]),
+                    s(&o["spec"]["nodeName"]),
+                    flag(&o["status"]["attached"]),
+                    age(o),
+                ]
+            }),
+        ),
+        ("storage.k8s.io", "csidrivers") => (
+            vec![
+                "Name",
+                "AttachRequired",
+                "PodInfoOnMount",
+                "StorageCapacity",
+                "TokenRequests",
+                "RequiresRepublish",
+                "Modes",
+                "Age",
+            ],
+            Box::new(|o: &Value| {
+                let spec = &o["spec"];
+                let audiences = joined(&spec["tokenRequests"], |t| s(&t["audience"]));
+                let modes = joined(&spec["volumeLifecycleModes"], s);
+                vec![
+                    s(&o["metadata"]["name"]),
+                    flag(&spec["attachRequired"]),
+                    flag(&spec["podInfoOnMount"]),
+                    flag(&spec["storageCapacity"]),
+                    audiences.unwrap_or_else(|| "<unset>".into()),
+                    flag(&spec["requiresRepublish"]),
+                    modes.unwrap_or_else(|| "<none>".into()),
+                    age(o),
+                ]
+            }),
+        ),
+        ("storage.k8s.io", "csinodes") => (
+            vec!["Name", "Drivers", "Age"],
+            Box::new(|o: &Value| {
+                let drivers = o["spec"]["drivers"].as_array().map_or(0, Vec::len);
+                vec![s(&o["metadata"]["name"]), drivers.to_string(), age(o)]
+            }),
+        ),
+        ("storage.k8s.io", "csistoragecapacities") => (
+            vec!["Name", "StorageClassName", "Capacity"],
+            Box::new(|o: &Value| {
+                let capacity = o["capacity"].as_str().unwrap_or("<unset>").to_string();
+                vec![
+                    s(&o["metadata"]["name"]),
+                    s(&o["storageClassName"]),
+                    capacity,
+                ]
+            }),
+        ),
+        ("storage.k8s.io", "volumeattributesclasses") => (
+            vec!["Name", "DriverName", "Age"],
+            Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), s(&o["driverName"]), age(o)]),
+        ),
+        ("coordination.k8s.io", "leases") => (
+            vec!["Name", "Holder", "Age"],
+            Box::new(|o: &Value| {
+                vec![
+                    s(&o["metadata"]["name"]),
+                    s(&o["spec"]["holderIdentity"]),
+                    age(o),
+                ]
+            }),
+        ),
         ("", "namespaces") => (
             vec!["Name", "Status", "Age"],
             Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), s(&o["status"]["phase"]), age(o)]),
@@ -233,6 +316,41 @@ mod tests {
         );
         assert_eq!(columns[0], "Name");
         assert!(columns.iter().any(|c| c == "Provisioner"), "{columns:?}");
+        let (columns, cells) = render(
+            "storage.k8s.io",
+            "volumeattachments",
+            json!({"metadata": {"name": "va"}, "spec": {"attacher": "d", "nodeName": "n1", "source": {"persistentVolumeName": "pv1"}},
+                   "status": {"attached": true}}),
+        );
+        assert_eq!(
+            columns,
+            ["Name", "Attacher", "PV", "Node", "Attached", "Age"]
+        );
+        assert_eq!(&cells[..5], ["va", "d", "pv1", "n1", "true"]);
+        let (_, cells) = render(
+            "storage.k8s.io",
+            "csidrivers",
+            json!({"metadata": {"name": "d"}, "spec": {"attachRequired": false, "volumeLifecycleModes": ["Persistent", "Ephemeral"],
+                   "tokenRequests": [{"audience": "a"}, {"audience": "b"}]}}),
+        );
+        assert_eq!(
+            &cells[..7],
+            [
+                "d",
+                "false",
+                "false",
+                "false",
+                "a,b",
+                "false",
+                "Persistent,Ephemeral"
+            ]
+        );
+        let (_, cells) = render(
+            "storage.k8s.io",
+            "csinodes",
+            json!({"metadata": {"name": "n"}, "spec": {"drivers": [{"name": "d"}]}}),
+        );
+        assert_eq!(&cells[..2], ["n", "1"]);
         let (columns, cells) = render("", "configmaps", json!({"metadata": {"name": "c"}}));
         assert_eq!(
             (columns, cells[0].as_str()),
