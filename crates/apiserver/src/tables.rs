@@ -63,88 +63,58 @@ fn joined(v: &Value, each: impl Fn(&Value) -> String) -> Option<String> {
     (!items.is_empty()).then(|| items.join(","))
 }
 
-/// Renders one table row's cells.
-type CellFn = Box<dyn Fn(&Value) -> Vec<String>>;
+/// One column: its name and how a cell is read from an object.
+type Column = (&'static str, fn(&Value) -> String);
 
-pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
-    let (columns, cells): (Vec<&str>, CellFn) = match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "persistentvolumeclaims") => (
-            vec![
-                "Name",
-                "Status",
-                "Volume",
-                "Capacity",
-                "Access Modes",
-                "StorageClass",
-                "Age",
-            ],
-            Box::new(|o: &Value| {
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["status"]["phase"]),
-                    s(&o["spec"]["volumeName"]),
-                    s(&o["status"]["capacity"]["storage"]),
-                    modes(&o["status"]["accessModes"]),
-                    s(&o["spec"]["storageClassName"]),
-                    age(o),
-                ]
+fn name(o: &Value) -> String {
+    s(&o["metadata"]["name"])
+}
+
+fn phase(o: &Value) -> String {
+    s(&o["status"]["phase"])
+}
+
+/// The columns kube-apiserver shows for a resource (priority 0), each with its cell.
+fn columns(group: &str, plural: &str) -> Vec<Column> {
+    match (group, plural) {
+        ("", "persistentvolumeclaims") => vec![
+            ("Name", name),
+            ("Status", phase),
+            ("Volume", |o| s(&o["spec"]["volumeName"])),
+            ("Capacity", |o| s(&o["status"]["capacity"]["storage"])),
+            ("Access Modes", |o| modes(&o["status"]["accessModes"])),
+            ("StorageClass", |o| s(&o["spec"]["storageClassName"])),
+            ("Age", age),
+        ],
+        ("", "persistentvolumes") => vec![
+            ("Name", name),
+            ("Capacity", |o| s(&o["spec"]["capacity"]["storage"])),
+            ("Access Modes", |o| modes(&o["spec"]["accessModes"])),
+            ("Reclaim Policy", |o| {
+                s(&o["spec"]["persistentVolumeReclaimPolicy"])
             }),
-        ),
-        ("", "persistentvolumes") => (
-            vec![
-                "Name",
-                "Capacity",
-                "Access Modes",
-                "Reclaim Policy",
-                "Status",
-                "Claim",
-                "StorageClass",
-                "Age",
-            ],
-            Box::new(|o: &Value| {
-                let claim = if o["spec"]["claimRef"].is_null() {
+            ("Status", phase),
+            ("Claim", |o| {
+                let claim = &o["spec"]["claimRef"];
+                if claim.is_null() {
                     String::new()
                 } else {
-                    format!(
-                        "{}/{}",
-                        s(&o["spec"]["claimRef"]["namespace"]),
-                        s(&o["spec"]["claimRef"]["name"])
-                    )
-                };
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["spec"]["capacity"]["storage"]),
-                    modes(&o["spec"]["accessModes"]),
-                    s(&o["spec"]["persistentVolumeReclaimPolicy"]),
-                    s(&o["status"]["phase"]),
-                    claim,
-                    s(&o["spec"]["storageClassName"]),
-                    age(o),
-                ]
+                    format!("{}/{}", s(&claim["namespace"]), s(&claim["name"]))
+                }
             }),
-        ),
-        ("storage.k8s.io", "storageclasses") => (
-            vec![
-                "Name",
-                "Provisioner",
-                "ReclaimPolicy",
-                "VolumeBindingMode",
-                "Age",
-            ],
-            Box::new(|o: &Value| {
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["provisioner"]),
-                    s(&o["reclaimPolicy"]),
-                    s(&o["volumeBindingMode"]),
-                    age(o),
-                ]
-            }),
-        ),
+            ("StorageClass", |o| s(&o["spec"]["storageClassName"])),
+            ("Age", age),
+        ],
+        ("storage.k8s.io", "storageclasses") => vec![
+            ("Name", name),
+            ("Provisioner", |o| s(&o["provisioner"])),
+            ("ReclaimPolicy", |o| s(&o["reclaimPolicy"])),
+            ("VolumeBindingMode", |o| s(&o["volumeBindingMode"])),
+            ("Age", age),
+        ],
         // kube-apiserver's event columns of priority 0, as `kubectl get events` shows them.
-        ("", "events") => (
-            vec!["Last Seen", "Type", "Reason", "Object", "Message"],
-            Box::new(|o: &Value| {
+        ("", "events") => vec![
+            ("Last Seen", |o| {
                 let last = [
                     &o["lastTimestamp"],
                     &o["eventTime"],
@@ -153,108 +123,89 @@ pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
                 .into_iter()
                 .find(|t| t.is_string())
                 .unwrap_or(&Value::Null);
+                since(last)
+            }),
+            ("Type", |o| s(&o["type"])),
+            ("Reason", |o| s(&o["reason"])),
+            ("Object", |o| {
                 let object = &o["involvedObject"];
-                vec![
-                    since(last),
-                    s(&o["type"]),
-                    s(&o["reason"]),
-                    format!(
-                        "{}/{}",
-                        s(&object["kind"]).to_lowercase(),
-                        s(&object["name"])
-                    ),
-                    s(&o["message"]),
-                ]
+                format!(
+                    "{}/{}",
+                    s(&object["kind"]).to_lowercase(),
+                    s(&object["name"])
+                )
             }),
-        ),
-        ("storage.k8s.io", "volumeattachments") => (
-            vec!["Name", "Attacher", "PV", "Node", "Attached", "Age"],
-            Box::new(|o: &Value| {
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["spec"]["attacher"]),
-                    s(&o["spec"]["source"]["persistentVolumeName"]),
-                    s(&o["spec"]["nodeName"]),
-                    flag(&o["status"]["attached"]),
-                    age(o),
-                ]
+            ("Message", |o| s(&o["message"])),
+        ],
+        ("storage.k8s.io", "volumeattachments") => vec![
+            ("Name", name),
+            ("Attacher", |o| s(&o["spec"]["attacher"])),
+            ("PV", |o| s(&o["spec"]["source"]["persistentVolumeName"])),
+            ("Node", |o| s(&o["spec"]["nodeName"])),
+            ("Attached", |o| flag(&o["status"]["attached"])),
+            ("Age", age),
+        ],
+        ("storage.k8s.io", "csidrivers") => vec![
+            ("Name", name),
+            ("AttachRequired", |o| flag(&o["spec"]["attachRequired"])),
+            ("PodInfoOnMount", |o| flag(&o["spec"]["podInfoOnMount"])),
+            ("StorageCapacity", |o| flag(&o["spec"]["storageCapacity"])),
+            ("TokenRequests", |o| {
+                joined(&o["spec"]["tokenRequests"], |t| s(&t["audience"]))
+                    .unwrap_or_else(|| "<unset>".into())
             }),
-        ),
-        ("storage.k8s.io", "csidrivers") => (
-            vec![
-                "Name",
-                "AttachRequired",
-                "PodInfoOnMount",
-                "StorageCapacity",
-                "TokenRequests",
-                "RequiresRepublish",
-                "Modes",
-                "Age",
-            ],
-            Box::new(|o: &Value| {
-                let spec = &o["spec"];
-                let audiences = joined(&spec["tokenRequests"], |t| s(&t["audience"]));
-                let modes = joined(&spec["volumeLifecycleModes"], s);
-                vec![
-                    s(&o["metadata"]["name"]),
-                    flag(&spec["attachRequired"]),
-                    flag(&spec["podInfoOnMount"]),
-                    flag(&spec["storageCapacity"]),
-                    audiences.unwrap_or_else(|| "<unset>".into()),
-                    flag(&spec["requiresRepublish"]),
-                    modes.unwrap_or_else(|| "<none>".into()),
-                    age(o),
-                ]
+            ("RequiresRepublish", |o| {
+                flag(&o["spec"]["requiresRepublish"])
             }),
-        ),
-        ("storage.k8s.io", "csinodes") => (
-            vec!["Name", "Drivers", "Age"],
-            Box::new(|o: &Value| {
-                let drivers = o["spec"]["drivers"].as_array().map_or(0, Vec::len);
-                vec![s(&o["metadata"]["name"]), drivers.to_string(), age(o)]
+            ("Modes", |o| {
+                joined(&o["spec"]["volumeLifecycleModes"], s).unwrap_or_else(|| "<none>".into())
             }),
-        ),
-        ("storage.k8s.io", "csistoragecapacities") => (
-            vec!["Name", "StorageClassName", "Capacity"],
-            Box::new(|o: &Value| {
-                let capacity = o["capacity"].as_str().unwrap_or("<unset>").to_string();
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["storageClassName"]),
-                    capacity,
-                ]
+            ("Age", age),
+        ],
+        ("storage.k8s.io", "csinodes") => vec![
+            ("Name", name),
+            ("Drivers", |o| {
+                o["spec"]["drivers"]
+                    .as_array()
+                    .map_or(0, Vec::len)
+                    .to_string()
             }),
-        ),
-        ("storage.k8s.io", "volumeattributesclasses") => (
-            vec!["Name", "DriverName", "Age"],
-            Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), s(&o["driverName"]), age(o)]),
-        ),
-        ("coordination.k8s.io", "leases") => (
-            vec!["Name", "Holder", "Age"],
-            Box::new(|o: &Value| {
-                vec![
-                    s(&o["metadata"]["name"]),
-                    s(&o["spec"]["holderIdentity"]),
-                    age(o),
-                ]
+            ("Age", age),
+        ],
+        ("storage.k8s.io", "csistoragecapacities") => vec![
+            ("Name", name),
+            ("StorageClassName", |o| s(&o["storageClassName"])),
+            ("Capacity", |o| {
+                o["capacity"].as_str().unwrap_or("<unset>").to_string()
             }),
-        ),
-        ("", "namespaces") => (
-            vec!["Name", "Status", "Age"],
-            Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), s(&o["status"]["phase"]), age(o)]),
-        ),
-        _ => (
-            vec!["Name", "Age"],
-            Box::new(|o: &Value| vec![s(&o["metadata"]["name"]), age(o)]),
-        ),
-    };
+        ],
+        ("storage.k8s.io", "volumeattributesclasses") => vec![
+            ("Name", name),
+            ("DriverName", |o| s(&o["driverName"])),
+            ("Age", age),
+        ],
+        ("coordination.k8s.io", "leases") => vec![
+            ("Name", name),
+            ("Holder", |o| s(&o["spec"]["holderIdentity"])),
+            ("Age", age),
+        ],
+        ("", "namespaces") => vec![("Name", name), ("Status", phase), ("Age", age)],
+        _ => vec![("Name", name), ("Age", age)],
+    }
+}
+
+pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
+    let columns = columns(&rt.group, &rt.plural);
     let column_definitions: Vec<Value> = columns
         .iter()
-        .map(|c| json!({"name": c, "type": "string", "format": if *c == "Name" { "name" } else { "" }, "description": "", "priority": 0}))
+        .map(|(c, _)| json!({"name": c, "type": "string", "format": if *c == "Name" { "name" } else { "" }, "description": "", "priority": 0}))
         .collect();
     let rows: Vec<Value> = items
         .iter()
-        .map(|o| json!({"cells": cells(o), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}))
+        .map(|o| {
+            let cells: Vec<String> = columns.iter().map(|(_, cell)| cell(o)).collect();
+            json!({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}})
+        })
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()}, "columnDefinitions": column_definitions, "rows": rows})
 }
