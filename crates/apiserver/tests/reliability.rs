@@ -83,6 +83,19 @@ async fn raw(
     }
 }
 
+/// POSTs a JSON body.
+async fn post_json(client: &kube::Client, path: &str, body: &Value) -> (u16, String) {
+    raw(
+        client,
+        "POST",
+        path,
+        "application/json",
+        body.to_string().into_bytes(),
+        "t",
+    )
+    .await
+}
+
 fn cm(name: &str, payload: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": payload}})).unwrap()
 }
@@ -213,27 +226,11 @@ async fn deeply_nested_objects_are_refused_and_later_writes_survive_a_restart() 
     let s = start(durable(dir.path())).await;
     let path = "/api/v1/namespaces/default/configmaps";
     let deep = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "deep"}, "extra": nested(125)});
-    let (code, message) = raw(
-        &s.client,
-        "POST",
-        path,
-        "application/json",
-        deep.to_string().into_bytes(),
-        "t",
-    )
-    .await;
+    let (code, message) = post_json(&s.client, path, &deep).await;
     assert_eq!(code, 400, "{message}");
     assert!(message.contains("nested"), "{message}");
     let ok = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ok"}, "extra": nested(90)});
-    let (code, message) = raw(
-        &s.client,
-        "POST",
-        path,
-        "application/json",
-        ok.to_string().into_bytes(),
-        "t",
-    )
-    .await;
+    let (code, message) = post_json(&s.client, path, &ok).await;
     assert_eq!(code, 200, "{message}");
     let api: Api<ConfigMap> = Api::namespaced(s.client.clone(), "default");
     api.create(&PostParams::default(), &cm("later", "v"))
