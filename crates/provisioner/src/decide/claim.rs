@@ -2,6 +2,7 @@
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use sidecar_kit::quantity::Quantity;
+use sidecar_kit::vocabulary::annotation;
 pub use sidecar_kit::vocabulary::{
     ANN_BETA_STORAGE_CLASS, ANN_BETA_STORAGE_PROVISIONER, ANN_SELECTED_NODE,
     ANN_STORAGE_PROVISIONER,
@@ -24,26 +25,17 @@ pub enum ClaimDecision {
     },
 }
 
-fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
 /// The provisioner named on the claim (new annotation first, then the beta one).
 pub fn claim_provisioner(claim: &PersistentVolumeClaim) -> Option<&str> {
-    annotation(claim, ANN_STORAGE_PROVISIONER)
-        .or_else(|| annotation(claim, ANN_BETA_STORAGE_PROVISIONER))
+    annotation(&claim.metadata, ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(&claim.metadata, ANN_BETA_STORAGE_PROVISIONER))
 }
 
 pub use sidecar_kit::vocabulary::claim_class;
 
 /// The node picked by the scheduler, if any.
 pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
-    annotation(claim, ANN_SELECTED_NODE).filter(|n| !n.is_empty())
+    annotation(&claim.metadata, ANN_SELECTED_NODE).filter(|n| !n.is_empty())
 }
 
 /// A WaitForFirstConsumer class and no node selected yet: provisioning waits for the scheduler.

@@ -1,6 +1,7 @@
 //! Which volumes are ours to delete, and what to do with each PV.
 
 use k8s_openapi::api::core::v1::PersistentVolume;
+use sidecar_kit::vocabulary::annotation;
 
 use super::provision::{
     ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE, ANN_PROVISIONED_BY, PV_FINALIZER,
@@ -25,24 +26,16 @@ pub enum VolumeDecision {
     RemoveFinalizer,
 }
 
-fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
-    pv.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
 /// Whether the PV belongs to our driver: provisioned by us, or a static PV of our driver.
 pub fn is_ours(pv: &PersistentVolume, driver: &str) -> bool {
-    if annotation(pv, ANN_PROVISIONED_BY) == Some(driver) {
+    if annotation(&pv.metadata, ANN_PROVISIONED_BY) == Some(driver) {
         return true;
     }
     pv.spec
         .as_ref()
         .and_then(|s| s.csi.as_ref())
         .is_some_and(|c| c.driver == driver)
-        && annotation(pv, ANN_PROVISIONED_BY).is_none()
+        && annotation(&pv.metadata, ANN_PROVISIONED_BY).is_none()
 }
 
 fn has_finalizer(pv: &PersistentVolume) -> bool {
@@ -83,8 +76,8 @@ pub fn decide_volume(pv: &PersistentVolume, driver: &str) -> VolumeDecision {
         return VolumeDecision::Ignore;
     };
     let secret = match (
-        annotation(pv, ANN_DELETION_SECRET_NAME),
-        annotation(pv, ANN_DELETION_SECRET_NAMESPACE),
+        annotation(&pv.metadata, ANN_DELETION_SECRET_NAME),
+        annotation(&pv.metadata, ANN_DELETION_SECRET_NAMESPACE),
     ) {
         (Some(name), Some(namespace)) if !name.is_empty() => Some(Some(SecretRef {
             name: name.to_string(),

@@ -66,15 +66,8 @@ pub enum VolumeAction {
     Recycle,
 }
 
-fn annotation<'a>(
-    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    key: &str,
-) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
 use sidecar_kit::events::EventType;
-use sidecar_kit::vocabulary::requested_class;
+use sidecar_kit::vocabulary::{annotation, requested_class};
 
 fn volume_class(pv: &PersistentVolume) -> String {
     annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS)
