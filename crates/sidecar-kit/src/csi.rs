@@ -139,13 +139,14 @@ impl Caller {
         with_timeout(message, self.timeout)
     }
 
-    /// Awaits a call of the CSI `service` (`Controller`, `Node`, `Identity`) `method`.
+    /// Awaits a call of the gRPC method `path` (`/csi.v1.Controller/CreateVolume`, the
+    /// metrics' method name).
     pub async fn call<T>(
         &self,
-        service: &'static str,
-        method: &'static str,
+        path: &'static str,
         call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, CallError> {
+        let method = path.rsplit('/').next().unwrap_or(path);
         let started = std::time::Instant::now();
         let result = match tokio::time::timeout(self.timeout, call).await {
             Err(_) => Err(CallError {
@@ -162,12 +163,7 @@ impl Caller {
         };
         if let Some(metrics) = &self.metrics {
             let code = result.as_ref().map_or_else(|e| e.code, |_| tonic::Code::Ok);
-            metrics.observe_csi(
-                &self.driver,
-                &format!("/csi.v1.{service}/{method}"),
-                code,
-                started.elapsed(),
-            );
+            metrics.observe_csi(&self.driver, path, code, started.elapsed());
         }
         result
     }
@@ -254,13 +250,13 @@ mod tests {
             Some(metrics.clone()),
         );
         let ok = caller
-            .call("Controller", "CreateVolume", async {
+            .call("/csi.v1.Controller/CreateVolume", async {
                 Ok(tonic::Response::new(7u32))
             })
             .await;
         assert_eq!(ok, Ok(7));
         let refused = caller
-            .call("Controller", "DeleteVolume", async {
+            .call("/csi.v1.Controller/DeleteVolume", async {
                 Err::<tonic::Response<()>, _>(tonic::Status::failed_precondition("published"))
             })
             .await
@@ -271,8 +267,7 @@ mod tests {
         );
         let late = caller
             .call(
-                "Controller",
-                "CreateVolume",
+                "/csi.v1.Controller/CreateVolume",
                 std::future::pending::<Result<tonic::Response<()>, tonic::Status>>(),
             )
             .await

@@ -14,7 +14,7 @@ use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use sidecar_kit::csi::{CallError, Caller, go_code_name};
+use sidecar_kit::csi::{CallError, go_code_name};
 use sidecar_kit::events::EventType;
 use tracing::Instrument;
 
@@ -370,26 +370,16 @@ impl Provisioner {
         Ok(true)
     }
 
-    /// The CSI calls of this provisioner: `--timeout` each, counted in the metrics.
-    fn csi_calls(&self) -> Caller {
-        Caller::new(
-            &self.cfg.caps.name,
-            self.cfg.timeout,
-            Some(self.metrics.clone()),
-        )
-    }
-
     /// CreateVolume.
     async fn create_volume(
         &self,
         request: csi::CreateVolumeRequest,
     ) -> Result<Option<csi::Volume>, CallError> {
-        let calls = self.csi_calls();
+        let calls = &self.csi_calls;
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
         let response = calls
             .call(
-                "Controller",
-                "CreateVolume",
+                "/csi.v1.Controller/CreateVolume",
                 client.create_volume(calls.request(request)),
             )
             .await?;
@@ -402,23 +392,19 @@ impl Provisioner {
         id: &str,
         secrets: HashMap<String, String>,
     ) -> Result<(), CallError> {
-        let calls = self.csi_calls();
+        let calls = &self.csi_calls;
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
         let request = csi::DeleteVolumeRequest {
             volume_id: id.to_string(),
             secrets,
         };
-        let result = calls
+        calls
             .call(
-                "Controller",
-                "DeleteVolume",
+                "/csi.v1.Controller/DeleteVolume",
                 client.delete_volume(calls.request(request)),
             )
-            .await;
-        if let Err(error) = &result {
-            tracing::warn!(volume_id = id, %error, "DeleteVolume failed");
-        }
-        result.map(|_| ())
+            .await
+            .map(|_| ())
     }
 
     async fn save_pv(&self, pv: &PersistentVolume, claim_uid: &str) -> Result<(), ClaimError> {

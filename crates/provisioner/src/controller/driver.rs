@@ -7,9 +7,7 @@ use std::time::Duration;
 use csi::controller_service_capability::rpc::Type as Rpc;
 use csi::plugin_capability::service::Type as Service;
 use csi_proto::v1 as csi;
-use sidecar_kit::csi::{
-    CallError, Caller, ConnectError, connect_with_retry, go_code_name, with_timeout,
-};
+use sidecar_kit::csi::{CallError, Caller, ConnectError, connect_with_retry};
 use tonic::transport::Channel;
 
 use crate::decide::provision::DriverCapabilities;
@@ -38,32 +36,25 @@ pub async fn start(
 ) -> Result<(Channel, DriverCapabilities), StartupError> {
     let channel = connect_with_retry(address, Duration::from_secs(1), None).await?;
     let mut identity = csi::identity_client::IdentityClient::new(channel.clone());
+    let calls = Caller::new("", timeout, None);
     let mut attempts: u64 = 0;
     loop {
-        match identity
-            .probe(with_timeout(csi::ProbeRequest {}, timeout))
-            .await
-        {
-            Ok(r) if r.get_ref().ready != Some(false) => break,
+        let probe = identity.probe(calls.request(csi::ProbeRequest {}));
+        match calls.call("/csi.v1.Identity/Probe", probe).await {
+            Ok(r) if r.ready != Some(false) => break,
             Ok(_) => tracing::info!("CSI driver is not ready yet"),
-            Err(status) => {
+            Err(error) => {
                 if attempts.is_multiple_of(10) {
-                    tracing::warn!(
-                        code = go_code_name(status.code()),
-                        message = status.message(),
-                        "CSI Probe failed; retrying"
-                    );
+                    tracing::warn!(%error, "CSI Probe failed; retrying");
                 }
             }
         }
         attempts += 1;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let calls = Caller::new("", timeout, None);
     let info = calls
         .call(
-            "Identity",
-            "GetPluginInfo",
+            "/csi.v1.Identity/GetPluginInfo",
             identity.get_plugin_info(calls.request(csi::GetPluginInfoRequest {})),
         )
         .await?;
@@ -72,8 +63,7 @@ pub async fn start(
     }
     let plugin = calls
         .call(
-            "Identity",
-            "GetPluginCapabilities",
+            "/csi.v1.Identity/GetPluginCapabilities",
             identity.get_plugin_capabilities(calls.request(csi::GetPluginCapabilitiesRequest {})),
         )
         .await?;
@@ -88,8 +78,7 @@ pub async fn start(
     let mut controller = csi::controller_client::ControllerClient::new(channel.clone());
     let rpcs: Vec<i32> = calls
         .call(
-            "Controller",
-            "ControllerGetCapabilities",
+            "/csi.v1.Controller/ControllerGetCapabilities",
             controller.controller_get_capabilities(
                 calls.request(csi::ControllerGetCapabilitiesRequest {}),
             ),

@@ -67,6 +67,8 @@ pub type ClaimKey = ObjectRef<PersistentVolumeClaim>;
 pub struct Provisioner {
     pub(crate) client: kube::Client,
     pub(crate) csi: Channel,
+    /// The CSI calls: `--timeout` each, counted in the metrics.
+    pub(crate) csi_calls: sidecar_kit::csi::Caller,
     pub(crate) cfg: ControllerConfig,
     pub(crate) caches: Caches,
     pub(crate) claims: WorkQueue<ClaimKey>,
@@ -173,9 +175,12 @@ impl Provisioner {
         } else {
             empty()
         };
+        let csi_calls =
+            sidecar_kit::csi::Caller::new(&cfg.caps.name, cfg.timeout, Some(metrics.clone()));
         Arc::new(Provisioner {
             client,
             csi,
+            csi_calls,
             cfg,
             caches: Caches {
                 claims,
