@@ -254,7 +254,8 @@ impl Default for Registry {
 impl Registry {
     /// Looks a resource up by group, version and plural.
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<ResourceType> {
-        self.read()
+        self.types
+            .read()
             .iter()
             .find(|t| t.group == group && t.version == version && t.plural == plural)
             .cloned()
@@ -262,11 +263,7 @@ impl Registry {
 
     /// All types.
     pub fn all(&self) -> Vec<ResourceType> {
-        self.read().clone()
-    }
-
-    fn read(&self) -> parking_lot::RwLockReadGuard<'_, Vec<ResourceType>> {
-        self.types.read()
+        self.types.read().clone()
     }
 
     /// Replaces the CRD-declared types with those described by `crds` (CRD objects as JSON).

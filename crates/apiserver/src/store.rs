@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 
 use durable_log::{Log, LogError, Options};
 use serde_json::Value;
@@ -236,7 +236,7 @@ impl Store {
         )
         .map_err(StoreError::Open)?;
         {
-            let mut inner = lock(&core.inner);
+            let mut inner = core.inner.lock();
             for entry in recovered.snapshot {
                 let (key, object) = decode(&entry)?;
                 if let Some(object) = object {
@@ -262,13 +262,9 @@ impl Store {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        lock(&self.core.inner)
-    }
-
     /// The current (visible, durable) resourceVersion.
     pub fn current_rv(&self) -> u64 {
-        self.lock().visible_rv
+        self.core.inner.lock().visible_rv
     }
 
     /// Waits up to `timeout` for the store to make `rv` visible; whether it did. (A client may
@@ -290,7 +286,9 @@ impl Store {
 
     /// One object.
     pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        self.lock()
+        self.core
+            .inner
+            .lock()
             .objects
             .get(&object_key(resource, namespace, name))
             .cloned()
@@ -298,7 +296,7 @@ impl Store {
 
     /// Objects of a resource (in one namespace, or all), in key order, with the list's rv.
     pub fn list(&self, resource: &str, namespace: Option<&str>) -> (Vec<Arc<Value>>, u64) {
-        let inner = self.lock();
+        let inner = self.core.inner.lock();
         let items = objects_of(&inner, resource, namespace);
         (items, inner.visible_rv)
     }
@@ -312,7 +310,7 @@ impl Store {
         namespace: Option<&str>,
         rv: u64,
     ) -> Result<Vec<Arc<Value>>, ResumeError> {
-        let inner = self.lock();
+        let inner = self.core.inner.lock();
         if rv < inner.compacted {
             return Err(ResumeError::Gone(inner.compacted));
         }
@@ -367,7 +365,7 @@ impl Store {
             return Err(StoreError::Failed(LogError::Failed(reason)).into());
         }
         let key = object_key(resource, namespace, name);
-        let mut inner = self.lock();
+        let mut inner = self.core.inner.lock();
         let (current, pending_rv) = match inner.overlay.get(&key) {
             Some((rv, object)) => (object.clone(), *rv),
             None => (inner.objects.get(&key).cloned(), 0),
@@ -452,7 +450,7 @@ impl Store {
 
     /// Changes after `rv` plus a live subscription, with no gap between them.
     pub fn watch_from(&self, rv: u64) -> Result<Resume, ResumeError> {
-        let inner = self.lock();
+        let inner = self.core.inner.lock();
         if rv < inner.compacted {
             return Err(ResumeError::Gone(inner.compacted));
         }
@@ -474,14 +472,14 @@ impl Store {
         resource: &str,
         namespace: Option<&str>,
     ) -> (Vec<Arc<Value>>, u64, broadcast::Receiver<Arc<Change>>) {
-        let inner = self.lock();
+        let inner = self.core.inner.lock();
         let items = objects_of(&inner, resource, namespace);
         (items, inner.visible_rv, self.core.events.subscribe())
     }
 
     /// Every object in a namespace (for namespace deletion), as (resource, name).
     pub fn in_namespace(&self, namespace: &str) -> Vec<(String, String)> {
-        let inner = self.lock();
+        let inner = self.core.inner.lock();
         inner
             .objects
             .keys()
@@ -494,13 +492,9 @@ impl Store {
     }
 }
 
-fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    inner.lock()
-}
-
 fn publish_weak(core: &Weak<Core>, rv: u64) {
     if let Some(core) = core.upgrade() {
-        let mut inner = lock(&core.inner);
+        let mut inner = core.inner.lock();
         publish(&core, &mut inner, rv);
     }
 }

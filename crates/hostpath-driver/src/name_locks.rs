@@ -26,7 +26,7 @@ impl NameLocks {
     /// Waits until no one else works on `name`.
     pub async fn lock(&self, name: &str) -> NameGuard<'_> {
         let lock = {
-            let mut locks = self.map();
+            let mut locks = self.locks.lock();
             locks.entry(name.to_string()).or_default().clone()
         };
         let guard = lock.lock_owned().await;
@@ -37,13 +37,9 @@ impl NameLocks {
         }
     }
 
-    fn map(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
-        self.locks.lock()
-    }
-
     /// Names currently locked or waited for.
     pub fn len(&self) -> usize {
-        self.map().len()
+        self.locks.lock().len()
     }
 
     /// Whether no name is locked.
@@ -55,7 +51,7 @@ impl NameLocks {
 impl Drop for NameGuard<'_> {
     fn drop(&mut self) {
         self.guard = None;
-        let mut locks = self.owner.map();
+        let mut locks = self.owner.locks.lock();
         // The map and this guard's lock are the only references: nobody waits.
         if locks
             .get(&self.name)

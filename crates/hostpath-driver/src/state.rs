@@ -11,7 +11,7 @@
 //! its record logged. A crash in between leaves a directory no record names, which the next
 //! start removes; never a record without its directory. Snapshots leave reservations out.
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -271,10 +271,6 @@ impl Store {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock()
-    }
-
     /// Runs `f` on the table; the changes it returns are applied and logged in the same
     /// critical section, so log order is table order. Returns the value and the sequence
     /// number to wait for with [`Store::wait_durable`].
@@ -282,7 +278,7 @@ impl Store {
         &self,
         f: impl FnOnce(&Table) -> Result<(R, Vec<Change>), E>,
     ) -> Result<(R, u64), E> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let (value, changes) = f(&inner.table)?;
         for change in changes {
             self.log_change(&mut inner, &change)?;
@@ -322,7 +318,7 @@ impl Store {
         &self,
         f: impl FnOnce(&Table) -> Result<(R, Option<VolumeRecord>), E>,
     ) -> Result<R, E> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let (value, record) = f(&inner.table)?;
         if let Some(record) = record {
             inner.reserved.insert(record.id.clone());
@@ -333,7 +329,7 @@ impl Store {
 
     /// Logs a reserved volume's record; returns the sequence number to wait for.
     pub fn confirm(&self, id: &str) -> Result<u64, StoreError> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let Some(record) = inner.table.get(id).cloned() else {
             return Ok(inner.next_seq - 1);
         };
@@ -343,7 +339,7 @@ impl Store {
 
     /// Drops a reserved volume that was never logged.
     pub fn cancel(&self, id: &str) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         if inner.reserved.remove(id) {
             inner.table.apply(Change::Delete(id.to_string()));
         }
@@ -352,7 +348,7 @@ impl Store {
     /// Reads the table. The returned sequence number covers every change issued so far, so a
     /// reader that answers with a record can first wait until that record is durable.
     pub fn read<R>(&self, f: impl FnOnce(&Table) -> R) -> (R, u64) {
-        let inner = self.lock();
+        let inner = self.inner.lock();
         (f(&inner.table), inner.next_seq - 1)
     }
 

@@ -42,17 +42,13 @@ pub fn names_a_missing_claim(pv: &PersistentVolume, claim: Option<&PersistentVol
 }
 
 impl ClaimRefIndex {
-    fn maps(&self) -> parking_lot::MutexGuard<'_, Maps> {
-        self.maps.lock()
-    }
-
     /// A volume was added or changed.
     pub fn apply(&self, pv: &PersistentVolume) {
         let Some(name) = pv.metadata.name.clone() else {
             return;
         };
         let claim = claim_named_by(pv);
-        let mut maps = self.maps();
+        let mut maps = self.maps.lock();
         Self::unlink(&mut maps, &name);
         if let Some(claim) = claim {
             maps.by_claim
@@ -66,7 +62,7 @@ impl ClaimRefIndex {
     /// A volume was deleted.
     pub fn delete(&self, pv: &PersistentVolume) {
         if let Some(name) = &pv.metadata.name {
-            Self::unlink(&mut self.maps(), name);
+            Self::unlink(&mut self.maps.lock(), name);
         }
     }
 
@@ -83,7 +79,8 @@ impl ClaimRefIndex {
 
     /// Volumes whose claimRef names this claim.
     pub fn volumes_of(&self, namespace: &str, name: &str) -> Vec<String> {
-        self.maps()
+        self.maps
+            .lock()
             .by_claim
             .get(&(namespace.to_string(), name.to_string()))
             .map(|s| s.iter().cloned().collect())
@@ -92,7 +89,7 @@ impl ClaimRefIndex {
 
     /// Volumes indexed (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.maps().claim_of.len()
+        self.maps.lock().claim_of.len()
     }
 
     /// Whether no volume names a claim.

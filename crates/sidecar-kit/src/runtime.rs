@@ -112,11 +112,13 @@ impl Controller {
         E: Display + 'static,
     {
         let stopper = queue.clone();
-        let progress = queue.clone();
-        self.periodic.push((
-            Duration::from_millis(500),
-            Arc::new(move || progress.update_progress_metrics()),
-        ));
+        if queue.has_metrics() {
+            let progress = queue.clone();
+            self.periodic.push((
+                Duration::from_millis(500),
+                Arc::new(move || progress.update_progress_metrics()),
+            ));
+        }
         self.workers.push(Workers {
             start: Box::new(move |set| {
                 for _ in 0..workers.max(1) {

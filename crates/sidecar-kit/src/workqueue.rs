@@ -2,7 +2,7 @@
 //! worker at a time (a change during processing re-queues it once when the worker is done),
 //! with per-key exponential backoff from `start` to `max` that watch events do not bypass.
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::Arc;
@@ -130,15 +130,16 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self
     }
 
+    /// Whether the queue is counted in `workqueue_*` metrics.
+    pub fn has_metrics(&self) -> bool {
+        self.metrics.is_some()
+    }
+
     fn count_depth(&self, state: &State<K>) {
         if let Some(m) = &self.metrics {
             m.depth
                 .set(i64::try_from(state.queue.len()).unwrap_or(i64::MAX));
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
-        self.state.lock()
     }
 
     fn push(&self, state: &mut State<K>, key: K) {
@@ -163,7 +164,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// Queues a key because something changed, unless it is waiting out a backoff (the
     /// delayed retry comes on time; a watch event does not shorten it).
     pub fn add(&self, key: K) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         if state
             .backoff_until
             .get(&key)
@@ -177,7 +178,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// Queues a key now, ignoring any backoff (a change that may fix the cause, e.g. the
     /// StorageClass it waited for appeared).
     pub fn add_now(&self, key: K) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         state.backoff_until.remove(&key);
         self.push(&mut state, key);
     }
@@ -185,11 +186,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// Queues the key after `delay`.
     pub fn add_after(&self, key: K, delay: Duration) {
         let until = Instant::now() + delay;
-        self.lock().backoff_until.insert(key.clone(), until);
+        self.state.lock().backoff_until.insert(key.clone(), until);
         let queue = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until(until).await;
-            let mut state = queue.lock();
+            let mut state = queue.state.lock();
             if state.backoff_until.get(&key) == Some(&until) {
                 state.backoff_until.remove(&key);
                 queue.push(&mut state, key);
@@ -199,8 +200,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Records a failure and queues the key after its backoff; returns the delay.
     pub fn retry(&self, key: K) -> Duration {
+        self.retry_counted(key).0
+    }
+
+    /// [`WorkQueue::retry`], also returning the key's consecutive failures.
+    fn retry_counted(&self, key: K) -> (Duration, u32) {
         let failures = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             let n = state.failures.entry(key.clone()).or_insert(0);
             *n = n.saturating_add(1);
             *n
@@ -210,19 +216,19 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             m.retries.inc();
         }
         self.add_after(key, delay);
-        delay
+        (delay, failures)
     }
 
     /// Forgets the failures of a key (after a success).
     pub fn forget(&self, key: &K) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         state.failures.remove(key);
         state.backoff_until.remove(key);
     }
 
     /// Consecutive failures of a key.
     pub fn failures(&self, key: &K) -> u32 {
-        self.lock().failures.get(key).copied().unwrap_or(0)
+        self.state.lock().failures.get(key).copied().unwrap_or(0)
     }
 
     /// Waits for the next key; None after [`WorkQueue::shutdown`].
@@ -230,7 +236,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         loop {
             let notified = self.notify.notified();
             {
-                let mut state = self.lock();
+                let mut state = self.state.lock();
                 if state.shutting_down {
                     return None;
                 }
@@ -258,7 +264,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Marks a key as processed; a change seen meanwhile queues it again.
     pub fn done(&self, key: &K) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         state.processing.remove(key);
         if let (Some(m), Some(at)) = (&self.metrics, state.started_at.remove(key)) {
             m.work.observe(at.elapsed().as_secs_f64());
@@ -271,7 +277,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Keys waiting (not counting those in backoff or being processed).
     pub fn len(&self) -> usize {
-        self.lock().queue.len()
+        self.state.lock().queue.len()
     }
 
     /// Whether no key waits.
@@ -281,7 +287,8 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Handles keys until [`WorkQueue::shutdown`], each in a span naming the queue and the key:
     /// [`Next::Done`] forgets the key's failures, [`Next::After`] looks again later,
-    /// [`Next::Retry`], an error and a panic (logged as an error) retry it after its backoff.
+    /// [`Next::Retry`], an error (logged as a warning) and a panic (logged as an error) retry it
+    /// after its backoff.
     /// One bad item never takes a worker down.
     pub async fn run_worker<F, Fut, E>(&self, what: &'static str, handle: F)
     where
@@ -306,8 +313,8 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     self.retry(key.clone());
                 }
                 Ok(Err(error)) => {
-                    let delay = self.retry(key.clone());
-                    tracing::debug!(%key, %error, retry_in = ?delay, "{what} sync failed");
+                    let (delay, failures) = self.retry_counted(key.clone());
+                    tracing::warn!(%key, %error, failures, retry_in = ?delay, "{what} sync failed");
                 }
                 Err(panic) => {
                     let delay = self.retry(key.clone());
@@ -328,7 +335,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// every 500 ms; the runtime calls this as often).
     pub fn update_progress_metrics(&self) {
         let Some(m) = &self.metrics else { return };
-        let state = self.lock();
+        let state = self.state.lock();
         let now = Instant::now();
         let running = state
             .started_at
@@ -341,7 +348,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Stops handing out keys.
     pub fn shutdown(&self) {
-        self.lock().shutting_down = true;
+        self.state.lock().shutting_down = true;
         self.notify.notify_waiters();
     }
 }

@@ -16,7 +16,6 @@ use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::csi::{CallError, go_code_name};
 use sidecar_kit::events::EventType;
-use tracing::Instrument;
 
 use super::intents::Record;
 use super::{ClaimKey, Provisioner};
@@ -162,18 +161,9 @@ impl ClaimError {
 pub(crate) use sidecar_kit::vocabulary::reference;
 
 impl Provisioner {
-    /// One pass over a claim; the worker retries a failure after the key's backoff.
+    /// One pass over a claim; the runtime logs a failure and retries it after the key's
+    /// backoff.
     pub(crate) async fn sync_claim(&self, key: &ClaimKey) -> Result<(), ClaimError> {
-        let span = tracing::info_span!("claim", claim = %key);
-        let result = self.provision(key).instrument(span.clone()).await;
-        if let Err(error) = &result {
-            let _enter = span.enter();
-            tracing::warn!(%error, failures = self.claims.failures(key) + 1, "provisioning failed");
-        }
-        result
-    }
-
-    async fn provision(&self, key: &ClaimKey) -> Result<(), ClaimError> {
         let live = self
             .caches
             .claims

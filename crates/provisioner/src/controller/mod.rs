@@ -246,12 +246,6 @@ impl Provisioner {
     /// flight is finished or undone first. Retries until the log is readable (the runtime
     /// stops waiting when asked to stop).
     async fn recover_intents(&self) {
-        let c = &self.caches;
-        tracing::info!(
-            claims = c.claims.state().len(),
-            volumes = c.volumes.state().len(),
-            "caches synced"
-        );
         let (ns, name) = self.cfg.intent_log.clone();
         let log = loop {
             match intents::IntentLog::open(self.client.clone(), &ns, &name).await {

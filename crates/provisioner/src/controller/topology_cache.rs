@@ -21,13 +21,10 @@ pub(crate) struct TopologyCache {
 }
 
 impl TopologyCache {
-    fn entries(&self) -> parking_lot::MutexGuard<'_, HashMap<ClaimKey, Entry>> {
-        self.entries.lock()
-    }
-
     /// The requirement computed for this claim (UID) and selected node, if any.
     pub(crate) fn get(&self, key: &ClaimKey, uid: &str, node: &str) -> Option<Option<Requirement>> {
-        self.entries()
+        self.entries
+            .lock()
             .get(key)
             .filter(|e| e.uid == uid && e.node == node)
             .map(|e| e.requirement.clone())
@@ -41,7 +38,7 @@ impl TopologyCache {
         node: &str,
         requirement: Option<Requirement>,
     ) {
-        self.entries().insert(
+        self.entries.lock().insert(
             key,
             Entry {
                 uid: uid.to_string(),
@@ -53,13 +50,13 @@ impl TopologyCache {
 
     /// Drops the claim's entry.
     pub(crate) fn forget(&self, key: &ClaimKey) {
-        self.entries().remove(key);
+        self.entries.lock().remove(key);
     }
 
     /// Claims with an entry.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.entries().len()
+        self.entries.lock().len()
     }
 }
 

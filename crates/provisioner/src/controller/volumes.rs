@@ -8,7 +8,6 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::events::EventType;
 use sidecar_kit::workqueue::Next;
-use tracing::Instrument;
 
 use super::Provisioner;
 use crate::decide::classify::{DeleteOutcome, classify_delete};
@@ -67,10 +66,7 @@ impl Provisioner {
     /// One pass over a PV: done, or looked at again after the key's backoff (a failure, or a
     /// VolumeAttachment that must go first).
     pub(crate) async fn sync_volume(&self, name: &String) -> Result<Next, VolumeError> {
-        let span = tracing::info_span!("volume", pv = %name);
-        let result = self.reclaim(name).instrument(span.clone()).await;
-        let _enter = span.enter();
-        match result {
+        match self.reclaim(name).await {
             Ok(()) => Ok(Next::Done),
             Err(error @ VolumeError::Attached(_)) => {
                 tracing::debug!(%error, "deletion waits");
@@ -81,10 +77,7 @@ impl Provisioner {
                 | VolumeError::Patch(_)
                 | VolumeError::Driver(_)
                 | VolumeError::Api { .. }),
-            ) => {
-                tracing::warn!(%error, "deletion failed");
-                Err(error)
-            }
+            ) => Err(error),
         }
     }
 
