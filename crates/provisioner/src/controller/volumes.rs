@@ -65,7 +65,7 @@ fn remember(
 impl Provisioner {
     /// One pass over a PV: done, or looked at again after the key's backoff (a failure, or a
     /// VolumeAttachment that must go first).
-    pub(crate) async fn sync_volume(&self, name: &String) -> Result<Next, VolumeError> {
+    pub(crate) async fn sync_volume(&self, name: &str) -> Result<Next, VolumeError> {
         match self.reclaim(name).await {
             Ok(()) => Ok(Next::Done),
             Err(error @ VolumeError::Attached(_)) => {
