@@ -121,6 +121,9 @@ pub struct Table {
     by_name: HashMap<String, String>,
     used: HashMap<(String, Option<String>), i64>,
     attached: HashMap<String, usize>,
+    /// Volumes being created: their name and capacity are taken, but they are not logged yet,
+    /// so readers (ListVolumes, ControllerGetVolume, snapshots) do not see them.
+    reserved: HashSet<String>,
 }
 
 impl Table {
@@ -138,6 +141,7 @@ impl Table {
         match change {
             Change::Put(record) => {
                 self.forget(&record.id);
+                self.reserved.remove(&record.id);
                 *self
                     .used
                     .entry((record.kind.clone(), record.node.clone()))
@@ -152,7 +156,25 @@ impl Table {
         }
     }
 
+    /// Takes a new volume's name and capacity without making it visible; a logged
+    /// [`Change::Put`] of it makes it visible.
+    pub fn reserve(&mut self, record: VolumeRecord) {
+        let id = record.id.clone();
+        self.apply(Change::Put(record));
+        self.reserved.insert(id);
+    }
+
+    /// A reserved volume's record.
+    pub fn reserved(&self, id: &str) -> Option<&VolumeRecord> {
+        self.volumes.get(id).filter(|_| self.reserved.contains(id))
+    }
+
+    fn visible(&self, record: &VolumeRecord) -> bool {
+        !self.reserved.contains(&record.id)
+    }
+
     fn forget(&mut self, id: &str) {
+        self.reserved.remove(id);
         if let Some(old) = self.volumes.remove(id) {
             if let Some(used) = self.used.get_mut(&(old.kind.clone(), old.node.clone())) {
                 *used -= old.capacity_bytes;
@@ -168,12 +190,12 @@ impl Table {
         }
     }
 
-    /// The volume with this id.
+    /// The volume with this id (not one still being created).
     pub fn get(&self, id: &str) -> Option<&VolumeRecord> {
-        self.volumes.get(id)
+        self.volumes.get(id).filter(|r| self.visible(r))
     }
 
-    /// The volume created with this name.
+    /// The volume created with this name (one being created too: the name is taken).
     pub fn by_name(&self, name: &str) -> Option<&VolumeRecord> {
         self.by_name.get(name).and_then(|id| self.volumes.get(id))
     }
@@ -191,9 +213,9 @@ impl Table {
         self.attached.get(node).copied().unwrap_or(0)
     }
 
-    /// All volumes, ordered by id.
+    /// All volumes, ordered by id (not those still being created).
     pub fn iter(&self) -> impl Iterator<Item = &VolumeRecord> {
-        self.volumes.values()
+        self.volumes.values().filter(|r| self.visible(r))
     }
 
     /// Volumes with an id strictly greater than `after`, ordered by id.
@@ -202,24 +224,23 @@ impl Table {
         self.volumes
             .range::<str, _>((Bound::Excluded(after), Bound::Unbounded))
             .map(|(_, v)| v)
+            .filter(|r| self.visible(r))
     }
 
-    /// Number of volumes.
+    /// Number of volumes (not those still being created).
     pub fn len(&self) -> usize {
-        self.volumes.len()
+        self.volumes.len() - self.reserved.len()
     }
 
     /// Whether there is no volume.
     pub fn is_empty(&self) -> bool {
-        self.volumes.is_empty()
+        self.len() == 0
     }
 }
 
 struct Inner {
     table: Table,
     next_seq: u64,
-    /// Volumes in the table whose record is not logged yet (directory being made).
-    reserved: HashSet<String>,
 }
 
 /// The durable table: in-memory [`Table`] plus the log.
@@ -264,7 +285,6 @@ impl Store {
             inner: Mutex::new(Inner {
                 table,
                 next_seq: recovered.last_seq() + 1,
-                reserved: HashSet::new(),
             }),
             log,
             volumes_dir,
@@ -293,16 +313,8 @@ impl Store {
             .append(inner.next_seq, bytes)
             .map_err(|e| StoreError::Failed(e.to_string().into()))?;
         inner.next_seq += 1;
-        if let Change::Put(record) = change {
-            inner.reserved.remove(&record.id);
-        }
         if self.log.wants_compaction() {
-            let records: Vec<VolumeRecord> = inner
-                .table
-                .iter()
-                .filter(|r| !inner.reserved.contains(&r.id))
-                .cloned()
-                .collect();
+            let records: Vec<VolumeRecord> = inner.table.iter().cloned().collect();
             let pending = change.clone();
             self.log
                 .compact(Box::new(move || snapshot_entries(records, pending)))
@@ -321,8 +333,7 @@ impl Store {
         let mut inner = self.inner.lock();
         let (value, record) = f(&inner.table)?;
         if let Some(record) = record {
-            inner.reserved.insert(record.id.clone());
-            inner.table.apply(Change::Put(record));
+            inner.table.reserve(record);
         }
         Ok(value)
     }
@@ -330,17 +341,19 @@ impl Store {
     /// Logs a reserved volume's record; returns the sequence number to wait for.
     pub fn confirm(&self, id: &str) -> Result<u64, StoreError> {
         let mut inner = self.inner.lock();
-        let Some(record) = inner.table.get(id).cloned() else {
+        let Some(record) = inner.table.reserved(id).cloned() else {
             return Ok(inner.next_seq - 1);
         };
-        self.log_change(&mut inner, &Change::Put(record))?;
+        let change = Change::Put(record);
+        self.log_change(&mut inner, &change)?;
+        inner.table.apply(change);
         Ok(inner.next_seq - 1)
     }
 
     /// Drops a reserved volume that was never logged.
     pub fn cancel(&self, id: &str) {
         let mut inner = self.inner.lock();
-        if inner.reserved.remove(id) {
+        if inner.table.reserved(id).is_some() {
             inner.table.apply(Change::Delete(id.to_string()));
         }
     }
@@ -471,9 +484,19 @@ mod tests {
             .unwrap();
         // Reserved volumes hold their name and capacity in memory...
         assert_eq!(store.read(|t| t.used("", Some("n1"))).0, 10);
+        assert!(store.read(|t| t.by_name("vr").is_some()).0);
+        // ...but readers (ListVolumes, ControllerGetVolume) do not see them before they are
+        // logged: a crash now would make them vanish.
+        assert_eq!(
+            store
+                .read(|t| (t.len(), t.iter().count(), t.get("r").is_none()))
+                .0,
+            (0, 0, true)
+        );
         store.cancel("c");
         let seq = store.confirm("r").unwrap();
         store.wait_durable(seq).await.unwrap();
+        assert_eq!(store.read(|t| (t.len(), t.get("r").is_some())).0, (1, true));
         store
             .reserve(|_| Ok::<_, StoreError>(((), Some(record("x", "vx", 5)))))
             .unwrap();
