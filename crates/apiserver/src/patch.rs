@@ -72,31 +72,10 @@ pub fn apply(kind: PatchKind, target: &Value, patch: &Value) -> Result<Value, Pa
                 "the patch must be a JSON object (a merge patch that is not an object would replace the whole object)".into(),
             ));
         }
-        PatchKind::Merge => merge(&mut next, patch),
+        PatchKind::Merge => json_patch::merge(&mut next, patch),
         PatchKind::Strategic | PatchKind::Apply => strategic(&mut next, patch),
     }
     Ok(next)
-}
-
-/// RFC 7386: objects merge, `null` deletes, everything else replaces.
-pub fn merge(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    let Value::Object(t) = target else {
-        return;
-    };
-    for (k, v) in p {
-        if v.is_null() {
-            t.remove(k);
-        } else {
-            merge(t.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
 }
 
 /// The merge key of a list field (Kubernetes' `patchMergeKey`), by the field's name.

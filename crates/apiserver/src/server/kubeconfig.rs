@@ -9,26 +9,15 @@ pub fn kubeconfig(address: SocketAddr, token: &str, ca_data: &str) -> String {
     )
 }
 
-/// Writes the kubeconfig with mode 0600.
+/// Writes the kubeconfig with mode 0600, atomically and durably.
 pub fn write_kubeconfig(
     path: &PathBuf,
     address: SocketAddr,
     token: &str,
     ca_data: &str,
 ) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(kubeconfig(address, token, ca_data).as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    durable_log::files::write_private_atomic(path, kubeconfig(address, token, ca_data).as_bytes())
 }
