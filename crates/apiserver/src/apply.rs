@@ -507,7 +507,7 @@ pub(crate) async fn server_side_apply(
         }
         let mut object = outcome.object;
         object["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
-        match apply_update(app, t, name, object, true, None).await {
+        match apply_update(app, t, name, object, None).await {
             Err(e) if e.code == 409 && e.extra.is_none() => continue,
             other => return other,
         }

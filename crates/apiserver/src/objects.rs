@@ -306,8 +306,6 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
     }
 }
 
-pub use crate::meta_rules::MAX_ANNOTATIONS_BYTES;
-
 /// Validations clients rely on (422 with the field path), with kube-apiserver's messages.
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     use crate::storage_rules as rules;

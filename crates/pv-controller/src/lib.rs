@@ -9,5 +9,3 @@
 pub mod controller;
 pub mod decide;
 pub mod index;
-
-pub use sidecar_kit::vocabulary::hostname;

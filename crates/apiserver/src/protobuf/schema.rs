@@ -253,11 +253,6 @@ impl Schema {
         self.messages.get(name)
     }
 
-    /// Every message name (for tests).
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.messages.keys().map(String::as_str)
-    }
-
     /// The message of an object of `kind` in `api_version`, or of a list of them.
     pub fn for_kind(&self, api_version: &str, kind: &str) -> Option<Shape<'_>> {
         if SHARED_KINDS.contains(&kind) {

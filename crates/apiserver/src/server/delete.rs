@@ -63,12 +63,9 @@ pub(crate) async fn delete(
         }
         Ok(Write2::Delete)
     })?;
-    commit(app, rv).await?;
+    commit(app, rt, rv).await?;
     if is_namespace {
         finish_namespace(app.clone(), name.to_string());
-    }
-    if rt.plural == "customresourcedefinitions" {
-        refresh_crds(app);
     }
     object
         .map(|o| (*o).clone())

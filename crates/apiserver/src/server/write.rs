@@ -17,8 +17,14 @@ pub(crate) fn namespace_active(app: &App, rt: &ResourceType, ns: &str) -> Result
     }
 }
 
-pub(crate) async fn commit(app: &App, rv: u64) -> Result<(), ApiError> {
-    app.store.wait_durable(rv).await.map_err(ApiError::from)
+/// Waits until a write of `rt` is durable (and visible); a written CustomResourceDefinition
+/// changes what the server serves, so the registry follows it here, for every write path.
+pub(crate) async fn commit(app: &App, rt: &ResourceType, rv: u64) -> Result<(), ApiError> {
+    app.store.wait_durable(rv).await.map_err(ApiError::from)?;
+    if rt.plural == "customresourcedefinitions" {
+        refresh_crds(app);
+    }
+    Ok(())
 }
 
 pub(crate) async fn create(
@@ -70,10 +76,7 @@ pub(crate) async fn create_object(
             Some(_) => Err(ApiError::already_exists(&rt.group, &rt.plural, &name)),
             None => Ok(Write2::Put(obj)),
         })?;
-    commit(app, rv).await?;
-    if rt.plural == "customresourcedefinitions" {
-        refresh_crds(app);
-    }
+    commit(app, &rt, rv).await?;
     let stored = stored.ok_or_else(|| ApiError::internal("object vanished"))?;
     Ok(json_response(StatusCode::CREATED, &stored))
 }
@@ -93,7 +96,6 @@ pub(crate) async fn apply_update(
     t: &Target,
     name: &str,
     incoming: Value,
-    check_rv: bool,
     manager: Option<&str>,
 ) -> Result<Response, ApiError> {
     let ns = t.namespace.clone().unwrap_or_default();
@@ -116,7 +118,7 @@ pub(crate) async fn apply_update(
     let (result, rv) = app.store.write(&rt.key(), &ns, name, |current, _| {
         let Some(current) = current else { return Err(ApiError::not_found(&rt.group, &rt.plural, name)) };
         let current_rv = current["metadata"]["resourceVersion"].as_str().unwrap_or("");
-        if check_rv && !wanted_rv.is_empty() && wanted_rv != current_rv {
+        if !wanted_rv.is_empty() && wanted_rv != current_rv {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name, "the object has been modified; please apply your changes to the latest version and try again"));
         }
         let mut next = merge_update(&rt, current, incoming, status_only)?;
@@ -140,10 +142,7 @@ pub(crate) async fn apply_update(
         }
         Ok(Write2::Put(next))
     })?;
-    commit(app, rv).await?;
-    if rt.plural == "customresourcedefinitions" {
-        refresh_crds(app);
-    }
+    commit(app, &rt, rv).await?;
     let object = result.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     Ok(json_response(StatusCode::OK, &object))
 }
@@ -156,7 +155,7 @@ pub(crate) async fn update(
     manager: &str,
 ) -> Result<Response, ApiError> {
     let incoming = parse_body(&body)?;
-    apply_update(app, t, name, incoming, true, Some(manager)).await
+    apply_update(app, t, name, incoming, Some(manager)).await
 }
 
 /// A patch may not turn the object or its metadata into something other than a JSON object.
@@ -212,7 +211,7 @@ pub(crate) async fn patch(
         if patched_rv.is_none() {
             next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         }
-        match apply_update(app, t, name, next, true, Some(&manager)).await {
+        match apply_update(app, t, name, next, Some(&manager)).await {
             Err(e) if e.code == 409 && patched_rv.is_none() => continue,
             other => return other,
         }

@@ -304,11 +304,6 @@ impl IntentLog {
             .collect()
     }
 
-    /// Number of shards (Leases) in use.
-    pub fn shards(&self) -> usize {
-        self.state.lock().shards.len()
-    }
-
     /// Records an intent and waits until it is stored.
     pub async fn record(&self, volume: &str, record: Record) -> Result<(), IntentError> {
         let size = record_size(volume, &record);
