@@ -11,7 +11,7 @@ pub fn kubeconfig(address: SocketAddr, token: &str, ca_data: &str) -> String {
 
 /// Writes the kubeconfig with mode 0600, atomically and durably.
 pub fn write_kubeconfig(
-    path: &PathBuf,
+    path: &std::path::Path,
     address: SocketAddr,
     token: &str,
     ca_data: &str,
