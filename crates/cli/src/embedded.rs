@@ -137,6 +137,14 @@ impl Stack {
         })
     }
 
+    /// The flags that point a provisioner at this stack (`--csi-address`, `--kubeconfig`).
+    pub fn provisioner_args(&self) -> Vec<String> {
+        vec![
+            format!("--csi-address={}", self.socket),
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+        ]
+    }
+
     /// Resolves when the stack is asked to stop (for what the caller runs beside it).
     pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
         signal(&self.stop)

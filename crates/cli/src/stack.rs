@@ -4,7 +4,7 @@
 //! and survives restarts.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -40,29 +40,12 @@ pub struct UpArgs {
     pub provisioner_args: Vec<String>,
 }
 
-/// Where things are.
-pub struct Paths {
-    /// The kubeconfig clients use.
-    pub kubeconfig: PathBuf,
-    /// The CSI socket.
-    pub socket: PathBuf,
-}
-
-/// Paths under a data dir.
-pub fn paths(data_dir: &Path) -> Paths {
-    Paths {
-        kubeconfig: data_dir.join("kubeconfig"),
-        socket: data_dir.join("csi.sock"),
-    }
-}
-
 /// Runs the stack until Ctrl-C.
 pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     let data_dir = std::path::absolute(&args.data_dir).context("resolve --data-dir")?;
     // 0700: it holds the kubeconfig with the token and the driver's socket.
     durable_log::files::create_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
-    let p = paths(&data_dir);
     let stack = Stack::start(StackOptions {
         bind: args.bind,
         durable: true,
@@ -75,11 +58,8 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     })
     .await?;
 
-    let mut prov_argv = vec![
-        "csi-provisioner".to_string(),
-        format!("--csi-address={}", p.socket.display()),
-        format!("--kubeconfig={}", p.kubeconfig.display()),
-    ];
+    let mut prov_argv = vec!["csi-provisioner".to_string()];
+    prov_argv.extend(stack.provisioner_args());
     // Our own API server on loopback needs no client-side throttling; the flags still win.
     for (flag, value) in [("--kube-api-qps", "1000"), ("--kube-api-burst", "2000")] {
         if !args
@@ -106,7 +86,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         data_dir.display()
     );
     println!();
-    println!("  export KUBECONFIG={}", p.kubeconfig.display());
+    println!("  export KUBECONFIG={}", stack.kubeconfig.display());
     println!("  kubectl apply -f examples/claim.yaml");
     println!("  kubectl get pvc,pv");
     println!();

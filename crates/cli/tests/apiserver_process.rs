@@ -15,15 +15,8 @@ impl Drop for Kill {
     }
 }
 
-/// CPU seconds the process has used (user + system).
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which ends with ')'): utime and stime are the 12th and
-    // 13th of them, in clock ticks (100 per second on Linux).
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 / 100.0
+    cli::bench::cpu_seconds(pid).unwrap()
 }
 
 #[tokio::test]

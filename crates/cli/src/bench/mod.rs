@@ -79,7 +79,8 @@ fn proc_status(pid: u32, key: &str) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-fn cpu_seconds(pid: u32) -> Option<f64> {
+/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = text.rsplit_once(')')?.1;
     let fields: Vec<&str> = after.split_whitespace().collect();
@@ -333,8 +334,7 @@ fn start_provisioner(
         bail!("--provisioner-cmd is empty");
     }
     let program = words.remove(0);
-    words.push(format!("--csi-address={}", stack.socket));
-    words.push(format!("--kubeconfig={}", stack.kubeconfig.display()));
+    words.extend(stack.provisioner_args());
     if scenario != "defaults" {
         words.push("--kube-api-qps=10000".into());
         words.push("--kube-api-burst=10000".into());

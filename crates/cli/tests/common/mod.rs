@@ -57,13 +57,12 @@ impl Cluster {
             },
         ));
         let stack = cli::embedded::Stack::start(options).await.unwrap();
-        let mut args = vec![
-            format!("--csi-address={}", stack.socket),
-            format!("--kubeconfig={}", stack.kubeconfig.display()),
+        let mut args = stack.provisioner_args();
+        args.extend([
             "--retry-interval-start=100ms".to_string(),
             "--retry-interval-max=1s".to_string(),
             "--kube-api-qps=0".to_string(),
-        ];
+        ]);
         args.extend(provisioner_args.iter().map(|s| s.to_string()));
         let mut cluster = Cluster {
             client: stack.client.clone(),
@@ -296,7 +295,7 @@ impl Cluster {
         let mut shards = Vec::new();
         for lease in leases.items {
             let annotations = lease.metadata.annotations.unwrap_or_default();
-            let Some(text) = annotations.get("volstack.dev/in-flight") else {
+            let Some(text) = annotations.get(provisioner::controller::intents::ANNOTATION) else {
                 continue;
             };
             let records: BTreeMap<String, Value> = serde_json::from_str(text).unwrap();
