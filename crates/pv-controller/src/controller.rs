@@ -15,12 +15,13 @@ use sidecar_kit::events::{EventType, Recorder};
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
+use crate::decide::binder::claim_is_gone;
 use crate::decide::binder::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
     ANN_STORAGE_PROVISIONER, ClaimAction, VolumeAction, decide_claim, decide_volume,
 };
 use crate::decide::classes::default_class;
-use crate::index::{ClaimRefIndex, claim_named_by, names_a_missing_claim};
+use crate::index::{ClaimRefIndex, claim_named_by};
 
 /// A failed write; retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -111,10 +112,8 @@ impl PvController {
                 if let Some(name) = &v.metadata.name {
                     vq.add(name.clone());
                 }
-                if let Some(r) = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref())
-                    && let (Some(ns), Some(name)) = (&r.namespace, &r.name)
-                {
-                    cq.add(ObjectRef::new(name).within(ns));
+                if let Some((ns, name)) = claim_named_by(v) {
+                    cq.add(ObjectRef::new(&name).within(&ns));
                 }
             });
         });
@@ -149,7 +148,7 @@ impl PvController {
                 continue;
             };
             let claim = self.claims.get(&ObjectRef::new(&name).within(&ns));
-            if names_a_missing_claim(&pv, claim.as_deref())
+            if claim_is_gone(&pv, claim.as_deref())
                 && let Some(pv_name) = &pv.metadata.name
             {
                 self.volume_queue.add(pv_name.clone());
@@ -372,12 +371,8 @@ impl PvController {
             return Ok(());
         };
         // Only the claim the volume names matters: look it up instead of scanning all claims.
-        let named: Vec<std::sync::Arc<PersistentVolumeClaim>> = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .and_then(|r| Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?)))
-            .and_then(|key| self.claims.get(&key))
+        let named: Vec<std::sync::Arc<PersistentVolumeClaim>> = claim_named_by(&pv)
+            .and_then(|(ns, name)| self.claims.get(&ObjectRef::new(&name).within(&ns)))
             .into_iter()
             .collect();
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());

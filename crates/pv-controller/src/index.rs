@@ -5,7 +5,7 @@
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolume;
 
 /// `namespace/name` of a claim.
 pub type ClaimName = (String, String);
@@ -26,19 +26,6 @@ pub struct ClaimRefIndex {
 pub fn claim_named_by(pv: &PersistentVolume) -> Option<ClaimName> {
     let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
     Some((r.namespace.clone()?, r.name.clone()?))
-}
-
-/// Whether a volume's claimRef names a claim that is not there: none by that name, or one with
-/// another UID (the named claim was deleted and a new one made with its name).
-pub fn names_a_missing_claim(pv: &PersistentVolume, claim: Option<&PersistentVolumeClaim>) -> bool {
-    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-        return false;
-    };
-    match (claim, &r.uid) {
-        (None, _) => true,
-        (Some(c), Some(uid)) => c.metadata.uid.as_deref() != Some(uid.as_str()),
-        (Some(_), None) => false,
-    }
 }
 
 impl ClaimRefIndex {
@@ -102,6 +89,7 @@ impl ClaimRefIndex {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use serde_json::json;
 
     fn pv(name: &str, claim: Option<(&str, &str)>) -> PersistentVolume {
@@ -119,15 +107,22 @@ mod tests {
             )
             .unwrap()
         };
+        // Pre-bound by name only (no UID): waiting for its claim, never "missing".
+        let pre_bound: PersistentVolume = serde_json::from_value(
+            json!({"metadata": {"name": "p"}, "spec": {"claimRef": {"namespace": "ns", "name": "c1"}}}),
+        )
+        .unwrap();
         let cases = [
             (&named, None, true),
             (&named, Some(claim("u")), false),
             (&named, Some(claim("other")), true),
             (&pv("free", None), None, false),
+            (&pre_bound, None, false),
+            (&pre_bound, Some(claim("any")), false),
         ];
         for (volume, present, want) in cases {
             assert_eq!(
-                names_a_missing_claim(volume, present.as_ref()),
+                crate::decide::binder::claim_is_gone(volume, present.as_ref()),
                 want,
                 "{present:?}"
             );

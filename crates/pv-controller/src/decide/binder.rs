@@ -66,6 +66,7 @@ pub enum VolumeAction {
     Recycle,
 }
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::{annotation, requested_class};
 
@@ -334,6 +335,26 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     }
 }
 
+/// The claim a claimRef names, if `claim` (the claim of that name) is still it: the same UID,
+/// or any UID when the claimRef has none (a pre-binding by name).
+pub fn bound_claim<'a>(
+    claim_ref: &ObjectReference,
+    claim: Option<&'a PersistentVolumeClaim>,
+) -> Option<&'a PersistentVolumeClaim> {
+    let ref_uid = claim_ref.uid.as_deref().unwrap_or_default();
+    claim.filter(|c| ref_uid.is_empty() || c.metadata.uid.as_deref() == Some(ref_uid))
+}
+
+/// Whether the claim a volume was bound to is gone (deleted, or replaced by a new claim of the
+/// same name): what releases the volume. A volume pre-bound by name only waits for its claim.
+pub fn claim_is_gone(pv: &PersistentVolume, claim: Option<&PersistentVolumeClaim>) -> bool {
+    let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return false;
+    };
+    let bound_by_uid = claim_ref.uid.as_deref().is_some_and(|u| !u.is_empty());
+    bound_by_uid && bound_claim(claim_ref, claim).is_none()
+}
+
 /// Decides a volume. `claims` are all claims (the decision looks up the one its claimRef names).
 pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
     pv: &PersistentVolume,
@@ -354,9 +375,7 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
             c.metadata.namespace == claim_ref.namespace && c.metadata.name == claim_ref.name
         });
     let ref_uid = claim_ref.uid.clone().unwrap_or_default();
-    let same_claim =
-        claim.filter(|c| ref_uid.is_empty() || c.metadata.uid.as_deref() == Some(ref_uid.as_str()));
-    match same_claim {
+    match bound_claim(claim_ref, claim) {
         None if ref_uid.is_empty() => {
             // Pre-bound to a claim that does not exist yet.
             if current == "Available" {
