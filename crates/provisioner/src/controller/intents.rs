@@ -131,6 +131,8 @@ pub enum IntentError {
 struct Shard {
     name: String,
     records: BTreeMap<String, Record>,
+    /// Each record's size in the annotation (measured once, when it comes in).
+    sizes: HashMap<String, usize>,
     bytes: usize,
     /// Removed here since the last successful write (a merge must not bring them back).
     removed: BTreeSet<String>,
@@ -172,6 +174,24 @@ impl std::fmt::Debug for IntentLog {
 /// Bytes a record takes in a shard's annotation.
 fn record_size(volume: &str, record: &Record) -> usize {
     volume.len() + serde_json::to_string(record).map_or(0, |t| t.len()) + 4
+}
+
+impl Shard {
+    /// Holds `record` for `volume`, `size` bytes in the annotation.
+    fn put(&mut self, volume: &str, record: Record, size: usize) {
+        self.take(volume);
+        self.records.insert(volume.to_string(), record);
+        self.sizes.insert(volume.to_string(), size);
+        self.bytes += size;
+    }
+
+    /// Drops the record of `volume`, if any.
+    fn take(&mut self, volume: &str) -> Option<Record> {
+        let record = self.records.remove(volume)?;
+        let size = self.sizes.remove(volume).unwrap_or(0);
+        self.bytes = self.bytes.saturating_sub(size);
+        Some(record)
+    }
 }
 
 /// The shard number of a Lease named `<base>` (0) or `<base>-<n>`.
@@ -262,11 +282,11 @@ impl IntentLog {
             }
             let records = stored_records(&lease)?;
             let shard = &mut shards[n];
-            shard.bytes = records.iter().map(|(v, r)| record_size(v, r)).sum();
-            for volume in records.keys() {
+            for (volume, record) in records {
                 shard_of.insert(volume.clone(), n);
+                let size = record_size(&volume, &record);
+                shard.put(&volume, record, size);
             }
-            shard.records = records;
             shard.last = Some(lease);
         }
         if shards.is_empty() {
@@ -343,10 +363,7 @@ impl IntentLog {
             };
             let shard = &mut state.shards[index];
             if shard.records.get(volume) != Some(&record) {
-                if let Some(old) = shard.records.insert(volume.to_string(), record.clone()) {
-                    shard.bytes = shard.bytes.saturating_sub(record_size(volume, &old));
-                }
-                shard.bytes += size;
+                shard.put(volume, record.clone(), size);
                 shard.removed.remove(volume);
                 shard.version += 1;
             }
@@ -385,8 +402,7 @@ impl IntentLog {
             return;
         };
         let shard = &mut state.shards[index];
-        if let Some(old) = shard.records.remove(volume) {
-            shard.bytes = shard.bytes.saturating_sub(record_size(volume, &old));
+        if shard.take(volume).is_some() {
             shard.removed.insert(volume.to_string());
             shard.version += 1;
         }
@@ -552,8 +568,7 @@ impl IntentLog {
                 && !shard.removed.contains(volume)
                 && !shard_of.contains_key(volume)
             {
-                shard.bytes += record_size(volume, record);
-                shard.records.insert(volume.clone(), record.clone());
+                shard.put(volume, record.clone(), record_size(volume, record));
                 shard_of.insert(volume.clone(), index);
             }
         }
