@@ -4,49 +4,22 @@
 
 use serde_json::Value;
 
-const ACCESS_MODES: [&str; 4] = [
-    "ReadOnlyMany",
-    "ReadWriteMany",
-    "ReadWriteOnce",
-    "ReadWriteOncePod",
-];
-const VOLUME_MODES: [&str; 2] = ["Block", "Filesystem"];
+use crate::storage_rules::{ACCESS_MODES, VOLUME_MODES, one_of, quantity};
 
 /// The first field error of a claim spec, as `path: Type: detail`.
 pub fn check_spec(spec: &Value) -> Result<(), String> {
-    if let Some(modes) = spec["accessModes"].as_array() {
-        for mode in modes {
-            let text = mode.as_str().unwrap_or_default();
-            if !ACCESS_MODES.contains(&text) {
-                return Err(unsupported("spec.accessModes", mode, &ACCESS_MODES));
-            }
+    for mode in spec["accessModes"].as_array().into_iter().flatten() {
+        if mode.is_null() {
+            return Err(unsupported("spec.accessModes", mode, &ACCESS_MODES));
         }
+        one_of("spec.accessModes", mode, &ACCESS_MODES)?;
     }
-    let mode = &spec["volumeMode"];
-    if !mode.is_null() && !mode.as_str().is_some_and(|m| VOLUME_MODES.contains(&m)) {
-        return Err(unsupported("spec.volumeMode", mode, &VOLUME_MODES));
-    }
-    let storage = &spec["resources"]["requests"]["storage"];
-    if !storage.is_null() {
-        let text = match storage {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        match quantity_sign(&text) {
-            None => {
-                return Err(format!(
-                    "spec.resources[storage]: Invalid value: {text:?}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-                ));
-            }
-            Some(sign) if sign <= 0 => {
-                return Err(format!(
-                    "spec.resources[storage]: Invalid value: {text:?}: must be greater than zero"
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(())
+    one_of("spec.volumeMode", &spec["volumeMode"], &VOLUME_MODES)?;
+    quantity(
+        "spec.resources[storage]",
+        &spec["resources"]["requests"]["storage"],
+        true,
+    )
 }
 
 pub fn unsupported(path: &str, value: &Value, supported: &[&str]) -> String {

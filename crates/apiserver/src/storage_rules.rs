@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::claim_rules::{quantity_sign, unsupported};
 use crate::meta_rules::qualified_name_error;
 
-const ACCESS_MODES: [&str; 4] = [
+pub(crate) const ACCESS_MODES: [&str; 4] = [
     "ReadOnlyMany",
     "ReadWriteMany",
     "ReadWriteOnce",
@@ -16,7 +16,7 @@ const ACCESS_MODES: [&str; 4] = [
 const PV_RECLAIM: [&str; 3] = ["Delete", "Recycle", "Retain"];
 const CLASS_RECLAIM: [&str; 2] = ["Delete", "Retain"];
 const BINDING_MODES: [&str; 2] = ["Immediate", "WaitForFirstConsumer"];
-const VOLUME_MODES: [&str; 2] = ["Block", "Filesystem"];
+pub(crate) const VOLUME_MODES: [&str; 2] = ["Block", "Filesystem"];
 const FS_GROUP_POLICIES: [&str; 3] = ["File", "None", "ReadWriteOnceWithFSType"];
 const LIFECYCLE_MODES: [&str; 2] = ["Ephemeral", "Persistent"];
 const EVENT_TYPES: [&str; 2] = ["Normal", "Warning"];
@@ -48,7 +48,7 @@ const PV_SOURCES: [&str; 22] = [
 
 type Check = Result<(), String>;
 
-fn one_of(path: &str, value: &Value, allowed: &[&str]) -> Check {
+pub(crate) fn one_of(path: &str, value: &Value, allowed: &[&str]) -> Check {
     if value.is_null() || value.as_str().is_some_and(|v| allowed.contains(&v)) {
         Ok(())
     } else {
@@ -65,7 +65,7 @@ fn required(path: &str, value: &Value) -> Check {
     }
 }
 
-fn quantity(path: &str, value: &Value, positive: bool) -> Check {
+pub(crate) fn quantity(path: &str, value: &Value, positive: bool) -> Check {
     if value.is_null() {
         return Ok(());
     }
