@@ -442,11 +442,11 @@ fn encode_fields(
             wire::put_delimited(out, field.number, &bytes);
             continue;
         }
-        let here = format!("{path}.{}", field.json);
         let value = match object.get(&field.json) {
             None | Some(Value::Null) => continue,
             Some(v) => v,
         };
+        let here = format!("{path}.{}", field.json);
         match field.cardinality {
             Cardinality::One | Cardinality::Inline => {
                 encode_value(schema, field, value, &here, out)?;
