@@ -7,6 +7,7 @@ use std::time::Duration;
 use sidecar_kit::quantity::parse_bytes;
 
 use crate::faults::FaultSet;
+use crate::features::{Feature, Features};
 
 /// The default driver name (CSI `GetPluginInfo.name`).
 pub const DEFAULT_DRIVER_NAME: &str = "hostpath.csi.volstack.dev";
@@ -75,6 +76,11 @@ pub struct DriverArgs {
     /// syntax as --fault) replace the --fault flags. Lets a test switch faults mid-run.
     #[arg(long)]
     pub fault_file: Option<PathBuf>,
+    /// Turn an optional feature off (repeatable): snapshots, clones, expansion, stage-unstage,
+    /// volume-stats, volume-condition, modify, group-snapshots. Its capability is then not
+    /// advertised and its RPCs answer UNIMPLEMENTED.
+    #[arg(long = "disable", value_enum, value_name = "FEATURE")]
+    pub disable: Vec<Feature>,
     /// Journal records kept before the volume table is compacted into a snapshot.
     #[arg(long, default_value_t = 4096, hide = true)]
     pub compact_after: usize,
@@ -160,6 +166,8 @@ pub struct DriverConfig {
     pub default_volume_size: i64,
     /// Poll interval while a method hangs.
     pub hang_poll: Duration,
+    /// Optional features that are on.
+    pub features: Features,
 }
 
 /// A flag combination the driver cannot run with.
@@ -249,6 +257,45 @@ impl DriverArgs {
             compact_after: self.compact_after.max(16),
             default_volume_size: 1 << 30,
             hang_poll: Duration::from_millis(50),
+            features: Features::without(&self.disable),
         })
+    }
+}
+
+/// A configuration for unit tests: two nodes in two zones, capacity per kind, attach on.
+#[cfg(test)]
+pub(crate) fn test_config() -> DriverConfig {
+    DriverConfig {
+        socket_path: "/tmp/unused.sock".into(),
+        name: "test.csi".into(),
+        node: KnownNode {
+            id: "n1".into(),
+            topology_value: "zone-a".into(),
+        },
+        nodes: vec![
+            KnownNode {
+                id: "n1".into(),
+                topology_value: "zone-a".into(),
+            },
+            KnownNode {
+                id: "n2".into(),
+                topology_value: "zone-b".into(),
+            },
+        ],
+        topology_key: Some("topology.test/node".into()),
+        capacity: BTreeMap::from([(String::new(), 10 << 30), ("fast".into(), 2 << 30)]),
+        max_volume_size: Some(8 << 30),
+        max_volumes_per_node: 2,
+        enable_attach: true,
+        disable_block: false,
+        single_node_multi_writer: false,
+        publish_mode: PublishMode::Symlink,
+        state_dir: "/tmp/unused".into(),
+        faults: FaultSet::default(),
+        fault_file: None,
+        compact_after: 100,
+        default_volume_size: 1 << 30,
+        hang_poll: Duration::from_millis(10),
+        features: Features::default(),
     }
 }

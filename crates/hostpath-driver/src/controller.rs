@@ -1,6 +1,7 @@
 //! The CSI Controller service.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use csi::controller_server::Controller;
 use csi::controller_service_capability::rpc::Type as Rpc;
@@ -11,8 +12,43 @@ use tracing::Instrument;
 use crate::driver::{Driver, now_ms};
 use crate::error::{Error, Result};
 use crate::plan::{self, CreatePlan};
+use crate::state::ContentSource;
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
+
+/// Making a new volume's content on disk: an empty directory (with a sparse image for a block
+/// volume) or a copy of a snapshot or volume; then fsynced with its parent, so the directory is
+/// durable before the record that names it.
+struct ContentJob {
+    dir: PathBuf,
+    parent: PathBuf,
+    copy_from: Option<PathBuf>,
+    image_bytes: Option<i64>,
+}
+
+impl ContentJob {
+    fn run(self) -> std::io::Result<()> {
+        let image = self.dir.join(crate::content::BLOCK_IMAGE);
+        match &self.copy_from {
+            Some(from) => {
+                crate::content::copy_tree(from, &self.dir)?;
+                if let Some(bytes) = self.image_bytes {
+                    crate::content::grow_image(&image, bytes)?;
+                }
+            }
+            None => {
+                std::fs::create_dir_all(&self.dir)?;
+                if let Some(bytes) = self.image_bytes {
+                    let file = std::fs::File::create(&image)?;
+                    file.set_len(u64::try_from(bytes).unwrap_or(0))?;
+                    file.sync_all()?;
+                }
+            }
+        }
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        std::fs::File::open(&self.parent)?.sync_all()
+    }
+}
 
 impl Driver {
     async fn create(&self, req: csi::CreateVolumeRequest) -> Result<csi::CreateVolumeResponse> {
@@ -34,20 +70,20 @@ impl Driver {
                 (record, self.store.read(|_| ()).1)
             }
             CreatePlan::New(record) => {
-                // The directory exists before the record is logged: a crash in between leaves
-                // a directory no record names, which the next start removes.
-                let dir = self.store.volume_dir(&record.id);
-                let block = record
-                    .block
-                    .then(|| (dir.join("block.img"), record.capacity_bytes));
-                let made = tokio::task::spawn_blocking(move || {
-                    std::fs::create_dir_all(&dir)?;
-                    if let Some((image, size)) = block {
-                        std::fs::File::create(&image)?.set_len(u64::try_from(size).unwrap_or(0))?;
-                    }
-                    Ok::<_, std::io::Error>(())
-                })
-                .await;
+                // The directory (made or copied, and fsynced) exists before the record is
+                // logged: a crash in between leaves a directory no record names, which the next
+                // start removes.
+                let job = ContentJob {
+                    dir: self.store.volume_dir(&record.id),
+                    parent: self.store.volumes_dir().to_path_buf(),
+                    copy_from: match &record.source {
+                        None => None,
+                        Some(ContentSource::Snapshot(id)) => Some(self.store.snapshot_dir(id)),
+                        Some(ContentSource::Volume(id)) => Some(self.store.volume_dir(id)),
+                    },
+                    image_bytes: record.block.then_some(record.capacity_bytes),
+                };
+                let made = tokio::task::spawn_blocking(move || job.run()).await;
                 if let Err(detail) = made
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map_err(|e| e.to_string()))
@@ -105,7 +141,7 @@ impl Driver {
         } else {
             req.max_entries as usize
         };
-        let with_status = self.cfg.enable_attach;
+        let with_status = self.cfg.enable_attach || self.cfg.features.volume_condition;
         let ((entries, more), seq) = self.store.read(|table| {
             let mut iter = table.after(&req.starting_token).peekable();
             let mut entries = Vec::new();
@@ -115,7 +151,7 @@ impl Driver {
                     volume: Some(plan::to_csi_volume(&self.cfg, record)),
                     status: with_status.then(|| csi::list_volumes_response::VolumeStatus {
                         published_node_ids: record.published.keys().cloned().collect(),
-                        volume_condition: None,
+                        volume_condition: self.controller_condition(record),
                     }),
                 });
             }
@@ -150,7 +186,7 @@ impl Driver {
             volume: Some(plan::to_csi_volume(&self.cfg, &record)),
             status: Some(csi::controller_get_volume_response::VolumeStatus {
                 published_node_ids: record.published.keys().cloned().collect(),
-                volume_condition: None,
+                volume_condition: self.controller_condition(&record),
             }),
         })
     }
@@ -266,14 +302,24 @@ impl Driver {
             )));
         }
         if !req.mutable_parameters.is_empty() {
-            return Ok(unconfirmed("mutable parameters are not supported".into()));
+            let given: std::collections::BTreeMap<_, _> = req
+                .mutable_parameters
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if given != record.mutable_parameters {
+                return Ok(unconfirmed(format!(
+                    "volume has mutable parameters {:?}",
+                    record.mutable_parameters
+                )));
+            }
         }
         Ok(csi::ValidateVolumeCapabilitiesResponse {
             confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
                 volume_context: req.volume_context.clone(),
                 volume_capabilities: req.volume_capabilities.clone(),
                 parameters: req.parameters.clone(),
-                mutable_parameters: HashMap::new(),
+                mutable_parameters: req.mutable_parameters.clone(),
             }),
             message: String::new(),
         })
@@ -336,6 +382,26 @@ impl Driver {
         }
         if self.cfg.single_node_multi_writer {
             rpcs.push(Rpc::SingleNodeMultiWriter);
+        }
+        let features = &self.cfg.features;
+        if features.snapshots {
+            rpcs.extend([
+                Rpc::CreateDeleteSnapshot,
+                Rpc::ListSnapshots,
+                Rpc::GetSnapshot,
+            ]);
+        }
+        if features.clones {
+            rpcs.push(Rpc::CloneVolume);
+        }
+        if features.expansion {
+            rpcs.push(Rpc::ExpandVolume);
+        }
+        if features.volume_condition {
+            rpcs.push(Rpc::VolumeCondition);
+        }
+        if features.modify {
+            rpcs.push(Rpc::ModifyVolume);
         }
         csi::ControllerGetCapabilitiesResponse {
             capabilities: rpcs
@@ -431,51 +497,47 @@ impl Controller for Driver {
 
     async fn create_snapshot(
         &self,
-        _: Request<csi::CreateSnapshotRequest>,
+        request: Request<csi::CreateSnapshotRequest>,
     ) -> Reply<csi::CreateSnapshotResponse> {
-        self.call("CreateSnapshot", async {
-            Err(Error::NotServed("CreateSnapshot"))
-        })
-        .await
+        let req = request.into_inner();
+        let span = tracing::info_span!("snapshot", name = %req.name);
+        self.call("CreateSnapshot", self.make_snapshot(req))
+            .instrument(span)
+            .await
     }
 
     async fn delete_snapshot(
         &self,
-        _: Request<csi::DeleteSnapshotRequest>,
+        request: Request<csi::DeleteSnapshotRequest>,
     ) -> Reply<csi::DeleteSnapshotResponse> {
-        self.call("DeleteSnapshot", async {
-            Err(Error::NotServed("DeleteSnapshot"))
-        })
-        .await
+        self.call("DeleteSnapshot", self.remove_snapshot(request.into_inner()))
+            .await
     }
 
     async fn list_snapshots(
         &self,
-        _: Request<csi::ListSnapshotsRequest>,
+        request: Request<csi::ListSnapshotsRequest>,
     ) -> Reply<csi::ListSnapshotsResponse> {
-        self.call("ListSnapshots", async {
-            Err(Error::NotServed("ListSnapshots"))
-        })
-        .await
+        self.call("ListSnapshots", self.snapshot_page(request.into_inner()))
+            .await
     }
 
     async fn get_snapshot(
         &self,
-        _: Request<csi::GetSnapshotRequest>,
+        request: Request<csi::GetSnapshotRequest>,
     ) -> Reply<csi::GetSnapshotResponse> {
-        self.call("GetSnapshot", async {
-            Err(Error::NotServed("GetSnapshot"))
-        })
-        .await
+        self.call("GetSnapshot", self.find_snapshot(request.into_inner()))
+            .await
     }
 
     async fn controller_expand_volume(
         &self,
-        _: Request<csi::ControllerExpandVolumeRequest>,
+        request: Request<csi::ControllerExpandVolumeRequest>,
     ) -> Reply<csi::ControllerExpandVolumeResponse> {
-        self.call("ControllerExpandVolume", async {
-            Err(Error::NotServed("ControllerExpandVolume"))
-        })
+        self.call(
+            "ControllerExpandVolume",
+            self.controller_expand(request.into_inner()),
+        )
         .await
     }
 
@@ -489,11 +551,9 @@ impl Controller for Driver {
 
     async fn controller_modify_volume(
         &self,
-        _: Request<csi::ControllerModifyVolumeRequest>,
+        request: Request<csi::ControllerModifyVolumeRequest>,
     ) -> Reply<csi::ControllerModifyVolumeResponse> {
-        self.call("ControllerModifyVolume", async {
-            Err(Error::NotServed("ControllerModifyVolume"))
-        })
-        .await
+        self.call("ControllerModifyVolume", self.modify(request.into_inner()))
+            .await
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use csi_proto::v1::controller_server::ControllerServer;
+use csi_proto::v1::group_controller_server::GroupControllerServer;
 use csi_proto::v1::identity_server::IdentityServer;
 use csi_proto::v1::node_server::NodeServer;
 use tokio::net::UnixListener;
@@ -136,6 +137,7 @@ impl Driver {
         let result = tonic::transport::Server::builder()
             .add_service(IdentityServer::new(self.clone()))
             .add_service(ControllerServer::new(self.clone()))
+            .add_service(GroupControllerServer::new(self.clone()))
             .add_service(NodeServer::new(self))
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
             .await;

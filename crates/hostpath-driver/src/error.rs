@@ -105,6 +105,93 @@ pub enum Error {
         /// The OS or mount error.
         detail: String,
     },
+    /// A CreateSnapshot or CreateVolumeGroupSnapshot parameter the driver does not know.
+    #[error(
+        "unknown snapshot parameter {0:?}: this driver accepts only the csi.storage.k8s.io snapshot metadata"
+    )]
+    UnknownSnapshotParameter(String),
+    /// A snapshot with this name exists for another volume.
+    #[error("snapshot {name:?} already exists for volume {volume:?}")]
+    SnapshotNameConflict {
+        /// The name.
+        name: String,
+        /// The volume it was taken of.
+        volume: String,
+    },
+    /// The snapshot id is unknown.
+    #[error("snapshot {0:?} does not exist")]
+    SnapshotNotFound(String),
+    /// A member of a group snapshot cannot be deleted alone.
+    #[error(
+        "snapshot {id:?} is part of group snapshot {group:?}: delete the group with DeleteVolumeGroupSnapshot"
+    )]
+    SnapshotInGroup {
+        /// Snapshot id.
+        id: String,
+        /// Group snapshot id.
+        group: String,
+    },
+    /// A group snapshot with this name exists for other volumes.
+    #[error("group snapshot {name:?} already exists for volumes {sources}")]
+    GroupNameConflict {
+        /// The name.
+        name: String,
+        /// Its volumes, comma separated.
+        sources: String,
+    },
+    /// The group snapshot id is unknown.
+    #[error("group snapshot {0:?} does not exist")]
+    GroupNotFound(String),
+    /// The volumes cannot be snapshotted together, or the snapshot ids given do not match.
+    #[error("{0}")]
+    GroupPrecondition(String),
+    /// The content source of CreateVolume does not exist.
+    #[error("{kind} {id:?} (volume_content_source) does not exist")]
+    SourceNotFound {
+        /// `snapshot` or `volume`.
+        kind: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// The content source cannot become this volume (access type).
+    #[error("volume_content_source is incompatible: {0}")]
+    SourceIncompatible(String),
+    /// The capacity range is not possible for this volume.
+    #[error("{0}")]
+    OutOfRange(String),
+    /// A volume is never shrunk.
+    #[error(
+        "volume {id:?} has {capacity} bytes, more than limit_bytes {limit}: volumes are never shrunk"
+    )]
+    ShrinkRefused {
+        /// Volume id.
+        id: String,
+        /// Its capacity.
+        capacity: i64,
+        /// The limit asked for.
+        limit: i64,
+    },
+    /// The volume is not published or staged at that path.
+    #[error("volume {id:?} is not published or staged at {path:?}")]
+    NotAtPath {
+        /// Volume id.
+        id: String,
+        /// The path.
+        path: String,
+    },
+    /// A mutable parameter the driver does not know.
+    #[error("unknown mutable parameter {0:?}: this driver accepts iops and tier")]
+    UnknownMutableParameter(String),
+    /// A mutable parameter's value is invalid.
+    #[error(
+        "invalid mutable parameter {key}={value:?}: iops takes 1 to 1000000, tier takes standard or premium"
+    )]
+    InvalidMutableParameter {
+        /// Key.
+        key: String,
+        /// Value.
+        value: String,
+    },
     /// The volume table could not be written.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -121,14 +208,31 @@ impl Error {
             | Error::UnknownKind { .. }
             | Error::Unsupported(_)
             | Error::InvalidTopology(_)
-            | Error::InvalidMaxEntries(_) => Code::InvalidArgument,
-            Error::TooLarge { .. } => Code::OutOfRange,
-            Error::NameConflict { .. } | Error::PublishConflict(_) => Code::AlreadyExists,
+            | Error::InvalidMaxEntries(_)
+            | Error::UnknownSnapshotParameter(_)
+            | Error::SnapshotInGroup { .. }
+            | Error::SourceIncompatible(_)
+            | Error::UnknownMutableParameter(_)
+            | Error::InvalidMutableParameter { .. } => Code::InvalidArgument,
+            Error::TooLarge { .. } | Error::OutOfRange(_) | Error::ShrinkRefused { .. } => {
+                Code::OutOfRange
+            }
+            Error::NameConflict { .. }
+            | Error::PublishConflict(_)
+            | Error::SnapshotNameConflict { .. }
+            | Error::GroupNameConflict { .. } => Code::AlreadyExists,
             Error::NoCapacity(_) | Error::Topology(_) | Error::AttachLimit { .. } => {
                 Code::ResourceExhausted
             }
-            Error::VolumeNotFound(_) | Error::NodeNotFound(_) => Code::NotFound,
-            Error::InUse { .. } | Error::Precondition(_) => Code::FailedPrecondition,
+            Error::VolumeNotFound(_)
+            | Error::NodeNotFound(_)
+            | Error::SnapshotNotFound(_)
+            | Error::GroupNotFound(_)
+            | Error::SourceNotFound { .. }
+            | Error::NotAtPath { .. } => Code::NotFound,
+            Error::InUse { .. } | Error::Precondition(_) | Error::GroupPrecondition(_) => {
+                Code::FailedPrecondition
+            }
             Error::InvalidToken(_) => Code::Aborted,
             Error::NotServed(_) => Code::Unimplemented,
             Error::Filesystem { .. } => Code::Internal,

@@ -34,18 +34,29 @@ impl Identity for Driver {
             if self.cfg.topology_key.is_some() {
                 services.push(Service::VolumeAccessibilityConstraints);
             }
-            Ok(csi::GetPluginCapabilitiesResponse {
-                capabilities: services
-                    .into_iter()
-                    .map(|service| csi::PluginCapability {
-                        r#type: Some(csi::plugin_capability::Type::Service(
-                            csi::plugin_capability::Service {
-                                r#type: service as i32,
-                            },
-                        )),
-                    })
-                    .collect(),
-            })
+            if self.cfg.features.group_snapshots {
+                services.push(Service::GroupControllerService);
+            }
+            let mut capabilities: Vec<csi::PluginCapability> = services
+                .into_iter()
+                .map(|service| csi::PluginCapability {
+                    r#type: Some(csi::plugin_capability::Type::Service(
+                        csi::plugin_capability::Service {
+                            r#type: service as i32,
+                        },
+                    )),
+                })
+                .collect();
+            if self.cfg.features.expansion {
+                capabilities.push(csi::PluginCapability {
+                    r#type: Some(csi::plugin_capability::Type::VolumeExpansion(
+                        csi::plugin_capability::VolumeExpansion {
+                            r#type: csi::plugin_capability::volume_expansion::Type::Online as i32,
+                        },
+                    )),
+                });
+            }
+            Ok(csi::GetPluginCapabilitiesResponse { capabilities })
         })
         .await
     }

@@ -16,8 +16,8 @@ use crate::state::{Change, NodeTarget};
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
 
-const BIND: &str = "bind";
-const SYMLINK: &str = "symlink";
+pub(crate) const BIND: &str = "bind";
+pub(crate) const SYMLINK: &str = "symlink";
 
 /// Whether `mount --bind` works here (root with CAP_SYS_ADMIN); tried once at start.
 pub async fn bind_mounts_work(state_dir: &Path) -> bool {
@@ -90,8 +90,7 @@ impl Driver {
             .as_ref()
             .ok_or(Error::Missing("volume_capability"))?;
         let checked = plan::check_capability(&self.cfg, cap)?;
-        let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
-        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+        let record = self.volume(&req.volume_id)?;
         if record.block != checked.block {
             return Err(Error::Capability(format!(
                 "volume {:?} is a {} volume",
@@ -99,18 +98,20 @@ impl Driver {
                 if record.block { "block" } else { "mount" }
             )));
         }
-        let me = &self.cfg.node.id;
-        if record.node.as_ref().is_some_and(|home| home != me) {
-            return Err(Error::Precondition(format!(
-                "volume {:?} lives on node {:?}, not on this node {me:?}",
-                record.id, record.node
-            )));
-        }
-        if self.cfg.enable_attach && !record.published.contains_key(me) {
-            return Err(Error::Precondition(format!(
-                "volume {:?} is not ControllerPublished to node {me:?}",
-                record.id
-            )));
+        self.check_local(&record)?;
+        if self.cfg.features.stage_unstage {
+            if req.staging_target_path.is_empty() {
+                return Err(Error::Precondition(
+                    "staging_target_path is not set: this driver stages volumes (STAGE_UNSTAGE_VOLUME)"
+                        .into(),
+                ));
+            }
+            if !record.staged.contains_key(&req.staging_target_path) {
+                return Err(Error::Precondition(format!(
+                    "volume {:?} is not staged at {:?}: NodeStageVolume first",
+                    record.id, req.staging_target_path
+                )));
+            }
         }
         let target = PathBuf::from(&req.target_path);
         let wanted = NodeTarget {
@@ -139,16 +140,23 @@ impl Driver {
             )));
         }
         let dir = self.store.volume_dir(&record.id);
+        // A staged mount volume is published from its staging path, as a real driver publishes
+        // the filesystem it mounted there; a block volume from its image.
         let source = if record.block {
-            dir.join("block.img")
+            dir.join(crate::content::BLOCK_IMAGE)
+        } else if self.cfg.features.stage_unstage {
+            PathBuf::from(&req.staging_target_path)
         } else {
             dir
         };
-        if self.bind_mounts {
-            bind(&source, &target, record.block, req.readonly).await?;
-        } else {
-            link(&source, &target)?;
-        }
+        expose(
+            self.bind_mounts,
+            &source,
+            &target,
+            record.block,
+            req.readonly,
+        )
+        .await?;
         let id = record.id.clone();
         let path = req.target_path.clone();
         let ((), seq) = self.store.mutate(|table| {
@@ -176,23 +184,9 @@ impl Driver {
         }
         let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
         let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
-        let target = PathBuf::from(&req.target_path);
         // Clean up whatever is at the target even if the table does not list it (a crash
         // between publishing and recording it).
-        if is_mount_point(&target) {
-            run("umount", &[&req.target_path])
-                .await
-                .map_err(fs_error("unmount", &target))?;
-        }
-        match std::fs::symlink_metadata(&target) {
-            Ok(meta) if meta.file_type().is_symlink() || meta.is_file() => {
-                std::fs::remove_file(&target)
-                    .map_err(|e| fs_error("remove", &target)(e.to_string()))?
-            }
-            Ok(meta) if meta.is_dir() => std::fs::remove_dir(&target)
-                .map_err(|e| fs_error("remove", &target)(e.to_string()))?,
-            _ => {}
-        }
+        clear_target(&PathBuf::from(&req.target_path), false).await?;
         if record.targets.contains_key(&req.target_path) {
             let id = record.id.clone();
             let ((), seq) = self.store.mutate(|table| {
@@ -220,6 +214,46 @@ impl Driver {
             }),
         }
     }
+}
+
+/// Makes `source` visible at `target`: a bind mount, or a symlink where mounts are not
+/// permitted.
+pub(crate) async fn expose(
+    bind_mounts: bool,
+    source: &Path,
+    target: &Path,
+    block: bool,
+    readonly: bool,
+) -> Result<()> {
+    if bind_mounts {
+        bind(source, target, block, readonly).await
+    } else {
+        link(source, target)
+    }
+}
+
+/// Removes what `expose` put at `path` (unmounting it first); with `keep_dir`, leaves an empty
+/// directory behind, as an unmounted mount point is left.
+pub(crate) async fn clear_target(path: &Path, keep_dir: bool) -> Result<()> {
+    if is_mount_point(path) {
+        run("umount", &[&path.to_string_lossy()])
+            .await
+            .map_err(fs_error("unmount", path))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() || meta.is_file() => {
+            std::fs::remove_file(path).map_err(|e| fs_error("remove", path)(e.to_string()))?;
+            if keep_dir {
+                std::fs::create_dir_all(path)
+                    .map_err(|e| fs_error("create", path)(e.to_string()))?;
+            }
+        }
+        Ok(meta) if meta.is_dir() && !keep_dir => {
+            std::fs::remove_dir(path).map_err(|e| fs_error("remove", path)(e.to_string()))?
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 async fn bind(source: &Path, target: &Path, block: bool, readonly: bool) -> Result<()> {
@@ -276,22 +310,18 @@ fn link(source: &Path, target: &Path) -> Result<()> {
 impl Node for Driver {
     async fn node_stage_volume(
         &self,
-        _: Request<csi::NodeStageVolumeRequest>,
+        request: Request<csi::NodeStageVolumeRequest>,
     ) -> Reply<csi::NodeStageVolumeResponse> {
-        self.call("NodeStageVolume", async {
-            Err(Error::NotServed("NodeStageVolume"))
-        })
-        .await
+        self.call("NodeStageVolume", self.node_stage(request.into_inner()))
+            .await
     }
 
     async fn node_unstage_volume(
         &self,
-        _: Request<csi::NodeUnstageVolumeRequest>,
+        request: Request<csi::NodeUnstageVolumeRequest>,
     ) -> Reply<csi::NodeUnstageVolumeResponse> {
-        self.call("NodeUnstageVolume", async {
-            Err(Error::NotServed("NodeUnstageVolume"))
-        })
-        .await
+        self.call("NodeUnstageVolume", self.node_unstage(request.into_inner()))
+            .await
     }
 
     async fn node_publish_volume(
@@ -315,22 +345,21 @@ impl Node for Driver {
 
     async fn node_get_volume_stats(
         &self,
-        _: Request<csi::NodeGetVolumeStatsRequest>,
+        request: Request<csi::NodeGetVolumeStatsRequest>,
     ) -> Reply<csi::NodeGetVolumeStatsResponse> {
-        self.call("NodeGetVolumeStats", async {
-            Err(Error::NotServed("NodeGetVolumeStats"))
-        })
+        self.call(
+            "NodeGetVolumeStats",
+            self.volume_stats(request.into_inner()),
+        )
         .await
     }
 
     async fn node_expand_volume(
         &self,
-        _: Request<csi::NodeExpandVolumeRequest>,
+        request: Request<csi::NodeExpandVolumeRequest>,
     ) -> Reply<csi::NodeExpandVolumeResponse> {
-        self.call("NodeExpandVolume", async {
-            Err(Error::NotServed("NodeExpandVolume"))
-        })
-        .await
+        self.call("NodeExpandVolume", self.node_expand(request.into_inner()))
+            .await
     }
 
     async fn node_get_capabilities(
@@ -338,12 +367,18 @@ impl Node for Driver {
         _: Request<csi::NodeGetCapabilitiesRequest>,
     ) -> Reply<csi::NodeGetCapabilitiesResponse> {
         let multi = self.cfg.single_node_multi_writer;
+        let features = self.cfg.features;
         self.call("NodeGetCapabilities", async move {
-            let rpcs: Vec<NodeRpc> = if multi {
-                vec![NodeRpc::SingleNodeMultiWriter]
-            } else {
-                Vec::new()
-            };
+            let rpcs: Vec<NodeRpc> = [
+                (multi, NodeRpc::SingleNodeMultiWriter),
+                (features.stage_unstage, NodeRpc::StageUnstageVolume),
+                (features.volume_stats, NodeRpc::GetVolumeStats),
+                (features.expansion, NodeRpc::ExpandVolume),
+                (features.volume_condition, NodeRpc::VolumeCondition),
+            ]
+            .into_iter()
+            .filter_map(|(on, rpc)| on.then_some(rpc))
+            .collect();
             Ok(csi::NodeGetCapabilitiesResponse {
                 capabilities: rpcs
                     .into_iter()

@@ -693,8 +693,13 @@ async fn publish_is_unimplemented_without_enable_attach() {
 }
 
 #[tokio::test]
-async fn snapshots_and_expansion_are_unimplemented() {
-    let h = Harness::start(&[]).await;
+async fn snapshots_and_expansion_are_unimplemented_when_disabled() {
+    let h = Harness::start(&[
+        "--disable=snapshots",
+        "--disable=expansion",
+        "--disable=modify",
+    ])
+    .await;
     let mut c = h.controller();
     assert_eq!(
         c.create_snapshot(csi::CreateSnapshotRequest::default())
@@ -709,5 +714,22 @@ async fn snapshots_and_expansion_are_unimplemented() {
             .unwrap_err()
             .code(),
         Code::Unimplemented
+    );
+    assert_eq!(
+        c.controller_modify_volume(csi::ControllerModifyVolumeRequest::default())
+            .await
+            .unwrap_err()
+            .code(),
+        Code::Unimplemented
+    );
+    // On by default: the same requests are served (and refused for what they lack).
+    let on = Harness::start(&[]).await;
+    assert_eq!(
+        on.controller()
+            .create_snapshot(csi::CreateSnapshotRequest::default())
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
     );
 }

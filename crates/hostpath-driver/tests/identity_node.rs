@@ -16,7 +16,12 @@ const GI: i64 = 1 << 30;
 
 #[tokio::test]
 async fn identity_reports_name_capabilities_and_readiness() {
-    let h = Harness::start(&["--drivername=example.csi.test"]).await;
+    let h = Harness::start(&[
+        "--drivername=example.csi.test",
+        "--disable=group-snapshots",
+        "--disable=expansion",
+    ])
+    .await;
     let mut id = h.identity();
     let info = id
         .get_plugin_info(csi::GetPluginInfoRequest {})
@@ -44,7 +49,12 @@ async fn identity_reports_name_capabilities_and_readiness() {
         "controller service and accessibility constraints"
     );
 
-    let flat = Harness::start(&["--disable-topology"]).await;
+    let flat = Harness::start(&[
+        "--disable-topology",
+        "--disable=group-snapshots",
+        "--disable=expansion",
+    ])
+    .await;
     let caps = flat
         .identity()
         .get_plugin_capabilities(csi::GetPluginCapabilitiesRequest {})
@@ -60,6 +70,10 @@ async fn node_get_info_reports_id_topology_and_limit() {
         "--nodeid=worker-7",
         "--topology-value=zone-b",
         "--max-volumes-per-node=12",
+        "--disable=stage-unstage",
+        "--disable=volume-stats",
+        "--disable=expansion",
+        "--disable=volume-condition",
     ])
     .await;
     let info = h
@@ -77,12 +91,15 @@ async fn node_get_info_reports_id_topology_and_limit() {
         .await
         .unwrap()
         .into_inner();
-    assert!(caps.capabilities.is_empty());
+    assert!(
+        caps.capabilities.is_empty(),
+        "every optional node capability is off: {caps:?}"
+    );
 }
 
 #[tokio::test]
 async fn node_publish_exposes_the_volume_and_is_idempotent() {
-    let h = Harness::start(&[]).await;
+    let h = Harness::start(&["--disable=stage-unstage"]).await;
     let v = h
         .controller()
         .create_volume(create_request("n", GI))
@@ -153,7 +170,7 @@ async fn node_publish_exposes_the_volume_and_is_idempotent() {
 
 #[tokio::test]
 async fn node_publish_validates_its_request() {
-    let h = Harness::start(&["--enable-attach"]).await;
+    let h = Harness::start(&["--enable-attach", "--disable=stage-unstage"]).await;
     let v = h
         .controller()
         .create_volume(create_request("n", GI))
@@ -244,7 +261,7 @@ async fn node_publish_validates_its_request() {
 
 #[tokio::test]
 async fn block_volumes_are_published_as_files() {
-    let h = Harness::start(&[]).await;
+    let h = Harness::start(&["--disable=stage-unstage"]).await;
     let mut req = create_request("b", 64 << 20);
     req.volume_capabilities = vec![block(Mode::SingleNodeWriter)];
     let v = h
@@ -468,7 +485,7 @@ async fn bind_mode_mounts_read_write_and_read_only() {
         eprintln!("bind mounts are not permitted here; the symlink tests cover publishing");
         return;
     }
-    let h = Harness::start(&["--publish-mode=bind"]).await;
+    let h = Harness::start(&["--publish-mode=bind", "--disable=stage-unstage"]).await;
     let v = h
         .controller()
         .create_volume(create_request("bind", GI))

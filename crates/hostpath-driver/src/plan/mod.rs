@@ -9,7 +9,10 @@ use csi_proto::v1 as csi;
 
 use crate::config::{DriverConfig, KnownNode};
 use crate::error::{Error, Result};
-use crate::state::{Change, Publication, Table, VolumeRecord};
+use crate::state::{Change, ContentSource, Publication, Table, VolumeRecord};
+
+mod source;
+pub use source::{parse_source, source_size};
 
 /// Parameter selecting the capacity pool.
 pub const KIND_PARAMETER: &str = "kind";
@@ -100,6 +103,10 @@ pub struct CreateRequest {
     pub requisite: Vec<Segment>,
     /// Preferred segments in order.
     pub preferred: Vec<Segment>,
+    /// The snapshot or volume to copy.
+    pub source: Option<ContentSource>,
+    /// Mutable parameters, checked.
+    pub mutable_parameters: BTreeMap<String, String>,
 }
 
 fn segment(topology: &csi::Topology) -> Segment {
@@ -182,16 +189,13 @@ pub fn parse_create(cfg: &DriverConfig, req: &csi::CreateVolumeRequest) -> Resul
             known: known.join(", "),
         });
     }
-    if req.volume_content_source.is_some() {
-        return Err(Error::Unsupported(
-            "volume_content_source (snapshots and clones)",
-        ));
-    }
-    if !req.mutable_parameters.is_empty() {
+    let source = parse_source(cfg, req.volume_content_source.as_ref())?;
+    if !req.mutable_parameters.is_empty() && !cfg.features.modify {
         return Err(Error::Unsupported(
             "mutable_parameters (ControllerModifyVolume)",
         ));
     }
+    let mutable_parameters = crate::modify::check_mutable(&req.mutable_parameters)?;
     let (requisite, preferred) = match &req.accessibility_requirements {
         Some(reqs) if cfg.topology_key.is_some() => (
             reqs.requisite.iter().map(segment).collect(),
@@ -212,6 +216,8 @@ pub fn parse_create(cfg: &DriverConfig, req: &csi::CreateVolumeRequest) -> Resul
             .collect(),
         requisite,
         preferred,
+        source,
+        mutable_parameters,
     })
 }
 
@@ -304,13 +310,17 @@ pub fn plan_create(
             }),
         };
     }
-    let size = if req.required > 0 {
+    let mut size = if req.required > 0 {
         req.required
     } else if req.limit > 0 {
         cfg.default_volume_size.min(req.limit)
     } else {
         cfg.default_volume_size
     };
+    if let Some(source) = &req.source {
+        // A copy is at least as large as what it copies.
+        size = size.max(source_size(table, source, req)?);
+    }
     let total = cfg.capacity.get(&req.kind).copied();
     let mut shortfalls = Vec::new();
     for node in candidates(cfg, req)? {
@@ -340,6 +350,9 @@ pub fn plan_create(
                 created_ms: now_ms,
                 published: BTreeMap::new(),
                 targets: BTreeMap::new(),
+                source: req.source.clone(),
+                mutable_parameters: req.mutable_parameters.clone(),
+                ..VolumeRecord::default()
             }));
         }
     }
@@ -368,6 +381,9 @@ fn difference(cfg: &DriverConfig, existing: &VolumeRecord, req: &CreateRequest) 
     }
     if existing.parameters != req.parameters {
         return Some(format!("parameters {:?}", existing.parameters));
+    }
+    if existing.source != req.source {
+        return Some(format!("content source {:?}", existing.source));
     }
     if !req.requisite.is_empty() {
         let node = cfg
@@ -404,11 +420,28 @@ pub fn to_csi_volume(cfg: &DriverConfig, record: &VolumeRecord) -> csi::Volume {
     if !record.kind.is_empty() {
         volume_context.insert(KIND_PARAMETER.to_string(), record.kind.clone());
     }
+    let content_source = record
+        .source
+        .as_ref()
+        .map(|source| csi::VolumeContentSource {
+            r#type: Some(match source {
+                ContentSource::Snapshot(id) => csi::volume_content_source::Type::Snapshot(
+                    csi::volume_content_source::SnapshotSource {
+                        snapshot_id: id.clone(),
+                    },
+                ),
+                ContentSource::Volume(id) => csi::volume_content_source::Type::Volume(
+                    csi::volume_content_source::VolumeSource {
+                        volume_id: id.clone(),
+                    },
+                ),
+            }),
+        });
     csi::Volume {
         capacity_bytes: record.capacity_bytes,
         volume_id: record.id.clone(),
         volume_context,
-        content_source: None,
+        content_source,
         accessible_topology,
     }
 }
@@ -565,5 +598,4 @@ pub fn valid_token(token: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

@@ -1,49 +1,15 @@
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::collections::HashMap;
 
 use csi::volume_capability::{AccessMode, BlockVolume, MountVolume};
 
 use super::*;
-use crate::config::PublishMode;
-use crate::faults::FaultSet;
 
 const KEY: &str = "topology.test/node";
 
 fn config() -> DriverConfig {
-    DriverConfig {
-        socket_path: "/tmp/unused.sock".into(),
-        name: "test.csi".into(),
-        node: KnownNode {
-            id: "n1".into(),
-            topology_value: "zone-a".into(),
-        },
-        nodes: vec![
-            KnownNode {
-                id: "n1".into(),
-                topology_value: "zone-a".into(),
-            },
-            KnownNode {
-                id: "n2".into(),
-                topology_value: "zone-b".into(),
-            },
-        ],
-        topology_key: Some(KEY.into()),
-        capacity: BTreeMap::from([(String::new(), 10 << 30), ("fast".into(), 2 << 30)]),
-        max_volume_size: Some(8 << 30),
-        max_volumes_per_node: 2,
-        enable_attach: true,
-        disable_block: false,
-        single_node_multi_writer: false,
-        publish_mode: PublishMode::Symlink,
-        state_dir: "/tmp/unused".into(),
-        faults: FaultSet::default(),
-        fault_file: None,
-        compact_after: 100,
-        default_volume_size: 1 << 30,
-        hang_poll: Duration::from_millis(10),
-    }
+    crate::config::test_config()
 }
 
 fn mount(mode: Mode) -> csi::VolumeCapability {
@@ -178,9 +144,9 @@ fn create_requests_are_validated_with_the_spec_codes() {
             with(&|r| r.volume_content_source = Some(csi::VolumeContentSource::default())),
         ),
         (
-            "mutable parameters",
+            "unknown mutable parameter",
             with(&|r| {
-                r.mutable_parameters.insert("iops".into(), "5".into());
+                r.mutable_parameters.insert("size".into(), "5".into());
             }),
         ),
     ];

@@ -1,0 +1,194 @@
+//! A volume's content on disk: copying it (snapshots, restores, clones), growing a block image,
+//! and measuring usage for NodeGetVolumeStats. Blocking file I/O only; callers run it on the
+//! blocking pool.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// The name of a block volume's image inside its directory.
+pub const BLOCK_IMAGE: &str = "block.img";
+
+/// Bytes per inode the reference driver's "filesystem" offers (mkfs.ext4's default ratio):
+/// a volume of N bytes has N / 16 KiB inodes.
+pub const BYTES_PER_INODE: i64 = 16 * 1024;
+
+const CHUNK: usize = 1 << 20;
+
+/// Copies a directory tree from `from` into a new directory `to`: regular files (holes kept),
+/// directories, symlinks; permissions kept. `to` must not exist.
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(to)?;
+    std::fs::set_permissions(to, std::fs::metadata(from)?.permissions())?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+        } else if kind.is_file() {
+            copy_sparse(&entry.path(), &target)?;
+        }
+        // Sockets, fifos and devices are not volume content; they are not copied.
+    }
+    Ok(())
+}
+
+/// Copies one file, leaving holes where the source reads as zeros (a mostly empty 1 GiB block
+/// image stays mostly unallocated), then fsyncs it.
+pub fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
+    let mut source = File::open(from)?;
+    let meta = source.metadata()?;
+    let mut target = File::create(to)?;
+    target.set_permissions(meta.permissions())?;
+    let mut buffer = vec![0u8; CHUNK];
+    loop {
+        let read = read_full(&mut source, &mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        let chunk = &buffer[..read];
+        if chunk.iter().all(|b| *b == 0) {
+            target.seek(SeekFrom::Current(read as i64))?;
+        } else {
+            target.write_all(chunk)?;
+        }
+    }
+    target.set_len(meta.len())?;
+    target.sync_all()
+}
+
+fn read_full(file: &mut File, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match file.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Makes a block image at least `bytes` long (never shrinks it).
+pub fn grow_image(image: &Path, bytes: i64) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new().write(true).open(image)?;
+    let wanted = u64::try_from(bytes).unwrap_or(0);
+    if file.metadata()?.len() < wanted {
+        file.set_len(wanted)?;
+        file.sync_all()?;
+    }
+    Ok(())
+}
+
+/// What a volume's directory holds: bytes allocated on disk and the number of inodes
+/// (files, directories, links) below it, the directory itself included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Bytes allocated (st_blocks × 512).
+    pub bytes: i64,
+    /// Inodes used.
+    pub inodes: i64,
+}
+
+/// Measures a directory tree without following symlinks.
+pub fn usage(dir: &Path) -> std::io::Result<Usage> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    let mut total = Usage {
+        bytes: allocated(&meta),
+        inodes: 1,
+    };
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                let below = usage(&entry.path())?;
+                total.bytes += below.bytes;
+                total.inodes += below.inodes;
+            } else {
+                total.bytes += allocated(&std::fs::symlink_metadata(entry.path())?);
+                total.inodes += 1;
+            }
+        }
+    }
+    Ok(total)
+}
+
+fn allocated(meta: &std::fs::Metadata) -> i64 {
+    i64::try_from(meta.blocks().saturating_mul(512)).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_is_copied_with_files_links_and_holes() {
+        let root = tempfile::tempdir().unwrap();
+        let from = root.path().join("from");
+        std::fs::create_dir_all(from.join("sub/deeper")).unwrap();
+        std::fs::write(from.join("a.txt"), b"hello").unwrap();
+        std::fs::write(from.join("sub/deeper/b.txt"), b"world").unwrap();
+        std::os::unix::fs::symlink("a.txt", from.join("link")).unwrap();
+        let image = from.join(BLOCK_IMAGE);
+        {
+            let mut f = File::create(&image).unwrap();
+            f.set_len(64 << 20).unwrap();
+            f.seek(SeekFrom::Start(32 << 20)).unwrap();
+            f.write_all(b"data in the middle").unwrap();
+        }
+        let to = root.path().join("to");
+        copy_tree(&from, &to).unwrap();
+        assert_eq!(std::fs::read(to.join("a.txt")).unwrap(), b"hello");
+        assert_eq!(
+            std::fs::read(to.join("sub/deeper/b.txt")).unwrap(),
+            b"world"
+        );
+        assert_eq!(
+            std::fs::read_link(to.join("link")).unwrap(),
+            Path::new("a.txt")
+        );
+        let copied = std::fs::metadata(to.join(BLOCK_IMAGE)).unwrap();
+        assert_eq!(copied.len(), 64 << 20);
+        let mut f = File::open(to.join(BLOCK_IMAGE)).unwrap();
+        f.seek(SeekFrom::Start(32 << 20)).unwrap();
+        let mut text = [0u8; 18];
+        f.read_exact(&mut text).unwrap();
+        assert_eq!(&text, b"data in the middle");
+        assert!(
+            copied.blocks() * 512 < 8 << 20,
+            "the copy keeps the holes ({} bytes allocated)",
+            copied.blocks() * 512
+        );
+        assert!(copy_tree(&from, &to).is_err(), "the target must be new");
+    }
+
+    #[test]
+    fn usage_counts_allocated_bytes_and_inodes() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("v");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/one"), vec![7u8; 100_000]).unwrap();
+        std::fs::write(dir.join("two"), b"x").unwrap();
+        let used = usage(&dir).unwrap();
+        assert_eq!(used.inodes, 4, "the directory, sub, one, two");
+        assert!(used.bytes >= 100_000, "{used:?}");
+        assert!(usage(&root.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn an_image_grows_but_never_shrinks() {
+        let root = tempfile::tempdir().unwrap();
+        let image = root.path().join(BLOCK_IMAGE);
+        File::create(&image).unwrap().set_len(1000).unwrap();
+        grow_image(&image, 5000).unwrap();
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 5000);
+        grow_image(&image, 10).unwrap();
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 5000);
+    }
+}

@@ -1,0 +1,145 @@
+//! The CSI GroupController service: crash-consistent snapshots of several volumes at once. The
+//! members are copied first, then the group and its snapshots are logged in one critical
+//! section, so a group is never half there after a crash.
+
+use csi::group_controller_server::GroupController;
+use csi::group_controller_service_capability::rpc::Type as GroupRpc;
+use csi_proto::v1 as csi;
+use tonic::{Request, Response, Status};
+
+use super::plan::{self, Plan};
+use crate::driver::{Driver, now_ms};
+use crate::error::{Error, Result};
+use crate::state::Change;
+
+type Reply<T> = std::result::Result<Response<T>, Status>;
+
+impl Driver {
+    fn groups_on(&self, method: &'static str) -> Result<()> {
+        if self.cfg.features.group_snapshots {
+            Ok(())
+        } else {
+            Err(Error::NotServed(method))
+        }
+    }
+
+    async fn create_group(
+        &self,
+        req: csi::CreateVolumeGroupSnapshotRequest,
+    ) -> Result<csi::CreateVolumeGroupSnapshotResponse> {
+        self.groups_on("CreateVolumeGroupSnapshot")?;
+        let _name = self.creating.lock(&format!("group/{}", req.name)).await;
+        let (planned, seq) = self.store.read(|table| {
+            plan::plan_group(table, &req, || uuid::Uuid::new_v4().to_string(), now_ms())
+        });
+        let (group, members) = match planned? {
+            Plan::Existing(found) => {
+                self.store.wait_durable(seq).await?;
+                found
+            }
+            Plan::New((group, members)) => {
+                self.copy_snapshots(&members).await?;
+                let mut changes: Vec<Change> = members
+                    .iter()
+                    .map(|m| Change::PutSnapshot(m.clone()))
+                    .collect();
+                changes.push(Change::PutGroup(group.clone()));
+                let ((), seq) = self.store.mutate(|_| Ok::<_, Error>(((), changes)))?;
+                self.store.wait_durable(seq).await?;
+                tracing::info!(name = %group.name, group_snapshot_id = %group.id, volumes = members.len(), "group snapshot created");
+                (group, members)
+            }
+        };
+        Ok(csi::CreateVolumeGroupSnapshotResponse {
+            group_snapshot: Some(plan::to_csi_group(&group, &members)),
+        })
+    }
+
+    async fn delete_group(
+        &self,
+        req: csi::DeleteVolumeGroupSnapshotRequest,
+    ) -> Result<csi::DeleteVolumeGroupSnapshotResponse> {
+        self.groups_on("DeleteVolumeGroupSnapshot")?;
+        let (changes, seq) = self.store.mutate(|table| {
+            let changes = plan::plan_delete_group(table, &req)?;
+            Ok::<_, Error>((changes.clone(), changes))
+        })?;
+        self.store.wait_durable(seq).await?;
+        self.remove_snapshot_dirs(&changes).await;
+        Ok(csi::DeleteVolumeGroupSnapshotResponse {})
+    }
+
+    async fn get_group(
+        &self,
+        req: csi::GetVolumeGroupSnapshotRequest,
+    ) -> Result<csi::GetVolumeGroupSnapshotResponse> {
+        self.groups_on("GetVolumeGroupSnapshot")?;
+        let (found, seq) = self.store.read(|table| plan::get_group(table, &req));
+        let (group, members) = found?;
+        self.store.wait_durable(seq).await?;
+        Ok(csi::GetVolumeGroupSnapshotResponse {
+            group_snapshot: Some(plan::to_csi_group(&group, &members)),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl GroupController for Driver {
+    async fn group_controller_get_capabilities(
+        &self,
+        _: Request<csi::GroupControllerGetCapabilitiesRequest>,
+    ) -> Reply<csi::GroupControllerGetCapabilitiesResponse> {
+        let on = self.cfg.features.group_snapshots;
+        self.call("GroupControllerGetCapabilities", async move {
+            let rpcs = if on {
+                vec![GroupRpc::CreateDeleteGetVolumeGroupSnapshot]
+            } else {
+                Vec::new()
+            };
+            Ok(csi::GroupControllerGetCapabilitiesResponse {
+                capabilities: rpcs
+                    .into_iter()
+                    .map(|rpc| csi::GroupControllerServiceCapability {
+                        r#type: Some(csi::group_controller_service_capability::Type::Rpc(
+                            csi::group_controller_service_capability::Rpc { r#type: rpc as i32 },
+                        )),
+                    })
+                    .collect(),
+            })
+        })
+        .await
+    }
+
+    async fn create_volume_group_snapshot(
+        &self,
+        request: Request<csi::CreateVolumeGroupSnapshotRequest>,
+    ) -> Reply<csi::CreateVolumeGroupSnapshotResponse> {
+        self.call(
+            "CreateVolumeGroupSnapshot",
+            self.create_group(request.into_inner()),
+        )
+        .await
+    }
+
+    async fn delete_volume_group_snapshot(
+        &self,
+        request: Request<csi::DeleteVolumeGroupSnapshotRequest>,
+    ) -> Reply<csi::DeleteVolumeGroupSnapshotResponse> {
+        self.call(
+            "DeleteVolumeGroupSnapshot",
+            self.delete_group(request.into_inner()),
+        )
+        .await
+    }
+
+    async fn get_volume_group_snapshot(
+        &self,
+        request: Request<csi::GetVolumeGroupSnapshotRequest>,
+    ) -> Reply<csi::GetVolumeGroupSnapshotResponse> {
+        self.call(
+            "GetVolumeGroupSnapshot",
+            self.get_group(request.into_inner()),
+        )
+        .await
+    }
+}

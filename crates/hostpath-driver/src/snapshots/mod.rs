@@ -1,0 +1,159 @@
+//! Snapshots: CreateSnapshot, DeleteSnapshot, ListSnapshots, GetSnapshot and the group
+//! controller service. A snapshot is a full copy of its volume's directory under
+//! `snapshots/<id>/`, made before its record is logged (a crash in between leaves a directory no
+//! record names, removed at the next start), so a snapshot is ready as soon as it is answered.
+
+pub mod group;
+pub mod plan;
+
+use csi_proto::v1 as csi;
+
+use crate::driver::{Driver, now_ms};
+use crate::error::{Error, Result};
+use crate::state::{Change, SnapshotRecord};
+use plan::Plan;
+
+impl Driver {
+    /// Fails with UNIMPLEMENTED when snapshots are switched off.
+    pub(crate) fn snapshots_on(&self, method: &'static str) -> Result<()> {
+        if self.cfg.features.snapshots {
+            Ok(())
+        } else {
+            Err(Error::NotServed(method))
+        }
+    }
+
+    pub(crate) async fn make_snapshot(
+        &self,
+        req: csi::CreateSnapshotRequest,
+    ) -> Result<csi::CreateSnapshotResponse> {
+        self.snapshots_on("CreateSnapshot")?;
+        // A repeat of a request still in progress waits for it, then finds its snapshot.
+        let _name = self.creating.lock(&format!("snapshot/{}", req.name)).await;
+        let id = uuid::Uuid::new_v4().to_string();
+        let (plan, seq) = self
+            .store
+            .read(|table| plan::plan_snapshot(table, &req, &id, now_ms()));
+        let record = match plan? {
+            Plan::Existing(record) => {
+                self.store.wait_durable(seq).await?;
+                record
+            }
+            Plan::New(record) => {
+                self.copy_snapshots(std::slice::from_ref(&record)).await?;
+                let ((), seq) = self
+                    .store
+                    .mutate(|_| Ok::<_, Error>(((), vec![Change::PutSnapshot(record.clone())])))?;
+                self.store.wait_durable(seq).await?;
+                tracing::info!(name = %record.name, snapshot_id = %record.id, source = %record.source_volume_id, "snapshot created");
+                record
+            }
+        };
+        Ok(csi::CreateSnapshotResponse {
+            snapshot: Some(plan::to_csi_snapshot(&record)),
+        })
+    }
+
+    /// Copies each snapshot's source volume into the snapshot's directory; on failure removes
+    /// what was copied.
+    pub(crate) async fn copy_snapshots(&self, records: &[SnapshotRecord]) -> Result<()> {
+        let jobs: Vec<_> = records
+            .iter()
+            .map(|r| {
+                (
+                    self.store.volume_dir(&r.source_volume_id),
+                    self.store.snapshot_dir(&r.id),
+                )
+            })
+            .collect();
+        let copied = tokio::task::spawn_blocking(move || {
+            for (index, (from, to)) in jobs.iter().enumerate() {
+                if let Err(error) = crate::content::copy_tree(from, to) {
+                    for (_, done) in &jobs[..=index] {
+                        let _ = std::fs::remove_dir_all(done);
+                    }
+                    return Err((from.clone(), error.to_string()));
+                }
+            }
+            Ok(())
+        })
+        .await;
+        match copied {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err((path, detail))) => Err(Error::Filesystem {
+                action: "copy the volume into a snapshot from",
+                path: path.display().to_string(),
+                detail,
+            }),
+            Err(join) => Err(Error::Filesystem {
+                action: "copy the volume into a snapshot",
+                path: self.store.snapshots_dir().display().to_string(),
+                detail: join.to_string(),
+            }),
+        }
+    }
+
+    pub(crate) async fn remove_snapshot(
+        &self,
+        req: csi::DeleteSnapshotRequest,
+    ) -> Result<csi::DeleteSnapshotResponse> {
+        self.snapshots_on("DeleteSnapshot")?;
+        let (changes, seq) = self.store.mutate(|table| {
+            let changes = plan::plan_delete_snapshot(table, &req.snapshot_id)?;
+            Ok::<_, Error>((changes.clone(), changes))
+        })?;
+        self.store.wait_durable(seq).await?;
+        self.remove_snapshot_dirs(&changes).await;
+        Ok(csi::DeleteSnapshotResponse {})
+    }
+
+    /// Removes the directories of snapshots whose deletion is durable.
+    pub(crate) async fn remove_snapshot_dirs(&self, changes: &[Change]) {
+        for change in changes {
+            if let Change::DeleteSnapshot(id) = change {
+                let dir = self.store.snapshot_dir(id);
+                let outcome =
+                    tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+                if let Ok(Err(error)) = outcome {
+                    tracing::warn!(snapshot_id = %id, %error, "snapshot directory not removed; the next start removes it");
+                }
+                tracing::info!(snapshot_id = %id, "snapshot deleted");
+            }
+        }
+    }
+
+    pub(crate) async fn snapshot_page(
+        &self,
+        req: csi::ListSnapshotsRequest,
+    ) -> Result<csi::ListSnapshotsResponse> {
+        self.snapshots_on("ListSnapshots")?;
+        let (listed, seq) = self.store.read(|table| plan::list_snapshots(table, &req));
+        let (page, next_token) = listed?;
+        self.store.wait_durable(seq).await?;
+        Ok(csi::ListSnapshotsResponse {
+            entries: page
+                .iter()
+                .map(|s| csi::list_snapshots_response::Entry {
+                    snapshot: Some(plan::to_csi_snapshot(s)),
+                })
+                .collect(),
+            next_token,
+        })
+    }
+
+    pub(crate) async fn find_snapshot(
+        &self,
+        req: csi::GetSnapshotRequest,
+    ) -> Result<csi::GetSnapshotResponse> {
+        self.snapshots_on("GetSnapshot")?;
+        if req.snapshot_id.is_empty() {
+            return Err(Error::Missing("snapshot_id"));
+        }
+        let (record, seq) = self.store.read(|t| t.snapshot(&req.snapshot_id).cloned());
+        let record = record.ok_or_else(|| Error::SnapshotNotFound(req.snapshot_id.clone()))?;
+        self.store.wait_durable(seq).await?;
+        Ok(csi::GetSnapshotResponse {
+            snapshot: Some(plan::to_csi_snapshot(&record)),
+        })
+    }
+}

@@ -1,0 +1,152 @@
+//! NodeStageVolume and NodeUnstageVolume (STAGE_UNSTAGE_VOLUME, on unless `--disable
+//! stage-unstage`): a mount volume is made visible once per node at its staging path, and
+//! NodePublishVolume exposes the staging path at each target; a block volume's image is
+//! published directly, staging only records it.
+
+use std::path::PathBuf;
+
+use csi_proto::v1 as csi;
+
+use crate::driver::Driver;
+use crate::error::{Error, Result};
+use crate::node::{BIND, SYMLINK, clear_target, expose};
+use crate::plan;
+use crate::state::{Change, StagedTarget, VolumeRecord};
+
+impl Driver {
+    /// A volume's record, or NOT_FOUND.
+    pub(crate) fn volume(&self, volume_id: &str) -> Result<VolumeRecord> {
+        let (record, _) = self.store.read(|t| t.get(volume_id).cloned());
+        record.ok_or_else(|| Error::VolumeNotFound(volume_id.to_string()))
+    }
+
+    /// Whether this node may use the volume: it lives here and (with attach on) is
+    /// ControllerPublished here.
+    pub(crate) fn check_local(&self, record: &VolumeRecord) -> Result<()> {
+        let me = &self.cfg.node.id;
+        if record.node.as_ref().is_some_and(|home| home != me) {
+            return Err(Error::Precondition(format!(
+                "volume {:?} lives on node {:?}, not on this node {me:?}",
+                record.id, record.node
+            )));
+        }
+        if self.cfg.enable_attach && !record.published.contains_key(me) {
+            return Err(Error::Precondition(format!(
+                "volume {:?} is not ControllerPublished to node {me:?}",
+                record.id
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn node_stage(
+        &self,
+        req: csi::NodeStageVolumeRequest,
+    ) -> Result<csi::NodeStageVolumeResponse> {
+        if !self.cfg.features.stage_unstage {
+            return Err(Error::NotServed("NodeStageVolume"));
+        }
+        if req.volume_id.is_empty() {
+            return Err(Error::Missing("volume_id"));
+        }
+        if req.staging_target_path.is_empty() {
+            return Err(Error::Missing("staging_target_path"));
+        }
+        let cap = req
+            .volume_capability
+            .as_ref()
+            .ok_or(Error::Missing("volume_capability"))?;
+        let checked = plan::check_capability(&self.cfg, cap)?;
+        let record = self.volume(&req.volume_id)?;
+        if record.block != checked.block {
+            return Err(Error::Precondition(format!(
+                "volume {:?} is a {} volume",
+                record.id,
+                if record.block { "block" } else { "mount" }
+            )));
+        }
+        self.check_local(&record)?;
+        let wanted = StagedTarget {
+            block: record.block,
+            how: if record.block {
+                "none"
+            } else if self.bind_mounts {
+                BIND
+            } else {
+                SYMLINK
+            }
+            .to_string(),
+        };
+        if let Some(existing) = record.staged.get(&req.staging_target_path) {
+            if existing.block == wanted.block {
+                return Ok(csi::NodeStageVolumeResponse {});
+            }
+            return Err(Error::PublishConflict(format!(
+                "volume {:?} is already staged at {:?} as a {} volume",
+                record.id,
+                req.staging_target_path,
+                if existing.block { "block" } else { "mount" }
+            )));
+        }
+        let staging = PathBuf::from(&req.staging_target_path);
+        if !record.block {
+            let dir = self.store.volume_dir(&record.id);
+            expose(self.bind_mounts, &dir, &staging, false, false).await?;
+        }
+        let id = record.id.clone();
+        let path = req.staging_target_path.clone();
+        let ((), seq) = self.store.mutate(|table| {
+            let Some(current) = table.get(&id) else {
+                return Err(Error::VolumeNotFound(id.clone()));
+            };
+            let mut updated = current.clone();
+            updated.staged.insert(path.clone(), wanted.clone());
+            Ok(((), vec![Change::Put(updated)]))
+        })?;
+        self.store.wait_durable(seq).await?;
+        tracing::info!(volume_id = %record.id, staging = %req.staging_target_path, how = %wanted.how, "volume staged");
+        Ok(csi::NodeStageVolumeResponse {})
+    }
+
+    pub(crate) async fn node_unstage(
+        &self,
+        req: csi::NodeUnstageVolumeRequest,
+    ) -> Result<csi::NodeUnstageVolumeResponse> {
+        if !self.cfg.features.stage_unstage {
+            return Err(Error::NotServed("NodeUnstageVolume"));
+        }
+        if req.volume_id.is_empty() {
+            return Err(Error::Missing("volume_id"));
+        }
+        if req.staging_target_path.is_empty() {
+            return Err(Error::Missing("staging_target_path"));
+        }
+        let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
+        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+        if let Some(target) = record.targets.keys().next() {
+            return Err(Error::InUse {
+                id: record.id.clone(),
+                detail: format!("still published at {target:?}"),
+            });
+        }
+        // Clean up whatever is at the staging path even if the table does not list it (a
+        // crash between staging and recording it); kubelet removes the directory itself.
+        if !record.block {
+            clear_target(&PathBuf::from(&req.staging_target_path), true).await?;
+        }
+        if record.staged.contains_key(&req.staging_target_path) {
+            let id = record.id.clone();
+            let ((), seq) = self.store.mutate(|table| {
+                let Some(current) = table.get(&id) else {
+                    return Ok(((), Vec::new()));
+                };
+                let mut updated = current.clone();
+                updated.staged.remove(&req.staging_target_path);
+                Ok::<_, Error>(((), vec![Change::Put(updated)]))
+            })?;
+            self.store.wait_durable(seq).await?;
+            tracing::info!(volume_id = %record.id, staging = %req.staging_target_path, "volume unstaged");
+        }
+        Ok(csi::NodeUnstageVolumeResponse {})
+    }
+}
