@@ -121,6 +121,125 @@ fn an_operator_can_drive_the_driver_with_the_client() {
 }
 
 #[test]
+fn snapshots_restores_clones_expansion_and_the_node_side_from_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start_driver(dir.path(), &[]);
+    let e = d.endpoint.as_str();
+    let source = csi_json(
+        e,
+        &["create", "source", "--size=8Mi", "--mutable=tier=standard"],
+    );
+    let source_id = source["volume_id"].as_str().unwrap().to_string();
+    // Mount it as kubelet would (stage, then publish) and write a file through the mount.
+    let target = dir.path().join("pods/a/mount");
+    let target_s = target.display().to_string();
+    let mounted = csi_json(e, &["mount", &source_id, "--target", &target_s]);
+    assert!(
+        mounted["staging_path"]
+            .as_str()
+            .unwrap()
+            .ends_with(".staging")
+    );
+    std::fs::write(target.join("hello.txt"), "written through NodePublish").unwrap();
+
+    let snap = csi_json(e, &["snapshot", "create", "snap-1", "--source", &source_id]);
+    assert_eq!(snap["ready_to_use"], true);
+    let snap_id = snap["snapshot_id"].as_str().unwrap().to_string();
+    let listed = csi_json(e, &["snapshot", "list", "--source", &source_id, "--all"]);
+    assert_eq!(listed["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        csi_json(e, &["snapshot", "get", &snap_id])["snapshot_id"],
+        snap_id.as_str()
+    );
+
+    let restored = csi_json(
+        e,
+        &[
+            "create",
+            "restored",
+            "--size=8Mi",
+            "--from-snapshot",
+            &snap_id,
+        ],
+    );
+    assert_eq!(restored["content_source"]["snapshot"], snap_id.as_str());
+    let cloned = csi_json(
+        e,
+        &[
+            "create",
+            "cloned",
+            "--size=16Mi",
+            "--from-volume",
+            &source_id,
+        ],
+    );
+    for (name, volume) in [("restored", &restored), ("cloned", &cloned)] {
+        let id = volume["volume_id"].as_str().unwrap();
+        let t = dir.path().join(format!("pods/{name}/mount"));
+        csi_json(e, &["mount", id, "--target", &t.display().to_string()]);
+        assert_eq!(
+            std::fs::read_to_string(t.join("hello.txt")).unwrap(),
+            "written through NodePublish",
+            "{name}"
+        );
+    }
+
+    let grown = csi_json(e, &["expand", &source_id, "--size=32Mi"]);
+    assert_eq!(grown["capacity_bytes"], 32 << 20);
+    assert_eq!(grown["node_expansion_required"], true);
+    let node_grown = csi_json(e, &["node-expand", &source_id, "--path", &target_s]);
+    assert_eq!(node_grown["capacity_bytes"], 32 << 20);
+    let stats = csi_json(e, &["stats", &source_id, "--path", &target_s]);
+    assert_eq!(stats["usage"][0]["unit"], "BYTES");
+    assert_eq!(stats["usage"][0]["total"], 32 << 20);
+    assert_eq!(stats["condition"]["abnormal"], false);
+    csi_json(e, &["modify", &source_id, "--mutable=tier=premium"]);
+    let got = csi_json(e, &["get", &source_id]);
+    assert_eq!(got["condition"]["abnormal"], false);
+
+    let group = csi_json(
+        e,
+        &[
+            "group",
+            "create",
+            "g",
+            "--volume",
+            &source_id,
+            "--volume",
+            cloned["volume_id"].as_str().unwrap(),
+        ],
+    );
+    let group_id = group["group_snapshot_id"].as_str().unwrap().to_string();
+    assert_eq!(group["snapshots"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        csi_json(e, &["group", "get", &group_id])["group_snapshot_id"],
+        group_id.as_str()
+    );
+    csi_json(e, &["group", "delete", &group_id]);
+    csi_json(e, &["snapshot", "delete", &snap_id]);
+    let left = csi_json(e, &["snapshot", "list", "--all"]);
+    assert!(left["entries"].as_array().unwrap().is_empty());
+
+    csi_json(e, &["unmount", &source_id, "--target", &target_s]);
+    csi_json(e, &["delete", &source_id]);
+    let caps = csi_json(e, &["capabilities"]);
+    let controller: Vec<&str> = caps["controller"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for wanted in [
+        "CREATE_DELETE_SNAPSHOT",
+        "CLONE_VOLUME",
+        "EXPAND_VOLUME",
+        "MODIFY_VOLUME",
+    ] {
+        assert!(controller.contains(&wanted), "{wanted} in {controller:?}");
+    }
+}
+
+#[test]
 fn faults_are_switched_on_a_running_driver_by_the_faults_command() {
     let dir = tempfile::tempdir().unwrap();
     let d = start_driver(dir.path(), &[]);

@@ -2,10 +2,9 @@
 //! and for our tests and benchmarks. Every answer is printed as one JSON document.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use std::time::Duration;
+
 use csi::volume_capability::access_mode::Mode;
 use csi_proto::v1 as csi;
 use serde_json::{Value, json};
@@ -13,6 +12,14 @@ use sidecar_kit::csi::{go_code_name, with_timeout};
 use sidecar_kit::duration::parse_go_duration;
 use sidecar_kit::quantity::parse_bytes;
 use tonic::transport::Channel;
+
+mod capabilities;
+mod node;
+mod roundtrip;
+mod snapshots;
+
+use capabilities::capabilities;
+use roundtrip::roundtrip;
 
 /// Flags of `volstack csi`.
 #[derive(Debug, clap::Args)]
@@ -94,6 +101,36 @@ pub enum CsiCommand {
         #[arg(default_value = "")]
         node_id: String,
     },
+    /// ControllerGetVolume: the volume, where it is published, its condition.
+    Get {
+        /// Volume id.
+        volume_id: String,
+    },
+    /// ControllerExpandVolume.
+    Expand {
+        /// Volume id.
+        volume_id: String,
+        /// New size (Kubernetes quantity).
+        #[arg(long, value_parser = quantity)]
+        size: i64,
+    },
+    /// ControllerModifyVolume: set mutable parameters.
+    Modify {
+        /// Volume id.
+        volume_id: String,
+        /// Mutable parameter KEY=VALUE (repeatable).
+        #[arg(long = "mutable", value_parser = key_value, required = true)]
+        mutable_parameters: Vec<(String, String)>,
+    },
+    /// Snapshots: create, delete, list, get.
+    #[command(subcommand)]
+    Snapshot(snapshots::SnapshotCommand),
+    /// Group snapshots (the group controller service): create, delete, get.
+    #[command(subcommand)]
+    Group(snapshots::GroupCommand),
+    /// The node service: mount/unmount as kubelet does, or one RPC at a time.
+    #[command(flatten)]
+    Node(node::NodeCommand),
     /// Measure CreateVolume+DeleteVolume round trips per second.
     Roundtrip {
         /// Number of create+delete pairs.
@@ -136,6 +173,15 @@ pub struct CreateArgs {
     /// Secret KEY=VALUE (repeatable).
     #[arg(long = "secret", value_parser = key_value)]
     pub secrets: Vec<(String, String)>,
+    /// Restore this snapshot into the new volume.
+    #[arg(long, conflicts_with = "from_volume")]
+    pub from_snapshot: Option<String>,
+    /// Clone this volume into the new volume.
+    #[arg(long)]
+    pub from_volume: Option<String>,
+    /// Mutable parameter KEY=VALUE (repeatable).
+    #[arg(long = "mutable", value_parser = key_value)]
+    pub mutable_parameters: Vec<(String, String)>,
     /// Requisite topology segment KEY=VALUE[,..] (repeatable).
     #[arg(long, value_parser = segment)]
     pub requisite: Vec<HashMap<String, String>>,
@@ -283,6 +329,69 @@ pub async fn run(args: CsiArgs) -> anyhow::Result<()> {
             )?;
             json!({"unpublished": volume_id})
         }
+        CsiCommand::Get { volume_id } => {
+            let request = csi::ControllerGetVolumeRequest { volume_id };
+            let r = grpc(
+                controller(&channel)
+                    .controller_get_volume(with_timeout(request, timeout))
+                    .await,
+            )?;
+            let mut v = r.volume.as_ref().map(volume_json).unwrap_or(Value::Null);
+            if let (Some(status), Some(obj)) = (&r.status, v.as_object_mut()) {
+                obj.insert(
+                    "published_node_ids".into(),
+                    json!(status.published_node_ids),
+                );
+                obj.insert(
+                    "condition".into(),
+                    json!(
+                        status
+                            .volume_condition
+                            .as_ref()
+                            .map(|c| json!({"abnormal": c.abnormal, "message": c.message}))
+                    ),
+                );
+            }
+            v
+        }
+        CsiCommand::Expand { volume_id, size } => {
+            let request = csi::ControllerExpandVolumeRequest {
+                volume_id,
+                capacity_range: Some(csi::CapacityRange {
+                    required_bytes: size,
+                    limit_bytes: 0,
+                }),
+                ..Default::default()
+            };
+            let r = grpc(
+                controller(&channel)
+                    .controller_expand_volume(with_timeout(request, timeout))
+                    .await,
+            )?;
+            json!({
+                "capacity_bytes": r.capacity_bytes,
+                "node_expansion_required": r.node_expansion_required,
+            })
+        }
+        CsiCommand::Modify {
+            volume_id,
+            mutable_parameters,
+        } => {
+            let request = csi::ControllerModifyVolumeRequest {
+                volume_id: volume_id.clone(),
+                mutable_parameters: mutable_parameters.into_iter().collect(),
+                ..Default::default()
+            };
+            grpc(
+                controller(&channel)
+                    .controller_modify_volume(with_timeout(request, timeout))
+                    .await,
+            )?;
+            json!({"modified": volume_id})
+        }
+        CsiCommand::Snapshot(command) => snapshots::snapshot(&channel, timeout, command).await?,
+        CsiCommand::Group(command) => snapshots::group(&channel, timeout, command).await?,
+        CsiCommand::Node(command) => node::run(&channel, timeout, command).await?,
         CsiCommand::Roundtrip {
             count,
             concurrency,
@@ -365,84 +474,43 @@ fn create_request(args: &CreateArgs) -> csi::CreateVolumeRequest {
         parameters: args.parameters.iter().cloned().collect(),
         secrets: args.secrets.iter().cloned().collect(),
         accessibility_requirements: topology,
-        ..Default::default()
+        volume_content_source: content_source(args),
+        mutable_parameters: args.mutable_parameters.iter().cloned().collect(),
     }
 }
 
+fn content_source(args: &CreateArgs) -> Option<csi::VolumeContentSource> {
+    use csi::volume_content_source::{SnapshotSource, Type, VolumeSource};
+    let source = match (&args.from_snapshot, &args.from_volume) {
+        (Some(id), _) => Type::Snapshot(SnapshotSource {
+            snapshot_id: id.clone(),
+        }),
+        (None, Some(id)) => Type::Volume(VolumeSource {
+            volume_id: id.clone(),
+        }),
+        (None, None) => return None,
+    };
+    Some(csi::VolumeContentSource {
+        r#type: Some(source),
+    })
+}
+
 fn volume_json(v: &csi::Volume) -> Value {
+    let source = v
+        .content_source
+        .as_ref()
+        .and_then(|s| s.r#type.as_ref())
+        .map(|t| match t {
+            csi::volume_content_source::Type::Snapshot(s) => json!({"snapshot": s.snapshot_id}),
+            csi::volume_content_source::Type::Volume(v) => json!({"volume": v.volume_id}),
+        });
     json!({
         "volume_id": v.volume_id,
         "capacity_bytes": v.capacity_bytes,
         "volume_context": v.volume_context,
         "accessible_topology": v.accessible_topology.iter().map(|t| &t.segments).collect::<Vec<_>>(),
+        "content_source": source,
     })
-}
-
-async fn capabilities(channel: &Channel, timeout: Duration) -> anyhow::Result<Value> {
-    let plugin = grpc(
-        identity(channel)
-            .get_plugin_capabilities(with_timeout(csi::GetPluginCapabilitiesRequest {}, timeout))
-            .await,
-    )?;
-    let plugin: Vec<String> = plugin
-        .capabilities
-        .iter()
-        .filter_map(|c| match &c.r#type {
-            Some(csi::plugin_capability::Type::Service(s)) => {
-                csi::plugin_capability::service::Type::try_from(s.r#type)
-                    .ok()
-                    .map(|t| t.as_str_name().to_string())
-            }
-            Some(csi::plugin_capability::Type::VolumeExpansion(e)) => {
-                csi::plugin_capability::volume_expansion::Type::try_from(e.r#type)
-                    .ok()
-                    .map(|t| format!("VOLUME_EXPANSION_{}", t.as_str_name()))
-            }
-            None => None,
-        })
-        .collect();
-    let controller_caps = controller(channel)
-        .controller_get_capabilities(with_timeout(
-            csi::ControllerGetCapabilitiesRequest {},
-            timeout,
-        ))
-        .await;
-    let controller_caps: Value = match controller_caps {
-        Ok(r) => json!(
-            r.into_inner()
-                .capabilities
-                .iter()
-                .filter_map(|c| match &c.r#type {
-                    Some(csi::controller_service_capability::Type::Rpc(rpc)) =>
-                        csi::controller_service_capability::rpc::Type::try_from(rpc.r#type)
-                            .ok()
-                            .map(|t| t.as_str_name()),
-                    None => None,
-                })
-                .collect::<Vec<_>>()
-        ),
-        Err(status) => json!({"error": go_code_name(status.code())}),
-    };
-    let node_caps = node(channel)
-        .node_get_capabilities(with_timeout(csi::NodeGetCapabilitiesRequest {}, timeout))
-        .await;
-    let node_caps: Value = match node_caps {
-        Ok(r) => json!(
-            r.into_inner()
-                .capabilities
-                .iter()
-                .filter_map(|c| match &c.r#type {
-                    Some(csi::node_service_capability::Type::Rpc(rpc)) =>
-                        csi::node_service_capability::rpc::Type::try_from(rpc.r#type)
-                            .ok()
-                            .map(|t| t.as_str_name()),
-                    None => None,
-                })
-                .collect::<Vec<_>>()
-        ),
-        Err(status) => json!({"error": go_code_name(status.code())}),
-    };
-    Ok(json!({"plugin": plugin, "controller": controller_caps, "node": node_caps}))
 }
 
 async fn list(
@@ -483,90 +551,4 @@ async fn list(
         }
     }
     Ok(json!({"entries": volumes, "next_token": token}))
-}
-
-async fn roundtrip(
-    channel: Channel,
-    timeout: Duration,
-    count: usize,
-    concurrency: usize,
-    bytes: i64,
-) -> anyhow::Result<Value> {
-    if concurrency == 0 {
-        bail!("--concurrency must be at least 1");
-    }
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let run_id = uuid_like();
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..concurrency.min(count.max(1)) {
-        let channel = channel.clone();
-        let next = next.clone();
-        let run_id = run_id.clone();
-        workers.push(tokio::spawn(async move {
-            let mut client = csi::controller_client::ControllerClient::new(channel);
-            let mut latencies = Vec::new();
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= count {
-                    return Ok::<_, anyhow::Error>(latencies);
-                }
-                let t = Instant::now();
-                let request = csi::CreateVolumeRequest {
-                    name: format!("roundtrip-{run_id}-{i}"),
-                    capacity_range: Some(csi::CapacityRange {
-                        required_bytes: bytes,
-                        limit_bytes: 0,
-                    }),
-                    volume_capabilities: vec![capability(false, "", Mode::SingleNodeWriter)],
-                    ..Default::default()
-                };
-                let created = grpc(client.create_volume(with_timeout(request, timeout)).await)?;
-                let id = created
-                    .volume
-                    .map(|v| v.volume_id)
-                    .context("CreateVolume returned no volume")?;
-                grpc(
-                    client
-                        .delete_volume(with_timeout(
-                            csi::DeleteVolumeRequest {
-                                volume_id: id,
-                                ..Default::default()
-                            },
-                            timeout,
-                        ))
-                        .await,
-                )?;
-                latencies.push(t.elapsed());
-            }
-        }));
-    }
-    let mut latencies = Vec::with_capacity(count);
-    for worker in workers {
-        latencies.extend(worker.await.context("worker panicked")??);
-    }
-    let elapsed = started.elapsed();
-    latencies.sort();
-    let pct = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
-            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-    };
-    Ok(json!({
-        "round_trips": count,
-        "concurrency": concurrency,
-        "seconds": elapsed.as_secs_f64(),
-        "round_trips_per_second": count as f64 / elapsed.as_secs_f64(),
-        "latency_ms_p50": pct(0.50),
-        "latency_ms_p99": pct(0.99),
-    }))
-}
-
-fn uuid_like() -> String {
-    format!(
-        "{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    )
 }
