@@ -270,15 +270,15 @@ mod tests {
         }
     }
 
+    /// Ok((new capacity, changed, node step)) or the error code.
+    type Expected = std::result::Result<(i64, bool, bool), Code>;
+
     #[test]
     fn controller_expansion_decisions() {
         let table = Table::from_records([volume("m", 100, false), volume("b", 100, true)]);
         let cfg = config(Some(250), Some(180));
         // (request, Ok((new capacity, changed, node step)) or the error code)
-        let cases: Vec<(
-            csi::ControllerExpandVolumeRequest,
-            std::result::Result<(i64, bool, bool), Code>,
-        )> = vec![
+        let cases: Vec<(csi::ControllerExpandVolumeRequest, Expected)> = vec![
             (expand("m", 150, 0), Ok((150, true, true))),
             (expand("b", 150, 0), Ok((150, true, false))),
             (expand("m", 0, 120), Ok((120, true, true))),

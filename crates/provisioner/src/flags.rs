@@ -69,7 +69,8 @@ pub struct ProvisionerArgs {
     /// Maximum retry interval of a failed provisioning or deletion.
     #[arg(long, default_value = "5m", value_parser = go_duration)]
     pub retry_interval_max: Duration,
-    /// Workers handling cloning-protection finalizers (clones are not supported yet).
+    /// Workers removing the cloning-protection finalizer from source claims whose clones are
+    /// done.
     #[arg(long, default_value_t = 1)]
     pub cloning_protection_threads: u32,
     /// Interval of the orphaned-snapshot sweep (snapshots are not supported yet).
@@ -209,6 +210,8 @@ pub struct Settings {
     pub volume_attributes_class: bool,
     /// Release the lease on exit.
     pub release_on_exit: bool,
+    /// CrossNamespaceVolumeDataSource gate.
+    pub cross_namespace: bool,
     /// HTTP address (metrics, health), if any.
     pub http_address: Option<String>,
 }
@@ -284,10 +287,10 @@ impl ProvisionerArgs {
                 }
             }
         }
-        if gates["CrossNamespaceVolumeDataSource"] {
+        if self.cloning_protection_threads == 0 {
             return Err(invalid(
-                "--feature-gates",
-                "CrossNamespaceVolumeDataSource is not supported by this provisioner yet",
+                "--cloning-protection-threads",
+                "must be at least 1",
             ));
         }
         let http_address = [&self.http_endpoint, &self.metrics_address]
@@ -299,14 +302,14 @@ impl ProvisionerArgs {
             topology: gates["Topology"],
             volume_attributes_class: gates["VolumeAttributesClass"],
             release_on_exit: gates["ReleaseLeaderElectionOnExit"],
+            cross_namespace: gates["CrossNamespaceVolumeDataSource"],
             http_address,
         })
     }
 
     /// Tuning flags of unsupported features that were changed: they have no effect.
     pub fn inert_flags(&self, given: &[String]) -> Vec<&'static str> {
-        const INERT: [&str; 9] = [
-            "--cloning-protection-threads",
+        const INERT: [&str; 8] = [
             "--snapshot-orphan-sweep-interval",
             "--capacity-ownerref-level",
             "--capacity-threads",

@@ -89,6 +89,9 @@ pub async fn run(
         },
         strict_topology: args.strict_topology,
         immediate_topology: args.immediate_topology,
+        cross_namespace: settings.cross_namespace,
+        prevent_volume_mode_conversion: args.prevent_volume_mode_conversion,
+        cloning_workers: args.cloning_protection_threads as usize,
         identity,
         intent_log: (
             lease_namespace(&args.leader_election_namespace),

@@ -35,6 +35,9 @@ pub const ANN_MODIFY_SECRET_NAMESPACE: &str =
     "volume.kubernetes.io/controller-modify-secret-namespace";
 /// The external provisioner's finalizer on the volumes it deletes.
 pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+/// Finalizer on a claim that is the source of clones still being provisioned.
+pub const CLONING_PROTECTION_FINALIZER: &str =
+    "provisioner.storage.kubernetes.io/cloning-protection";
 
 /// An annotation's value.
 pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {

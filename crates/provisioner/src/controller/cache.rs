@@ -25,9 +25,19 @@ pub struct Caches {
     pub vacs: Store<VolumeAttributesClass>,
 }
 
-/// Drops what the provisioner never reads of a claim: its status and labels.
+/// Drops what the provisioner never reads of a claim: its status but the phase (a clone's
+/// source must be Bound), and labels.
 pub fn shrink_claim(claim: &mut PersistentVolumeClaim) {
-    claim.status = None;
+    claim.status = claim
+        .status
+        .take()
+        .and_then(|status| status.phase)
+        .map(
+            |phase| k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+                phase: Some(phase),
+                ..Default::default()
+            },
+        );
     claim.metadata.labels = None;
 }
 

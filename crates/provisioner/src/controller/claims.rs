@@ -17,6 +17,7 @@ use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::csi::{CallError, go_code_name};
 use sidecar_kit::events::EventType;
 
+use super::data_sources::Resolved;
 use super::intents::Record;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
@@ -25,8 +26,10 @@ use crate::decide::claim::{
 use crate::decide::classify::{
     CreateOutcome, DeleteOutcome, classify_create, classify_delete, may_reschedule,
 };
+use crate::decide::data_source::DataSourceError;
 use crate::decide::provision::{
-    ProvisionError, ResponseError, build_pv, create_request, made_for_claim, plan_provision,
+    ProvisionError, ResponseError, build_pv, check_content_source, create_request, made_for_claim,
+    plan_provision,
 };
 use crate::decide::secrets::SecretRef;
 use crate::decide::topology::{
@@ -77,6 +80,20 @@ pub enum ClaimError {
     /// Final: the claim or class is invalid as it stands.
     #[error(transparent)]
     Plan(#[from] ProvisionError),
+    /// The data source cannot be used (yet): retried, the source may become ready.
+    #[error(transparent)]
+    DataSource(#[from] DataSourceError),
+    /// Looking up the data source failed.
+    #[error("error getting {what} from api server: {source}")]
+    SourceLookup {
+        /// What was looked up.
+        what: &'static str,
+        /// API error.
+        source: kube::Error,
+    },
+    /// Adding or removing the cloning-protection finalizer failed.
+    #[error("failed to update the cloning-protection finalizer: {0}")]
+    CloneFinalizer(#[source] kube::Error),
     /// No change: the node or its CSINode may appear.
     #[error(transparent)]
     Topology(#[from] TopologyError),
@@ -143,6 +160,9 @@ impl ClaimError {
             ClaimError::ClassNotFound(_)
             | ClaimError::VacNotFound(_)
             | ClaimError::Plan(_)
+            | ClaimError::DataSource(_)
+            | ClaimError::SourceLookup { .. }
+            | ClaimError::CloneFinalizer(_)
             | ClaimError::Topology(_)
             | ClaimError::NodeNotFound(_)
             | ClaimError::Secret { .. }
@@ -249,6 +269,12 @@ impl Provisioner {
             tracing::debug!("waiting for the scheduler to select a node");
             return Ok(false);
         }
+        let (content_source, protect) = match self.resolve_data_source(claim, class_name).await? {
+            Resolved::Empty => (None, None),
+            Resolved::Populator => return Ok(false),
+            Resolved::Copy { source, protect } => (Some(source), protect),
+        };
+        let copying = content_source.is_some();
         let selected = selected_node(claim).map(str::to_string);
         let vac_name = claim
             .spec
@@ -273,7 +299,11 @@ impl Provisioner {
         )?;
         let topology = self.topology_for(claim, &class, selected.as_deref())?;
         let secrets = self.fetch_secret(plan.provisioner_secret.as_ref()).await?;
-        let request = create_request(&plan, HashMap::new(), topology.as_ref());
+        let mut request = create_request(&plan, HashMap::new(), topology.as_ref());
+        request.volume_content_source = content_source;
+        if let Some(source) = &protect {
+            self.protect_clone_source(source).await?;
+        }
         let flight = InFlight {
             claim: ObjectRef::from_obj(claim.as_ref()),
             claim_uid: uid.clone(),
@@ -318,14 +348,17 @@ impl Provisioner {
             }
         };
         let identity = self.cfg.identity.clone();
-        let pv = match build_pv(
-            &plan,
-            &self.cfg.caps,
-            &self.cfg.options,
-            claim,
-            volume.as_ref(),
-            &identity,
-        ) {
+        let built = check_content_source(copying, volume.as_ref()).and_then(|()| {
+            build_pv(
+                &plan,
+                &self.cfg.caps,
+                &self.cfg.options,
+                claim,
+                volume.as_ref(),
+                &identity,
+            )
+        });
+        let pv = match built {
             Ok(pv) => pv,
             Err(error) => {
                 if let Some(id) = volume

@@ -101,6 +101,8 @@ pub async fn start(
         single_node_multi_writer: rpcs.contains(&(Rpc::SingleNodeMultiWriter as i32)),
         publish_unpublish: rpcs.contains(&(Rpc::PublishUnpublishVolume as i32)),
         get_capacity: rpcs.contains(&(Rpc::GetCapacity as i32)),
+        clone_volume: rpcs.contains(&(Rpc::CloneVolume as i32)),
+        create_delete_snapshot: rpcs.contains(&(Rpc::CreateDeleteSnapshot as i32)),
     };
     tracing::info!(driver = %caps.name, version = %info.vendor_version, ?caps, "CSI driver ready");
     Ok((channel, caps))

@@ -5,6 +5,7 @@
 
 mod cache;
 mod claims;
+mod data_sources;
 pub mod driver;
 pub mod intents;
 mod topology_cache;
@@ -54,6 +55,12 @@ pub struct ControllerConfig {
     pub topology: bool,
     /// VolumeAttributesClass gate.
     pub volume_attributes_class: bool,
+    /// CrossNamespaceVolumeDataSource gate.
+    pub cross_namespace: bool,
+    /// `--prevent-volume-mode-conversion`.
+    pub prevent_volume_mode_conversion: bool,
+    /// `--cloning-protection-threads`.
+    pub cloning_workers: usize,
     /// Identity attribute written into PVs.
     pub identity: String,
     /// Namespace and name of the intent log Lease.
@@ -73,6 +80,8 @@ pub struct Provisioner {
     pub(crate) caches: Caches,
     pub(crate) claims: WorkQueue<ClaimKey>,
     pub(crate) volumes: WorkQueue<String>,
+    /// Source claims whose cloning-protection finalizer may go (only with CLONE_VOLUME).
+    pub(crate) cloning: WorkQueue<ClaimKey>,
     pub(crate) recorder: Recorder,
     pub(crate) metrics: sidecar_kit::metrics::Metrics,
     /// The watches feeding the caches (stopped with the controller).
@@ -117,15 +126,36 @@ impl Provisioner {
             WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "claims"));
         let volumes_q: WorkQueue<String> =
             WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "volumes"));
+        let cloning_q: WorkQueue<ClaimKey> = WorkQueue::new(cfg.backoff)
+            .with_metrics(QueueMetrics::new(&metrics, "cloning-protection"));
         let with_topology = cfg.topology && cfg.caps.accessibility;
         let watches = Watches::default();
 
         let q = claims_q.clone();
+        let cloning = cfg.caps.clone_volume.then(|| cloning_q.clone());
         let claims = watches.reflect_trimmed(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             cache::shrink_claim,
             move |event| {
-                for_each(event, |pvc| q.add(claim_key(pvc)));
+                for_each(event, |pvc| {
+                    q.add(claim_key(pvc));
+                    if let Some(cloning) = &cloning {
+                        // A source being deleted, and the source of a clone whose state
+                        // changed, are looked at again.
+                        if pvc.metadata.deletion_timestamp.is_some() {
+                            cloning.add(claim_key(pvc));
+                        }
+                        if let Some(source) = pvc
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.data_source.as_ref())
+                            .filter(|d| d.kind == "PersistentVolumeClaim")
+                        {
+                            let namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
+                            cloning.add(ObjectRef::new(&source.name).within(namespace));
+                        }
+                    }
+                });
             },
         );
         let q = volumes_q.clone();
@@ -193,6 +223,7 @@ impl Provisioner {
             },
             claims: claims_q,
             volumes: volumes_q,
+            cloning: cloning_q,
             recorder,
             metrics,
             watches,
@@ -209,6 +240,12 @@ impl Provisioner {
     pub fn controller(self: Arc<Self>) -> Controller {
         let c = &self.caches;
         let (recover, claims, volumes) = (self.clone(), self.clone(), self.clone());
+        let cloning = self.clone();
+        let cloning_workers = if self.cfg.caps.clone_volume {
+            self.cfg.cloning_workers
+        } else {
+            0
+        };
         Controller::new("csi-provisioner")
             .watches(&self.watches)
             .wait_for(&c.claims)
@@ -233,6 +270,15 @@ impl Provisioner {
                 move |key| {
                     let this = volumes.clone();
                     async move { this.sync_volume(&key).await }
+                },
+            )
+            .reconcile(
+                "cloning-protection",
+                self.cloning.clone(),
+                cloning_workers,
+                move |key| {
+                    let this = cloning.clone();
+                    async move { this.sync_clone_source(&key).await }
                 },
             )
     }

@@ -45,6 +45,10 @@ pub struct DriverCapabilities {
     pub publish_unpublish: bool,
     /// GET_CAPACITY.
     pub get_capacity: bool,
+    /// CLONE_VOLUME.
+    pub clone_volume: bool,
+    /// CREATE_DELETE_SNAPSHOT (restores from snapshots).
+    pub create_delete_snapshot: bool,
 }
 
 /// Provisioning flags.
@@ -87,11 +91,6 @@ pub enum ProvisionError {
         /// Its provisioner.
         provisioner: String,
     },
-    /// A data source (snapshot or clone).
-    #[error(
-        "claim requests data source {0}: snapshots and clones are not supported by this provisioner yet"
-    )]
-    DataSource(String),
     /// The VolumeAttributesClass belongs to another driver.
     #[error("VolumeAttributesClass {name:?} is for driver {driver:?}, not this driver")]
     VacDriver {
@@ -172,14 +171,6 @@ pub fn plan_provision(
     let spec = claim.spec.clone().unwrap_or_default();
     if spec.selector.is_some() {
         return Err(ProvisionError::Selector);
-    }
-    if let Some(source) = spec
-        .data_source_ref
-        .as_ref()
-        .map(|r| r.kind.clone())
-        .or(spec.data_source.as_ref().map(|r| r.kind.clone()))
-    {
-        return Err(ProvisionError::DataSource(source));
     }
     let (required_bytes, limit_bytes) = requested_bytes(claim)?;
     let class_params: BTreeMap<String, String> = class
@@ -337,6 +328,23 @@ pub enum ResponseError {
         /// Bytes asked for.
         wanted: i64,
     },
+    /// A clone or restore answered without saying what it copied: the driver ignored the
+    /// source, so the volume is empty.
+    #[error("volume content source missing")]
+    ContentSourceMissing,
+}
+
+/// Upstream's check of a clone's or restore's answer: the driver must name the source it
+/// copied (a driver that ignores `volume_content_source` made an empty volume).
+pub fn check_content_source(
+    copying: bool,
+    volume: Option<&csi::Volume>,
+) -> Result<(), ResponseError> {
+    let copied = volume.is_some_and(|v| v.content_source.is_some());
+    if copying && !copied {
+        return Err(ResponseError::ContentSourceMissing);
+    }
+    Ok(())
 }
 
 fn secret_ref(r: &SecretRef) -> SecretReference {

@@ -1,0 +1,374 @@
+//! csi-provisioner with data sources: clones and restores against our API server, the reference
+//! driver and the PV controller; every refusal ends in a ProvisioningFailed event and no
+//! CreateVolume.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{Cluster, DRIVER};
+use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(20);
+const CLONING: &str = "provisioner.storage.kubernetes.io/cloning-protection";
+
+fn volume_dir(c: &Cluster, pv: &PersistentVolume) -> PathBuf {
+    let handle = pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .csi
+        .as_ref()
+        .unwrap()
+        .volume_handle
+        .clone();
+    c.dir.path().join("driver/volumes").join(handle)
+}
+
+async fn bound_claim(
+    c: &Cluster,
+    name: &str,
+    size: &str,
+    extra: Value,
+) -> (PersistentVolumeClaim, PersistentVolume) {
+    let claim = c.claim(name, "fast", size, extra, false).await;
+    let pv = c.wait_pv(&claim, T).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    c.wait_until(&format!("{name} Bound"), T, || async {
+        claims
+            .get(name)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Bound")
+    })
+    .await;
+    (claim, pv)
+}
+
+fn clone_of(source: &str) -> Value {
+    json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": source}}})
+}
+
+async fn finalizers(c: &Cluster, name: &str) -> Option<Vec<String>> {
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .get_opt(name)
+        .await
+        .unwrap()
+        .map(|claim| claim.metadata.finalizers.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn clones_copy_their_source_which_stays_protected_while_a_clone_is_pending() {
+    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    c.class("fast", json!({})).await;
+    let (_, source_pv) = bound_claim(&c, "src", "1Gi", json!({})).await;
+    std::fs::write(
+        volume_dir(&c, &source_pv).join("data.txt"),
+        "cloned content",
+    )
+    .unwrap();
+
+    let clone = c.claim("copy", "fast", "2Gi", clone_of("src"), false).await;
+    let clone_pv = c.wait_pv(&clone, T).await;
+    assert_eq!(
+        std::fs::read_to_string(volume_dir(&c, &clone_pv).join("data.txt")).unwrap(),
+        "cloned content"
+    );
+    assert_eq!(
+        clone_pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"].0,
+        "2Gi"
+    );
+    assert!(
+        finalizers(&c, "src")
+            .await
+            .unwrap()
+            .contains(&CLONING.to_string())
+    );
+
+    // A clone that cannot be made yet keeps the source from going away.
+    c.faults("CreateVolume=error:UNAVAILABLE\n");
+    let pending = c
+        .claim("pending", "fast", "1Gi", clone_of("src"), false)
+        .await;
+    c.wait_event("pending", "ProvisioningFailed", "code = Unavailable")
+        .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    claims
+        .delete("src", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The protection controller looks at the deleted source and keeps it while the clone is
+    // pending: its finalizer is still there once the claim is marked for deletion.
+    c.wait_until("src marked for deletion", T, || async {
+        claims
+            .get("src")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    })
+    .await;
+    assert!(
+        finalizers(&c, "src")
+            .await
+            .unwrap()
+            .contains(&CLONING.to_string())
+    );
+    assert!(c.pv_for(&pending).await.is_none());
+    c.faults("");
+    c.wait_pv(&pending, T).await;
+    c.wait_until("src gone once its clones are done", T, || async {
+        finalizers(&c, "src").await.is_none()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn clones_that_break_a_rule_get_an_event_and_no_volume() {
+    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    c.class("fast", json!({})).await;
+    bound_claim(&c, "src", "2Gi", json!({})).await;
+    let before = c.driver_volumes().await;
+    let cases = [
+        (
+            "smaller",
+            "1Gi",
+            clone_of("src"),
+            "new PVC request must be greater than or equal in size",
+        ),
+        ("missing", "2Gi", clone_of("nope"), "error getting PVC nope"),
+        (
+            "block",
+            "2Gi",
+            json!({"spec": {"volumeMode": "Block", "dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}}}),
+            "Source is Filesystem, but new PVC requested Block",
+        ),
+        (
+            "snapshot-group",
+            "2Gi",
+            json!({"spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "s", "apiGroup": "example.com"}}}),
+            "Expected snapshot.storage.k8s.io, Got example.com",
+        ),
+        (
+            "remote",
+            "2Gi",
+            json!({"spec": {"dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "src", "namespace": "other"}}}),
+            "CrossNamespaceVolumeDataSource feature is disabled",
+        ),
+    ];
+    for (name, size, extra, words) in cases {
+        c.claim(name, "fast", size, extra, false).await;
+        let message = c.wait_event(name, "ProvisioningFailed", words).await;
+        assert!(
+            message.starts_with("failed to provision volume with StorageClass \"fast\": "),
+            "{message}"
+        );
+    }
+    // A populator's kind is left to the populator.
+    c.claim(
+        "populated",
+        "fast",
+        "1Gi",
+        json!({"spec": {"dataSourceRef": {"kind": "Dataset", "name": "d", "apiGroup": "example.com"}}}),
+        false,
+    )
+    .await;
+    c.wait_event(
+        "populated",
+        "Provisioning",
+        "Assuming an external populator will provision the volume",
+    )
+    .await;
+    assert_eq!(
+        c.driver_volumes().await,
+        before,
+        "no CreateVolume for any of them"
+    );
+}
+
+#[tokio::test]
+async fn a_driver_without_clones_or_snapshots_is_not_asked_for_them() {
+    let c = Cluster::start(&["--disable=clones", "--disable=snapshots"], &[], true).await;
+    c.class("fast", json!({})).await;
+    bound_claim(&c, "src", "1Gi", json!({})).await;
+    c.claim("copy", "fast", "1Gi", clone_of("src"), false).await;
+    c.wait_event(
+        "copy",
+        "ProvisioningFailed",
+        "controller CLONE_VOLUME capability is not reported",
+    )
+    .await;
+    c.claim(
+        "restore",
+        "fast",
+        "1Gi",
+        json!({"spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "s", "apiGroup": "snapshot.storage.k8s.io"}}}),
+        false,
+    )
+    .await;
+    c.wait_event(
+        "restore",
+        "ProvisioningFailed",
+        "CREATE_DELETE_SNAPSHOT capability is not reported",
+    )
+    .await;
+    assert_eq!(c.driver_volumes().await, 1);
+}
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "snapshot.storage.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "snapshot.storage.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// A VolumeSnapshot bound to a content for `handle`, with the statuses the snapshot controller
+/// writes; `ready` and the content's `sourceVolumeMode` as given.
+async fn snapshot_objects(c: &Cluster, name: &str, handle: &str, ready: bool, mode: &str) {
+    let contents: Api<DynamicObject> = Api::all_with(
+        c.client.clone(),
+        &resource("VolumeSnapshotContent", "volumesnapshotcontents"),
+    );
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        c.client.clone(),
+        "default",
+        &resource("VolumeSnapshot", "volumesnapshots"),
+    );
+    let snapshot: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": name},
+        "spec": {"source": {"volumeSnapshotContentName": format!("content-{name}")}},
+    }))
+    .unwrap();
+    let snapshot = snapshots
+        .create(&PostParams::default(), &snapshot)
+        .await
+        .unwrap();
+    let content: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": format!("content-{name}")},
+        "spec": {
+            "driver": DRIVER,
+            "deletionPolicy": "Delete",
+            "sourceVolumeMode": mode,
+            "source": {"snapshotHandle": handle},
+            "volumeSnapshotRef": {"name": name, "namespace": "default", "uid": snapshot.metadata.uid},
+        },
+    }))
+    .unwrap();
+    contents
+        .create(&PostParams::default(), &content)
+        .await
+        .unwrap();
+    contents
+        .patch_status(
+            &format!("content-{name}"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"snapshotHandle": handle, "readyToUse": true, "restoreSize": 1 << 30}})),
+        )
+        .await
+        .unwrap();
+    set_ready(c, name, ready).await;
+}
+
+async fn set_ready(c: &Cluster, name: &str, ready: bool) {
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        c.client.clone(),
+        "default",
+        &resource("VolumeSnapshot", "volumesnapshots"),
+    );
+    snapshots
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "boundVolumeSnapshotContentName": format!("content-{name}"),
+                "readyToUse": ready,
+                "restoreSize": "1Gi",
+            }})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn restores_wait_for_a_ready_snapshot_and_keep_the_volume_mode() {
+    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    stack::snapshots::crds::install(&c.client).await.unwrap();
+    c.class("fast", json!({})).await;
+    let (_, source_pv) = bound_claim(&c, "src", "1Gi", json!({})).await;
+    std::fs::write(volume_dir(&c, &source_pv).join("data.txt"), "snapshotted").unwrap();
+    let channel = sidecar_kit::csi::connect(&c.socket).await.unwrap();
+    let mut driver = csi::controller_client::ControllerClient::new(channel);
+    let handle = driver
+        .create_snapshot(csi::CreateSnapshotRequest {
+            source_volume_id: source_pv
+                .spec
+                .as_ref()
+                .unwrap()
+                .csi
+                .as_ref()
+                .unwrap()
+                .volume_handle
+                .clone(),
+            name: "snap".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap()
+        .snapshot_id;
+    snapshot_objects(&c, "snap", &handle, false, "Filesystem").await;
+    let restore = json!({"spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}}});
+    let claim = c
+        .claim("restored", "fast", "1Gi", restore.clone(), false)
+        .await;
+    c.wait_event(
+        "restored",
+        "ProvisioningFailed",
+        "snapshot snap is not Ready",
+    )
+    .await;
+    assert!(c.pv_for(&claim).await.is_none());
+    set_ready(&c, "snap", true).await;
+    let pv = c.wait_pv(&claim, T).await;
+    assert_eq!(
+        std::fs::read_to_string(volume_dir(&c, &pv).join("data.txt")).unwrap(),
+        "snapshotted"
+    );
+    // Too small for the snapshot, or a Block volume from a Filesystem snapshot: refused.
+    c.claim("tiny", "fast", "512Mi", restore.clone(), false)
+        .await;
+    c.wait_event(
+        "tiny",
+        "ProvisioningFailed",
+        "is less than the size 1073741824 for the source snapshot snap",
+    )
+    .await;
+    let mut block = restore.clone();
+    block["spec"]["volumeMode"] = json!("Block");
+    c.claim("as-block", "fast", "1Gi", block, false).await;
+    c.wait_event(
+        "as-block",
+        "ProvisioningFailed",
+        "does not have permission to do so",
+    )
+    .await;
+}

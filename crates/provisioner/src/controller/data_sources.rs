@@ -1,0 +1,277 @@
+//! The I/O around `decide::data_source`: looking up a clone's source claim and volume, a
+//! restore's VolumeSnapshot and VolumeSnapshotContent, ReferenceGrants for sources in other
+//! namespaces; the cloning-protection finalizer on a source claim before its clone's
+//! CreateVolume, and the controller that removes it once no clone is pending.
+
+use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::Value;
+use sidecar_kit::events::EventType;
+use sidecar_kit::workqueue::Next;
+
+use super::claims::{ClaimError, reference};
+use super::{ClaimKey, Provisioner};
+use crate::decide::data_source::{
+    CloningProtection, SNAPSHOT_GROUP, SourceKind, SourceRef, clone_source, cloning_protection,
+    granted, kind_of, protect_source, snapshot_source, source_of,
+};
+
+/// What a claim's data source means for its CreateVolume.
+#[derive(Debug)]
+pub(crate) enum Resolved {
+    /// No data source: an empty volume.
+    Empty,
+    /// A populator's kind: the claim is left to it.
+    Populator,
+    /// Copy this source; protect this source claim (clones) until the clone is provisioned.
+    Copy {
+        /// For CreateVolume.
+        source: csi::VolumeContentSource,
+        /// The source claim of a clone.
+        protect: Option<ClaimKey>,
+    },
+}
+
+fn snapshot_api(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: SNAPSHOT_GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{SNAPSHOT_GROUP}/v1"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn reference_grants() -> ApiResource {
+    ApiResource {
+        group: "gateway.networking.k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "gateway.networking.k8s.io/v1beta1".into(),
+        kind: "ReferenceGrant".into(),
+        plural: "referencegrants".into(),
+    }
+}
+
+fn lookup(what: &'static str) -> impl FnOnce(kube::Error) -> ClaimError {
+    move |source| ClaimError::SourceLookup { what, source }
+}
+
+fn as_json(object: DynamicObject) -> Result<Value, ClaimError> {
+    serde_json::to_value(object).map_err(|e| ClaimError::SourceLookup {
+        what: "snapshot object",
+        source: kube::Error::SerdeError(e),
+    })
+}
+
+impl Provisioner {
+    /// Resolves a claim's data source, with every check upstream makes before CreateVolume.
+    pub(crate) async fn resolve_data_source(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class_name: &str,
+    ) -> Result<Resolved, ClaimError> {
+        let Some(source) = source_of(claim, self.cfg.cross_namespace)? else {
+            return Ok(Resolved::Empty);
+        };
+        let claim_namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        if source.namespace != claim_namespace {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &source.namespace, &reference_grants());
+            let grants: Vec<Value> = api
+                .list(&Default::default())
+                .await
+                .map_err(lookup("ReferenceGrants"))?
+                .items
+                .into_iter()
+                .map(as_json)
+                .collect::<Result<_, _>>()?;
+            if !granted(&grants, &claim_namespace, &source) {
+                return Err(crate::decide::data_source::DataSourceError::NotGranted {
+                    source_namespace: source.namespace.clone(),
+                    source_name: source.name.clone(),
+                    kind: source.kind.clone(),
+                    claim: format!(
+                        "{claim_namespace}/{}",
+                        claim.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                }
+                .into());
+            }
+        }
+        let caps = &self.cfg.caps;
+        match kind_of(
+            claim,
+            &source,
+            caps.clone_volume,
+            caps.create_delete_snapshot,
+        )? {
+            SourceKind::Populator => {
+                self.recorder
+                    .record(
+                        &reference(claim),
+                        EventType::Normal,
+                        "Provisioning",
+                        "Assuming an external populator will provision the volume",
+                    )
+                    .await;
+                Ok(Resolved::Populator)
+            }
+            SourceKind::Clone => self.clone_of(claim, &source).await,
+            SourceKind::Snapshot => {
+                let content = self.restore_of(claim, &source, class_name).await?;
+                Ok(Resolved::Copy {
+                    source: content,
+                    protect: None,
+                })
+            }
+        }
+    }
+
+    async fn clone_of(
+        &self,
+        claim: &PersistentVolumeClaim,
+        source: &SourceRef,
+    ) -> Result<Resolved, ClaimError> {
+        let key: ClaimKey = ObjectRef::new(&source.name).within(&source.namespace);
+        let source_claim = self.caches.claims.get(&key);
+        let volume_name = source_claim
+            .as_ref()
+            .and_then(|c| c.spec.as_ref())
+            .and_then(|s| s.volume_name.clone())
+            .filter(|n| !n.is_empty());
+        let volume = match volume_name {
+            Some(name) => Api::<PersistentVolume>::all(self.client.clone())
+                .get_opt(&name)
+                .await
+                .map_err(lookup("the source PersistentVolume"))?,
+            None => None,
+        };
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let already_sent = self
+            .inflight
+            .lock()
+            .contains_key(&self.cfg.options.naming.pv_name(&uid));
+        let content = clone_source(
+            claim,
+            source,
+            source_claim.as_deref(),
+            volume.as_ref(),
+            &self.cfg.caps.name,
+            already_sent,
+        )?;
+        Ok(Resolved::Copy {
+            source: content,
+            protect: Some(key),
+        })
+    }
+
+    async fn restore_of(
+        &self,
+        claim: &PersistentVolumeClaim,
+        source: &SourceRef,
+        class_name: &str,
+    ) -> Result<csi::VolumeContentSource, ClaimError> {
+        let snapshots: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &source.namespace,
+            &snapshot_api("VolumeSnapshot", "volumesnapshots"),
+        );
+        let snapshot = snapshots
+            .get_opt(&source.name)
+            .await
+            .map_err(lookup("the VolumeSnapshot"))?
+            .map(as_json)
+            .transpose()?;
+        let content_name = snapshot
+            .as_ref()
+            .and_then(|s| s.pointer("/status/boundVolumeSnapshotContentName"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let content = match content_name {
+            Some(name) => {
+                let contents: Api<DynamicObject> = Api::all_with(
+                    self.client.clone(),
+                    &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
+                );
+                contents
+                    .get_opt(&name)
+                    .await
+                    .map_err(lookup("the VolumeSnapshotContent"))?
+                    .map(as_json)
+                    .transpose()?
+            }
+            None => None,
+        };
+        Ok(snapshot_source(
+            claim,
+            source,
+            snapshot.as_ref(),
+            content.as_ref(),
+            &self.cfg.caps.name,
+            class_name,
+            self.cfg.prevent_volume_mode_conversion,
+        )?)
+    }
+
+    /// Adds the cloning-protection finalizer to a clone's source claim (before CreateVolume).
+    pub(crate) async fn protect_clone_source(&self, key: &ClaimKey) -> Result<(), ClaimError> {
+        let Some(source) = self.caches.claims.get(key) else {
+            return Ok(());
+        };
+        let Some(patch) = protect_source(&source) else {
+            return Ok(());
+        };
+        let namespace = key.namespace.clone().unwrap_or_default();
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
+            .patch(
+                &key.name,
+                &PatchParams::default(),
+                &Patch::<()>::Json(
+                    serde_json::from_value(patch)
+                        .map_err(|e| ClaimError::CloneFinalizer(kube::Error::SerdeError(e)))?,
+                ),
+            )
+            .await
+            .map_err(ClaimError::CloneFinalizer)?;
+        Ok(())
+    }
+
+    /// The cloning-protection controller's reconcile: a source claim being deleted loses its
+    /// finalizer once no clone of it is pending.
+    pub(crate) async fn sync_clone_source(&self, key: &ClaimKey) -> Result<Next, ClaimError> {
+        let Some(claim) = self.caches.claims.get(key) else {
+            return Ok(Next::Done);
+        };
+        let all = self.caches.claims.state();
+        match cloning_protection(&claim, all.iter().map(|c| c.as_ref())) {
+            CloningProtection::Nothing => Ok(Next::Done),
+            CloningProtection::Wait => {
+                tracing::debug!(claim = %key, "cloning in progress; keeping the cloning-protection finalizer");
+                Ok(Next::Retry)
+            }
+            CloningProtection::Release(patch) => {
+                let namespace = key.namespace.clone().unwrap_or_default();
+                let patch = serde_json::from_value(patch)
+                    .map_err(|e| ClaimError::CloneFinalizer(kube::Error::SerdeError(e)))?;
+                let result =
+                    Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
+                        .patch(
+                            &key.name,
+                            &PatchParams::default(),
+                            &Patch::<()>::Json(patch),
+                        )
+                        .await;
+                match result {
+                    Ok(_) => {
+                        tracing::info!(claim = %key, "cloning-protection finalizer removed");
+                        Ok(Next::Done)
+                    }
+                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(Next::Done),
+                    Err(error) => Err(ClaimError::CloneFinalizer(error)),
+                }
+            }
+        }
+    }
+}

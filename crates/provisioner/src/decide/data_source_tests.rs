@@ -1,0 +1,657 @@
+#![allow(clippy::unwrap_used)]
+
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolumeClaimStatus, TypedLocalObjectReference, TypedObjectReference,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use super::*;
+use crate::decide::testing::{claim, pv};
+
+const DRIVER: &str = "hostpath.csi.volstack.dev";
+
+fn with_source(
+    mut c: PersistentVolumeClaim,
+    kind: &str,
+    name: &str,
+    group: Option<&str>,
+) -> PersistentVolumeClaim {
+    c.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
+        api_group: group.map(str::to_string),
+        kind: kind.into(),
+        name: name.into(),
+    });
+    c
+}
+
+fn with_ref(
+    mut c: PersistentVolumeClaim,
+    kind: &str,
+    name: &str,
+    ns: Option<&str>,
+) -> PersistentVolumeClaim {
+    c.spec.as_mut().unwrap().data_source_ref = Some(TypedObjectReference {
+        api_group: Some(SNAPSHOT_GROUP.into()),
+        kind: kind.into(),
+        name: name.into(),
+        namespace: ns.map(str::to_string),
+    });
+    c
+}
+
+fn bound(mut c: PersistentVolumeClaim, volume: &str) -> PersistentVolumeClaim {
+    c.spec.as_mut().unwrap().volume_name = Some(volume.into());
+    c.status = Some(PersistentVolumeClaimStatus {
+        phase: Some("Bound".into()),
+        ..Default::default()
+    });
+    c
+}
+
+#[test]
+fn the_source_is_data_source_first_then_data_source_ref() {
+    let plain = claim("c").build();
+    assert_eq!(source_of(&plain, false).unwrap(), None);
+    let both = with_ref(
+        with_source(claim("c").build(), "PersistentVolumeClaim", "a", None),
+        "VolumeSnapshot",
+        "b",
+        None,
+    );
+    assert_eq!(source_of(&both, false).unwrap().unwrap().name, "a");
+    let local_ref = with_ref(claim("c").build(), "VolumeSnapshot", "s", None);
+    let r = source_of(&local_ref, false).unwrap().unwrap();
+    assert_eq!(
+        (r.kind.as_str(), r.namespace.as_str()),
+        ("VolumeSnapshot", "default")
+    );
+    let remote = with_ref(claim("c").build(), "VolumeSnapshot", "s", Some("other"));
+    assert_eq!(
+        source_of(&remote, false).unwrap_err(),
+        DataSourceError::NamespaceWithoutGate
+    );
+    assert_eq!(
+        source_of(&remote, true).unwrap().unwrap().namespace,
+        "other"
+    );
+}
+
+#[test]
+fn kinds_and_capabilities() {
+    let c = claim("c").build();
+    let r = |kind: &str, name: &str, group: Option<&str>| SourceRef {
+        kind: kind.into(),
+        name: name.into(),
+        namespace: "default".into(),
+        api_group: group.map(str::to_string),
+    };
+    // (source, can clone, can restore, expected)
+    let cases: Vec<(SourceRef, bool, bool, Result<SourceKind, String>)> = vec![
+        (
+            r("PersistentVolumeClaim", "a", None),
+            true,
+            true,
+            Ok(SourceKind::Clone),
+        ),
+        (
+            r("VolumeSnapshot", "s", Some(SNAPSHOT_GROUP)),
+            true,
+            true,
+            Ok(SourceKind::Snapshot),
+        ),
+        (
+            r("Dataset", "d", Some("example.com")),
+            false,
+            false,
+            Ok(SourceKind::Populator),
+        ),
+        (
+            r("PersistentVolumeClaim", "a", None),
+            false,
+            true,
+            Err("CLONE_VOLUME capability is not reported".into()),
+        ),
+        (
+            r("VolumeSnapshot", "s", Some(SNAPSHOT_GROUP)),
+            true,
+            false,
+            Err("CREATE_DELETE_SNAPSHOT capability is not reported".into()),
+        ),
+        (
+            r("VolumeSnapshot", "s", None),
+            true,
+            true,
+            Err("Expected snapshot.storage.k8s.io, Got ".into()),
+        ),
+        (
+            r("PersistentVolumeClaim", "", None),
+            true,
+            true,
+            Err("the PVC source not found for PVC default/c".into()),
+        ),
+    ];
+    for (source, clone, restore, expected) in cases {
+        match (kind_of(&c, &source, clone, restore), expected) {
+            (Ok(kind), Ok(want)) => assert_eq!(kind, want, "{source:?}"),
+            (Err(error), Err(text)) => {
+                assert!(error.to_string().contains(&text), "{source:?}: {error}")
+            }
+            (got, want) => panic!("{source:?}: got {got:?}, want {want:?}"),
+        }
+    }
+}
+
+#[test]
+fn reference_grants_match_namespace_from_and_to() {
+    let source = SourceRef {
+        kind: "VolumeSnapshot".into(),
+        name: "s".into(),
+        namespace: "data".into(),
+        api_group: Some(SNAPSHOT_GROUP.into()),
+    };
+    let grant = |ns: &str, from_ns: &str, from_kind: &str, to_kind: &str, to_name: Option<&str>| {
+        let mut to = json!({"group": SNAPSHOT_GROUP, "kind": to_kind});
+        if let Some(name) = to_name {
+            to["name"] = json!(name);
+        }
+        json!({
+            "metadata": {"name": "g", "namespace": ns},
+            "spec": {
+                "from": [{"group": "", "kind": from_kind, "namespace": from_ns}],
+                "to": [to],
+            }
+        })
+    };
+    let cases = [
+        (
+            grant(
+                "data",
+                "apps",
+                "PersistentVolumeClaim",
+                "VolumeSnapshot",
+                None,
+            ),
+            true,
+        ),
+        (
+            grant(
+                "data",
+                "apps",
+                "PersistentVolumeClaim",
+                "VolumeSnapshot",
+                Some("s"),
+            ),
+            true,
+        ),
+        (
+            grant(
+                "data",
+                "apps",
+                "PersistentVolumeClaim",
+                "VolumeSnapshot",
+                Some(""),
+            ),
+            true,
+        ),
+        (
+            grant(
+                "data",
+                "apps",
+                "PersistentVolumeClaim",
+                "VolumeSnapshot",
+                Some("t"),
+            ),
+            false,
+        ),
+        (
+            grant(
+                "data",
+                "other",
+                "PersistentVolumeClaim",
+                "VolumeSnapshot",
+                None,
+            ),
+            false,
+        ),
+        (grant("data", "apps", "Pod", "VolumeSnapshot", None), false),
+        (
+            grant(
+                "data",
+                "apps",
+                "PersistentVolumeClaim",
+                "PersistentVolumeClaim",
+                None,
+            ),
+            false,
+        ),
+        (
+            grant(
+                "apps",
+                "apps",
+                "PersistentVolumeClaim",
+                "VolumeSnapshot",
+                None,
+            ),
+            false,
+        ),
+    ];
+    for (g, expected) in cases {
+        assert_eq!(
+            granted(std::slice::from_ref(&g), "apps", &source),
+            expected,
+            "{g}"
+        );
+    }
+    assert!(!granted(&[], "apps", &source));
+}
+
+fn clone_ref() -> SourceRef {
+    SourceRef {
+        kind: "PersistentVolumeClaim".into(),
+        name: "src".into(),
+        namespace: "default".into(),
+        api_group: None,
+    }
+}
+
+fn source_claim() -> PersistentVolumeClaim {
+    let mut c = bound(claim("src").class("fast").size("1Gi").build(), "pv-src");
+    c.metadata.uid = Some("src-uid".into());
+    c
+}
+
+fn source_volume(driver: &str, mode: Option<&str>) -> PersistentVolume {
+    let mut v = pv("pv-src").csi_driver(driver).phase("Bound").build();
+    let spec = v.spec.as_mut().unwrap();
+    spec.claim_ref = Some(ObjectReference {
+        name: Some("src".into()),
+        namespace: Some("default".into()),
+        uid: Some("src-uid".into()),
+        ..Default::default()
+    });
+    spec.volume_mode = mode.map(str::to_string);
+    v
+}
+
+#[test]
+fn clone_checks_in_upstream_order() {
+    let new = claim("new").class("other-class").size("2Gi").build();
+    let ok = clone_source(
+        &new,
+        &clone_ref(),
+        Some(&source_claim()),
+        Some(&source_volume(DRIVER, None)),
+        DRIVER,
+        false,
+    )
+    .unwrap();
+    assert!(matches!(
+        ok.r#type,
+        Some(csi::volume_content_source::Type::Volume(v)) if v.volume_id == "handle-pv-src"
+    ));
+    let pending = {
+        let mut c = source_claim();
+        c.status = None;
+        c
+    };
+    let deleting = {
+        let mut c = source_claim();
+        c.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        c
+    };
+    // A clone already sent to the driver goes on while its (protected) source is deleted.
+    assert!(
+        clone_source(
+            &new,
+            &clone_ref(),
+            Some(&deleting),
+            Some(&source_volume(DRIVER, None)),
+            DRIVER,
+            true
+        )
+        .is_ok()
+    );
+    let classless = {
+        let mut c = source_claim();
+        c.spec.as_mut().unwrap().storage_class_name = None;
+        c
+    };
+    let unnamed = {
+        let mut c = source_claim();
+        c.spec.as_mut().unwrap().volume_name = Some(String::new());
+        c
+    };
+    let other_claim_volume = {
+        let mut v = source_volume(DRIVER, None);
+        v.spec.as_mut().unwrap().claim_ref.as_mut().unwrap().uid = Some("someone-else".into());
+        v
+    };
+    let small = claim("new").class("fast").size("512Mi").build();
+    let no_class = claim("new").size("2Gi").build();
+    let block = claim("new").class("fast").size("2Gi").block().build();
+    // (new claim, source claim, source volume, expected message fragment)
+    let cases: Vec<(
+        PersistentVolumeClaim,
+        Option<PersistentVolumeClaim>,
+        Option<PersistentVolume>,
+        &str,
+    )> = vec![
+        (
+            new.clone(),
+            None,
+            None,
+            "error getting PVC src (namespace \"default\") from api server",
+        ),
+        (
+            new.clone(),
+            Some(pending),
+            None,
+            "must have a status of Bound.  Got ",
+        ),
+        (
+            new.clone(),
+            Some(deleting),
+            None,
+            "is currently being deleted",
+        ),
+        (
+            new.clone(),
+            Some(classless),
+            None,
+            "the source PVC (src) storageclass cannot be empty",
+        ),
+        (
+            no_class,
+            Some(source_claim()),
+            None,
+            "the requested PVC (new) storageclass cannot be empty",
+        ),
+        (
+            small,
+            Some(source_claim()),
+            None,
+            "requested 536870912 but source is 1073741824",
+        ),
+        (
+            new.clone(),
+            Some(unnamed),
+            None,
+            "volume name is empty in source PVC src",
+        ),
+        (
+            new.clone(),
+            Some(source_claim()),
+            None,
+            "claim in dataSource not bound or invalid",
+        ),
+        (
+            new.clone(),
+            Some(source_claim()),
+            Some(source_volume("other.csi", None)),
+            "not bound or invalid",
+        ),
+        (
+            new.clone(),
+            Some(source_claim()),
+            Some(other_claim_volume),
+            "not bound or invalid",
+        ),
+        (
+            block,
+            Some(source_claim()),
+            Some(source_volume(DRIVER, Some("Filesystem"))),
+            "Source is Filesystem, but new PVC requested Block",
+        ),
+        (
+            new.clone(),
+            Some(source_claim()),
+            Some(source_volume(DRIVER, Some("Block"))),
+            "Source is Block, but new PVC requested Filesystem",
+        ),
+    ];
+    for (c, src, vol, fragment) in cases {
+        let error =
+            clone_source(&c, &clone_ref(), src.as_ref(), vol.as_ref(), DRIVER, false).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.starts_with(
+                "error getting handle for DataSource Type PersistentVolumeClaim by Name src: "
+            ),
+            "{text}"
+        );
+        assert!(text.contains(fragment), "{text} lacks {fragment:?}");
+    }
+}
+
+/// (claim, snapshot, content, prevent conversion, expected: Ok or a message fragment)
+type RestoreCase = (
+    PersistentVolumeClaim,
+    Option<Value>,
+    Option<Value>,
+    bool,
+    Option<&'static str>,
+);
+
+fn snap_ref() -> SourceRef {
+    SourceRef {
+        kind: "VolumeSnapshot".into(),
+        name: "snap".into(),
+        namespace: "default".into(),
+        api_group: Some(SNAPSHOT_GROUP.into()),
+    }
+}
+
+fn snapshot() -> Value {
+    json!({
+        "metadata": {"name": "snap", "namespace": "default", "uid": "snap-uid"},
+        "spec": {"source": {"persistentVolumeClaimName": "src"}},
+        "status": {"boundVolumeSnapshotContentName": "content", "readyToUse": true, "restoreSize": "1Gi"}
+    })
+}
+
+fn content() -> Value {
+    json!({
+        "metadata": {"name": "content"},
+        "spec": {
+            "driver": DRIVER,
+            "sourceVolumeMode": "Filesystem",
+            "volumeSnapshotRef": {"name": "snap", "namespace": "default", "uid": "snap-uid"},
+        },
+        "status": {"snapshotHandle": "snap-handle", "readyToUse": true, "restoreSize": 1073741824}
+    })
+}
+
+#[test]
+fn restore_checks_in_upstream_order() {
+    let new = claim("new").class("fast").size("1Gi").build();
+    let restore =
+        |c: &PersistentVolumeClaim, s: Option<&Value>, k: Option<&Value>, prevent: bool| {
+            snapshot_source(c, &snap_ref(), s, k, DRIVER, "fast", prevent)
+        };
+    let ok = restore(&new, Some(&snapshot()), Some(&content()), true).unwrap();
+    assert!(matches!(
+        ok.r#type,
+        Some(csi::volume_content_source::Type::Snapshot(s)) if s.snapshot_id == "snap-handle"
+    ));
+    let edit = |base: Value, pointer: &str, value: Value| {
+        let mut v = base;
+        *v.pointer_mut(pointer).unwrap() = value;
+        v
+    };
+    let deleting = {
+        let mut s = snapshot();
+        s["metadata"]["deletionTimestamp"] = json!("2026-11-23T00:00:00Z");
+        s
+    };
+    let small = claim("new").class("fast").size("512Mi").build();
+    let block = claim("new").class("fast").size("1Gi").block().build();
+    let allowed = {
+        let mut k = content();
+        k["metadata"]["annotations"] = json!({ALLOW_VOLUME_MODE_CHANGE: "true"});
+        k
+    };
+    let denied = {
+        let mut k = content();
+        k["metadata"]["annotations"] = json!({ALLOW_VOLUME_MODE_CHANGE: "false"});
+        k
+    };
+    let garbled = {
+        let mut k = content();
+        k["metadata"]["annotations"] = json!({ALLOW_VOLUME_MODE_CHANGE: "yes"});
+        k
+    };
+    // (claim, snapshot, content, prevent conversion, expected: Ok or a message fragment)
+    let cases: Vec<RestoreCase> = vec![
+        (
+            new.clone(),
+            None,
+            None,
+            true,
+            Some("error getting snapshot snap from api server"),
+        ),
+        (
+            new.clone(),
+            Some(deleting),
+            None,
+            true,
+            Some("snapshot snap is being deleted"),
+        ),
+        (
+            new.clone(),
+            Some(edit(snapshot(), "/status", json!({}))),
+            None,
+            true,
+            Some("snapshot snap not bound"),
+        ),
+        (
+            new.clone(),
+            Some(snapshot()),
+            None,
+            true,
+            Some("error getting snapshotcontent content for snapshot default/snap"),
+        ),
+        (
+            new.clone(),
+            Some(snapshot()),
+            Some(edit(content(), "/spec/volumeSnapshotRef/uid", json!("old"))),
+            true,
+            Some("is bound to a different snapshot"),
+        ),
+        (
+            new.clone(),
+            Some(snapshot()),
+            Some(edit(content(), "/spec/driver", json!("other.csi"))),
+            true,
+            Some("is not handled by CSI driver of StorageClass fast"),
+        ),
+        (
+            new.clone(),
+            Some(edit(snapshot(), "/status/readyToUse", json!(false))),
+            Some(content()),
+            true,
+            Some("snapshot snap is not Ready"),
+        ),
+        (
+            new.clone(),
+            Some(snapshot()),
+            Some(edit(content(), "/status", json!({}))),
+            true,
+            Some("snapshot handle content is not available"),
+        ),
+        (
+            small,
+            Some(snapshot()),
+            Some(content()),
+            true,
+            Some("requested volume size 536870912 is less than the size 1073741824"),
+        ),
+        (
+            block.clone(),
+            Some(snapshot()),
+            Some(content()),
+            true,
+            Some("annotation is not present on snapshotcontent content"),
+        ),
+        (
+            block.clone(),
+            Some(snapshot()),
+            Some(denied),
+            true,
+            Some("is set to false on snapshotcontent content"),
+        ),
+        (
+            block.clone(),
+            Some(snapshot()),
+            Some(garbled),
+            true,
+            Some("failed to convert"),
+        ),
+        (block.clone(), Some(snapshot()), Some(allowed), true, None),
+        (block, Some(snapshot()), Some(content()), false, None),
+    ];
+    for (c, s, k, prevent, expected) in cases {
+        match (restore(&c, s.as_ref(), k.as_ref(), prevent), expected) {
+            (Ok(_), None) => {}
+            (Err(error), Some(fragment)) => {
+                let text = error.to_string();
+                assert!(
+                    text.starts_with(
+                        "error getting handle for DataSource Type VolumeSnapshot by Name snap: "
+                    ),
+                    "{text}"
+                );
+                assert!(text.contains(fragment), "{text} lacks {fragment:?}");
+            }
+            (got, want) => panic!("got {got:?}, want {want:?} for {s:?} {k:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_cloning_finalizer_is_added_once_and_released_when_no_clone_is_pending() {
+    use sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER as F;
+    let mut source = source_claim();
+    assert_eq!(
+        protect_source(&source),
+        Some(json!([{"op": "add", "path": "/metadata/finalizers", "value": [F]}]))
+    );
+    source.metadata.finalizers = Some(vec!["other".into()]);
+    assert_eq!(
+        protect_source(&source),
+        Some(json!([{"op": "add", "path": "/metadata/finalizers/-", "value": F}]))
+    );
+    source.metadata.finalizers = Some(vec!["other".into(), F.into()]);
+    assert_eq!(protect_source(&source), None);
+
+    let pending = with_source(claim("clone").build(), "PersistentVolumeClaim", "src", None);
+    let bound_clone = bound(
+        with_source(claim("done").build(), "PersistentVolumeClaim", "src", None),
+        "pv-done",
+    );
+    let elsewhere = {
+        let mut c = pending.clone();
+        c.metadata.namespace = Some("other".into());
+        c
+    };
+    let of_another = with_source(claim("x").build(), "PersistentVolumeClaim", "someone", None);
+    // Not being deleted: nothing to do, whatever is pending.
+    assert_eq!(
+        cloning_protection(&source, [&pending]),
+        CloningProtection::Nothing
+    );
+    source.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    assert_eq!(
+        cloning_protection(&source, [&pending, &bound_clone]),
+        CloningProtection::Wait
+    );
+    assert_eq!(
+        cloning_protection(&source, [&bound_clone, &elsewhere, &of_another]),
+        CloningProtection::Release(json!([
+            {"op": "test", "path": "/metadata/finalizers/1", "value": F},
+            {"op": "remove", "path": "/metadata/finalizers/1"},
+        ]))
+    );
+    source.metadata.finalizers = Some(vec!["other".into()]);
+    assert_eq!(cloning_protection(&source, []), CloningProtection::Nothing);
+}

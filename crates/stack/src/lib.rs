@@ -1,0 +1,9 @@
+//! The rest of a cluster for the embedded stack, built on the shared controller runtime and
+//! talking to the API server only (never to the provisioner or the PV controller directly):
+//!
+//! - `snapshots`: the snapshot.storage.k8s.io/v1 definitions and a snapshot controller doing
+//!   what the community snapshot-controller and csi-snapshotter do together for one driver.
+
+#![forbid(unsafe_code)]
+
+pub mod snapshots;
