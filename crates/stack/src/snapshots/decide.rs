@@ -1,0 +1,707 @@
+//! Pure decisions of the snapshot controller: from a VolumeSnapshot (or a content) and what it
+//! refers to, the steps to take, in order. The controller carries them out and looks again
+//! when the objects change.
+//!
+//! The protocol is the community snapshot-controller's and csi-snapshotter's: content
+//! `snapcontent-<snapshot uid>`, CSI snapshot name `snapshot-<snapshot uid>`, their finalizers
+//! and annotations, status fields and event reasons.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use sidecar_kit::events::EventType;
+
+use super::types::{
+    API_VERSION, ContentSource, SnapshotError, SnapshotRef, VolumeSnapshot, VolumeSnapshotClass,
+    VolumeSnapshotContent, VolumeSnapshotContentSpec, VolumeSnapshotContentStatus,
+    VolumeSnapshotStatus,
+};
+
+/// On a VolumeSnapshot while a claim may restore from it.
+pub const FINALIZER_AS_SOURCE: &str =
+    "snapshot.storage.kubernetes.io/volumesnapshot-as-source-protection";
+/// On a VolumeSnapshot bound to a content with deletionPolicy Delete.
+pub const FINALIZER_BOUND: &str = "snapshot.storage.kubernetes.io/volumesnapshot-bound-protection";
+/// On a bound VolumeSnapshotContent, until its CSI snapshot is dealt with.
+pub const FINALIZER_CONTENT: &str =
+    "snapshot.storage.kubernetes.io/volumesnapshotcontent-bound-protection";
+/// On a claim being snapshotted.
+pub const FINALIZER_CLAIM: &str = "snapshot.storage.kubernetes.io/pvc-as-source-protection";
+/// On a content whose VolumeSnapshot is being deleted.
+pub const ANN_BEING_DELETED: &str = "snapshot.storage.kubernetes.io/volumesnapshot-being-deleted";
+/// On a content while CreateSnapshot may be running.
+pub const ANN_BEING_CREATED: &str = "snapshot.storage.kubernetes.io/volumesnapshot-being-created";
+/// On the default VolumeSnapshotClass of a driver.
+pub const ANN_DEFAULT_CLASS: &str = "snapshot.storage.kubernetes.io/is-default-class";
+/// The secret DeleteSnapshot uses, on a content.
+pub const ANN_SECRET_NAME: &str = "snapshot.storage.kubernetes.io/deletion-secret-name";
+/// Its namespace.
+pub const ANN_SECRET_NAMESPACE: &str = "snapshot.storage.kubernetes.io/deletion-secret-namespace";
+/// Class parameters naming the CreateSnapshot/DeleteSnapshot secret.
+pub const PARAM_SECRET_NAME: &str = "csi.storage.k8s.io/snapshotter-secret-name";
+/// Its namespace.
+pub const PARAM_SECRET_NAMESPACE: &str = "csi.storage.k8s.io/snapshotter-secret-namespace";
+
+/// Class parameter keys in the reserved prefix that are not passed to the driver.
+const RESERVED: [&str; 8] = [
+    PARAM_SECRET_NAME,
+    PARAM_SECRET_NAMESPACE,
+    "csi.storage.k8s.io/snapshotter-list-secret-name",
+    "csi.storage.k8s.io/snapshotter-list-secret-namespace",
+    "csi.storage.k8s.io/group-snapshotter-secret-name",
+    "csi.storage.k8s.io/group-snapshotter-secret-namespace",
+    "csi.storage.k8s.io/group-snapshotter-get-secret-name",
+    "csi.storage.k8s.io/group-snapshotter-get-secret-namespace",
+];
+
+/// One step on a VolumeSnapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SnapshotStep {
+    /// Add a finalizer to the snapshot.
+    AddFinalizer(&'static str),
+    /// Remove a finalizer from the snapshot.
+    RemoveFinalizer(&'static str),
+    /// Set `spec.volumeSnapshotClassName` (the default class).
+    SetClass(String),
+    /// Add the source-protection finalizer to the claim of this name (snapshot's namespace).
+    ProtectClaim(String),
+    /// Remove it.
+    ReleaseClaim(String),
+    /// Create this content.
+    CreateContent(Box<VolumeSnapshotContent>),
+    /// Bind a pre-provisioned content: set its `volumeSnapshotRef.uid`.
+    BindContent {
+        /// Content name.
+        content: String,
+        /// The snapshot's uid.
+        uid: String,
+    },
+    /// Replace the snapshot's status.
+    SetStatus(VolumeSnapshotStatus),
+    /// Annotate the content: its snapshot is being deleted.
+    MarkBeingDeleted(String),
+    /// Delete the content object.
+    DeleteContent(String),
+    /// Record an event on the snapshot.
+    Event(EventType, &'static str, String),
+}
+
+/// What happens after the steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing more until something changes.
+    Done,
+    /// Look again after a backoff (a failure was reported by the steps, or a wait).
+    Retry,
+}
+
+/// Steps and what follows them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan<S> {
+    /// The steps, in order.
+    pub steps: Vec<S>,
+    /// Then.
+    pub outcome: Outcome,
+}
+
+/// What a VolumeSnapshot refers to, looked up by the controller.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotWorld<'a> {
+    /// The snapshot.
+    pub snapshot: &'a VolumeSnapshot,
+    /// Its content: the one named by its source or status, else `snapcontent-<uid>`.
+    pub content: Option<&'a VolumeSnapshotContent>,
+    /// Every class (for the default and the named one).
+    pub classes: &'a [&'a VolumeSnapshotClass],
+    /// The source claim (dynamic).
+    pub claim: Option<&'a PersistentVolumeClaim>,
+    /// Its volume.
+    pub volume: Option<&'a PersistentVolume>,
+    /// A Pending claim restores from this snapshot.
+    pub restoring: bool,
+    /// Another snapshot of the same claim is not ready yet.
+    pub claim_busy: bool,
+    /// The driver this controller serves.
+    pub driver: &'a str,
+    /// Now, RFC 3339 (for error times).
+    pub now: &'a str,
+}
+
+fn has(meta: &ObjectMeta, finalizer: &str) -> bool {
+    meta.finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == finalizer))
+}
+
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn key(snapshot: &VolumeSnapshot) -> String {
+    format!(
+        "{}/{}",
+        snapshot.metadata.namespace.as_deref().unwrap_or_default(),
+        snapshot.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The name of a dynamic snapshot's content.
+pub fn content_name(snapshot: &VolumeSnapshot) -> String {
+    format!(
+        "snapcontent-{}",
+        snapshot.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// The content a snapshot refers to.
+pub fn wanted_content(snapshot: &VolumeSnapshot) -> String {
+    snapshot
+        .spec
+        .source
+        .volume_snapshot_content_name
+        .clone()
+        .or_else(|| {
+            snapshot
+                .status
+                .as_ref()
+                .and_then(|s| s.bound_volume_snapshot_content_name.clone())
+        })
+        .unwrap_or_else(|| content_name(snapshot))
+}
+
+/// Whether a content's reference points back at this snapshot (name, namespace, and uid when
+/// `uid_required` or the content has one).
+fn points_back(content: &VolumeSnapshotContent, snapshot: &VolumeSnapshot, uid_required: bool) -> bool {
+    let r = &content.spec.volume_snapshot_ref;
+    let uid_ok = match r.uid.as_deref().filter(|u| !u.is_empty()) {
+        Some(uid) => Some(uid) == snapshot.metadata.uid.as_deref(),
+        None => !uid_required,
+    };
+    r.name == snapshot.metadata.name && r.namespace == snapshot.metadata.namespace && uid_ok
+}
+
+/// The status of a snapshot given its content's, as the snapshot controller propagates it.
+pub fn status_from(
+    old: Option<&VolumeSnapshotStatus>,
+    content: &VolumeSnapshotContent,
+) -> VolumeSnapshotStatus {
+    let mut status = old.cloned().unwrap_or_default();
+    status.bound_volume_snapshot_content_name = content.metadata.name.clone();
+    let cs = content.status.clone().unwrap_or_default();
+    let ready = cs.ready_to_use.unwrap_or(false);
+    status.ready_to_use = Some(ready);
+    if status.creation_time.is_none() {
+        status.creation_time = cs.creation_time.map(rfc3339_from_nanos);
+    }
+    if let Some(size) = cs.restore_size.filter(|s| *s > 0) {
+        let unset = status.restore_size.as_deref().is_none_or(|q| q == "0");
+        if unset {
+            status.restore_size = Some(sidecar_kit::quantity::format_binary_si(size));
+        }
+    }
+    status.error = if ready { None } else { cs.error.clone() };
+    status
+}
+
+/// Unix nanoseconds as RFC 3339 (seconds precision, UTC).
+pub fn rfc3339_from_nanos(nanos: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos))
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
+fn fail(
+    w: &SnapshotWorld<'_>,
+    mut steps: Vec<SnapshotStep>,
+    reason: &'static str,
+    message: String,
+) -> Plan<SnapshotStep> {
+    let mut status = w.snapshot.status.clone().unwrap_or_default();
+    status.ready_to_use = Some(false);
+    status.error = Some(SnapshotError {
+        time: Some(w.now.to_string()),
+        message: Some(message.clone()),
+    });
+    steps.push(SnapshotStep::Event(EventType::Warning, reason, message));
+    if w.snapshot.status.as_ref() != Some(&status) {
+        steps.push(SnapshotStep::SetStatus(status));
+    }
+    Plan {
+        steps,
+        outcome: Outcome::Retry,
+    }
+}
+
+fn done(steps: Vec<SnapshotStep>) -> Plan<SnapshotStep> {
+    Plan {
+        steps,
+        outcome: Outcome::Done,
+    }
+}
+
+/// Decides what to do with a VolumeSnapshot.
+pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
+    if w.snapshot.metadata.deletion_timestamp.is_some() {
+        return decide_deletion(w);
+    }
+    let source = &w.snapshot.spec.source;
+    let (claim_name, content_source) = match (
+        source.persistent_volume_claim_name.as_deref().filter(|n| !n.is_empty()),
+        source.volume_snapshot_content_name.as_deref().filter(|n| !n.is_empty()),
+    ) {
+        (Some(claim), None) => (Some(claim), None),
+        (None, Some(content)) => (None, Some(content)),
+        _ => {
+            return fail(
+                w,
+                Vec::new(),
+                "SnapshotValidationError",
+                "Exactly one of PersistentVolumeClaimName and VolumeSnapshotContentName should be specified"
+                    .into(),
+            );
+        }
+    };
+    let mut steps = Vec::new();
+    if !has(&w.snapshot.metadata, FINALIZER_AS_SOURCE) {
+        steps.push(SnapshotStep::AddFinalizer(FINALIZER_AS_SOURCE));
+    }
+    let content = match (content_source, claim_name) {
+        (Some(name), _) => {
+            let Some(content) = w.content else {
+                return fail(
+                    w,
+                    steps,
+                    "SnapshotContentMissing",
+                    format!("VolumeSnapshotContent {name} is missing"),
+                );
+            };
+            if content.spec.source.snapshot_handle.is_none() {
+                return fail(
+                    w,
+                    steps,
+                    "SnapshotContentMismatch",
+                    format!("VolumeSnapshotContent {name} is not pre-provisioned: it has no spec.source.snapshotHandle"),
+                );
+            }
+            if !points_back(content, w.snapshot, false) {
+                return fail(
+                    w,
+                    steps,
+                    "SnapshotContentMisbound",
+                    format!("VolumeSnapshotContent {name} is bound to a different snapshot"),
+                );
+            }
+            if content.spec.volume_snapshot_ref.uid.as_deref().is_none_or(str::is_empty) {
+                steps.push(SnapshotStep::BindContent {
+                    content: name.to_string(),
+                    uid: w.snapshot.metadata.uid.clone().unwrap_or_default(),
+                });
+                return done(steps);
+            }
+            content
+        }
+        (None, Some(claim_name)) => match dynamic(w, claim_name, &mut steps) {
+            Ok(content) => content,
+            Err(plan) => return plan,
+        },
+        (None, None) => return done(steps),
+    };
+    let status = status_from(w.snapshot.status.as_ref(), content);
+    let old = w.snapshot.status.clone().unwrap_or_default();
+    if status != old {
+        if old.creation_time.is_none() && status.creation_time.is_some() {
+            steps.push(SnapshotStep::Event(
+                EventType::Normal,
+                "SnapshotCreated",
+                format!("Snapshot {} was successfully created by the CSI driver.", key(w.snapshot)),
+            ));
+        }
+        if old.ready_to_use != Some(true) && status.ready_to_use == Some(true) {
+            steps.push(SnapshotStep::Event(
+                EventType::Normal,
+                "SnapshotReady",
+                format!("Snapshot {} is ready to use.", key(w.snapshot)),
+            ));
+        }
+        steps.push(SnapshotStep::SetStatus(status.clone()));
+    }
+    if content.spec.deletion_policy == "Delete" && !has(&w.snapshot.metadata, FINALIZER_BOUND) {
+        steps.push(SnapshotStep::AddFinalizer(FINALIZER_BOUND));
+    }
+    if let (Some(claim_name), Some(claim)) = (claim_name, w.claim)
+        && status.ready_to_use == Some(true)
+        && has(&claim.metadata, FINALIZER_CLAIM)
+        && !w.claim_busy
+    {
+        steps.push(SnapshotStep::ReleaseClaim(claim_name.to_string()));
+    }
+    done(steps)
+}
+
+/// A dynamic snapshot: its class, its claim and volume, its content (made when missing).
+fn dynamic<'a>(
+    w: &SnapshotWorld<'a>,
+    claim_name: &str,
+    steps: &mut Vec<SnapshotStep>,
+) -> Result<&'a VolumeSnapshotContent, Plan<SnapshotStep>> {
+    let class_name = match w.snapshot.spec.volume_snapshot_class_name.as_deref() {
+        Some(name) => name.to_string(),
+        None => {
+            let driver = w
+                .volume
+                .and_then(|v| v.spec.as_ref())
+                .and_then(|s| s.csi.as_ref())
+                .map(|c| c.driver.as_str());
+            let defaults: Vec<&&VolumeSnapshotClass> = w
+                .classes
+                .iter()
+                .filter(|c| {
+                    annotation(&c.metadata, ANN_DEFAULT_CLASS) == Some("true")
+                        && Some(c.driver.as_str()) == driver
+                })
+                .collect();
+            let message = match defaults.as_slice() {
+                [one] => {
+                    steps.push(SnapshotStep::SetClass(
+                        one.metadata.name.clone().unwrap_or_default(),
+                    ));
+                    return Err(done(std::mem::take(steps)));
+                }
+                [] => "cannot find default snapshot class".to_string(),
+                many => format!("{} default snapshot classes were found", many.len()),
+            };
+            return Err(fail(w, std::mem::take(steps), "SetDefaultSnapshotClassFailed", message));
+        }
+    };
+    if let Some(content) = w.content {
+        if !points_back(content, w.snapshot, true) {
+            return Err(fail(
+                w,
+                std::mem::take(steps),
+                "SnapshotContentMisbound",
+                format!(
+                    "VolumeSnapshotContent {} is bound to a different snapshot",
+                    content.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        return Ok(content);
+    }
+    let creation_failed = |steps: &mut Vec<SnapshotStep>, detail: String| {
+        Err(fail(
+            w,
+            std::mem::take(steps),
+            "SnapshotContentCreationFailed",
+            format!("Failed to create snapshot content with error {detail}"),
+        ))
+    };
+    let Some(class) = w
+        .classes
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(class_name.as_str()))
+    else {
+        return Err(fail(
+            w,
+            std::mem::take(steps),
+            "GetSnapshotClassFailed",
+            format!("Failed to get snapshot class with error volumesnapshotclass.snapshot.storage.k8s.io {class_name:?} not found"),
+        ));
+    };
+    let namespace = w.snapshot.metadata.namespace.as_deref().unwrap_or_default();
+    let Some(claim) = w.claim else {
+        return creation_failed(steps, format!("failed to get input parameters to create snapshot {}: persistentvolumeclaim {claim_name:?} not found", key(w.snapshot)));
+    };
+    if claim.metadata.deletion_timestamp.is_some() {
+        return creation_failed(steps, format!("cannot add finalizer on claim {namespace}/{claim_name} for snapshot {} because it is being deleted", key(w.snapshot)));
+    }
+    if !has(&claim.metadata, FINALIZER_CLAIM) {
+        steps.push(SnapshotStep::ProtectClaim(claim_name.to_string()));
+    }
+    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if !bound {
+        return creation_failed(steps, format!("the PVC {claim_name} is not yet bound to a PV, will not attempt to take a snapshot"));
+    }
+    let volume_name = claim.spec.as_ref().and_then(|s| s.volume_name.clone()).unwrap_or_default();
+    let Some(volume) = w.volume.filter(|v| v.metadata.name.as_deref() == Some(volume_name.as_str())) else {
+        return creation_failed(steps, "claim in dataSource not bound or invalid".into());
+    };
+    let spec = volume.spec.clone().unwrap_or_default();
+    let refers_back = spec.claim_ref.as_ref().is_some_and(|r| {
+        r.name == claim.metadata.name
+            && r.namespace == claim.metadata.namespace
+            && (r.uid.is_none() || r.uid == claim.metadata.uid)
+    });
+    if !refers_back {
+        return creation_failed(steps, "claim in dataSource not bound or invalid".into());
+    }
+    let Some(csi) = spec.csi.as_ref() else {
+        return creation_failed(steps, format!("cannot find CSI PersistentVolumeSource for volume {volume_name}"));
+    };
+    let mut annotations = BTreeMap::new();
+    let params = class.parameters.clone().unwrap_or_default();
+    if let (Some(name), Some(ns)) = (params.get(PARAM_SECRET_NAME), params.get(PARAM_SECRET_NAMESPACE)) {
+        let content = content_name(w.snapshot);
+        let snapshot_name = w.snapshot.metadata.name.as_deref().unwrap_or_default();
+        let expand = |template: &str| {
+            template
+                .replace("${volumesnapshotcontent.name}", &content)
+                .replace("${volumesnapshot.namespace}", namespace)
+                .replace("${volumesnapshot.name}", snapshot_name)
+        };
+        annotations.insert(ANN_SECRET_NAME.to_string(), expand(name));
+        annotations.insert(ANN_SECRET_NAMESPACE.to_string(), expand(ns));
+    }
+    let content = VolumeSnapshotContent {
+        api_version: API_VERSION.into(),
+        kind: "VolumeSnapshotContent".into(),
+        metadata: ObjectMeta {
+            name: Some(content_name(w.snapshot)),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            ..Default::default()
+        },
+        spec: VolumeSnapshotContentSpec {
+            deletion_policy: class.deletion_policy.clone(),
+            driver: class.driver.clone(),
+            source: ContentSource {
+                volume_handle: Some(csi.volume_handle.clone()),
+                snapshot_handle: None,
+            },
+            source_volume_mode: Some(spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into())),
+            volume_snapshot_class_name: Some(class_name.clone()),
+            volume_snapshot_ref: SnapshotRef {
+                api_version: Some(API_VERSION.into()),
+                kind: Some("VolumeSnapshot".into()),
+                name: w.snapshot.metadata.name.clone(),
+                namespace: w.snapshot.metadata.namespace.clone(),
+                uid: w.snapshot.metadata.uid.clone(),
+                resource_version: w.snapshot.metadata.resource_version.clone(),
+            },
+        },
+        status: None,
+    };
+    let mut status = w.snapshot.status.clone().unwrap_or_default();
+    status.bound_volume_snapshot_content_name = content.metadata.name.clone();
+    status.ready_to_use = Some(false);
+    steps.push(SnapshotStep::CreateContent(Box::new(content)));
+    steps.push(SnapshotStep::Event(
+        EventType::Normal,
+        "CreatingSnapshot",
+        format!("Waiting for a snapshot {} to be created by the CSI driver.", key(w.snapshot)),
+    ));
+    steps.push(SnapshotStep::SetStatus(status));
+    Err(done(std::mem::take(steps)))
+}
+
+/// A VolumeSnapshot being deleted: its content goes too (deletionPolicy Delete) or stays
+/// (Retain); the finalizers go once no claim restores from it and a Delete content is gone.
+fn decide_deletion(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
+    let meta = &w.snapshot.metadata;
+    let content = w.content.filter(|c| points_back(c, w.snapshot, true));
+    if content.is_some() && w.restoring && has(meta, FINALIZER_AS_SOURCE) {
+        return Plan {
+            steps: vec![SnapshotStep::Event(
+                EventType::Warning,
+                "SnapshotDeletePending",
+                "Snapshot is being used to restore a PVC".into(),
+            )],
+            outcome: Outcome::Retry,
+        };
+    }
+    let mut steps = Vec::new();
+    let mut waiting = false;
+    if let Some(content) = content {
+        let name = content.metadata.name.clone().unwrap_or_default();
+        if annotation(&content.metadata, ANN_BEING_DELETED) != Some("yes") {
+            steps.push(SnapshotStep::MarkBeingDeleted(name.clone()));
+        }
+        if content.spec.deletion_policy == "Delete" {
+            if content.metadata.deletion_timestamp.is_none() {
+                steps.push(SnapshotStep::DeleteContent(name));
+            }
+            waiting = true;
+        }
+    }
+    if let (Some(claim_name), Some(claim)) = (
+        w.snapshot.spec.source.persistent_volume_claim_name.as_deref(),
+        w.claim,
+    ) && has(&claim.metadata, FINALIZER_CLAIM)
+        && !w.claim_busy
+    {
+        steps.push(SnapshotStep::ReleaseClaim(claim_name.to_string()));
+    }
+    if has(meta, FINALIZER_AS_SOURCE) {
+        steps.push(SnapshotStep::RemoveFinalizer(FINALIZER_AS_SOURCE));
+    }
+    if has(meta, FINALIZER_BOUND) && !waiting {
+        steps.push(SnapshotStep::RemoveFinalizer(FINALIZER_BOUND));
+    }
+    // While a Delete content exists, its deletion (a content event) brings the snapshot back.
+    done(steps)
+}
+
+/// One step on a VolumeSnapshotContent (the csi-snapshotter's part).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContentStep {
+    /// Add the content finalizer.
+    AddFinalizer,
+    /// Remove it.
+    RemoveFinalizer,
+    /// CreateSnapshot (marked being-created around the call), then record the answer.
+    CreateSnapshot {
+        /// CSI name: `snapshot-<snapshot uid>`.
+        name: String,
+        /// The volume.
+        source_volume_id: String,
+        /// Class parameters for the driver.
+        parameters: BTreeMap<String, String>,
+    },
+    /// Look up a pre-provisioned snapshot and record it.
+    CheckSnapshot(String),
+    /// DeleteSnapshot, then clear the status.
+    DeleteSnapshot(String),
+    /// Record an event on the content.
+    Event(EventType, &'static str, String),
+}
+
+/// What a content refers to.
+#[derive(Debug, Clone, Copy)]
+pub struct ContentWorld<'a> {
+    /// The content.
+    pub content: &'a VolumeSnapshotContent,
+    /// Its class, if it names one that exists.
+    pub class: Option<&'a VolumeSnapshotClass>,
+    /// Whether the VolumeSnapshot it refers to still exists (same uid).
+    pub snapshot_exists: bool,
+    /// The driver this controller serves.
+    pub driver: &'a str,
+}
+
+/// Parameters for CreateSnapshot: the class's, without the secret references; another key in
+/// the reserved `csi.storage.k8s.io/` prefix is an error.
+pub fn snapshot_parameters(
+    class: &VolumeSnapshotClass,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for (key, value) in class.parameters.clone().unwrap_or_default() {
+        if RESERVED.contains(&key.as_str()) {
+            continue;
+        }
+        if key.starts_with("csi.storage.k8s.io/") {
+            return Err(format!(
+                "found unknown parameter key {key:?} with reserved namespace csi.storage.k8s.io/"
+            ));
+        }
+        out.insert(key, value);
+    }
+    Ok(out)
+}
+
+/// Decides what to do with a content of our driver.
+pub fn decide_content(w: &ContentWorld<'_>) -> Plan<ContentStep> {
+    let c = w.content;
+    let done = |steps| Plan {
+        steps,
+        outcome: Outcome::Done,
+    };
+    if c.spec.driver != w.driver {
+        return done(Vec::new());
+    }
+    let uid = c.spec.volume_snapshot_ref.uid.clone().unwrap_or_default();
+    let status = c.status.clone().unwrap_or_default();
+    if c.metadata.deletion_timestamp.is_some() {
+        let unbound_preprovisioned = c.spec.source.snapshot_handle.is_some() && uid.is_empty();
+        let released = annotation(&c.metadata, ANN_BEING_CREATED).is_none()
+            && (annotation(&c.metadata, ANN_BEING_DELETED) == Some("yes") || !w.snapshot_exists);
+        if !(unbound_preprovisioned || released) || !has(&c.metadata, FINALIZER_CONTENT) {
+            return done(Vec::new());
+        }
+        let mut steps = Vec::new();
+        if c.spec.deletion_policy == "Delete"
+            && let Some(handle) = status.snapshot_handle.clone()
+        {
+            steps.push(ContentStep::DeleteSnapshot(handle));
+        }
+        steps.push(ContentStep::RemoveFinalizer);
+        return done(steps);
+    }
+    let mut steps = Vec::new();
+    if !uid.is_empty() && !has(&c.metadata, FINALIZER_CONTENT) {
+        steps.push(ContentStep::AddFinalizer);
+    }
+    if status.ready_to_use == Some(true) {
+        return done(steps);
+    }
+    match (&c.spec.source.volume_handle, &c.spec.source.snapshot_handle) {
+        (Some(volume), None) if !uid.is_empty() => {
+            let Some(class) = w.class else {
+                steps.push(ContentStep::Event(
+                    EventType::Warning,
+                    "SnapshotCreationFailed",
+                    format!(
+                        "Failed to create snapshot: failed to get snapshot class {:?}",
+                        c.spec.volume_snapshot_class_name.clone().unwrap_or_default()
+                    ),
+                ));
+                return Plan {
+                    steps,
+                    outcome: Outcome::Retry,
+                };
+            };
+            match snapshot_parameters(class) {
+                Ok(parameters) => steps.push(ContentStep::CreateSnapshot {
+                    name: format!("snapshot-{uid}"),
+                    source_volume_id: volume.clone(),
+                    parameters,
+                }),
+                Err(message) => {
+                    steps.push(ContentStep::Event(
+                        EventType::Warning,
+                        "SnapshotCreationFailed",
+                        format!("Failed to create snapshot: {message}"),
+                    ));
+                    return Plan {
+                        steps,
+                        outcome: Outcome::Retry,
+                    };
+                }
+            }
+        }
+        (None, Some(handle)) => steps.push(ContentStep::CheckSnapshot(handle.clone())),
+        _ => {}
+    }
+    done(steps)
+}
+
+/// The content status after a CreateSnapshot or ListSnapshots answer: handle and creation time
+/// are kept once set; the error is cleared once ready.
+pub fn content_status(
+    old: Option<&VolumeSnapshotContentStatus>,
+    handle: &str,
+    ready: bool,
+    created_nanos: i64,
+    size_bytes: i64,
+) -> VolumeSnapshotContentStatus {
+    let mut status = old.cloned().unwrap_or_default();
+    if status.snapshot_handle.is_none() {
+        status.snapshot_handle = Some(handle.to_string());
+    }
+    if status.creation_time.is_none() {
+        status.creation_time = Some(created_nanos);
+    }
+    status.ready_to_use = Some(ready);
+    if size_bytes > 0 {
+        status.restore_size = Some(size_bytes);
+    }
+    if ready {
+        status.error = None;
+    }
+    status
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;
