@@ -29,6 +29,9 @@ pub struct StackOptions {
     pub driver_args: Vec<String>,
     /// Workers and backoff of the PV controller, if it runs.
     pub pv_controller: Option<(usize, Backoff)>,
+    /// Whether the snapshot.storage.k8s.io CRDs are installed and the snapshot controller
+    /// runs for the driver.
+    pub snapshots: bool,
     /// The User-Agent of the stack's own client.
     pub user_agent: &'static str,
 }
@@ -43,6 +46,7 @@ impl StackOptions {
             durable: false,
             driver_args: Vec::new(),
             pv_controller: Some((4, pv_controller::controller::default_backoff())),
+            snapshots: true,
             user_agent,
         }
     }
@@ -124,6 +128,37 @@ impl Stack {
         if let Some((workers, backoff)) = options.pv_controller {
             let controller = pv_controller::controller::PvController::new(client.clone(), backoff);
             tasks.push(tokio::spawn(controller.run(workers, signal(&stop))));
+        }
+        if options.snapshots {
+            stack::snapshots::crds::install(&client)
+                .await
+                .context("install the snapshot.storage.k8s.io definitions")?;
+            stack::snapshots::crds::install_default_class(
+                &client,
+                "csi-hostpath-snapclass",
+                &driver_name,
+            )
+            .await
+            .context("create the default VolumeSnapshotClass")?;
+            let channel = sidecar_kit::csi::connect(&socket)
+                .await
+                .context("connect the snapshot controller to the driver")?;
+            let controller = stack::snapshots::SnapshotController::new(
+                client.clone(),
+                channel,
+                stack::snapshots::SnapshotSettings {
+                    driver: driver_name.clone(),
+                    timeout: Duration::from_secs(60),
+                    backoff: Backoff {
+                        start: Duration::from_millis(100),
+                        max: Duration::from_secs(30),
+                    },
+                    workers: 4,
+                },
+                None,
+            );
+            let stopped = signal(&stop);
+            tasks.push(tokio::spawn(controller.controller().run(stopped)));
         }
         Ok(Stack {
             server,

@@ -211,6 +211,8 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
             "--publish-mode=symlink".to_string(),
         ],
         pv_controller: Some((16, pv_controller::controller::default_backoff())),
+        // The benchmark measures provisioning; snapshots stay out of the machine's budget.
+        snapshots: false,
         ..StackOptions::new(dir.path().to_path_buf(), "volstack-bench/0.1")
     })
     .await?;

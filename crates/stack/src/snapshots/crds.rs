@@ -171,6 +171,42 @@ pub async fn install(client: &kube::Client) -> Result<(), kube::Error> {
     Ok(())
 }
 
+/// Creates a default VolumeSnapshotClass (deletionPolicy Delete) for `driver` unless one of
+/// that name exists.
+pub async fn install_default_class(
+    client: &kube::Client,
+    name: &str,
+    driver: &str,
+) -> Result<(), kube::Error> {
+    use super::types::{API_VERSION, VolumeSnapshotClass};
+    let class = VolumeSnapshotClass {
+        api_version: API_VERSION.into(),
+        kind: "VolumeSnapshotClass".into(),
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.into()),
+            annotations: Some(
+                [(
+                    super::decide::ANN_DEFAULT_CLASS.to_string(),
+                    "true".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        driver: driver.into(),
+        deletion_policy: "Delete".into(),
+        parameters: None,
+    };
+    match kube::Api::<VolumeSnapshotClass>::all(client.clone())
+        .create(&Default::default(), &class)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

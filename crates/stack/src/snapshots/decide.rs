@@ -175,7 +175,11 @@ pub fn wanted_content(snapshot: &VolumeSnapshot) -> String {
 
 /// Whether a content's reference points back at this snapshot (name, namespace, and uid when
 /// `uid_required` or the content has one).
-fn points_back(content: &VolumeSnapshotContent, snapshot: &VolumeSnapshot, uid_required: bool) -> bool {
+fn points_back(
+    content: &VolumeSnapshotContent,
+    snapshot: &VolumeSnapshot,
+    uid_required: bool,
+) -> bool {
     let r = &content.spec.volume_snapshot_ref;
     let uid_ok = match r.uid.as_deref().filter(|u| !u.is_empty()) {
         Some(uid) => Some(uid) == snapshot.metadata.uid.as_deref(),
@@ -250,8 +254,14 @@ pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
     }
     let source = &w.snapshot.spec.source;
     let (claim_name, content_source) = match (
-        source.persistent_volume_claim_name.as_deref().filter(|n| !n.is_empty()),
-        source.volume_snapshot_content_name.as_deref().filter(|n| !n.is_empty()),
+        source
+            .persistent_volume_claim_name
+            .as_deref()
+            .filter(|n| !n.is_empty()),
+        source
+            .volume_snapshot_content_name
+            .as_deref()
+            .filter(|n| !n.is_empty()),
     ) {
         (Some(claim), None) => (Some(claim), None),
         (None, Some(content)) => (None, Some(content)),
@@ -284,7 +294,9 @@ pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
                     w,
                     steps,
                     "SnapshotContentMismatch",
-                    format!("VolumeSnapshotContent {name} is not pre-provisioned: it has no spec.source.snapshotHandle"),
+                    format!(
+                        "VolumeSnapshotContent {name} is not pre-provisioned: it has no spec.source.snapshotHandle"
+                    ),
                 );
             }
             if !points_back(content, w.snapshot, false) {
@@ -295,7 +307,13 @@ pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
                     format!("VolumeSnapshotContent {name} is bound to a different snapshot"),
                 );
             }
-            if content.spec.volume_snapshot_ref.uid.as_deref().is_none_or(str::is_empty) {
+            if content
+                .spec
+                .volume_snapshot_ref
+                .uid
+                .as_deref()
+                .is_none_or(str::is_empty)
+            {
                 steps.push(SnapshotStep::BindContent {
                     content: name.to_string(),
                     uid: w.snapshot.metadata.uid.clone().unwrap_or_default(),
@@ -317,7 +335,10 @@ pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
             steps.push(SnapshotStep::Event(
                 EventType::Normal,
                 "SnapshotCreated",
-                format!("Snapshot {} was successfully created by the CSI driver.", key(w.snapshot)),
+                format!(
+                    "Snapshot {} was successfully created by the CSI driver.",
+                    key(w.snapshot)
+                ),
             ));
         }
         if old.ready_to_use != Some(true) && status.ready_to_use == Some(true) {
@@ -374,7 +395,12 @@ fn dynamic<'a>(
                 [] => "cannot find default snapshot class".to_string(),
                 many => format!("{} default snapshot classes were found", many.len()),
             };
-            return Err(fail(w, std::mem::take(steps), "SetDefaultSnapshotClassFailed", message));
+            return Err(fail(
+                w,
+                std::mem::take(steps),
+                "SetDefaultSnapshotClassFailed",
+                message,
+            ));
         }
     };
     if let Some(content) = w.content {
@@ -408,25 +434,51 @@ fn dynamic<'a>(
             w,
             std::mem::take(steps),
             "GetSnapshotClassFailed",
-            format!("Failed to get snapshot class with error volumesnapshotclass.snapshot.storage.k8s.io {class_name:?} not found"),
+            format!(
+                "Failed to get snapshot class with error volumesnapshotclass.snapshot.storage.k8s.io {class_name:?} not found"
+            ),
         ));
     };
     let namespace = w.snapshot.metadata.namespace.as_deref().unwrap_or_default();
     let Some(claim) = w.claim else {
-        return creation_failed(steps, format!("failed to get input parameters to create snapshot {}: persistentvolumeclaim {claim_name:?} not found", key(w.snapshot)));
+        return creation_failed(
+            steps,
+            format!(
+                "failed to get input parameters to create snapshot {}: persistentvolumeclaim {claim_name:?} not found",
+                key(w.snapshot)
+            ),
+        );
     };
     if claim.metadata.deletion_timestamp.is_some() {
-        return creation_failed(steps, format!("cannot add finalizer on claim {namespace}/{claim_name} for snapshot {} because it is being deleted", key(w.snapshot)));
+        return creation_failed(
+            steps,
+            format!(
+                "cannot add finalizer on claim {namespace}/{claim_name} for snapshot {} because it is being deleted",
+                key(w.snapshot)
+            ),
+        );
     }
     if !has(&claim.metadata, FINALIZER_CLAIM) {
         steps.push(SnapshotStep::ProtectClaim(claim_name.to_string()));
     }
     let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     if !bound {
-        return creation_failed(steps, format!("the PVC {claim_name} is not yet bound to a PV, will not attempt to take a snapshot"));
+        return creation_failed(
+            steps,
+            format!(
+                "the PVC {claim_name} is not yet bound to a PV, will not attempt to take a snapshot"
+            ),
+        );
     }
-    let volume_name = claim.spec.as_ref().and_then(|s| s.volume_name.clone()).unwrap_or_default();
-    let Some(volume) = w.volume.filter(|v| v.metadata.name.as_deref() == Some(volume_name.as_str())) else {
+    let volume_name = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    let Some(volume) = w
+        .volume
+        .filter(|v| v.metadata.name.as_deref() == Some(volume_name.as_str()))
+    else {
         return creation_failed(steps, "claim in dataSource not bound or invalid".into());
     };
     let spec = volume.spec.clone().unwrap_or_default();
@@ -439,11 +491,17 @@ fn dynamic<'a>(
         return creation_failed(steps, "claim in dataSource not bound or invalid".into());
     }
     let Some(csi) = spec.csi.as_ref() else {
-        return creation_failed(steps, format!("cannot find CSI PersistentVolumeSource for volume {volume_name}"));
+        return creation_failed(
+            steps,
+            format!("cannot find CSI PersistentVolumeSource for volume {volume_name}"),
+        );
     };
     let mut annotations = BTreeMap::new();
     let params = class.parameters.clone().unwrap_or_default();
-    if let (Some(name), Some(ns)) = (params.get(PARAM_SECRET_NAME), params.get(PARAM_SECRET_NAMESPACE)) {
+    if let (Some(name), Some(ns)) = (
+        params.get(PARAM_SECRET_NAME),
+        params.get(PARAM_SECRET_NAMESPACE),
+    ) {
         let content = content_name(w.snapshot);
         let snapshot_name = w.snapshot.metadata.name.as_deref().unwrap_or_default();
         let expand = |template: &str| {
@@ -470,7 +528,11 @@ fn dynamic<'a>(
                 volume_handle: Some(csi.volume_handle.clone()),
                 snapshot_handle: None,
             },
-            source_volume_mode: Some(spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into())),
+            source_volume_mode: Some(
+                spec.volume_mode
+                    .clone()
+                    .unwrap_or_else(|| "Filesystem".into()),
+            ),
             volume_snapshot_class_name: Some(class_name.clone()),
             volume_snapshot_ref: SnapshotRef {
                 api_version: Some(API_VERSION.into()),
@@ -490,7 +552,10 @@ fn dynamic<'a>(
     steps.push(SnapshotStep::Event(
         EventType::Normal,
         "CreatingSnapshot",
-        format!("Waiting for a snapshot {} to be created by the CSI driver.", key(w.snapshot)),
+        format!(
+            "Waiting for a snapshot {} to be created by the CSI driver.",
+            key(w.snapshot)
+        ),
     ));
     steps.push(SnapshotStep::SetStatus(status));
     Err(done(std::mem::take(steps)))
@@ -526,7 +591,11 @@ fn decide_deletion(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
         }
     }
     if let (Some(claim_name), Some(claim)) = (
-        w.snapshot.spec.source.persistent_volume_claim_name.as_deref(),
+        w.snapshot
+            .spec
+            .source
+            .persistent_volume_claim_name
+            .as_deref(),
         w.claim,
     ) && has(&claim.metadata, FINALIZER_CLAIM)
         && !w.claim_busy
@@ -643,7 +712,10 @@ pub fn decide_content(w: &ContentWorld<'_>) -> Plan<ContentStep> {
                     "SnapshotCreationFailed",
                     format!(
                         "Failed to create snapshot: failed to get snapshot class {:?}",
-                        c.spec.volume_snapshot_class_name.clone().unwrap_or_default()
+                        c.spec
+                            .volume_snapshot_class_name
+                            .clone()
+                            .unwrap_or_default()
                     ),
                 ));
                 return Plan {

@@ -50,13 +50,22 @@ fn class(name: &str, default: bool, policy: &str) -> VolumeSnapshotClass {
         deletion_policy: policy.into(),
         parameters: Some(BTreeMap::from([
             ("kind".to_string(), "fast".to_string()),
-            (PARAM_SECRET_NAME.to_string(), "s-${volumesnapshot.name}".to_string()),
-            (PARAM_SECRET_NAMESPACE.to_string(), "${volumesnapshot.namespace}".to_string()),
+            (
+                PARAM_SECRET_NAME.to_string(),
+                "s-${volumesnapshot.name}".to_string(),
+            ),
+            (
+                PARAM_SECRET_NAMESPACE.to_string(),
+                "${volumesnapshot.namespace}".to_string(),
+            ),
         ])),
         ..Default::default()
     };
     if default {
-        c.metadata.annotations = Some(BTreeMap::from([(ANN_DEFAULT_CLASS.to_string(), "true".to_string())]));
+        c.metadata.annotations = Some(BTreeMap::from([(
+            ANN_DEFAULT_CLASS.to_string(),
+            "true".to_string(),
+        )]));
     }
     c
 }
@@ -159,7 +168,10 @@ fn a_new_snapshot_of_a_claim_gets_its_content() {
     let f = Fixture::new(of_claim(Some("fast")));
     let plan = f.decide();
     assert_eq!(plan.outcome, Outcome::Done);
-    assert_eq!(plan.steps[0], SnapshotStep::AddFinalizer(FINALIZER_AS_SOURCE));
+    assert_eq!(
+        plan.steps[0],
+        SnapshotStep::AddFinalizer(FINALIZER_AS_SOURCE)
+    );
     assert_eq!(plan.steps[1], SnapshotStep::ProtectClaim("data".into()));
     let SnapshotStep::CreateContent(content) = &plan.steps[2] else {
         panic!("{:?}", plan.steps)
@@ -167,8 +179,14 @@ fn a_new_snapshot_of_a_claim_gets_its_content() {
     assert_eq!(content.metadata.name.as_deref(), Some("snapcontent-uid-1"));
     assert_eq!(content.spec.source.volume_handle.as_deref(), Some("vol-1"));
     assert_eq!(content.spec.deletion_policy, "Delete");
-    assert_eq!(content.spec.volume_snapshot_ref.uid.as_deref(), Some("uid-1"));
-    assert_eq!(content.spec.source_volume_mode.as_deref(), Some("Filesystem"));
+    assert_eq!(
+        content.spec.volume_snapshot_ref.uid.as_deref(),
+        Some("uid-1")
+    );
+    assert_eq!(
+        content.spec.source_volume_mode.as_deref(),
+        Some("Filesystem")
+    );
     let annotations = content.metadata.annotations.clone().unwrap();
     assert_eq!(annotations[ANN_SECRET_NAME], "s-snap");
     assert_eq!(annotations[ANN_SECRET_NAMESPACE], "default");
@@ -185,7 +203,10 @@ fn a_new_snapshot_of_a_claim_gets_its_content() {
 #[test]
 fn the_default_class_is_the_one_default_class_of_the_volumes_driver() {
     let mut f = Fixture::new(of_claim(None));
-    assert_eq!(f.decide().steps.last(), Some(&SnapshotStep::SetClass("fast".into())));
+    assert_eq!(
+        f.decide().steps.last(),
+        Some(&SnapshotStep::SetClass("fast".into()))
+    );
     f.classes.push(class("other", true, "Retain"));
     let plan = f.decide();
     assert_eq!(plan.outcome, Outcome::Retry);
@@ -221,7 +242,10 @@ fn a_snapshot_of_an_unbound_or_missing_claim_fails_with_an_error_status() {
         "{status:?}"
     );
     f.claim = None;
-    assert!(matches!(f.decide().steps.last(), Some(SnapshotStep::SetStatus(_))));
+    assert!(matches!(
+        f.decide().steps.last(),
+        Some(SnapshotStep::SetStatus(_))
+    ));
     f.claim = Some(claim(true, false));
     f.classes.clear();
     assert_eq!(reasons(&f.decide()), vec!["GetSnapshotClassFailed"]);
@@ -232,7 +256,10 @@ fn a_snapshot_of_an_unbound_or_missing_claim_fails_with_an_error_status() {
         },
         None,
     );
-    assert_eq!(reasons(&Fixture::new(both).decide()), vec!["SnapshotValidationError"]);
+    assert_eq!(
+        reasons(&Fixture::new(both).decide()),
+        vec!["SnapshotValidationError"]
+    );
 }
 
 fn content_for(snapshot: &VolumeSnapshot, ready: bool, policy: &str) -> VolumeSnapshotContent {
@@ -285,12 +312,25 @@ fn a_ready_content_makes_the_snapshot_ready_and_releases_the_claim() {
         .unwrap();
     assert_eq!(status.ready_to_use, Some(true));
     assert_eq!(status.restore_size.as_deref(), Some("1Gi"));
-    assert_eq!(status.creation_time.as_deref(), Some("2023-11-14T22:13:20Z"));
-    assert!(plan.steps.contains(&SnapshotStep::AddFinalizer(FINALIZER_BOUND)));
-    assert!(plan.steps.contains(&SnapshotStep::ReleaseClaim("data".into())));
+    assert_eq!(
+        status.creation_time.as_deref(),
+        Some("2023-11-14T22:13:20Z")
+    );
+    assert!(
+        plan.steps
+            .contains(&SnapshotStep::AddFinalizer(FINALIZER_BOUND))
+    );
+    assert!(
+        plan.steps
+            .contains(&SnapshotStep::ReleaseClaim("data".into()))
+    );
     // Another snapshot of the claim still in progress keeps the claim protected.
     f.claim_busy = true;
-    assert!(!f.decide().steps.contains(&SnapshotStep::ReleaseClaim("data".into())));
+    assert!(
+        !f.decide()
+            .steps
+            .contains(&SnapshotStep::ReleaseClaim("data".into()))
+    );
     // Applied: nothing more to do.
     f.claim_busy = false;
     f.snapshot.status = Some(status);
@@ -331,8 +371,17 @@ fn a_pre_provisioned_content_is_bound_then_followed() {
     content.spec.volume_snapshot_ref.uid = Some("uid-1".into());
     f.content = Some(content.clone());
     let plan = f.decide();
-    assert!(plan.steps.iter().any(|s| matches!(s, SnapshotStep::SetStatus(st) if st.ready_to_use == Some(true))));
-    assert!(!plan.steps.contains(&SnapshotStep::AddFinalizer(FINALIZER_BOUND)), "Retain");
+    assert!(
+        plan.steps
+            .iter()
+            .any(|s| matches!(s, SnapshotStep::SetStatus(st) if st.ready_to_use == Some(true)))
+    );
+    assert!(
+        !plan
+            .steps
+            .contains(&SnapshotStep::AddFinalizer(FINALIZER_BOUND)),
+        "Retain"
+    );
     content.spec.volume_snapshot_ref.name = Some("someone".into());
     f.content = Some(content);
     assert_eq!(reasons(&f.decide()), vec!["SnapshotContentMisbound"]);
@@ -346,7 +395,10 @@ fn deleting_a_snapshot_deletes_or_keeps_its_content_by_policy() {
     f.content = Some(content_for(&f.snapshot, true, "Delete"));
     f.restoring = true;
     let plan = f.decide();
-    assert_eq!((reasons(&plan), plan.outcome), (vec!["SnapshotDeletePending"], Outcome::Retry));
+    assert_eq!(
+        (reasons(&plan), plan.outcome),
+        (vec!["SnapshotDeletePending"], Outcome::Retry)
+    );
     f.restoring = false;
     let plan = f.decide();
     assert_eq!(
@@ -360,7 +412,10 @@ fn deleting_a_snapshot_deletes_or_keeps_its_content_by_policy() {
     // The content is gone: the last finalizer goes.
     f.content = None;
     f.snapshot.metadata.finalizers = Some(vec![FINALIZER_BOUND.into()]);
-    assert_eq!(f.decide().steps, vec![SnapshotStep::RemoveFinalizer(FINALIZER_BOUND)]);
+    assert_eq!(
+        f.decide().steps,
+        vec![SnapshotStep::RemoveFinalizer(FINALIZER_BOUND)]
+    );
     // Retain: the content stays, marked, and the finalizers go at once.
     f.snapshot.metadata.finalizers = Some(vec![FINALIZER_AS_SOURCE.into(), FINALIZER_BOUND.into()]);
     f.content = Some(content_for(&f.snapshot, true, "Retain"));
@@ -417,10 +472,18 @@ fn the_sidecar_creates_checks_and_deletes_csi_snapshots() {
     let ready = content_for(&s, true, "Delete");
     let mut ready_finalized = ready.clone();
     ready_finalized.metadata.finalizers = content.metadata.finalizers.clone();
-    assert!(decide_content(&content_world(&ready_finalized, Some(&fast))).steps.is_empty());
+    assert!(
+        decide_content(&content_world(&ready_finalized, Some(&fast)))
+            .steps
+            .is_empty()
+    );
     let mut foreign = content.clone();
     foreign.spec.driver = "other".into();
-    assert!(decide_content(&content_world(&foreign, Some(&fast))).steps.is_empty());
+    assert!(
+        decide_content(&content_world(&foreign, Some(&fast)))
+            .steps
+            .is_empty()
+    );
     // Pre-provisioned: checked with the driver.
     let mut pre = content.clone();
     pre.spec.source = ContentSource {
@@ -434,8 +497,15 @@ fn the_sidecar_creates_checks_and_deletes_csi_snapshots() {
     // Deletion: only once the snapshot controller marked it, never while being created.
     let mut deleting = ready_finalized.clone();
     deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
-    assert!(decide_content(&content_world(&deleting, Some(&fast))).steps.is_empty());
-    deleting.metadata.annotations = Some(BTreeMap::from([(ANN_BEING_DELETED.to_string(), "yes".to_string())]));
+    assert!(
+        decide_content(&content_world(&deleting, Some(&fast)))
+            .steps
+            .is_empty()
+    );
+    deleting.metadata.annotations = Some(BTreeMap::from([(
+        ANN_BEING_DELETED.to_string(),
+        "yes".to_string(),
+    )]));
     assert_eq!(
         decide_content(&content_world(&deleting, Some(&fast))).steps,
         vec![
@@ -449,7 +519,11 @@ fn the_sidecar_creates_checks_and_deletes_csi_snapshots() {
         .as_mut()
         .unwrap()
         .insert(ANN_BEING_CREATED.into(), "yes".into());
-    assert!(decide_content(&content_world(&deleting, Some(&fast))).steps.is_empty());
+    assert!(
+        decide_content(&content_world(&deleting, Some(&fast)))
+            .steps
+            .is_empty()
+    );
     let mut retained = ready_finalized;
     retained.spec.deletion_policy = "Retain".into();
     retained.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
@@ -457,21 +531,34 @@ fn the_sidecar_creates_checks_and_deletes_csi_snapshots() {
         snapshot_exists: false,
         ..content_world(&retained, Some(&fast))
     };
-    assert_eq!(decide_content(&world).steps, vec![ContentStep::RemoveFinalizer]);
+    assert_eq!(
+        decide_content(&world).steps,
+        vec![ContentStep::RemoveFinalizer]
+    );
 }
 
 #[test]
 fn content_status_keeps_what_was_first_recorded() {
     let first = content_status(None, "h1", false, 5, 0);
     assert_eq!(
-        (first.snapshot_handle.as_deref(), first.creation_time, first.ready_to_use, first.restore_size),
+        (
+            first.snapshot_handle.as_deref(),
+            first.creation_time,
+            first.ready_to_use,
+            first.restore_size
+        ),
         (Some("h1"), Some(5), Some(false), None)
     );
     let mut with_error = first.clone();
     with_error.error = Some(SnapshotError::default());
     let later = content_status(Some(&with_error), "h2", true, 9, 100);
     assert_eq!(
-        (later.snapshot_handle.as_deref(), later.creation_time, later.restore_size, later.error),
+        (
+            later.snapshot_handle.as_deref(),
+            later.creation_time,
+            later.restore_size,
+            later.error
+        ),
         (Some("h1"), Some(5), Some(100), None)
     );
 }

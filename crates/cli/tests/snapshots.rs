@@ -1,0 +1,290 @@
+//! The embedded stack's snapshot controller with the real provisioner: dynamic snapshots from
+//! the default class, restores, deletion by policy, pre-provisioned contents.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, DRIVER};
+use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use stack::snapshots::decide::{
+    FINALIZER_AS_SOURCE, FINALIZER_BOUND, FINALIZER_CLAIM, FINALIZER_CONTENT,
+};
+use stack::snapshots::types::{VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent};
+
+const T: Duration = Duration::from_secs(20);
+
+async fn driver_snapshots(c: &Cluster) -> Vec<csi::Snapshot> {
+    let channel = sidecar_kit::csi::connect(&c.socket).await.unwrap();
+    csi::controller_client::ControllerClient::new(channel)
+        .list_snapshots(csi::ListSnapshotsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+        .into_iter()
+        .filter_map(|e| e.snapshot)
+        .collect()
+}
+
+async fn create_snapshot(c: &Cluster, name: &str, source: serde_json::Value) -> VolumeSnapshot {
+    let snapshot: VolumeSnapshot = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": name},
+        "spec": source,
+    }))
+    .unwrap();
+    Api::<VolumeSnapshot>::namespaced(c.client.clone(), "default")
+        .create(&PostParams::default(), &snapshot)
+        .await
+        .unwrap()
+}
+
+async fn wait_ready(c: &Cluster, name: &str) -> VolumeSnapshot {
+    let api = Api::<VolumeSnapshot>::namespaced(c.client.clone(), "default");
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let s = api.get(name).await.unwrap();
+        if s.status.as_ref().and_then(|st| st.ready_to_use) == Some(true) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} never became ready: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn bound_source(c: &Cluster) -> k8s_openapi::api::core::v1::PersistentVolume {
+    c.class("fast", json!({})).await;
+    let claim = c.claim("src", "fast", "1Gi", json!({}), false).await;
+    let pv = c.wait_pv(&claim, T).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    c.wait_until("src Bound", T, || async {
+        claims
+            .get("src")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Bound")
+    })
+    .await;
+    pv
+}
+
+#[tokio::test]
+async fn a_dynamic_snapshot_is_taken_restored_and_deleted_with_its_content() {
+    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    let pv = bound_source(&c).await;
+    let handle = pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .csi
+        .as_ref()
+        .unwrap()
+        .volume_handle
+        .clone();
+    std::fs::write(
+        c.dir
+            .path()
+            .join("driver/volumes")
+            .join(&handle)
+            .join("file.txt"),
+        "snapshot me",
+    )
+    .unwrap();
+    // No class named: the stack's default class for the driver is used.
+    let created = create_snapshot(
+        &c,
+        "snap",
+        json!({"source": {"persistentVolumeClaimName": "src"}}),
+    )
+    .await;
+    let snap = wait_ready(&c, "snap").await;
+    assert_eq!(
+        snap.spec.volume_snapshot_class_name.as_deref(),
+        Some("csi-hostpath-snapclass")
+    );
+    let status = snap.status.clone().unwrap();
+    let content_name = format!("snapcontent-{}", created.metadata.uid.clone().unwrap());
+    assert_eq!(
+        status.bound_volume_snapshot_content_name.as_deref(),
+        Some(content_name.as_str())
+    );
+    assert_eq!(status.restore_size.as_deref(), Some("1Gi"));
+    assert!(status.creation_time.is_some() && status.error.is_none());
+    let finalizers = snap.metadata.finalizers.clone().unwrap();
+    assert!(finalizers.contains(&FINALIZER_AS_SOURCE.to_string()));
+    c.wait_event("snap", "SnapshotReady", "is ready to use")
+        .await;
+    let contents: Api<VolumeSnapshotContent> = Api::all(c.client.clone());
+    let content = contents.get(&content_name).await.unwrap();
+    assert_eq!(content.spec.driver, DRIVER);
+    assert_eq!(
+        content.spec.source.volume_handle.as_deref(),
+        Some(handle.as_str())
+    );
+    assert!(
+        content
+            .metadata
+            .finalizers
+            .unwrap()
+            .contains(&FINALIZER_CONTENT.to_string())
+    );
+    let on_driver = driver_snapshots(&c).await;
+    assert_eq!(on_driver.len(), 1);
+    assert_eq!(
+        content.status.unwrap().snapshot_handle.as_deref(),
+        Some(on_driver[0].snapshot_id.as_str())
+    );
+    // The claim's protection goes once the snapshot is ready; the bound finalizer is there.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    c.wait_until("the claim released", T, || async {
+        !claims
+            .get("src")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER_CLAIM.to_string())
+    })
+    .await;
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
+    c.wait_until("the bound finalizer", T, || async {
+        snapshots
+            .get("snap")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER_BOUND.to_string())
+    })
+    .await;
+
+    let restored = c
+        .claim(
+            "restored",
+            "fast",
+            "1Gi",
+            json!({"spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}}}),
+            false,
+        )
+        .await;
+    let restored_pv = c.wait_pv(&restored, T).await;
+    let restored_handle = restored_pv.spec.unwrap().csi.unwrap().volume_handle;
+    assert_eq!(
+        std::fs::read_to_string(
+            c.dir
+                .path()
+                .join("driver/volumes")
+                .join(restored_handle)
+                .join("file.txt")
+        )
+        .unwrap(),
+        "snapshot me"
+    );
+
+    snapshots
+        .delete("snap", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.wait_until(
+        "the snapshot, its content and the driver's snapshot gone",
+        T,
+        || async {
+            snapshots.get_opt("snap").await.unwrap().is_none()
+                && contents.get_opt(&content_name).await.unwrap().is_none()
+                && driver_snapshots(&c).await.is_empty()
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn retained_contents_outlive_their_snapshot_and_pre_provisioned_ones_bind() {
+    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    bound_source(&c).await;
+    let class: VolumeSnapshotClass = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotClass",
+        "metadata": {"name": "keep"},
+        "driver": DRIVER,
+        "deletionPolicy": "Retain",
+    }))
+    .unwrap();
+    Api::<VolumeSnapshotClass>::all(c.client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let created = create_snapshot(
+        &c,
+        "kept",
+        json!({"source": {"persistentVolumeClaimName": "src"}, "volumeSnapshotClassName": "keep"}),
+    )
+    .await;
+    wait_ready(&c, "kept").await;
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
+    snapshots
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.wait_until("the snapshot gone", T, || async {
+        snapshots.get_opt("kept").await.unwrap().is_none()
+    })
+    .await;
+    let contents: Api<VolumeSnapshotContent> = Api::all(c.client.clone());
+    let retained = contents
+        .get(&format!("snapcontent-{}", created.metadata.uid.unwrap()))
+        .await
+        .unwrap();
+    let handle = retained.status.unwrap().snapshot_handle.unwrap();
+    assert_eq!(
+        driver_snapshots(&c).await.len(),
+        1,
+        "Retain keeps the driver's snapshot"
+    );
+
+    // That snapshot, pre-provisioned again: a content naming its handle and a snapshot naming
+    // the content.
+    let content: VolumeSnapshotContent = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": "imported"},
+        "spec": {
+            "driver": DRIVER,
+            "deletionPolicy": "Delete",
+            "source": {"snapshotHandle": handle},
+            "volumeSnapshotRef": {"name": "imported", "namespace": "default"},
+        },
+    }))
+    .unwrap();
+    contents
+        .create(&PostParams::default(), &content)
+        .await
+        .unwrap();
+    create_snapshot(
+        &c,
+        "imported",
+        json!({"source": {"volumeSnapshotContentName": "imported"}}),
+    )
+    .await;
+    let imported = wait_ready(&c, "imported").await;
+    assert_eq!(
+        imported.status.unwrap().restore_size.as_deref(),
+        Some("1Gi")
+    );
+    let bound = contents.get("imported").await.unwrap();
+    assert_eq!(bound.spec.volume_snapshot_ref.uid, imported.metadata.uid);
+}
