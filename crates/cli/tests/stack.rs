@@ -193,3 +193,131 @@ fn fifty_claims_bind_delete_and_the_state_survives_a_restart() {
     );
     stop(stack);
 }
+
+fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
+    path.display().to_string()
+}
+
+fn csi(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .arg("csi")
+        .arg(format!(
+            "--endpoint=unix://{}",
+            dir.join("state/csi.sock").display()
+        ))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "volstack csi {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn bound_handle(dir: &Path, claim: &str) -> String {
+    wait_for(&format!("{claim} Bound"), Duration::from_secs(60), || {
+        kubectl(
+            dir,
+            &["get", "pvc", claim, "-o", "jsonpath={.status.phase}"],
+            None,
+        ) == "Bound"
+    });
+    let pv = kubectl(
+        dir,
+        &["get", "pvc", claim, "-o", "jsonpath={.spec.volumeName}"],
+        None,
+    );
+    kubectl(
+        dir,
+        &["get", "pv", &pv, "-o", "jsonpath={.spec.csi.volumeHandle}"],
+        None,
+    )
+}
+
+#[test]
+fn a_file_written_through_the_node_comes_back_from_a_restore_and_a_clone() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = up(dir.path());
+    let d = dir.path();
+    kubectl(d, &["apply", "-f", &example("claim.yaml")], None);
+    let source = bound_handle(d, "my-claim");
+    // Written through NodeStage + NodePublish, as a pod would write it.
+    let mount = d.join("pods/writer/volume");
+    csi(
+        d,
+        &["mount", &source, "--target", &mount.display().to_string()],
+    );
+    std::fs::write(mount.join("hello.txt"), "written by a pod").unwrap();
+
+    kubectl(d, &["apply", "-f", &example("snapshot.yaml")], None);
+    wait_for("the snapshot ready", Duration::from_secs(60), || {
+        kubectl(
+            d,
+            &[
+                "get",
+                "volumesnapshot",
+                "my-snapshot",
+                "-o",
+                "jsonpath={.status.readyToUse}",
+            ],
+            None,
+        ) == "true"
+    });
+    let listed = kubectl(d, &["get", "volumesnapshots"], None);
+    assert!(listed.contains("my-snapshot"), "{listed}");
+    kubectl(d, &["apply", "-f", &example("restore.yaml")], None);
+    kubectl(d, &["apply", "-f", &example("clone.yaml")], None);
+    for claim in ["my-restore", "my-clone"] {
+        let handle = bound_handle(d, claim);
+        let target = d.join(format!("pods/{claim}/volume"));
+        csi(
+            d,
+            &["mount", &handle, "--target", &target.display().to_string()],
+        );
+        assert_eq!(
+            std::fs::read_to_string(target.join("hello.txt")).unwrap(),
+            "written by a pod",
+            "{claim}"
+        );
+    }
+    // The driver's part of expansion, online: the controller, then the node.
+    let grown = csi(d, &["expand", &source, "--size=3Gi"]);
+    assert_eq!(grown["node_expansion_required"], true);
+    csi(
+        d,
+        &[
+            "node-expand",
+            &source,
+            "--path",
+            &mount.display().to_string(),
+        ],
+    );
+    let stats = csi(
+        d,
+        &["stats", &source, "--path", &mount.display().to_string()],
+    );
+    assert_eq!(stats["usage"][0]["total"], 3i64 << 30);
+    assert_eq!(stats["condition"]["abnormal"], false);
+
+    csi(
+        d,
+        &["unmount", &source, "--target", &mount.display().to_string()],
+    );
+    kubectl(d, &["delete", "volumesnapshot", "my-snapshot"], None);
+    wait_for(
+        "the driver's snapshot deleted",
+        Duration::from_secs(60),
+        || {
+            csi(d, &["snapshot", "list"])["entries"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+        },
+    );
+    stop(stack);
+}
