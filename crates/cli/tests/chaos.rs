@@ -1,7 +1,9 @@
 //! Chaos: claims created and deleted at every stage of provisioning while the provisioner is
 //! killed with SIGKILL at random moments, the driver fails about 20% of calls and the API
-//! server fails PV creates and Lease updates (500) and PV patches (409) 10% of the time. Each run takes under ten seconds here, so
-//! both run in CI; `cargo test -p cli --test chaos -- --nocapture` prints the figures.
+//! server fails PV creates and Lease updates (500) and PV patches (409) 10% of the time; in one
+//! variant half of the claims clone a claim or restore a snapshot. Each run takes under ten
+//! seconds here, so all run in CI; `cargo test -p cli --test chaos -- --nocapture` prints the
+//! figures.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,7 +17,68 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 
+/// Half of the claims copy something: a quarter clone a source claim, a quarter restore a
+/// snapshot of one (taken by the stack's snapshot controller before the chaos starts).
+async fn copy_sources(c: &Cluster) {
+    for i in 0..2 {
+        let claim = c
+            .claim(&format!("src-{i}"), "chaos", "1Mi", json!({}), true)
+            .await;
+        c.wait_pv(&claim, Duration::from_secs(30)).await;
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    c.wait_until("the sources Bound", Duration::from_secs(30), || async {
+        claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+    })
+    .await;
+    let snapshot: stack::snapshots::types::VolumeSnapshot = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": "snap"},
+        "spec": {"source": {"persistentVolumeClaimName": "src-0"}},
+    }))
+    .unwrap();
+    let snapshots: Api<stack::snapshots::types::VolumeSnapshot> =
+        Api::namespaced(c.client.clone(), "default");
+    snapshots
+        .create(&Default::default(), &snapshot)
+        .await
+        .unwrap();
+    c.wait_until("the snapshot ready", Duration::from_secs(30), || async {
+        snapshots
+            .get("snap")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.ready_to_use)
+            == Some(true)
+    })
+    .await;
+}
+
+fn copying(i: usize) -> serde_json::Value {
+    match i % 4 {
+        1 => {
+            json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": format!("src-{}", i % 2)}}})
+        }
+        3 => {
+            json!({"spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}}})
+        }
+        _ => json!({}),
+    }
+}
+
 async fn run_chaos(replicas: usize, pv_controller: bool) {
+    run_chaos_with(replicas, pv_controller, false).await;
+}
+
+async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool) {
     let started = Instant::now();
     let leader_args: Vec<String> = if replicas > 1 {
         vec![
@@ -41,6 +104,9 @@ async fn run_chaos(replicas: usize, pv_controller: bool) {
         None
     };
     c.class("chaos", json!({})).await;
+    if copies {
+        copy_sources(&c).await;
+    }
     c.faults("CreateVolume=error:UNAVAILABLE:0.1:after\nDeleteVolume=error:DEADLINE_EXCEEDED:0.1\n*=error:UNAVAILABLE:0.05\n");
     c.stack.server.set_faults(
         serde_json::from_value(json!([
@@ -66,7 +132,8 @@ async fn run_chaos(replicas: usize, pv_controller: bool) {
         );
     }
     for i in 0..200 {
-        c.claim(&format!("chaos-{i}"), "chaos", "1Mi", json!({}), true)
+        let extra = if copies { copying(i) } else { json!({}) };
+        c.claim(&format!("chaos-{i}"), "chaos", "1Mi", extra, true)
             .await;
         // Deleted at every stage: at once (before or during CreateVolume), a few claims later
         // (PV being saved), and much later (bound).
@@ -159,13 +226,13 @@ async fn run_chaos(replicas: usize, pv_controller: bool) {
         let done = bound.len() == live.len() && volumes.len() == live.len() && driver == live.len();
         if done {
             println!(
-                "chaos ({replicas} replica(s), PV controller: {pv_controller}): {} claims live, {} PVs, {} driver volumes, {kills} SIGKILLs, {restarts} restarts after a fatal start-up error, {:.1}s",
+                "chaos ({replicas} replica(s), PV controller: {pv_controller}, copies: {copies}): {} claims live, {} PVs, {} driver volumes, {kills} SIGKILLs, {restarts} restarts after a fatal start-up error, {:.1}s",
                 live.len(),
                 volumes.len(),
                 driver,
                 started.elapsed().as_secs_f64()
             );
-            assert_eq!(live.len(), expected_live);
+            assert_eq!(live.len(), expected_live + if copies { 2 } else { 0 });
             break;
         }
         if Instant::now() >= deadline {
@@ -232,4 +299,11 @@ async fn chaos_two_replicas_with_leader_election() {
 #[tokio::test]
 async fn chaos_with_the_pv_controller() {
     run_chaos(1, true).await;
+}
+
+/// Half of the claims clone a claim or restore a snapshot: the never-leak guarantee holds for
+/// copies too.
+#[tokio::test]
+async fn chaos_with_clones_and_restores() {
+    run_chaos_with(1, true, true).await;
 }
