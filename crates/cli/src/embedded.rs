@@ -29,6 +29,8 @@ pub struct StackOptions {
     pub driver_args: Vec<String>,
     /// Workers and backoff of the PV controller, if it runs.
     pub pv_controller: Option<(usize, Backoff)>,
+    /// The PV controller's pass over volumes whose claim is missing.
+    pub orphan_resync: Duration,
     /// Whether the snapshot.storage.k8s.io CRDs are installed and the snapshot controller
     /// runs for the driver.
     pub snapshots: bool,
@@ -46,6 +48,7 @@ impl StackOptions {
             durable: false,
             driver_args: Vec::new(),
             pv_controller: Some((4, pv_controller::controller::default_backoff())),
+            orphan_resync: pv_controller::controller::ORPHAN_RESYNC,
             snapshots: true,
             user_agent,
         }
@@ -127,7 +130,11 @@ impl Stack {
             .context("register the node")?;
         if let Some((workers, backoff)) = options.pv_controller {
             let controller = pv_controller::controller::PvController::new(client.clone(), backoff);
-            tasks.push(tokio::spawn(controller.run(workers, signal(&stop))));
+            tasks.push(tokio::spawn(controller.run_with(
+                workers,
+                options.orphan_resync,
+                signal(&stop),
+            )));
         }
         if options.snapshots {
             stack::snapshots::crds::install(&client)

@@ -29,11 +29,13 @@ async fn running_out_of_file_descriptors_pauses_accepting_instead_of_spinning() 
         env!("CARGO_BIN_EXE_volstack"),
         kubeconfig.display()
     );
+    let log = dir.path().join("apiserver.log");
     let child = Kill(
         Command::new("sh")
             .args(["-c", &script])
+            .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap(),
     );
@@ -60,8 +62,18 @@ async fn running_out_of_file_descriptors_pauses_accepting_instead_of_spinning() 
     for _ in 0..80 {
         idle.push(std::net::TcpStream::connect(&address).unwrap());
     }
-    // Give the accept loop time to run into the limit, then measure its CPU over 2 s.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once the accept loop has run into the limit (it says so), measure its CPU over 2 s.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("accept failed; pausing")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the server never ran out of file descriptors"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let before = cpu_seconds(pid);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -359,7 +359,9 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    // Paused time: the hang's polls (file reads are synchronous) run at virtual instants, so
+    // "still hanging after 100 ms" is exact on any machine, not a guess about timing.
+    #[tokio::test(start_paused = true)]
     async fn a_hang_lasts_until_it_is_switched_off() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("faults");

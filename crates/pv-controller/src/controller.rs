@@ -160,6 +160,17 @@ impl PvController {
 
     /// Runs `workers` claim and volume workers until `stop` resolves.
     pub async fn run(self: Arc<Self>, workers: usize, stop: impl std::future::Future<Output = ()>) {
+        self.run_with(workers, ORPHAN_RESYNC, stop).await;
+    }
+
+    /// Like [`PvController::run`], with the period of the pass over volumes whose claim is
+    /// missing (tests make it long to show that events alone release such volumes).
+    pub async fn run_with(
+        self: Arc<Self>,
+        workers: usize,
+        orphan_resync: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
         let (claims, volumes, resync) = (self.clone(), self.clone(), self.clone());
         Controller::new("persistentvolume-controller")
             .watches(&self.watches)
@@ -174,7 +185,7 @@ impl PvController {
                 let this = volumes.clone();
                 async move { this.sync_volume(&key).await.map(|()| Next::Done) }
             })
-            .every(ORPHAN_RESYNC, move || {
+            .every(orphan_resync, move || {
                 let queued = resync.resync_orphans();
                 if queued > 0 {
                     tracing::debug!(volumes = queued, "re-queued volumes whose claim is missing");

@@ -39,6 +39,16 @@ impl Cluster {
         provisioner_args: &[&str],
         with_pv_controller: bool,
     ) -> Cluster {
+        Cluster::start_with(driver_args, provisioner_args, with_pv_controller, |_| {}).await
+    }
+
+    /// Like [`Cluster::start`], with the stack's options changed by `tweak`.
+    pub async fn start_with(
+        driver_args: &[&str],
+        provisioner_args: &[&str],
+        with_pv_controller: bool,
+        tweak: impl FnOnce(&mut cli::embedded::StackOptions),
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut options =
             cli::embedded::StackOptions::new(dir.path().to_path_buf(), "scenario-test/0.1");
@@ -56,6 +66,7 @@ impl Cluster {
                 max: Duration::from_secs(2),
             },
         ));
+        tweak(&mut options);
         let stack = cli::embedded::Stack::start(options).await.unwrap();
         let mut args = stack.provisioner_args();
         args.extend([
