@@ -159,7 +159,10 @@ mod tests {
     /// A connection served in the background; resolves when the server lets it go.
     fn serve(
         server_side: tokio::io::DuplexStream,
-    ) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    ) -> (
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(serve_connection(server_side, router(), limits(), stopped));
         (stop, task)
@@ -206,7 +209,10 @@ mod tests {
             assert!(text.starts_with("HTTP/1.1 200"), "{text}");
             tokio::time::sleep(Duration::from_secs(4)).await;
         }
-        assert!(!task.is_finished(), "a connection that asked is not cut off");
+        assert!(
+            !task.is_finished(),
+            "a connection that asked is not cut off"
+        );
         stop.send(true).unwrap();
         task.await.unwrap();
     }

@@ -190,7 +190,10 @@ async fn default_class_and_missing_class() {
 async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
     // The pass over volumes whose claim is missing is pushed out of the test's reach: only the
     // claim's deletion event (through the claimRef index) can release the volume.
-    let c = Cluster::start_with(&[], &[], true, |o| o.orphan_resync = Duration::from_secs(3600)).await;
+    let c = Cluster::start_with(&[], &[], true, |o| {
+        o.orphan_resync = Duration::from_secs(3600)
+    })
+    .await;
     c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(
         json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
     )

@@ -216,6 +216,8 @@ async fn bad_input_ends_in_a_provisioning_failed_event_and_no_create_volume() {
     )
     .await;
     c.class("bad-template", json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "${pvc.uid}", "csi.storage.k8s.io/provisioner-secret-namespace": "default"}})).await;
+    // A template that once panicked a worker for good (an unterminated annotation key).
+    c.class("torn-template", json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "${pvc.annotations[']}", "csi.storage.k8s.io/provisioner-secret-namespace": "default"}})).await;
     c.class("missing-secret", json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "nowhere", "csi.storage.k8s.io/provisioner-secret-namespace": "default"}})).await;
     c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
         .await;
@@ -247,6 +249,13 @@ async fn bad_input_ends_in_a_provisioning_failed_event_and_no_create_volume() {
             "1Gi",
             json!({}),
             "${pvc.uid}",
+        ),
+        (
+            "torn-template",
+            "torn-template",
+            "1Gi",
+            json!({}),
+            "${pvc.annotations[']}",
         ),
         (
             "missing-secret",
