@@ -308,7 +308,9 @@ async fn set_ready(c: &Cluster, name: &str, ready: bool) {
 
 #[tokio::test]
 async fn restores_wait_for_a_ready_snapshot_and_keep_the_volume_mode() {
-    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    // The snapshot objects are played by hand here (readyToUse switched by the test), so the
+    // stack's snapshot controller does not run; tests/snapshots.rs runs it.
+    let c = Cluster::start_with(&["--capacity=100Gi"], &[], true, |o| o.snapshots = false).await;
     stack::snapshots::crds::install(&c.client).await.unwrap();
     c.class("fast", json!({})).await;
     let (_, source_pv) = bound_claim(&c, "src", "1Gi", json!({})).await;

@@ -420,7 +420,7 @@ impl SnapshotController {
         self.recorder.record(object, kind, reason, message).await;
     }
 
-    async fn sync_content(&self, name: &String) -> Result<Next, SyncError> {
+    async fn sync_content(&self, name: &str) -> Result<Next, SyncError> {
         let Some(content) = self.contents.get(&ObjectRef::new(name)) else {
             return Ok(Next::Done);
         };
