@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{Cluster, DRIVER};
@@ -18,19 +17,6 @@ use serde_json::{Value, json};
 const T: Duration = Duration::from_secs(20);
 const CLONING: &str = "provisioner.storage.kubernetes.io/cloning-protection";
 
-fn volume_dir(c: &Cluster, pv: &PersistentVolume) -> PathBuf {
-    let handle = pv
-        .spec
-        .as_ref()
-        .unwrap()
-        .csi
-        .as_ref()
-        .unwrap()
-        .volume_handle
-        .clone();
-    c.dir.path().join("driver/volumes").join(handle)
-}
-
 async fn bound_claim(
     c: &Cluster,
     name: &str,
@@ -39,18 +25,7 @@ async fn bound_claim(
 ) -> (PersistentVolumeClaim, PersistentVolume) {
     let claim = c.claim(name, "fast", size, extra, false).await;
     let pv = c.wait_pv(&claim, T).await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
-    c.wait_until(&format!("{name} Bound"), T, || async {
-        claims
-            .get(name)
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.phase)
-            .as_deref()
-            == Some("Bound")
-    })
-    .await;
+    c.wait_bound(name, T).await;
     (claim, pv)
 }
 
@@ -71,16 +46,12 @@ async fn clones_copy_their_source_which_stays_protected_while_a_clone_is_pending
     let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
     c.class("fast", json!({})).await;
     let (_, source_pv) = bound_claim(&c, "src", "1Gi", json!({})).await;
-    std::fs::write(
-        volume_dir(&c, &source_pv).join("data.txt"),
-        "cloned content",
-    )
-    .unwrap();
+    std::fs::write(c.volume_dir(&source_pv).join("data.txt"), "cloned content").unwrap();
 
     let clone = c.claim("copy", "fast", "2Gi", clone_of("src"), false).await;
     let clone_pv = c.wait_pv(&clone, T).await;
     assert_eq!(
-        std::fs::read_to_string(volume_dir(&c, &clone_pv).join("data.txt")).unwrap(),
+        std::fs::read_to_string(c.volume_dir(&clone_pv).join("data.txt")).unwrap(),
         "cloned content"
     );
     assert_eq!(
@@ -314,7 +285,7 @@ async fn restores_wait_for_a_ready_snapshot_and_keep_the_volume_mode() {
     stack::snapshots::crds::install(&c.client).await.unwrap();
     c.class("fast", json!({})).await;
     let (_, source_pv) = bound_claim(&c, "src", "1Gi", json!({})).await;
-    std::fs::write(volume_dir(&c, &source_pv).join("data.txt"), "snapshotted").unwrap();
+    std::fs::write(c.volume_dir(&source_pv).join("data.txt"), "snapshotted").unwrap();
     let channel = sidecar_kit::csi::connect(&c.socket).await.unwrap();
     let mut driver = csi::controller_client::ControllerClient::new(channel);
     let handle = driver
@@ -352,7 +323,7 @@ async fn restores_wait_for_a_ready_snapshot_and_keep_the_volume_mode() {
     set_ready(&c, "snap", true).await;
     let pv = c.wait_pv(&claim, T).await;
     assert_eq!(
-        std::fs::read_to_string(volume_dir(&c, &pv).join("data.txt")).unwrap(),
+        std::fs::read_to_string(c.volume_dir(&pv).join("data.txt")).unwrap(),
         "snapshotted"
     );
     // Too small for the snapshot, or a Block volume from a Filesystem snapshot: refused.

@@ -66,18 +66,7 @@ async fn bound_source(c: &Cluster) -> k8s_openapi::api::core::v1::PersistentVolu
     c.class("fast", json!({})).await;
     let claim = c.claim("src", "fast", "1Gi", json!({}), false).await;
     let pv = c.wait_pv(&claim, T).await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
-    c.wait_until("src Bound", T, || async {
-        claims
-            .get("src")
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.phase)
-            .as_deref()
-            == Some("Bound")
-    })
-    .await;
+    c.wait_bound("src", T).await;
     pv
 }
 

@@ -11,7 +11,6 @@ use tonic::{Request, Response, Status};
 
 use crate::driver::Driver;
 use crate::error::{Error, Result};
-use crate::plan;
 use crate::state::{Change, NodeTarget};
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
@@ -79,26 +78,12 @@ impl Driver {
         &self,
         req: csi::NodePublishVolumeRequest,
     ) -> Result<csi::NodePublishVolumeResponse> {
-        if req.volume_id.is_empty() {
-            return Err(Error::Missing("volume_id"));
-        }
-        if req.target_path.is_empty() {
-            return Err(Error::Missing("target_path"));
-        }
-        let cap = req
-            .volume_capability
-            .as_ref()
-            .ok_or(Error::Missing("volume_capability"))?;
-        let checked = plan::check_capability(&self.cfg, cap)?;
-        let record = self.volume(&req.volume_id)?;
-        if record.block != checked.block {
-            return Err(Error::Capability(format!(
-                "volume {:?} is a {} volume",
-                record.id,
-                if record.block { "block" } else { "mount" }
-            )));
-        }
-        self.check_local(&record)?;
+        let record = self.node_volume(
+            &req.volume_id,
+            ("target_path", &req.target_path),
+            req.volume_capability.as_ref(),
+            Error::Capability,
+        )?;
         if self.cfg.features.stage_unstage {
             if req.staging_target_path.is_empty() {
                 return Err(Error::Precondition(

@@ -20,6 +20,36 @@ impl Driver {
         record.ok_or_else(|| Error::VolumeNotFound(volume_id.to_string()))
     }
 
+    /// The checks NodeStageVolume and NodePublishVolume share: the volume id and the path
+    /// (`path`: its field name and value) given, a valid capability, the volume known and of the
+    /// requested access type (else the error `mismatch` makes), and usable on this node.
+    pub(crate) fn node_volume(
+        &self,
+        volume_id: &str,
+        path: (&'static str, &str),
+        cap: Option<&csi::VolumeCapability>,
+        mismatch: fn(String) -> Error,
+    ) -> Result<VolumeRecord> {
+        if volume_id.is_empty() {
+            return Err(Error::Missing("volume_id"));
+        }
+        if path.1.is_empty() {
+            return Err(Error::Missing(path.0));
+        }
+        let cap = cap.ok_or(Error::Missing("volume_capability"))?;
+        let checked = plan::check_capability(&self.cfg, cap)?;
+        let record = self.volume(volume_id)?;
+        if record.block != checked.block {
+            return Err(mismatch(format!(
+                "volume {:?} is a {} volume",
+                record.id,
+                if record.block { "block" } else { "mount" }
+            )));
+        }
+        self.check_local(&record)?;
+        Ok(record)
+    }
+
     /// Whether this node may use the volume: it lives here and (with attach on) is
     /// ControllerPublished here.
     pub(crate) fn check_local(&self, record: &VolumeRecord) -> Result<()> {
@@ -46,26 +76,12 @@ impl Driver {
         if !self.cfg.features.stage_unstage {
             return Err(Error::NotServed("NodeStageVolume"));
         }
-        if req.volume_id.is_empty() {
-            return Err(Error::Missing("volume_id"));
-        }
-        if req.staging_target_path.is_empty() {
-            return Err(Error::Missing("staging_target_path"));
-        }
-        let cap = req
-            .volume_capability
-            .as_ref()
-            .ok_or(Error::Missing("volume_capability"))?;
-        let checked = plan::check_capability(&self.cfg, cap)?;
-        let record = self.volume(&req.volume_id)?;
-        if record.block != checked.block {
-            return Err(Error::Precondition(format!(
-                "volume {:?} is a {} volume",
-                record.id,
-                if record.block { "block" } else { "mount" }
-            )));
-        }
-        self.check_local(&record)?;
+        let record = self.node_volume(
+            &req.volume_id,
+            ("staging_target_path", &req.staging_target_path),
+            req.volume_capability.as_ref(),
+            Error::Precondition,
+        )?;
         let wanted = StagedTarget {
             block: record.block,
             how: if record.block {

@@ -247,6 +247,33 @@ impl Cluster {
         }
     }
 
+    /// Where the driver keeps a PV's volume.
+    pub fn volume_dir(&self, pv: &PersistentVolume) -> std::path::PathBuf {
+        let handle = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.csi.as_ref())
+            .map(|c| c.volume_handle.clone())
+            .unwrap();
+        self.dir.path().join("driver/volumes").join(handle)
+    }
+
+    /// Waits until the claim `name` (namespace default) is Bound.
+    pub async fn wait_bound(&self, name: &str, timeout: Duration) {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), "default");
+        self.wait_until(&format!("{name} Bound"), timeout, || async {
+            claims
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.phase)
+                .as_deref()
+                == Some("Bound")
+        })
+        .await;
+    }
+
     pub async fn events_for(&self, name: &str) -> Vec<(String, String)> {
         let events = Api::<Event>::namespaced(self.client.clone(), "default")
             .list(&ListParams::default())

@@ -49,6 +49,15 @@ fn api(step: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
     move |source| SyncError::Api { step, source }
 }
 
+/// An API answer where `code` (404: already gone, 409: already there) means the step is done.
+fn done_if<T>(result: Result<T, kube::Error>, code: u16) -> Result<(), kube::Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == code => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
 /// Settings.
 #[derive(Debug, Clone)]
 pub struct SnapshotSettings {
@@ -329,27 +338,25 @@ impl SnapshotController {
                     remove_finalizer(Some(&finalizers), FINALIZER_CLAIM)
                 };
                 if let Some(patch) = patch {
-                    match claims.patch(&claim, &params, &json_patch(patch)?).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(api("update the claim's snapshot finalizer")(e)),
-                    }
+                    done_if(
+                        claims.patch(&claim, &params, &json_patch(patch)?).await,
+                        404,
+                    )
+                    .map_err(api("update the claim's snapshot finalizer"))?;
                 }
             }
             SnapshotStep::CreateContent(content) => {
-                match contents.create(&PostParams::default(), &content).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => {}
-                    Err(e) => {
-                        self.event(
-                            &reference(snapshot),
-                            EventType::Warning,
-                            "CreateSnapshotContentFailed",
-                            &format!("Failed to create snapshot content with error {e}"),
-                        )
-                        .await;
-                        return Err(api("create the snapshot content")(e));
-                    }
+                let created = contents.create(&PostParams::default(), &content).await;
+                if let Err(e) = done_if(created, 409) {
+                    let message = format!("Failed to create snapshot content with error {e}");
+                    self.event(
+                        &reference(snapshot),
+                        EventType::Warning,
+                        "CreateSnapshotContentFailed",
+                        &message,
+                    )
+                    .await;
+                    return Err(api("create the snapshot content")(e));
                 }
             }
             SnapshotStep::BindContent { content, uid } => {
@@ -387,19 +394,17 @@ impl SnapshotController {
                     .map_err(api("mark the content as being deleted"))?;
             }
             SnapshotStep::DeleteContent(content) => {
-                match contents.delete(&content, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => {
-                        self.event(
-                            &reference(snapshot),
-                            EventType::Warning,
-                            "SnapshotContentObjectDeleteError",
-                            &format!("Failed to delete snapshot content: {e}"),
-                        )
-                        .await;
-                        return Err(api("delete the snapshot content")(e));
-                    }
+                let deleted = contents.delete(&content, &DeleteParams::default()).await;
+                if let Err(e) = done_if(deleted, 404) {
+                    let message = format!("Failed to delete snapshot content: {e}");
+                    self.event(
+                        &reference(snapshot),
+                        EventType::Warning,
+                        "SnapshotContentObjectDeleteError",
+                        &message,
+                    )
+                    .await;
+                    return Err(api("delete the snapshot content")(e));
                 }
             }
             SnapshotStep::Event(kind, reason, message) => {
@@ -477,11 +482,11 @@ impl SnapshotController {
                 if let Some(patch) =
                     remove_finalizer(content.metadata.finalizers.as_deref(), FINALIZER_CONTENT)
                 {
-                    match contents.patch(&name, &params, &json_patch(patch)?).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(api("remove the content finalizer")(e)),
-                    }
+                    done_if(
+                        contents.patch(&name, &params, &json_patch(patch)?).await,
+                        404,
+                    )
+                    .map_err(api("remove the content finalizer"))?;
                 }
             }
             ContentStep::CreateSnapshot {
@@ -512,11 +517,7 @@ impl SnapshotController {
                                 "CreateSnapshot answered without a snapshot".into(),
                             ));
                         };
-                        let created = s
-                            .creation_time
-                            .map(|t| t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos))
-                            .filter(|n| *n > 0)
-                            .unwrap_or_else(now_nanos);
+                        let created = nanos(s.creation_time.as_ref());
                         let status = decide::content_status(
                             content.status.as_ref(),
                             &s.snapshot_id,
@@ -568,10 +569,7 @@ impl SnapshotController {
                         .await?;
                     return Ok(false);
                 };
-                let created = s
-                    .creation_time
-                    .map(|t| t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos))
-                    .unwrap_or_else(now_nanos);
+                let created = nanos(s.creation_time.as_ref());
                 let status = decide::content_status(
                     content.status.as_ref(),
                     &s.snapshot_id,
@@ -717,6 +715,13 @@ fn final_code(code: tonic::Code) -> bool {
             | tonic::Code::ResourceExhausted
             | tonic::Code::Aborted
     )
+}
+
+/// A snapshot's creation time in Unix nanoseconds; now when the driver gave none.
+fn nanos(time: Option<&prost_types::Timestamp>) -> i64 {
+    time.map(|t| t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos))
+        .filter(|n| *n > 0)
+        .unwrap_or_else(now_nanos)
 }
 
 fn now_nanos() -> i64 {
