@@ -9,7 +9,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use csi::volume_capability::access_mode::Mode;
 use csi_proto::v1 as csi;
-use harness::{Harness, block, create_request, params};
+use harness::{Harness, block, create, create_request, params};
 use tonic::Code;
 
 const MI: i64 = 1 << 20;
@@ -44,16 +44,6 @@ fn from_volume(name: &str, bytes: i64, volume: &str) -> csi::CreateVolumeRequest
         )),
     });
     req
-}
-
-async fn create(h: &Harness, req: csi::CreateVolumeRequest) -> csi::Volume {
-    h.controller()
-        .create_volume(req)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap()
 }
 
 async fn create_code(h: &Harness, req: csi::CreateVolumeRequest) -> Code {

@@ -6,20 +6,10 @@ mod harness;
 
 use csi::volume_capability::access_mode::Mode;
 use csi_proto::v1 as csi;
-use harness::{Harness, block, create_request, mount, params};
+use harness::{Harness, block, create, create_request, mount, params};
 use tonic::Code;
 
 const MI: i64 = 1 << 20;
-
-async fn create(h: &Harness, req: csi::CreateVolumeRequest) -> csi::Volume {
-    h.controller()
-        .create_volume(req)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap()
-}
 
 fn stage_request(
     volume: &str,

@@ -192,3 +192,14 @@ pub fn segment(key: &str, value: &str) -> csi::Topology {
         segments: params(&[(key, value)]),
     }
 }
+
+/// CreateVolume that must succeed; the volume.
+pub async fn create(h: &Harness, req: csi::CreateVolumeRequest) -> csi::Volume {
+    h.controller()
+        .create_volume(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+}
