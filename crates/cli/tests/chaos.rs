@@ -246,11 +246,18 @@ async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool) {
                         .map(|s| s.volume_handle.clone())
                 })
                 .collect();
-            let leaked: Vec<String> = c
-                .driver_volume_ids()
-                .await
-                .into_iter()
-                .filter(|id| !handles.contains(id))
+            let ids = c.driver_volume_ids().await;
+            let leaked: Vec<String> = ids
+                .iter()
+                .filter(|id| !handles.contains(*id))
+                .cloned()
+                .collect();
+            let lost: Vec<String> = volumes
+                .iter()
+                .filter_map(|pv| {
+                    let handle = pv.spec.as_ref()?.csi.as_ref()?.volume_handle.clone();
+                    (!ids.contains(&handle)).then(|| format!("{:?} -> {handle}", pv.metadata.name))
+                })
                 .collect();
             let mut names = Vec::new();
             for entry in std::fs::read_dir(c.dir.path().join("driver"))
@@ -268,7 +275,7 @@ async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool) {
                 }
             }
             panic!(
-                "end state not reached: {} live claims, {} bound, {} PVs, {} driver volumes; driver volumes without a PV: {leaked:?} {names:?}\n{}",
+                "end state not reached: {} live claims, {} bound, {} PVs, {} driver volumes; driver volumes without a PV: {leaked:?} {names:?}; PVs without a driver volume: {lost:?}\n{}",
                 live.len(),
                 bound.len(),
                 volumes.len(),

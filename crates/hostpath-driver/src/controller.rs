@@ -424,9 +424,13 @@ impl Controller for Driver {
     ) -> Reply<csi::CreateVolumeResponse> {
         let req = request.into_inner();
         let span = tracing::info_span!("create", name = %req.name);
-        self.call("CreateVolume", self.create(req))
-            .instrument(span)
-            .await
+        let this = self.clone();
+        self.call(
+            "CreateVolume",
+            self.detached(async move { this.create(req).await }),
+        )
+        .instrument(span)
+        .await
     }
 
     async fn delete_volume(
@@ -501,9 +505,13 @@ impl Controller for Driver {
     ) -> Reply<csi::CreateSnapshotResponse> {
         let req = request.into_inner();
         let span = tracing::info_span!("snapshot", name = %req.name);
-        self.call("CreateSnapshot", self.make_snapshot(req))
-            .instrument(span)
-            .await
+        let this = self.clone();
+        self.call(
+            "CreateSnapshot",
+            self.detached(async move { this.make_snapshot(req).await }),
+        )
+        .instrument(span)
+        .await
     }
 
     async fn delete_snapshot(

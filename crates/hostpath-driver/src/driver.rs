@@ -117,6 +117,19 @@ impl Driver {
         .await
     }
 
+    /// Runs `work` as a task of its own that finishes even if the caller goes away. A gRPC
+    /// deadline drops the handler's future; a create dropped between reserving a volume and
+    /// logging (or cancelling) it would leave a reservation that a retry answers as a volume
+    /// that is neither listed nor durable.
+    pub(crate) async fn detached<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = Result<T, Error>> + Send + 'static,
+    ) -> Result<T, Error> {
+        tokio::spawn(work.in_current_span())
+            .await
+            .map_err(|e| Error::Task(e.to_string()))?
+    }
+
     /// Serves Identity, Controller and Node on the configured socket until `shutdown`.
     pub async fn serve(
         self,

@@ -192,6 +192,12 @@ pub enum Error {
         /// Value.
         value: String,
     },
+    /// A create of this name is still being made (by a request that is no longer waiting).
+    #[error("an operation for {0:?} is still in progress")]
+    Pending(String),
+    /// The task carrying out the request failed.
+    #[error("the operation failed: {0}")]
+    Task(String),
     /// The volume table could not be written.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -233,9 +239,9 @@ impl Error {
             Error::InUse { .. } | Error::Precondition(_) | Error::GroupPrecondition(_) => {
                 Code::FailedPrecondition
             }
-            Error::InvalidToken(_) => Code::Aborted,
+            Error::InvalidToken(_) | Error::Pending(_) => Code::Aborted,
             Error::NotServed(_) => Code::Unimplemented,
-            Error::Filesystem { .. } => Code::Internal,
+            Error::Filesystem { .. } | Error::Task(_) => Code::Internal,
             Error::Store(StoreError::Failed(_)) => Code::Unavailable,
             Error::Store(
                 StoreError::Io { .. }

@@ -545,3 +545,60 @@ async fn faults_are_injected_into_the_snapshot_methods() {
         .unwrap_err();
     assert_eq!(refused.code(), Code::ResourceExhausted);
 }
+
+/// A gRPC deadline drops the server's handler; a clone cut off mid-copy must still end as a
+/// listed, durable volume (or none), never as a reservation a retry answers with.
+#[tokio::test]
+async fn a_clone_cut_off_by_its_deadline_ends_listed_and_durable() {
+    let mut h = Harness::start(&[]).await;
+    let source = create(&h, create_request("big", 256 * MI)).await;
+    let data: Vec<u8> = (0..96 * MI as usize).map(|i| (i % 251) as u8 + 1).collect();
+    std::fs::write(volume_dir(&h, &source.volume_id).join("data.bin"), &data).unwrap();
+    let mut hurried = tonic::Request::new(from_volume("copy", 256 * MI, &source.volume_id));
+    hurried.set_timeout(std::time::Duration::from_millis(5));
+    let cut = h.controller().create_volume(hurried).await.unwrap_err();
+    assert!(
+        matches!(cut.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{cut:?}"
+    );
+    // The retry waits for the first one (or is told it is still pending), then finds the copy.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let copy = loop {
+        match h
+            .controller()
+            .create_volume(from_volume("copy", 256 * MI, &source.volume_id))
+            .await
+        {
+            Ok(r) => break r.into_inner().volume.unwrap(),
+            Err(status) if status.code() == Code::Aborted => {
+                assert!(std::time::Instant::now() < deadline, "still pending");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    let listed: Vec<String> = h
+        .all_volumes()
+        .await
+        .into_iter()
+        .map(|v| v.volume_id)
+        .collect();
+    assert!(
+        listed.contains(&copy.volume_id),
+        "the answered clone is listed"
+    );
+    h.restart().await;
+    let listed: Vec<String> = h
+        .all_volumes()
+        .await
+        .into_iter()
+        .map(|v| v.volume_id)
+        .collect();
+    assert!(listed.contains(&copy.volume_id), "and durable");
+    assert_eq!(
+        std::fs::read(volume_dir(&h, &copy.volume_id).join("data.bin"))
+            .unwrap()
+            .len(),
+        data.len()
+    );
+}

@@ -302,6 +302,10 @@ pub fn plan_create(
     now_ms: u64,
 ) -> Result<CreatePlan> {
     if let Some(existing) = table.by_name(&req.name) {
+        if table.reserved(&existing.id).is_some() {
+            // Still being made: it is neither listed nor durable yet.
+            return Err(Error::Pending(req.name.clone()));
+        }
         return match difference(cfg, existing, req) {
             None => Ok(CreatePlan::Existing(existing.clone())),
             Some(difference) => Err(Error::NameConflict {

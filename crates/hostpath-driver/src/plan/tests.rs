@@ -190,6 +190,28 @@ fn block_is_refused_when_disabled_and_single_writer_accepted_when_advertised() {
 }
 
 #[test]
+fn a_volume_still_being_made_is_pending_not_an_answer() {
+    let cfg = config();
+    let mut table = Table::default();
+    let parsed = parse_create(&cfg, &request("v", 1 << 30)).unwrap();
+    let CreatePlan::New(record) = plan_create(&cfg, &table, &parsed, "id-1", 1).unwrap() else {
+        panic!("a new volume");
+    };
+    table.reserve(record.clone());
+    assert_eq!(
+        plan_create(&cfg, &table, &parsed, "id-2", 1)
+            .unwrap_err()
+            .code(),
+        tonic::Code::Aborted
+    );
+    table.apply(Change::Put(record));
+    assert!(matches!(
+        plan_create(&cfg, &table, &parsed, "id-2", 1).unwrap(),
+        CreatePlan::Existing(_)
+    ));
+}
+
+#[test]
 fn create_is_idempotent_by_name_and_conflicts_on_an_incompatible_repeat() {
     let cfg = config();
     let mut table = Table::default();

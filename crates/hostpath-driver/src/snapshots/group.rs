@@ -114,9 +114,10 @@ impl GroupController for Driver {
         &self,
         request: Request<csi::CreateVolumeGroupSnapshotRequest>,
     ) -> Reply<csi::CreateVolumeGroupSnapshotResponse> {
+        let (this, req) = (self.clone(), request.into_inner());
         self.call(
             "CreateVolumeGroupSnapshot",
-            self.create_group(request.into_inner()),
+            self.detached(async move { this.create_group(req).await }),
         )
         .await
     }
