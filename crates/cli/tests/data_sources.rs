@@ -345,3 +345,92 @@ async fn restores_wait_for_a_ready_snapshot_and_keep_the_volume_mode() {
     )
     .await;
 }
+
+/// A gateway-api ReferenceGrant definition, as a cluster with the gateway CRDs has it.
+async fn install_reference_grants(c: &Cluster) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "referencegrants.gateway.networking.k8s.io"},
+        "spec": {
+            "group": "gateway.networking.k8s.io",
+            "names": {"kind": "ReferenceGrant", "listKind": "ReferenceGrantList", "plural": "referencegrants", "singular": "referencegrant"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(c.client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_clone_from_another_namespace_needs_the_gate_and_a_reference_grant() {
+    let c = Cluster::start(
+        &["--capacity=100Gi"],
+        &["--feature-gates=CrossNamespaceVolumeDataSource=true"],
+        true,
+    )
+    .await;
+    install_reference_grants(&c).await;
+    c.class("fast", json!({})).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "data"}})).unwrap())
+        .await
+        .unwrap();
+    let data: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "data");
+    let source = data
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "shared"},
+                "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let source_pv = c.wait_pv(&source, T).await;
+    c.wait_until("the shared claim Bound", T, || async {
+        data.get("shared").await.unwrap().status.and_then(|s| s.phase).as_deref() == Some("Bound")
+    })
+    .await;
+    std::fs::write(c.volume_dir(&source_pv).join("data.txt"), "across namespaces").unwrap();
+    let remote = json!({"spec": {"dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "shared", "namespace": "data"}}});
+    let clone = c.claim("copy", "fast", "1Gi", remote, false).await;
+    c.wait_event("copy", "ProvisioningFailed", "accessing data/shared of PersistentVolumeClaim dataSource from default/copy isn't allowed")
+        .await;
+    assert!(c.pv_for(&clone).await.is_none());
+    let grants: Api<DynamicObject> = Api::namespaced_with(
+        c.client.clone(),
+        "data",
+        &ApiResource {
+            group: "gateway.networking.k8s.io".into(),
+            version: "v1beta1".into(),
+            api_version: "gateway.networking.k8s.io/v1beta1".into(),
+            kind: "ReferenceGrant".into(),
+            plural: "referencegrants".into(),
+        },
+    );
+    let grant: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"name": "let-default-clone", "namespace": "data"},
+        "spec": {
+            "from": [{"group": "", "kind": "PersistentVolumeClaim", "namespace": "default"}],
+            "to": [{"group": "", "kind": "PersistentVolumeClaim", "name": "shared"}],
+        },
+    }))
+    .unwrap();
+    grants.create(&PostParams::default(), &grant).await.unwrap();
+    let pv = c.wait_pv(&clone, T).await;
+    assert_eq!(
+        std::fs::read_to_string(c.volume_dir(&pv).join("data.txt")).unwrap(),
+        "across namespaces"
+    );
+}
