@@ -380,7 +380,10 @@ async fn a_clone_from_another_namespace_needs_the_gate_and_a_reference_grant() {
     c.class("fast", json!({})).await;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.client.clone());
     namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "data"}})).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "data"}})).unwrap(),
+        )
         .await
         .unwrap();
     let data: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "data");
@@ -397,14 +400,28 @@ async fn a_clone_from_another_namespace_needs_the_gate_and_a_reference_grant() {
         .unwrap();
     let source_pv = c.wait_pv(&source, T).await;
     c.wait_until("the shared claim Bound", T, || async {
-        data.get("shared").await.unwrap().status.and_then(|s| s.phase).as_deref() == Some("Bound")
+        data.get("shared")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Bound")
     })
     .await;
-    std::fs::write(c.volume_dir(&source_pv).join("data.txt"), "across namespaces").unwrap();
+    std::fs::write(
+        c.volume_dir(&source_pv).join("data.txt"),
+        "across namespaces",
+    )
+    .unwrap();
     let remote = json!({"spec": {"dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "shared", "namespace": "data"}}});
     let clone = c.claim("copy", "fast", "1Gi", remote, false).await;
-    c.wait_event("copy", "ProvisioningFailed", "accessing data/shared of PersistentVolumeClaim dataSource from default/copy isn't allowed")
-        .await;
+    c.wait_event(
+        "copy",
+        "ProvisioningFailed",
+        "accessing data/shared of PersistentVolumeClaim dataSource from default/copy isn't allowed",
+    )
+    .await;
     assert!(c.pv_for(&clone).await.is_none());
     let grants: Api<DynamicObject> = Api::namespaced_with(
         c.client.clone(),

@@ -35,6 +35,8 @@ impl ContentJob {
                 if let Some(bytes) = self.image_bytes {
                     crate::content::grow_image(&image, bytes)?;
                 }
+                // Every copied file, the new directories and their entries, in one flush.
+                return crate::content::sync_filesystem(&self.dir);
             }
             None => {
                 std::fs::create_dir_all(&self.dir)?;

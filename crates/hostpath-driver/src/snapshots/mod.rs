@@ -68,7 +68,9 @@ impl Driver {
             .collect();
         let copied = tokio::task::spawn_blocking(move || {
             for (index, (from, to)) in jobs.iter().enumerate() {
-                if let Err(error) = crate::content::copy_tree(from, to) {
+                let copied = crate::content::copy_tree(from, to)
+                    .and_then(|()| crate::content::sync_filesystem(to));
+                if let Err(error) = copied {
                     for (_, done) in &jobs[..=index] {
                         let _ = std::fs::remove_dir_all(done);
                     }
