@@ -90,6 +90,9 @@ impl Driver {
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map_err(|e| e.to_string()))
                 {
+                    // A partial copy goes before the reservation does.
+                    let dir = self.store.volume_dir(&record.id);
+                    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
                     self.store.cancel(&record.id);
                     return Err(Error::Filesystem {
                         action: "create volume directory",
@@ -439,8 +442,14 @@ impl Controller for Driver {
         &self,
         request: Request<csi::DeleteVolumeRequest>,
     ) -> Reply<csi::DeleteVolumeResponse> {
-        self.call("DeleteVolume", self.delete(request.into_inner()))
-            .await
+        // Detached: a deletion logged but cut off before its directory is removed would leave
+        // the directory until the next start.
+        let (this, req) = (self.clone(), request.into_inner());
+        self.call(
+            "DeleteVolume",
+            self.detached(async move { this.delete(req).await }),
+        )
+        .await
     }
 
     async fn controller_publish_volume(
@@ -520,8 +529,12 @@ impl Controller for Driver {
         &self,
         request: Request<csi::DeleteSnapshotRequest>,
     ) -> Reply<csi::DeleteSnapshotResponse> {
-        self.call("DeleteSnapshot", self.remove_snapshot(request.into_inner()))
-            .await
+        let (this, req) = (self.clone(), request.into_inner());
+        self.call(
+            "DeleteSnapshot",
+            self.detached(async move { this.remove_snapshot(req).await }),
+        )
+        .await
     }
 
     async fn list_snapshots(

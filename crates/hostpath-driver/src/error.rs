@@ -142,9 +142,15 @@ pub enum Error {
     /// The group snapshot id is unknown.
     #[error("group snapshot {0:?} does not exist")]
     GroupNotFound(String),
-    /// The volumes cannot be snapshotted together, or the snapshot ids given do not match.
+    /// The group's members are not all there (a member lost).
     #[error("{0}")]
     GroupPrecondition(String),
+    /// The group request is invalid: a volume named twice, or snapshot ids that do not match.
+    #[error("{0}")]
+    GroupArgument(String),
+    /// A volume is being restored from this snapshot.
+    #[error("snapshot {0:?} is in use: a volume is being restored from it")]
+    SnapshotInUse(String),
     /// The content source of CreateVolume does not exist.
     #[error("{kind} {id:?} (volume_content_source) does not exist")]
     SourceNotFound {
@@ -219,7 +225,8 @@ impl Error {
             | Error::SnapshotInGroup { .. }
             | Error::SourceIncompatible(_)
             | Error::UnknownMutableParameter(_)
-            | Error::InvalidMutableParameter { .. } => Code::InvalidArgument,
+            | Error::InvalidMutableParameter { .. }
+            | Error::GroupArgument(_) => Code::InvalidArgument,
             Error::TooLarge { .. } | Error::OutOfRange(_) | Error::ShrinkRefused { .. } => {
                 Code::OutOfRange
             }
@@ -236,9 +243,10 @@ impl Error {
             | Error::GroupNotFound(_)
             | Error::SourceNotFound { .. }
             | Error::NotAtPath { .. } => Code::NotFound,
-            Error::InUse { .. } | Error::Precondition(_) | Error::GroupPrecondition(_) => {
-                Code::FailedPrecondition
-            }
+            Error::InUse { .. }
+            | Error::Precondition(_)
+            | Error::GroupPrecondition(_)
+            | Error::SnapshotInUse(_) => Code::FailedPrecondition,
             Error::InvalidToken(_) | Error::Pending(_) => Code::Aborted,
             Error::NotServed(_) => Code::Unimplemented,
             Error::Filesystem { .. } | Error::Task(_) => Code::Internal,

@@ -74,6 +74,17 @@ fn is_mount_point(path: &Path) -> bool {
 }
 
 impl Driver {
+    /// Whether another volume than `id` is published or staged at `path`.
+    pub(crate) fn path_of_another(&self, id: &str, path: &str) -> bool {
+        self.store
+            .read(|t| {
+                t.iter().any(|v| {
+                    v.id != id && (v.targets.contains_key(path) || v.staged.contains_key(path))
+                })
+            })
+            .0
+    }
+
     async fn node_publish(
         &self,
         req: csi::NodePublishVolumeRequest,
@@ -82,7 +93,7 @@ impl Driver {
             &req.volume_id,
             ("target_path", &req.target_path),
             req.volume_capability.as_ref(),
-            Error::Capability,
+            Error::Precondition,
         )?;
         if self.cfg.features.stage_unstage {
             if req.staging_target_path.is_empty() {
@@ -170,8 +181,10 @@ impl Driver {
         let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
         let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
         // Clean up whatever is at the target even if the table does not list it (a crash
-        // between publishing and recording it).
-        clear_target(&PathBuf::from(&req.target_path), false).await?;
+        // between publishing and recording it), unless it is another volume's.
+        if !self.path_of_another(&record.id, &req.target_path) {
+            clear_target(&PathBuf::from(&req.target_path), false).await?;
+        }
         if record.targets.contains_key(&req.target_path) {
             let id = record.id.clone();
             let ((), seq) = self.store.mutate(|table| {

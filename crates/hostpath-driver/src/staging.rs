@@ -138,18 +138,21 @@ impl Driver {
             return Err(Error::Missing("staging_target_path"));
         }
         let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
-        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
-        if let Some(target) = record.targets.keys().next() {
+        if let Some(target) = record.as_ref().and_then(|r| r.targets.keys().next()) {
             return Err(Error::InUse {
-                id: record.id.clone(),
+                id: req.volume_id.clone(),
                 detail: format!("still published at {target:?}"),
             });
         }
         // Clean up whatever is at the staging path even if the table does not list it (a
-        // crash between staging and recording it); kubelet removes the directory itself.
-        if !record.block {
+        // crash between staging and recording it; a volume deleted meanwhile), unless another
+        // volume uses it; kubelet removes the directory itself.
+        if !record.as_ref().is_some_and(|r| r.block)
+            && !self.path_of_another(&req.volume_id, &req.staging_target_path)
+        {
             clear_target(&PathBuf::from(&req.staging_target_path), true).await?;
         }
+        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
         if record.staged.contains_key(&req.staging_target_path) {
             let id = record.id.clone();
             let ((), seq) = self.store.mutate(|table| {

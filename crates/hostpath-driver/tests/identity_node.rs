@@ -227,7 +227,8 @@ async fn node_publish_validates_its_request() {
         .await
         .unwrap_err()
         .code(),
-        Code::InvalidArgument
+        Code::FailedPrecondition,
+        "the spec's \"exceeds capabilities\""
     );
     let not_attached = node
         .node_publish_volume(req(&v.volume_id, &target, cap.clone()))

@@ -418,7 +418,7 @@ async fn group_snapshots_are_made_whole_and_deleted_whole() {
         })
         .await
         .unwrap_err();
-    assert_eq!(wrong.code(), Code::FailedPrecondition);
+    assert_eq!(wrong.code(), Code::InvalidArgument);
     for _ in 0..2 {
         groups
             .delete_volume_group_snapshot(csi::DeleteVolumeGroupSnapshotRequest {

@@ -121,6 +121,16 @@ async fn a_volume_is_staged_before_it_is_published_and_unstaged_after() {
         Code::FailedPrecondition,
         "a mount volume staged as block"
     );
+    // A staged volume is in use: DeleteVolume refuses it (its data is mounted on the node).
+    let refused = h
+        .controller()
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     node.node_publish_volume(publish_request(
         &v.volume_id,
         &staging,

@@ -470,6 +470,18 @@ pub fn plan_delete(table: &Table, id: &str) -> Result<Vec<Change>> {
             detail: format!("node-published at {target:?}"),
         });
     }
+    if let Some(staging) = record.staged.keys().next() {
+        return Err(Error::InUse {
+            id: id.to_string(),
+            detail: format!("staged at {staging:?}"),
+        });
+    }
+    if table.copying_from(&ContentSource::Volume(id.to_string())) {
+        return Err(Error::InUse {
+            id: id.to_string(),
+            detail: "a clone of it is being made".into(),
+        });
+    }
     Ok(vec![Change::Delete(id.to_string())])
 }
 

@@ -1,6 +1,7 @@
-//! The CSI GroupController service: crash-consistent snapshots of several volumes at once. The
-//! members are copied first, then the group and its snapshots are logged in one critical
-//! section, so a group is never half there after a crash.
+//! The CSI GroupController service: snapshots of several volumes at once. The members are
+//! copied first, then the members and the group are logged in one critical section, members
+//! first; a crash between their records leaves members without their group, which the next
+//! start drops (`Table::drop_incomplete_groups`), so a group is never half there.
 
 use csi::group_controller_server::GroupController;
 use csi::group_controller_service_capability::rpc::Type as GroupRpc;
@@ -44,7 +45,17 @@ impl Driver {
                     .map(|m| Change::PutSnapshot(m.clone()))
                     .collect();
                 changes.push(Change::PutGroup(group.clone()));
-                let ((), seq) = self.store.mutate(|_| Ok::<_, Error>(((), changes)))?;
+                let committed = self.store.mutate(|table| {
+                    plan::sources_exist(table, &members)?;
+                    Ok::<_, Error>(((), changes))
+                });
+                let ((), seq) = match committed {
+                    Ok(done) => done,
+                    Err(error) => {
+                        self.discard_copies(&members).await;
+                        return Err(error);
+                    }
+                };
                 self.store.wait_durable(seq).await?;
                 tracing::info!(name = %group.name, group_snapshot_id = %group.id, volumes = members.len(), "group snapshot created");
                 (group, members)
@@ -126,9 +137,10 @@ impl GroupController for Driver {
         &self,
         request: Request<csi::DeleteVolumeGroupSnapshotRequest>,
     ) -> Reply<csi::DeleteVolumeGroupSnapshotResponse> {
+        let (this, req) = (self.clone(), request.into_inner());
         self.call(
             "DeleteVolumeGroupSnapshot",
-            self.delete_group(request.into_inner()),
+            self.detached(async move { this.delete_group(req).await }),
         )
         .await
     }

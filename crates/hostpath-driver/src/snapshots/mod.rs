@@ -109,6 +109,20 @@ impl Driver {
         Ok(csi::DeleteSnapshotResponse {})
     }
 
+    /// Removes the copies of snapshots that were not logged.
+    pub(crate) async fn discard_copies(&self, records: &[SnapshotRecord]) {
+        let dirs: Vec<_> = records
+            .iter()
+            .map(|r| self.store.snapshot_dir(&r.id))
+            .collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for dir in dirs {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        })
+        .await;
+    }
+
     /// Removes the directories of snapshots whose deletion is durable.
     pub(crate) async fn remove_snapshot_dirs(&self, changes: &[Change]) {
         for change in changes {

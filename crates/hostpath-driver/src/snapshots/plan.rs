@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use csi_proto::v1 as csi;
 
 use crate::error::{Error, Result};
-use crate::state::{Change, GroupRecord, SnapshotRecord, Table};
+use crate::state::{Change, ContentSource, GroupRecord, SnapshotRecord, Table};
 
 /// Parameters the external-snapshotter adds with `--extra-create-metadata`.
 pub const SNAPSHOT_METADATA: [&str; 3] = [
@@ -39,6 +39,18 @@ fn parameters(
         return Err(Error::UnknownSnapshotParameter(key.clone()));
     }
     Ok(given.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+}
+
+/// Whether every source volume of these snapshots still exists: checked when their copies are
+/// logged, since a volume deleted during the copy may have been copied only in part.
+pub fn sources_exist(table: &Table, snapshots: &[SnapshotRecord]) -> Result<()> {
+    match snapshots
+        .iter()
+        .find(|s| table.get(&s.source_volume_id).is_none())
+    {
+        Some(gone) => Err(Error::VolumeNotFound(gone.source_volume_id.clone())),
+        None => Ok(()),
+    }
 }
 
 /// Decides CreateSnapshot: the existing snapshot of that name (same source), a new one copied
@@ -94,6 +106,9 @@ pub fn plan_delete_snapshot(table: &Table, id: &str) -> Result<Vec<Change>> {
             id: id.to_string(),
             group: group.clone(),
         });
+    }
+    if table.copying_from(&ContentSource::Snapshot(id.to_string())) {
+        return Err(Error::SnapshotInUse(id.to_string()));
     }
     Ok(vec![Change::DeleteSnapshot(id.to_string())])
 }
@@ -176,7 +191,7 @@ pub fn plan_group(
     let mut sources: Vec<String> = req.source_volume_ids.clone();
     sources.sort();
     if sources.windows(2).any(|w| w[0] == w[1]) {
-        return Err(Error::GroupPrecondition(
+        return Err(Error::GroupArgument(
             "source_volume_ids names a volume twice".into(),
         ));
     }
@@ -238,7 +253,7 @@ pub fn group_members(table: &Table, group: &GroupRecord) -> Result<Vec<SnapshotR
 }
 
 /// Checks the `snapshot_ids` a caller gives for a group (when it gives any) against the
-/// group's members: the spec asks for FAILED_PRECONDITION on a mismatch.
+/// group's members: the spec asks for INVALID_ARGUMENT on a mismatch.
 fn check_members(group: &GroupRecord, given: &[String]) -> Result<()> {
     if given.is_empty() {
         return Ok(());
@@ -248,7 +263,7 @@ fn check_members(group: &GroupRecord, given: &[String]) -> Result<()> {
     given.sort();
     have.sort();
     if given != have {
-        return Err(Error::GroupPrecondition(format!(
+        return Err(Error::GroupArgument(format!(
             "snapshot_ids do not match the members of group snapshot {:?}",
             group.id
         )));

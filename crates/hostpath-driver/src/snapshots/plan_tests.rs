@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use tonic::Code;
 
 use super::*;
-use crate::state::VolumeRecord;
+use crate::state::{ContentSource, VolumeRecord};
 
 fn volume(id: &str, bytes: i64, block: bool) -> VolumeRecord {
     VolumeRecord {
@@ -241,7 +241,7 @@ fn group_snapshots_are_made_found_again_checked_and_deleted_whole() {
     let errors = [
         (group_request("g", &["v1"]), Code::AlreadyExists),
         (group_request("h", &["v1", "missing"]), Code::NotFound),
-        (group_request("h", &["v1", "v1"]), Code::FailedPrecondition),
+        (group_request("h", &["v1", "v1"]), Code::InvalidArgument),
         (group_request("", &["v1"]), Code::InvalidArgument),
         (group_request("h", &[]), Code::InvalidArgument),
     ];
@@ -262,7 +262,7 @@ fn group_snapshots_are_made_found_again_checked_and_deleted_whole() {
         get_group(&t, &get(vec![member_ids[0].clone()]))
             .unwrap_err()
             .code(),
-        Code::FailedPrecondition
+        Code::InvalidArgument
     );
     let mut unknown = get(Vec::new());
     unknown.group_snapshot_id = "nope".into();
@@ -276,7 +276,7 @@ fn group_snapshots_are_made_found_again_checked_and_deleted_whole() {
         plan_delete_group(&t, &delete(vec!["other".into()]))
             .unwrap_err()
             .code(),
-        Code::FailedPrecondition
+        Code::InvalidArgument
     );
     let changes = plan_delete_group(&t, &delete(member_ids.clone())).unwrap();
     assert_eq!(
@@ -296,4 +296,48 @@ fn group_snapshots_are_made_found_again_checked_and_deleted_whole() {
             .is_empty()
     );
     assert_eq!(t.snapshots_after("").count(), 3);
+}
+
+#[test]
+fn sources_in_use_by_a_copy_in_progress_stay() {
+    let mut t = table();
+    let first = "00000000-0000-0000-0000-000000000001";
+    // A restore from the first snapshot and a clone of v2 are being made (reserved).
+    let mut restoring = volume("r", 10, false);
+    restoring.source = Some(ContentSource::Snapshot(first.into()));
+    t.reserve(restoring);
+    let mut cloning = volume("c", 20, true);
+    cloning.source = Some(ContentSource::Volume("v2".into()));
+    t.reserve(cloning);
+    assert_eq!(
+        plan_delete_snapshot(&t, first).unwrap_err().code(),
+        Code::FailedPrecondition
+    );
+    assert_eq!(
+        crate::plan::plan_delete(&t, "v2").unwrap_err().code(),
+        Code::FailedPrecondition
+    );
+    assert!(crate::plan::plan_delete(&t, "v1").is_ok());
+    // Once logged (or cancelled), the sources may go.
+    t.apply(Change::Delete("c".into()));
+    assert!(crate::plan::plan_delete(&t, "v2").is_ok());
+    // A snapshot whose source went during its copy is not logged.
+    let of_v2 = snapshot("new", "n", "v2");
+    assert!(sources_exist(&t, std::slice::from_ref(&of_v2)).is_ok());
+    t.apply(Change::Delete("v2".into()));
+    assert_eq!(
+        sources_exist(&t, &[of_v2]).unwrap_err().code(),
+        Code::NotFound
+    );
+}
+
+#[test]
+fn members_of_a_group_never_logged_are_dropped() {
+    let mut t = table();
+    let mut member = snapshot("00000000-0000-0000-0000-00000000000b", "m", "v1");
+    member.group_id = Some("lost-group".into());
+    t.apply(Change::PutSnapshot(member.clone()));
+    assert_eq!(t.drop_incomplete_groups(), 1);
+    assert!(t.snapshot(&member.id).is_none());
+    assert_eq!(t.snapshots_after("").count(), 3, "the others stay");
 }

@@ -108,6 +108,13 @@ impl Store {
             let change: Change = serde_json::from_slice(entry).map_err(StoreError::Replay)?;
             table.apply(change);
         }
+        let dropped = table.drop_incomplete_groups();
+        if dropped > 0 {
+            tracing::warn!(
+                snapshots = dropped,
+                "dropping the snapshots of a group snapshot that was never completed"
+            );
+        }
         remove_orphans(&volumes_dir, "volume", |id| table.get(id).is_some());
         remove_orphans(&snapshots_dir, "snapshot", |id| {
             table.snapshot(id).is_some()

@@ -224,6 +224,34 @@ impl Table {
         }
     }
 
+    /// Whether a volume still being made copies from `source` (its source must stay).
+    pub fn copying_from(&self, source: &ContentSource) -> bool {
+        self.reserved
+            .iter()
+            .filter_map(|id| self.volumes.get(id))
+            .any(|r| r.source.as_ref() == Some(source))
+    }
+
+    /// Drops snapshots that name a group snapshot the table does not hold: a crash between
+    /// logging a group's members and the group itself. Their copies become orphans, removed at
+    /// start like any directory no record names. Returns how many were dropped.
+    pub fn drop_incomplete_groups(&mut self) -> usize {
+        let orphans: Vec<String> = self
+            .snapshots
+            .values()
+            .filter(|s| {
+                s.group_id
+                    .as_ref()
+                    .is_some_and(|g| !self.groups.contains_key(g))
+            })
+            .map(|s| s.id.clone())
+            .collect();
+        for id in &orphans {
+            self.apply(Change::DeleteSnapshot(id.clone()));
+        }
+        orphans.len()
+    }
+
     /// The snapshot with this id.
     pub fn snapshot(&self, id: &str) -> Option<&SnapshotRecord> {
         self.snapshots.get(id)
