@@ -454,13 +454,19 @@ impl Provisioner {
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
-        let mut updated = claim.clone();
-        if let Some(a) = updated.metadata.annotations.as_mut() {
-            a.remove(ANN_SELECTED_NODE);
-        }
-        api.replace(&name, &PostParams::default(), &updated)
-            .await
-            .map_err(ClaimError::Reschedule)?;
+        // A patch of that one annotation, at the version decided on: the cached claim is
+        // trimmed (labels and more are dropped), so writing it back whole would erase them.
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": claim.metadata.resource_version,
+            "annotations": {ANN_SELECTED_NODE: null},
+        }});
+        api.patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(ClaimError::Reschedule)?;
         tracing::info!("removed the selected node so the scheduler picks another");
         Ok(())
     }

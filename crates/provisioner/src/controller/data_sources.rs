@@ -148,18 +148,13 @@ impl Provisioner {
                 .map_err(lookup("the source PersistentVolume"))?,
             None => None,
         };
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let already_sent = self
-            .inflight
-            .lock()
-            .contains_key(&self.cfg.options.naming.pv_name(&uid));
         let content = clone_source(
             claim,
             source,
             source_claim.as_deref(),
             volume.as_ref(),
             &self.cfg.caps.name,
-            already_sent,
+            self.already_sent(claim),
         )?;
         Ok(Resolved::Copy {
             source: content,
@@ -212,7 +207,26 @@ impl Provisioner {
             &self.cfg.caps.name,
             class_name,
             self.cfg.prevent_volume_mode_conversion,
+            self.already_sent(claim),
         )?)
+    }
+
+    /// Whether this claim's CreateVolume was sent before (its volume is in the intent log).
+    fn already_sent(&self, claim: &PersistentVolumeClaim) -> bool {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        self.inflight
+            .lock()
+            .contains_key(&self.cfg.options.naming.pv_name(&uid))
+    }
+
+    /// Whether a CreateVolume copying the volume `handle` is in flight.
+    fn copying_from(&self, handle: &str) -> bool {
+        self.inflight.lock().values().any(|f| {
+            matches!(
+                f.request.volume_content_source.as_ref().and_then(|s| s.r#type.as_ref()),
+                Some(csi::volume_content_source::Type::Volume(v)) if v.volume_id == handle
+            )
+        })
     }
 
     /// Adds the cloning-protection finalizer to a clone's source claim (before CreateVolume).
@@ -245,7 +259,20 @@ impl Provisioner {
             return Ok(Next::Done);
         };
         let all = self.caches.claims.state();
-        match cloning_protection(&claim, all.iter().map(|c| c.as_ref())) {
+        let handle = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .and_then(|pv| self.caches.volumes.get(&ObjectRef::new(&pv)))
+            .and_then(|pv| {
+                pv.spec
+                    .as_ref()?
+                    .csi
+                    .as_ref()
+                    .map(|c| c.volume_handle.clone())
+            });
+        let copying = handle.is_some_and(|h| self.copying_from(&h));
+        match cloning_protection(&claim, all.iter().map(|c| c.as_ref()), copying) {
             CloningProtection::Nothing => Ok(Next::Done),
             CloningProtection::Wait => {
                 tracing::debug!(claim = %key, "cloning in progress; keeping the cloning-protection finalizer");

@@ -97,7 +97,9 @@ pub enum DataSourceError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SourceCheck {
     /// The source claim does not exist.
-    #[error("error getting PVC {name} (namespace {namespace:?}) from api server: not found")]
+    #[error(
+        "error getting PVC {name} (namespace {namespace:?}) from api server: persistentvolumeclaims {name:?} not found"
+    )]
     ClaimMissing {
         /// Name.
         name: String,
@@ -148,7 +150,9 @@ pub enum SourceCheck {
         requested: String,
     },
     /// The VolumeSnapshot does not exist.
-    #[error("error getting snapshot {0} from api server: not found")]
+    #[error(
+        "error getting snapshot {0} from api server: volumesnapshots.snapshot.storage.k8s.io {0:?} not found"
+    )]
     SnapshotMissing(String),
     /// The VolumeSnapshot is being deleted.
     #[error("snapshot {0} is being deleted")]
@@ -304,7 +308,9 @@ pub fn kind_of(
     can_restore: bool,
 ) -> Result<SourceKind, DataSourceError> {
     if source.name.is_empty() {
-        return Err(DataSourceError::EmptyName(claim_key(claim)));
+        return Err(DataSourceError::EmptyName(
+            claim.metadata.name.clone().unwrap_or_default(),
+        ));
     }
     match source.kind.as_str() {
         "VolumeSnapshot" => {
@@ -442,6 +448,9 @@ fn restore_bytes(value: &Value) -> Option<i64> {
 
 /// Checks a restore's VolumeSnapshot and its bound VolumeSnapshotContent (both
 /// `snapshot.storage.k8s.io/v1`, as JSON); answers the content source for CreateVolume.
+/// `already_sent`: as for clones, a snapshot being deleted does not stop a restore whose
+/// CreateVolume was sent (the snapshot controller holds the snapshot for it).
+#[allow(clippy::too_many_arguments)]
 pub fn snapshot_source(
     claim: &PersistentVolumeClaim,
     source: &SourceRef,
@@ -450,6 +459,7 @@ pub fn snapshot_source(
     driver: &str,
     class_name: &str,
     prevent_volume_mode_conversion: bool,
+    already_sent: bool,
 ) -> Result<csi::VolumeContentSource, DataSourceError> {
     let fail = |check: SourceCheck| DataSourceError::Source {
         kind: source.kind.clone(),
@@ -460,10 +470,10 @@ pub fn snapshot_source(
     let Some(snapshot) = snapshot else {
         return Err(fail(SourceCheck::SnapshotMissing(source.name.clone())));
     };
-    if snapshot
+    let deleting = snapshot
         .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-    {
+        .is_some_and(|t| !t.is_null());
+    if deleting && !already_sent {
         return Err(fail(SourceCheck::SnapshotDeleting(source.name.clone())));
     }
     let Some(content_name) = text(snapshot, "/status/boundVolumeSnapshotContentName") else {
@@ -578,10 +588,7 @@ pub fn clones_pending<'a>(
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_none_or(|p| p == "Pending");
-        c.metadata.namespace.as_deref() == Some(namespace)
-            && c.metadata.deletion_timestamp.is_none()
-            && names_source
-            && pending
+        c.metadata.namespace.as_deref() == Some(namespace) && names_source && pending
     })
 }
 
@@ -597,10 +604,14 @@ pub enum CloningProtection {
     Release(Value),
 }
 
-/// Decides the cloning-protection finalizer of a claim being deleted.
+/// Decides the cloning-protection finalizer of a claim being deleted. `copying` says whether a
+/// CreateVolume copying its volume may still be in flight (the intent log holds one whose
+/// content source is the claim's volume, even if the clone's claim is gone): the source stays
+/// until that volume is made or undone.
 pub fn cloning_protection<'a>(
     claim: &PersistentVolumeClaim,
     claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
+    copying: bool,
 ) -> CloningProtection {
     let finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
     let Some(index) = finalizers
@@ -614,7 +625,7 @@ pub fn cloning_protection<'a>(
     }
     let name = claim.metadata.name.as_deref().unwrap_or_default();
     let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-    if clones_pending(name, namespace, claims) {
+    if copying || clones_pending(name, namespace, claims) {
         return CloningProtection::Wait;
     }
     CloningProtection::Release(serde_json::json!([
@@ -632,7 +643,10 @@ pub fn protect_source(source: &PersistentVolumeClaim) -> Option<Value> {
         Some(list) if !list.is_empty() => Some(serde_json::json!([
             {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
         ])),
+        // Creating the list replaces whatever list the claim has now: only at the version
+        // the empty list was seen at.
         _ => Some(serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": source.metadata.resource_version},
             {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
         ])),
     }

@@ -128,7 +128,7 @@ fn kinds_and_capabilities() {
             r("PersistentVolumeClaim", "", None),
             true,
             true,
-            Err("the PVC source not found for PVC default/c".into()),
+            Err("the PVC source not found for PVC c".into()),
         ),
     ];
     for (source, clone, restore, expected) in cases {
@@ -467,9 +467,25 @@ fn restore_checks_in_upstream_order() {
     let new = claim("new").class("fast").size("1Gi").build();
     let restore =
         |c: &PersistentVolumeClaim, s: Option<&Value>, k: Option<&Value>, prevent: bool| {
-            snapshot_source(c, &snap_ref(), s, k, DRIVER, "fast", prevent)
+            snapshot_source(c, &snap_ref(), s, k, DRIVER, "fast", prevent, false)
         };
     let ok = restore(&new, Some(&snapshot()), Some(&content()), true).unwrap();
+    // A restore already sent to the driver goes on while the snapshot is deleted.
+    let mut leaving = snapshot();
+    leaving["metadata"]["deletionTimestamp"] = json!("2026-11-23T00:00:00Z");
+    assert!(
+        snapshot_source(
+            &new,
+            &snap_ref(),
+            Some(&leaving),
+            Some(&content()),
+            DRIVER,
+            "fast",
+            true,
+            true
+        )
+        .is_ok()
+    );
     assert!(matches!(
         ok.r#type,
         Some(csi::volume_content_source::Type::Snapshot(s)) if s.snapshot_id == "snap-handle"
@@ -612,9 +628,13 @@ fn restore_checks_in_upstream_order() {
 fn the_cloning_finalizer_is_added_once_and_released_when_no_clone_is_pending() {
     use sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER as F;
     let mut source = source_claim();
+    source.metadata.resource_version = Some("7".into());
     assert_eq!(
         protect_source(&source),
-        Some(json!([{"op": "add", "path": "/metadata/finalizers", "value": [F]}]))
+        Some(json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+            {"op": "add", "path": "/metadata/finalizers", "value": [F]},
+        ]))
     );
     source.metadata.finalizers = Some(vec!["other".into()]);
     assert_eq!(
@@ -637,21 +657,36 @@ fn the_cloning_finalizer_is_added_once_and_released_when_no_clone_is_pending() {
     let of_another = with_source(claim("x").build(), "PersistentVolumeClaim", "someone", None);
     // Not being deleted: nothing to do, whatever is pending.
     assert_eq!(
-        cloning_protection(&source, [&pending]),
+        cloning_protection(&source, [&pending], false),
         CloningProtection::Nothing
     );
     source.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
     assert_eq!(
-        cloning_protection(&source, [&pending, &bound_clone]),
+        cloning_protection(&source, [&pending, &bound_clone], false),
+        CloningProtection::Wait
+    );
+    // A clone claim being deleted still counts while Pending; so does a copy in flight whose
+    // claim is gone.
+    let mut leaving = pending.clone();
+    leaving.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    assert_eq!(
+        cloning_protection(&source, [&leaving], false),
         CloningProtection::Wait
     );
     assert_eq!(
-        cloning_protection(&source, [&bound_clone, &elsewhere, &of_another]),
+        cloning_protection(&source, [&bound_clone], true),
+        CloningProtection::Wait
+    );
+    assert_eq!(
+        cloning_protection(&source, [&bound_clone, &elsewhere, &of_another], false),
         CloningProtection::Release(json!([
             {"op": "test", "path": "/metadata/finalizers/1", "value": F},
             {"op": "remove", "path": "/metadata/finalizers/1"},
         ]))
     );
     source.metadata.finalizers = Some(vec!["other".into()]);
-    assert_eq!(cloning_protection(&source, []), CloningProtection::Nothing);
+    assert_eq!(
+        cloning_protection(&source, [], false),
+        CloningProtection::Nothing
+    );
 }

@@ -277,8 +277,10 @@ impl SnapshotController {
             driver: &self.settings.driver,
             now: &now,
         });
+        // Finalizer patches of one plan build on each other (indexes, the empty list).
+        let mut finalizers = snapshot.metadata.finalizers.clone().unwrap_or_default();
         for step in plan.steps {
-            self.snapshot_step(&snapshot, step).await?;
+            self.snapshot_step(&snapshot, &mut finalizers, step).await?;
         }
         Ok(match plan.outcome {
             Outcome::Done => Next::Done,
@@ -289,28 +291,31 @@ impl SnapshotController {
     async fn snapshot_step(
         &self,
         snapshot: &VolumeSnapshot,
+        finalizers: &mut Vec<String>,
         step: SnapshotStep,
     ) -> Result<(), SyncError> {
         let namespace = snapshot.metadata.namespace.clone().unwrap_or_default();
         let name = snapshot.metadata.name.clone().unwrap_or_default();
         let snapshots: Api<VolumeSnapshot> = Api::namespaced(self.client.clone(), &namespace);
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
         let contents: Api<VolumeSnapshotContent> = Api::all(self.client.clone());
         let params = PatchParams::default();
         match step {
             SnapshotStep::AddFinalizer(f) => {
-                let patch = add_finalizer(snapshot.metadata.finalizers.as_deref(), f);
+                let rv = snapshot.metadata.resource_version.as_deref();
+                let patch = add_finalizer(finalizers, f, rv);
                 snapshots
                     .patch(&name, &params, &json_patch(patch)?)
                     .await
                     .map_err(api("add a snapshot finalizer"))?;
+                finalizers.push(f.to_string());
             }
             SnapshotStep::RemoveFinalizer(f) => {
-                if let Some(patch) = remove_finalizer(snapshot.metadata.finalizers.as_deref(), f) {
+                if let Some(patch) = remove_finalizer(finalizers, f) {
                     snapshots
                         .patch(&name, &params, &json_patch(patch)?)
                         .await
                         .map_err(api("remove a snapshot finalizer"))?;
+                    finalizers.retain(|x| x != f);
                 }
             }
             SnapshotStep::SetClass(class) => {
@@ -323,27 +328,11 @@ impl SnapshotController {
                     .await
                     .map_err(api("set the default snapshot class"))?;
             }
-            SnapshotStep::ProtectClaim(claim) | SnapshotStep::ReleaseClaim(claim) => {
-                let adding = self
-                    .claims
-                    .get(&ObjectRef::new(&claim).within(&namespace))
-                    .map(|c| c.metadata.finalizers.clone().unwrap_or_default());
-                let Some(finalizers) = adding else {
-                    return Ok(());
-                };
-                let protect = !finalizers.iter().any(|f| f == FINALIZER_CLAIM);
-                let patch = if protect {
-                    Some(add_finalizer(Some(&finalizers), FINALIZER_CLAIM))
-                } else {
-                    remove_finalizer(Some(&finalizers), FINALIZER_CLAIM)
-                };
-                if let Some(patch) = patch {
-                    done_if(
-                        claims.patch(&claim, &params, &json_patch(patch)?).await,
-                        404,
-                    )
-                    .map_err(api("update the claim's snapshot finalizer"))?;
-                }
+            SnapshotStep::ProtectClaim(claim) => {
+                self.claim_finalizer(&namespace, &claim, true).await?
+            }
+            SnapshotStep::ReleaseClaim(claim) => {
+                self.claim_finalizer(&namespace, &claim, false).await?
             }
             SnapshotStep::CreateContent(content) => {
                 let created = contents.create(&PostParams::default(), &content).await;
@@ -415,6 +404,42 @@ impl SnapshotController {
         Ok(())
     }
 
+    /// Adds (`protect`) or removes the source-protection finalizer of a claim being
+    /// snapshotted; nothing when it is already so, or the claim is gone.
+    async fn claim_finalizer(
+        &self,
+        namespace: &str,
+        claim: &str,
+        protect: bool,
+    ) -> Result<(), SyncError> {
+        let Some(cached) = self.claims.get(&ObjectRef::new(claim).within(namespace)) else {
+            return Ok(());
+        };
+        let list = cached.metadata.finalizers.clone().unwrap_or_default();
+        let has = list.iter().any(|f| f == FINALIZER_CLAIM);
+        let patch = match (protect, has) {
+            (true, false) => Some(add_finalizer(
+                &list,
+                FINALIZER_CLAIM,
+                cached.metadata.resource_version.as_deref(),
+            )),
+            (false, true) => remove_finalizer(&list, FINALIZER_CLAIM),
+            (true, true) | (false, false) => None,
+        };
+        if let Some(patch) = patch {
+            let claims: Api<PersistentVolumeClaim> =
+                Api::namespaced(self.client.clone(), namespace);
+            done_if(
+                claims
+                    .patch(claim, &PatchParams::default(), &json_patch(patch)?)
+                    .await,
+                404,
+            )
+            .map_err(api("update the claim's snapshot finalizer"))?;
+        }
+        Ok(())
+    }
+
     async fn event(
         &self,
         object: &k8s_openapi::api::core::v1::ObjectReference,
@@ -471,17 +496,21 @@ impl SnapshotController {
         let controller = || csi::controller_client::ControllerClient::new(self.csi.clone());
         match step {
             ContentStep::AddFinalizer => {
-                let patch =
-                    add_finalizer(content.metadata.finalizers.as_deref(), FINALIZER_CONTENT);
+                let patch = add_finalizer(
+                    content.metadata.finalizers.as_deref().unwrap_or_default(),
+                    FINALIZER_CONTENT,
+                    content.metadata.resource_version.as_deref(),
+                );
                 contents
                     .patch(&name, &params, &json_patch(patch)?)
                     .await
                     .map_err(api("add the content finalizer"))?;
             }
             ContentStep::RemoveFinalizer => {
-                if let Some(patch) =
-                    remove_finalizer(content.metadata.finalizers.as_deref(), FINALIZER_CONTENT)
-                {
+                if let Some(patch) = remove_finalizer(
+                    content.metadata.finalizers.as_deref().unwrap_or_default(),
+                    FINALIZER_CONTENT,
+                ) {
                     done_if(
                         contents.patch(&name, &params, &json_patch(patch)?).await,
                         404,
@@ -527,6 +556,10 @@ impl SnapshotController {
                         );
                         self.content_status(&name, &status).await?;
                         self.annotate(&name, ANN_BEING_CREATED, None).await?;
+                        if !s.ready_to_use {
+                            // Asked again after the backoff until the driver says ready.
+                            return Ok(false);
+                        }
                     }
                     Err(error) => {
                         self.content_failed(content, "SnapshotCreationFailed", &error)
@@ -578,6 +611,9 @@ impl SnapshotController {
                     s.size_bytes,
                 );
                 self.content_status(&name, &status).await?;
+                if !s.ready_to_use {
+                    return Ok(false);
+                }
             }
             ContentStep::DeleteSnapshot(handle) => {
                 let secrets = self.secrets(content).await?;
@@ -612,6 +648,9 @@ impl SnapshotController {
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(api("clear the content status")(e)),
                 }
+            }
+            ContentStep::ClearBeingCreated => {
+                self.annotate(&name, ANN_BEING_CREATED, None).await?;
             }
             ContentStep::Event(kind, reason, message) => {
                 self.event(&reference(content), kind, reason, &message)
@@ -663,9 +702,13 @@ impl SnapshotController {
         error: &CallError,
     ) -> Result<(), SyncError> {
         let message = format!("Failed to check and update snapshot content: {error}");
+        let mut status = content.status.clone().unwrap_or_default();
+        if status.error.as_ref().and_then(|e| e.message.as_deref()) == Some(message.as_str()) {
+            // The same failure again: no new event, no status write.
+            return Ok(());
+        }
         self.event(&reference(content), EventType::Warning, reason, &message)
             .await;
-        let mut status = content.status.clone().unwrap_or_default();
         status.ready_to_use = Some(false);
         status.error = Some(SnapshotError {
             time: Some(
@@ -737,19 +780,24 @@ fn json_patch(value: Value) -> Result<Patch<()>, SyncError> {
         .map_err(|e| SyncError::Invalid(e.to_string()))
 }
 
-/// A JSON patch adding a finalizer (creating the list when there is none).
-fn add_finalizer(finalizers: Option<&[String]>, finalizer: &str) -> Value {
-    match finalizers {
-        Some(list) if !list.is_empty() => {
-            json!([{"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}])
+/// A JSON patch adding a finalizer. Creating the list replaces whatever list the object has
+/// now, so that is tested against the resourceVersion the empty list was seen at.
+fn add_finalizer(finalizers: &[String], finalizer: &str, resource_version: Option<&str>) -> Value {
+    if finalizers.is_empty() {
+        let mut ops = Vec::new();
+        if let Some(rv) = resource_version {
+            ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
         }
-        _ => json!([{"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]),
+        ops.push(json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}));
+        Value::Array(ops)
+    } else {
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}])
     }
 }
 
 /// A JSON patch removing a finalizer, tested so a concurrent change is not overwritten.
-fn remove_finalizer(finalizers: Option<&[String]>, finalizer: &str) -> Option<Value> {
-    let index = finalizers?.iter().position(|f| f == finalizer)?;
+fn remove_finalizer(finalizers: &[String], finalizer: &str) -> Option<Value> {
+    let index = finalizers.iter().position(|f| f == finalizer)?;
     Some(json!([
         {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
         {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
@@ -763,22 +811,25 @@ mod tests {
     #[test]
     fn finalizer_patches_create_append_and_remove_by_tested_index() {
         assert_eq!(
-            add_finalizer(None, "f"),
-            json!([{"op": "add", "path": "/metadata/finalizers", "value": ["f"]}])
+            add_finalizer(&[], "f", Some("7")),
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["f"]},
+            ])
         );
         let list = vec!["a".to_string(), "f".to_string()];
         assert_eq!(
-            add_finalizer(Some(&list), "g"),
+            add_finalizer(&list, "g", Some("7")),
             json!([{"op": "add", "path": "/metadata/finalizers/-", "value": "g"}])
         );
         assert_eq!(
-            remove_finalizer(Some(&list), "f"),
+            remove_finalizer(&list, "f"),
             Some(json!([
                 {"op": "test", "path": "/metadata/finalizers/1", "value": "f"},
                 {"op": "remove", "path": "/metadata/finalizers/1"},
             ]))
         );
-        assert_eq!(remove_finalizer(Some(&list), "x"), None);
+        assert_eq!(remove_finalizer(&list, "x"), None);
         assert!(final_code(tonic::Code::InvalidArgument));
         assert!(!final_code(tonic::Code::Unavailable));
     }

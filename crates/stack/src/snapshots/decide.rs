@@ -225,13 +225,17 @@ fn fail(
     message: String,
 ) -> Plan<SnapshotStep> {
     let mut status = w.snapshot.status.clone().unwrap_or_default();
-    status.ready_to_use = Some(false);
-    status.error = Some(SnapshotError {
-        time: Some(w.now.to_string()),
-        message: Some(message.clone()),
-    });
-    steps.push(SnapshotStep::Event(EventType::Warning, reason, message));
-    if w.snapshot.status.as_ref() != Some(&status) {
+    let repeated = status.error.as_ref().and_then(|e| e.message.as_deref()) == Some(&message)
+        && status.ready_to_use == Some(false);
+    // The same failure again: no new event, no status write (a write would only bring the
+    // snapshot straight back, and the time would change every retry).
+    if !repeated {
+        status.ready_to_use = Some(false);
+        status.error = Some(SnapshotError {
+            time: Some(w.now.to_string()),
+            message: Some(message.clone()),
+        });
+        steps.push(SnapshotStep::Event(EventType::Warning, reason, message));
         steps.push(SnapshotStep::SetStatus(status));
     }
     Plan {
@@ -632,6 +636,8 @@ pub enum ContentStep {
     CheckSnapshot(String),
     /// DeleteSnapshot, then clear the status.
     DeleteSnapshot(String),
+    /// Remove the being-created annotation.
+    ClearBeingCreated,
     /// Record an event on the content.
     Event(EventType, &'static str, String),
 }
@@ -681,7 +687,27 @@ pub fn decide_content(w: &ContentWorld<'_>) -> Plan<ContentStep> {
     }
     let uid = c.spec.volume_snapshot_ref.uid.clone().unwrap_or_default();
     let status = c.status.clone().unwrap_or_default();
+    let being_created = annotation(&c.metadata, ANN_BEING_CREATED).is_some();
     if c.metadata.deletion_timestamp.is_some() {
+        // CreateSnapshot may still be running on the driver (its answer was lost): ask again
+        // until it answers, so the snapshot it made is known and can be deleted.
+        if being_created
+            && let (Some(volume), false) = (&c.spec.source.volume_handle, uid.is_empty())
+        {
+            let parameters = w
+                .class
+                .map(snapshot_parameters)
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            return Plan {
+                steps: vec![ContentStep::CreateSnapshot {
+                    name: format!("snapshot-{uid}"),
+                    source_volume_id: volume.clone(),
+                    parameters,
+                }],
+                outcome: Outcome::Retry,
+            };
+        }
         let unbound_preprovisioned = c.spec.source.snapshot_handle.is_some() && uid.is_empty();
         let released = annotation(&c.metadata, ANN_BEING_CREATED).is_none()
             && (annotation(&c.metadata, ANN_BEING_DELETED) == Some("yes") || !w.snapshot_exists);
@@ -702,6 +728,10 @@ pub fn decide_content(w: &ContentWorld<'_>) -> Plan<ContentStep> {
         steps.push(ContentStep::AddFinalizer);
     }
     if status.ready_to_use == Some(true) {
+        if being_created {
+            // Left by a crash between recording the answer and removing the annotation.
+            steps.push(ContentStep::ClearBeingCreated);
+        }
         return done(steps);
     }
     match (&c.spec.source.volume_handle, &c.spec.source.snapshot_handle) {

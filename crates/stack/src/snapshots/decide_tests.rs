@@ -220,6 +220,20 @@ fn the_default_class_is_the_one_default_class_of_the_volumes_driver() {
 }
 
 #[test]
+fn the_same_failure_again_writes_nothing() {
+    let mut f = Fixture::new(of_claim(Some("fast")));
+    f.snapshot.metadata.finalizers = Some(vec![FINALIZER_AS_SOURCE.into()]);
+    f.claim = Some(claim(false, true));
+    let first = f.decide();
+    let SnapshotStep::SetStatus(status) = first.steps.last().unwrap().clone() else {
+        panic!("{:?}", first.steps)
+    };
+    f.snapshot.status = Some(status);
+    let again = f.decide();
+    assert_eq!((again.steps, again.outcome), (Vec::new(), Outcome::Retry));
+}
+
+#[test]
 fn a_snapshot_of_an_unbound_or_missing_claim_fails_with_an_error_status() {
     let mut f = Fixture::new(of_claim(Some("fast")));
     f.claim = Some(claim(false, false));
@@ -513,16 +527,29 @@ fn the_sidecar_creates_checks_and_deletes_csi_snapshots() {
             ContentStep::RemoveFinalizer
         ]
     );
+    // Being created (the answer was lost): CreateSnapshot again until it answers, then delete.
     deleting
         .metadata
         .annotations
         .as_mut()
         .unwrap()
         .insert(ANN_BEING_CREATED.into(), "yes".into());
+    let plan = decide_content(&content_world(&deleting, Some(&fast)));
+    assert_eq!(plan.outcome, Outcome::Retry);
     assert!(
-        decide_content(&content_world(&deleting, Some(&fast)))
-            .steps
-            .is_empty()
+        matches!(plan.steps.as_slice(), [ContentStep::CreateSnapshot { name, .. }] if name == "snapshot-uid-1"),
+        "{:?}",
+        plan.steps
+    );
+    // A ready content with the annotation left behind loses it.
+    let mut leftover = ready_finalized.clone();
+    leftover.metadata.annotations = Some(BTreeMap::from([(
+        ANN_BEING_CREATED.to_string(),
+        "yes".to_string(),
+    )]));
+    assert_eq!(
+        decide_content(&content_world(&leftover, Some(&fast))).steps,
+        vec![ContentStep::ClearBeingCreated]
     );
     let mut retained = ready_finalized;
     retained.spec.deletion_policy = "Retain".into();
