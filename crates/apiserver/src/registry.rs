@@ -21,6 +21,19 @@ pub struct ResourceType {
     pub status: bool,
     /// Short names.
     pub short_names: Vec<String>,
+    /// A custom resource's printer columns (priority 0), shown by `kubectl get`.
+    pub printer_columns: Vec<PrinterColumn>,
+}
+
+/// A column a CustomResourceDefinition declares for tables (`additionalPrinterColumns`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Header.
+    pub name: String,
+    /// OpenAPI type: string, integer, number, boolean or date.
+    pub kind: String,
+    /// A simple JSONPath to the value (`.status.readyToUse`).
+    pub json_path: String,
 }
 
 impl ResourceType {
@@ -243,6 +256,7 @@ impl Default for Registry {
                 namespaced: *ns,
                 status: *st,
                 short_names: short.iter().map(|s| s.to_string()).collect(),
+                printer_columns: Vec::new(),
             })
             .collect();
         Registry {
@@ -303,6 +317,19 @@ impl Registry {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    printer_columns: version["additionalPrinterColumns"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|c| c["priority"].as_i64().unwrap_or(0) == 0)
+                        .filter_map(|c| {
+                            Some(PrinterColumn {
+                                name: c["name"].as_str()?.to_string(),
+                                kind: c["type"].as_str().unwrap_or("string").to_string(),
+                                json_path: c["jsonPath"].as_str()?.to_string(),
+                            })
+                        })
+                        .collect(),
                 });
             }
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::objects;
-use crate::registry::ResourceType;
+use crate::registry::{PrinterColumn, ResourceType};
 
 fn age(obj: &Value) -> String {
     since(&obj["metadata"]["creationTimestamp"])
@@ -194,7 +194,43 @@ fn columns(group: &str, plural: &str) -> Vec<Column> {
     }
 }
 
+/// A printer column's cell: the value at its JSONPath (`.a.b.c`; keys only), dates as ages.
+fn printer_cell(object: &Value, column: &PrinterColumn) -> String {
+    let mut value = object;
+    for key in column.json_path.split('.').filter(|k| !k.is_empty()) {
+        value = &value[key];
+    }
+    match value {
+        Value::Null => String::new(),
+        Value::String(_) if column.kind == "date" => since(value),
+        Value::String(text) => text.clone(),
+        Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_) => value.to_string(),
+    }
+}
+
+/// A custom resource's table: its name and the columns its definition declares.
+fn custom_table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
+    let mut column_definitions = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0}),
+    ];
+    column_definitions.extend(rt.printer_columns.iter().map(
+        |c| json!({"name": c.name, "type": c.kind, "format": "", "description": "", "priority": 0}),
+    ));
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|o| {
+            let mut cells = vec![name(o)];
+            cells.extend(rt.printer_columns.iter().map(|c| printer_cell(o, c)));
+            json!({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}})
+        })
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()}, "columnDefinitions": column_definitions, "rows": rows})
+}
+
 pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
+    if !rt.printer_columns.is_empty() {
+        return custom_table(rt, items, rv);
+    }
     let columns = columns(&rt.group, &rt.plural);
     let column_definitions: Vec<Value> = columns
         .iter()
@@ -306,6 +342,70 @@ mod tests {
         assert_eq!(
             (columns, cells[0].as_str()),
             (vec!["Name".to_string(), "Age".to_string()], "c")
+        );
+    }
+
+    #[test]
+    fn custom_resources_show_their_declared_columns() {
+        let column = |name: &str, kind: &str, path: &str| PrinterColumn {
+            name: name.into(),
+            kind: kind.into(),
+            json_path: path.into(),
+        };
+        let rt = ResourceType {
+            group: "snapshot.storage.k8s.io".into(),
+            version: "v1".into(),
+            plural: "volumesnapshots".into(),
+            singular: "volumesnapshot".into(),
+            kind: "VolumeSnapshot".into(),
+            namespaced: true,
+            status: true,
+            short_names: Vec::new(),
+            printer_columns: vec![
+                column("ReadyToUse", "boolean", ".status.readyToUse"),
+                column(
+                    "SourcePVC",
+                    "string",
+                    ".spec.source.persistentVolumeClaimName",
+                ),
+                column("RestoreSize", "integer", ".status.size"),
+                column("SnapshotClass", "string", ".spec.volumeSnapshotClassName"),
+                column("Age", "date", ".metadata.creationTimestamp"),
+            ],
+        };
+        let created = objects::rfc3339(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                - 300,
+        );
+        let object = json!({
+            "metadata": {"name": "snap", "creationTimestamp": created},
+            "spec": {"source": {"persistentVolumeClaimName": "data"}},
+            "status": {"readyToUse": true, "size": 1073741824},
+        });
+        let t = table(&rt, &[Arc::new(object)], 3);
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "Name",
+                "ReadyToUse",
+                "SourcePVC",
+                "RestoreSize",
+                "SnapshotClass",
+                "Age"
+            ]
+        );
+        assert_eq!(
+            t["rows"][0]["cells"],
+            json!(["snap", "true", "data", "1073741824", "", "5m"])
         );
     }
 

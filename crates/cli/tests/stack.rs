@@ -268,8 +268,23 @@ fn a_file_written_through_the_node_comes_back_from_a_restore_and_a_clone() {
             None,
         ) == "true"
     });
+    // kubectl shows the definition's printer columns, as on a real cluster.
     let listed = kubectl(d, &["get", "volumesnapshots"], None);
-    assert!(listed.contains("my-snapshot"), "{listed}");
+    let header = listed.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("READYTOUSE")
+            && header.contains("SOURCEPVC")
+            && header.contains("RESTORESIZE"),
+        "{listed}"
+    );
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("my-snapshot"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("true") && row.contains("my-claim") && row.contains("1Gi"),
+        "{listed}"
+    );
     kubectl(d, &["apply", "-f", &example("restore.yaml")], None);
     kubectl(d, &["apply", "-f", &example("clone.yaml")], None);
     for claim in ["my-restore", "my-clone"] {
