@@ -175,10 +175,11 @@ pub fn reconcile(
     sorted.sort_by_key(|o| o.metadata.name.clone());
     for object in sorted {
         let name = object.metadata.name.clone().unwrap_or_default();
-        if seen.contains_key(&key_of(object)) {
-            actions.push(Action::Delete(name));
-        } else {
-            seen.insert(key_of(object), object);
+        match seen.entry(key_of(object)) {
+            std::collections::btree_map::Entry::Occupied(_) => actions.push(Action::Delete(name)),
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(object);
+            }
         }
     }
     let wanted_keys: BTreeSet<(String, Segment)> = wanted
