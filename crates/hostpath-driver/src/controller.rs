@@ -147,21 +147,22 @@ impl Driver {
             req.max_entries as usize
         };
         let with_status = self.cfg.enable_attach || self.cfg.features.volume_condition;
-        let ((entries, more), seq) = self.store.read(|table| {
+        let ((records, more), seq) = self.store.read(|table| {
             let mut iter = table.after(&req.starting_token).peekable();
-            let mut entries = Vec::new();
-            while entries.len() < limit {
-                let Some(record) = iter.next() else { break };
-                entries.push(csi::list_volumes_response::Entry {
-                    volume: Some(plan::to_csi_volume(&self.cfg, record)),
-                    status: with_status.then(|| csi::list_volumes_response::VolumeStatus {
-                        published_node_ids: record.published.keys().cloned().collect(),
-                        volume_condition: self.controller_condition(record),
-                    }),
-                });
-            }
-            (entries, iter.peek().is_some())
+            let page: Vec<_> = iter.by_ref().take(limit).cloned().collect();
+            (page, iter.peek().is_some())
         });
+        // The conditions look at the disk: outside the table's lock.
+        let entries: Vec<_> = records
+            .iter()
+            .map(|record| csi::list_volumes_response::Entry {
+                volume: Some(plan::to_csi_volume(&self.cfg, record)),
+                status: with_status.then(|| csi::list_volumes_response::VolumeStatus {
+                    published_node_ids: record.published.keys().cloned().collect(),
+                    volume_condition: self.controller_condition(record),
+                }),
+            })
+            .collect();
         self.store.wait_durable(seq).await?;
         let next_token = match entries.last() {
             Some(last) if more => last

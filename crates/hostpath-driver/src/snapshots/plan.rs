@@ -113,11 +113,6 @@ pub fn plan_delete_snapshot(table: &Table, id: &str) -> Result<Vec<Change>> {
     Ok(vec![Change::DeleteSnapshot(id.to_string())])
 }
 
-/// Is `token` a ListSnapshots token of ours (the id of the last snapshot returned)?
-fn valid_token(token: &str) -> bool {
-    uuid::Uuid::parse_str(token).is_ok()
-}
-
 /// Answers ListSnapshots: the snapshots after the token that pass the filters, at most
 /// `max_entries` of them (0: all), and the token of the next page ("" when there is none).
 pub fn list_snapshots(
@@ -127,7 +122,8 @@ pub fn list_snapshots(
     if req.max_entries < 0 {
         return Err(Error::InvalidMaxEntries(req.max_entries));
     }
-    if !req.starting_token.is_empty() && !valid_token(&req.starting_token) {
+    // Tokens are the id of the last snapshot returned: ids of ours, as for ListVolumes.
+    if !req.starting_token.is_empty() && !crate::plan::valid_token(&req.starting_token) {
         return Err(Error::InvalidToken(req.starting_token.clone()));
     }
     let limit = if req.max_entries == 0 {
