@@ -100,25 +100,6 @@ fn snapshot_key(namespace: &str, name: &str) -> ObjectRef<VolumeSnapshot> {
     ObjectRef::new(name).within(namespace)
 }
 
-fn names_snapshot(claim: &PersistentVolumeClaim) -> Option<String> {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.data_source.as_ref())
-        .filter(|d| {
-            d.kind == "VolumeSnapshot" && d.api_group.as_deref() == Some(super::crds::GROUP)
-        })
-        .map(|d| d.name.clone())
-}
-
-fn pending(claim: &PersistentVolumeClaim) -> bool {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_none_or(|p| p == "Pending")
-}
-
 impl SnapshotController {
     /// Starts the watches; [`SnapshotController::controller`] runs the workers.
     pub fn new(
@@ -162,7 +143,7 @@ impl SnapshotController {
             move |event| {
                 each(event, |claim| {
                     let ns = claim.metadata.namespace.clone().unwrap_or_default();
-                    if let Some(name) = names_snapshot(claim) {
+                    if let Some(name) = decide::restores_from(claim) {
                         q.add(snapshot_key(&ns, &name));
                     }
                     let claim_name = claim.metadata.name.as_deref();
@@ -249,20 +230,10 @@ impl SnapshotController {
             .and_then(|c| c.spec.as_ref())
             .and_then(|s| s.volume_name.clone())
             .and_then(|n| self.volumes.get(&ObjectRef::new(&n)));
-        let snapshot_name = snapshot.metadata.name.clone().unwrap_or_default();
-        let restoring = self.claims.state().iter().any(|c| {
-            c.metadata.namespace.as_deref() == Some(namespace.as_str())
-                && names_snapshot(c).as_deref() == Some(snapshot_name.as_str())
-                && pending(c)
-        });
-        let claim_busy = claim_name.is_some()
-            && self.snapshots.state().iter().any(|s| {
-                s.metadata.uid != snapshot.metadata.uid
-                    && s.metadata.namespace == snapshot.metadata.namespace
-                    && s.spec.source.persistent_volume_claim_name == claim_name
-                    && s.metadata.deletion_timestamp.is_none()
-                    && s.status.as_ref().and_then(|st| st.ready_to_use) != Some(true)
-            });
+        let claims = self.claims.state();
+        let restoring = decide::restoring(&snapshot, claims.iter().map(|c| c.as_ref()));
+        let snapshots = self.snapshots.state();
+        let claim_busy = decide::claim_busy(&snapshot, snapshots.iter().map(|s| s.as_ref()));
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();

@@ -251,6 +251,53 @@ fn done(steps: Vec<SnapshotStep>) -> Plan<SnapshotStep> {
     }
 }
 
+/// The VolumeSnapshot a claim restores from (its `dataSource`), if any.
+pub fn restores_from(claim: &PersistentVolumeClaim) -> Option<String> {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.data_source.as_ref())
+        .filter(|d| {
+            d.kind == "VolumeSnapshot" && d.api_group.as_deref() == Some(super::crds::GROUP)
+        })
+        .map(|d| d.name.clone())
+}
+
+/// Whether a Pending claim (or one without a phase yet) of the snapshot's namespace restores
+/// from it: the snapshot is then kept.
+pub fn restoring<'a>(
+    snapshot: &VolumeSnapshot,
+    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
+) -> bool {
+    claims.into_iter().any(|c| {
+        let pending = c
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p == "Pending");
+        c.metadata.namespace == snapshot.metadata.namespace
+            && restores_from(c) == snapshot.metadata.name
+            && pending
+    })
+}
+
+/// Whether another live snapshot of the same claim is not ready yet: the claim keeps its
+/// protection until that one is done too.
+pub fn claim_busy<'a>(
+    snapshot: &VolumeSnapshot,
+    snapshots: impl IntoIterator<Item = &'a VolumeSnapshot>,
+) -> bool {
+    let claim = &snapshot.spec.source.persistent_volume_claim_name;
+    claim.is_some()
+        && snapshots.into_iter().any(|s| {
+            s.metadata.uid != snapshot.metadata.uid
+                && s.metadata.namespace == snapshot.metadata.namespace
+                && &s.spec.source.persistent_volume_claim_name == claim
+                && s.metadata.deletion_timestamp.is_none()
+                && s.status.as_ref().and_then(|st| st.ready_to_use) != Some(true)
+        })
+}
+
 /// Decides what to do with a VolumeSnapshot.
 pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
     if w.snapshot.metadata.deletion_timestamp.is_some() {

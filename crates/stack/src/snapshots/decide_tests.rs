@@ -589,3 +589,49 @@ fn content_status_keeps_what_was_first_recorded() {
         (Some("h1"), Some(5), Some(100), None)
     );
 }
+
+#[test]
+fn pending_restores_and_unfinished_snapshots_of_the_claim_are_seen() {
+    let s = of_claim(Some("fast"));
+    let restore = |name: &str, ns: &str, phase: Option<&str>| PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            data_source: Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+                api_group: Some("snapshot.storage.k8s.io".into()),
+                kind: "VolumeSnapshot".into(),
+                name: "snap".into(),
+            }),
+            ..Default::default()
+        }),
+        status: phase.map(|p| PersistentVolumeClaimStatus {
+            phase: Some(p.into()),
+            ..Default::default()
+        }),
+    };
+    assert!(restoring(&s, [&restore("r", "default", None)]));
+    assert!(restoring(&s, [&restore("r", "default", Some("Pending"))]));
+    assert!(!restoring(&s, [&restore("r", "default", Some("Bound"))]));
+    assert!(!restoring(&s, [&restore("r", "other", Some("Pending"))]));
+    assert!(!restoring(&s, [&claim(true, false)]));
+
+    let mut other = of_claim(Some("fast"));
+    other.metadata.uid = Some("uid-2".into());
+    assert!(
+        claim_busy(&s, [&s, &other]),
+        "another unfinished snapshot of the claim"
+    );
+    assert!(!claim_busy(&s, [&s]), "itself does not count");
+    let mut ready = other.clone();
+    ready.status = Some(VolumeSnapshotStatus {
+        ready_to_use: Some(true),
+        ..Default::default()
+    });
+    assert!(!claim_busy(&s, [&ready]));
+    let mut leaving = other.clone();
+    leaving.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    assert!(!claim_busy(&s, [&leaving]));
+}
