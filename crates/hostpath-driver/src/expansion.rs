@@ -7,6 +7,7 @@ use csi_proto::v1 as csi;
 use crate::config::DriverConfig;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
+use crate::features::served;
 use crate::state::{Change, Table};
 
 /// The outcome of a controller expansion.
@@ -154,19 +155,11 @@ pub fn plan_node_expand(
 }
 
 impl Driver {
-    fn expansion_on(&self, method: &'static str) -> Result<()> {
-        if self.cfg.features.expansion {
-            Ok(())
-        } else {
-            Err(Error::NotServed(method))
-        }
-    }
-
     pub(crate) async fn controller_expand(
         &self,
         req: csi::ControllerExpandVolumeRequest,
     ) -> Result<csi::ControllerExpandVolumeResponse> {
-        self.expansion_on("ControllerExpandVolume")?;
+        served(self.cfg.features.expansion, "ControllerExpandVolume")?;
         let (expansion, seq) = self.store.mutate(|table| {
             let expansion = plan_controller_expand(&self.cfg, table, &req)?;
             let changes = expansion.change.clone().into_iter().collect();
@@ -209,7 +202,7 @@ impl Driver {
         &self,
         req: csi::NodeExpandVolumeRequest,
     ) -> Result<csi::NodeExpandVolumeResponse> {
-        self.expansion_on("NodeExpandVolume")?;
+        served(self.cfg.features.expansion, "NodeExpandVolume")?;
         let (capacity, seq) = self.store.mutate(|table| {
             let (changes, capacity) = plan_node_expand(table, &req)?;
             Ok::<_, Error>((capacity, changes))

@@ -59,6 +59,16 @@ impl Default for Features {
     }
 }
 
+/// An RPC of an optional feature: served while the feature is on, else UNIMPLEMENTED naming
+/// the method.
+pub fn served(on: bool, method: &'static str) -> crate::error::Result<()> {
+    if on {
+        Ok(())
+    } else {
+        Err(crate::error::Error::NotServed(method))
+    }
+}
+
 impl Features {
     /// Every feature on except the disabled ones.
     pub fn without(disabled: &[Feature]) -> Features {

@@ -63,9 +63,7 @@ impl Driver {
         &self,
         req: csi::ControllerModifyVolumeRequest,
     ) -> Result<csi::ControllerModifyVolumeResponse> {
-        if !self.cfg.features.modify {
-            return Err(Error::NotServed("ControllerModifyVolume"));
-        }
+        crate::features::served(self.cfg.features.modify, "ControllerModifyVolume")?;
         let (changed, seq) = self.store.mutate(|table| {
             let changes = plan_modify(table, &req)?;
             Ok::<_, Error>((!changes.is_empty(), changes))

@@ -73,9 +73,7 @@ impl Driver {
         &self,
         req: csi::NodeStageVolumeRequest,
     ) -> Result<csi::NodeStageVolumeResponse> {
-        if !self.cfg.features.stage_unstage {
-            return Err(Error::NotServed("NodeStageVolume"));
-        }
+        crate::features::served(self.cfg.features.stage_unstage, "NodeStageVolume")?;
         let record = self.node_volume(
             &req.volume_id,
             ("staging_target_path", &req.staging_target_path),
@@ -128,9 +126,7 @@ impl Driver {
         &self,
         req: csi::NodeUnstageVolumeRequest,
     ) -> Result<csi::NodeUnstageVolumeResponse> {
-        if !self.cfg.features.stage_unstage {
-            return Err(Error::NotServed("NodeUnstageVolume"));
-        }
+        crate::features::served(self.cfg.features.stage_unstage, "NodeUnstageVolume")?;
         if req.volume_id.is_empty() {
             return Err(Error::Missing("volume_id"));
         }

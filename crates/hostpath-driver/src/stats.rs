@@ -76,9 +76,7 @@ impl Driver {
         &self,
         req: csi::NodeGetVolumeStatsRequest,
     ) -> Result<csi::NodeGetVolumeStatsResponse> {
-        if !self.cfg.features.volume_stats {
-            return Err(Error::NotServed("NodeGetVolumeStats"));
-        }
+        crate::features::served(self.cfg.features.volume_stats, "NodeGetVolumeStats")?;
         if req.volume_id.is_empty() {
             return Err(Error::Missing("volume_id"));
         }

@@ -11,24 +11,20 @@ use tonic::{Request, Response, Status};
 use super::plan::{self, Plan};
 use crate::driver::{Driver, now_ms};
 use crate::error::{Error, Result};
+use crate::features::served;
 use crate::state::Change;
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
 
 impl Driver {
-    fn groups_on(&self, method: &'static str) -> Result<()> {
-        if self.cfg.features.group_snapshots {
-            Ok(())
-        } else {
-            Err(Error::NotServed(method))
-        }
-    }
-
     async fn create_group(
         &self,
         req: csi::CreateVolumeGroupSnapshotRequest,
     ) -> Result<csi::CreateVolumeGroupSnapshotResponse> {
-        self.groups_on("CreateVolumeGroupSnapshot")?;
+        served(
+            self.cfg.features.group_snapshots,
+            "CreateVolumeGroupSnapshot",
+        )?;
         let _name = self.creating.lock(&format!("group/{}", req.name)).await;
         let (planned, seq) = self.store.read(|table| {
             plan::plan_group(table, &req, || uuid::Uuid::new_v4().to_string(), now_ms())
@@ -39,23 +35,9 @@ impl Driver {
                 found
             }
             Plan::New((group, members)) => {
-                self.copy_snapshots(&members).await?;
-                let mut changes: Vec<Change> = members
-                    .iter()
-                    .map(|m| Change::PutSnapshot(m.clone()))
-                    .collect();
-                changes.push(Change::PutGroup(group.clone()));
-                let committed = self.store.mutate(|table| {
-                    plan::sources_exist(table, &members)?;
-                    Ok::<_, Error>(((), changes))
-                });
-                let ((), seq) = match committed {
-                    Ok(done) => done,
-                    Err(error) => {
-                        self.discard_copies(&members).await;
-                        return Err(error);
-                    }
-                };
+                let seq = self
+                    .store_copies(&members, vec![Change::PutGroup(group.clone())])
+                    .await?;
                 self.store.wait_durable(seq).await?;
                 tracing::info!(name = %group.name, group_snapshot_id = %group.id, volumes = members.len(), "group snapshot created");
                 (group, members)
@@ -70,7 +52,10 @@ impl Driver {
         &self,
         req: csi::DeleteVolumeGroupSnapshotRequest,
     ) -> Result<csi::DeleteVolumeGroupSnapshotResponse> {
-        self.groups_on("DeleteVolumeGroupSnapshot")?;
+        served(
+            self.cfg.features.group_snapshots,
+            "DeleteVolumeGroupSnapshot",
+        )?;
         let (changes, seq) = self.store.mutate(|table| {
             let changes = plan::plan_delete_group(table, &req)?;
             Ok::<_, Error>((changes.clone(), changes))
@@ -84,7 +69,7 @@ impl Driver {
         &self,
         req: csi::GetVolumeGroupSnapshotRequest,
     ) -> Result<csi::GetVolumeGroupSnapshotResponse> {
-        self.groups_on("GetVolumeGroupSnapshot")?;
+        served(self.cfg.features.group_snapshots, "GetVolumeGroupSnapshot")?;
         let (found, seq) = self.store.read(|table| plan::get_group(table, &req));
         let (group, members) = found?;
         self.store.wait_durable(seq).await?;

@@ -10,24 +10,16 @@ use csi_proto::v1 as csi;
 
 use crate::driver::{Driver, now_ms};
 use crate::error::{Error, Result};
+use crate::features::served;
 use crate::state::{Change, SnapshotRecord};
 use plan::Plan;
 
 impl Driver {
-    /// Fails with UNIMPLEMENTED when snapshots are switched off.
-    pub(crate) fn snapshots_on(&self, method: &'static str) -> Result<()> {
-        if self.cfg.features.snapshots {
-            Ok(())
-        } else {
-            Err(Error::NotServed(method))
-        }
-    }
-
     pub(crate) async fn make_snapshot(
         &self,
         req: csi::CreateSnapshotRequest,
     ) -> Result<csi::CreateSnapshotResponse> {
-        self.snapshots_on("CreateSnapshot")?;
+        served(self.cfg.features.snapshots, "CreateSnapshot")?;
         // A repeat of a request still in progress waits for it, then finds its snapshot.
         let _name = self.creating.lock(&format!("snapshot/{}", req.name)).await;
         let id = uuid::Uuid::new_v4().to_string();
@@ -40,10 +32,9 @@ impl Driver {
                 record
             }
             Plan::New(record) => {
-                self.copy_snapshots(std::slice::from_ref(&record)).await?;
-                let ((), seq) = self
-                    .store
-                    .mutate(|_| Ok::<_, Error>(((), vec![Change::PutSnapshot(record.clone())])))?;
+                let seq = self
+                    .store_copies(std::slice::from_ref(&record), Vec::new())
+                    .await?;
                 self.store.wait_durable(seq).await?;
                 tracing::info!(name = %record.name, snapshot_id = %record.id, source = %record.source_volume_id, "snapshot created");
                 record
@@ -52,6 +43,34 @@ impl Driver {
         Ok(csi::CreateSnapshotResponse {
             snapshot: Some(plan::to_csi_snapshot(&record)),
         })
+    }
+
+    /// Copies the snapshots' volumes, then logs the snapshots (and `then`, e.g. their group) in
+    /// one critical section, but only if every source volume still exists: one deleted during
+    /// its copy may have been copied in part (NOT_FOUND, copies removed). Returns the sequence
+    /// number to wait for.
+    pub(crate) async fn store_copies(
+        &self,
+        records: &[SnapshotRecord],
+        then: Vec<Change>,
+    ) -> Result<u64> {
+        self.copy_snapshots(records).await?;
+        let mut changes: Vec<Change> = records
+            .iter()
+            .map(|r| Change::PutSnapshot(r.clone()))
+            .collect();
+        changes.extend(then);
+        let committed = self.store.mutate(|table| {
+            plan::sources_exist(table, records)?;
+            Ok::<_, Error>(((), changes))
+        });
+        match committed {
+            Ok(((), seq)) => Ok(seq),
+            Err(error) => {
+                self.discard_copies(records).await;
+                Err(error)
+            }
+        }
     }
 
     /// Copies each snapshot's source volume into the snapshot's directory; on failure removes
@@ -99,7 +118,7 @@ impl Driver {
         &self,
         req: csi::DeleteSnapshotRequest,
     ) -> Result<csi::DeleteSnapshotResponse> {
-        self.snapshots_on("DeleteSnapshot")?;
+        served(self.cfg.features.snapshots, "DeleteSnapshot")?;
         let (changes, seq) = self.store.mutate(|table| {
             let changes = plan::plan_delete_snapshot(table, &req.snapshot_id)?;
             Ok::<_, Error>((changes.clone(), changes))
@@ -142,7 +161,7 @@ impl Driver {
         &self,
         req: csi::ListSnapshotsRequest,
     ) -> Result<csi::ListSnapshotsResponse> {
-        self.snapshots_on("ListSnapshots")?;
+        served(self.cfg.features.snapshots, "ListSnapshots")?;
         let (listed, seq) = self.store.read(|table| plan::list_snapshots(table, &req));
         let (page, next_token) = listed?;
         self.store.wait_durable(seq).await?;
@@ -161,7 +180,7 @@ impl Driver {
         &self,
         req: csi::GetSnapshotRequest,
     ) -> Result<csi::GetSnapshotResponse> {
-        self.snapshots_on("GetSnapshot")?;
+        served(self.cfg.features.snapshots, "GetSnapshot")?;
         if req.snapshot_id.is_empty() {
             return Err(Error::Missing("snapshot_id"));
         }
