@@ -19,6 +19,8 @@ pub struct Expansion {
     pub capacity_bytes: i64,
     /// Whether NodeExpandVolume must follow (mount volumes).
     pub node_expansion_required: bool,
+    /// A block volume: its image grows with it.
+    pub block: bool,
 }
 
 fn range(range: Option<&csi::CapacityRange>) -> Result<(i64, i64)> {
@@ -81,6 +83,7 @@ pub fn plan_controller_expand(
             capacity_bytes: record.capacity_bytes,
             node_expansion_required: node_expansion_required
                 && record.node_bytes.is_some_and(|b| b < record.capacity_bytes),
+            block: record.block,
         });
     }
     if let Some(max) = cfg.max_volume_size
@@ -112,6 +115,7 @@ pub fn plan_controller_expand(
         change: Some(Change::Put(grown)),
         capacity_bytes: wanted,
         node_expansion_required,
+        block: record.block,
     })
 }
 
@@ -166,10 +170,7 @@ impl Driver {
             Ok::<_, Error>((expansion, changes))
         })?;
         self.store.wait_durable(seq).await?;
-        let (block, _) = self
-            .store
-            .read(|t| t.get(&req.volume_id).is_some_and(|r| r.block));
-        if block {
+        if expansion.block {
             let image = self
                 .store
                 .volume_dir(&req.volume_id)
