@@ -4,7 +4,7 @@
 //! CreateVolume, and the controller that removes it once no clone is pending.
 
 use csi_proto::v1 as csi;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
@@ -14,8 +14,8 @@ use sidecar_kit::workqueue::Next;
 use super::claims::{ClaimError, reference};
 use super::{ClaimKey, Provisioner};
 use crate::decide::data_source::{
-    CloningProtection, SNAPSHOT_GROUP, SourceKind, SourceRef, clone_source, cloning_protection,
-    granted, kind_of, protect_source, snapshot_source, source_of,
+    CloningProtection, SNAPSHOT_GROUP, SourceKind, SourceRef, clone_source, clones_pending,
+    cloning_protection, granted, kind_of, protect_source, snapshot_source, source_of,
 };
 
 /// What a claim's data source means for its CreateVolume.
@@ -141,18 +141,14 @@ impl Provisioner {
             .and_then(|c| c.spec.as_ref())
             .and_then(|s| s.volume_name.clone())
             .filter(|n| !n.is_empty());
-        let volume = match volume_name {
-            Some(name) => Api::<PersistentVolume>::all(self.client.clone())
-                .get_opt(&name)
-                .await
-                .map_err(lookup("the source PersistentVolume"))?,
-            None => None,
-        };
+        // From the cache (it keeps every field the checks read); upstream GETs it on every
+        // pass. A cache behind by one event makes the check fail once and the claim retry.
+        let volume = volume_name.and_then(|name| self.caches.volumes.get(&ObjectRef::new(&name)));
         let content = clone_source(
             claim,
             source,
             source_claim.as_deref(),
-            volume.as_ref(),
+            volume.as_deref(),
             &self.cfg.caps.name,
             self.already_sent(claim),
         )?;
@@ -258,21 +254,28 @@ impl Provisioner {
         let Some(claim) = self.caches.claims.get(key) else {
             return Ok(Next::Done);
         };
-        let all = self.caches.claims.state();
-        let handle = claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.clone())
-            .and_then(|pv| self.caches.volumes.get(&ObjectRef::new(&pv)))
-            .and_then(|pv| {
-                pv.spec
-                    .as_ref()?
-                    .csi
-                    .as_ref()
-                    .map(|c| c.volume_handle.clone())
-            });
-        let copying = handle.is_some_and(|h| self.copying_from(&h));
-        match cloning_protection(&claim, all.iter().map(|c| c.as_ref()), copying) {
+        // Looked at only for a source being deleted with the finalizer (most passes are not).
+        let pending = |namespace: &str, name: &str| {
+            let handle = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.clone())
+                .and_then(|pv| self.caches.volumes.get(&ObjectRef::new(&pv)))
+                .and_then(|pv| {
+                    pv.spec
+                        .as_ref()?
+                        .csi
+                        .as_ref()
+                        .map(|c| c.volume_handle.clone())
+                });
+            handle.is_some_and(|h| self.copying_from(&h))
+                || clones_pending(
+                    name,
+                    namespace,
+                    self.caches.claims.state().iter().map(|c| c.as_ref()),
+                )
+        };
+        match cloning_protection(&claim, pending) {
             CloningProtection::Nothing => Ok(Next::Done),
             CloningProtection::Wait => {
                 tracing::debug!(claim = %key, "cloning in progress; keeping the cloning-protection finalizer");

@@ -145,14 +145,10 @@ impl Provisioner {
                         if pvc.metadata.deletion_timestamp.is_some() {
                             cloning.add(claim_key(pvc));
                         }
-                        if let Some(source) = pvc
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.data_source.as_ref())
-                            .filter(|d| d.kind == "PersistentVolumeClaim")
+                        if let Some((namespace, source)) =
+                            crate::decide::data_source::cloned_claim(pvc)
                         {
-                            let namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
-                            cloning.add(ObjectRef::new(&source.name).within(namespace));
+                            cloning.add(ObjectRef::new(&source).within(&namespace));
                         }
                     }
                 });

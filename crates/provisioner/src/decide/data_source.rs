@@ -578,17 +578,25 @@ pub fn clones_pending<'a>(
     claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
 ) -> bool {
     claims.into_iter().any(|c| {
-        let names_source = c
-            .spec
-            .as_ref()
-            .and_then(|s| s.data_source.as_ref())
-            .is_some_and(|d| d.kind == "PersistentVolumeClaim" && d.name == source);
+        let names_source = cloned_claim(c).is_some_and(|(_, name)| name == source);
         let pending = c
             .status
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_none_or(|p| p == "Pending");
         c.metadata.namespace.as_deref() == Some(namespace) && names_source && pending
+    })
+}
+
+/// The claim a claim clones, as (namespace, name): its `dataSource` of kind
+/// PersistentVolumeClaim, in its own namespace (what upstream's cloning protection follows).
+pub fn cloned_claim(claim: &PersistentVolumeClaim) -> Option<(String, String)> {
+    let source = claim.spec.as_ref()?.data_source.as_ref()?;
+    (source.kind == "PersistentVolumeClaim").then(|| {
+        (
+            claim.metadata.namespace.clone().unwrap_or_default(),
+            source.name.clone(),
+        )
     })
 }
 
@@ -604,14 +612,13 @@ pub enum CloningProtection {
     Release(Value),
 }
 
-/// Decides the cloning-protection finalizer of a claim being deleted. `copying` says whether a
-/// CreateVolume copying its volume may still be in flight (the intent log holds one whose
-/// content source is the claim's volume, even if the clone's claim is gone): the source stays
-/// until that volume is made or undone.
-pub fn cloning_protection<'a>(
+/// Decides the cloning-protection finalizer of a claim being deleted. `pending` is asked only
+/// then (it looks at every claim): whether a clone of it is Pending, or a CreateVolume copying
+/// its volume may still be in flight (the intent log holds one whose content source is the
+/// claim's volume, even if the clone's claim is gone); the source stays until that is done.
+pub fn cloning_protection(
     claim: &PersistentVolumeClaim,
-    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
-    copying: bool,
+    pending: impl FnOnce(&str, &str) -> bool,
 ) -> CloningProtection {
     let finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
     let Some(index) = finalizers
@@ -625,7 +632,7 @@ pub fn cloning_protection<'a>(
     }
     let name = claim.metadata.name.as_deref().unwrap_or_default();
     let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-    if copying || clones_pending(name, namespace, claims) {
+    if pending(namespace, name) {
         return CloningProtection::Wait;
     }
     CloningProtection::Release(serde_json::json!([

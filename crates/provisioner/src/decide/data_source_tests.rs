@@ -657,12 +657,16 @@ fn the_cloning_finalizer_is_added_once_and_released_when_no_clone_is_pending() {
     let of_another = with_source(claim("x").build(), "PersistentVolumeClaim", "someone", None);
     // Not being deleted: nothing to do, whatever is pending.
     assert_eq!(
-        cloning_protection(&source, [&pending], false),
+        cloning_protection(&source, |ns, n| clones_pending(n, ns, [&pending])),
         CloningProtection::Nothing
     );
     source.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
     assert_eq!(
-        cloning_protection(&source, [&pending, &bound_clone], false),
+        cloning_protection(&source, |ns, n| clones_pending(
+            n,
+            ns,
+            [&pending, &bound_clone]
+        )),
         CloningProtection::Wait
     );
     // A clone claim being deleted still counts while Pending; so does a copy in flight whose
@@ -670,15 +674,20 @@ fn the_cloning_finalizer_is_added_once_and_released_when_no_clone_is_pending() {
     let mut leaving = pending.clone();
     leaving.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
     assert_eq!(
-        cloning_protection(&source, [&leaving], false),
+        cloning_protection(&source, |ns, n| clones_pending(n, ns, [&leaving])),
         CloningProtection::Wait
     );
     assert_eq!(
-        cloning_protection(&source, [&bound_clone], true),
+        // A copy in flight (the intent log) holds it even with no Pending clone.
+        cloning_protection(&source, |_, _| true),
         CloningProtection::Wait
     );
     assert_eq!(
-        cloning_protection(&source, [&bound_clone, &elsewhere, &of_another], false),
+        cloning_protection(&source, |ns, n| clones_pending(
+            n,
+            ns,
+            [&bound_clone, &elsewhere, &of_another]
+        )),
         CloningProtection::Release(json!([
             {"op": "test", "path": "/metadata/finalizers/1", "value": F},
             {"op": "remove", "path": "/metadata/finalizers/1"},
@@ -686,7 +695,21 @@ fn the_cloning_finalizer_is_added_once_and_released_when_no_clone_is_pending() {
     );
     source.metadata.finalizers = Some(vec!["other".into()]);
     assert_eq!(
-        cloning_protection(&source, [], false),
+        cloning_protection(&source, |ns, n| clones_pending(n, ns, [])),
         CloningProtection::Nothing
     );
+}
+
+#[test]
+fn a_clone_names_its_source_claim_in_its_own_namespace() {
+    let c = with_source(claim("copy").build(), "PersistentVolumeClaim", "src", None);
+    assert_eq!(cloned_claim(&c), Some(("default".into(), "src".into())));
+    let restore = with_source(
+        claim("r").build(),
+        "VolumeSnapshot",
+        "s",
+        Some(SNAPSHOT_GROUP),
+    );
+    assert_eq!(cloned_claim(&restore), None);
+    assert_eq!(cloned_claim(&claim("plain").build()), None);
 }
