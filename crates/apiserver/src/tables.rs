@@ -208,42 +208,50 @@ fn printer_cell(object: &Value, column: &PrinterColumn) -> String {
     }
 }
 
-/// A custom resource's table: its name and the columns its definition declares.
-fn custom_table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
-    let mut column_definitions = vec![
-        json!({"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0}),
-    ];
-    column_definitions.extend(rt.printer_columns.iter().map(
-        |c| json!({"name": c.name, "type": c.kind, "format": "", "description": "", "priority": 0}),
-    ));
+/// A Table answer: column (name, type) headers and each item's cells.
+fn render(
+    headers: &[(&str, &str)],
+    items: &[Arc<Value>],
+    cells: impl Fn(&Value) -> Vec<String>,
+    rv: u64,
+) -> Value {
+    let column_definitions: Vec<Value> = headers
+        .iter()
+        .map(|(name, kind)| json!({"name": name, "type": kind, "format": if *name == "Name" { "name" } else { "" }, "description": "", "priority": 0}))
+        .collect();
     let rows: Vec<Value> = items
         .iter()
-        .map(|o| {
-            let mut cells = vec![name(o)];
-            cells.extend(rt.printer_columns.iter().map(|c| printer_cell(o, c)));
-            json!({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}})
-        })
+        .map(|o| json!({"cells": cells(o), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}))
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()}, "columnDefinitions": column_definitions, "rows": rows})
 }
 
+/// The table of `items`: a custom resource's name and the columns its definition declares,
+/// or kube-apiserver's columns for a built-in kind.
 pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
     if !rt.printer_columns.is_empty() {
-        return custom_table(rt, items, rv);
+        let headers: Vec<(&str, &str)> = std::iter::once(("Name", "string"))
+            .chain(
+                rt.printer_columns
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.kind.as_str())),
+            )
+            .collect();
+        let cells = |o: &Value| {
+            std::iter::once(name(o))
+                .chain(rt.printer_columns.iter().map(|c| printer_cell(o, c)))
+                .collect()
+        };
+        return render(&headers, items, cells, rv);
     }
     let columns = columns(&rt.group, &rt.plural);
-    let column_definitions: Vec<Value> = columns
-        .iter()
-        .map(|(c, _)| json!({"name": c, "type": "string", "format": if *c == "Name" { "name" } else { "" }, "description": "", "priority": 0}))
-        .collect();
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|o| {
-            let cells: Vec<String> = columns.iter().map(|(_, cell)| cell(o)).collect();
-            json!({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}})
-        })
-        .collect();
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()}, "columnDefinitions": column_definitions, "rows": rows})
+    let headers: Vec<(&str, &str)> = columns.iter().map(|(c, _)| (*c, "string")).collect();
+    render(
+        &headers,
+        items,
+        |o| columns.iter().map(|(_, cell)| cell(o)).collect(),
+        rv,
+    )
 }
 
 #[cfg(test)]

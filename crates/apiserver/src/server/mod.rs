@@ -354,16 +354,23 @@ async fn object_request(
             },
         ),
         ("POST", None) => ("CREATE", create(app, &t, query, body).await),
-        ("PUT", Some(name)) => {
-            let manager = crate::apply::update_manager(
-                query.get("fieldManager"),
-                headers
-                    .get(header::USER_AGENT)
-                    .and_then(|v| v.to_str().ok()),
-            );
-            ("UPDATE", update(app, &t, &name, body, &manager).await)
-        }
-        ("PATCH", Some(name)) => ("PATCH", patch(app, &t, &name, headers, query, body).await),
+        ("PUT", Some(name)) => (
+            "UPDATE",
+            update(app, &t, &name, body, &writer_manager(query, headers)).await,
+        ),
+        ("PATCH", Some(name)) => (
+            "PATCH",
+            patch(
+                app,
+                &t,
+                &name,
+                headers,
+                query,
+                body,
+                &writer_manager(query, headers),
+            )
+            .await,
+        ),
         ("DELETE", Some(name)) => (
             "DELETE",
             delete(app, &rt, &ns, &name, &body)
@@ -411,4 +418,14 @@ pub async fn new_app(store: Store, token: String) -> Result<Shared, StoreError> 
     }
     app.store.wait_durable(last).await?;
     Ok(app)
+}
+
+/// The field manager of a plain update or patch: `fieldManager`, else the User-Agent.
+fn writer_manager(query: &Query, headers: &HeaderMap) -> String {
+    crate::apply::update_manager(
+        query.get("fieldManager"),
+        headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok()),
+    )
 }

@@ -19,24 +19,17 @@ pub(crate) fn wants_table(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
+/// For answers that exist only in JSON: the client must accept JSON (as `media::accepted`
+/// reads `Accept`, `q=0` included).
 pub(crate) fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if media::accepted(accept).is_ok_and(|a| a.json) {
         return Ok(());
-    };
-    let ok = accept.split(',').any(|part| {
-        let media = part.split(';').next().unwrap_or("").trim();
-        matches!(
-            media,
-            "application/json" | "*/*" | "application/*" | "" | "application/yaml"
-        )
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::not_acceptable(format!(
-            "only the following media types are accepted: application/json (asked for {accept:?})"
-        )))
     }
+    Err(ApiError::not_acceptable(format!(
+        "only the following media types are accepted: application/json (asked for {:?})",
+        accept.unwrap_or_default()
+    )))
 }
 
 /// What the client accepts for this resource: a client that takes protobuf only gets 406 for

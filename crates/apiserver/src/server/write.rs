@@ -177,6 +177,7 @@ pub(crate) async fn patch(
     headers: &HeaderMap,
     query: &Query,
     body: Bytes,
+    manager: &str,
 ) -> Result<Response, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -186,12 +187,6 @@ pub(crate) async fn patch(
     if kind == PatchKind::Apply {
         return crate::apply::server_side_apply(app, t, name, query, patch_value).await;
     }
-    let manager = crate::apply::update_manager(
-        query.get("fieldManager"),
-        headers
-            .get(header::USER_AGENT)
-            .and_then(|v| v.to_str().ok()),
-    );
     let ns = t.namespace.clone().unwrap_or_default();
     // A patch that names a resourceVersion is a precondition; otherwise the patch applies to
     // what was just read, and a concurrent change makes it read again and retry.
@@ -211,7 +206,7 @@ pub(crate) async fn patch(
         if patched_rv.is_none() {
             next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         }
-        match apply_update(app, t, name, next, Some(&manager)).await {
+        match apply_update(app, t, name, next, Some(manager)).await {
             Err(e) if e.code == 409 && patched_rv.is_none() => continue,
             other => return other,
         }
