@@ -391,21 +391,22 @@ pub fn record_update(old: &Value, new: &mut Value, manager: &str, api_version: &
     if entries.is_empty() {
         return;
     }
-    let before = leaves(&field_set(old));
-    let after = leaves(&field_set(new));
-    let changed: Vec<Path> = after
+    // Sets: an object has many leaves, and this runs inside the store's write.
+    let before: std::collections::BTreeSet<Path> = leaves(&field_set(old)).into_iter().collect();
+    let after: std::collections::BTreeSet<Path> = leaves(&field_set(new)).into_iter().collect();
+    let changed: std::collections::BTreeSet<Path> = after
         .iter()
         .filter(|p| value_at(old, p) != value_at(new, p))
         .cloned()
         .collect();
-    let removed: Vec<&Path> = before.iter().filter(|p| !after.contains(p)).collect();
+    let removed: std::collections::BTreeSet<&Path> = before.difference(&after).collect();
     if changed.is_empty() && removed.is_empty() {
         return;
     }
     for entry in &mut entries {
         entry
             .owned
-            .retain(|p| !changed.contains(p) && !removed.contains(&p));
+            .retain(|p| !changed.contains(p) && !removed.contains(p));
     }
     let mine = entries
         .iter()
@@ -423,11 +424,10 @@ pub fn record_update(old: &Value, new: &mut Value, manager: &str, api_version: &
             entries.len() - 1
         }
     };
-    for path in changed {
-        if !entries[index].owned.contains(&path) {
-            entries[index].owned.push(path);
-        }
-    }
+    let owned: std::collections::BTreeSet<Path> = entries[index].owned.iter().cloned().collect();
+    entries[index]
+        .owned
+        .extend(changed.into_iter().filter(|p| !owned.contains(p)));
     entries[index].entry["time"] = json!(now_rfc3339());
     let list: Vec<Value> = entries
         .into_iter()
