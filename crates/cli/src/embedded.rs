@@ -34,6 +34,13 @@ pub struct StackOptions {
     /// Whether the snapshot.storage.k8s.io CRDs are installed and the snapshot controller
     /// runs for the driver.
     pub snapshots: bool,
+    /// Nodes besides the driver's own (`--nodeid`): each gets the driver's node service on a
+    /// socket of its own and is registered as kubelet would.
+    pub extra_nodes: Vec<String>,
+    /// Whether the CSIDriver asks the scheduler to check capacity (`storageCapacity: true`).
+    pub storage_capacity: bool,
+    /// Whether the scheduler runs (Pods get nodes; their late-binding claims get volumes).
+    pub scheduler: bool,
     /// The User-Agent of the stack's own client.
     pub user_agent: &'static str,
 }
@@ -50,6 +57,9 @@ impl StackOptions {
             pv_controller: Some((4, pv_controller::controller::default_backoff())),
             orphan_resync: pv_controller::controller::ORPHAN_RESYNC,
             snapshots: true,
+            extra_nodes: Vec::new(),
+            storage_capacity: false,
+            scheduler: true,
             user_agent,
         }
     }
@@ -106,12 +116,33 @@ impl Stack {
             format!("--state-dir={}", dir.join("driver").display()),
         ];
         argv.extend(options.driver_args.iter().cloned());
+        argv.extend(options.extra_nodes.iter().map(|n| format!("--extra-node={n}")));
         let config = DriverCli::try_parse_from(argv)?.args.into_config()?;
         let driver = hostpath_driver::Driver::open(config)
             .await
             .context("start the CSI driver")?;
         let listener = hostpath_driver::bind_socket(&socket).await?;
         let mut tasks = Vec::new();
+        // One node plugin socket per extra node, on the same volume table.
+        let mut node_sockets = Vec::new();
+        for node in &options.extra_nodes {
+            let view = driver
+                .for_node(node)
+                .with_context(|| format!("the driver does not know node {node:?}"))?;
+            let path = dir.join("nodes").join(format!("{node}.sock"));
+            durable_log::files::create_private_dir(&dir.join("nodes"))
+                .context("create the node sockets' directory")?;
+            let path = path.display().to_string();
+            let node_listener = hostpath_driver::bind_socket(&path).await?;
+            let node_stop = signal(&stop);
+            let name = node.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(error) = view.serve_node_on(node_listener, node_stop).await {
+                    tracing::error!(%error, node = %name, "the CSI node service stopped");
+                }
+            }));
+            node_sockets.push(path);
+        }
         let driver_stop = signal(&stop);
         tasks.push(tokio::spawn(async move {
             if let Err(error) = driver.serve_on(listener, driver_stop).await {
@@ -125,9 +156,18 @@ impl Stack {
             ),
         )
         .await?;
-        let driver_name = crate::stack::register(&client, &socket)
+        let driver_name = crate::stack::register(&client, &socket, options.storage_capacity)
             .await
             .context("register the node")?;
+        for node_socket in &node_sockets {
+            crate::stack::register_node(&client, node_socket)
+                .await
+                .with_context(|| format!("register the node behind {node_socket}"))?;
+        }
+        if options.scheduler {
+            let scheduler = stack::scheduler::Scheduler::new(client.clone());
+            tasks.push(tokio::spawn(scheduler.controller().run(signal(&stop))));
+        }
         if let Some((workers, backoff)) = options.pv_controller {
             let controller = pv_controller::controller::PvController::new(client.clone(), backoff);
             tasks.push(tokio::spawn(controller.run_with(

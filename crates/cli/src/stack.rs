@@ -15,8 +15,8 @@ use k8s_openapi::api::storage::v1::{
     CSIDriver, CSIDriverSpec, CSINode, CSINodeDriver, CSINodeSpec, StorageClass,
     VolumeNodeResources,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::embedded::{Stack, StackOptions};
 
@@ -29,12 +29,16 @@ pub struct UpArgs {
     /// API server address (loopback by default).
     #[arg(long, default_value = "127.0.0.1:6443")]
     pub bind: SocketAddr,
-    /// Capacity of the driver's default pool.
+    /// Capacity of the driver's default pool on each node.
     #[arg(long, default_value = "1Ti")]
     pub capacity: String,
-    /// Node name (and CSI node id).
-    #[arg(long, default_value = "node-1")]
+    /// Node name (and CSI node id) of a one-node stack.
+    #[arg(long, default_value = "node-1", conflicts_with = "nodes")]
     pub node: String,
+    /// Number of nodes, named node-1 … node-N; each gets the driver's node service and is
+    /// registered as kubelet would. Capacity is tracked per node.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub nodes: u16,
     /// Extra flags for the provisioner (repeatable), e.g. --provisioner-arg=--kube-api-qps=50.
     #[arg(long = "provisioner-arg", allow_hyphen_values = true)]
     pub provisioner_args: Vec<String>,
@@ -46,20 +50,27 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     // 0700: it holds the kubeconfig with the token and the driver's socket.
     durable_log::files::create_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
+    let (first, extra_nodes) = node_names(&args.node, args.nodes);
     let stack = Stack::start(StackOptions {
         bind: args.bind,
         durable: true,
         driver_args: vec![
             format!("--capacity={}", args.capacity),
-            format!("--nodeid={}", args.node),
+            format!("--nodeid={first}"),
         ],
         pv_controller: Some((8, pv_controller::controller::default_backoff())),
+        extra_nodes,
+        storage_capacity: true,
         ..StackOptions::new(data_dir.clone(), "volstack-up/0.1")
     })
     .await?;
 
     let mut prov_argv = vec!["csi-provisioner".to_string()];
     prov_argv.extend(stack.provisioner_args());
+    // Capacity is published per node for WaitForFirstConsumer classes; the scheduler reads it.
+    // The objects have no owner: no Pod runs the provisioner here.
+    prov_argv.push("--enable-capacity".into());
+    prov_argv.push("--capacity-ownerref-level=-1".into());
     // Our own API server on loopback needs no client-side throttling; the flags still win.
     for (flag, value) in [("--kube-api-qps", "1000"), ("--kube-api-burst", "2000")] {
         if !args
@@ -74,9 +85,13 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     let prov_argv = sidecar_kit::goflags::normalize_args(prov_argv);
     let prov_args = provisioner::flags::ProvisionerArgs::try_parse_from(&prov_argv)?;
     let given: Vec<String> = prov_argv.iter().skip(1).cloned().collect();
+    let env = provisioner::runner::ProcessEnv {
+        namespace: Some("kube-system".into()),
+        ..Default::default()
+    };
     let provisioner_task = tokio::spawn({
         let stop = stack.stopped();
-        async move { provisioner::runner::run(prov_args, &given, stop).await }
+        async move { provisioner::runner::run(prov_args, &given, &env, stop).await }
     });
 
     println!(
@@ -89,6 +104,8 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!("  export KUBECONFIG={}", stack.kubeconfig.display());
     println!("  kubectl apply -f examples/claim.yaml");
     println!("  kubectl get pvc,pv");
+    println!("  kubectl apply -f examples/late-binding.yaml   # a Pod and its claim, placed by capacity");
+    println!("  kubectl get pod,pvc,csistoragecapacities -A -o wide");
     println!();
     println!("Ctrl-C stops everything; the next `up` resumes the same state.");
 
@@ -102,9 +119,71 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Registers the node as kubelet would: the Node with the driver's topology as labels, the
-/// CSINode entry (node id, topology keys, volume limit), the CSIDriver, and the default class.
-pub async fn register(client: &kube::Client, socket: &str) -> anyhow::Result<String> {
+/// The nodes of a stack: `node` alone, or node-1 … node-N. Returns the driver's own node and
+/// the others.
+fn node_names(node: &str, nodes: u16) -> (String, Vec<String>) {
+    if nodes <= 1 {
+        return (node.to_string(), Vec::new());
+    }
+    let extra = (2..=nodes).map(|i| format!("node-{i}")).collect();
+    ("node-1".to_string(), extra)
+}
+
+/// Registers the driver's own node (see [`register_node`]), the CSIDriver (asking the scheduler
+/// for capacity checks when `storage_capacity`), and the default class.
+pub async fn register(
+    client: &kube::Client,
+    socket: &str,
+    storage_capacity: bool,
+) -> anyhow::Result<String> {
+    let driver_name = register_node(client, socket).await?;
+    let driver = CSIDriver {
+        metadata: ObjectMeta {
+            name: Some(driver_name.clone()),
+            ..Default::default()
+        },
+        spec: CSIDriverSpec {
+            attach_required: Some(false),
+            storage_capacity: Some(storage_capacity),
+            ..Default::default()
+        },
+    };
+    let drivers = Api::<CSIDriver>::all(client.clone());
+    if let Err(kube::Error::Api(s)) = drivers.create(&PostParams::default(), &driver).await
+        && s.code == 409
+    {
+        // storageCapacity is the one field that may change (an earlier `up` without it).
+        let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
+        drivers
+            .patch(&driver_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    let class = StorageClass {
+        metadata: ObjectMeta {
+            name: Some("hostpath".into()),
+            annotations: Some(
+                [(
+                    "storageclass.kubernetes.io/is-default-class".to_string(),
+                    "true".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        provisioner: driver_name.clone(),
+        reclaim_policy: Some("Delete".into()),
+        volume_binding_mode: Some("Immediate".into()),
+        ..Default::default()
+    };
+    create_or_keep(Api::<StorageClass>::all(client.clone()), &class).await?;
+    Ok(driver_name)
+}
+
+/// Registers the node behind a node plugin socket as kubelet does: NodeGetInfo, then the Node
+/// with the driver's topology as labels and the `csi.volume.kubernetes.io/nodeid` annotation,
+/// and the node's CSINode (owned by the Node) listing the driver's node id, topology keys and
+/// volume limit. Returns the driver's name.
+pub async fn register_node(client: &kube::Client, socket: &str) -> anyhow::Result<String> {
     let channel = sidecar_kit::csi::connect_with_retry(
         socket,
         Duration::from_millis(100),
@@ -126,20 +205,38 @@ pub async fn register(client: &kube::Client, socket: &str) -> anyhow::Result<Str
     let mut labels: std::collections::BTreeMap<String, String> =
         segments.clone().into_iter().collect();
     labels.insert("kubernetes.io/hostname".into(), node_info.node_id.clone());
+    let node_ids = serde_json::json!({ info.name.clone(): node_info.node_id.clone() }).to_string();
     let node = Node {
         metadata: ObjectMeta {
             name: Some(node_info.node_id.clone()),
             labels: Some(labels),
+            annotations: Some(
+                [("csi.volume.kubernetes.io/nodeid".to_string(), node_ids)].into(),
+            ),
             ..Default::default()
         },
         ..Default::default()
     };
-    create_or_keep(Api::<Node>::all(client.clone()), &node).await?;
+    let nodes = Api::<Node>::all(client.clone());
+    create_or_keep(nodes.clone(), &node).await?;
+    let node_uid = nodes
+        .get(&node_info.node_id)
+        .await?
+        .metadata
+        .uid
+        .unwrap_or_default();
     let mut keys: Vec<String> = segments.keys().cloned().collect();
     keys.sort();
     let csinode = CSINode {
         metadata: ObjectMeta {
             name: Some(node_info.node_id.clone()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node_info.node_id.clone(),
+                uid: node_uid,
+                ..Default::default()
+            }]),
             ..Default::default()
         },
         spec: CSINodeSpec {
@@ -154,35 +251,6 @@ pub async fn register(client: &kube::Client, socket: &str) -> anyhow::Result<Str
         },
     };
     create_or_keep(Api::<CSINode>::all(client.clone()), &csinode).await?;
-    let driver = CSIDriver {
-        metadata: ObjectMeta {
-            name: Some(info.name.clone()),
-            ..Default::default()
-        },
-        spec: CSIDriverSpec {
-            attach_required: Some(false),
-            ..Default::default()
-        },
-    };
-    create_or_keep(Api::<CSIDriver>::all(client.clone()), &driver).await?;
-    let class = StorageClass {
-        metadata: ObjectMeta {
-            name: Some("hostpath".into()),
-            annotations: Some(
-                [(
-                    "storageclass.kubernetes.io/is-default-class".to_string(),
-                    "true".to_string(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        provisioner: info.name.clone(),
-        reclaim_policy: Some("Delete".into()),
-        volume_binding_mode: Some("Immediate".into()),
-        ..Default::default()
-    };
-    create_or_keep(Api::<StorageClass>::all(client.clone()), &class).await?;
     Ok(info.name)
 }
 

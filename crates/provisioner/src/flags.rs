@@ -103,7 +103,8 @@ pub struct ProvisionerArgs {
     /// Feature gates, NAME=true|false,...
     #[arg(long, default_value = "", value_parser = gates)]
     pub feature_gates: GateList,
-    /// Publish CSIStorageCapacity objects (not supported yet).
+    /// Publish CSIStorageCapacity objects (needs the NAMESPACE env variable, and POD_NAME
+    /// unless --capacity-ownerref-level=-1).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub enable_capacity: bool,
     /// Owner of CSIStorageCapacity objects.
@@ -118,7 +119,7 @@ pub struct ProvisionerArgs {
     /// Capacity objects also for Immediate classes.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub capacity_for_immediate_binding: bool,
-    /// Run one provisioner per node (not supported yet).
+    /// Run one provisioner per node (needs the NODE_NAME env variable).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub node_deployment: bool,
     /// Node deployment: also provision Immediate claims.
@@ -237,16 +238,30 @@ impl ProvisionerArgs {
         if self.kube_api_qps.is_nan() || self.kube_api_qps < 0.0 {
             return Err(invalid("--kube-api-qps", "must not be negative"));
         }
-        if self.enable_capacity {
+        if self.kube_api_capacity_qps.is_nan() || self.kube_api_capacity_qps < 0.0 {
+            return Err(invalid("--kube-api-capacity-qps", "must not be negative"));
+        }
+        if self.capacity_threads == 0 {
+            return Err(invalid("--capacity-threads", "must be at least 1"));
+        }
+        if self.capacity_poll_interval.is_zero() {
             return Err(invalid(
-                "--enable-capacity",
-                "CSIStorageCapacity publishing is not supported by this provisioner yet",
+                "--capacity-poll-interval",
+                "must be greater than 0",
             ));
         }
-        if self.node_deployment {
+        if self.capacity_ownerref_level < -1 {
             return Err(invalid(
-                "--node-deployment",
-                "per-node deployment is not supported by this provisioner yet",
+                "--capacity-ownerref-level",
+                "must be -1 (no owner), 0 (the Pod), 1 (its controller) or higher",
+            ));
+        }
+        if self.node_deployment_base_delay.is_zero()
+            || self.node_deployment_base_delay > self.node_deployment_max_delay
+        {
+            return Err(invalid(
+                "--node-deployment-base-delay",
+                "must be greater than 0 and at most --node-deployment-max-delay",
             ));
         }
         if self.enable_pprof {
@@ -307,19 +322,30 @@ impl ProvisionerArgs {
         })
     }
 
-    /// Tuning flags of unsupported features that were changed: they have no effect.
+    /// Tuning flags that were changed but have no effect: those of a feature that is off, and
+    /// of one that is not supported.
     pub fn inert_flags(&self, given: &[String]) -> Vec<&'static str> {
-        const INERT: [&str; 8] = [
-            "--snapshot-orphan-sweep-interval",
+        const CAPACITY: [&str; 6] = [
             "--capacity-ownerref-level",
             "--capacity-threads",
             "--capacity-poll-interval",
             "--capacity-for-immediate-binding",
+            "--kube-api-capacity-qps",
+            "--kube-api-capacity-burst",
+        ];
+        const NODE_DEPLOYMENT: [&str; 3] = [
             "--node-deployment-immediate-binding",
             "--node-deployment-base-delay",
             "--node-deployment-max-delay",
         ];
-        INERT
+        let mut inert = vec!["--snapshot-orphan-sweep-interval"];
+        if !self.enable_capacity {
+            inert.extend(CAPACITY);
+        }
+        if !self.node_deployment {
+            inert.extend(NODE_DEPLOYMENT);
+        }
+        inert
             .into_iter()
             .filter(|f| {
                 given
@@ -399,8 +425,14 @@ mod tests {
             ),
             (&["--volume-name-prefix="], "--volume-name-prefix"),
             (&["--worker-threads=0"], "--worker-threads"),
-            (&["--enable-capacity"], "--enable-capacity"),
-            (&["--node-deployment=true"], "--node-deployment"),
+            (&["--capacity-threads=0"], "--capacity-threads"),
+            (&["--capacity-poll-interval=0s"], "--capacity-poll-interval"),
+            (&["--capacity-ownerref-level=-2"], "--capacity-ownerref-level"),
+            (&["--kube-api-capacity-qps=-1"], "--kube-api-capacity-qps"),
+            (
+                &["--node-deployment-base-delay=2m"],
+                "--node-deployment-base-delay",
+            ),
             (&["--enable-pprof"], "--enable-pprof"),
             (
                 &["--http-endpoint=:8080", "--metrics-address=:8081"],
@@ -434,7 +466,18 @@ mod tests {
         let a = parse(&["--capacity-threads=4"]).unwrap();
         assert_eq!(
             a.inert_flags(&["--capacity-threads=4".into()]),
-            vec!["--capacity-threads"]
+            vec!["--capacity-threads"],
+            "capacity tuning without --enable-capacity"
+        );
+        let a = parse(&["--capacity-threads=4", "--enable-capacity"]).unwrap();
+        assert!(
+            a.inert_flags(&["--capacity-threads=4".into()]).is_empty(),
+            "with --enable-capacity it works"
+        );
+        let a = parse(&["--node-deployment-max-delay=2m"]).unwrap();
+        assert_eq!(
+            a.inert_flags(&["--node-deployment-max-delay=2m".into()]),
+            vec!["--node-deployment-max-delay"]
         );
     }
 }

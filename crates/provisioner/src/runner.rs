@@ -10,7 +10,10 @@ use sidecar_kit::metrics::Metrics;
 use sidecar_kit::workqueue::Backoff;
 
 use crate::controller::driver::{self, StartupError};
-use crate::controller::{ControllerConfig, Provisioner};
+use crate::capacity::controller::CapacitySettings;
+use crate::capacity::decide::Template;
+use crate::controller::node_deployment::NodeDeployment;
+use crate::controller::{CapacityInput, ControllerConfig, Provisioner};
 use crate::decide::names::provisioner_identity;
 use crate::decide::provision::ProvisionOptions;
 use crate::flags::{FlagError, ProvisionerArgs};
@@ -36,6 +39,166 @@ pub enum RunError {
     /// A flag that is accepted for compatibility but whose feature is missing.
     #[error("{0}")]
     Unsupported(String),
+    /// `--enable-capacity` cannot work: the driver, the environment or the owner.
+    #[error("--enable-capacity: {0}")]
+    Capacity(String),
+    /// `--node-deployment` cannot work: the environment or the driver.
+    #[error("--node-deployment: {0}")]
+    NodeDeployment(String),
+    /// The owner of the CSIStorageCapacity objects could not be found.
+    #[error("--capacity-ownerref-level: {0}")]
+    Owner(#[from] crate::capacity::owner::OwnerError),
+}
+
+/// What the provisioner reads from its environment (set by the Pod's downward API upstream).
+#[derive(Debug, Clone, Default)]
+pub struct ProcessEnv {
+    /// `NAMESPACE`: where CSIStorageCapacity objects go.
+    pub namespace: Option<String>,
+    /// `POD_NAME`: the start of the owner chain.
+    pub pod_name: Option<String>,
+    /// `NODE_NAME`: this node, in node deployment.
+    pub node_name: Option<String>,
+}
+
+impl ProcessEnv {
+    /// Reads the three variables (empty counts as unset).
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        ProcessEnv {
+            namespace: var("NAMESPACE"),
+            pod_name: var("POD_NAME"),
+            node_name: var("NODE_NAME"),
+        }
+    }
+}
+
+/// Learns this node from NodeGetInfo (`--node-deployment`).
+async fn local_node(
+    args: &ProvisionerArgs,
+    env: &ProcessEnv,
+    channel: &tonic::transport::Channel,
+) -> Result<Option<NodeDeployment>, RunError> {
+    if !args.node_deployment {
+        return Ok(None);
+    }
+    let name = env.node_name.clone().ok_or_else(|| {
+        RunError::NodeDeployment(
+            "the NODE_NAME environment variable must be set when using --node-deployment".into(),
+        )
+    })?;
+    let calls = sidecar_kit::csi::Caller::new("", args.timeout, None);
+    let mut client = csi_proto::v1::node_client::NodeClient::new(channel.clone());
+    let info = calls
+        .call(
+            "/csi.v1.Node/NodeGetInfo",
+            client.node_get_info(calls.request(csi_proto::v1::NodeGetInfoRequest {})),
+        )
+        .await
+        .map_err(|e| {
+            RunError::NodeDeployment(format!("failed to get node info from CSI driver: {e}"))
+        })?;
+    let labels = info
+        .accessible_topology
+        .map(|t| t.segments.into_iter().collect())
+        .unwrap_or_default();
+    tracing::info!(node = %name, node_id = %info.node_id, ?labels, "node deployment: provisioning for this node only");
+    Ok(Some(NodeDeployment {
+        name,
+        node_id: info.node_id,
+        labels,
+        immediate_binding: args.node_deployment_immediate_binding,
+        base_delay: args.node_deployment_base_delay,
+        max_delay: args.node_deployment_max_delay,
+    }))
+}
+
+/// Prepares `--enable-capacity`: checks the driver and the environment, finds the owner and
+/// builds the rate-limited client of the capacity writes.
+async fn capacity_input(
+    args: &ProvisionerArgs,
+    env: &ProcessEnv,
+    caps: &crate::decide::provision::DriverCapabilities,
+    client: &kube::Client,
+    node: Option<&NodeDeployment>,
+    user_agent: &str,
+) -> Result<Option<CapacityInput>, RunError> {
+    if !args.enable_capacity {
+        return Ok(None);
+    }
+    if !caps.get_capacity {
+        return Err(RunError::Capacity(format!(
+            "driver {:?} does not advertise the GET_CAPACITY controller capability",
+            caps.name
+        )));
+    }
+    let namespace = env
+        .namespace
+        .clone()
+        .ok_or(crate::capacity::owner::OwnerError::NoNamespace)?;
+    let owner = crate::capacity::owner::resolve(
+        client,
+        &namespace,
+        env.pod_name.as_deref(),
+        args.capacity_ownerref_level,
+    )
+    .await?;
+    if let Some(owner) = &owner {
+        tracing::info!(kind = %owner.kind, name = %owner.name, %namespace, "owner of CSIStorageCapacity objects");
+    }
+    let writer = build_client(&ClientOptions {
+        kubeconfig: &args.kubeconfig,
+        master: &args.master,
+        qps: args.kube_api_capacity_qps,
+        burst: args.kube_api_capacity_burst,
+        user_agent,
+    })
+    .await?;
+    let managed_by = match node {
+        Some(node) => managed_by_node(&node.name),
+        None => "external-provisioner".to_string(),
+    };
+    Ok(Some(CapacityInput {
+        writer,
+        settings: CapacitySettings {
+            template: Template {
+                namespace,
+                driver: caps.name.clone(),
+                managed_by,
+                owner,
+            },
+            poll_interval: args.capacity_poll_interval,
+            workers: args.capacity_threads as usize,
+            immediate_binding: args.capacity_for_immediate_binding,
+            timeout: args.timeout,
+            backoff: Backoff {
+                start: args.retry_interval_start,
+                max: args.retry_interval_max,
+            },
+            fixed_segment: node.map(|n| n.labels.clone()),
+        },
+    }))
+}
+
+/// `external-provisioner-<node>`, at most 63 characters (a label value): a longer one keeps a
+/// prefix and ends in a hash of the whole, as upstream.
+pub fn managed_by_node(node: &str) -> String {
+    let full = format!("external-provisioner-{node}");
+    if full.len() <= 63 {
+        return full;
+    }
+    // FNV-1a, 32 bits.
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in full.bytes() {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    let suffix = format!("-{hash:08x}");
+    let mut cut = 63 - suffix.len();
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}", &full[..cut])
 }
 
 pub use sidecar_kit::vocabulary::hostname;
@@ -44,13 +207,14 @@ pub use sidecar_kit::vocabulary::hostname;
 pub async fn run(
     args: ProvisionerArgs,
     given: &[String],
+    env: &ProcessEnv,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     let settings = args.validate()?;
     for flag in args.inert_flags(given) {
         tracing::warn!(
             flag,
-            "flag has no effect: its feature is not supported by this provisioner yet"
+            "flag has no effect: its feature is off or not supported by this provisioner"
         );
     }
     let (channel, caps) = driver::start(&args.csi_address, args.timeout).await?;
@@ -66,7 +230,13 @@ pub async fn run(
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    let identity = provisioner_identity(now_ms, rand::random::<u32>(), &caps.name);
+    let node = local_node(&args, env, &channel).await?;
+    let capacity =
+        capacity_input(&args, env, &caps, &client, node.as_ref(), &user_agent).await?;
+    let mut identity = provisioner_identity(now_ms, rand::random::<u32>(), &caps.name);
+    if let Some(node) = &node {
+        identity.push_str(&format!("-{}", node.name));
+    }
     let host = hostname();
     let component = format!("{}_{}_{}", caps.name, host, uuid::Uuid::new_v4());
     let recorder = Recorder::new(client.clone(), component, host);
@@ -97,11 +267,20 @@ pub async fn run(
             lease_namespace(&args.leader_election_namespace),
             format!("{}-intents", lease_name(&caps_name)),
         ),
+        node,
     };
     let driver_name = config.caps.name.clone();
     let metrics = Metrics::new()
         .map_err(|e| RunError::Unsupported(format!("failed to register metrics: {e}")))?;
-    let provisioner = Provisioner::new(client.clone(), channel, config, recorder, metrics.clone());
+    let provisioner = Provisioner::new(
+        client.clone(),
+        channel,
+        config,
+        recorder,
+        metrics.clone(),
+        capacity,
+    )
+    .map_err(|e| RunError::Unsupported(format!("failed to register metrics: {e}")))?;
     if !args.leader_election {
         if let Some(address) = &settings.http_address {
             http::serve(
@@ -154,4 +333,19 @@ pub async fn run(
         .run_as_leader(elector, shutdown)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_manager_of_a_node_is_named_after_it_within_63_characters() {
+        assert_eq!(managed_by_node("node-1"), "external-provisioner-node-1");
+        let long = "n".repeat(80);
+        let name = managed_by_node(&long);
+        assert_eq!(name.len(), 63);
+        assert!(name.starts_with("external-provisioner-nnn"));
+        assert_ne!(name, managed_by_node(&"n".repeat(81)), "the hash tells them apart");
+    }
 }

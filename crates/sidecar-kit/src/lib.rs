@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod quantity;
 pub mod ratelimit;
 pub mod runtime;
+pub mod selectors;
 pub mod vocabulary;
 pub mod watch;
 pub mod workqueue;

@@ -81,8 +81,26 @@ impl Watches {
         S: Fn(&mut K) + Send + 'static,
         F: Fn(&watcher::Event<K>) + Send + 'static,
     {
+        self.reflect_with(api, watcher::Config::default(), shrink, on_event)
+    }
+
+    /// Like [`Watches::reflect_trimmed`], watching only what `config` selects (e.g. a label
+    /// selector).
+    pub fn reflect_with<K, S, F>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        shrink: S,
+        on_event: F,
+    ) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        S: Fn(&mut K) + Send + 'static,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
         let (store, writer) = reflector::store();
-        let stream = watcher(api, watcher::Config::default())
+        let stream = watcher(api, config)
             .default_backoff()
             .modify(move |obj: &mut K| {
                 trim(obj);

@@ -3,7 +3,10 @@
 //!
 //! - `snapshots`: the snapshot.storage.k8s.io/v1 definitions and a snapshot controller doing
 //!   what the community snapshot-controller and csi-snapshotter do together for one driver.
+//! - `scheduler`: kube-scheduler's volume binding for Pods (capacity-aware node choice for
+//!   late-binding claims), binding Pods to nodes; containers do not run.
 
 #![forbid(unsafe_code)]
 
+pub mod scheduler;
 pub mod snapshots;

@@ -27,6 +27,7 @@ use crate::status::ApiError;
 use crate::store::{Store, StoreError, Write2};
 use crate::tables::table;
 
+mod binding;
 mod delete;
 mod kubeconfig;
 mod read;
@@ -305,6 +306,18 @@ async fn object_request(
     let ns = t.namespace.clone().unwrap_or_default();
     let rt = t.rt.clone();
     let key = rt.key();
+    // A Pod's binding subresource supports create only.
+    if t.subresource.as_deref() == Some("binding") {
+        return match (method.as_str(), t.name.clone()) {
+            ("POST", Some(name)) => ("CREATE", binding::bind(app, &t, &name, body).await),
+            _ => (
+                "",
+                Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource: {method} on pods/binding"
+                ))),
+            ),
+        };
+    }
     // A subresource (status) supports get, update and patch only, as in kube-apiserver.
     if t.subresource.is_some() && !matches!(method.as_str(), "GET" | "PUT" | "PATCH") {
         return (

@@ -29,9 +29,11 @@ fn main() -> std::process::ExitCode {
         }
     };
     let given: Vec<String> = argv.iter().skip(1).cloned().collect();
+    let env = provisioner::runner::ProcessEnv::from_env();
     match runtime.block_on(provisioner::runner::run(
         args,
         &given,
+        &env,
         cli::shutdown_signal(),
     )) {
         Ok(()) => std::process::ExitCode::SUCCESS,

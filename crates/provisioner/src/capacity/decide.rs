@@ -1,8 +1,8 @@
 //! Pure decisions of storage-capacity tracking (`--enable-capacity`, central mode): the
 //! topology segments of the driver, the classes tracked, and what to do with the
 //! CSIStorageCapacity objects so that there is exactly one per (segment, class) holding the
-//! driver's latest GetCapacity answer. The I/O (GetCapacity, API writes) is not wired yet:
-//! `--enable-capacity` is still refused with a message naming it.
+//! driver's latest GetCapacity answer; when to poll again; which objects a provisioned or
+//! deleted volume makes stale. The controller around them is `capacity::controller`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +23,10 @@ pub type Segment = BTreeMap<String, String>;
 /// the values of the Node's labels, without repeats. A driver without topology keys has one
 /// empty segment. A node lacking one of the labels gives no segment (it is not registered yet).
 pub fn segments(driver: &str, csinodes: &[&CSINode], nodes: &[&Node]) -> Vec<Segment> {
+    let by_name: BTreeMap<&str, &Node> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref().map(|name| (name, *n)))
+        .collect();
     let mut out: BTreeSet<Segment> = BTreeSet::new();
     for csinode in csinodes {
         let Some(entry) = csinode.spec.drivers.iter().find(|d| d.name == driver) else {
@@ -33,13 +37,17 @@ pub fn segments(driver: &str, csinodes: &[&CSINode], nodes: &[&Node]) -> Vec<Seg
             out.insert(Segment::new());
             continue;
         }
-        let Some(node) = nodes
-            .iter()
-            .find(|n| n.metadata.name == csinode.metadata.name)
+        let Some(node) = csinode
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|name| by_name.get(name))
         else {
             continue;
         };
-        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let Some(labels) = node.metadata.labels.as_ref() else {
+            continue;
+        };
         let segment: Option<Segment> = keys
             .iter()
             .map(|k| labels.get(k).map(|v| (k.clone(), v.clone())))
@@ -107,6 +115,8 @@ pub enum Action {
         capacity: Quantity,
         /// New maximum volume size.
         maximum: Option<Quantity>,
+        /// The object's owner references with ours added, when ours was missing.
+        owners: Option<Vec<OwnerReference>>,
     },
     /// Delete the object of this name (obsolete, or a second one for the same key).
     Delete(String),
@@ -127,13 +137,116 @@ pub fn ours(object: &CSIStorageCapacity, template: &Template) -> bool {
         && labels.get(LABEL_MANAGED_BY) == Some(&template.managed_by)
 }
 
-fn key_of(object: &CSIStorageCapacity) -> (String, Segment) {
+/// One (class, segment) pair: a work item of the controller, one object in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Item {
+    /// Class name.
+    pub class: String,
+    /// Segment.
+    pub segment: Segment,
+}
+
+impl std::fmt::Display for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:", self.class)?;
+        for (i, (k, v)) in self.segment.iter().enumerate() {
+            write!(f, "{}{k}={v}", if i == 0 { "" } else { "," })?;
+        }
+        Ok(())
+    }
+}
+
+/// The (class, segment) an object stands for.
+pub fn item_of(object: &CSIStorageCapacity) -> Item {
     let segment = object
         .node_topology
         .as_ref()
         .and_then(|t| t.match_labels.clone())
         .unwrap_or_default();
-    (object.storage_class_name.clone(), segment)
+    Item {
+        class: object.storage_class_name.clone(),
+        segment,
+    }
+}
+
+fn key_of(object: &CSIStorageCapacity) -> (String, Segment) {
+    let item = item_of(object);
+    (item.class, item.segment)
+}
+
+/// Every (class, segment) wanted: the product of the tracked classes and the segments.
+pub fn items(classes: &[&StorageClass], segments: &[Segment]) -> BTreeSet<Item> {
+    classes
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .flat_map(|class| {
+            segments.iter().map(move |segment| Item {
+                class: class.clone(),
+                segment: segment.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The segments a volume's node affinity names, as upstream reads them: each term whose
+/// expressions are all `In` with one value (and no field matches) is a segment. A volume
+/// without affinity names none (every segment of its class may have changed).
+pub fn affinity_segments(
+    affinity: Option<&k8s_openapi::api::core::v1::VolumeNodeAffinity>,
+) -> Vec<Segment> {
+    let terms = affinity
+        .and_then(|a| a.required.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    terms
+        .iter()
+        .filter(|t| t.match_fields.as_ref().is_none_or(Vec::is_empty))
+        .filter_map(|t| {
+            t.match_expressions
+                .as_ref()?
+                .iter()
+                .map(|e| match e.values.as_deref() {
+                    Some([value]) if e.operator == "In" => Some((e.key.clone(), value.clone())),
+                    _ => None,
+                })
+                .collect::<Option<Segment>>()
+        })
+        .collect()
+}
+
+/// The items a provisioned or deleted volume of `class` makes stale: those of its segments,
+/// or every item of the class when the volume names no segment.
+pub fn stale_items<'a>(
+    wanted: impl IntoIterator<Item = &'a Item>,
+    class: &str,
+    segments: &[Segment],
+) -> Vec<Item> {
+    wanted
+        .into_iter()
+        .filter(|i| i.class == class)
+        .filter(|i| segments.is_empty() || segments.contains(&i.segment))
+        .cloned()
+        .collect()
+}
+
+/// How long until an item is polled again. Every item has a fixed phase in the poll cycle (a
+/// hash of the item), so polls are spread evenly over the interval instead of coming in a
+/// burst; the next poll is the next time the cycle reaches the phase at least half an interval
+/// from now (a refresh just made is not followed at once by a poll).
+pub fn next_poll(item: &Item, since_start: std::time::Duration, interval: std::time::Duration) -> std::time::Duration {
+    use std::hash::{Hash, Hasher};
+    let period = interval.as_millis().max(1);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    item.hash(&mut hasher);
+    let phase = u128::from(hasher.finish()) % period;
+    let now = since_start.as_millis();
+    let earliest = now + period / 2;
+    let cycle = earliest / period;
+    let mut at = cycle * period + phase;
+    if at < earliest {
+        at += period;
+    }
+    std::time::Duration::from_millis(u64::try_from(at - now).unwrap_or(u64::MAX))
 }
 
 /// The object for a (segment, class).
@@ -199,11 +312,23 @@ pub fn reconcile(
             Some(object) => {
                 let same = bytes(object.capacity.as_ref()) == Some(w.capacity)
                     && bytes(object.maximum_volume_size.as_ref()) == w.maximum;
-                if !same {
+                let owners = template.owner.as_ref().and_then(|owner| {
+                    let refs = object.metadata.owner_references.clone().unwrap_or_default();
+                    let owned = refs
+                        .iter()
+                        .any(|r| r.controller == Some(true) && r.uid == owner.uid);
+                    (!owned).then(|| {
+                        let mut refs = refs;
+                        refs.push(owner.clone());
+                        refs
+                    })
+                });
+                if !same || owners.is_some() {
                     actions.push(Action::Update {
                         name: object.metadata.name.clone().unwrap_or_default(),
                         capacity: quantity(w.capacity),
                         maximum: w.maximum.map(quantity),
+                        owners,
                     });
                 }
             }

@@ -165,6 +165,7 @@ fn objects_are_created_updated_on_change_and_deleted_when_obsolete() {
             name: "csisc-a".into(),
             capacity: Quantity("9Gi".into()),
             maximum: Some(Quantity("4Gi".into())),
+            owners: None,
         }]
     );
     // The same value written differently is no change.
@@ -191,4 +192,130 @@ fn objects_are_created_updated_on_change_and_deleted_when_obsolete() {
     assert!(
         matches!(actions.as_slice(), [Action::Create(c)] if c.node_topology == Some(LabelSelector { match_labels: Some(seg("zone-1")), match_expressions: None }))
     );
+}
+
+#[test]
+fn an_owner_is_set_on_create_and_added_to_objects_that_lack_it() {
+    let owner = crate::capacity::owner::reference("apps/v1", "StatefulSet", "prov", "uid-1");
+    let t = Template {
+        owner: Some(owner.clone()),
+        ..template()
+    };
+    let w = wanted("late", "zone-1", 1 << 30, None);
+    let actions = reconcile(&t, &[], std::slice::from_ref(&w));
+    let [Action::Create(created)] = actions.as_slice() else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(created.metadata.owner_references, Some(vec![owner.clone()]));
+    // An object made before the owner was configured gets ours appended, others' kept.
+    let mut old = existing("csisc-a", &w);
+    let other = crate::capacity::owner::reference("v1", "Pod", "x", "uid-x");
+    let mut other = other;
+    other.controller = Some(false);
+    old.metadata.owner_references = Some(vec![other.clone()]);
+    assert_eq!(
+        reconcile(&t, &[&old], std::slice::from_ref(&w)),
+        vec![Action::Update {
+            name: "csisc-a".into(),
+            capacity: Quantity("1Gi".into()),
+            maximum: None,
+            owners: Some(vec![other, owner.clone()]),
+        }]
+    );
+    old.metadata.owner_references = Some(vec![owner]);
+    assert!(reconcile(&t, &[&old], &[w]).is_empty());
+}
+
+#[test]
+fn items_are_classes_times_segments() {
+    let a = class("a", DRIVER, Some("WaitForFirstConsumer"));
+    let b = class("b", DRIVER, Some("WaitForFirstConsumer"));
+    let got = items(&[&a, &b], &[seg("zone-1"), seg("zone-2")]);
+    assert_eq!(got.len(), 4);
+    assert!(got.contains(&Item {
+        class: "b".into(),
+        segment: seg("zone-2")
+    }));
+    assert!(items(&[&a], &[]).is_empty());
+    assert_eq!(
+        Item {
+            class: "a".into(),
+            segment: seg("zone-1")
+        }
+        .to_string(),
+        format!("a:{KEY}=zone-1")
+    );
+}
+
+fn affinity(terms: &[&[(&str, &str, &[&str])]]) -> k8s_openapi::api::core::v1::VolumeNodeAffinity {
+    use k8s_openapi::api::core::v1::{
+        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, VolumeNodeAffinity,
+    };
+    VolumeNodeAffinity {
+        required: Some(NodeSelector {
+            node_selector_terms: terms
+                .iter()
+                .map(|exprs| NodeSelectorTerm {
+                    match_expressions: Some(
+                        exprs
+                            .iter()
+                            .map(|(key, op, values)| NodeSelectorRequirement {
+                                key: key.to_string(),
+                                operator: op.to_string(),
+                                values: Some(values.iter().map(|v| v.to_string()).collect()),
+                            })
+                            .collect(),
+                    ),
+                    match_fields: None,
+                })
+                .collect(),
+        }),
+    }
+}
+
+#[test]
+fn a_volumes_affinity_names_the_segments_to_refresh() {
+    const ZONE: &str = KEY;
+    let cases: Vec<(Option<k8s_openapi::api::core::v1::VolumeNodeAffinity>, Vec<Segment>)> = vec![
+        (None, vec![]),
+        (Some(affinity(&[&[(ZONE, "In", &["zone-1"])]])), vec![seg("zone-1")]),
+        (
+            Some(affinity(&[&[(ZONE, "In", &["zone-1"])], &[(ZONE, "In", &["zone-2"])]])),
+            vec![seg("zone-1"), seg("zone-2")],
+        ),
+        // Not a segment: two values, another operator.
+        (Some(affinity(&[&[(ZONE, "In", &["zone-1", "zone-2"])]])), vec![]),
+        (Some(affinity(&[&[(ZONE, "NotIn", &["zone-1"])]])), vec![]),
+    ];
+    for (affinity, want) in cases {
+        assert_eq!(affinity_segments(affinity.as_ref()), want, "{affinity:?}");
+    }
+    let wanted = [
+        Item { class: "late".into(), segment: seg("zone-1") },
+        Item { class: "late".into(), segment: seg("zone-2") },
+        Item { class: "other".into(), segment: seg("zone-1") },
+    ];
+    assert_eq!(stale_items(&wanted, "late", &[seg("zone-2")]), vec![wanted[1].clone()]);
+    assert_eq!(stale_items(&wanted, "late", &[]), wanted[..2].to_vec(), "no affinity: the class");
+    assert!(stale_items(&wanted, "gone", &[]).is_empty());
+}
+
+#[test]
+fn polls_are_spread_over_the_interval_and_never_right_after_a_refresh() {
+    use std::time::Duration;
+    let interval = Duration::from_secs(60);
+    let mut phases = std::collections::BTreeSet::new();
+    for n in 0..200 {
+        let item = Item { class: format!("c{n}"), segment: seg("zone-1") };
+        for now in [0u64, 1_000, 29_999, 59_999, 61_234, 3_600_000] {
+            let now = Duration::from_millis(now);
+            let delay = next_poll(&item, now, interval);
+            assert!(delay >= interval / 2, "{delay:?} too soon");
+            assert!(delay < interval + interval / 2, "{delay:?} too late");
+            // The phase is the item's own: the same at any time.
+            phases.insert((now + delay).as_millis() % interval.as_millis());
+        }
+    }
+    // 200 items land on many different phases, not one burst.
+    assert!(phases.len() > 150, "{} phases", phases.len());
 }

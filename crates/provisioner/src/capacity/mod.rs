@@ -1,5 +1,9 @@
 //! Storage-capacity tracking (CSIStorageCapacity), upstream's `--enable-capacity`.
 //!
-//! - `decide`: segments, tracked classes, and the changes to the objects (pure).
+//! - `decide`: segments, tracked classes, the changes to the objects, poll phases (pure).
+//! - `owner`: the owner reference per `--capacity-ownerref-level`.
+//! - `controller`: GetCapacity and the API writes, on the shared runtime.
 
+pub mod controller;
 pub mod decide;
+pub mod owner;

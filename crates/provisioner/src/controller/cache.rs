@@ -42,9 +42,10 @@ pub fn shrink_claim(claim: &mut PersistentVolumeClaim) {
 }
 
 /// Drops what the deleter never reads of a PV: everything but the phase in the status, labels,
-/// node affinity, capacity, access modes, mount options, volume attributes and the secret
-/// references (the deletion secret is read from the annotations).
-pub fn shrink_volume(pv: &mut PersistentVolume) {
+/// node affinity (unless `keep_affinity`: capacity tracking and node deployment read it),
+/// capacity, access modes, mount options, volume attributes and the secret references (the
+/// deletion secret is read from the annotations).
+pub fn shrink_volume(pv: &mut PersistentVolume, keep_affinity: bool) {
     pv.metadata.labels = None;
     if let Some(status) = pv.status.as_mut() {
         status.message = None;
@@ -52,7 +53,9 @@ pub fn shrink_volume(pv: &mut PersistentVolume) {
         status.last_phase_transition_time = None;
     }
     if let Some(spec) = pv.spec.as_mut() {
-        spec.node_affinity = None;
+        if !keep_affinity {
+            spec.node_affinity = None;
+        }
         spec.capacity = None;
         spec.access_modes = None;
         spec.mount_options = None;

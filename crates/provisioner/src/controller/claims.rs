@@ -18,6 +18,8 @@ use sidecar_kit::csi::{CallError, go_code_name};
 use sidecar_kit::events::EventType;
 
 use super::data_sources::Resolved;
+use super::node_deployment::Gate;
+use sidecar_kit::workqueue::Next;
 use super::intents::Record;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
@@ -183,7 +185,7 @@ pub(crate) use sidecar_kit::vocabulary::reference;
 impl Provisioner {
     /// One pass over a claim; the runtime logs a failure and retries it after the key's
     /// backoff.
-    pub(crate) async fn sync_claim(&self, key: &ClaimKey) -> Result<(), ClaimError> {
+    pub(crate) async fn sync_claim(&self, key: &ClaimKey) -> Result<Next, ClaimError> {
         let live = self
             .caches
             .claims
@@ -202,15 +204,20 @@ impl Provisioner {
         }
         let Some(claim) = live else {
             self.topology.forget(key);
-            return Ok(());
+            self.takes.lock().remove(key);
+            return Ok(Next::Done);
         };
         let class_name = match decide_claim(&claim, &self.cfg.caps.name) {
             ClaimDecision::Provision { class } => class,
             ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => {
                 self.topology.forget(key);
-                return Ok(());
+                self.takes.lock().remove(key);
+                return Ok(Next::Done);
             }
         };
+        if let Gate::Wait(next) = self.node_gate(&claim, &class_name).await {
+            return Ok(next);
+        }
         let started = std::time::Instant::now();
         let result = self.provision_claim(&claim, &class_name).await;
         match &result {
@@ -231,7 +238,7 @@ impl Provisioner {
                 .with_label_values(&[class_name.as_str(), ""])
                 .inc(),
         }
-        let result = result.map(|_| ());
+        let result = result.map(|_| Next::Done);
         if let Err(error) = &result
             && error.event_worthy()
         {
@@ -334,9 +341,11 @@ impl Provisioner {
                     | CreateOutcome::Created => {}
                     CreateOutcome::Final => {
                         self.settle(&pv_name);
+                        self.capacity_changed(class_name, topology.as_ref());
                     }
                     CreateOutcome::Reschedule => {
                         self.settle(&pv_name);
+                        self.capacity_changed(class_name, topology.as_ref());
                         self.reschedule(claim).await?;
                     }
                 }
@@ -380,6 +389,12 @@ impl Provisioner {
         };
         self.save_pv(&pv, &uid).await?;
         self.settle(&pv_name);
+        if let Some(capacity) = &self.capacity {
+            capacity.volume_changed(
+                class_name,
+                pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+            );
+        }
         self.topology.forget(&ObjectRef::from_obj(claim.as_ref()));
         tracing::info!(volume = %pv_name, "volume provisioned");
         self.recorder
@@ -391,6 +406,18 @@ impl Provisioner {
             )
             .await;
         Ok(true)
+    }
+
+    /// A CreateVolume refused for good (often RESOURCE_EXHAUSTED): the published capacity of
+    /// the segment asked for first (of every segment of the class without topology) is stale.
+    fn capacity_changed(&self, class: &str, topology: Option<&Requirement>) {
+        let Some(capacity) = &self.capacity else {
+            return;
+        };
+        let first = topology.and_then(|(requisite, preferred)| {
+            preferred.first().or(requisite.first()).cloned()
+        });
+        capacity.refresh(class, first);
     }
 
     /// CreateVolume.
@@ -524,7 +551,7 @@ impl Provisioner {
         }
     }
 
-    fn topology_for(
+    pub(crate) fn topology_for(
         &self,
         claim: &PersistentVolumeClaim,
         class: &k8s_openapi::api::storage::v1::StorageClass,

@@ -8,6 +8,7 @@ mod claims;
 mod data_sources;
 pub mod driver;
 pub mod intents;
+pub mod node_deployment;
 mod topology_cache;
 mod volumes;
 
@@ -26,7 +27,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use sidecar_kit::events::Recorder;
 use sidecar_kit::runtime::Controller;
-use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
+use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
 
 use crate::decide::provision::{DriverCapabilities, ProvisionOptions};
@@ -65,6 +66,17 @@ pub struct ControllerConfig {
     pub identity: String,
     /// Namespace and name of the intent log Lease.
     pub intent_log: (String, String),
+    /// `--node-deployment`: this node.
+    pub node: Option<node_deployment::NodeDeployment>,
+}
+
+/// The capacity controller's inputs (`--enable-capacity`): its settings and the client its
+/// writes go through (`--kube-api-capacity-qps`/`-burst`).
+pub struct CapacityInput {
+    /// Settings.
+    pub settings: crate::capacity::controller::CapacitySettings,
+    /// The rate-limited client.
+    pub writer: kube::Client,
 }
 
 /// Claim queue key.
@@ -98,6 +110,10 @@ pub struct Provisioner {
     /// Topology requirement per claim, computed once per (claim UID, selected node), so
     /// retries send identical requests; dropped when the claim is provisioned or gone.
     pub(crate) topology: topology_cache::TopologyCache,
+    /// `--enable-capacity`: the capacity controller, told about provisioned and deleted volumes.
+    pub(crate) capacity: Option<Arc<crate::capacity::controller::CapacityTracker>>,
+    /// `--node-deployment`: attempts to take Immediate claims.
+    pub(crate) takes: node_deployment::Takes,
 }
 
 impl std::fmt::Debug for Provisioner {
@@ -120,7 +136,8 @@ impl Provisioner {
         cfg: ControllerConfig,
         recorder: Recorder,
         metrics: sidecar_kit::metrics::Metrics,
-    ) -> Arc<Self> {
+        capacity: Option<CapacityInput>,
+    ) -> Result<Arc<Self>, prometheus::Error> {
         // Upstream names its queues "claims" and "volumes" (the `workqueue_*` name label).
         let claims_q: WorkQueue<ClaimKey> =
             WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "claims"));
@@ -155,9 +172,11 @@ impl Provisioner {
             },
         );
         let q = volumes_q.clone();
+        // Capacity refreshes and node deployment read a volume's node affinity.
+        let keep_affinity = capacity.is_some() || cfg.node.is_some();
         let volumes = watches.reflect_trimmed(
             Api::<PersistentVolume>::all(client.clone()),
-            cache::shrink_volume,
+            move |pv: &mut PersistentVolume| cache::shrink_volume(pv, keep_affinity),
             move |event| {
                 for_each(event, |pv| {
                     if let Some(name) = &pv.metadata.name {
@@ -176,7 +195,10 @@ impl Provisioner {
             },
             move |claim| q.add_now(claim_key(claim)),
         );
-        let (csinodes, nodes) = if with_topology {
+        let (csinodes, nodes) = if let Some(node) = cfg.node.as_ref().filter(|_| with_topology) {
+            // A per-node provisioner sees only its own node, as NodeGetInfo describes it.
+            node_deployment::local_topology(node, &cfg.caps.name)
+        } else if with_topology {
             (
                 watches.reflect(Api::<CSINode>::all(client.clone()), |_| {}),
                 watches.reflect(Api::<Node>::all(client.clone()), |_| {}),
@@ -203,7 +225,18 @@ impl Provisioner {
         };
         let csi_calls =
             sidecar_kit::csi::Caller::new(&cfg.caps.name, cfg.timeout, Some(metrics.clone()));
-        Arc::new(Provisioner {
+        let capacity = match capacity {
+            Some(input) => Some(crate::capacity::controller::CapacityTracker::new(
+                client.clone(),
+                input.writer,
+                csi.clone(),
+                input.settings,
+                &watches,
+                &metrics,
+            )?),
+            None => None,
+        };
+        Ok(Arc::new(Provisioner {
             client,
             csi,
             csi_calls,
@@ -228,7 +261,9 @@ impl Provisioner {
             intents: std::sync::OnceLock::new(),
             finished: Mutex::new(HashMap::new()),
             topology: topology_cache::TopologyCache::default(),
-        })
+            capacity,
+            takes: node_deployment::Takes::default(),
+        }))
     }
 
     /// The provisioner as a controller: it waits for its caches, reads the intent log, then
@@ -242,8 +277,12 @@ impl Provisioner {
         } else {
             0
         };
-        Controller::new("csi-provisioner")
-            .watches(&self.watches)
+        let controller = Controller::new("csi-provisioner").watches(&self.watches);
+        let controller = match &self.capacity {
+            Some(capacity) => capacity.attach(controller),
+            None => controller,
+        };
+        controller
             .wait_for(&c.claims)
             .wait_for(&c.volumes)
             .wait_for(&c.classes)
@@ -257,7 +296,7 @@ impl Provisioner {
             })
             .reconcile("claim", self.claims.clone(), self.cfg.workers, move |key| {
                 let this = claims.clone();
-                async move { this.sync_claim(&key).await.map(|()| Next::Done) }
+                async move { this.sync_claim(&key).await }
             })
             .reconcile(
                 "volume",

@@ -91,6 +91,10 @@ impl Provisioner {
         match decide_volume(&pv, &self.cfg.caps.name) {
             VolumeDecision::Ignore => Ok(()),
             VolumeDecision::RemoveFinalizer => self.remove_finalizer(&pv).await,
+            VolumeDecision::Delete { .. } if !self.deletes_here(&pv) => {
+                tracing::debug!(volume = name, "PV was not provisioned on this node");
+                Ok(())
+            }
             VolumeDecision::Delete {
                 volume_handle,
                 secret,
@@ -139,6 +143,12 @@ impl Provisioner {
                         return Err(VolumeError::Driver(error));
                     }
                     remember(&self.deleted_handles, &volume_handle);
+                    if let Some(capacity) = &self.capacity {
+                        capacity.volume_changed(
+                            &class,
+                            pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+                        );
+                    }
                     self.metrics
                         .delete_total
                         .with_label_values(&[class.as_str()])

@@ -6,6 +6,7 @@ pub mod classify;
 pub mod data_source;
 pub mod delete;
 pub mod names;
+pub mod node_deployment;
 pub mod parameters;
 pub mod provision;
 pub mod secrets;

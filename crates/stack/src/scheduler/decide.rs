@@ -1,0 +1,293 @@
+//! What kube-scheduler's volume binding and volume limits decide for a Pod, as pure functions:
+//! which nodes fit its claims and why the others do not, which node to pick, and the
+//! `FailedScheduling` message. The wording of the reasons and of the message is
+//! kube-scheduler's.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
+use sidecar_kit::quantity::parse_bytes;
+use sidecar_kit::selectors::{
+    Labels, affinity_allows, allowed_topologies_admit, label_selector_matches,
+};
+
+/// The annotation the scheduler puts on a late-binding claim.
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
+/// Why a node does not fit (kube-scheduler's words).
+pub const AFFINITY_CONFLICT: &str = "node(s) had volume node affinity conflict";
+/// A class that does not admit the node, or a claim selected for another node.
+pub const NO_VOLUMES: &str = "node(s) didn't find available persistent volumes to bind";
+/// No CSIStorageCapacity of the node's segment holds the claim.
+pub const NOT_ENOUGH_STORAGE: &str = "node(s) did not have enough free storage";
+/// The driver's volume limit on the node (CSINode allocatable count) would be exceeded.
+pub const MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
+
+/// The world a decision reads: the caches.
+pub struct World<'a> {
+    /// Nodes.
+    pub nodes: &'a [&'a Node],
+    /// Claims by (namespace, name).
+    pub claims: &'a BTreeMap<(String, String), &'a PersistentVolumeClaim>,
+    /// PVs by name.
+    pub volumes: &'a BTreeMap<String, &'a PersistentVolume>,
+    /// Classes by name.
+    pub classes: &'a BTreeMap<String, &'a StorageClass>,
+    /// CSIStorageCapacity objects (any namespace).
+    pub capacities: &'a [&'a CSIStorageCapacity],
+    /// CSIDrivers by name.
+    pub drivers: &'a BTreeMap<String, &'a CSIDriver>,
+    /// CSINodes by name.
+    pub csinodes: &'a BTreeMap<String, &'a CSINode>,
+    /// Claims already used by Pods on each node (unique claims, by driver).
+    pub in_use: &'a BTreeMap<String, BTreeMap<String, usize>>,
+}
+
+/// What the scheduler does with a Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Nothing: assigned, being deleted, or another scheduler's.
+    Skip,
+    /// The Pod cannot be scheduled now; the message goes into a `FailedScheduling` event.
+    Unschedulable(String),
+    /// Put the node on these claims (late binding, not selected yet), then wait for them.
+    Select {
+        /// The node.
+        node: String,
+        /// Claim names to annotate.
+        claims: Vec<String>,
+    },
+    /// Claims are being provisioned for the node: wait.
+    WaitForClaims(String),
+    /// Every claim is bound: bind the Pod to the node.
+    Bind(String),
+}
+
+/// A claim of the Pod, as the scheduler sees it.
+struct Use<'a> {
+    claim: &'a PersistentVolumeClaim,
+    class: Option<&'a StorageClass>,
+    bound: Option<&'a PersistentVolume>,
+}
+
+fn labels(node: &Node) -> Labels {
+    node.metadata.labels.clone().unwrap_or_default()
+}
+
+fn request(claim: &PersistentVolumeClaim) -> Option<i64> {
+    let q = claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get("storage")?;
+    parse_bytes(&q.0).ok()
+}
+
+fn late_binding(class: Option<&StorageClass>) -> bool {
+    class.is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
+}
+
+fn selected(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ANN_SELECTED_NODE)
+        .map(String::as_str)
+        .filter(|n| !n.is_empty())
+}
+
+/// The largest volume a CSIStorageCapacity promises: maximumVolumeSize, else capacity.
+fn limit(capacity: &CSIStorageCapacity) -> Option<i64> {
+    capacity
+        .maximum_volume_size
+        .as_ref()
+        .or(capacity.capacity.as_ref())
+        .and_then(|q| parse_bytes(&q.0).ok())
+}
+
+/// Whether the node has room for a new volume of the claim: checked only when the class's
+/// driver asks for it (CSIDriver `storageCapacity: true`); then some CSIStorageCapacity of
+/// the class whose topology selects the node must promise at least the request.
+fn has_capacity(world: &World, claim: &PersistentVolumeClaim, class: &StorageClass, node: &Labels) -> bool {
+    let Some(size) = request(claim) else {
+        return true;
+    };
+    let checked = world
+        .drivers
+        .get(&class.provisioner)
+        .and_then(|d| d.spec.storage_capacity)
+        .unwrap_or(false);
+    if !checked {
+        return true;
+    }
+    let class_name = class.metadata.name.as_deref().unwrap_or_default();
+    world.capacities.iter().any(|c| {
+        c.storage_class_name == class_name
+            && c.node_topology
+                .as_ref()
+                .is_some_and(|t| label_selector_matches(t, node))
+            && limit(c).is_some_and(|l| l >= size)
+    })
+}
+
+/// Why `node` does not fit the Pod's claims, or None when it fits.
+fn misfit(world: &World, uses: &[Use], node: &Node) -> Option<&'static str> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let node_labels = labels(node);
+    let mut new_by_driver: BTreeMap<&str, usize> = BTreeMap::new();
+    for u in uses {
+        if let Some(pv) = u.bound {
+            let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
+            if !affinity_allows(affinity, &node_labels) {
+                return Some(AFFINITY_CONFLICT);
+            }
+            continue;
+        }
+        let Some(class) = u.class else {
+            return Some(NO_VOLUMES);
+        };
+        if let Some(chosen) = selected(u.claim)
+            && chosen != name
+        {
+            return Some(NO_VOLUMES);
+        }
+        let allowed = class.allowed_topologies.as_deref().unwrap_or_default();
+        if !allowed_topologies_admit(allowed, &node_labels) {
+            return Some(NO_VOLUMES);
+        }
+        if !has_capacity(world, u.claim, class, &node_labels) {
+            return Some(NOT_ENOUGH_STORAGE);
+        }
+        *new_by_driver.entry(class.provisioner.as_str()).or_default() += 1;
+    }
+    let csinode = world.csinodes.get(name);
+    for (driver, new) in new_by_driver {
+        let count = csinode
+            .and_then(|c| c.spec.drivers.iter().find(|d| d.name == driver))
+            .and_then(|d| d.allocatable.as_ref())
+            .and_then(|a| a.count);
+        let used = world
+            .in_use
+            .get(name)
+            .and_then(|m| m.get(driver))
+            .copied()
+            .unwrap_or(0);
+        if let Some(count) = count
+            && used + new > usize::try_from(count).unwrap_or(0)
+        {
+            return Some(MAX_VOLUME_COUNT);
+        }
+    }
+    None
+}
+
+/// kube-scheduler's message: `0/N nodes are available: ` and the counted reasons, sorted.
+pub fn unschedulable_message(nodes: usize, reasons: &BTreeMap<&str, usize>) -> String {
+    let mut parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    parts.sort();
+    format!("0/{nodes} nodes are available: {}.", parts.join(", "))
+}
+
+/// Decides what to do with a Pod.
+pub fn plan(world: &World, pod: &Pod) -> Plan {
+    let spec = pod.spec.as_ref();
+    let assigned = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let ours = spec
+        .and_then(|s| s.scheduler_name.as_deref())
+        .is_none_or(|s| s.is_empty() || s == "default-scheduler");
+    if assigned || !ours || pod.metadata.deletion_timestamp.is_some() {
+        return Plan::Skip;
+    }
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let mut uses = Vec::new();
+    for volume in spec.and_then(|s| s.volumes.as_deref()).unwrap_or_default() {
+        let Some(source) = &volume.persistent_volume_claim else {
+            continue;
+        };
+        let Some(claim) = world
+            .claims
+            .get(&(namespace.clone(), source.claim_name.clone()))
+        else {
+            return Plan::Unschedulable(format!(
+                "persistentvolumeclaim \"{}\" not found",
+                source.claim_name
+            ));
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Plan::Unschedulable(format!(
+                "persistentvolumeclaim \"{}\" is being deleted",
+                source.claim_name
+            ));
+        }
+        let class_name = claim.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+        let class = class_name.as_ref().and_then(|n| world.classes.get(n).copied());
+        let volume_name = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .filter(|v| !v.is_empty());
+        let bound = volume_name.and_then(|v| world.volumes.get(v).copied());
+        if volume_name.is_none() && !late_binding(class) {
+            return Plan::Unschedulable(format!(
+                "0/{} nodes are available: pod has unbound immediate PersistentVolumeClaims.",
+                world.nodes.len()
+            ));
+        }
+        uses.push(Use {
+            claim,
+            class,
+            bound,
+        });
+    }
+    // Claims already selected for a node and being provisioned: wait for them, or bind.
+    let chosen: Vec<&str> = uses
+        .iter()
+        .filter(|u| u.bound.is_none())
+        .filter_map(|u| selected(u.claim))
+        .collect();
+    let waiting = uses.iter().any(|u| u.bound.is_none());
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    // Nodes in the order given (by name): the first that fits is chosen, so a Pod lands on
+    // another node only when the first ones cannot hold it.
+    let mut fits: Vec<&Node> = Vec::new();
+    for node in world.nodes {
+        match misfit(world, &uses, node) {
+            Some(reason) => *reasons.entry(reason).or_default() += 1,
+            None => fits.push(node),
+        }
+    }
+    if let Some(first) = chosen.first()
+        && chosen.iter().all(|c| c == first)
+        && uses.iter().filter(|u| u.bound.is_none()).all(|u| selected(u.claim).is_some())
+    {
+        return Plan::WaitForClaims(first.to_string());
+    }
+    if !waiting {
+        // Every claim bound (or none): the node the claims were provisioned for, else any
+        // node their volumes allow.
+        let provisioned_for = uses.iter().find_map(|u| selected(u.claim));
+        let pick = fits
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == provisioned_for)
+            .or(fits.first());
+        return match pick {
+            Some(node) => Plan::Bind(node.metadata.name.clone().unwrap_or_default()),
+            None => Plan::Unschedulable(unschedulable_message(world.nodes.len(), &reasons)),
+        };
+    }
+    match fits.first() {
+        None => Plan::Unschedulable(unschedulable_message(world.nodes.len(), &reasons)),
+        Some(node) => Plan::Select {
+            node: node.metadata.name.clone().unwrap_or_default(),
+            claims: uses
+                .iter()
+                .filter(|u| u.bound.is_none() && selected(u.claim).is_none())
+                .filter_map(|u| u.claim.metadata.name.clone())
+                .collect(),
+        },
+    }
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;
