@@ -84,6 +84,8 @@ pub struct Stack {
     pub socket: String,
     /// The driver's name.
     pub driver_name: String,
+    /// The sockets of the extra nodes (in the order of `StackOptions::extra_nodes`).
+    pub node_sockets: Vec<String>,
     stop: watch::Sender<bool>,
     /// The API server stops last, after everything that talks to it.
     server_stop: watch::Sender<bool>,
@@ -123,7 +125,8 @@ impl Stack {
             .context("start the CSI driver")?;
         let listener = hostpath_driver::bind_socket(&socket).await?;
         let mut tasks = Vec::new();
-        // One node plugin socket per extra node, on the same volume table.
+        // One socket per extra node (all services; Node answers as that node), on the same
+        // volume table.
         let mut node_sockets = Vec::new();
         for node in &options.extra_nodes {
             let view = driver
@@ -137,7 +140,7 @@ impl Stack {
             let node_stop = signal(&stop);
             let name = node.clone();
             tasks.push(tokio::spawn(async move {
-                if let Err(error) = view.serve_node_on(node_listener, node_stop).await {
+                if let Err(error) = view.serve_on(node_listener, node_stop).await {
                     tracing::error!(%error, node = %name, "the CSI node service stopped");
                 }
             }));
@@ -213,6 +216,7 @@ impl Stack {
             kubeconfig,
             socket,
             driver_name,
+            node_sockets,
             stop,
             server_stop,
             tasks,

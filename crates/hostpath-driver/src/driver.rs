@@ -141,8 +141,8 @@ impl Driver {
 
     /// The same driver as seen from another of its nodes (`--extra-node`): the Node service
     /// of the result answers as that node, on the shared volume table. None for an unknown
-    /// node. The embedded multi-node stack serves one per node, as a cluster runs one node
-    /// plugin per node.
+    /// node. The embedded multi-node stack serves one per node on a socket of its own, as a
+    /// cluster runs one driver pod per node (a per-node provisioner talks to it too).
     pub fn for_node(&self, id: &str) -> Option<Driver> {
         let node = self.cfg.nodes.iter().find(|n| n.id == id)?.clone();
         let mut cfg = (*self.cfg).clone();
@@ -153,8 +153,8 @@ impl Driver {
         })
     }
 
-    /// Serves Identity and Node only (a node plugin's socket) on `listener` until `shutdown`.
-    pub async fn serve_node_on(
+    /// Serves on an already bound listener (tests bind first to know when the driver is up).
+    pub async fn serve_on(
         self,
         listener: UnixListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -162,27 +162,9 @@ impl Driver {
         let path = listener
             .local_addr()
             .ok()
-            .and_then(|a| a.as_pathname().map(Path::to_path_buf));
-        tracing::info!(node = %self.cfg.node.id, endpoint = ?path, "serving the CSI node service");
-        let result = tonic::transport::Server::builder()
-            .add_service(IdentityServer::new(self.clone()))
-            .add_service(NodeServer::new(self))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-            .await;
-        if let Some(path) = path {
-            let _ = std::fs::remove_file(path);
-        }
-        result.map_err(ServeError::from)
-    }
-
-    /// Serves on an already bound listener (tests bind first to know when the driver is up).
-    pub async fn serve_on(
-        self,
-        listener: UnixListener,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), ServeError> {
-        let path = self.cfg.socket_path.clone();
-        tracing::info!(endpoint = %path, "serving CSI");
+            .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+            .unwrap_or_else(|| self.cfg.socket_path.clone());
+        tracing::info!(endpoint = %path, node = %self.cfg.node.id, "serving CSI");
         let result = tonic::transport::Server::builder()
             .add_service(IdentityServer::new(self.clone()))
             .add_service(ControllerServer::new(self.clone()))

@@ -19,6 +19,8 @@ pub struct Cluster {
     pub socket: String,
     provisioner: Option<Child>,
     pub provisioner_args: Vec<String>,
+    /// Environment of the provisioner process (NAMESPACE, POD_NAME, NODE_NAME).
+    pub provisioner_env: Vec<(String, String)>,
     /// Last: removed after everything using it has stopped.
     pub dir: tempfile::TempDir,
 }
@@ -82,6 +84,7 @@ impl Cluster {
             stack,
             provisioner: None,
             provisioner_args: args,
+            provisioner_env: vec![("NAMESPACE".into(), "kube-system".into())],
         };
         cluster.start_provisioner();
         cluster
@@ -96,6 +99,7 @@ impl Cluster {
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_csi-provisioner"))
             .args(&self.provisioner_args)
+            .envs(self.provisioner_env.iter().cloned())
             .env("RUST_LOG", "info,rustls=warn,kube_client=warn")
             .stdout(Stdio::null())
             .stderr(log)
@@ -115,6 +119,13 @@ impl Cluster {
             self.start_provisioner();
         }
         exited
+    }
+
+    /// Whether the provisioner process has exited (it is not restarted).
+    pub fn exited(&mut self) -> bool {
+        self.provisioner
+            .as_mut()
+            .is_none_or(|child| matches!(child.try_wait(), Ok(Some(_))))
     }
 
     pub fn provisioner_pid(&self) -> Option<u32> {
