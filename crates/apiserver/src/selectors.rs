@@ -124,7 +124,7 @@ impl LabelSelector {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector(Vec<(String, String, bool)>);
 
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 15] = [
     "metadata.name",
     "metadata.namespace",
     "spec.nodeName",
@@ -137,6 +137,10 @@ const FIELDS: [&str; 12] = [
     "involvedObject.namespace",
     "involvedObject.uid",
     "involvedObject.kind",
+    // Events, as kube-apiserver selects them (kubectl get events --field-selector reason=...).
+    "reason",
+    "type",
+    "reportingComponent",
 ];
 
 impl FieldSelector {
@@ -220,5 +224,16 @@ mod tests {
                 .matches(&obj)
         );
         assert!(FieldSelector::parse("spec.bogus=1").is_err());
+        let event = serde_json::json!({"reason": "FailedScheduling", "type": "Warning", "involvedObject": {"name": "web"}});
+        assert!(
+            FieldSelector::parse("involvedObject.name=web,reason=FailedScheduling,type=Warning")
+                .unwrap()
+                .matches(&event)
+        );
+        assert!(
+            !FieldSelector::parse("reason=Scheduled")
+                .unwrap()
+                .matches(&event)
+        );
     }
 }

@@ -713,3 +713,62 @@ async fn continue_tokens_page_through_one_snapshot_or_expire() {
     );
     let _ = tx.send(());
 }
+
+#[tokio::test]
+async fn a_pod_is_bound_to_a_node_once_through_its_binding_subresource() {
+    let (_server, client, _stop) = start(None).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, "default");
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let binding = |node: &str| {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+    };
+    let status: serde_json::Value = pods
+        .create_subresource("binding", "web", &PostParams::default(), &binding("node-2"))
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "Success");
+    let bound = pods.get("web").await.unwrap();
+    assert_eq!(bound.spec.unwrap().node_name.as_deref(), Some("node-2"));
+    let conditions = bound.status.unwrap().conditions.unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "True")
+    );
+    // Assigned once: a second binding is a conflict; a missing pod is 404; a bad body 422.
+    let again = pods
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            "web",
+            &PostParams::default(),
+            &binding("node-3"),
+        )
+        .await;
+    assert!(
+        matches!(again, Err(kube::Error::Api(s)) if s.code == 409 && s.message.contains("already assigned to node \"node-2\""))
+    );
+    let missing = pods
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            "nope",
+            &PostParams::default(),
+            &json!({"metadata": {"name": "nope"}, "target": {"name": "node-1"}}),
+        )
+        .await;
+    assert!(matches!(missing, Err(kube::Error::Api(s)) if s.code == 404));
+    let empty = pods
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            "web",
+            &PostParams::default(),
+            &json!({"target": {}}),
+        )
+        .await;
+    assert!(matches!(empty, Err(kube::Error::Api(s)) if s.code == 422));
+}

@@ -118,7 +118,12 @@ impl Stack {
             format!("--state-dir={}", dir.join("driver").display()),
         ];
         argv.extend(options.driver_args.iter().cloned());
-        argv.extend(options.extra_nodes.iter().map(|n| format!("--extra-node={n}")));
+        argv.extend(
+            options
+                .extra_nodes
+                .iter()
+                .map(|n| format!("--extra-node={n}")),
+        );
         let config = DriverCli::try_parse_from(argv)?.args.into_config()?;
         let driver = hostpath_driver::Driver::open(config)
             .await

@@ -104,7 +104,9 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!("  export KUBECONFIG={}", stack.kubeconfig.display());
     println!("  kubectl apply -f examples/claim.yaml");
     println!("  kubectl get pvc,pv");
-    println!("  kubectl apply -f examples/late-binding.yaml   # a Pod and its claim, placed by capacity");
+    println!(
+        "  kubectl apply -f examples/late-binding.yaml   # a Pod and its claim, placed by capacity"
+    );
     println!("  kubectl get pod,pvc,csistoragecapacities -A -o wide");
     println!();
     println!("Ctrl-C stops everything; the next `up` resumes the same state.");
@@ -210,9 +212,7 @@ pub async fn register_node(client: &kube::Client, socket: &str) -> anyhow::Resul
         metadata: ObjectMeta {
             name: Some(node_info.node_id.clone()),
             labels: Some(labels),
-            annotations: Some(
-                [("csi.volume.kubernetes.io/nodeid".to_string(), node_ids)].into(),
-            ),
+            annotations: Some([("csi.volume.kubernetes.io/nodeid".to_string(), node_ids)].into()),
             ..Default::default()
         },
         ..Default::default()

@@ -122,7 +122,10 @@ async fn capacity_objects_follow_classes_nodes_and_provisioned_volumes() {
     for o in &first {
         let labels = o.metadata.labels.clone().unwrap();
         assert_eq!(labels["csi.storage.k8s.io/drivername"], DRIVER);
-        assert_eq!(labels["csi.storage.k8s.io/managed-by"], "external-provisioner");
+        assert_eq!(
+            labels["csi.storage.k8s.io/managed-by"],
+            "external-provisioner"
+        );
         assert!(o.metadata.name.as_deref().unwrap().starts_with("csisc-"));
         assert_eq!(o.maximum_volume_size.as_ref().unwrap().0, "6Gi");
         assert_eq!(o.metadata.owner_references, None, "level -1: no owner");
@@ -207,7 +210,10 @@ async fn capacity_objects_follow_classes_nodes_and_provisioned_volumes() {
 
     // A second class: two more; the first class deleted: its objects go.
     cluster
-        .class("late-2", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .class(
+            "late-2",
+            json!({"volumeBindingMode": "WaitForFirstConsumer"}),
+        )
         .await;
     wait_published(
         &cluster,
@@ -274,12 +280,9 @@ async fn capacity_needs_get_capacity_and_says_so_at_start_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_node_provisioner_serves_its_node_only() {
-    let mut cluster = Cluster::start_with(
-        &["--capacity=10Gi"],
-        &[],
-        true,
-        |o| o.extra_nodes = vec!["node-2".into()],
-    )
+    let mut cluster = Cluster::start_with(&["--capacity=10Gi"], &[], true, |o| {
+        o.extra_nodes = vec!["node-2".into()]
+    })
     .await;
     // The provisioner of node-2: node-2's driver socket, NODE_NAME, capacity for its segment.
     cluster.kill_provisioner();
@@ -325,9 +328,7 @@ async fn a_per_node_provisioner_serves_its_node_only() {
             "external-provisioner-node-2"
         );
     }
-    let selected = |node: &str| {
-        json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}})
-    };
+    let selected = |node: &str| json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}});
     // node-1's claim first, then node-2's: only node-2's is provisioned here.
     cluster
         .claim("for-node-1", "late", "1Gi", selected("node-1"), false)
@@ -343,7 +344,9 @@ async fn a_per_node_provisioner_serves_its_node_only() {
         "node-1's claim was left alone"
     );
     // An Immediate claim: node-2's provisioner takes it (it has room) and provisions it there.
-    cluster.claim("anywhere", "now", "1Gi", json!({}), false).await;
+    cluster
+        .claim("anywhere", "now", "1Gi", json!({}), false)
+        .await;
     cluster.wait_bound("anywhere", WAIT).await;
     let taken = claims.get("anywhere").await.unwrap();
     assert_eq!(
@@ -354,7 +357,9 @@ async fn a_per_node_provisioner_serves_its_node_only() {
     let affinity = serde_json::to_string(&pv.spec.unwrap().node_affinity).unwrap();
     assert!(affinity.contains("node-2"), "{affinity}");
     // Too large for node-2 (10Gi, 2Gi used): not taken; it stays unselected.
-    cluster.claim("too-big", "now", "20Gi", json!({}), false).await;
+    cluster
+        .claim("too-big", "now", "20Gi", json!({}), false)
+        .await;
     cluster
         .wait_until("the capacity check refusing", WAIT, || async {
             cluster.provisioner_log().contains("not enough capacity")

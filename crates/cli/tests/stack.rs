@@ -18,6 +18,10 @@ impl Drop for Up {
 }
 
 fn up(dir: &Path) -> Up {
+    up_with(dir, &[])
+}
+
+fn up_with(dir: &Path, extra: &[&str]) -> Up {
     let log = std::fs::File::create(dir.join("up.log")).unwrap();
     let child = Command::new(BIN)
         .args([
@@ -25,6 +29,7 @@ fn up(dir: &Path) -> Up {
             "--bind=127.0.0.1:0",
             &format!("--data-dir={}", dir.join("state").display()),
         ])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(log)
         .stderr(Stdio::null())
@@ -335,4 +340,92 @@ fn a_file_written_through_the_node_comes_back_from_a_restore_and_a_clone() {
         },
     );
     stop(stack);
+}
+
+fn pod_yaml(name: &str, size: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec:\n  storageClassName: hostpath-late\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: {size}}}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers: [{{name: app, image: busybox}}]\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {name}}}}}]\n"
+    )
+}
+
+fn node_of(dir: &Path, pod: &str) -> String {
+    kubectl(
+        dir,
+        &["get", "pod", pod, "-o", "jsonpath={.spec.nodeName}"],
+        None,
+    )
+}
+
+#[test]
+fn pods_land_on_the_first_node_with_room_and_one_too_large_for_all_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let _up = up_with(d, &["--nodes=3", "--capacity=10Gi"]);
+    let nodes = kubectl(d, &["get", "csinodes", "-o", "name"], None);
+    assert_eq!(nodes.lines().count(), 3, "{nodes}");
+    // The example: a 4Gi claim on node-1 (6Gi left there).
+    kubectl(d, &["apply", "-f", &example("late-binding.yaml")], None);
+    let placed = |pod: &str, node: &str| {
+        wait_for(&format!("{pod} on {node}"), Duration::from_secs(60), || {
+            node_of(d, pod) == node
+        });
+    };
+    placed("late-app", "node-1");
+    // 7Gi: more than node-1 has left: node-2 (3Gi left there).
+    kubectl(d, &["apply", "-f", "-"], Some(&pod_yaml("seven", "7Gi")));
+    placed("seven", "node-2");
+    // 8Gi: larger than node-1's and node-2's free capacity: the third node.
+    kubectl(d, &["apply", "-f", "-"], Some(&pod_yaml("eight", "8Gi")));
+    placed("eight", "node-3");
+    let bound = kubectl(
+        d,
+        &["get", "pvc", "eight", "-o", "jsonpath={.status.phase}"],
+        None,
+    );
+    assert_eq!(bound, "Bound");
+    // 11Gi fits nowhere: FailedScheduling, naming why; the Pod stays unassigned.
+    kubectl(d, &["apply", "-f", "-"], Some(&pod_yaml("huge", "11Gi")));
+    let mut events = String::new();
+    wait_for("FailedScheduling", Duration::from_secs(60), || {
+        events = kubectl(
+            d,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=huge,reason=FailedScheduling",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+            None,
+        );
+        !events.is_empty()
+    });
+    assert_eq!(
+        events,
+        "0/3 nodes are available: 3 node(s) did not have enough free storage."
+    );
+    assert_eq!(node_of(d, "huge"), "");
+    // The published capacity follows the volumes, per node.
+    let published = || {
+        let text = kubectl(
+            d,
+            &[
+                "get",
+                "csistoragecapacities",
+                "-n",
+                "kube-system",
+                "-o",
+                "jsonpath={range .items[*]}{.nodeTopology.matchLabels.topology\\.hostpath\\.csi\\.volstack\\.dev/node}={.capacity} {end}",
+            ],
+            None,
+        );
+        let mut items: Vec<String> = text.split_whitespace().map(String::from).collect();
+        items.sort();
+        items
+    };
+    let want = ["node-1=6Gi", "node-2=3Gi", "node-3=2Gi"];
+    wait_for("capacity per node", Duration::from_secs(60), || {
+        published() == want
+    });
 }

@@ -427,7 +427,10 @@ mod tests {
             (&["--worker-threads=0"], "--worker-threads"),
             (&["--capacity-threads=0"], "--capacity-threads"),
             (&["--capacity-poll-interval=0s"], "--capacity-poll-interval"),
-            (&["--capacity-ownerref-level=-2"], "--capacity-ownerref-level"),
+            (
+                &["--capacity-ownerref-level=-2"],
+                "--capacity-ownerref-level",
+            ),
             (&["--kube-api-capacity-qps=-1"], "--kube-api-capacity-qps"),
             (
                 &["--node-deployment-base-delay=2m"],

@@ -9,9 +9,9 @@ use sidecar_kit::leader::{ElectionConfig, Elector, lease_name, lease_namespace};
 use sidecar_kit::metrics::Metrics;
 use sidecar_kit::workqueue::Backoff;
 
-use crate::controller::driver::{self, StartupError};
 use crate::capacity::controller::CapacitySettings;
 use crate::capacity::decide::Template;
+use crate::controller::driver::{self, StartupError};
 use crate::controller::node_deployment::NodeDeployment;
 use crate::controller::{CapacityInput, ControllerConfig, Provisioner};
 use crate::decide::names::provisioner_identity;
@@ -231,8 +231,7 @@ pub async fn run(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     let node = local_node(&args, env, &channel).await?;
-    let capacity =
-        capacity_input(&args, env, &caps, &client, node.as_ref(), &user_agent).await?;
+    let capacity = capacity_input(&args, env, &caps, &client, node.as_ref(), &user_agent).await?;
     let mut identity = provisioner_identity(now_ms, rand::random::<u32>(), &caps.name);
     if let Some(node) = &node {
         identity.push_str(&format!("-{}", node.name));
@@ -346,6 +345,10 @@ mod tests {
         let name = managed_by_node(&long);
         assert_eq!(name.len(), 63);
         assert!(name.starts_with("external-provisioner-nnn"));
-        assert_ne!(name, managed_by_node(&"n".repeat(81)), "the hash tells them apart");
+        assert_ne!(
+            name,
+            managed_by_node(&"n".repeat(81)),
+            "the hash tells them apart"
+        );
     }
 }

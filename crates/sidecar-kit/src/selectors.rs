@@ -137,7 +137,11 @@ mod tests {
             (by_expr("Bogus", &[]), false),
         ];
         for (selector, want) in cases {
-            assert_eq!(label_selector_matches(&selector, &node), want, "{selector:?}");
+            assert_eq!(
+                label_selector_matches(&selector, &node),
+                want,
+                "{selector:?}"
+            );
         }
     }
 
@@ -171,11 +175,18 @@ mod tests {
             (Some(affinity(vec![term("cpus", "Gt", &["4"])])), true),
             (Some(affinity(vec![term("cpus", "Lt", &["4"])])), false),
             (Some(affinity(vec![term("cpus", "Gt", &["x"])])), false),
-            (Some(affinity(vec![term("rack", "DoesNotExist", &[])])), true),
+            (
+                Some(affinity(vec![term("rack", "DoesNotExist", &[])])),
+                true,
+            ),
             (Some(affinity(vec![NodeSelectorTerm::default()])), false),
         ];
         for (affinity, want) in cases {
-            assert_eq!(affinity_allows(affinity.as_ref(), &node), want, "{affinity:?}");
+            assert_eq!(
+                affinity_allows(affinity.as_ref(), &node),
+                want,
+                "{affinity:?}"
+            );
         }
     }
 
@@ -191,7 +202,10 @@ mod tests {
         assert!(allowed_topologies_admit(&[], &node));
         assert!(allowed_topologies_admit(&[term(&["a", "b"])], &node));
         assert!(!allowed_topologies_admit(&[term(&["b"])], &node));
-        assert!(allowed_topologies_admit(&[term(&["b"]), term(&["a"])], &node));
+        assert!(allowed_topologies_admit(
+            &[term(&["b"]), term(&["a"])],
+            &node
+        ));
         assert!(!allowed_topologies_admit(&[term(&["a"])], &Labels::new()));
     }
 }

@@ -51,7 +51,10 @@ pub(crate) async fn bind(
                 "pod is being deleted, cannot be assigned to a host",
             ));
         }
-        if let Some(assigned) = current["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        if let Some(assigned) = current["spec"]["nodeName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+        {
             return Err(ApiError::conflict(
                 &rt.group,
                 "pods/binding",
@@ -94,7 +97,10 @@ mod tests {
         let ok = json!({"metadata": {"name": "web"}, "target": {"kind": "Node", "name": "node-2"}});
         assert_eq!(binding_target(&ok, "web").ok(), Some("node-2".to_string()));
         let bare = json!({"target": {"name": "node-2"}});
-        assert_eq!(binding_target(&bare, "web").ok(), Some("node-2".to_string()));
+        assert_eq!(
+            binding_target(&bare, "web").ok(),
+            Some("node-2".to_string())
+        );
         for bad in [
             json!({"metadata": {"name": "other"}, "target": {"name": "node-2"}}),
             json!({"target": {"kind": "Pod", "name": "x"}}),

@@ -178,16 +178,15 @@ impl CapacityTracker {
         } else {
             let q = topology_q.clone();
             let driver = settings.template.driver.clone();
-            let csinodes =
-                watches.reflect(Api::<CSINode>::all(reader.clone()), move |event| {
-                    each(event, |csinode| {
-                        if csinode.spec.drivers.iter().any(|d| d.name == driver)
-                            || matches!(event, watcher::Event::Delete(_))
-                        {
-                            q.add_now(TOPOLOGY);
-                        }
-                    });
+            let csinodes = watches.reflect(Api::<CSINode>::all(reader.clone()), move |event| {
+                each(event, |csinode| {
+                    if csinode.spec.drivers.iter().any(|d| d.name == driver)
+                        || matches!(event, watcher::Event::Delete(_))
+                    {
+                        q.add_now(TOPOLOGY);
+                    }
                 });
+            });
             // Only a node whose labels changed (or that came or went) can change a segment;
             // status heartbeats do not queue anything.
             let q = topology_q.clone();
@@ -223,10 +222,7 @@ impl CapacityTracker {
         let this = Arc::new_cyclic(|weak: &std::sync::Weak<CapacityTracker>| {
             let weak = weak.clone();
             let objects = watches.reflect_with(
-                Api::<CSIStorageCapacity>::namespaced(
-                    reader.clone(),
-                    &settings.template.namespace,
-                ),
+                Api::<CSIStorageCapacity>::namespaced(reader.clone(), &settings.template.namespace),
                 watcher::Config::default().labels(&selector),
                 |_: &mut CSIStorageCapacity| {},
                 move |event| {
@@ -236,7 +232,11 @@ impl CapacityTracker {
                 },
             );
             CapacityTracker {
-                calls: Caller::new(&settings.template.driver, settings.timeout, Some(metrics.clone())),
+                calls: Caller::new(
+                    &settings.template.driver,
+                    settings.timeout,
+                    Some(metrics.clone()),
+                ),
                 settings,
                 writer,
                 csi,
@@ -425,7 +425,12 @@ impl CapacityTracker {
         let request = csi::GetCapacityRequest {
             // Capacity does not depend on the capabilities (as upstream: none are sent).
             volume_capabilities: Vec::new(),
-            parameters: class.parameters.clone().unwrap_or_default().into_iter().collect(),
+            parameters: class
+                .parameters
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
             // A driver without topology has one empty segment; it is asked without topology.
             accessible_topology: (!item.segment.is_empty()).then(|| csi::Topology {
                 segments: item.segment.clone().into_iter().collect(),
@@ -469,11 +474,7 @@ impl CapacityTracker {
         if !self.wanted.lock().contains(&item) {
             return Ok(Next::Done);
         }
-        let delay = next_poll(
-            &item,
-            self.started.elapsed(),
-            self.settings.poll_interval,
-        );
+        let delay = next_poll(&item, self.started.elapsed(), self.settings.poll_interval);
         Ok(Next::After(delay))
     }
 

@@ -233,7 +233,11 @@ pub fn stale_items<'a>(
 /// hash of the item), so polls are spread evenly over the interval instead of coming in a
 /// burst; the next poll is the next time the cycle reaches the phase at least half an interval
 /// from now (a refresh just made is not followed at once by a poll).
-pub fn next_poll(item: &Item, since_start: std::time::Duration, interval: std::time::Duration) -> std::time::Duration {
+pub fn next_poll(
+    item: &Item,
+    since_start: std::time::Duration,
+    interval: std::time::Duration,
+) -> std::time::Duration {
     use std::hash::{Hash, Hasher};
     let period = interval.as_millis().max(1);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();

@@ -276,27 +276,55 @@ fn affinity(terms: &[&[(&str, &str, &[&str])]]) -> k8s_openapi::api::core::v1::V
 #[test]
 fn a_volumes_affinity_names_the_segments_to_refresh() {
     const ZONE: &str = KEY;
-    let cases: Vec<(Option<k8s_openapi::api::core::v1::VolumeNodeAffinity>, Vec<Segment>)> = vec![
+    let cases: Vec<(
+        Option<k8s_openapi::api::core::v1::VolumeNodeAffinity>,
+        Vec<Segment>,
+    )> = vec![
         (None, vec![]),
-        (Some(affinity(&[&[(ZONE, "In", &["zone-1"])]])), vec![seg("zone-1")]),
         (
-            Some(affinity(&[&[(ZONE, "In", &["zone-1"])], &[(ZONE, "In", &["zone-2"])]])),
+            Some(affinity(&[&[(ZONE, "In", &["zone-1"])]])),
+            vec![seg("zone-1")],
+        ),
+        (
+            Some(affinity(&[
+                &[(ZONE, "In", &["zone-1"])],
+                &[(ZONE, "In", &["zone-2"])],
+            ])),
             vec![seg("zone-1"), seg("zone-2")],
         ),
         // Not a segment: two values, another operator.
-        (Some(affinity(&[&[(ZONE, "In", &["zone-1", "zone-2"])]])), vec![]),
+        (
+            Some(affinity(&[&[(ZONE, "In", &["zone-1", "zone-2"])]])),
+            vec![],
+        ),
         (Some(affinity(&[&[(ZONE, "NotIn", &["zone-1"])]])), vec![]),
     ];
     for (affinity, want) in cases {
         assert_eq!(affinity_segments(affinity.as_ref()), want, "{affinity:?}");
     }
     let wanted = [
-        Item { class: "late".into(), segment: seg("zone-1") },
-        Item { class: "late".into(), segment: seg("zone-2") },
-        Item { class: "other".into(), segment: seg("zone-1") },
+        Item {
+            class: "late".into(),
+            segment: seg("zone-1"),
+        },
+        Item {
+            class: "late".into(),
+            segment: seg("zone-2"),
+        },
+        Item {
+            class: "other".into(),
+            segment: seg("zone-1"),
+        },
     ];
-    assert_eq!(stale_items(&wanted, "late", &[seg("zone-2")]), vec![wanted[1].clone()]);
-    assert_eq!(stale_items(&wanted, "late", &[]), wanted[..2].to_vec(), "no affinity: the class");
+    assert_eq!(
+        stale_items(&wanted, "late", &[seg("zone-2")]),
+        vec![wanted[1].clone()]
+    );
+    assert_eq!(
+        stale_items(&wanted, "late", &[]),
+        wanted[..2].to_vec(),
+        "no affinity: the class"
+    );
     assert!(stale_items(&wanted, "gone", &[]).is_empty());
 }
 
@@ -306,7 +334,10 @@ fn polls_are_spread_over_the_interval_and_never_right_after_a_refresh() {
     let interval = Duration::from_secs(60);
     let mut phases = std::collections::BTreeSet::new();
     for n in 0..200 {
-        let item = Item { class: format!("c{n}"), segment: seg("zone-1") };
+        let item = Item {
+            class: format!("c{n}"),
+            segment: seg("zone-1"),
+        };
         for now in [0u64, 1_000, 29_999, 59_999, 61_234, 3_600_000] {
             let now = Duration::from_millis(now);
             let delay = next_poll(&item, now, interval);

@@ -18,9 +18,8 @@ use sidecar_kit::csi::{CallError, go_code_name};
 use sidecar_kit::events::EventType;
 
 use super::data_sources::Resolved;
-use super::node_deployment::Gate;
-use sidecar_kit::workqueue::Next;
 use super::intents::Record;
+use super::node_deployment::Gate;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
     ANN_SELECTED_NODE, ClaimDecision, decide_claim, selected_node, waits_for_node,
@@ -37,6 +36,7 @@ use crate::decide::secrets::SecretRef;
 use crate::decide::topology::{
     NodeTopology, Requirement, TopologyError, TopologyInput, accessibility_requirements,
 };
+use sidecar_kit::workqueue::Next;
 
 /// A volume that may exist without a PV.
 #[derive(Debug, Clone)]
@@ -414,9 +414,8 @@ impl Provisioner {
         let Some(capacity) = &self.capacity else {
             return;
         };
-        let first = topology.and_then(|(requisite, preferred)| {
-            preferred.first().or(requisite.first()).cloned()
-        });
+        let first = topology
+            .and_then(|(requisite, preferred)| preferred.first().or(requisite.first()).cloned());
         capacity.refresh(class, first);
     }
 

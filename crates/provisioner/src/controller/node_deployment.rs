@@ -191,8 +191,7 @@ impl Provisioner {
         if size <= 0 || !self.cfg.caps.get_capacity {
             return true;
         }
-        let Ok(plan) = plan_provision(&self.cfg.caps, &self.cfg.options, claim, class, None)
-        else {
+        let Ok(plan) = plan_provision(&self.cfg.caps, &self.cfg.options, claim, class, None) else {
             return true;
         };
         let Ok(topology) = self.topology_for(claim, class, Some(&node.name)) else {

@@ -34,9 +34,8 @@ pub fn choose(
         Some(selected) if selected == node => NodeChoice::Ours,
         Some(_) => NodeChoice::NotOurs,
         None => {
-            let immediate = class.is_some_and(|c| {
-                c.volume_binding_mode.as_deref() != Some("WaitForFirstConsumer")
-            });
+            let immediate = class
+                .is_some_and(|c| c.volume_binding_mode.as_deref() != Some("WaitForFirstConsumer"));
             if immediate && immediate_binding {
                 NodeChoice::TryToTake
             } else {

@@ -76,7 +76,14 @@ fn labels(node: &Node) -> Labels {
 }
 
 fn request(claim: &PersistentVolumeClaim) -> Option<i64> {
-    let q = claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get("storage")?;
+    let q = claim
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")?;
     parse_bytes(&q.0).ok()
 }
 
@@ -106,7 +113,12 @@ fn limit(capacity: &CSIStorageCapacity) -> Option<i64> {
 /// Whether the node has room for a new volume of the claim: checked only when the class's
 /// driver asks for it (CSIDriver `storageCapacity: true`); then some CSIStorageCapacity of
 /// the class whose topology selects the node must promise at least the request.
-fn has_capacity(world: &World, claim: &PersistentVolumeClaim, class: &StorageClass, node: &Labels) -> bool {
+fn has_capacity(
+    world: &World,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    node: &Labels,
+) -> bool {
     let Some(size) = request(claim) else {
         return true;
     };
@@ -219,8 +231,13 @@ pub fn plan(world: &World, pod: &Pod) -> Plan {
                 source.claim_name
             ));
         }
-        let class_name = claim.spec.as_ref().and_then(|s| s.storage_class_name.clone());
-        let class = class_name.as_ref().and_then(|n| world.classes.get(n).copied());
+        let class_name = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone());
+        let class = class_name
+            .as_ref()
+            .and_then(|n| world.classes.get(n).copied());
         let volume_name = claim
             .spec
             .as_ref()
@@ -258,7 +275,10 @@ pub fn plan(world: &World, pod: &Pod) -> Plan {
     }
     if let Some(first) = chosen.first()
         && chosen.iter().all(|c| c == first)
-        && uses.iter().filter(|u| u.bound.is_none()).all(|u| selected(u.claim).is_some())
+        && uses
+            .iter()
+            .filter(|u| u.bound.is_none())
+            .all(|u| selected(u.claim).is_some())
     {
         return Plan::WaitForClaims(first.to_string());
     }

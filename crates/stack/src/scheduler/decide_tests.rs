@@ -2,8 +2,9 @@
 
 use k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, PodSpec, TopologySelectorLabelRequirement,
-    TopologySelectorTerm, Volume, VolumeNodeAffinity, VolumeResourceRequirements,
+    PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, PodSpec,
+    TopologySelectorLabelRequirement, TopologySelectorTerm, Volume, VolumeNodeAffinity,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::storage::v1::{
     CSIDriverSpec, CSINodeDriver, CSINodeSpec, VolumeNodeResources,
@@ -42,7 +43,14 @@ fn class(name: &str, late: bool) -> StorageClass {
             ..Default::default()
         },
         provisioner: DRIVER.into(),
-        volume_binding_mode: Some(if late { "WaitForFirstConsumer" } else { "Immediate" }.into()),
+        volume_binding_mode: Some(
+            if late {
+                "WaitForFirstConsumer"
+            } else {
+                "Immediate"
+            }
+            .into(),
+        ),
         ..Default::default()
     }
 }
@@ -170,12 +178,7 @@ impl Fixture {
         let claims = self
             .claims
             .iter()
-            .map(|c| {
-                (
-                    ("default".to_string(), c.metadata.name.clone().unwrap()),
-                    c,
-                )
-            })
+            .map(|c| (("default".to_string(), c.metadata.name.clone().unwrap()), c))
             .collect();
         let volumes = self
             .volumes
@@ -212,9 +215,9 @@ impl Fixture {
                         name: DRIVER.into(),
                         node_id: n.metadata.name.clone().unwrap(),
                         topology_keys: Some(vec![KEY.into()]),
-                        allocatable: self.limit.map(|count| VolumeNodeResources {
-                            count: Some(count),
-                        }),
+                        allocatable: self
+                            .limit
+                            .map(|count| VolumeNodeResources { count: Some(count) }),
                     }],
                 },
             })
@@ -279,12 +282,16 @@ fn a_claim_goes_to_a_node_with_room_and_one_too_large_for_all_is_unschedulable()
 #[test]
 fn selected_claims_are_waited_for_and_the_pod_is_bound_where_they_were_provisioned() {
     let mut f = Fixture::new();
-    f.claims.push(selected_for(claim("data", "late", "1Gi"), "node-2"));
+    f.claims
+        .push(selected_for(claim("data", "late", "1Gi"), "node-2"));
     assert_eq!(
         f.plan(&pod(&["data"])),
         Plan::WaitForClaims("node-2".into())
     );
-    f.claims = vec![bound_to(selected_for(claim("data", "late", "1Gi"), "node-2"), "pv-1")];
+    f.claims = vec![bound_to(
+        selected_for(claim("data", "late", "1Gi"), "node-2"),
+        "pv-1",
+    )];
     f.volumes.push(pv("pv-1", "node-2"));
     assert_eq!(f.plan(&pod(&["data"])), Plan::Bind("node-2".into()));
     // A bound volume's affinity decides the node even without the annotation.
@@ -327,7 +334,8 @@ fn pods_that_cannot_be_placed_say_why() {
     );
     // A bound volume on a node that is gone from the list: affinity conflict everywhere else.
     let mut f = Fixture::new();
-    f.claims.push(bound_to(claim("data", "late", "1Gi"), "pv-9"));
+    f.claims
+        .push(bound_to(claim("data", "late", "1Gi"), "pv-9"));
     f.volumes.push(pv("pv-9", "node-9"));
     assert_eq!(
         f.plan(&pod(&["data"])),
@@ -341,16 +349,15 @@ fn pods_that_cannot_be_placed_say_why() {
 fn the_drivers_volume_limit_per_node_is_respected() {
     let mut f = Fixture::new();
     f.limit = Some(1);
-    f.in_use.insert("node-1".into(), [(DRIVER.to_string(), 1)].into());
+    f.in_use
+        .insert("node-1".into(), [(DRIVER.to_string(), 1)].into());
     f.claims.push(claim("data", "late", "1Gi"));
     // node-1 has room but its volume limit is reached: node-2 next.
     assert_eq!(f.plan(&pod(&["data"])), select("node-2", &["data"]));
     f.claims.push(claim("logs", "late", "1Gi"));
     assert_eq!(
         f.plan(&pod(&["data", "logs"])),
-        Plan::Unschedulable(
-            "0/3 nodes are available: 3 node(s) exceed max volume count.".into()
-        )
+        Plan::Unschedulable("0/3 nodes are available: 3 node(s) exceed max volume count.".into())
     );
 }
 

@@ -123,7 +123,10 @@ impl Scheduler {
         });
         // Any change that may let a waiting Pod move: every unassigned Pod is looked at again
         // (Pods waiting for volumes are few).
-        let nodes = watches.reflect(Api::<Node>::all(client.clone()), wake(pods.clone(), queue.clone()));
+        let nodes = watches.reflect(
+            Api::<Node>::all(client.clone()),
+            wake(pods.clone(), queue.clone()),
+        );
         let claims = watches.reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             wake(pods.clone(), queue.clone()),
@@ -247,14 +250,21 @@ impl Scheduler {
         claims: &BTreeMap<(String, String), &PersistentVolumeClaim>,
         classes: &BTreeMap<String, &StorageClass>,
     ) -> BTreeMap<String, BTreeMap<String, usize>> {
-        let mut seen: BTreeMap<String, BTreeMap<String, std::collections::BTreeSet<(String, String)>>> =
-            BTreeMap::new();
+        let mut seen: BTreeMap<
+            String,
+            BTreeMap<String, std::collections::BTreeSet<(String, String)>>,
+        > = BTreeMap::new();
         for pod in self.pods.state() {
             let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
                 continue;
             };
             let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-            for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default() {
+            for volume in pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.volumes.as_deref())
+                .unwrap_or_default()
+            {
                 let Some(source) = &volume.persistent_volume_claim else {
                     continue;
                 };
@@ -264,12 +274,21 @@ impl Scheduler {
                     .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
                     .and_then(|class| classes.get(&class).map(|c| c.provisioner.clone()));
                 if let Some(driver) = driver {
-                    seen.entry(node.clone()).or_default().entry(driver).or_default().insert(key);
+                    seen.entry(node.clone())
+                        .or_default()
+                        .entry(driver)
+                        .or_default()
+                        .insert(key);
                 }
             }
         }
         seen.into_iter()
-            .map(|(node, drivers)| (node, drivers.into_iter().map(|(d, c)| (d, c.len())).collect()))
+            .map(|(node, drivers)| {
+                (
+                    node,
+                    drivers.into_iter().map(|(d, c)| (d, c.len())).collect(),
+                )
+            })
             .collect()
     }
 
@@ -284,18 +303,25 @@ impl Scheduler {
                 Ok(Next::Done)
             }
             Plan::Unschedulable(message) => {
-                let new = self.reported.lock().insert(key.clone(), message.clone()) != Some(message.clone());
+                let new = self.reported.lock().insert(key.clone(), message.clone())
+                    != Some(message.clone());
                 if new {
                     tracing::info!(pod = %key, %message, "pod cannot be scheduled");
                     self.recorder
-                        .record(&reference(pod.as_ref()), EventType::Warning, "FailedScheduling", &message)
+                        .record(
+                            &reference(pod.as_ref()),
+                            EventType::Warning,
+                            "FailedScheduling",
+                            &message,
+                        )
                         .await;
                 }
                 Ok(Next::After(RETRY))
             }
             Plan::Select { node, claims } => {
                 let namespace = key.namespace.clone().unwrap_or_default();
-                let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
+                let api: Api<PersistentVolumeClaim> =
+                    Api::namespaced(self.client.clone(), &namespace);
                 for claim in claims {
                     let version = self
                         .claims
@@ -305,12 +331,19 @@ impl Scheduler {
                         "resourceVersion": version,
                         "annotations": {ANN_SELECTED_NODE: node},
                     }});
-                    match api.patch(&claim, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    match api
+                        .patch(&claim, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
                         Ok(_) => {}
                         // Changed meanwhile: the watch brings the new claim and a new pass.
                         Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Next::Retry),
                         Err(source) => {
-                            return Err(ScheduleError::SelectNode { claim, node, source });
+                            return Err(ScheduleError::SelectNode {
+                                claim,
+                                node,
+                                source,
+                            });
                         }
                     }
                 }
@@ -319,7 +352,8 @@ impl Scheduler {
             }
             Plan::WaitForClaims(_) => Ok(Next::After(RETRY)),
             Plan::Bind(node) => {
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
+                let api: Api<Pod> =
+                    Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
                 let binding = json!({
                     "apiVersion": "v1",
                     "kind": "Binding",
@@ -338,7 +372,11 @@ impl Scheduler {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Next::Done),
                     Err(source) => {
-                        return Err(ScheduleError::Bind { pod: key.to_string(), node, source });
+                        return Err(ScheduleError::Bind {
+                            pod: key.to_string(),
+                            node,
+                            source,
+                        });
                     }
                 }
                 self.reported.lock().remove(key);
@@ -349,7 +387,12 @@ impl Scheduler {
                 );
                 tracing::info!(pod = %key, node, "pod scheduled");
                 self.recorder
-                    .record(&reference(pod.as_ref()), EventType::Normal, "Scheduled", &message)
+                    .record(
+                        &reference(pod.as_ref()),
+                        EventType::Normal,
+                        "Scheduled",
+                        &message,
+                    )
                     .await;
                 Ok(Next::Done)
             }
