@@ -367,11 +367,10 @@ async fn a_per_node_provisioner_serves_its_node_only() {
         .await;
     let big = claims.get("too-big").await.unwrap();
     assert!(
-        big.metadata
+        !big.metadata
             .annotations
             .unwrap_or_default()
-            .get("volume.kubernetes.io/selected-node")
-            .is_none()
+            .contains_key("volume.kubernetes.io/selected-node")
     );
     // Its own volume is deleted by it.
     claims

@@ -29,7 +29,7 @@ pub enum OwnerError {
         /// Name.
         name: String,
         /// The API error.
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// An object of the chain has no controller reference: the level is too high.
     #[error(
@@ -104,7 +104,7 @@ pub async fn resolve(
             kind: "Pod".into(),
             namespace: namespace.into(),
             name: pod.into(),
-            source,
+            source: Box::new(source),
         })?;
     let mut current = reference(
         "v1",
@@ -135,7 +135,7 @@ pub async fn resolve(
                     kind: current.kind.clone(),
                     namespace: namespace.into(),
                     name: current.name.clone(),
-                    source,
+                    source: Box::new(source),
                 })?
                 .metadata;
         }
@@ -147,7 +147,10 @@ pub async fn resolve(
 mod tests {
     use super::*;
 
-    fn meta(refs: &[(&str, &str, bool)]) -> ObjectMeta {
+    /// (kind, name, controller).
+    type Ref<'a> = (&'a str, &'a str, bool);
+
+    fn meta(refs: &[Ref]) -> ObjectMeta {
         ObjectMeta {
             owner_references: Some(
                 refs.iter()
@@ -167,7 +170,8 @@ mod tests {
 
     #[test]
     fn the_controller_reference_is_the_owner_without_block_owner_deletion() {
-        let cases: &[(&[(&str, &str, bool)], Option<(&str, &str)>)] = &[
+        type Case<'a> = (&'a [Ref<'a>], Option<(&'a str, &'a str)>);
+        let cases: &[Case] = &[
             (&[], None),
             (&[("ReplicaSet", "rs", false)], None),
             (
