@@ -190,6 +190,29 @@ fn columns(group: &str, plural: &str) -> Vec<Column> {
             ("Age", age),
         ],
         ("", "namespaces") => vec![("Name", name), ("Status", phase), ("Age", age)],
+        // No container runs in the embedded stack: none is ready. The node is shown without
+        // `-o wide` (kube-apiserver gives it priority 1): where a Pod went is what matters here.
+        ("", "pods") => vec![
+            ("Name", name),
+            ("Ready", |o| {
+                let containers = o["spec"]["containers"].as_array().map_or(0, Vec::len);
+                format!("0/{containers}")
+            }),
+            ("Status", |o| {
+                o["status"]["phase"]
+                    .as_str()
+                    .unwrap_or("Pending")
+                    .to_string()
+            }),
+            ("Restarts", |_| "0".to_string()),
+            ("Age", age),
+            ("Node", |o| {
+                o["spec"]["nodeName"]
+                    .as_str()
+                    .unwrap_or("<none>")
+                    .to_string()
+            }),
+        ],
         _ => vec![("Name", name), ("Age", age)],
     }
 }

@@ -51,6 +51,13 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     durable_log::files::create_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
     let (first, extra_nodes) = node_names(&args.node, args.nodes);
+    // The scheduler checks capacity only when the provisioner publishes it.
+    let capacity_off = args.provisioner_args.iter().any(|a| {
+        matches!(
+            a.trim_start_matches('-'),
+            "enable-capacity=false" | "enable-capacity=0" | "enable-capacity=f"
+        )
+    });
     let stack = Stack::start(StackOptions {
         bind: args.bind,
         durable: true,
@@ -60,7 +67,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         ],
         pv_controller: Some((8, pv_controller::controller::default_backoff())),
         extra_nodes,
-        storage_capacity: true,
+        storage_capacity: !capacity_off,
         ..StackOptions::new(data_dir.clone(), "volstack-up/0.1")
     })
     .await?;
@@ -69,10 +76,13 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     prov_argv.extend(stack.provisioner_args());
     // Capacity is published per node for WaitForFirstConsumer classes; the scheduler reads it.
     // The objects have no owner: no Pod runs the provisioner here.
-    prov_argv.push("--enable-capacity".into());
-    prov_argv.push("--capacity-ownerref-level=-1".into());
+    let mut defaults = vec![
+        ("--enable-capacity", "true"),
+        ("--capacity-ownerref-level", "-1"),
+    ];
     // Our own API server on loopback needs no client-side throttling; the flags still win.
-    for (flag, value) in [("--kube-api-qps", "1000"), ("--kube-api-burst", "2000")] {
+    defaults.extend([("--kube-api-qps", "1000"), ("--kube-api-burst", "2000")]);
+    for (flag, value) in defaults {
         if !args
             .provisioner_args
             .iter()

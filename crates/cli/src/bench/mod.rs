@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::embedded::{Stack, StackOptions};
 use observe::{Observers, Times};
 
+mod capacity;
 mod observe;
 
 /// Flags of `volstack bench`.
@@ -30,7 +31,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub provisioner_cmd: Option<String>,
     /// Scenarios to run: storm (all claims at once, QPS limits lifted), defaults (the same with
-    /// upstream's default QPS 5/burst 10), steady (a fixed arrival rate, limits lifted).
+    /// upstream's default QPS 5/burst 10), steady (a fixed arrival rate, limits lifted),
+    /// capacity (CSIStorageCapacity publishing for --capacity-nodes × --capacity-classes; not
+    /// in the default set: it takes minutes).
     #[arg(long, value_delimiter = ',', default_value = "storm,defaults,steady")]
     pub scenarios: Vec<String>,
     /// Arrival rate of the steady scenario, claims per second.
@@ -48,6 +51,27 @@ pub struct BenchArgs {
     /// Where to write the JSON results.
     #[arg(long, default_value = "bench-results.json")]
     pub output: PathBuf,
+    /// capacity: nodes (registered as objects; one driver process stands for all).
+    #[arg(long, default_value_t = 2000)]
+    pub capacity_nodes: usize,
+    /// capacity: WaitForFirstConsumer classes.
+    #[arg(long, default_value_t = 5)]
+    pub capacity_classes: usize,
+    /// capacity: the steady-state window in which calls and writes are counted.
+    #[arg(long, default_value = "1m", value_parser = sidecar_kit::duration::parse_go_duration)]
+    pub capacity_window: Duration,
+    /// capacity: volumes provisioned (each in another segment) to time the updates.
+    #[arg(long, default_value_t = 100)]
+    pub capacity_provisions: usize,
+    /// capacity: provisions per second.
+    #[arg(long, default_value_t = 2.0)]
+    pub capacity_rate: f64,
+    /// capacity: how long publishing every object may take.
+    #[arg(long, default_value = "10m", value_parser = sidecar_kit::duration::parse_go_duration)]
+    pub capacity_timeout: Duration,
+    /// capacity: where to write its JSON results.
+    #[arg(long, default_value = "bench-capacity.json")]
+    pub capacity_output: PathBuf,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -126,9 +150,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(unknown) = args
         .scenarios
         .iter()
-        .find(|s| !matches!(s.as_str(), "storm" | "defaults" | "steady"))
+        .find(|s| !matches!(s.as_str(), "storm" | "defaults" | "steady" | "capacity"))
     {
-        bail!("--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady)");
+        bail!(
+            "--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady, capacity)"
+        );
+    }
+    if !(args.capacity_rate > 0.0 && args.capacity_rate.is_finite()) {
+        bail!("--capacity-rate must be a positive number of provisions per second");
     }
     if !(args.rate > 0.0 && args.rate.is_finite()) {
         bail!("--rate must be a positive number of claims per second");
@@ -137,15 +166,29 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         bail!("--claims must be at least 1");
     }
     let mut reports = Vec::new();
+    let mut wrong = false;
     for scenario in &args.scenarios {
+        if scenario == "capacity" {
+            let reports = capacity::run(&args).await?;
+            wrong |= reports.iter().any(|r| !r.correct());
+            std::fs::write(
+                &args.capacity_output,
+                serde_json::to_string_pretty(&reports)?,
+            )
+            .with_context(|| format!("write {}", args.capacity_output.display()))?;
+            println!("results written to {}", args.capacity_output.display());
+            continue;
+        }
         let report = scenario_run(&args, scenario).await?;
         print_report(&report);
         reports.push(report);
     }
-    std::fs::write(&args.output, serde_json::to_string_pretty(&reports)?)
-        .with_context(|| format!("write {}", args.output.display()))?;
-    println!("results written to {}", args.output.display());
-    if reports.iter().any(|r| !r.correct) {
+    if !reports.is_empty() {
+        std::fs::write(&args.output, serde_json::to_string_pretty(&reports)?)
+            .with_context(|| format!("write {}", args.output.display()))?;
+        println!("results written to {}", args.output.display());
+    }
+    if wrong || reports.iter().any(|r| !r.correct) {
         bail!("a scenario ended in a wrong state: its figures do not count");
     }
     Ok(())
