@@ -19,12 +19,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use std::time::Duration;
 
-use base64::Engine;
 use csi_proto::v1 as csi;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
-use prost::Message;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
@@ -33,59 +31,7 @@ pub const ANNOTATION: &str = "volstack.dev/in-flight";
 /// Bytes of records one shard holds at most (the API limit on annotations is 256 KiB).
 pub const SHARD_BUDGET: usize = 200 * 1024;
 
-/// One record, as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    /// Claim namespace.
-    pub namespace: String,
-    /// Claim name.
-    pub name: String,
-    /// Claim UID.
-    pub uid: String,
-    /// CreateVolumeRequest without secrets, protobuf, base64.
-    pub request: String,
-    /// Secret namespace/name for Create/DeleteVolume ("" for none).
-    #[serde(default)]
-    pub secret: String,
-}
-
-impl Record {
-    /// Encodes a request.
-    pub fn new(
-        namespace: &str,
-        name: &str,
-        uid: &str,
-        request: &csi::CreateVolumeRequest,
-        secret: Option<(String, String)>,
-    ) -> Record {
-        let mut bare = request.clone();
-        bare.secrets.clear();
-        Record {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            uid: uid.to_string(),
-            request: base64::engine::general_purpose::STANDARD.encode(bare.encode_to_vec()),
-            secret: secret
-                .map(|(ns, n)| format!("{ns}/{n}"))
-                .unwrap_or_default(),
-        }
-    }
-
-    /// Decodes the request.
-    pub fn request(&self) -> Option<csi::CreateVolumeRequest> {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(&self.request)
-            .ok()?;
-        csi::CreateVolumeRequest::decode(bytes.as_slice()).ok()
-    }
-
-    /// The secret reference.
-    pub fn secret(&self) -> Option<(String, String)> {
-        self.secret
-            .split_once('/')
-            .map(|(ns, n)| (ns.to_string(), n.to_string()))
-    }
-}
+pub use super::intent_record::Record;
 
 /// Why the log could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -644,26 +590,5 @@ mod tests {
             stored_records(&lease),
             Err(IntentError::Corrupt { .. })
         ));
-    }
-
-    #[test]
-    fn records_round_trip_the_request_without_secrets() {
-        let request = csi::CreateVolumeRequest {
-            name: "pvc-1".into(),
-            capacity_range: Some(csi::CapacityRange {
-                required_bytes: 5,
-                limit_bytes: 0,
-            }),
-            secrets: [("password".to_string(), "hunter2".to_string())].into(),
-            ..Default::default()
-        };
-        let r = Record::new("ns", "c", "uid", &request, Some(("ns".into(), "s".into())));
-        let text = serde_json::to_string(&r).unwrap();
-        assert!(!text.contains("hunter2"));
-        let back: Record = serde_json::from_str(&text).unwrap();
-        let decoded = back.request().unwrap();
-        assert_eq!(decoded.name, "pvc-1");
-        assert!(decoded.secrets.is_empty());
-        assert_eq!(back.secret(), Some(("ns".into(), "s".into())));
     }
 }

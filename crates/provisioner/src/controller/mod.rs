@@ -7,6 +7,7 @@ mod cache;
 mod claims;
 mod data_sources;
 pub mod driver;
+mod intent_record;
 pub mod intents;
 pub mod node_deployment;
 mod topology_cache;
