@@ -73,6 +73,8 @@ struct State<K> {
     queued: HashSet<K>,
     processing: HashSet<K>,
     dirty: HashSet<K>,
+    /// Dirty keys that go to the front when their processing ends.
+    urgent: HashSet<K>,
     failures: HashMap<K, u32>,
     backoff_until: HashMap<K, Instant>,
     /// When each queued key was queued (for the wait metric).
@@ -111,6 +113,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 queued: HashSet::new(),
                 processing: HashSet::new(),
                 dirty: HashSet::new(),
+                urgent: HashSet::new(),
                 failures: HashMap::new(),
                 backoff_until: HashMap::new(),
                 queued_at: HashMap::new(),
@@ -143,16 +146,31 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     }
 
     fn push(&self, state: &mut State<K>, key: K) {
+        self.push_at(state, key, false);
+    }
+
+    fn push_at(&self, state: &mut State<K>, key: K, front: bool) {
         let added = if state.processing.contains(&key) {
+            if front {
+                state.urgent.insert(key.clone());
+            }
             state.dirty.insert(key)
         } else if state.queued.insert(key.clone()) {
             if self.metrics.is_some() {
                 state.queued_at.insert(key.clone(), Instant::now());
             }
-            state.queue.push_back(key);
+            if front {
+                state.queue.push_front(key);
+            } else {
+                state.queue.push_back(key);
+            }
             self.notify.notify_one();
             true
         } else {
+            if front && let Some(at) = state.queue.iter().position(|k| *k == key) {
+                state.queue.remove(at);
+                state.queue.push_front(key);
+            }
             false
         };
         if added && let Some(m) = &self.metrics {
@@ -181,6 +199,15 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         let mut state = self.state.lock();
         state.backoff_until.remove(&key);
         self.push(&mut state, key);
+    }
+
+    /// Queues a key now and ahead of every waiting key, ignoring any backoff (a change that
+    /// makes the key's state stale: it is worth more than routine work already queued). A key
+    /// being processed goes to the front when its processing ends.
+    pub fn add_first(&self, key: K) {
+        let mut state = self.state.lock();
+        state.backoff_until.remove(&key);
+        self.push_at(&mut state, key, true);
     }
 
     /// Queues the key after `delay`.
@@ -270,8 +297,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             m.work.observe(at.elapsed().as_secs_f64());
         }
         if state.dirty.remove(key) {
+            let front = state.urgent.remove(key);
             let key = key.clone();
-            self.push(&mut state, key);
+            self.push_at(&mut state, key, front);
         }
     }
 
@@ -518,6 +546,28 @@ mod tests {
         q.add("k");
         q.done(&k);
         assert_eq!(q.len(), 1, "after forget, a change queues at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_first_jumps_the_queue_also_after_processing() {
+        let q = queue();
+        for k in ["a", "b", "c"] {
+            q.add(k);
+        }
+        q.add_first("c");
+        q.add_first("d");
+        assert_eq!(q.next().await, Some("d"));
+        assert_eq!(q.next().await, Some("c"));
+        // A key in progress that is made urgent comes first when it is done.
+        assert_eq!(q.next().await, Some("a"));
+        q.add_first("a");
+        q.done(&"a");
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(q.next().await, Some("b"));
+        // A key waiting out a backoff is taken at once.
+        q.retry("e");
+        q.add_first("e");
+        assert_eq!(q.next().await, Some("e"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -57,7 +57,9 @@ pub(crate) async fn create_object(
     managed_fields: Option<Value>,
 ) -> Result<Response, ApiError> {
     let ns = t.namespace.clone().unwrap_or_default();
-    let name = prepare_create(&t.rt, &ns, &mut obj)?;
+    // A generated name that is taken is generated again, as kube-apiserver does (up to 8 tries).
+    let generated = obj["metadata"]["name"].as_str().is_none_or(str::is_empty);
+    let mut name = prepare_create(&t.rt, &ns, &mut obj)?;
     if let Some(managed) = managed_fields {
         obj["metadata"]["managedFields"] = managed;
     }
@@ -70,12 +72,24 @@ pub(crate) async fn create_object(
         return Ok(json_response(StatusCode::CREATED, &obj));
     }
     let rt = t.rt.clone();
-    let (stored, rv) = app
-        .store
-        .write(&rt.key(), &ns, &name, |current, _| match current {
-            Some(_) => Err(ApiError::already_exists(&rt.group, &rt.plural, &name)),
-            None => Ok(Write2::Put(obj)),
-        })?;
+    let mut attempt = 1;
+    let (stored, rv) = loop {
+        let candidate = obj.clone();
+        let written = app
+            .store
+            .write(&rt.key(), &ns, &name, |current, _| match current {
+                Some(_) => Err(ApiError::already_exists(&rt.group, &rt.plural, &name)),
+                None => Ok(Write2::Put(candidate)),
+            });
+        match written {
+            Err(e) if generated && attempt < 8 && e.code == 409 => {
+                attempt += 1;
+                obj["metadata"]["name"] = Value::Null;
+                name = prepare_create(&t.rt, &ns, &mut obj)?;
+            }
+            other => break other?,
+        }
+    };
     commit(app, &rt, rv).await?;
     let stored = stored.ok_or_else(|| ApiError::internal("object vanished"))?;
     Ok(json_response(StatusCode::CREATED, &stored))

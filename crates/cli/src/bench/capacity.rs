@@ -39,10 +39,12 @@ pub(super) struct CapacityReport {
     get_capacity_per_minute: f64,
     api_writes_per_minute: f64,
     provisions: usize,
+    provisions_per_second: f64,
     update_delay_p50_ms: f64,
     update_delay_p99_ms: f64,
     updates_seen: usize,
     cpu_seconds: f64,
+    rss_after_publish_mib: f64,
     peak_rss_mib: f64,
     problems: Vec<String>,
 }
@@ -143,6 +145,8 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<Vec<CapacityReport>>
     let nodes = args.capacity_nodes.max(1);
     let classes = args.capacity_classes.max(1);
     let dir = tempfile::tempdir()?;
+    // VOLSTACK_BENCH_KEEP=1 keeps the provisioner's logs (and the stack's state).
+    let keep = std::env::var_os("VOLSTACK_BENCH_KEEP").is_some();
     let mut driver_args = vec![
         "--capacity=1Ti".to_string(),
         "--publish-mode=symlink".to_string(),
@@ -191,6 +195,10 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<Vec<CapacityReport>>
         w.abort();
     }
     stack.shutdown(Duration::from_secs(10)).await;
+    if keep {
+        let kept = dir.keep();
+        println!("logs kept in {}", kept.display());
+    }
     Ok(reports)
 }
 
@@ -298,7 +306,10 @@ fn start(
     Command::new(&program)
         .args(&words)
         .env("NAMESPACE", "kube-system")
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("VOLSTACK_BENCH_PROVISIONER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join(format!("{run}.log")))?)
         .spawn()
@@ -344,6 +355,7 @@ async fn one_run(
         started.elapsed()
     });
     let cpu_start = cpu_seconds(pid).unwrap_or(0.0);
+    let rss_after_publish = proc_status(pid, "VmRSS:").unwrap_or(0.0);
     // Steady state: nothing changes; polls only.
     let (calls_before, writes_before) = (
         get_capacity_calls(port).await,
@@ -356,8 +368,13 @@ async fn one_run(
     // Provisions in distinct segments at a modest rate; delay to the segment's new object.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");
     let mut measured = Vec::new();
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.capacity_rate));
-    for _ in 0..args.capacity_provisions {
+    let (count, rate) = if lifted {
+        (args.capacity_provisions, args.capacity_rate)
+    } else {
+        (args.capacity_slow_provisions, args.capacity_slow_rate)
+    };
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    for _ in 0..count {
         ticker.tick().await;
         let node = format!("node-{}", *next_node);
         *next_node = *next_node % nodes + 1;
@@ -409,10 +426,12 @@ async fn one_run(
         get_capacity_per_minute: calls_per_minute,
         api_writes_per_minute: writes_per_minute,
         provisions: measured.len(),
+        provisions_per_second: rate,
         update_delay_p50_ms: percentile(&delays, 0.5),
         update_delay_p99_ms: percentile(&delays, 0.99),
         updates_seen: delays.len(),
         cpu_seconds: cpu,
+        rss_after_publish_mib: rss_after_publish,
         peak_rss_mib: peak,
         problems,
     })
@@ -451,12 +470,16 @@ fn print_capacity(r: &CapacityReport) {
         r.api_writes_per_minute
     );
     println!(
-        "  provision → object updated  p50 {:.0} ms, p99 {:.0} ms ({} of {} provisions)",
-        r.update_delay_p50_ms, r.update_delay_p99_ms, r.updates_seen, r.provisions
+        "  provision → object updated  p50 {:.0} ms, p99 {:.0} ms ({} of {} provisions, {}/s)",
+        r.update_delay_p50_ms,
+        r.update_delay_p99_ms,
+        r.updates_seen,
+        r.provisions,
+        r.provisions_per_second
     );
     println!(
-        "  provisioner CPU             {:>10.2} s, peak RSS {:.1} MiB",
-        r.cpu_seconds, r.peak_rss_mib
+        "  provisioner CPU             {:>10.2} s, RSS {:.1} MiB after publishing, peak {:.1} MiB",
+        r.cpu_seconds, r.rss_after_publish_mib, r.peak_rss_mib
     );
     if r.problems.is_empty() {
         println!("  correct");

@@ -66,6 +66,13 @@ pub struct BenchArgs {
     /// capacity: provisions per second.
     #[arg(long, default_value_t = 2.0)]
     pub capacity_rate: f64,
+    /// capacity: provisions timed in the run at the default capacity QPS (1 write/s: each
+    /// provision changes an object per class in its segment).
+    #[arg(long, default_value_t = 20)]
+    pub capacity_slow_provisions: usize,
+    /// capacity: provisions per second in the run at the default capacity QPS.
+    #[arg(long, default_value_t = 0.2)]
+    pub capacity_slow_rate: f64,
     /// capacity: how long publishing every object may take.
     #[arg(long, default_value = "10m", value_parser = sidecar_kit::duration::parse_go_duration)]
     pub capacity_timeout: Duration,
@@ -156,8 +163,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady, capacity)"
         );
     }
-    if !(args.capacity_rate > 0.0 && args.capacity_rate.is_finite()) {
-        bail!("--capacity-rate must be a positive number of provisions per second");
+    for (flag, rate) in [
+        ("--capacity-rate", args.capacity_rate),
+        ("--capacity-slow-rate", args.capacity_slow_rate),
+    ] {
+        if !(rate > 0.0 && rate.is_finite()) {
+            bail!("{flag} must be a positive number of provisions per second");
+        }
     }
     if !(args.rate > 0.0 && args.rate.is_finite()) {
         bail!("--rate must be a positive number of claims per second");

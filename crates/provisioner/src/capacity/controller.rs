@@ -298,8 +298,9 @@ impl CapacityTracker {
 
     fn refresh_segments(&self, class: &str, segments: &[Segment]) {
         let stale = stale_items(self.wanted.lock().iter(), class, segments);
+        tracing::debug!(class, ?segments, items = stale.len(), "capacity refresh");
         for item in stale {
-            self.items.add_now(item);
+            self.items.add_first(item);
         }
     }
 
@@ -337,7 +338,7 @@ impl CapacityTracker {
             // Someone deleted an object still wanted: make it again. An object for an item not
             // wanted: delete it. Our own writes need nothing.
             if deleted == wanted {
-                self.items.add_now(item);
+                self.items.add_first(item);
             }
         });
     }
@@ -386,7 +387,7 @@ impl CapacityTracker {
             );
         }
         for item in changed.into_iter().chain(obsolete) {
-            self.items.add_now(item);
+            self.items.add_first(item);
         }
     }
 
@@ -457,6 +458,7 @@ impl CapacityTracker {
     }
 
     async fn sync_item(&self, item: Item) -> Result<Next, CapacityError> {
+        let started = std::time::Instant::now();
         let wanted = self.wanted.lock().contains(&item);
         let class = self.classes.get(&ObjectRef::new(&item.class));
         let value = match (wanted, class) {
@@ -468,9 +470,12 @@ impl CapacityTracker {
         let existing = self.objects_of(&item);
         let existing: Vec<&CSIStorageCapacity> = existing.iter().collect();
         let actions = reconcile(&self.settings.template, &existing, value.as_slice());
+        let asked = started.elapsed();
+        let changes = actions.len();
         for action in actions {
             self.apply(&item, action).await?;
         }
+        tracing::debug!(%item, changes, ?asked, took = ?started.elapsed(), "capacity item synced");
         if !self.wanted.lock().contains(&item) {
             return Ok(Next::Done);
         }
@@ -496,7 +501,7 @@ impl CapacityTracker {
                     .await
                     .map_err(failed("create"))?;
                 tracing::debug!(name = ?made.metadata.name, %item, "CSIStorageCapacity created");
-                self.written.lock().insert(item.clone(), made);
+                self.remember_written(item, made);
             }
             Action::Update {
                 name,
@@ -515,9 +520,7 @@ impl CapacityTracker {
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                 {
-                    Ok(updated) => {
-                        self.written.lock().insert(item.clone(), updated);
-                    }
+                    Ok(updated) => self.remember_written(item, updated),
                     Err(kube::Error::Api(status)) if status.code == 404 => {
                         // Deleted meanwhile: forget it; the delete event queues the item.
                         self.forget_written(item, &name);
@@ -536,6 +539,22 @@ impl CapacityTracker {
             }
         }
         Ok(())
+    }
+
+    /// Remembers our write until the watch shows it. The watch may have shown it already
+    /// (its event came before the answer): then there is nothing to remember.
+    fn remember_written(&self, item: &Item, object: CSIStorageCapacity) {
+        let mut written = self.written.lock();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let seen = self
+            .objects
+            .get(&ObjectRef::new(&name).within(&self.settings.template.namespace))
+            .is_some_and(|cached| resource_version(&cached) >= resource_version(&object));
+        if seen {
+            written.remove(item);
+        } else {
+            written.insert(item.clone(), object);
+        }
     }
 
     fn forget_written(&self, item: &Item, name: &str) {

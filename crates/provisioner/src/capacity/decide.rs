@@ -215,7 +215,8 @@ pub fn affinity_segments(
 }
 
 /// The items a provisioned or deleted volume of `class` makes stale: those of its segments,
-/// or every item of the class when the volume names no segment.
+/// of every class (classes often share the driver's pool there), or every item of its class
+/// when the volume names no segment; as upstream.
 pub fn stale_items<'a>(
     wanted: impl IntoIterator<Item = &'a Item>,
     class: &str,
@@ -223,8 +224,13 @@ pub fn stale_items<'a>(
 ) -> Vec<Item> {
     wanted
         .into_iter()
-        .filter(|i| i.class == class)
-        .filter(|i| segments.is_empty() || segments.contains(&i.segment))
+        .filter(|i| {
+            if segments.is_empty() {
+                i.class == class
+            } else {
+                segments.contains(&i.segment)
+            }
+        })
         .cloned()
         .collect()
 }

@@ -19,11 +19,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use std::time::Duration;
 
-use csi_proto::v1 as csi;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
-use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 /// The annotation holding the records.
@@ -525,6 +523,7 @@ impl IntentLog {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use csi_proto::v1 as csi;
 
     fn rec(name: &str) -> Record {
         Record::new(

@@ -4,6 +4,7 @@
 //! leaks a volume.
 
 mod cache;
+mod claim_topology;
 mod claims;
 mod data_sources;
 pub mod driver;
