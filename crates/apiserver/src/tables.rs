@@ -369,6 +369,22 @@ mod tests {
             json!({"metadata": {"name": "n"}, "spec": {"drivers": [{"name": "d"}]}}),
         );
         assert_eq!(&cells[..2], ["n", "1"]);
+        // A Pod shows where it went (or <none> while it waits for a node).
+        let (columns, cells) = render(
+            "",
+            "pods",
+            json!({"metadata": {"name": "web"}, "spec": {"nodeName": "node-3", "containers": [{"name": "a"}]}}),
+        );
+        assert_eq!(
+            columns,
+            ["Name", "Ready", "Status", "Restarts", "Age", "Node"]
+        );
+        assert_eq!(
+            [&cells[..4], &cells[5..]].concat(),
+            ["web", "0/1", "Pending", "0", "node-3"]
+        );
+        let (_, cells) = render("", "pods", json!({"metadata": {"name": "w"}, "spec": {}}));
+        assert_eq!(cells[5], "<none>");
         let (columns, cells) = render("", "configmaps", json!({"metadata": {"name": "c"}}));
         assert_eq!(
             (columns, cells[0].as_str()),

@@ -384,3 +384,109 @@ async fn a_per_node_provisioner_serves_its_node_only() {
         })
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_are_owned_by_the_level_of_the_provisioners_pod_asked_for() {
+    // Level 2 from the Pod: Pod → ReplicaSet → Deployment.
+    let mut cluster = Cluster::start(&["--capacity=1Gi"], &[], false).await;
+    cluster.kill_provisioner();
+    let client = cluster.client.clone();
+    let create = |kind: &'static str, value: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let (group, version, plural) = match kind {
+                "Deployment" => ("apps", "v1", "deployments"),
+                "ReplicaSet" => ("apps", "v1", "replicasets"),
+                _ => ("", "v1", "pods"),
+            };
+            let resource = kube::api::ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version: if group.is_empty() {
+                    version.into()
+                } else {
+                    format!("{group}/{version}")
+                },
+                kind: kind.into(),
+                plural: plural.into(),
+            };
+            let api: Api<kube::api::DynamicObject> =
+                Api::namespaced_with(client, "kube-system", &resource);
+            let mut object: kube::api::DynamicObject = serde_json::from_value(value).unwrap();
+            object.types = Some(kube::api::TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: kind.into(),
+            });
+            api.create(&kube::api::PostParams::default(), &object)
+                .await
+                .unwrap()
+                .metadata
+                .uid
+                .unwrap()
+        }
+    };
+    let deployment = create(
+        "Deployment",
+        json!({"metadata": {"name": "csi-provisioner"}, "spec": {"selector": {"matchLabels": {"app": "p"}},
+               "template": {"metadata": {"labels": {"app": "p"}}, "spec": {"containers": [{"name": "p", "image": "p"}]}}}}),
+    )
+    .await;
+    let owner = |kind: &str, name: &str, uid: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}]);
+    let replicaset = create(
+        "ReplicaSet",
+        json!({"metadata": {"name": "csi-provisioner-7d9", "ownerReferences": owner("Deployment", "csi-provisioner", &deployment)},
+               "spec": {"selector": {"matchLabels": {"app": "p"}},
+                        "template": {"metadata": {"labels": {"app": "p"}}, "spec": {"containers": [{"name": "p", "image": "p"}]}}}}),
+    )
+    .await;
+    create(
+        "Pod",
+        json!({"metadata": {"name": "csi-provisioner-7d9-x", "ownerReferences": owner("ReplicaSet", "csi-provisioner-7d9", &replicaset)},
+               "spec": {"containers": [{"name": "p", "image": "p"}]}}),
+    )
+    .await;
+    cluster
+        .provisioner_args
+        .extend(["--enable-capacity", "--capacity-ownerref-level=2"].map(String::from));
+    cluster
+        .provisioner_env
+        .push(("POD_NAME".into(), "csi-provisioner-7d9-x".into()));
+    cluster.start_provisioner();
+    cluster
+        .class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    wait_published(&cluster, &[("late", "node-1", "1Gi")]).await;
+    let objects: Api<CSIStorageCapacity> = Api::namespaced(cluster.client.clone(), "kube-system");
+    let object = objects
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let refs = object.metadata.owner_references.unwrap();
+    assert_eq!(refs.len(), 1);
+    assert_eq!(
+        (
+            refs[0].kind.as_str(),
+            refs[0].name.as_str(),
+            refs[0].uid.as_str()
+        ),
+        ("Deployment", "csi-provisioner", deployment.as_str())
+    );
+    assert_eq!(refs[0].controller, Some(true));
+    // A level above the chain: the provisioner stops with upstream's words.
+    cluster.kill_provisioner();
+    for arg in cluster.provisioner_args.iter_mut() {
+        if arg == "--capacity-ownerref-level=2" {
+            *arg = "--capacity-ownerref-level=3".into();
+        }
+    }
+    cluster.start_provisioner();
+    cluster
+        .wait_until("the owner error", WAIT, || async {
+            cluster
+                .provisioner_log()
+                .contains("has no controlling owner, cannot unwind the ownership further")
+        })
+        .await;
+}

@@ -439,3 +439,49 @@ fn tokens_are_volume_ids() {
     assert!(valid_token("3f2c1c9e-4a51-4d8e-9c1e-0d7f1b2a3c4d"));
     assert!(!valid_token("page-2"));
 }
+
+#[test]
+fn the_nodes_of_segments_come_in_segment_order_once_each() {
+    let mut cfg = config();
+    cfg.nodes.push(KnownNode {
+        id: "n3".into(),
+        topology_value: "zone-a".into(),
+    });
+    let segment = |value: &str| Segment::from([(KEY.to_string(), value.to_string())]);
+    let ids = |segments: &[Segment]| -> Vec<String> {
+        nodes_in(&cfg, segments)
+            .into_iter()
+            .map(|n| n.id.clone())
+            .collect()
+    };
+    assert_eq!(
+        ids(&[segment("zone-b"), segment("zone-a")]),
+        ["n2", "n1", "n3"]
+    );
+    assert_eq!(
+        ids(&[segment("zone-a"), segment("zone-a"), segment("zone-b")]),
+        ["n1", "n3", "n2"],
+        "a repeated segment adds nothing"
+    );
+    let mut extra = segment("zone-a");
+    extra.insert("other".into(), "x".into());
+    assert!(
+        ids(&[extra, segment("zone-c")]).is_empty(),
+        "no node has those"
+    );
+    // A segment for every node of a large cluster.
+    let mut big = config();
+    big.nodes = (0..2000)
+        .map(|i| KnownNode {
+            id: format!("node-{i}"),
+            topology_value: format!("node-{i}"),
+        })
+        .collect();
+    let all: Vec<Segment> = (0..2000)
+        .rev()
+        .map(|i| segment(&format!("node-{i}")))
+        .collect();
+    let found = nodes_in(&big, &all);
+    assert_eq!(found.len(), 2000);
+    assert_eq!(found[0].id, "node-1999");
+}
