@@ -178,6 +178,21 @@ pub fn parse_bytes(text: &str) -> Result<i64, QuantityError> {
         .ok_or_else(|| QuantityError::TooLarge(text.to_string()))
 }
 
+/// A claim's `spec.resources.requests.storage` in bytes, when set and valid.
+pub fn claim_request_bytes(
+    claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim,
+) -> Option<i64> {
+    let q = claim
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")?;
+    parse_bytes(&q.0).ok()
+}
+
 /// Formats a byte count the way apimachinery prints a `BinarySI` quantity: the largest
 /// binary suffix that divides the value exactly, and plain digits below 1024 or when no
 /// suffix divides it.

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
@@ -278,17 +278,7 @@ fn start(
     port: u16,
     run: &str,
 ) -> anyhow::Result<Child> {
-    let own = std::env::current_exe()?
-        .with_file_name("csi-provisioner")
-        .display()
-        .to_string();
-    let command = args.provisioner_cmd.clone().unwrap_or(own);
-    let mut words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
-    if words.is_empty() {
-        bail!("--provisioner-cmd is empty");
-    }
-    let program = words.remove(0);
-    words.extend(stack.provisioner_args());
+    let (program, mut words, _) = super::provisioner_command(args, stack)?;
     words.extend(
         [
             "--enable-capacity",

@@ -373,14 +373,12 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
 /// The provisioner's client label in the API server's request counts.
 const PROVISIONER_CLIENT: &str = "csi-provisioner";
 
-/// Starts the provisioner under test (ours by default) against the stack; its log goes to
-/// `dir/provisioner.log`. Returns the child and the command line it was started with.
-fn start_provisioner(
+/// The provisioner under test (ours by default, else `--provisioner-cmd`) pointed at the
+/// stack: its program, its arguments, and the command line as given.
+fn provisioner_command(
     args: &BenchArgs,
-    scenario: &str,
     stack: &Stack,
-    dir: &std::path::Path,
-) -> anyhow::Result<(Child, String)> {
+) -> anyhow::Result<(String, Vec<String>, String)> {
     let own = std::env::current_exe()?
         .with_file_name("csi-provisioner")
         .display()
@@ -392,6 +390,18 @@ fn start_provisioner(
     }
     let program = words.remove(0);
     words.extend(stack.provisioner_args());
+    Ok((program, words, command))
+}
+
+/// Starts the provisioner under test (ours by default) against the stack; its log goes to
+/// `dir/provisioner.log`. Returns the child and the command line it was started with.
+fn start_provisioner(
+    args: &BenchArgs,
+    scenario: &str,
+    stack: &Stack,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Child, String)> {
+    let (program, mut words, command) = provisioner_command(args, stack)?;
     if scenario != "defaults" {
         words.push("--kube-api-qps=10000".into());
         words.push("--kube-api-burst=10000".into());

@@ -89,18 +89,6 @@ fn capacity(pv: &PersistentVolume) -> Option<i64> {
     parse_bytes(&q.0).ok()
 }
 
-fn requested(claim: &PersistentVolumeClaim) -> Option<i64> {
-    let q = claim
-        .spec
-        .as_ref()?
-        .resources
-        .as_ref()?
-        .requests
-        .as_ref()?
-        .get("storage")?;
-    parse_bytes(&q.0).ok()
-}
-
 /// Whether `labels` satisfy a label selector.
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     let labels_ok = selector
@@ -151,7 +139,10 @@ pub fn mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<
     {
         return Some(format!("access mode {missing} is not offered"));
     }
-    match (requested(claim), capacity(pv)) {
+    match (
+        sidecar_kit::quantity::claim_request_bytes(claim),
+        capacity(pv),
+    ) {
         (Some(want), Some(have)) if have < want => {
             return Some(format!(
                 "capacity {have} is smaller than the {want} requested"

@@ -75,18 +75,6 @@ fn labels(node: &Node) -> Labels {
     node.metadata.labels.clone().unwrap_or_default()
 }
 
-fn request(claim: &PersistentVolumeClaim) -> Option<i64> {
-    let q = claim
-        .spec
-        .as_ref()?
-        .resources
-        .as_ref()?
-        .requests
-        .as_ref()?
-        .get("storage")?;
-    parse_bytes(&q.0).ok()
-}
-
 fn late_binding(class: Option<&StorageClass>) -> bool {
     class.is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
 }
@@ -119,7 +107,7 @@ fn has_capacity(
     class: &StorageClass,
     node: &Labels,
 ) -> bool {
-    let Some(size) = request(claim) else {
+    let Some(size) = sidecar_kit::quantity::claim_request_bytes(claim) else {
         return true;
     };
     let checked = world
