@@ -363,6 +363,21 @@ fn pods_land_on_the_first_node_with_room_and_one_too_large_for_all_says_why() {
     let _up = up_with(d, &["--nodes=3", "--capacity=10Gi"]);
     let nodes = kubectl(d, &["get", "csinodes", "-o", "name"], None);
     assert_eq!(nodes.lines().count(), 3, "{nodes}");
+    // The example's class first: a Pod is placed as soon as some node's capacity is known, so
+    // the test waits until every node's is.
+    let example_text = std::fs::read_to_string(example("late-binding.yaml")).unwrap();
+    let class = example_text.split("\n---\n").next().unwrap();
+    kubectl(d, &["apply", "-f", "-"], Some(class));
+    wait_for("capacity of every node", Duration::from_secs(60), || {
+        kubectl(
+            d,
+            &["get", "csistoragecapacities", "-A", "-o", "name"],
+            None,
+        )
+        .lines()
+        .count()
+            == 3
+    });
     // The example: a 4Gi claim on node-1 (6Gi left there).
     kubectl(d, &["apply", "-f", &example("late-binding.yaml")], None);
     let placed = |pod: &str, node: &str| {

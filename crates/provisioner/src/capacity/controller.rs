@@ -386,7 +386,8 @@ impl CapacityTracker {
                 "CSIStorageCapacity items changed"
             );
         }
-        for item in changed.into_iter().chain(obsolete) {
+        // Ahead of the polls, in their order (each add_first goes before the one before it).
+        for item in changed.into_iter().chain(obsolete).rev() {
             self.items.add_first(item);
         }
     }
