@@ -44,6 +44,35 @@ pub struct World<'a> {
     pub in_use: &'a BTreeMap<String, BTreeMap<String, usize>>,
 }
 
+/// Objects by name (cluster-scoped kinds).
+pub fn by_name<'a, K: kube::Resource + 'a>(
+    items: impl IntoIterator<Item = &'a K>,
+) -> BTreeMap<String, &'a K> {
+    items
+        .into_iter()
+        .map(|o| (o.meta().name.clone().unwrap_or_default(), o))
+        .collect()
+}
+
+/// Objects by (namespace, name).
+pub fn by_namespaced_name<'a, K: kube::Resource + 'a>(
+    items: impl IntoIterator<Item = &'a K>,
+) -> BTreeMap<(String, String), &'a K> {
+    items
+        .into_iter()
+        .map(|o| {
+            let meta = o.meta();
+            (
+                (
+                    meta.namespace.clone().unwrap_or_default(),
+                    meta.name.clone().unwrap_or_default(),
+                ),
+                o,
+            )
+        })
+        .collect()
+}
+
 /// What the scheduler does with a Pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {

@@ -175,21 +175,9 @@ impl Fixture {
 
     fn plan(&self, pod: &Pod) -> Plan {
         let nodes: Vec<&Node> = self.nodes.iter().collect();
-        let claims = self
-            .claims
-            .iter()
-            .map(|c| (("default".to_string(), c.metadata.name.clone().unwrap()), c))
-            .collect();
-        let volumes = self
-            .volumes
-            .iter()
-            .map(|v| (v.metadata.name.clone().unwrap(), v))
-            .collect();
-        let classes = self
-            .classes
-            .iter()
-            .map(|c| (c.metadata.name.clone().unwrap(), c))
-            .collect();
+        let claims = by_namespaced_name(&self.claims);
+        let volumes = by_name(&self.volumes);
+        let classes = by_name(&self.classes);
         let capacities: Vec<&CSIStorageCapacity> = self.capacities.iter().collect();
         let driver = CSIDriver {
             metadata: ObjectMeta {
@@ -222,10 +210,7 @@ impl Fixture {
                 },
             })
             .collect();
-        let csinodes = csinodes_owned
-            .iter()
-            .map(|c| (c.metadata.name.clone().unwrap(), c))
-            .collect();
+        let csinodes = by_name(&csinodes_owned);
         plan(
             &World {
                 nodes: &nodes,

@@ -193,41 +193,22 @@ impl Scheduler {
         let nodes = self.nodes.state();
         let mut nodes: Vec<&Node> = nodes.iter().map(AsRef::as_ref).collect();
         nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let claims = self.claims.state();
-        let claims: BTreeMap<(String, String), &PersistentVolumeClaim> = claims
-            .iter()
-            .map(|c| {
-                (
-                    (
-                        c.metadata.namespace.clone().unwrap_or_default(),
-                        c.metadata.name.clone().unwrap_or_default(),
-                    ),
-                    c.as_ref(),
-                )
-            })
-            .collect();
-        let volumes = self.volumes.state();
-        let volumes: BTreeMap<String, &PersistentVolume> = volumes
-            .iter()
-            .map(|v| (v.metadata.name.clone().unwrap_or_default(), v.as_ref()))
-            .collect();
-        let classes = self.classes.state();
-        let classes: BTreeMap<String, &StorageClass> = classes
-            .iter()
-            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.as_ref()))
-            .collect();
-        let capacities = self.capacities.state();
+        let (claims, volumes, classes) = (
+            self.claims.state(),
+            self.volumes.state(),
+            self.classes.state(),
+        );
+        let (capacities, drivers, csinodes) = (
+            self.capacities.state(),
+            self.drivers.state(),
+            self.csinodes.state(),
+        );
+        let claims = decide::by_namespaced_name(claims.iter().map(AsRef::as_ref));
+        let volumes = decide::by_name(volumes.iter().map(AsRef::as_ref));
+        let classes = decide::by_name(classes.iter().map(AsRef::as_ref));
         let capacities: Vec<&CSIStorageCapacity> = capacities.iter().map(AsRef::as_ref).collect();
-        let drivers = self.drivers.state();
-        let drivers: BTreeMap<String, &CSIDriver> = drivers
-            .iter()
-            .map(|d| (d.metadata.name.clone().unwrap_or_default(), d.as_ref()))
-            .collect();
-        let csinodes = self.csinodes.state();
-        let csinodes: BTreeMap<String, &CSINode> = csinodes
-            .iter()
-            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.as_ref()))
-            .collect();
+        let drivers = decide::by_name(drivers.iter().map(AsRef::as_ref));
+        let csinodes = decide::by_name(csinodes.iter().map(AsRef::as_ref));
         let in_use = self.volumes_in_use(&claims, &classes);
         decide::plan(
             &World {
