@@ -490,3 +490,92 @@ async fn objects_are_owned_by_the_level_of_the_provisioners_pod_asked_for() {
         })
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_placed_on_stale_capacity_is_placed_again_after_the_driver_refuses() {
+    use csi_proto::v1 as csi;
+    use k8s_openapi::api::core::v1::Pod;
+    let cluster = Cluster::start_with(
+        &["--capacity=10Gi"],
+        &[
+            "--enable-capacity",
+            "--capacity-ownerref-level=-1",
+            "--capacity-poll-interval=1h",
+            // Only the selected node: the driver cannot fall back to another one.
+            "--strict-topology",
+        ],
+        true,
+        |o| {
+            o.extra_nodes = vec!["node-2".into()];
+            o.storage_capacity = true;
+        },
+    )
+    .await;
+    cluster
+        .class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    wait_published(
+        &cluster,
+        &[("late", "node-1", "10Gi"), ("late", "node-2", "10Gi")],
+    )
+    .await;
+    // 8Gi of node-1 taken behind the provisioner's back: its object still says 10Gi.
+    let channel = sidecar_kit::csi::connect(&cluster.socket).await.unwrap();
+    let topology = |node: &str| csi::Topology {
+        segments: [(KEY.to_string(), node.to_string())].into(),
+    };
+    csi::controller_client::ControllerClient::new(channel)
+        .create_volume(csi::CreateVolumeRequest {
+            name: "outside".into(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 8 << 30,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![csi::VolumeCapability {
+                access_type: Some(csi::volume_capability::AccessType::Mount(
+                    csi::volume_capability::MountVolume::default(),
+                )),
+                access_mode: Some(csi::volume_capability::AccessMode {
+                    mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+                }),
+            }],
+            accessibility_requirements: Some(csi::TopologyRequirement {
+                requisite: vec![topology("node-1")],
+                preferred: vec![topology("node-1")],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A 5Gi claim: the scheduler believes node-1, the driver refuses (RESOURCE_EXHAUSTED), the
+    // provisioner gives the claim back and refreshes node-1's object, and the scheduler places
+    // the Pod again, on node-2.
+    cluster.claim("data", "late", "5Gi", json!({}), false).await;
+    cluster
+        .apply::<Pod>(json!({
+            "metadata": {"name": "app"},
+            "spec": {"containers": [{"name": "a", "image": "busybox"}],
+                     "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+        }))
+        .await;
+    cluster
+        .wait_event("data", "ProvisioningFailed", "code = ResourceExhausted")
+        .await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
+    cluster
+        .wait_until("the Pod on node-2", WAIT, || async {
+            pods.get("app")
+                .await
+                .unwrap()
+                .spec
+                .and_then(|s| s.node_name)
+                .as_deref()
+                == Some("node-2")
+        })
+        .await;
+    wait_published(
+        &cluster,
+        &[("late", "node-1", "2Gi"), ("late", "node-2", "5Gi")],
+    )
+    .await;
+}
