@@ -97,8 +97,7 @@ impl Stack {
     /// node, its CSINode, the CSIDriver and the default class.
     pub async fn start(options: StackOptions) -> anyhow::Result<Stack> {
         let dir = &options.dir;
-        let kubeconfig = dir.join("kubeconfig");
-        let socket = dir.join("csi.sock").display().to_string();
+        let (socket, kubeconfig) = paths(dir);
         let (stop, _) = watch::channel(false);
         let (server_stop, _) = watch::channel(false);
         let server = apiserver::serve(
@@ -230,10 +229,7 @@ impl Stack {
 
     /// The flags that point a provisioner at this stack (`--csi-address`, `--kubeconfig`).
     pub fn provisioner_args(&self) -> Vec<String> {
-        vec![
-            format!("--csi-address={}", self.socket),
-            format!("--kubeconfig={}", self.kubeconfig.display()),
-        ]
+        provisioner_args_for(&self.socket, &self.kubeconfig)
     }
 
     /// Resolves when the stack is asked to stop (for what the caller runs beside it).
@@ -277,6 +273,22 @@ impl std::fmt::Debug for Stack {
             .field("socket", &self.socket)
             .finish_non_exhaustive()
     }
+}
+
+/// The socket and kubeconfig of a stack whose state lives in `dir` (known before it starts).
+pub fn paths(dir: &std::path::Path) -> (String, PathBuf) {
+    (
+        dir.join("csi.sock").display().to_string(),
+        dir.join("kubeconfig"),
+    )
+}
+
+/// The flags that point a provisioner at a stack's socket and kubeconfig.
+pub fn provisioner_args_for(socket: &str, kubeconfig: &std::path::Path) -> Vec<String> {
+    vec![
+        format!("--csi-address={socket}"),
+        format!("--kubeconfig={}", kubeconfig.display()),
+    ]
 }
 
 /// The one stop signal: resolves once `true` is sent (or the sender is gone).

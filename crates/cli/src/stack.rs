@@ -51,29 +51,9 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     durable_log::files::create_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
     let (first, extra_nodes) = node_names(&args.node, args.nodes);
-    // The scheduler checks capacity only when the provisioner publishes it.
-    let capacity_off = args.provisioner_args.iter().any(|a| {
-        matches!(
-            a.trim_start_matches('-'),
-            "enable-capacity=false" | "enable-capacity=0" | "enable-capacity=f"
-        )
-    });
-    let stack = Stack::start(StackOptions {
-        bind: args.bind,
-        durable: true,
-        driver_args: vec![
-            format!("--capacity={}", args.capacity),
-            format!("--nodeid={first}"),
-        ],
-        pv_controller: Some((8, pv_controller::controller::default_backoff())),
-        extra_nodes,
-        storage_capacity: !capacity_off,
-        ..StackOptions::new(data_dir.clone(), "volstack-up/0.1")
-    })
-    .await?;
-
+    let (socket, kubeconfig) = crate::embedded::paths(&data_dir);
     let mut prov_argv = vec!["csi-provisioner".to_string()];
-    prov_argv.extend(stack.provisioner_args());
+    prov_argv.extend(crate::embedded::provisioner_args_for(&socket, &kubeconfig));
     // Capacity is published per node for WaitForFirstConsumer classes; the scheduler reads it.
     // The objects have no owner: no Pod runs the provisioner here.
     let mut defaults = vec![
@@ -94,6 +74,20 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     prov_argv.extend(args.provisioner_args.iter().cloned());
     let prov_argv = sidecar_kit::goflags::normalize_args(prov_argv);
     let prov_args = provisioner::flags::ProvisionerArgs::try_parse_from(&prov_argv)?;
+    let stack = Stack::start(StackOptions {
+        bind: args.bind,
+        durable: true,
+        driver_args: vec![
+            format!("--capacity={}", args.capacity),
+            format!("--nodeid={first}"),
+        ],
+        pv_controller: Some((8, pv_controller::controller::default_backoff())),
+        extra_nodes,
+        // The scheduler checks capacity only when the provisioner publishes it.
+        storage_capacity: prov_args.enable_capacity,
+        ..StackOptions::new(data_dir.clone(), "volstack-up/0.1")
+    })
+    .await?;
     let given: Vec<String> = prov_argv.iter().skip(1).cloned().collect();
     let env = provisioner::runner::ProcessEnv {
         namespace: Some("kube-system".into()),

@@ -237,24 +237,29 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// GetCapacity calls so far, from the provisioner's `csi_sidecar_operations_seconds_count`.
 async fn get_capacity_calls(port: u16) -> f64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return 0.0;
-    };
-    let mut out = String::new();
-    if s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+    scrape(port)
         .await
-        .is_err()
-        || s.read_to_string(&mut out).await.is_err()
-    {
-        return 0.0;
-    }
-    out.lines()
+        .unwrap_or_default()
+        .lines()
         .filter(|l| {
             l.starts_with("csi_sidecar_operations_seconds_count") && l.contains("GetCapacity")
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// The provisioner's metrics page (the endpoint needs no token), with a bare HTTP/1.0 GET.
+async fn scrape(port: u16) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out)
 }
 
 fn capacity_writes(server: &apiserver::RunningServer) -> u64 {
@@ -429,16 +434,9 @@ async fn one_run(
 
 /// One unlabelled metric's value.
 async fn metric(port: u16, name: &str) -> Option<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    out.lines()
+    scrape(port)
+        .await?
+        .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 

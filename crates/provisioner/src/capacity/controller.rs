@@ -364,24 +364,24 @@ impl CapacityTracker {
             self.settings.immediate_binding,
         );
         let next = items(&tracked, &segments);
+        // Objects of items nobody wants any more (also those left by an earlier run).
+        let obsolete: Vec<Item> = self
+            .index
+            .lock()
+            .keys()
+            .filter(|i| !next.contains(i))
+            .cloned()
+            .collect();
+        let total = next.len();
         let changed: Vec<Item> = {
             let mut wanted = self.wanted.lock();
             let changed = wanted.symmetric_difference(&next).cloned().collect();
             *wanted = next;
             changed
         };
-        // Objects of items nobody wants any more (also those left by an earlier run).
-        let wanted = self.wanted.lock().clone();
-        let obsolete: Vec<Item> = self
-            .index
-            .lock()
-            .keys()
-            .filter(|i| !wanted.contains(i))
-            .cloned()
-            .collect();
         if !changed.is_empty() {
             tracing::info!(
-                items = wanted.len(),
+                items = total,
                 changed = changed.len(),
                 "CSIStorageCapacity items changed"
             );
@@ -569,7 +569,8 @@ impl CapacityTracker {
     }
 
     fn update_gauges(&self) {
-        let wanted = self.wanted.lock().clone();
+        // Lock order: wanted, then index (nothing takes them the other way round).
+        let wanted = self.wanted.lock();
         let index = self.index.lock();
         let current = wanted.iter().filter(|i| index.contains_key(i)).count();
         // Objects, not items: a second object of a wanted item is obsolete too.

@@ -43,6 +43,16 @@ pub(crate) struct Take {
     due: Option<Instant>,
 }
 
+impl Take {
+    fn new(uid: &str) -> Take {
+        Take {
+            uid: uid.to_string(),
+            failures: 0,
+            due: None,
+        }
+    }
+}
+
 /// Attempts in progress, by claim.
 pub(crate) type Takes = parking_lot::Mutex<HashMap<ClaimKey, Take>>;
 
@@ -105,17 +115,9 @@ impl Provisioner {
         };
         {
             let mut takes = self.takes.lock();
-            let take = takes.entry(key.clone()).or_insert_with(|| Take {
-                uid: uid.clone(),
-                failures: 0,
-                due: None,
-            });
+            let take = takes.entry(key.clone()).or_insert_with(|| Take::new(&uid));
             if take.uid != uid {
-                *take = Take {
-                    uid: uid.clone(),
-                    failures: 0,
-                    due: None,
-                };
+                *take = Take::new(&uid);
             }
             match take.due {
                 None => {
@@ -138,11 +140,7 @@ impl Provisioner {
         }
         let backoff = |reason: &str| {
             let mut takes = self.takes.lock();
-            let take = takes.entry(key.clone()).or_insert(Take {
-                uid: uid.clone(),
-                failures: 0,
-                due: None,
-            });
+            let take = takes.entry(key.clone()).or_insert_with(|| Take::new(&uid));
             take.failures = take.failures.saturating_add(1);
             let wait = delay(take.failures);
             take.due = Some(Instant::now() + wait);
