@@ -73,6 +73,52 @@ pub fn by_namespaced_name<'a, K: kube::Resource + 'a>(
         .collect()
 }
 
+/// Unique claims of the Pods assigned to each node, by driver (for the volume limit).
+pub fn volumes_in_use<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    claims: &BTreeMap<(String, String), &PersistentVolumeClaim>,
+    classes: &BTreeMap<String, &StorageClass>,
+) -> BTreeMap<String, BTreeMap<String, usize>> {
+    let mut seen: BTreeMap<String, BTreeMap<String, std::collections::BTreeSet<(String, String)>>> =
+        BTreeMap::new();
+    for pod in pods {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        for volume in pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_deref())
+            .unwrap_or_default()
+        {
+            let Some(source) = &volume.persistent_volume_claim else {
+                continue;
+            };
+            let key = (namespace.clone(), source.claim_name.clone());
+            let driver = claims
+                .get(&key)
+                .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
+                .and_then(|class| classes.get(&class).map(|c| c.provisioner.clone()));
+            if let Some(driver) = driver {
+                seen.entry(node.clone())
+                    .or_default()
+                    .entry(driver)
+                    .or_default()
+                    .insert(key);
+            }
+        }
+    }
+    seen.into_iter()
+        .map(|(node, drivers)| {
+            (
+                node,
+                drivers.into_iter().map(|(d, c)| (d, c.len())).collect(),
+            )
+        })
+        .collect()
+}
+
 /// What the scheduler does with a Pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {

@@ -356,3 +356,34 @@ fn assigned_deleted_and_foreign_pods_are_skipped() {
     p.spec.as_mut().unwrap().scheduler_name = Some("other".into());
     assert_eq!(f.plan(&p), Plan::Skip);
 }
+
+#[test]
+fn volumes_in_use_count_each_claim_once_per_node_and_driver() {
+    let f = Fixture::new();
+    let mut claims = vec![claim("a", "late", "1Gi"), claim("b", "late", "1Gi")];
+    claims.push(claim("other", "foreign", "1Gi"));
+    let mut foreign = class("foreign", true);
+    foreign.provisioner = "other.csi".into();
+    let classes_owned = [f.classes.clone(), vec![foreign]].concat();
+    let on = |node: Option<&str>, names: &[&str]| {
+        let mut p = pod(names);
+        p.spec.as_mut().unwrap().node_name = node.map(String::from);
+        p
+    };
+    let pods = [
+        on(Some("node-1"), &["a", "b"]),
+        // The same claim in a second Pod on the node counts once.
+        on(Some("node-1"), &["a", "other"]),
+        // Unassigned Pods and missing claims count nothing.
+        on(None, &["b"]),
+        on(Some("node-2"), &["missing"]),
+    ];
+    let used = volumes_in_use(
+        &pods,
+        &by_namespaced_name(&claims),
+        &by_name(&classes_owned),
+    );
+    assert_eq!(used.len(), 1);
+    assert_eq!(used["node-1"][DRIVER], 2);
+    assert_eq!(used["node-1"]["other.csi"], 1);
+}

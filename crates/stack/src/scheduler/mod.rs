@@ -10,7 +10,7 @@
 
 pub mod decide;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -209,7 +209,8 @@ impl Scheduler {
         let capacities: Vec<&CSIStorageCapacity> = capacities.iter().map(AsRef::as_ref).collect();
         let drivers = decide::by_name(drivers.iter().map(AsRef::as_ref));
         let csinodes = decide::by_name(csinodes.iter().map(AsRef::as_ref));
-        let in_use = self.volumes_in_use(&claims, &classes);
+        let pods = self.pods.state();
+        let in_use = decide::volumes_in_use(pods.iter().map(AsRef::as_ref), &claims, &classes);
         decide::plan(
             &World {
                 nodes: &nodes,
@@ -223,54 +224,6 @@ impl Scheduler {
             },
             pod,
         )
-    }
-
-    /// Unique claims of the Pods on each node, by driver (for the volume limit).
-    fn volumes_in_use(
-        &self,
-        claims: &BTreeMap<(String, String), &PersistentVolumeClaim>,
-        classes: &BTreeMap<String, &StorageClass>,
-    ) -> BTreeMap<String, BTreeMap<String, usize>> {
-        let mut seen: BTreeMap<
-            String,
-            BTreeMap<String, std::collections::BTreeSet<(String, String)>>,
-        > = BTreeMap::new();
-        for pod in self.pods.state() {
-            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-                continue;
-            };
-            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-            for volume in pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.volumes.as_deref())
-                .unwrap_or_default()
-            {
-                let Some(source) = &volume.persistent_volume_claim else {
-                    continue;
-                };
-                let key = (namespace.clone(), source.claim_name.clone());
-                let driver = claims
-                    .get(&key)
-                    .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
-                    .and_then(|class| classes.get(&class).map(|c| c.provisioner.clone()));
-                if let Some(driver) = driver {
-                    seen.entry(node.clone())
-                        .or_default()
-                        .entry(driver)
-                        .or_default()
-                        .insert(key);
-                }
-            }
-        }
-        seen.into_iter()
-            .map(|(node, drivers)| {
-                (
-                    node,
-                    drivers.into_iter().map(|(d, c)| (d, c.len())).collect(),
-                )
-            })
-            .collect()
     }
 
     async fn schedule(&self, key: &PodKey) -> Result<Next, ScheduleError> {
