@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use sidecar_kit::duration::parse_go_duration;
-use sidecar_kit::goflags::{parse_bool_map, parse_go_bool, parse_label_list};
+use sidecar_kit::goflags::{parse_bool_map, parse_go_bool};
 
 use crate::decide::names::{NameError, VolumeNaming};
 
@@ -15,14 +15,8 @@ fn go_duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text).map_err(|e| e.to_string())
 }
 
-/// `KEY:VALUE` pairs (an alias, so clap takes the flag as one value).
-pub type LabelList = Vec<(String, String)>;
 /// `NAME=bool` pairs (an alias, so clap takes the flag as one value).
 pub type GateList = Vec<(String, bool)>;
-
-fn labels(text: &str) -> Result<LabelList, String> {
-    parse_label_list(text)
-}
 
 fn gates(text: &str) -> Result<GateList, String> {
     parse_bool_map(text)
@@ -36,27 +30,15 @@ fn gates(text: &str) -> Result<GateList, String> {
     about = "CSI external-provisioner (drop-in replacement)"
 )]
 pub struct ProvisionerArgs {
-    /// Absolute path to the kubeconfig file. Required only when running out of cluster.
-    #[arg(long, default_value = "")]
-    pub kubeconfig: String,
-    /// Address of the Kubernetes API server (overrides the kubeconfig's).
-    #[arg(long, default_value = "")]
-    pub master: String,
-    /// QPS to use while communicating with the Kubernetes API server.
-    #[arg(long, default_value_t = 5.0)]
-    pub kube_api_qps: f32,
-    /// Burst to use while communicating with the Kubernetes API server.
-    #[arg(long, default_value_t = 10)]
-    pub kube_api_burst: u32,
+    /// The flags every sidecar shares.
+    #[command(flatten)]
+    pub common: sidecar_kit::flags::CommonArgs,
     /// QPS for CSIStorageCapacity updates.
     #[arg(long, default_value_t = 1.0)]
     pub kube_api_capacity_qps: f32,
     /// Burst for CSIStorageCapacity updates.
     #[arg(long, default_value_t = 5)]
     pub kube_api_capacity_burst: u32,
-    /// The gRPC endpoint of the CSI driver.
-    #[arg(long, default_value = "/run/csi/socket")]
-    pub csi_address: String,
     /// Timeout of every call to the CSI driver.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
     pub timeout: Duration,
@@ -131,42 +113,9 @@ pub struct ProvisionerArgs {
     /// Node deployment: maximum delay.
     #[arg(long, default_value = "1m", value_parser = go_duration)]
     pub node_deployment_max_delay: Duration,
-    /// Enable leader election.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
-    pub leader_election: bool,
-    /// Namespace of the leader-election Lease.
-    #[arg(long, default_value = "")]
-    pub leader_election_namespace: String,
-    /// Lease duration.
-    #[arg(long, default_value = "15s", value_parser = go_duration)]
-    pub leader_election_lease_duration: Duration,
-    /// Renew deadline.
-    #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub leader_election_renew_deadline: Duration,
-    /// Retry period.
-    #[arg(long, default_value = "5s", value_parser = go_duration)]
-    pub leader_election_retry_period: Duration,
-    /// Labels of the Lease, KEY:VALUE,...
-    #[arg(long, default_value = "", value_parser = labels)]
-    pub leader_election_labels: LabelList,
-    /// host:port of the HTTP server for metrics and health (empty: off).
-    #[arg(long, default_value = "")]
-    pub http_endpoint: String,
-    /// Deprecated: host:port for metrics only; exclusive with --http-endpoint.
-    #[arg(long, default_value = "")]
-    pub metrics_address: String,
-    /// Path of the metrics endpoint.
-    #[arg(long, default_value = "/metrics")]
-    pub metrics_path: String,
     /// Go pprof endpoints (not available in this implementation).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub enable_pprof: bool,
-    /// Log verbosity (klog -v).
-    #[arg(long = "v", default_value_t = 0)]
-    pub verbosity: u8,
-    /// Log format: text or json.
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-    pub logging_format: String,
 }
 
 /// Known feature gates and their defaults.
@@ -235,9 +184,6 @@ impl ProvisionerArgs {
                 "must be greater than 0 and at most --retry-interval-max",
             ));
         }
-        if self.kube_api_qps.is_nan() || self.kube_api_qps < 0.0 {
-            return Err(invalid("--kube-api-qps", "must not be negative"));
-        }
         if self.kube_api_capacity_qps.is_nan() || self.kube_api_capacity_qps < 0.0 {
             return Err(invalid("--kube-api-capacity-qps", "must not be negative"));
         }
@@ -270,24 +216,6 @@ impl ProvisionerArgs {
                 "Go pprof endpoints do not exist in this implementation; use --http-endpoint for metrics",
             ));
         }
-        if !self.http_endpoint.is_empty() && !self.metrics_address.is_empty() {
-            return Err(invalid(
-                "--metrics-address",
-                "cannot be used together with --http-endpoint",
-            ));
-        }
-        if !self.metrics_path.starts_with('/') {
-            return Err(invalid("--metrics-path", "must start with /"));
-        }
-        if self.leader_election
-            && (self.leader_election_renew_deadline >= self.leader_election_lease_duration
-                || self.leader_election_retry_period >= self.leader_election_renew_deadline)
-        {
-            return Err(invalid(
-                "--leader-election-renew-deadline",
-                "must be shorter than --leader-election-lease-duration and longer than --leader-election-retry-period",
-            ));
-        }
         let mut gates: std::collections::BTreeMap<&str, bool> =
             FEATURE_GATES.iter().copied().collect();
         for (name, value) in &self.feature_gates {
@@ -308,10 +236,10 @@ impl ProvisionerArgs {
                 "must be at least 1",
             ));
         }
-        let http_address = [&self.http_endpoint, &self.metrics_address]
-            .into_iter()
-            .find(|a| !a.is_empty())
-            .cloned();
+        let http_address = self
+            .common
+            .validate()
+            .map_err(|e| invalid(e.flag, e.reason))?;
         Ok(Settings {
             naming,
             topology: gates["Topology"],
@@ -372,10 +300,10 @@ mod tests {
     #[test]
     fn defaults_match_upstream() {
         let a = parse(&[]).unwrap();
-        assert_eq!(a.csi_address, "/run/csi/socket");
+        assert_eq!(a.common.csi_address, "/run/csi/socket");
         assert_eq!(a.timeout, Duration::from_secs(10));
         assert_eq!(a.worker_threads, 100);
-        assert_eq!((a.kube_api_qps, a.kube_api_burst), (5.0, 10));
+        assert_eq!((a.common.kube_api_qps, a.common.kube_api_burst), (5.0, 10));
         assert_eq!(a.retry_interval_start, Duration::from_secs(1));
         assert_eq!(a.retry_interval_max, Duration::from_secs(300));
         assert_eq!(a.volume_name_prefix, "pvc");
@@ -386,10 +314,10 @@ mod tests {
                 && a.immediate_topology
                 && a.prevent_volume_mode_conversion
         );
-        assert_eq!(a.leader_election_lease_duration, Duration::from_secs(15));
-        assert_eq!(a.leader_election_renew_deadline, Duration::from_secs(10));
-        assert_eq!(a.leader_election_retry_period, Duration::from_secs(5));
-        assert_eq!(a.metrics_path, "/metrics");
+        assert_eq!(a.common.leader_election_lease_duration, Duration::from_secs(15));
+        assert_eq!(a.common.leader_election_renew_deadline, Duration::from_secs(10));
+        assert_eq!(a.common.leader_election_retry_period, Duration::from_secs(5));
+        assert_eq!(a.common.metrics_path, "/metrics");
         let s = a.validate().unwrap();
         assert!(s.topology && s.volume_attributes_class && s.release_on_exit);
     }
@@ -406,9 +334,9 @@ mod tests {
             "--feature-gates=Topology=false",
         ])
         .unwrap();
-        assert_eq!(a.csi_address, "/csi/sock");
-        assert_eq!(a.verbosity, 5);
-        assert!(a.extra_create_metadata && a.leader_election && !a.immediate_topology);
+        assert_eq!(a.common.csi_address, "/csi/sock");
+        assert_eq!(a.common.verbosity, 5);
+        assert!(a.extra_create_metadata && a.common.leader_election && !a.immediate_topology);
         assert_eq!(a.timeout, Duration::from_secs(90));
         assert!(!a.validate().unwrap().topology);
         let a = parse(&["--strict-topology=t", "--volume-name-uuid-length=16"]).unwrap();

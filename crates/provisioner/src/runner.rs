@@ -3,10 +3,10 @@
 use std::future::Future;
 
 use sidecar_kit::events::Recorder;
-use sidecar_kit::http::{self, Endpoint};
 use sidecar_kit::kubeclient::{ClientError, ClientOptions, build_client};
-use sidecar_kit::leader::{ElectionConfig, Elector, lease_name, lease_namespace};
+use sidecar_kit::leader::{lease_name, lease_namespace};
 use sidecar_kit::metrics::Metrics;
+use sidecar_kit::process::Serve;
 use sidecar_kit::workqueue::Backoff;
 
 use crate::capacity::controller::CapacitySettings;
@@ -30,12 +30,10 @@ pub enum RunError {
     /// No API client.
     #[error(transparent)]
     Client(#[from] ClientError),
-    /// The HTTP endpoint could not start.
+    /// The HTTP endpoint could not start, or leadership was lost (the process exits so
+    /// that it restarts as a standby).
     #[error(transparent)]
-    Http(#[from] sidecar_kit::http::HttpError),
-    /// Leadership was lost; the process exits so that it restarts as a standby.
-    #[error(transparent)]
-    Election(#[from] sidecar_kit::leader::ElectionError),
+    Serve(#[from] sidecar_kit::process::ServeError),
     /// A flag that is accepted for compatibility but whose feature is missing.
     #[error("{0}")]
     Unsupported(String),
@@ -147,8 +145,8 @@ async fn capacity_input(
         tracing::info!(kind = %owner.kind, name = %owner.name, %namespace, "owner of CSIStorageCapacity objects");
     }
     let writer = build_client(&ClientOptions {
-        kubeconfig: &args.kubeconfig,
-        master: &args.master,
+        kubeconfig: &args.common.kubeconfig,
+        master: &args.common.master,
         qps: args.kube_api_capacity_qps,
         burst: args.kube_api_capacity_burst,
         user_agent,
@@ -217,13 +215,13 @@ pub async fn run(
             "flag has no effect: its feature is off or not supported by this provisioner"
         );
     }
-    let (channel, caps) = driver::start(&args.csi_address, args.timeout).await?;
+    let (channel, caps) = driver::start(&args.common.csi_address, args.timeout).await?;
     let user_agent = format!("csi-provisioner/{}", env!("CARGO_PKG_VERSION"));
     let client = build_client(&ClientOptions {
-        kubeconfig: &args.kubeconfig,
-        master: &args.master,
-        qps: args.kube_api_qps,
-        burst: args.kube_api_burst,
+        kubeconfig: &args.common.kubeconfig,
+        master: &args.common.master,
+        qps: args.common.kube_api_qps,
+        burst: args.common.kube_api_burst,
         user_agent: &user_agent,
     })
     .await?;
@@ -263,7 +261,7 @@ pub async fn run(
         cloning_workers: args.cloning_protection_threads as usize,
         identity,
         intent_log: (
-            lease_namespace(&args.leader_election_namespace),
+            lease_namespace(&args.common.leader_election_namespace),
             format!("{}-intents", lease_name(&caps_name)),
         ),
         node,
@@ -280,57 +278,15 @@ pub async fn run(
         capacity,
     )
     .map_err(|e| RunError::Unsupported(format!("failed to register metrics: {e}")))?;
-    if !args.leader_election {
-        if let Some(address) = &settings.http_address {
-            http::serve(
-                address,
-                &args.metrics_path,
-                Endpoint {
-                    metrics,
-                    leader: None,
-                },
-            )
-            .await?;
-        }
-        provisioner.run(shutdown).await;
-        return Ok(());
-    }
-    let election = ElectionConfig {
-        namespace: lease_namespace(&args.leader_election_namespace),
-        name: lease_name(&driver_name),
-        identity: format!("{}_{}", hostname(), uuid::Uuid::new_v4()),
-        lease_duration: args.leader_election_lease_duration,
-        renew_deadline: args.leader_election_renew_deadline,
-        retry_period: args.leader_election_retry_period,
-        labels: args.leader_election_labels.iter().cloned().collect(),
-        release_on_exit: settings.release_on_exit,
+    let serve = Serve {
+        http_address: settings.http_address.clone(),
+        metrics_path: args.common.metrics_path.clone(),
+        metrics,
+        election: args
+            .common
+            .election(lease_name(&driver_name), settings.release_on_exit),
     };
-    let lease_duration = election.lease_duration;
-    let lease = election.name.clone();
-    let elector = Elector::new(client, election);
-    let status = elector.status();
-    if let Some(address) = &settings.http_address {
-        http::serve(
-            address,
-            &args.metrics_path,
-            Endpoint {
-                metrics: metrics.clone(),
-                leader: Some((status.clone(), lease_duration)),
-            },
-        )
-        .await?;
-    }
-    let gauge = metrics.leader.with_label_values(&[lease.as_str()]);
-    tokio::spawn(async move {
-        loop {
-            gauge.set(i64::from(status.is_leader()));
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        }
-    });
-    provisioner
-        .controller()
-        .run_as_leader(elector, shutdown)
-        .await?;
+    sidecar_kit::process::serve(provisioner.controller(), client, serve, shutdown).await?;
     Ok(())
 }
 

@@ -5,16 +5,22 @@
 #![forbid(unsafe_code)]
 
 pub mod csi;
+pub mod driver;
 pub mod duration;
 pub mod events;
+pub mod finalizers;
+pub mod flags;
 pub mod goflags;
 pub mod http;
 pub mod kubeclient;
 pub mod leader;
 pub mod metrics;
+pub mod process;
+pub mod pv_csi;
 pub mod quantity;
 pub mod ratelimit;
 pub mod runtime;
+pub mod secrets;
 pub mod selectors;
 pub mod vocabulary;
 pub mod watch;

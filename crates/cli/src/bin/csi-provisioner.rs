@@ -12,8 +12,8 @@ fn main() -> std::process::ExitCode {
         Err(error) => error.exit(),
     };
     if let Err(error) = cli::logging::init(
-        &args.logging_format,
-        cli::logging::level_of_klog_v(args.verbosity),
+        &args.common.logging_format,
+        cli::logging::level_of_klog_v(args.common.verbosity),
     ) {
         eprintln!("csi-provisioner: {error:#}");
         return std::process::ExitCode::FAILURE;

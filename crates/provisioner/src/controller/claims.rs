@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use csi_proto::v1 as csi;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::csi::{CallError, go_code_name};
@@ -492,23 +492,13 @@ impl Provisioner {
         let Some(secret) = secret else {
             return Ok(HashMap::new());
         };
-        let fail = |reason: String| ClaimError::Secret {
-            namespace: secret.namespace.clone(),
-            name: secret.name.clone(),
-            reason,
-        };
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret.namespace);
-        let found = api.get(&secret.name).await.map_err(|e| match e {
-            kube::Error::Api(s) if s.code == 404 => fail("not found".into()),
-            other => fail(other.to_string()),
-        })?;
-        let mut out = HashMap::new();
-        for (key, value) in found.data.unwrap_or_default() {
-            let text = String::from_utf8(value.0)
-                .map_err(|_| fail(format!("value of key {key:?} is not UTF-8")))?;
-            out.insert(key, text);
-        }
-        Ok(out)
+        sidecar_kit::secrets::fetch(&self.client, &secret.namespace, &secret.name)
+            .await
+            .map_err(|e| ClaimError::Secret {
+                namespace: e.namespace,
+                name: e.name,
+                reason: e.reason,
+            })
     }
 
     /// Deletes a volume that may exist for a claim that is gone: repeat the recorded

@@ -1,0 +1,134 @@
+//! JSON patches (RFC 6902) that add or remove one finalizer without clobbering finalizers other
+//! controllers add meanwhile: adding appends to an existing list, creating the list is guarded
+//! by the resourceVersion it was seen at, and removing tests the entry at its index first. A
+//! patch that no longer fits (the list changed) fails with a conflict and is retried from the
+//! new object.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+
+/// Whether `meta` lists `finalizer`.
+pub fn has(meta: &ObjectMeta, finalizer: &str) -> bool {
+    meta.finalizers
+        .as_ref()
+        .is_some_and(|list| list.iter().any(|f| f == finalizer))
+}
+
+/// The operations adding `finalizer`, or None when it is there already.
+pub fn add_ops(meta: &ObjectMeta, finalizer: &str) -> Option<Vec<Value>> {
+    match &meta.finalizers {
+        Some(list) if list.iter().any(|f| f == finalizer) => None,
+        Some(list) if !list.is_empty() => Some(vec![
+            json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}),
+        ]),
+        // Creating the list replaces whatever list the object has now: only at the version
+        // the empty list was seen at.
+        _ => Some(vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version}),
+            json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
+        ]),
+    }
+}
+
+/// The operations removing `finalizer`, or None when it is not there.
+pub fn remove_ops(meta: &ObjectMeta, finalizer: &str) -> Option<Vec<Value>> {
+    let index = meta
+        .finalizers
+        .as_ref()?
+        .iter()
+        .position(|f| f == finalizer)?;
+    Some(vec![
+        json!({"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer}),
+        json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
+    ])
+}
+
+/// The operation setting one annotation (the map is created when the object has none).
+pub fn annotation_op(meta: &ObjectMeta, key: &str, value: &str) -> Value {
+    if meta.annotations.is_none() {
+        return json!({"op": "add", "path": "/metadata/annotations", "value": {key: value}});
+    }
+    json!({"op": "add", "path": format!("/metadata/annotations/{}", pointer_escape(key)), "value": value})
+}
+
+/// A JSON pointer segment (RFC 6901): `~` as `~0`, `/` as `~1`.
+pub fn pointer_escape(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+/// A patch value from operations.
+pub fn patch(ops: Vec<Value>) -> Result<json_patch::Patch, serde_json::Error> {
+    serde_json::from_value(Value::Array(ops))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn meta(finalizers: Option<&[&str]>) -> ObjectMeta {
+        ObjectMeta {
+            resource_version: Some("7".into()),
+            finalizers: finalizers.map(|f| f.iter().map(|s| s.to_string()).collect()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn adding_appends_or_creates_the_list_at_the_version_seen_and_removing_tests_the_index() {
+        const F: &str = "external-attacher/x";
+        let cases: Vec<(Option<&[&str]>, Option<Value>, Option<Value>)> = vec![
+            (
+                None,
+                Some(json!([
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                    {"op": "add", "path": "/metadata/finalizers", "value": [F]},
+                ])),
+                None,
+            ),
+            (
+                Some(&[]),
+                Some(json!([
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                    {"op": "add", "path": "/metadata/finalizers", "value": [F]},
+                ])),
+                None,
+            ),
+            (
+                Some(&["other"]),
+                Some(json!([{"op": "add", "path": "/metadata/finalizers/-", "value": F}])),
+                None,
+            ),
+            (
+                Some(&["other", F]),
+                None,
+                Some(json!([
+                    {"op": "test", "path": "/metadata/finalizers/1", "value": F},
+                    {"op": "remove", "path": "/metadata/finalizers/1"},
+                ])),
+            ),
+        ];
+        for (list, add, remove) in cases {
+            let m = meta(list);
+            assert_eq!(add_ops(&m, F).map(Value::Array), add, "{list:?}");
+            assert_eq!(remove_ops(&m, F).map(Value::Array), remove, "{list:?}");
+            assert_eq!(has(&m, F), list.is_some_and(|l| l.contains(&F)));
+        }
+    }
+
+    #[test]
+    fn an_annotation_is_added_to_the_map_or_creates_it() {
+        let mut m = meta(None);
+        assert_eq!(
+            annotation_op(&m, "csi.alpha.kubernetes.io/node-id", "n1"),
+            json!({"op": "add", "path": "/metadata/annotations", "value": {"csi.alpha.kubernetes.io/node-id": "n1"}})
+        );
+        m.annotations = Some(Default::default());
+        assert_eq!(
+            annotation_op(&m, "csi.alpha.kubernetes.io/node-id", "n1"),
+            json!({"op": "add", "path": "/metadata/annotations/csi.alpha.kubernetes.io~1node-id", "value": "n1"})
+        );
+        assert!(patch(vec![annotation_op(&m, "a~b", "v")]).is_ok());
+        assert_eq!(pointer_escape("a~b/c"), "a~0b~1c");
+    }
+}

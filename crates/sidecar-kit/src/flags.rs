@@ -1,0 +1,133 @@
+//! The flags every sidecar shares (csi-lib-utils' standard flags: API access, the driver's
+//! socket, leader election, the HTTP endpoint, logging), with upstream's names, defaults and Go
+//! syntax; each binary flattens them into its own.
+
+use std::time::Duration;
+
+use crate::duration::parse_go_duration;
+use crate::goflags::{parse_go_bool, parse_label_list};
+use crate::leader::{ElectionConfig, lease_namespace};
+
+fn go_bool(text: &str) -> Result<bool, String> {
+    parse_go_bool(text)
+}
+
+fn go_duration(text: &str) -> Result<Duration, String> {
+    parse_go_duration(text).map_err(|e| e.to_string())
+}
+
+/// `KEY:VALUE` pairs (an alias, so clap takes the flag as one value).
+pub type LabelList = Vec<(String, String)>;
+
+fn labels(text: &str) -> Result<LabelList, String> {
+    parse_label_list(text)
+}
+
+/// The shared flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// Absolute path to the kubeconfig file. Required only when running out of cluster.
+    #[arg(long, default_value = "")]
+    pub kubeconfig: String,
+    /// Address of the Kubernetes API server (overrides the kubeconfig's).
+    #[arg(long, default_value = "")]
+    pub master: String,
+    /// QPS to use while communicating with the Kubernetes API server.
+    #[arg(long, default_value_t = 5.0)]
+    pub kube_api_qps: f32,
+    /// Burst to use while communicating with the Kubernetes API server.
+    #[arg(long, default_value_t = 10)]
+    pub kube_api_burst: u32,
+    /// The gRPC endpoint of the CSI driver.
+    #[arg(long, default_value = "/run/csi/socket")]
+    pub csi_address: String,
+    /// Enable leader election.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub leader_election: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, default_value = "")]
+    pub leader_election_namespace: String,
+    /// Lease duration.
+    #[arg(long, default_value = "15s", value_parser = go_duration)]
+    pub leader_election_lease_duration: Duration,
+    /// Renew deadline.
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
+    pub leader_election_renew_deadline: Duration,
+    /// Retry period.
+    #[arg(long, default_value = "5s", value_parser = go_duration)]
+    pub leader_election_retry_period: Duration,
+    /// Labels of the Lease, KEY:VALUE,...
+    #[arg(long, default_value = "", value_parser = labels)]
+    pub leader_election_labels: LabelList,
+    /// host:port of the HTTP server for metrics and health (empty: off).
+    #[arg(long, default_value = "")]
+    pub http_endpoint: String,
+    /// Deprecated: host:port for metrics only; exclusive with --http-endpoint.
+    #[arg(long, default_value = "")]
+    pub metrics_address: String,
+    /// Path of the metrics endpoint.
+    #[arg(long, default_value = "/metrics")]
+    pub metrics_path: String,
+    /// Log verbosity (klog -v).
+    #[arg(long = "v", default_value_t = 0)]
+    pub verbosity: u8,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub logging_format: String,
+}
+
+/// A refused value of a shared flag: the flag and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag}: {reason}")]
+pub struct CommonFlagError {
+    /// The flag.
+    pub flag: &'static str,
+    /// Why.
+    pub reason: &'static str,
+}
+
+impl CommonArgs {
+    /// Checks the shared flags; returns the HTTP address to serve, if any.
+    pub fn validate(&self) -> Result<Option<String>, CommonFlagError> {
+        let refuse = |flag, reason| Err(CommonFlagError { flag, reason });
+        if self.kube_api_qps.is_nan() || self.kube_api_qps < 0.0 {
+            return refuse("--kube-api-qps", "must not be negative");
+        }
+        if !self.http_endpoint.is_empty() && !self.metrics_address.is_empty() {
+            return refuse(
+                "--metrics-address",
+                "cannot be used together with --http-endpoint",
+            );
+        }
+        if !self.metrics_path.starts_with('/') {
+            return refuse("--metrics-path", "must start with /");
+        }
+        if self.leader_election
+            && (self.leader_election_renew_deadline >= self.leader_election_lease_duration
+                || self.leader_election_retry_period >= self.leader_election_renew_deadline)
+        {
+            return refuse(
+                "--leader-election-renew-deadline",
+                "must be shorter than --leader-election-lease-duration and longer than --leader-election-retry-period",
+            );
+        }
+        Ok([&self.http_endpoint, &self.metrics_address]
+            .into_iter()
+            .find(|a| !a.is_empty())
+            .cloned())
+    }
+
+    /// The election of the Lease `name`, when `--leader-election` is on.
+    pub fn election(&self, name: String, release_on_exit: bool) -> Option<ElectionConfig> {
+        self.leader_election.then(|| ElectionConfig {
+            namespace: lease_namespace(&self.leader_election_namespace),
+            name,
+            identity: format!("{}_{}", crate::vocabulary::hostname(), uuid::Uuid::new_v4()),
+            lease_duration: self.leader_election_lease_duration,
+            renew_deadline: self.leader_election_renew_deadline,
+            retry_period: self.leader_election_retry_period,
+            labels: self.leader_election_labels.iter().cloned().collect(),
+            release_on_exit,
+        })
+    }
+}

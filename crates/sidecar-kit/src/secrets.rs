@@ -1,0 +1,44 @@
+//! Secrets for CSI calls: fetched live at call time (never cached, never logged), as the
+//! UTF-8 strings CSI wants.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+
+/// A Secret that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failed to load secret \"{namespace}/{name}\": {reason}")]
+pub struct SecretError {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The data of Secret `namespace/name` as strings.
+pub async fn fetch(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<HashMap<String, String>, SecretError> {
+    let fail = |reason: String| SecretError {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        reason,
+    };
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let found = api.get(name).await.map_err(|e| match e {
+        kube::Error::Api(s) if s.code == 404 => fail("not found".into()),
+        other => fail(other.to_string()),
+    })?;
+    let mut out = HashMap::new();
+    for (key, value) in found.data.unwrap_or_default() {
+        let text = String::from_utf8(value.0)
+            .map_err(|_| fail(format!("value of key {key:?} is not UTF-8")))?;
+        out.insert(key, text);
+    }
+    Ok(out)
+}
