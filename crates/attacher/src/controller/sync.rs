@@ -1,0 +1,434 @@
+//! Carrying out a plan: the API writes and CSI calls of one attach, detach or PV release, in
+//! the order the decisions give (protect first, call, then record), with the outcome written
+//! to the VolumeAttachment's status.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::Value;
+use sidecar_kit::csi::CallError;
+use sidecar_kit::events::EventType;
+use sidecar_kit::vocabulary::reference;
+use sidecar_kit::workqueue::Next;
+
+use super::Attacher;
+use crate::decide::attach::{self, Plan, World};
+use crate::decide::{self, status, volume};
+
+/// How soon a VolumeAttachment held by the other queue's worker is looked at again.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Why a sync failed (retried with backoff; the attach or detach error is in the status).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The attach cannot be tried (no PV, no CSINode, a bad spec).
+    #[error("failed to attach {name}: {message}")]
+    AttachRefused {
+        /// The VolumeAttachment.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// The detach cannot be tried.
+    #[error("failed to detach {name}: {message}")]
+    DetachRefused {
+        /// The VolumeAttachment.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// Adding the finalizer to the PV failed.
+    #[error("could not add PersistentVolume finalizer to {pv}: {source}")]
+    ProtectVolume {
+        /// The PV.
+        pv: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Adding the finalizer and node id to the VolumeAttachment failed.
+    #[error("could not save VolumeAttachment {name}: {source}")]
+    ProtectAttachment {
+        /// The VolumeAttachment.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// The controller-publish Secret could not be read.
+    #[error(transparent)]
+    Secret(#[from] sidecar_kit::secrets::SecretError),
+    /// ControllerPublishVolume failed.
+    #[error("failed to attach {name}: {source}")]
+    Publish {
+        /// The VolumeAttachment.
+        name: String,
+        /// The call's error.
+        source: CallError,
+    },
+    /// ControllerUnpublishVolume failed.
+    #[error("failed to detach {name}: {source}")]
+    Unpublish {
+        /// The VolumeAttachment.
+        name: String,
+        /// The call's error.
+        source: CallError,
+    },
+    /// A status write failed.
+    #[error("failed to write the status of {name}: {source}")]
+    Status {
+        /// The VolumeAttachment.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Removing the finalizer from the VolumeAttachment failed.
+    #[error("could not remove the finalizer of VolumeAttachment {name}: {source}")]
+    ReleaseAttachment {
+        /// The VolumeAttachment.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Removing the finalizer from the PV failed.
+    #[error("could not remove the finalizer of PersistentVolume {pv}: {source}")]
+    ReleaseVolume {
+        /// The PV.
+        pv: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// A patch built by a decision did not parse (a bug).
+    #[error("invalid patch: {0}")]
+    Patch(#[from] serde_json::Error),
+}
+
+/// Whether an API error means the object changed under a guarded patch (a `test` op or a
+/// precondition failed): look again at the new object rather than count a failure.
+fn changed_meanwhile(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 409 || s.code == 422)
+}
+
+fn not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 404)
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Holds a VolumeAttachment's name in the busy set while a worker handles it.
+struct Busy<'a> {
+    attacher: &'a Attacher,
+    name: String,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.attacher.busy.lock().remove(&self.name);
+    }
+}
+
+impl Attacher {
+    fn hold(&self, name: &str) -> Option<Busy<'_>> {
+        self.busy.lock().insert(name.to_string()).then(|| Busy {
+            attacher: self,
+            name: name.to_string(),
+        })
+    }
+
+    fn plan_for(&self, va: &VolumeAttachment, force: bool) -> Plan {
+        let pv = va
+            .spec
+            .source
+            .persistent_volume_name
+            .as_ref()
+            .and_then(|n| self.volumes.get(&ObjectRef::new(n)));
+        let csinode = self.csinodes.get(&ObjectRef::new(&va.spec.node_name));
+        attach::plan(
+            va,
+            World {
+                volume: pv.as_deref(),
+                csinode: csinode.as_deref(),
+                driver: &self.cfg.driver,
+                options: &self.cfg.options,
+            },
+            force,
+        )
+    }
+
+    async fn write_status(&self, name: &str, patch: &Value) -> Result<(), kube::Error> {
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+    }
+
+    async fn json_patch<K>(&self, api: Api<K>, name: &str, ops: Vec<Value>) -> Result<(), SyncErrorOrApi>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let patch = sidecar_kit::finalizers::patch(ops).map_err(SyncErrorOrApi::Patch)?;
+        api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .map(|_| ())
+            .map_err(SyncErrorOrApi::Api)
+    }
+
+    /// Records a failure in the status (and an event, once per message) and returns it.
+    async fn failed(
+        &self,
+        va: &VolumeAttachment,
+        detach: bool,
+        message: String,
+        code: Option<tonic::Code>,
+        error: SyncError,
+    ) -> Result<Next, SyncError> {
+        let name = va.metadata.name.clone().unwrap_or_default();
+        let patch = if detach {
+            status::detach_error(&now(), &message)
+        } else {
+            let code = code.filter(|_| self.cfg.options.error_codes).map(|c| c as i32);
+            status::attach_error(&now(), &message, code)
+        };
+        if let Err(source) = self.write_status(&name, &patch).await
+            && !not_found(&source)
+        {
+            tracing::warn!(attachment = %name, error = %source, "failed to save the error in the status");
+        }
+        let reason = if detach { "DetachFailed" } else { "AttachFailed" };
+        self.recorder
+            .record(&reference(va), EventType::Warning, reason, &message)
+            .await;
+        Err(error)
+    }
+
+    /// The attach queue's reconcile.
+    pub(super) async fn sync_attach(self: &Arc<Self>, name: &str) -> Result<Next, SyncError> {
+        let Some(_held) = self.hold(name) else {
+            return Ok(Next::After(BUSY_RETRY));
+        };
+        let Some(va) = self.attachment(name) else {
+            self.forced.lock().remove(name);
+            return Ok(Next::Done);
+        };
+        if !decide::ours(&va, &self.cfg.driver.name) {
+            return Ok(Next::Done);
+        }
+        if decide::deleting(&va) && self.cfg.driver.publish_unpublish {
+            self.detach_queue.add_now(name.to_string());
+            return Ok(Next::Done);
+        }
+        let force = self.forced.lock().contains(name);
+        match self.plan_for(&va, force) {
+            Plan::Nothing => Ok(Next::Done),
+            Plan::MarkAttached => {
+                match self.write_status(name, &status::attached(&Default::default())).await {
+                    Ok(()) => Ok(Next::Done),
+                    Err(e) if not_found(&e) => Ok(Next::Done),
+                    Err(source) => Err(SyncError::Status {
+                        name: name.to_string(),
+                        source,
+                    }),
+                }
+            }
+            Plan::AttachFailed(message) => {
+                let error = SyncError::AttachRefused {
+                    name: name.to_string(),
+                    message: message.clone(),
+                };
+                self.failed(&va, false, message, None, error).await
+            }
+            Plan::Detach(_) | Plan::DetachFailed(_) => {
+                // Being deleted meanwhile (the trivial driver never gets here).
+                self.detach_queue.add_now(name.to_string());
+                Ok(Next::Done)
+            }
+            Plan::Attach(plan) => self.attach(&va, plan).await,
+        }
+    }
+
+    async fn attach(
+        &self,
+        va: &VolumeAttachment,
+        plan: attach::Attach,
+    ) -> Result<Next, SyncError> {
+        let name = va.metadata.name.clone().unwrap_or_default();
+        if let Some((pv, ops)) = plan.protect_volume {
+            let api: Api<PersistentVolume> = Api::all(self.client.clone());
+            match self.json_patch(api, &pv, ops).await {
+                Ok(()) => {}
+                Err(SyncErrorOrApi::Api(e)) if changed_meanwhile(&e) => return Ok(Next::Retry),
+                Err(SyncErrorOrApi::Api(source)) => {
+                    let message = format!("could not add PersistentVolume finalizer: {source}");
+                    let error = SyncError::ProtectVolume { pv, source };
+                    return self.failed(va, false, message, None, error).await;
+                }
+                Err(SyncErrorOrApi::Patch(e)) => return Err(e.into()),
+            }
+        }
+        if let Some(ops) = plan.protect_attachment {
+            let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+            match self.json_patch(api, &name, ops).await {
+                Ok(()) => {}
+                Err(SyncErrorOrApi::Api(e)) if changed_meanwhile(&e) || not_found(&e) => {
+                    return Ok(Next::Retry);
+                }
+                Err(SyncErrorOrApi::Api(source)) => {
+                    let message = format!("could not save VolumeAttachment: {source}");
+                    let error = SyncError::ProtectAttachment { name, source };
+                    return self.failed(va, false, message, None, error).await;
+                }
+                Err(SyncErrorOrApi::Patch(e)) => return Err(e.into()),
+            }
+        }
+        let secrets = match &plan.publish.secret {
+            None => Default::default(),
+            Some(s) => match sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await {
+                Ok(secrets) => secrets,
+                Err(e) => {
+                    let message = e.to_string();
+                    return self.failed(va, false, message, None, e.into()).await;
+                }
+            },
+        };
+        match self.publish(&plan.publish, secrets).await {
+            Ok(context) => {
+                match self.write_status(&name, &status::attached(&context)).await {
+                    Ok(()) => {}
+                    // Deleted meanwhile: the detach has the finalizer to work with.
+                    Err(e) if not_found(&e) => {}
+                    Err(source) => return Err(SyncError::Status { name, source }),
+                }
+                self.forced.lock().remove(&name);
+                tracing::info!(attachment = %name, volume = %plan.publish.volume_id, node = %va.spec.node_name, "attached");
+                Ok(Next::Done)
+            }
+            Err(source) => {
+                let message = status::grpc_message(&source);
+                let code = Some(source.code);
+                let error = SyncError::Publish { name, source };
+                self.failed(va, false, message, code, error).await
+            }
+        }
+    }
+
+    /// The detach queue's reconcile.
+    pub(super) async fn sync_detach(self: &Arc<Self>, name: &str) -> Result<Next, SyncError> {
+        let Some(_held) = self.hold(name) else {
+            return Ok(Next::After(BUSY_RETRY));
+        };
+        let Some(va) = self.attachment(name) else {
+            self.forced.lock().remove(name);
+            return Ok(Next::Done);
+        };
+        if !decide::ours(&va, &self.cfg.driver.name) {
+            return Ok(Next::Done);
+        }
+        if !decide::deleting(&va) {
+            self.attach_queue.add_now(name.to_string());
+            return Ok(Next::Done);
+        }
+        let force = self.forced.lock().contains(name);
+        let plan = match self.plan_for(&va, force) {
+            Plan::Detach(plan) => plan,
+            Plan::DetachFailed(message) => {
+                let error = SyncError::DetachRefused {
+                    name: name.to_string(),
+                    message: message.clone(),
+                };
+                return self.failed(&va, true, message, None, error).await;
+            }
+            Plan::MarkAttached | Plan::Attach(_) | Plan::AttachFailed(_) | Plan::Nothing => {
+                self.forced.lock().remove(name);
+                return Ok(Next::Done);
+            }
+        };
+        let secrets = match &plan.secret {
+            None => Default::default(),
+            Some(s) => match sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await {
+                Ok(secrets) => secrets,
+                Err(e) => {
+                    let message = e.to_string();
+                    return self.failed(&va, true, message, None, e.into()).await;
+                }
+            },
+        };
+        if let Err(source) = self.unpublish(&plan, secrets).await {
+            let message = status::grpc_message(&source);
+            let error = SyncError::Unpublish {
+                name: name.to_string(),
+                source,
+            };
+            return self.failed(&va, true, message, None, error).await;
+        }
+        if let Some(ops) = plan.release {
+            let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+            match self.json_patch(api, name, ops).await {
+                Ok(()) => {}
+                Err(SyncErrorOrApi::Api(e)) if not_found(&e) => {}
+                // Changed meanwhile: detach again (idempotent) from the new object.
+                Err(SyncErrorOrApi::Api(e)) if changed_meanwhile(&e) => return Ok(Next::Retry),
+                Err(SyncErrorOrApi::Api(source)) => {
+                    return Err(SyncError::ReleaseAttachment {
+                        name: name.to_string(),
+                        source,
+                    });
+                }
+                Err(SyncErrorOrApi::Patch(e)) => return Err(e.into()),
+            }
+        }
+        if plan.write_status {
+            match self.write_status(name, &status::detached()).await {
+                Ok(()) => {}
+                Err(e) if not_found(&e) => {}
+                Err(source) => {
+                    return Err(SyncError::Status {
+                        name: name.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+        self.forced.lock().remove(name);
+        tracing::info!(attachment = %name, volume = %plan.volume_id, node = %va.spec.node_name, "detached");
+        Ok(Next::Done)
+    }
+
+    /// The volume queue's reconcile: a deleted PV loses our finalizer once no
+    /// VolumeAttachment names it.
+    pub(super) async fn sync_volume(self: &Arc<Self>, name: &str) -> Result<Next, SyncError> {
+        let Some(pv) = self.volumes.get(&ObjectRef::new(name)) else {
+            return Ok(Next::Done);
+        };
+        let named = self
+            .attachments
+            .state()
+            .iter()
+            .any(|va| va.spec.source.persistent_volume_name.as_deref() == Some(name));
+        let Some(ops) = volume::release(&pv, &self.finalizer, named) else {
+            return Ok(Next::Done);
+        };
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        match self.json_patch(api, name, ops).await {
+            Ok(()) => Ok(Next::Done),
+            Err(SyncErrorOrApi::Api(e)) if not_found(&e) => Ok(Next::Done),
+            Err(SyncErrorOrApi::Api(e)) if changed_meanwhile(&e) => Ok(Next::Retry),
+            Err(SyncErrorOrApi::Api(source)) => Err(SyncError::ReleaseVolume {
+                pv: name.to_string(),
+                source,
+            }),
+            Err(SyncErrorOrApi::Patch(e)) => Err(e.into()),
+        }
+    }
+}
+
+/// A JSON patch that failed to build or to apply.
+enum SyncErrorOrApi {
+    Patch(serde_json::Error),
+    Api(kube::Error),
+}

@@ -1,0 +1,273 @@
+//! The plan for one VolumeAttachment of our driver: mark it attached (a driver without
+//! PUBLISH_UNPUBLISH_VOLUME), attach it (finalizers first, then ControllerPublishVolume, then
+//! the status), detach it (ControllerUnpublishVolume, then the finalizer), or write why it
+//! cannot be done.
+
+use std::collections::HashMap;
+
+use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeSpec};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use serde_json::Value;
+use sidecar_kit::finalizers;
+use sidecar_kit::pv_csi::{self, VolumeSpecError};
+
+use super::{ANN_NODE_ID, DriverView, Options, attached, deleting, finalizer};
+
+/// A Secret by namespace and name (its contents are read at call time, never kept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// ControllerPublishVolume's arguments, but the secret's contents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Publish {
+    /// `volume_id`: the PV's volume handle.
+    pub volume_id: String,
+    /// `node_id`: the driver's id of the node (from CSINode).
+    pub node_id: String,
+    /// `volume_capability`.
+    pub capability: csi::VolumeCapability,
+    /// `readonly`.
+    pub readonly: bool,
+    /// `volume_context`: the PV's volume attributes.
+    pub context: HashMap<String, String>,
+    /// `controllerPublishSecretRef`.
+    pub secret: Option<SecretRef>,
+}
+
+/// An attach: the API writes before the call, then the call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attach {
+    /// The PV and the JSON patch adding our finalizer, when it lacks it (before any publish,
+    /// so the PV outlives the attachment and the detach can read it).
+    pub protect_volume: Option<(String, Vec<Value>)>,
+    /// The JSON patch adding our finalizer and the node-id annotation to the
+    /// VolumeAttachment, when either is missing (before the publish, so a deletion waits for
+    /// the detach).
+    pub protect_attachment: Option<Vec<Value>>,
+    /// The call.
+    pub publish: Publish,
+}
+
+/// A detach: the call, then the writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detach {
+    /// `volume_id`.
+    pub volume_id: String,
+    /// `node_id`: from CSINode, else the annotation written at attach.
+    pub node_id: String,
+    /// `controllerPublishSecretRef`.
+    pub secret: Option<SecretRef>,
+    /// The JSON patch removing our finalizer, when it is there.
+    pub release: Option<Vec<Value>>,
+    /// Whether `status` is written afterwards (`attached: false`): not when removing our
+    /// finalizer lets the object go (nobody would read it; upstream's write gets a 404).
+    pub write_status: bool,
+}
+
+/// What to do with one VolumeAttachment.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// Nothing: attached already, or being deleted without our finalizer.
+    Nothing,
+    /// A driver without PUBLISH_UNPUBLISH_VOLUME: write `attached: true`, no finalizers.
+    MarkAttached,
+    /// Attach.
+    Attach(Attach),
+    /// Detach.
+    Detach(Detach),
+    /// The attach cannot be tried: the message goes to `attachError`, retried with backoff.
+    AttachFailed(String),
+    /// The detach cannot be tried: the message goes to `detachError`, retried with backoff.
+    DetachFailed(String),
+}
+
+/// The objects a plan reads.
+#[derive(Debug, Clone, Copy)]
+pub struct World<'a> {
+    /// The VolumeAttachment's PV (by `spec.source.persistentVolumeName`), if it exists.
+    pub volume: Option<&'a PersistentVolume>,
+    /// The CSINode of `spec.nodeName`, if it exists.
+    pub csinode: Option<&'a CSINode>,
+    /// The driver.
+    pub driver: &'a DriverView,
+    /// Flags.
+    pub options: &'a Options,
+}
+
+/// The volume spec a VolumeAttachment names: its PV's, or the inline one.
+pub fn volume_spec<'a>(
+    va: &'a VolumeAttachment,
+    volume: Option<&'a PersistentVolume>,
+) -> Result<&'a PersistentVolumeSpec, String> {
+    let source = &va.spec.source;
+    match (&source.persistent_volume_name, &source.inline_volume_spec) {
+        (Some(_), Some(_)) => {
+            Err("both InlineCSIVolumeSource and PersistentVolumeName specified in VA source".into())
+        }
+        (None, None) => {
+            Err("neither InlineCSIVolumeSource nor PersistentVolumeName specified in VA source".into())
+        }
+        (None, Some(spec)) => {
+            if spec.csi.is_none() {
+                return Err("inline volume spec contains nil CSI source".into());
+            }
+            Ok(spec)
+        }
+        (Some(name), None) => volume
+            .and_then(|pv| pv.spec.as_ref())
+            .ok_or_else(|| format!("persistentvolume {name:?} not found")),
+    }
+}
+
+/// The driver's id of the VolumeAttachment's node, from its CSINode.
+pub fn node_id_from_csinode(
+    va: &VolumeAttachment,
+    csinode: Option<&CSINode>,
+    driver: &str,
+) -> Result<String, String> {
+    let node = &va.spec.node_name;
+    let csinode =
+        csinode.ok_or_else(|| format!("csinode.storage.k8s.io {node:?} not found"))?;
+    csinode
+        .spec
+        .drivers
+        .iter()
+        .find(|d| d.name == driver)
+        .map(|d| d.node_id.clone())
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| format!("CSINode {node} does not contain driver {driver}"))
+}
+
+/// The node id for a detach or a reconcile: the CSINode's, else the annotation written at
+/// attach.
+pub fn node_id_for_detach(
+    va: &VolumeAttachment,
+    csinode: Option<&CSINode>,
+    driver: &str,
+) -> Result<String, String> {
+    node_id_from_csinode(va, csinode, driver).or_else(|error| {
+        sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID)
+            .filter(|id| !id.is_empty())
+            .map(str::to_string)
+            .ok_or(error)
+    })
+}
+
+fn secret_of(spec: &PersistentVolumeSpec) -> Option<SecretRef> {
+    let r = spec.csi.as_ref()?.controller_publish_secret_ref.as_ref()?;
+    Some(SecretRef {
+        namespace: r.namespace.clone().unwrap_or_default(),
+        name: r.name.clone()?,
+    })
+}
+
+fn spec_error(error: VolumeSpecError) -> String {
+    error.to_string()
+}
+
+/// The plan for `va` (ours), `force` when the periodic reconcile found the driver disagreeing
+/// with `status.attached`.
+pub fn plan(va: &VolumeAttachment, world: World<'_>, force: bool) -> Plan {
+    let driver = world.driver;
+    if !driver.publish_unpublish {
+        return if attached(va) {
+            Plan::Nothing
+        } else {
+            Plan::MarkAttached
+        };
+    }
+    let ours = finalizer(&driver.name);
+    if deleting(va) {
+        return plan_detach(va, world, force, &ours);
+    }
+    if attached(va) && !force {
+        return Plan::Nothing;
+    }
+    match plan_attach(va, world, &ours) {
+        Ok(attach) => Plan::Attach(attach),
+        Err(message) => Plan::AttachFailed(message),
+    }
+}
+
+fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<Attach, String> {
+    let driver = world.driver;
+    let spec = volume_spec(va, world.volume)?;
+    let mut protect_volume = None;
+    if va.spec.source.persistent_volume_name.is_some()
+        && let Some(pv) = world.volume
+    {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        if pv.metadata.deletion_timestamp.is_some() {
+            return Err(format!("PersistentVolume {name:?} is marked for deletion"));
+        }
+        protect_volume = finalizers::add_ops(&pv.metadata, ours).map(|ops| (name, ops));
+    }
+    let source = pv_csi::csi_source(spec).map_err(spec_error)?;
+    let capability = pv_csi::capability(
+        spec,
+        driver.single_node_multi_writer,
+        &world.options.default_fstype,
+    )
+    .map_err(spec_error)?;
+    let node_id = node_id_from_csinode(va, world.csinode, &driver.name)?;
+    let mut ops = finalizers::add_ops(&va.metadata, ours).unwrap_or_default();
+    if sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID) != Some(node_id.as_str()) {
+        ops.push(finalizers::annotation_op(&va.metadata, ANN_NODE_ID, &node_id));
+    }
+    Ok(Attach {
+        protect_volume,
+        protect_attachment: (!ops.is_empty()).then_some(ops),
+        publish: Publish {
+            volume_id: source.volume_handle.clone(),
+            node_id,
+            capability,
+            readonly: source.read_only.unwrap_or(false) && driver.publish_readonly,
+            context: source
+                .volume_attributes
+                .clone()
+                .map(|a| a.into_iter().collect())
+                .unwrap_or_default(),
+            secret: secret_of(spec),
+        },
+    })
+}
+
+fn plan_detach(va: &VolumeAttachment, world: World<'_>, force: bool, ours: &str) -> Plan {
+    let release = finalizers::remove_ops(&va.metadata, ours);
+    if release.is_none() && !force {
+        return Plan::Nothing;
+    }
+    let resolved = volume_spec(va, world.volume).and_then(|spec| {
+        let source = pv_csi::csi_source(spec).map_err(spec_error)?;
+        let node_id = node_id_for_detach(va, world.csinode, &world.driver.name)?;
+        Ok((source.volume_handle.clone(), node_id, secret_of(spec)))
+    });
+    let (volume_id, node_id, secret) = match resolved {
+        Ok(r) => r,
+        Err(message) => return Plan::DetachFailed(message),
+    };
+    let only_ours = va.metadata.finalizers.as_ref().is_some_and(|f| f.len() == 1);
+    let status_clean = !attached(va)
+        && va
+            .status
+            .as_ref()
+            .is_none_or(|s| s.detach_error.is_none() && s.attachment_metadata.is_none());
+    let write_status = if release.is_some() {
+        !only_ours
+    } else {
+        !status_clean
+    };
+    Plan::Detach(Detach {
+        volume_id,
+        node_id,
+        secret,
+        release,
+        write_status,
+    })
+}

@@ -1,0 +1,43 @@
+//! The status writes (merge patches of the `status` subresource), as upstream writes them.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+/// Attached, with the driver's publish context; any attach error cleared.
+pub fn attached(publish_context: &HashMap<String, String>) -> Value {
+    let metadata = if publish_context.is_empty() {
+        Value::Null
+    } else {
+        json!(publish_context)
+    };
+    json!({"status": {"attached": true, "attachmentMetadata": metadata, "attachError": null}})
+}
+
+/// An attach failure: when and why (and the gRPC code, when asked for and known).
+pub fn attach_error(time: &str, message: &str, code: Option<i32>) -> Value {
+    let mut error = json!({"time": time, "message": message});
+    if let Some(code) = code {
+        error["errorCode"] = json!(code);
+    }
+    json!({"status": {"attachError": error}})
+}
+
+/// Detached: not attached, no metadata, no detach error.
+pub fn detached() -> Value {
+    json!({"status": {"attached": false, "attachmentMetadata": null, "detachError": null}})
+}
+
+/// A detach failure.
+pub fn detach_error(time: &str, message: &str) -> Value {
+    json!({"status": {"detachError": {"time": time, "message": message}}})
+}
+
+/// The text upstream writes for a failed call: Go's gRPC error string.
+pub fn grpc_message(error: &sidecar_kit::csi::CallError) -> String {
+    format!(
+        "rpc error: code = {} desc = {}",
+        sidecar_kit::csi::go_code_name(error.code),
+        error.message
+    )
+}

@@ -1,0 +1,350 @@
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec, SecretReference,
+};
+use k8s_openapi::api::storage::v1::{
+    CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment, VolumeAttachmentSource,
+    VolumeAttachmentSpec, VolumeAttachmentStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde_json::json;
+
+use super::attach::{Plan, World, plan};
+use super::*;
+
+const DRIVER: &str = "hostpath.csi.k8s.io";
+const F: &str = "external-attacher/hostpath-csi-k8s-io";
+
+fn driver() -> DriverView {
+    DriverView {
+        name: DRIVER.into(),
+        publish_unpublish: true,
+        publish_readonly: true,
+        single_node_multi_writer: false,
+        list_published: true,
+    }
+}
+
+fn time() -> Time {
+    Time("2026-11-23T00:00:00Z".parse().unwrap())
+}
+
+fn va(finalizers: &[&str], attached: bool) -> VolumeAttachment {
+    VolumeAttachment {
+        metadata: ObjectMeta {
+            name: Some("csi-abc".into()),
+            resource_version: Some("3".into()),
+            finalizers: (!finalizers.is_empty())
+                .then(|| finalizers.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        },
+        spec: VolumeAttachmentSpec {
+            attacher: DRIVER.into(),
+            node_name: "node-1".into(),
+            source: VolumeAttachmentSource {
+                persistent_volume_name: Some("pv-1".into()),
+                ..Default::default()
+            },
+        },
+        status: Some(VolumeAttachmentStatus {
+            attached,
+            ..Default::default()
+        }),
+    }
+}
+
+fn pv() -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some("pv-1".into()),
+            resource_version: Some("9".into()),
+            finalizers: Some(vec!["kubernetes.io/pv-protection".into()]),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            mount_options: Some(vec!["noatime".into()]),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: DRIVER.into(),
+                volume_handle: "vol-1".into(),
+                fs_type: Some("ext4".into()),
+                read_only: Some(true),
+                volume_attributes: Some(BTreeMap::from([("tier".into(), "fast".into())])),
+                controller_publish_secret_ref: Some(SecretReference {
+                    name: Some("publish".into()),
+                    namespace: Some("ns".into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn csinode(node_id: Option<&str>) -> CSINode {
+    CSINode {
+        metadata: ObjectMeta {
+            name: Some("node-1".into()),
+            ..Default::default()
+        },
+        spec: CSINodeSpec {
+            drivers: node_id
+                .map(|id| CSINodeDriver {
+                    name: DRIVER.into(),
+                    node_id: id.into(),
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect(),
+        },
+    }
+}
+
+fn deleting_va(finalizers: &[&str], attached: bool) -> VolumeAttachment {
+    let mut v = va(finalizers, attached);
+    v.metadata.deletion_timestamp = Some(time());
+    v
+}
+
+#[test]
+fn names_follow_upstream() {
+    assert_eq!(finalizer(DRIVER), F);
+    assert_eq!(finalizer("x.y-"), "external-attacher/x-y-X");
+    assert_eq!(lease(DRIVER), "external-attacher-leader-hostpath-csi-k8s-io");
+}
+
+#[test]
+fn an_attach_protects_the_volume_and_the_attachment_before_publishing() {
+    let (d, o) = (driver(), Options::default());
+    let (p, n) = (pv(), csinode(Some("n1")));
+    let world = World {
+        volume: Some(&p),
+        csinode: Some(&n),
+        driver: &d,
+        options: &o,
+    };
+    let Plan::Attach(a) = plan(&va(&[], false), world, false) else {
+        panic!("an attach")
+    };
+    assert_eq!(
+        a.protect_volume,
+        Some((
+            "pv-1".into(),
+            vec![json!({"op": "add", "path": "/metadata/finalizers/-", "value": F})]
+        ))
+    );
+    assert_eq!(
+        a.protect_attachment,
+        Some(vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "3"}),
+            json!({"op": "add", "path": "/metadata/finalizers", "value": [F]}),
+            json!({"op": "add", "path": "/metadata/annotations", "value": {ANN_NODE_ID: "n1"}}),
+        ])
+    );
+    let p2 = &a.publish;
+    assert_eq!((p2.volume_id.as_str(), p2.node_id.as_str()), ("vol-1", "n1"));
+    assert!(p2.readonly, "spec.csi.readOnly with PUBLISH_READONLY");
+    assert_eq!(p2.context.get("tier").map(String::as_str), Some("fast"));
+    assert_eq!(
+        p2.secret,
+        Some(super::attach::SecretRef {
+            namespace: "ns".into(),
+            name: "publish".into()
+        })
+    );
+    let Some(csi_proto::v1::volume_capability::AccessType::Mount(m)) =
+        &p2.capability.access_type
+    else {
+        panic!("a mount")
+    };
+    assert_eq!((m.fs_type.as_str(), m.mount_flags.clone()), ("ext4", vec!["noatime".to_string()]));
+}
+
+#[test]
+fn the_plan_for_each_state_of_an_attachment() {
+    use Plan as P;
+    let d = driver();
+    let trivial = DriverView {
+        publish_unpublish: false,
+        ..driver()
+        };
+    let no_readonly = DriverView {
+        publish_readonly: false,
+        ..driver()
+    };
+    let o = Options::default();
+    let mut deleting_pv = pv();
+    deleting_pv.metadata.deletion_timestamp = Some(time());
+    let mut annotated = deleting_va(&[F], true);
+    annotated.metadata.annotations = Some(BTreeMap::from([(ANN_NODE_ID.into(), "n-old".into())]));
+    let mut both = va(&[], false);
+    both.spec.source.inline_volume_spec = pv().spec;
+    let mut inline = va(&[], false);
+    inline.spec.source.persistent_volume_name = None;
+    inline.spec.source.inline_volume_spec = pv().spec;
+    let mut protected = pv();
+    protected.metadata.finalizers = Some(vec![F.into()]);
+    let mut done = va(&[F], false);
+    done.metadata.annotations = Some(BTreeMap::from([(ANN_NODE_ID.into(), "n1".into())]));
+    let cases: Vec<(&str, VolumeAttachment, Option<PersistentVolume>, Option<CSINode>, &DriverView, bool, &str)> = vec![
+        ("trivial driver, not attached", va(&[], false), None, None, &trivial, false, "mark"),
+        ("trivial driver, attached", va(&[], true), None, None, &trivial, false, "nothing"),
+        ("attached", va(&[F], true), Some(pv()), Some(csinode(Some("n1"))), &d, false, "nothing"),
+        ("attached, forced by the reconcile", va(&[F], true), Some(pv()), Some(csinode(Some("n1"))), &d, true, "attach"),
+        ("protected already: publish only", done, Some(protected), Some(csinode(Some("n1"))), &d, false, "attach, no writes"),
+        ("no PV", va(&[], false), None, Some(csinode(Some("n1"))), &d, false, "attach error: persistentvolume \"pv-1\" not found"),
+        ("PV being deleted", va(&[], false), Some(deleting_pv), Some(csinode(Some("n1"))), &d, false, "attach error: PersistentVolume \"pv-1\" is marked for deletion"),
+        ("no CSINode", va(&[], false), Some(pv()), None, &d, false, "attach error: csinode.storage.k8s.io \"node-1\" not found"),
+        ("CSINode without the driver", va(&[], false), Some(pv()), Some(csinode(None)), &d, false, "attach error: CSINode node-1 does not contain driver hostpath.csi.k8s.io"),
+        ("both sources", both, Some(pv()), Some(csinode(Some("n1"))), &d, false, "attach error: both InlineCSIVolumeSource and PersistentVolumeName specified in VA source"),
+        ("inline source", inline, None, Some(csinode(Some("n1"))), &d, false, "attach"),
+        ("read-only without PUBLISH_READONLY", va(&[], false), Some(pv()), Some(csinode(Some("n1"))), &no_readonly, false, "attach read-write"),
+        ("deleting without our finalizer", deleting_va(&[], true), Some(pv()), Some(csinode(Some("n1"))), &d, false, "nothing"),
+        ("deleting, only our finalizer", deleting_va(&[F], true), Some(pv()), Some(csinode(Some("n1"))), &d, false, "detach n1, release, no status"),
+        ("deleting, another finalizer too", deleting_va(&["x", F], true), Some(pv()), Some(csinode(Some("n1"))), &d, false, "detach n1, release, status"),
+        ("deleting, CSINode gone: the annotation", annotated.clone(), Some(pv()), None, &d, false, "detach n-old, release, no status"),
+        ("deleting, no node id at all", deleting_va(&[F], true), Some(pv()), None, &d, false, "detach error: csinode.storage.k8s.io \"node-1\" not found"),
+        ("deleting, PV gone", deleting_va(&[F], true), None, Some(csinode(Some("n1"))), &d, false, "detach error: persistentvolume \"pv-1\" not found"),
+        ("deleting, released, forced", deleting_va(&["x"], false), Some(pv()), Some(csinode(Some("n1"))), &d, true, "detach n1, status clean"),
+    ];
+    for (name, v, p, n, drv, force, want) in cases {
+        let world = World {
+            volume: p.as_ref(),
+            csinode: n.as_ref(),
+            driver: drv,
+            options: &o,
+        };
+        let got = match plan(&v, world, force) {
+            P::Nothing => "nothing".to_string(),
+            P::MarkAttached => "mark".to_string(),
+            P::Attach(a) if a.protect_attachment.is_none() && a.protect_volume.is_none() => {
+                "attach, no writes".to_string()
+            }
+            P::Attach(a) if !a.publish.readonly => "attach read-write".to_string(),
+            P::Attach(_) => "attach".to_string(),
+            P::Detach(d) => format!(
+                "detach {}{}{}",
+                d.node_id,
+                if d.release.is_some() { ", release" } else { "" },
+                match (d.write_status, d.release.is_some()) {
+                    (true, _) => ", status",
+                    (false, true) => ", no status",
+                    (false, false) => ", status clean",
+                }
+            ),
+            P::AttachFailed(m) => format!("attach error: {m}"),
+            P::DetachFailed(m) => format!("detach error: {m}"),
+        };
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn the_volume_finalizer_goes_once_the_volume_is_deleted_and_no_attachment_names_it() {
+    let mut p = pv();
+    p.metadata.finalizers = Some(vec!["kubernetes.io/pv-protection".into(), F.into()]);
+    assert_eq!(volume::release(&p, F, false), None, "not being deleted");
+    p.metadata.deletion_timestamp = Some(time());
+    assert_eq!(volume::release(&p, F, true), None, "still named");
+    assert_eq!(
+        volume::release(&p, F, false),
+        Some(vec![
+            json!({"op": "test", "path": "/metadata/finalizers/1", "value": F}),
+            json!({"op": "remove", "path": "/metadata/finalizers/1"}),
+        ])
+    );
+    p.metadata.finalizers = None;
+    assert_eq!(volume::release(&p, F, false), None, "not ours");
+}
+
+#[test]
+fn the_reconcile_forces_the_attachments_the_driver_disagrees_with() {
+    let p = pv();
+    let n = csinode(Some("n1"));
+    let named = |name: &str, v: VolumeAttachment| {
+        let mut v = v;
+        v.metadata.name = Some(name.into());
+        v
+    };
+    let mut other = named("other-driver", va(&[], true));
+    other.spec.attacher = "other".into();
+    let mut no_pv = named("no-pv", va(&[], true));
+    no_pv.spec.source.persistent_volume_name = Some("missing".into());
+    let vas = [
+        named("lost", va(&[F], true)),
+        named("kept", va(&[F], true)),
+        named("leftover", deleting_va(&["x"], false)),
+        named("pending", va(&[], false)),
+        other,
+        no_pv,
+    ];
+    let mut published = reconcile::Published::new();
+    published.insert("vol-1".into(), ["n1".to_string()].into());
+    // Every attachment names vol-1 on n1: the driver says it is published there.
+    let drift = reconcile::drift(
+        vas.iter(),
+        |name| (name == "pv-1").then_some(&p),
+        |_| Some(&n),
+        DRIVER,
+        &published,
+    );
+    assert_eq!(drift, vec!["leftover".to_string(), "pending".to_string()]);
+    let drift = reconcile::drift(
+        vas.iter(),
+        |name| (name == "pv-1").then_some(&p),
+        |_| Some(&n),
+        DRIVER,
+        &reconcile::Published::new(),
+    );
+    assert_eq!(drift, vec!["lost".to_string(), "kept".to_string()]);
+}
+
+#[test]
+fn status_writes_are_upstreams() {
+    let ctx = [("devicePath".to_string(), "/dev/x".to_string())].into();
+    assert_eq!(
+        status::attached(&ctx),
+        json!({"status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/x"}, "attachError": null}})
+    );
+    assert_eq!(
+        status::attached(&Default::default())["status"]["attachmentMetadata"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        status::attach_error("T", "m", Some(8)),
+        json!({"status": {"attachError": {"time": "T", "message": "m", "errorCode": 8}}})
+    );
+    assert_eq!(
+        status::attach_error("T", "m", None),
+        json!({"status": {"attachError": {"time": "T", "message": "m"}}})
+    );
+    assert_eq!(
+        status::detach_error("T", "m"),
+        json!({"status": {"detachError": {"time": "T", "message": "m"}}})
+    );
+    let err = sidecar_kit::csi::CallError {
+        method: "ControllerPublishVolume",
+        code: tonic::Code::ResourceExhausted,
+        message: "too many".into(),
+    };
+    assert_eq!(
+        status::grpc_message(&err),
+        "rpc error: code = ResourceExhausted desc = too many"
+    );
+}
+
+#[test]
+fn only_meaningful_changes_change_the_fingerprint() {
+    let a = va(&[F], false);
+    let mut errored = a.clone();
+    errored.status.as_mut().unwrap().attach_error = Some(Default::default());
+    errored.metadata.resource_version = Some("4".into());
+    assert_eq!(fingerprint(&a), fingerprint(&errored));
+    assert_ne!(fingerprint(&a), fingerprint(&va(&[F], true)));
+    assert_ne!(fingerprint(&a), fingerprint(&deleting_va(&[F], false)));
+    assert!(ours(&a, DRIVER) && !ours(&a, "other"));
+}
