@@ -72,6 +72,11 @@ pub struct DriverArgs {
     /// error:CODE[:PROBABILITY][:after], hang (repeatable; METHOD `*` matches every method).
     #[arg(long = "fault", value_name = "METHOD=RULES")]
     pub faults: Vec<String>,
+    /// A secret a method requires, METHOD:KEY=VALUE (repeatable): calls of METHOD whose
+    /// secrets lack KEY with VALUE fail with INVALID_ARGUMENT. Lets tests check that the
+    /// sidecars and the node pass the Secrets a PV names.
+    #[arg(long = "require-secret", value_name = "METHOD:KEY=VALUE")]
+    pub require_secrets: Vec<String>,
     /// Control file for faults, re-read whenever it changes; while it exists its lines (same
     /// syntax as --fault) replace the --fault flags. Lets a test switch faults mid-run.
     #[arg(long)]
@@ -158,6 +163,8 @@ pub struct DriverConfig {
     pub state_dir: PathBuf,
     /// Faults from flags.
     pub faults: FaultSet,
+    /// Secrets methods require: (method, key, value).
+    pub required_secrets: Vec<(String, String, String)>,
     /// Fault control file.
     pub fault_file: Option<PathBuf>,
     /// Journal length that triggers compaction.
@@ -238,7 +245,21 @@ impl DriverArgs {
             }
         }
         let faults = FaultSet::parse_lines(self.faults.iter().map(String::as_str))?;
+        let mut required_secrets = Vec::new();
+        for rule in &self.require_secrets {
+            let parsed = rule.split_once(':').and_then(|(method, pair)| {
+                let (key, value) = pair.split_once('=')?;
+                (!method.is_empty() && !key.is_empty())
+                    .then(|| (method.to_string(), key.to_string(), value.to_string()))
+            });
+            required_secrets.push(parsed.ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "--require-secret {rule:?}: expected METHOD:KEY=VALUE"
+                ))
+            })?);
+        }
         Ok(DriverConfig {
+            required_secrets,
             socket_path,
             name: self.drivername,
             node,
@@ -292,10 +313,30 @@ pub(crate) fn test_config() -> DriverConfig {
         publish_mode: PublishMode::Symlink,
         state_dir: "/tmp/unused".into(),
         faults: FaultSet::default(),
+        required_secrets: Vec::new(),
         fault_file: None,
         compact_after: 100,
         default_volume_size: 1 << 30,
         hang_poll: Duration::from_millis(10),
         features: Features::default(),
+    }
+}
+
+impl DriverConfig {
+    /// Refuses a call of `method` whose secrets lack one `--require-secret` asks for.
+    pub fn check_secrets(
+        &self,
+        method: &'static str,
+        secrets: &std::collections::HashMap<String, String>,
+    ) -> Result<(), crate::error::Error> {
+        for (m, key, value) in &self.required_secrets {
+            if m == method && secrets.get(key) != Some(value) {
+                return Err(crate::error::Error::SecretRequired {
+                    method,
+                    key: key.clone(),
+                });
+            }
+        }
+        Ok(())
     }
 }

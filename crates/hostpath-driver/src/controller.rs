@@ -457,10 +457,11 @@ impl Controller for Driver {
         &self,
         request: Request<csi::ControllerPublishVolumeRequest>,
     ) -> Reply<csi::ControllerPublishVolumeResponse> {
-        self.call(
-            "ControllerPublishVolume",
-            self.publish(request.into_inner()),
-        )
+        let req = request.into_inner();
+        self.call("ControllerPublishVolume", async move {
+            self.cfg.check_secrets("ControllerPublishVolume", &req.secrets)?;
+            self.publish(req).await
+        })
         .await
     }
 
@@ -468,10 +469,11 @@ impl Controller for Driver {
         &self,
         request: Request<csi::ControllerUnpublishVolumeRequest>,
     ) -> Reply<csi::ControllerUnpublishVolumeResponse> {
-        self.call(
-            "ControllerUnpublishVolume",
-            self.unpublish(request.into_inner()),
-        )
+        let req = request.into_inner();
+        self.call("ControllerUnpublishVolume", async move {
+            self.cfg.check_secrets("ControllerUnpublishVolume", &req.secrets)?;
+            self.unpublish(req).await
+        })
         .await
     }
 

@@ -207,6 +207,14 @@ pub enum Error {
     /// The volume table could not be written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A secret `--require-secret` asks for is missing or wrong (never echoed).
+    #[error("{method}: secret {key:?} is missing or does not have the required value")]
+    SecretRequired {
+        /// The method.
+        method: &'static str,
+        /// The secret's key.
+        key: String,
+    },
 }
 
 impl Error {
@@ -214,6 +222,7 @@ impl Error {
     pub fn code(&self) -> Code {
         match self {
             Error::Missing(_)
+            | Error::SecretRequired { .. }
             | Error::Capability(_)
             | Error::CapacityRange(_)
             | Error::UnknownParameter(_)

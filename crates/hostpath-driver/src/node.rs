@@ -310,8 +310,12 @@ impl Node for Driver {
         &self,
         request: Request<csi::NodeStageVolumeRequest>,
     ) -> Reply<csi::NodeStageVolumeResponse> {
-        self.call("NodeStageVolume", self.node_stage(request.into_inner()))
-            .await
+        let req = request.into_inner();
+        self.call("NodeStageVolume", async move {
+            self.cfg.check_secrets("NodeStageVolume", &req.secrets)?;
+            self.node_stage(req).await
+        })
+        .await
     }
 
     async fn node_unstage_volume(
@@ -326,8 +330,12 @@ impl Node for Driver {
         &self,
         request: Request<csi::NodePublishVolumeRequest>,
     ) -> Reply<csi::NodePublishVolumeResponse> {
-        self.call("NodePublishVolume", self.node_publish(request.into_inner()))
-            .await
+        let req = request.into_inner();
+        self.call("NodePublishVolume", async move {
+            self.cfg.check_secrets("NodePublishVolume", &req.secrets)?;
+            self.node_publish(req).await
+        })
+        .await
     }
 
     async fn node_unpublish_volume(

@@ -74,6 +74,10 @@ pub struct Attacher {
     /// What each VolumeAttachment looked like when last queued (see
     /// [`decide::fingerprint`]).
     seen: Mutex<HashMap<String, u64>>,
+    /// VolumeAttachments marked attached whose new version the cache has not shown yet, with
+    /// the resourceVersion written: until it arrives a cached "not attached" is stale, not a
+    /// reason to publish and write again.
+    marked: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for Attacher {
@@ -168,6 +172,7 @@ impl Attacher {
                 forced: Mutex::new(HashSet::new()),
                 busy: Mutex::new(HashSet::new()),
                 seen: Mutex::new(HashMap::new()),
+                marked: Mutex::new(HashMap::new()),
             }
         })
     }
@@ -241,6 +246,7 @@ impl Attacher {
                 let name = va.metadata.name.clone().unwrap_or_default();
                 self.seen.lock().remove(&name);
                 self.forced.lock().remove(&name);
+                self.marked.lock().remove(&name);
                 if let Some(pv) = &va.spec.source.persistent_volume_name {
                     self.volume_queue.add(pv.clone());
                 }
@@ -250,6 +256,12 @@ impl Attacher {
                     return;
                 }
                 let name = va.metadata.name.clone().unwrap_or_default();
+                {
+                    let mut marked = self.marked.lock();
+                    if marked.get(&name).is_some_and(|rv| va.metadata.resource_version.as_ref() == Some(rv)) {
+                        marked.remove(&name);
+                    }
+                }
                 let print = decide::fingerprint(va);
                 if self.seen.lock().insert(name, print) != Some(print) {
                     self.route(va, false);

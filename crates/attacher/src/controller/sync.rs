@@ -141,19 +141,39 @@ impl Attacher {
         })
     }
 
-    fn plan_for(&self, va: &VolumeAttachment, force: bool) -> Plan {
-        let pv = va
-            .spec
-            .source
-            .persistent_volume_name
-            .as_ref()
-            .and_then(|n| self.volumes.get(&ObjectRef::new(n)));
-        let csinode = self.csinodes.get(&ObjectRef::new(&va.spec.node_name));
+    /// The plan for `va` from the caches. A PV or CSINode the cache lacks is read live
+    /// before the plan says it is missing: its watch event may simply be behind the
+    /// VolumeAttachment's (a read, instead of an error written to the status and a retry).
+    async fn plan_for(&self, va: &VolumeAttachment, force: bool) -> Plan {
+        let mut pv = match &va.spec.source.persistent_volume_name {
+            Some(name) => self.volumes.get(&ObjectRef::new(name)).map(|p| (*p).clone()),
+            None => None,
+        };
+        if pv.is_none()
+            && let Some(name) = &va.spec.source.persistent_volume_name
+        {
+            pv = Api::<PersistentVolume>::all(self.client.clone())
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten();
+        }
+        let mut csinode = self
+            .csinodes
+            .get(&ObjectRef::new(&va.spec.node_name))
+            .map(|n| (*n).clone());
+        if csinode.is_none() {
+            csinode = Api::<k8s_openapi::api::storage::v1::CSINode>::all(self.client.clone())
+                .get_opt(&va.spec.node_name)
+                .await
+                .ok()
+                .flatten();
+        }
         attach::plan(
             va,
             World {
-                volume: pv.as_deref(),
-                csinode: csinode.as_deref(),
+                volume: pv.as_ref(),
+                csinode: csinode.as_ref(),
                 driver: &self.cfg.driver,
                 options: &self.cfg.options,
             },
@@ -161,11 +181,12 @@ impl Attacher {
         )
     }
 
-    async fn write_status(&self, name: &str, patch: &Value) -> Result<(), kube::Error> {
+    /// Writes a status patch; returns the new resourceVersion.
+    async fn write_status(&self, name: &str, patch: &Value) -> Result<Option<String>, kube::Error> {
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .map(|_| ())
+            .map(|va| va.metadata.resource_version)
     }
 
     async fn json_patch<K>(&self, api: Api<K>, name: &str, ops: Vec<Value>) -> Result<(), SyncErrorOrApi>
@@ -224,11 +245,15 @@ impl Attacher {
             return Ok(Next::Done);
         }
         let force = self.forced.lock().contains(name);
-        match self.plan_for(&va, force) {
+        if !force && !decide::attached(&va) && self.marked.lock().contains_key(name) {
+            // Attached by us; the cache is behind (its event will bring the key back).
+            return Ok(Next::Done);
+        }
+        match self.plan_for(&va, force).await {
             Plan::Nothing => Ok(Next::Done),
             Plan::MarkAttached => {
                 match self.write_status(name, &status::attached(&Default::default())).await {
-                    Ok(()) => Ok(Next::Done),
+                    Ok(_) => Ok(Next::Done),
                     Err(e) if not_found(&e) => Ok(Next::Done),
                     Err(source) => Err(SyncError::Status {
                         name: name.to_string(),
@@ -299,7 +324,15 @@ impl Attacher {
         match self.publish(&plan.publish, secrets).await {
             Ok(context) => {
                 match self.write_status(&name, &status::attached(&context)).await {
-                    Ok(()) => {}
+                    Ok(Some(version)) => {
+                        let mut marked = self.marked.lock();
+                        // Unless the event came first (the cache has it already).
+                        let cached = self.attachment(&name).and_then(|v| v.metadata.resource_version.clone());
+                        if cached.as_ref() != Some(&version) {
+                            marked.insert(name.clone(), version);
+                        }
+                    }
+                    Ok(None) => {}
                     // Deleted meanwhile: the detach has the finalizer to work with.
                     Err(e) if not_found(&e) => {}
                     Err(source) => return Err(SyncError::Status { name, source }),
@@ -334,7 +367,7 @@ impl Attacher {
             return Ok(Next::Done);
         }
         let force = self.forced.lock().contains(name);
-        let plan = match self.plan_for(&va, force) {
+        let plan = match self.plan_for(&va, force).await {
             Plan::Detach(plan) => plan,
             Plan::DetachFailed(message) => {
                 let error = SyncError::DetachRefused {
@@ -384,7 +417,7 @@ impl Attacher {
         }
         if plan.write_status {
             match self.write_status(name, &status::detached()).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(e) if not_found(&e) => {}
                 Err(source) => {
                     return Err(SyncError::Status {
