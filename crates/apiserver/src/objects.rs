@@ -14,6 +14,41 @@ pub fn now_rfc3339() -> String {
     rfc3339(secs)
 }
 
+/// The grace period of a Pod's deletion, as kube-apiserver decides it: none for a Pod not
+/// assigned to a node or already finished (nothing runs that could stop), else the request's
+/// `gracePeriodSeconds`, else the Pod's `terminationGracePeriodSeconds`, else 30.
+pub fn pod_grace_seconds(pod: &Value, requested: Option<i64>) -> i64 {
+    let assigned = pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    );
+    if !assigned || finished {
+        return 0;
+    }
+    requested
+        .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+        .unwrap_or(30)
+        .max(0)
+}
+
+/// A Pod being deleted gracefully: `deletionTimestamp` at now + `grace` and
+/// `deletionGracePeriodSeconds`; the node (kubelet) deletes it for good once its containers
+/// and volumes are gone. A repeated deletion only ever shortens the grace. None: no change.
+pub fn graceful_deletion(pod: &Value, grace: i64) -> Option<Value> {
+    let current = pod["metadata"]["deletionGracePeriodSeconds"].as_i64();
+    if current.is_some_and(|c| c <= grace) {
+        return None;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut next = pod.clone();
+    next["metadata"]["deletionTimestamp"] = json!(rfc3339(now.saturating_add(grace.unsigned_abs())));
+    next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+    Some(next)
+}
+
 /// Formats seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn rfc3339(secs: u64) -> String {
     let days = secs / 86_400;
@@ -454,5 +489,34 @@ mod tests {
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(1_700_000_000));
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn assigned_running_pods_are_deleted_gracefully_and_only_ever_sooner() {
+        let pod = |node: &str, phase: &str, term: Option<i64>| {
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": node, "terminationGracePeriodSeconds": term}, "status": {"phase": phase}})
+        };
+        let cases = [
+            (pod("", "Pending", None), None, 0),
+            (pod("n1", "Running", None), None, 30),
+            (pod("n1", "Running", Some(5)), None, 5),
+            (pod("n1", "Running", Some(5)), Some(0), 0),
+            (pod("n1", "Running", None), Some(12), 12),
+            (pod("n1", "Succeeded", None), None, 0),
+            (pod("n1", "Failed", None), Some(10), 0),
+            (pod("n1", "Running", None), Some(-3), 0),
+        ];
+        for (p, requested, want) in cases {
+            assert_eq!(pod_grace_seconds(&p, requested), want, "{p} {requested:?}");
+        }
+        let first = graceful_deletion(&pod("n1", "Running", None), 30).unwrap();
+        assert_eq!(first["metadata"]["deletionGracePeriodSeconds"], json!(30));
+        let at = parse_rfc3339(first["metadata"]["deletionTimestamp"].as_str().unwrap()).unwrap();
+        let now = parse_rfc3339(&now_rfc3339()).unwrap();
+        assert!(at >= now + 29 && at <= now + 31, "now + grace");
+        assert!(graceful_deletion(&first, 30).is_none(), "the same grace: no change");
+        assert!(graceful_deletion(&first, 60).is_none(), "never later");
+        let sooner = graceful_deletion(&first, 1).unwrap();
+        assert_eq!(sooner["metadata"]["deletionGracePeriodSeconds"], json!(1));
     }
 }

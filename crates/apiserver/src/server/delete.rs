@@ -46,6 +46,15 @@ pub(crate) async fn delete(
                 "Precondition failed: the resourceVersion does not match",
             ));
         }
+        if rt.group.is_empty() && rt.plural == "pods" {
+            let grace = objects::pod_grace_seconds(current, options["gracePeriodSeconds"].as_i64());
+            if grace > 0 {
+                return Ok(match objects::graceful_deletion(current, grace) {
+                    Some(next) => Write2::Put(next),
+                    None => Write2::Keep,
+                });
+            }
+        }
         let has_finalizers = current["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty());
