@@ -1,4 +1,9 @@
-//! Pure decisions of the PV controller.
+//! Pure decisions of the PV controller and its companions.
 
+pub mod attach_detach;
 pub mod binder;
 pub mod classes;
+pub mod protection;
+
+#[cfg(test)]
+mod attach_detach_tests;

@@ -1,0 +1,283 @@
+//! The attach/detach controller on the shared runtime: per node, it carries out
+//! [`crate::decide::attach_detach`] (creating and deleting VolumeAttachments) and tells the
+//! Pods why an attach fails (`FailedAttachVolume`, from the attachment's `attachError`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::reflector::Store;
+use serde_json::json;
+use sidecar_kit::events::{EventType, Recorder};
+use sidecar_kit::runtime::Controller;
+use sidecar_kit::vocabulary::reference;
+use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
+
+use crate::decide::attach_detach::{World, actions, wanted};
+use crate::decide::protection::claims_of;
+
+/// How often every node is looked at again whatever the events said.
+const RESYNC: Duration = Duration::from_secs(10);
+
+/// A failed write (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum AttachDetachError {
+    /// Creating a VolumeAttachment failed.
+    #[error("failed to create VolumeAttachment {name} for {volume} on {node}: {source}")]
+    Create {
+        /// Its name.
+        name: String,
+        /// The PV.
+        volume: String,
+        /// The node.
+        node: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Deleting one failed.
+    #[error("failed to delete VolumeAttachment {name}: {source}")]
+    Delete {
+        /// Its name.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// A VolumeAttachment could not be built (a bug).
+    #[error("invalid VolumeAttachment: {0}")]
+    Build(#[from] serde_json::Error),
+}
+
+/// The running controller.
+pub struct AttachDetachController {
+    client: kube::Client,
+    recorder: Recorder,
+    watches: Watches,
+    queue: WorkQueue<String>,
+    pods: Store<Pod>,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    drivers: Store<CSIDriver>,
+    nodes: Store<Node>,
+    attachments: Store<VolumeAttachment>,
+}
+
+impl std::fmt::Debug for AttachDetachController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachDetachController").finish_non_exhaustive()
+    }
+}
+
+fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+}
+
+/// A watch handler that looks at every node with Pods again.
+fn every_node<K>(
+    pods: Store<Pod>,
+    queue: WorkQueue<String>,
+) -> impl Fn(&kube::runtime::watcher::Event<K>) + Send + 'static {
+    move |_| {
+        for pod in pods.state() {
+            if let Some(node) = node_of(&pod) {
+                queue.add(node);
+            }
+        }
+    }
+}
+
+impl AttachDetachController {
+    /// Starts the watches.
+    pub fn new(client: kube::Client) -> Arc<Self> {
+        let watches = Watches::default();
+        let queue: WorkQueue<String> = WorkQueue::new(Backoff {
+            start: Duration::from_millis(100),
+            max: Duration::from_secs(30),
+        });
+        let q = queue.clone();
+        let pods = watches.reflect(Api::<Pod>::all(client.clone()), move |e| {
+            each(e, |pod| {
+                if let Some(node) = node_of(pod) {
+                    q.add(node);
+                }
+            });
+        });
+        let claims = watches.reflect(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            every_node(pods.clone(), queue.clone()),
+        );
+        let volumes = watches.reflect(
+            Api::<PersistentVolume>::all(client.clone()),
+            every_node(pods.clone(), queue.clone()),
+        );
+        let drivers = watches.reflect(
+            Api::<CSIDriver>::all(client.clone()),
+            every_node(pods.clone(), queue.clone()),
+        );
+        let q = queue.clone();
+        let nodes = watches.reflect(Api::<Node>::all(client.clone()), move |e| {
+            each(e, |n| q.add(n.metadata.name.clone().unwrap_or_default()));
+        });
+        let q = queue.clone();
+        let attachments = watches.reflect(Api::<VolumeAttachment>::all(client.clone()), move |e| {
+            each(e, |va| q.add(va.spec.node_name.clone()));
+        });
+        let recorder = Recorder::new(
+            client.clone(),
+            "attachdetach-controller",
+            sidecar_kit::vocabulary::hostname(),
+        );
+        Arc::new(AttachDetachController {
+            client,
+            recorder,
+            watches,
+            queue,
+            pods,
+            claims,
+            volumes,
+            drivers,
+            nodes,
+            attachments,
+        })
+    }
+
+    /// The controller on the shared runtime.
+    pub fn controller(self: &Arc<Self>) -> Controller {
+        let (sync, resync) = (self.clone(), self.clone());
+        Controller::new("attachdetach-controller")
+            .watches(&self.watches)
+            .wait_for(&self.pods)
+            .wait_for(&self.claims)
+            .wait_for(&self.volumes)
+            .wait_for(&self.drivers)
+            .wait_for(&self.nodes)
+            .wait_for(&self.attachments)
+            .reconcile("node", self.queue.clone(), 2, move |node| {
+                let this = sync.clone();
+                async move { this.sync_node(&node).await }
+            })
+            .every(RESYNC, move || {
+                for node in resync.nodes.state() {
+                    resync.queue.add(node.metadata.name.clone().unwrap_or_default());
+                }
+            })
+    }
+
+    async fn sync_node(&self, node: &str) -> Result<Next, AttachDetachError> {
+        let (pods, claims, volumes) = (
+            self.pods.state(),
+            self.claims.state(),
+            self.volumes.state(),
+        );
+        let (drivers, nodes, attachments) = (
+            self.drivers.state(),
+            self.nodes.state(),
+            self.attachments.state(),
+        );
+        let on_node: Vec<&Pod> = pods
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|p| node_of(p).as_deref() == Some(node))
+            .collect();
+        let claims: HashMap<(&str, &str), &PersistentVolumeClaim> = claims
+            .iter()
+            .map(|c| {
+                (
+                    (
+                        c.metadata.namespace.as_deref().unwrap_or_default(),
+                        c.metadata.name.as_deref().unwrap_or_default(),
+                    ),
+                    c.as_ref(),
+                )
+            })
+            .collect();
+        let volumes: HashMap<&str, &PersistentVolume> = volumes
+            .iter()
+            .map(|v| (v.metadata.name.as_deref().unwrap_or_default(), v.as_ref()))
+            .collect();
+        let drivers: HashMap<&str, &CSIDriver> = drivers
+            .iter()
+            .map(|d| (d.metadata.name.as_deref().unwrap_or_default(), d.as_ref()))
+            .collect();
+        let nodes: HashMap<&str, &Node> = nodes
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n.as_ref()))
+            .collect();
+        let world = World {
+            claims: &claims,
+            volumes: &volumes,
+            drivers: &drivers,
+            nodes: &nodes,
+        };
+        let want = wanted(on_node.iter().copied(), world);
+        let here: Vec<&VolumeAttachment> = attachments
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|va| va.spec.node_name == node)
+            .collect();
+        let todo = actions(&want, here.iter().copied(), world);
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        for w in todo.create {
+            let va: VolumeAttachment = serde_json::from_value(json!({
+                "metadata": {"name": w.name},
+                "spec": {"attacher": w.driver, "nodeName": w.node, "source": {"persistentVolumeName": w.volume}},
+            }))?;
+            match api.create(&PostParams::default(), &va).await {
+                Ok(_) => tracing::info!(attachment = %w.name, volume = %w.volume, node = %w.node, "VolumeAttachment created"),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(source) => {
+                    return Err(AttachDetachError::Create {
+                        name: w.name,
+                        volume: w.volume,
+                        node: w.node,
+                        source,
+                    });
+                }
+            }
+        }
+        for name in todo.delete {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => tracing::info!(attachment = %name, node, "VolumeAttachment deleted: no Pod on the node uses the volume"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(source) => return Err(AttachDetachError::Delete { name, source }),
+            }
+        }
+        // Pods whose volume fails to attach hear why.
+        for va in &here {
+            let Some(error) = va.status.as_ref().and_then(|s| s.attach_error.as_ref()) else {
+                continue;
+            };
+            let Some(volume) = va.spec.source.persistent_volume_name.as_deref() else {
+                continue;
+            };
+            let message = format!(
+                "AttachVolume.Attach failed for volume {volume:?} : {}",
+                error.message.as_deref().unwrap_or_default()
+            );
+            for pod in &on_node {
+                if self.uses(pod, volume, &claims) {
+                    self.recorder
+                        .record(&reference(*pod), EventType::Warning, "FailedAttachVolume", &message)
+                        .await;
+                }
+            }
+        }
+        Ok(Next::Done)
+    }
+
+    fn uses(&self, pod: &Pod, volume: &str, claims: &HashMap<(&str, &str), &PersistentVolumeClaim>) -> bool {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        claims_of(pod).iter().any(|c| {
+            claims
+                .get(&(ns, c.as_str()))
+                .and_then(|c| c.spec.as_ref()?.volume_name.as_deref())
+                == Some(volume)
+        })
+    }
+}
