@@ -118,14 +118,18 @@ pub fn capability(
 /// The VolumeAttachment name kube-controller-manager and kubelet use for a volume on a node:
 /// `csi-` and the hex SHA-256 of handle, driver and node joined without a separator.
 pub fn attachment_name(volume_handle: &str, driver: &str, node: &str) -> String {
-    let joined = format!("{volume_handle}{driver}{node}");
-    let digest = ring::digest::digest(&ring::digest::SHA256, joined.as_bytes());
-    let mut name = String::with_capacity(4 + 64);
-    name.push_str("csi-");
+    format!("csi-{}", sha256_hex(format!("{volume_handle}{driver}{node}").as_bytes()))
+}
+
+/// The lowercase hex SHA-256 of `data` (names kubelet and kube-controller-manager derive
+/// from volume handles).
+pub fn sha256_hex(data: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, data);
+    let mut hex = String::with_capacity(64);
     for byte in digest.as_ref() {
-        name.push_str(&format!("{byte:02x}"));
+        hex.push_str(&format!("{byte:02x}"));
     }
-    name
+    hex
 }
 
 #[cfg(test)]

@@ -8,5 +8,6 @@
 
 #![forbid(unsafe_code)]
 
+pub mod node;
 pub mod scheduler;
 pub mod snapshots;

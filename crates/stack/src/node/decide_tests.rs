@@ -1,0 +1,194 @@
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use serde_json::json;
+
+use super::decide::*;
+
+const D: &str = "hostpath.csi.volstack.dev";
+
+fn pod(node: &str, claims: &[(&str, bool)]) -> Pod {
+    let volumes: Vec<_> = claims
+        .iter()
+        .map(|(c, ro)| json!({"name": c, "persistentVolumeClaim": {"claimName": c, "readOnly": ro}}))
+        .chain(std::iter::once(json!({"name": "scratch", "emptyDir": {}})))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": "app", "namespace": "default", "uid": "u1"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}], "volumes": volumes},
+        "status": {"phase": "Pending"},
+    }))
+    .unwrap()
+}
+
+fn claim(name: &str, volume: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"volumeName": volume}})).unwrap()
+}
+
+fn pv(name: &str, driver: &str) -> PersistentVolume {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {
+                "driver": driver, "volumeHandle": format!("h-{name}"),
+                "volumeAttributes": {"kind": "fast"},
+                "nodeStageSecretRef": {"name": "stage", "namespace": "ns"},
+                "nodePublishSecretRef": {"name": "pub", "namespace": "ns"},
+            },
+        },
+    }))
+    .unwrap()
+}
+
+fn driver(attach: bool, pod_info: bool) -> CSIDriver {
+    serde_json::from_value(json!({"metadata": {"name": D}, "spec": {"attachRequired": attach, "podInfoOnMount": pod_info}})).unwrap()
+}
+
+fn va(handle: &str, node: &str, attached: bool) -> VolumeAttachment {
+    serde_json::from_value(json!({
+        "metadata": {"name": sidecar_kit::pv_csi::attachment_name(handle, D, node)},
+        "spec": {"attacher": D, "nodeName": node, "source": {"persistentVolumeName": "x"}},
+        "status": {"attached": attached, "attachmentMetadata": {"devicePath": "/dev/x"}},
+    }))
+    .unwrap()
+}
+
+struct Objects {
+    claims: Vec<PersistentVolumeClaim>,
+    volumes: Vec<PersistentVolume>,
+    drivers: Vec<CSIDriver>,
+    attachments: Vec<VolumeAttachment>,
+}
+
+fn plan(p: &Pod, o: &Objects) -> PodPlan {
+    let claims: BTreeMap<(String, String), &PersistentVolumeClaim> = o
+        .claims
+        .iter()
+        .map(|c| (("default".to_string(), c.metadata.name.clone().unwrap()), c))
+        .collect();
+    let volumes: BTreeMap<String, &PersistentVolume> =
+        o.volumes.iter().map(|v| (v.metadata.name.clone().unwrap(), v)).collect();
+    let drivers: BTreeMap<String, &CSIDriver> =
+        o.drivers.iter().map(|d| (d.metadata.name.clone().unwrap(), d)).collect();
+    let attachments: BTreeMap<String, &VolumeAttachment> =
+        o.attachments.iter().map(|v| (v.metadata.name.clone().unwrap(), v)).collect();
+    plan_pod(
+        p,
+        World {
+            node: "n1",
+            driver: D,
+            claims: &claims,
+            volumes: &volumes,
+            drivers: &drivers,
+            attachments: &attachments,
+        },
+    )
+}
+
+fn summary(plan: &PodPlan) -> String {
+    match plan {
+        PodPlan::Skip => "skip".into(),
+        PodPlan::SetUp(v) => format!(
+            "set up {}",
+            v.iter()
+                .map(|v| format!("{}{}", v.pv, if v.readonly { " ro" } else { "" }))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        PodPlan::Wait(reason) => format!("wait: {reason}"),
+        PodPlan::TearDown { finish_deletion } => format!("tear down, finish={finish_deletion}"),
+    }
+}
+
+#[test]
+fn what_each_pod_needs_before_it_runs_and_when_its_volumes_go() {
+    let base = || Objects {
+        claims: vec![claim("c1", "pv1"), claim("c2", "pv2"), claim("unbound", "")],
+        volumes: vec![pv("pv1", D), pv("pv2", D), pv("other", "other.example")],
+        drivers: vec![driver(true, false)],
+        attachments: vec![va("h-pv1", "n1", true), va("h-pv2", "n1", false)],
+    };
+    let mut deleting = pod("n1", &[("c1", false)]);
+    deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-11-23T00:00:00Z".parse().unwrap(),
+    ));
+    let mut done = pod("n1", &[("c1", false)]);
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    let mut no_attach = base();
+    no_attach.drivers = vec![driver(false, false)];
+    no_attach.attachments.clear();
+    let mut foreign = base();
+    foreign.claims.push(claim("c3", "other"));
+    let not_attached = format!(
+        "wait: volume \"pv2\" is not attached to n1 yet (VolumeAttachment {})",
+        sidecar_kit::pv_csi::attachment_name("h-pv2", D, "n1")
+    );
+    let cases: Vec<(&str, Pod, Objects, &str)> = vec![
+        ("another node's pod", pod("n2", &[("c1", false)]), base(), "skip"),
+        ("attached volume, read-only claim", pod("n1", &[("c1", true)]), base(), "set up pv1 ro"),
+        ("not attached yet", pod("n1", &[("c1", false), ("c2", false)]), base(), &not_attached),
+        ("no attach needed", pod("n1", &[("c1", false), ("c2", false)]), no_attach, "set up pv1,pv2"),
+        ("unbound claim", pod("n1", &[("unbound", false)]), base(), "wait: claim \"unbound\" is not bound yet"),
+        ("missing claim", pod("n1", &[("nope", false)]), base(), "wait: persistentvolumeclaim \"nope\" not found"),
+        ("another driver's volume", pod("n1", &[("c3", false)]), foreign, "wait: driver name other.example not found in the list of registered CSI drivers"),
+        ("being deleted", deleting, base(), "tear down, finish=true"),
+        ("finished", done, base(), "tear down, finish=false"),
+    ];
+    for (name, p, objects, want) in cases {
+        assert_eq!(summary(&plan(&p, &objects)), want, "{name}");
+    }
+}
+
+#[test]
+fn a_set_up_carries_the_attachment_secrets_and_pod_info() {
+    let objects = Objects {
+        claims: vec![claim("c1", "pv1")],
+        volumes: vec![pv("pv1", D)],
+        drivers: vec![driver(true, true)],
+        attachments: vec![va("h-pv1", "n1", true)],
+    };
+    let PodPlan::SetUp(volumes) = plan(&pod("n1", &[("c1", false)]), &objects) else {
+        panic!("set up")
+    };
+    let v = &volumes[0];
+    assert_eq!(v.publish_context.get("devicePath").map(String::as_str), Some("/dev/x"));
+    assert_eq!(v.attributes.get("kind").map(String::as_str), Some("fast"));
+    assert_eq!(v.publish_attributes.get("csi.storage.k8s.io/pod.name").map(String::as_str), Some("app"));
+    assert_eq!(v.publish_attributes.get("csi.storage.k8s.io/pod.uid").map(String::as_str), Some("u1"));
+    assert!(!v.attributes.contains_key("csi.storage.k8s.io/pod.name"), "not for staging");
+    assert_eq!(v.stage_secret, Some(SecretRef { namespace: "ns".into(), name: "stage".into() }));
+    assert_eq!(v.publish_secret, Some(SecretRef { namespace: "ns".into(), name: "pub".into() }));
+}
+
+#[test]
+fn paths_status_and_volumes_in_use_follow_kubelet() {
+    let paths = Paths { root: PathBuf::from("/k/n1") };
+    assert_eq!(paths.target("u1", "pv1"), PathBuf::from("/k/n1/pods/u1/volumes/kubernetes.io~csi/pv1/mount"));
+    assert_eq!(
+        paths.staging_target(D, "h"),
+        PathBuf::from(format!("/k/n1/plugins/kubernetes.io/csi/{D}/{}/globalmount", sidecar_kit::pv_csi::sha256_hex(b"h")))
+    );
+    assert_eq!(pod_uid_of(&paths, &paths.pod_volume("u1", "pv1")).as_deref(), Some("u1"));
+
+    let status = running_status(&pod("n1", &[]), "T");
+    assert_eq!(status["status"]["phase"], "Running");
+    assert_eq!(status["status"]["containerStatuses"][0]["ready"], true);
+    let ready: Vec<_> = status["status"]["conditions"].as_array().unwrap().iter().filter(|c| c["status"] == "True").map(|c| c["type"].as_str().unwrap()).collect();
+    assert!(ready.contains(&"Ready") && ready.contains(&"ContainersReady"));
+
+    let rec = |h: &str| VolumeData { driver_name: D.into(), volume_handle: h.into(), spec_vol_id: "pv".into(), node_name: "n1".into(), done: true };
+    assert_eq!(
+        volumes_in_use([&rec("b"), &rec("a"), &rec("a")]),
+        vec![format!("kubernetes.io/csi/{D}^a"), format!("kubernetes.io/csi/{D}^b")]
+    );
+    let staged = vec![(PathBuf::from("/s/a"), rec("a")), (PathBuf::from("/s/b"), rec("b")), (PathBuf::from("/s/c"), rec("c"))];
+    let published = vec![(PathBuf::from("/p/a"), rec("a"))];
+    let wanted: BTreeSet<String> = ["b".to_string()].into();
+    let gone: Vec<&str> = unneeded_stages(&staged, &published, &wanted).iter().map(|(_, d)| d.volume_handle.as_str()).collect();
+    assert_eq!(gone, vec!["c"], "a published and a wanted volume stay staged");
+}

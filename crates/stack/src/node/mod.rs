@@ -1,0 +1,427 @@
+//! The node agent: what kubelet's volume manager does for the Pods of one node, on the shared
+//! runtime. For a Pod bound to the node it waits for its claims and (when the CSIDriver
+//! requires attach) their VolumeAttachments, stages each volume at the global path when the
+//! driver stages, publishes it into the Pod's volume directory and marks the Pod Running. For a
+//! Pod being deleted it unpublishes, unstages what no other Pod uses, reports the volumes no
+//! longer in use (`status.volumesInUse`, which the attach/detach controller waits for) and
+//! finishes the deletion. What it set up is recorded on disk before each call (`disk`), so a
+//! restart finds it again; a periodic sweep tears down what no Pod wants any more (Pods
+//! deleted with no grace). No container runs: the volumes are the real part.
+
+pub mod decide;
+pub mod disk;
+mod setup;
+
+#[cfg(test)]
+mod decide_tests;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use kube::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use parking_lot::Mutex;
+use sidecar_kit::csi::{CallError, Caller};
+use sidecar_kit::events::Recorder;
+use sidecar_kit::runtime::Controller;
+use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
+use tonic::transport::Channel;
+
+use decide::Paths;
+
+/// How often what is on disk is checked against what Pods want, and waiting Pods looked at.
+const SWEEP: Duration = Duration::from_secs(5);
+/// How long a Pod waits for its volumes before a `FailedMount` event says why.
+const REPORT_WAIT_AFTER: Duration = Duration::from_secs(10);
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The node plugin's socket.
+    #[error(transparent)]
+    Connect(#[from] sidecar_kit::csi::ConnectError),
+    /// NodeGetInfo, GetPluginInfo or NodeGetCapabilities.
+    #[error(transparent)]
+    Call(#[from] CallError),
+}
+
+/// Why a sync failed (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A record on disk.
+    #[error(transparent)]
+    Disk(#[from] disk::DiskError),
+    /// A Secret a PV names.
+    #[error(transparent)]
+    Secret(#[from] sidecar_kit::secrets::SecretError),
+    /// NodeStageVolume failed.
+    #[error("MountVolume.MountDevice failed for volume {pv:?} : {source}")]
+    Stage {
+        /// The PV.
+        pv: String,
+        /// The call's error.
+        source: CallError,
+    },
+    /// NodePublishVolume failed.
+    #[error("MountVolume.SetUp failed for volume {pv:?} : {source}")]
+    Publish {
+        /// The PV.
+        pv: String,
+        /// The call's error.
+        source: CallError,
+    },
+    /// NodeUnpublishVolume failed.
+    #[error("UnmountVolume.TearDown failed for volume {pv:?} : {source}")]
+    Unpublish {
+        /// The PV.
+        pv: String,
+        /// The call's error.
+        source: CallError,
+    },
+    /// NodeUnstageVolume failed.
+    #[error("UnmountDevice failed for volume {pv:?} : {source}")]
+    Unstage {
+        /// The PV.
+        pv: String,
+        /// The call's error.
+        source: CallError,
+    },
+    /// An API write (Pod status, Pod deletion, Node status).
+    #[error("failed to {action}: {source}")]
+    Api {
+        /// What.
+        action: &'static str,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// What the agent's queue holds: a Pod, or the sweep of what is on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum NodeKey {
+    /// A Pod of this node.
+    Pod(ObjectRef<Pod>),
+    /// The sweep.
+    Sweep,
+}
+
+impl std::fmt::Display for NodeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeKey::Pod(key) => write!(f, "{key}"),
+            NodeKey::Sweep => f.write_str("sweep"),
+        }
+    }
+}
+
+/// Where the agent runs.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// The node plugin's socket.
+    pub socket: String,
+    /// Root of kubelet's directories for all nodes (`<data-dir>/kubelet`); this node's are
+    /// under `<root>/<node>`.
+    pub root: PathBuf,
+}
+
+/// The running agent of one node.
+pub struct NodeAgent {
+    client: kube::Client,
+    channel: Channel,
+    calls: Caller,
+    /// The node (the driver's node id).
+    pub node: String,
+    driver: String,
+    stage_unstage: bool,
+    paths: Paths,
+    recorder: Recorder,
+    watches: Watches,
+    queue: WorkQueue<NodeKey>,
+    pods: Store<Pod>,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    drivers: Store<CSIDriver>,
+    attachments: Store<VolumeAttachment>,
+    nodes: Store<Node>,
+    /// Since when each waiting Pod waits, and the last reason reported.
+    waiting: Mutex<HashMap<ObjectRef<Pod>, (tokio::time::Instant, Option<String>)>>,
+    /// The `volumesInUse` last written.
+    in_use: Mutex<Option<Vec<String>>>,
+}
+
+impl std::fmt::Debug for NodeAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeAgent")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A watch handler that looks again at every Pod of the node that does not run yet.
+fn wake<K>(
+    pods: Store<Pod>,
+    queue: WorkQueue<NodeKey>,
+) -> impl Fn(&watcher::Event<K>) + Send + 'static {
+    move |_| {
+        for pod in pods.state() {
+            if !decide::running(&pod) {
+                queue.add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
+            }
+        }
+    }
+}
+
+impl NodeAgent {
+    /// Learns the node and the driver from the node plugin, then starts the watches.
+    pub async fn start(client: kube::Client, settings: NodeSettings) -> Result<Arc<Self>, StartError> {
+        let channel = sidecar_kit::csi::connect_with_retry(
+            &settings.socket,
+            Duration::from_millis(100),
+            Some(Duration::from_secs(30)),
+        )
+        .await?;
+        let calls = Caller::new("", Duration::from_secs(60), None);
+        let mut identity = csi::identity_client::IdentityClient::new(channel.clone());
+        let info = calls
+            .call(
+                "/csi.v1.Identity/GetPluginInfo",
+                identity.get_plugin_info(calls.request(csi::GetPluginInfoRequest {})),
+            )
+            .await?;
+        let mut node_client = csi::node_client::NodeClient::new(channel.clone());
+        let node = calls
+            .call(
+                "/csi.v1.Node/NodeGetInfo",
+                node_client.node_get_info(calls.request(csi::NodeGetInfoRequest {})),
+            )
+            .await?
+            .node_id;
+        let caps = calls
+            .call(
+                "/csi.v1.Node/NodeGetCapabilities",
+                node_client.node_get_capabilities(calls.request(csi::NodeGetCapabilitiesRequest {})),
+            )
+            .await?;
+        let stage_unstage = caps.capabilities.iter().any(|c| {
+            matches!(&c.r#type, Some(csi::node_service_capability::Type::Rpc(r))
+                if r.r#type == csi::node_service_capability::rpc::Type::StageUnstageVolume as i32)
+        });
+        let watches = Watches::default();
+        let queue: WorkQueue<NodeKey> = WorkQueue::new(Backoff {
+            start: Duration::from_millis(200),
+            max: Duration::from_secs(30),
+        });
+        let on_node = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let q = queue.clone();
+        let pods = watches.reflect_with(Api::<Pod>::all(client.clone()), on_node, |_: &mut Pod| {}, move |e| {
+            if let watcher::Event::Delete(_) = e {
+                q.add(NodeKey::Sweep);
+            }
+            each(e, |pod| q.add(NodeKey::Pod(ObjectRef::from_obj(pod))));
+        });
+        let claims = watches.reflect(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            wake(pods.clone(), queue.clone()),
+        );
+        let volumes = watches.reflect(
+            Api::<PersistentVolume>::all(client.clone()),
+            wake(pods.clone(), queue.clone()),
+        );
+        let drivers = watches.reflect(
+            Api::<CSIDriver>::all(client.clone()),
+            wake(pods.clone(), queue.clone()),
+        );
+        // VolumeAttachments have no field selector on their node: all are watched, and only
+        // this node's wake the Pods.
+        let wake_pods = wake(pods.clone(), queue.clone());
+        let this = node.clone();
+        let attachments = watches.reflect(
+            Api::<VolumeAttachment>::all(client.clone()),
+            move |e: &watcher::Event<VolumeAttachment>| {
+                let mut mine = false;
+                each(e, |va| mine |= va.spec.node_name == this);
+                if mine {
+                    wake_pods(e);
+                }
+            },
+        );
+        let this_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let nodes = watches.reflect_with(Api::<Node>::all(client.clone()), this_node, |_: &mut Node| {}, |_| {});
+        let recorder = Recorder::new(client.clone(), "kubelet", node.clone());
+        let paths = Paths {
+            root: settings.root.join(&node),
+        };
+        tracing::info!(%node, driver = %info.name, stage_unstage, root = %paths.root.display(), "node agent started");
+        Ok(Arc::new(NodeAgent {
+            client,
+            channel,
+            calls,
+            node,
+            driver: info.name,
+            stage_unstage,
+            paths,
+            recorder,
+            watches,
+            queue,
+            pods,
+            claims,
+            volumes,
+            drivers,
+            attachments,
+            nodes,
+            waiting: Mutex::new(HashMap::new()),
+            in_use: Mutex::new(None),
+        }))
+    }
+
+    /// The agent on the shared runtime (one worker: stage and unstage of a volume never race).
+    pub fn controller(self: &Arc<Self>) -> Controller {
+        let (sync, sweep) = (self.clone(), self.clone());
+        Controller::new("kubelet-volume-manager")
+            .watches(&self.watches)
+            .wait_for(&self.pods)
+            .wait_for(&self.claims)
+            .wait_for(&self.volumes)
+            .wait_for(&self.drivers)
+            .wait_for(&self.attachments)
+            .wait_for(&self.nodes)
+            .start_with({
+                let queue = self.queue.clone();
+                async move {
+                    queue.add(NodeKey::Sweep);
+                    true
+                }
+            })
+            .reconcile("volume-manager", self.queue.clone(), 1, move |key| {
+                let this = sync.clone();
+                async move {
+                    match key {
+                        NodeKey::Pod(pod) => this.sync_pod(&pod).await,
+                        NodeKey::Sweep => this.sweep().await,
+                    }
+                }
+            })
+            .every(SWEEP, move || {
+                sweep.queue.add(NodeKey::Sweep);
+                for pod in sweep.pods.state() {
+                    if !decide::running(&pod) {
+                        sweep.queue.add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
+                    }
+                }
+            })
+    }
+
+    /// Where a Pod's volume is published on this node.
+    pub fn target(&self, pod_uid: &str, pv: &str) -> PathBuf {
+        self.paths.target(pod_uid, pv)
+    }
+
+    fn node_client(&self) -> csi::node_client::NodeClient<Channel> {
+        csi::node_client::NodeClient::new(self.channel.clone())
+    }
+
+    async fn secrets(
+        &self,
+        secret: Option<&decide::SecretRef>,
+    ) -> Result<HashMap<String, String>, NodeError> {
+        match secret {
+            None => Ok(HashMap::new()),
+            Some(s) => Ok(sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await?),
+        }
+    }
+
+    /// The world a Pod's plan reads, from the caches.
+    fn plan(&self, pod: &Pod) -> decide::PodPlan {
+        let (claims, volumes, drivers, attachments) = (
+            self.claims.state(),
+            self.volumes.state(),
+            self.drivers.state(),
+            self.attachments.state(),
+        );
+        let claims = crate::scheduler::decide::by_namespaced_name(claims.iter().map(AsRef::as_ref));
+        let volumes = crate::scheduler::decide::by_name(volumes.iter().map(AsRef::as_ref));
+        let drivers = crate::scheduler::decide::by_name(drivers.iter().map(AsRef::as_ref));
+        let attachments = crate::scheduler::decide::by_name(attachments.iter().map(AsRef::as_ref));
+        decide::plan_pod(
+            pod,
+            decide::World {
+                node: &self.node,
+                driver: &self.driver,
+                claims: &claims,
+                volumes: &volumes,
+                drivers: &drivers,
+                attachments: &attachments,
+            },
+        )
+    }
+}
+
+/// The time now as the API writes it.
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Waiting Pods are looked at again this soon (a watch event usually comes first).
+const WAIT_RETRY: Duration = Duration::from_secs(1);
+
+impl NodeAgent {
+    async fn sync_pod(&self, key: &ObjectRef<Pod>) -> Result<Next, NodeError> {
+        let Some(pod) = self.pods.get(key) else {
+            self.waiting.lock().remove(key);
+            self.queue.add(NodeKey::Sweep);
+            return Ok(Next::Done);
+        };
+        match self.plan(&pod) {
+            decide::PodPlan::Skip => Ok(Next::Done),
+            decide::PodPlan::Wait(reason) => {
+                self.report_wait(&pod, key, reason).await;
+                Ok(Next::After(WAIT_RETRY))
+            }
+            decide::PodPlan::SetUp(volumes) => {
+                self.waiting.lock().remove(key);
+                self.set_up_pod(&pod, &volumes).await?;
+                Ok(Next::Done)
+            }
+            decide::PodPlan::TearDown { finish_deletion } => {
+                self.waiting.lock().remove(key);
+                self.tear_down_pod(&pod, finish_deletion).await?;
+                Ok(Next::Done)
+            }
+        }
+    }
+
+    async fn report_wait(&self, pod: &Pod, key: &ObjectRef<Pod>, reason: String) {
+        let report = {
+            let mut waiting = self.waiting.lock();
+            let entry = waiting
+                .entry(key.clone())
+                .or_insert((tokio::time::Instant::now(), None));
+            let due = entry.0.elapsed() >= REPORT_WAIT_AFTER && entry.1.as_ref() != Some(&reason);
+            if due {
+                entry.1 = Some(reason.clone());
+            }
+            due
+        };
+        tracing::debug!(pod = %key, %reason, "waiting for volumes");
+        if report {
+            let message = format!("Unable to attach or mount volumes: {reason}");
+            self.recorder
+                .record(
+                    &sidecar_kit::vocabulary::reference(pod),
+                    sidecar_kit::events::EventType::Warning,
+                    "FailedMount",
+                    &message,
+                )
+                .await;
+        }
+    }
+}
