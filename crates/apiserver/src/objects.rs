@@ -18,7 +18,9 @@ pub fn now_rfc3339() -> String {
 /// assigned to a node or already finished (nothing runs that could stop), else the request's
 /// `gracePeriodSeconds`, else the Pod's `terminationGracePeriodSeconds`, else 30.
 pub fn pod_grace_seconds(pod: &Value, requested: Option<i64>) -> i64 {
-    let assigned = pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let assigned = pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
     let finished = matches!(
         pod["status"]["phase"].as_str(),
         Some("Succeeded" | "Failed")
@@ -44,7 +46,8 @@ pub fn graceful_deletion(pod: &Value, grace: i64) -> Option<Value> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut next = pod.clone();
-    next["metadata"]["deletionTimestamp"] = json!(rfc3339(now.saturating_add(grace.unsigned_abs())));
+    next["metadata"]["deletionTimestamp"] =
+        json!(rfc3339(now.saturating_add(grace.unsigned_abs())));
     next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
     Some(next)
 }
@@ -93,17 +96,22 @@ pub fn parse_rfc3339(text: &str) -> Option<u64> {
 
 /// A DNS-1123 label.
 pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_text(s)
+}
+
+/// Lowercase alphanumerics and `-`, starting and ending with an alphanumeric.
+fn is_label_text(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
-/// A DNS-1123 subdomain.
+/// A DNS-1123 subdomain as kube-apiserver checks it: at most 253 characters of dot-separated
+/// parts (no per-part limit: `csi-<64 hex digits>` is a valid VolumeAttachment name).
 pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+    s.len() <= 253 && s.split('.').all(is_label_text)
 }
 
 fn meta_mut(obj: &mut Value) -> Result<&mut Map<String, Value>, ApiError> {
@@ -484,6 +492,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn subdomains_have_no_limit_per_part_but_labels_do() {
+        let long = format!("csi-{}", "a".repeat(64));
+        assert!(is_dns_subdomain(&long) && !is_dns_label(&long));
+        assert!(
+            is_dns_subdomain("a.b-c.d") && !is_dns_subdomain("a..b") && !is_dns_subdomain("-a")
+        );
+        assert!(!is_dns_subdomain(&"a".repeat(254)) && !is_dns_subdomain("A"));
+    }
+
+    #[test]
     fn timestamps_round_trip() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
@@ -493,9 +511,7 @@ mod tests {
 
     #[test]
     fn assigned_running_pods_are_deleted_gracefully_and_only_ever_sooner() {
-        let pod = |node: &str, phase: &str, term: Option<i64>| {
-            json!({"metadata": {"name": "p"}, "spec": {"nodeName": node, "terminationGracePeriodSeconds": term}, "status": {"phase": phase}})
-        };
+        let pod = |node: &str, phase: &str, term: Option<i64>| json!({"metadata": {"name": "p"}, "spec": {"nodeName": node, "terminationGracePeriodSeconds": term}, "status": {"phase": phase}});
         let cases = [
             (pod("", "Pending", None), None, 0),
             (pod("n1", "Running", None), None, 30),
@@ -514,7 +530,10 @@ mod tests {
         let at = parse_rfc3339(first["metadata"]["deletionTimestamp"].as_str().unwrap()).unwrap();
         let now = parse_rfc3339(&now_rfc3339()).unwrap();
         assert!(at >= now + 29 && at <= now + 31, "now + grace");
-        assert!(graceful_deletion(&first, 30).is_none(), "the same grace: no change");
+        assert!(
+            graceful_deletion(&first, 30).is_none(),
+            "the same grace: no change"
+        );
         assert!(graceful_deletion(&first, 60).is_none(), "never later");
         let sooner = graceful_deletion(&first, 1).unwrap();
         assert_eq!(sooner["metadata"]["deletionGracePeriodSeconds"], json!(1));

@@ -190,13 +190,17 @@ fn columns(group: &str, plural: &str) -> Vec<Column> {
             ("Age", age),
         ],
         ("", "namespaces") => vec![("Name", name), ("Status", phase), ("Age", age)],
-        // No container runs in the embedded stack: none is ready. The node is shown without
-        // `-o wide` (kube-apiserver gives it priority 1): where a Pod went is what matters here.
+        // Ready counts the container statuses that say so (the node agent reports them once the
+        // Pod's volumes are ready). The node is shown without `-o wide` (kube-apiserver gives it
+        // priority 1): where a Pod went is what matters here.
         ("", "pods") => vec![
             ("Name", name),
             ("Ready", |o| {
                 let containers = o["spec"]["containers"].as_array().map_or(0, Vec::len);
-                format!("0/{containers}")
+                let ready = o["status"]["containerStatuses"]
+                    .as_array()
+                    .map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
+                format!("{ready}/{containers}")
             }),
             ("Status", |o| {
                 o["status"]["phase"]

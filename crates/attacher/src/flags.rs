@@ -167,8 +167,8 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<AttacherArgs, clap::Error> {
-        let argv = std::iter::once("csi-attacher".to_string())
-            .chain(args.iter().map(|s| s.to_string()));
+        let argv =
+            std::iter::once("csi-attacher".to_string()).chain(args.iter().map(|s| s.to_string()));
         AttacherArgs::try_parse_from(sidecar_kit::goflags::normalize_args(argv))
     }
 
@@ -186,7 +186,10 @@ mod tests {
         assert_eq!(a.reconcile_sync, Duration::from_secs(60));
         assert_eq!(a.default_fstype, "");
         assert_eq!((a.common.kube_api_qps, a.common.kube_api_burst), (5.0, 10));
-        assert_eq!(a.common.leader_election_lease_duration, Duration::from_secs(15));
+        assert_eq!(
+            a.common.leader_election_lease_duration,
+            Duration::from_secs(15)
+        );
         let s = a.validate().unwrap();
         assert!(!s.release_on_exit && s.error_codes && s.http_address.is_none());
     }

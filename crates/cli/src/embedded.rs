@@ -41,6 +41,12 @@ pub struct StackOptions {
     pub storage_capacity: bool,
     /// Whether the scheduler runs (Pods get nodes; their late-binding claims get volumes).
     pub scheduler: bool,
+    /// Whether volumes need attaching: the driver serves ControllerPublishVolume, the
+    /// CSIDriver says `attachRequired: true` and `csi-attacher` runs in-process.
+    pub attach: bool,
+    /// Whether the nodes' side runs: a node agent per node (kubelet's volume manager), the
+    /// attach/detach controller and the pvc-/pv-protection controllers.
+    pub kubelet: bool,
     /// The User-Agent of the stack's own client.
     pub user_agent: &'static str,
 }
@@ -60,6 +66,8 @@ impl StackOptions {
             extra_nodes: Vec::new(),
             storage_capacity: false,
             scheduler: true,
+            attach: false,
+            kubelet: false,
             user_agent,
         }
     }
@@ -117,6 +125,9 @@ impl Stack {
             format!("--state-dir={}", dir.join("driver").display()),
         ];
         argv.extend(options.driver_args.iter().cloned());
+        if options.attach && !argv.iter().any(|a| a == "--enable-attach") {
+            argv.push("--enable-attach".to_string());
+        }
         argv.extend(
             options
                 .extra_nodes
@@ -163,13 +174,55 @@ impl Stack {
             ),
         )
         .await?;
-        let driver_name = crate::stack::register(&client, &socket, options.storage_capacity)
-            .await
-            .context("register the node")?;
+        let driver_name = crate::stack::register(
+            &client,
+            &socket,
+            crate::stack::DriverTraits {
+                storage_capacity: options.storage_capacity,
+                attach_required: options.attach,
+            },
+        )
+        .await
+        .context("register the node")?;
         for node_socket in &node_sockets {
             crate::stack::register_node(&client, node_socket)
                 .await
                 .with_context(|| format!("register the node behind {node_socket}"))?;
+        }
+        if options.attach {
+            let argv = [
+                vec!["csi-attacher".to_string()],
+                provisioner_args_for(&socket, &kubeconfig),
+                vec!["--kube-api-qps=0".to_string()],
+            ]
+            .concat();
+            let args = attacher::flags::AttacherArgs::try_parse_from(argv)
+                .context("the embedded attacher's flags")?;
+            let stopped = signal(&stop);
+            tasks.push(tokio::spawn(async move {
+                if let Err(error) = attacher::runner::run(args, stopped).await {
+                    tracing::error!(%error, "the attacher stopped");
+                }
+            }));
+        }
+        if options.kubelet {
+            let protection = pv_controller::protection::ProtectionController::new(client.clone());
+            tasks.push(tokio::spawn(protection.controller().run(signal(&stop))));
+            let attach_detach =
+                pv_controller::attach_detach::AttachDetachController::new(client.clone());
+            tasks.push(tokio::spawn(attach_detach.controller().run(signal(&stop))));
+            for node_socket in std::iter::once(&socket).chain(node_sockets.iter()) {
+                let agent = stack::node::NodeAgent::start(
+                    client.clone(),
+                    stack::node::NodeSettings {
+                        socket: node_socket.clone(),
+                        root: dir.join("kubelet"),
+                    },
+                )
+                .await
+                .with_context(|| format!("start the node agent behind {node_socket}"))?;
+                tasks.push(tokio::spawn(agent.controller().run(signal(&stop))));
+            }
         }
         if options.scheduler {
             let scheduler = stack::scheduler::Scheduler::new(client.clone());

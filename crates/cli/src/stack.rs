@@ -1,5 +1,6 @@
 //! `volstack up`: the whole system on one machine. The API server, the reference driver, the
-//! provisioner and the PV controller run as tasks of this process but talk only through the
+//! provisioner, the attacher, the PV controller, the scheduler and the node agents run as
+//! tasks of this process but talk only through the
 //! API server and the CSI socket, as they would in a cluster. State lives under `--data-dir`
 //! and survives restarts.
 
@@ -39,6 +40,11 @@ pub struct UpArgs {
     /// registered as kubelet would. Capacity is tracked per node.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub nodes: u16,
+    /// Whether volumes need attaching: the CSIDriver says `attachRequired`, the driver serves
+    /// ControllerPublishVolume and csi-attacher runs (false: Pods get volumes without
+    /// VolumeAttachments).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub attach: bool,
     /// Extra flags for the provisioner (repeatable), e.g. --provisioner-arg=--kube-api-qps=50.
     #[arg(long = "provisioner-arg", allow_hyphen_values = true)]
     pub provisioner_args: Vec<String>,
@@ -85,6 +91,8 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         extra_nodes,
         // The scheduler checks capacity only when the provisioner publishes it.
         storage_capacity: prov_args.enable_capacity,
+        attach: args.attach,
+        kubelet: true,
         ..StackOptions::new(data_dir.clone(), "volstack-up/0.1")
     })
     .await?;
@@ -112,6 +120,14 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         "  kubectl apply -f examples/late-binding.yaml   # a Pod and its claim, placed by capacity"
     );
     println!("  kubectl get pod,pvc,csistoragecapacities -A -o wide");
+    println!(
+        "  kubectl apply -f examples/pod.yaml   # a Pod whose volume is published on its node"
+    );
+    println!();
+    println!(
+        "Pods' volumes are under {}/kubelet/<node>/pods/<pod-uid>/volumes/kubernetes.io~csi/<pv>/mount",
+        data_dir.display()
+    );
     println!();
     println!("Ctrl-C stops everything; the next `up` resumes the same state.");
 
@@ -135,13 +151,26 @@ fn node_names(node: &str, nodes: u16) -> (String, Vec<String>) {
     ("node-1".to_string(), extra)
 }
 
-/// Registers the driver's own node (see [`register_node`]), the CSIDriver (asking the scheduler
-/// for capacity checks when `storage_capacity`), and the default class.
+/// What the CSIDriver object says of the driver.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DriverTraits {
+    /// The scheduler checks capacity (`storageCapacity`).
+    pub storage_capacity: bool,
+    /// Volumes need a VolumeAttachment (`attachRequired`).
+    pub attach_required: bool,
+}
+
+/// Registers the driver's own node (see [`register_node`]), the CSIDriver with `traits`, and
+/// the default class.
 pub async fn register(
     client: &kube::Client,
     socket: &str,
-    storage_capacity: bool,
+    traits: DriverTraits,
 ) -> anyhow::Result<String> {
+    let DriverTraits {
+        storage_capacity,
+        attach_required,
+    } = traits;
     let driver_name = register_node(client, socket).await?;
     let driver = CSIDriver {
         metadata: ObjectMeta {
@@ -149,7 +178,7 @@ pub async fn register(
             ..Default::default()
         },
         spec: CSIDriverSpec {
-            attach_required: Some(false),
+            attach_required: Some(attach_required),
             storage_capacity: Some(storage_capacity),
             ..Default::default()
         },
@@ -158,7 +187,8 @@ pub async fn register(
     if let Err(kube::Error::Api(s)) = drivers.create(&PostParams::default(), &driver).await
         && s.code == 409
     {
-        // storageCapacity is the one field that may change (an earlier `up` without it).
+        // storageCapacity may change (an earlier `up` without it); attachRequired is immutable,
+        // so a stack made without attach keeps it.
         let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
         drivers
             .patch(&driver_name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -105,7 +105,9 @@ impl Env {
         self.stack.client.clone()
     }
 
-    async fn controller(&self) -> csi::controller_client::ControllerClient<tonic::transport::Channel> {
+    async fn controller(
+        &self,
+    ) -> csi::controller_client::ControllerClient<tonic::transport::Channel> {
         let channel = sidecar_kit::csi::connect(&self.stack.socket).await.unwrap();
         csi::controller_client::ControllerClient::new(channel)
     }
@@ -197,8 +199,7 @@ impl Env {
         r.entries
             .into_iter()
             .filter_map(|e| {
-                let nodes: BTreeSet<String> =
-                    e.status?.published_node_ids.into_iter().collect();
+                let nodes: BTreeSet<String> = e.status?.published_node_ids.into_iter().collect();
                 (!nodes.is_empty()).then(|| (e.volume.unwrap().volume_id, nodes))
             })
             .collect()
@@ -300,7 +301,10 @@ async fn attach_then_detach_protects_the_volume_until_no_attachment_names_it() {
     );
     assert!(status.attach_error.is_none());
     assert!(finalizers(&env.pv("pv-a").await.unwrap().metadata).contains(&FINALIZER.to_string()));
-    assert_eq!(env.published().await[&id], BTreeSet::from(["node-1".to_string()]));
+    assert_eq!(
+        env.published().await[&id],
+        BTreeSet::from(["node-1".to_string()])
+    );
     // Three writes: the PV's finalizer, the attachment's finalizer and node id, the status.
     assert_eq!(
         env.writes(),
@@ -311,7 +315,9 @@ async fn attach_then_detach_protects_the_volume_until_no_attachment_names_it() {
 
     // A second node: the driver refuses a single-node volume on two nodes.
     env.attach("va-b", "pv-a", "node-2", &[]).await;
-    let error = env.wait_error("va-b", false, "rpc error: code = FailedPrecondition").await;
+    let error = env
+        .wait_error("va-b", false, "rpc error: code = FailedPrecondition")
+        .await;
     assert_eq!(error["errorCode"], json!(9), "{error}");
     assert!(error["time"].is_string());
 
@@ -324,7 +330,10 @@ async fn attach_then_detach_protects_the_volume_until_no_attachment_names_it() {
     env.wait_until("va-a gone", || async { env.va("va-a").await.is_none() })
         .await;
     assert!(
-        env.published().await.get(&id).is_none_or(|n| !n.contains("node-1")),
+        env.published()
+            .await
+            .get(&id)
+            .is_none_or(|n| !n.contains("node-1")),
         "unpublished from node-1"
     );
     assert!(
@@ -357,19 +366,30 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
 
     // No CSINode for the node.
     env.attach("va-ghost", "pv-s", "ghost", &[]).await;
-    env.wait_error("va-ghost", false, r#"csinode.storage.k8s.io "ghost" not found"#)
-        .await;
+    env.wait_error(
+        "va-ghost",
+        false,
+        r#"csinode.storage.k8s.io "ghost" not found"#,
+    )
+    .await;
     env.detach("va-ghost").await;
 
     env.attach("va-s", "pv-s", "node-1", &[]).await;
-    env.wait_error("va-s", false, r#"failed to load secret "default/publish": not found"#)
-        .await;
+    env.wait_error(
+        "va-s",
+        false,
+        r#"failed to load secret "default/publish": not found"#,
+    )
+    .await;
     let secrets: Api<Secret> = Api::namespaced(env.client(), "default");
     let secret: Secret = serde_json::from_value(
         json!({"metadata": {"name": "publish"}, "stringData": {"token": "wrong"}}),
     )
     .unwrap();
-    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
     let error = env
         .wait_error("va-s", false, "rpc error: code = InvalidArgument")
         .await;
@@ -389,7 +409,8 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
     // An injected error on detach: detachError, then a retry once it is gone.
     env.faults("ControllerUnpublishVolume=error:UNAVAILABLE\n");
     env.detach("va-s").await;
-    env.wait_error("va-s", true, "rpc error: code = Unavailable").await;
+    env.wait_error("va-s", true, "rpc error: code = Unavailable")
+        .await;
     assert!(env.published().await.contains_key(&id), "still published");
     env.faults("");
     env.wait_until("va-s gone", || async { env.va("va-s").await.is_none() })
@@ -405,7 +426,10 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
     assert_eq!(error["errorCode"], json!(8));
     env.faults("");
     let va = env.wait_attached("va-t").await;
-    assert!(va.status.unwrap().attach_error.is_none(), "cleared once attached");
+    assert!(
+        va.status.unwrap().attach_error.is_none(),
+        "cleared once attached"
+    );
     let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(env.client(), "default")
         .list(&ListParams::default())
         .await
@@ -426,7 +450,8 @@ async fn the_reconcile_repairs_what_the_driver_lost_and_what_it_kept() {
     let lost = env.volume("pv-lost", json!({})).await;
     let kept = env.volume("pv-kept", json!({})).await;
     env.attach("va-lost", "pv-lost", "node-1", &[]).await;
-    env.attach("va-kept", "pv-kept", "node-1", &["test.volstack.dev/hold"]).await;
+    env.attach("va-kept", "pv-kept", "node-1", &["test.volstack.dev/hold"])
+        .await;
     env.wait_attached("va-lost").await;
     env.wait_attached("va-kept").await;
 
@@ -476,7 +501,10 @@ async fn the_reconcile_repairs_what_the_driver_lost_and_what_it_kept() {
         !env.published().await.contains_key(&kept)
     })
     .await;
-    assert!(env.log().contains("the driver disagrees with status.attached"));
+    assert!(
+        env.log()
+            .contains("the driver disagrees with status.attached")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

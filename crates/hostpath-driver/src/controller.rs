@@ -459,7 +459,8 @@ impl Controller for Driver {
     ) -> Reply<csi::ControllerPublishVolumeResponse> {
         let req = request.into_inner();
         self.call("ControllerPublishVolume", async move {
-            self.cfg.check_secrets("ControllerPublishVolume", &req.secrets)?;
+            self.cfg
+                .check_secrets("ControllerPublishVolume", &req.secrets)?;
             self.publish(req).await
         })
         .await
@@ -471,7 +472,8 @@ impl Controller for Driver {
     ) -> Reply<csi::ControllerUnpublishVolumeResponse> {
         let req = request.into_inner();
         self.call("ControllerUnpublishVolume", async move {
-            self.cfg.check_secrets("ControllerUnpublishVolume", &req.secrets)?;
+            self.cfg
+                .check_secrets("ControllerUnpublishVolume", &req.secrets)?;
             self.unpublish(req).await
         })
         .await

@@ -314,9 +314,18 @@ mod tests {
                 && a.immediate_topology
                 && a.prevent_volume_mode_conversion
         );
-        assert_eq!(a.common.leader_election_lease_duration, Duration::from_secs(15));
-        assert_eq!(a.common.leader_election_renew_deadline, Duration::from_secs(10));
-        assert_eq!(a.common.leader_election_retry_period, Duration::from_secs(5));
+        assert_eq!(
+            a.common.leader_election_lease_duration,
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            a.common.leader_election_renew_deadline,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            a.common.leader_election_retry_period,
+            Duration::from_secs(5)
+        );
         assert_eq!(a.common.metrics_path, "/metrics");
         let s = a.validate().unwrap();
         assert!(s.topology && s.volume_attributes_class && s.release_on_exit);

@@ -67,7 +67,8 @@ pub struct AttachDetachController {
 
 impl std::fmt::Debug for AttachDetachController {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AttachDetachController").finish_non_exhaustive()
+        f.debug_struct("AttachDetachController")
+            .finish_non_exhaustive()
     }
 }
 
@@ -164,17 +165,16 @@ impl AttachDetachController {
             })
             .every(RESYNC, move || {
                 for node in resync.nodes.state() {
-                    resync.queue.add(node.metadata.name.clone().unwrap_or_default());
+                    resync
+                        .queue
+                        .add(node.metadata.name.clone().unwrap_or_default());
                 }
             })
     }
 
     async fn sync_node(&self, node: &str) -> Result<Next, AttachDetachError> {
-        let (pods, claims, volumes) = (
-            self.pods.state(),
-            self.claims.state(),
-            self.volumes.state(),
-        );
+        let (pods, claims, volumes) =
+            (self.pods.state(), self.claims.state(), self.volumes.state());
         let (drivers, nodes, attachments) = (
             self.drivers.state(),
             self.nodes.state(),
@@ -229,7 +229,9 @@ impl AttachDetachController {
                 "spec": {"attacher": w.driver, "nodeName": w.node, "source": {"persistentVolumeName": w.volume}},
             }))?;
             match api.create(&PostParams::default(), &va).await {
-                Ok(_) => tracing::info!(attachment = %w.name, volume = %w.volume, node = %w.node, "VolumeAttachment created"),
+                Ok(_) => {
+                    tracing::info!(attachment = %w.name, volume = %w.volume, node = %w.node, "VolumeAttachment created")
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(source) => {
                     return Err(AttachDetachError::Create {
@@ -243,7 +245,9 @@ impl AttachDetachController {
         }
         for name in todo.delete {
             match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => tracing::info!(attachment = %name, node, "VolumeAttachment deleted: no Pod on the node uses the volume"),
+                Ok(_) => {
+                    tracing::info!(attachment = %name, node, "VolumeAttachment deleted: no Pod on the node uses the volume")
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(source) => return Err(AttachDetachError::Delete { name, source }),
             }
@@ -263,7 +267,12 @@ impl AttachDetachController {
             for pod in &on_node {
                 if self.uses(pod, volume, &claims) {
                     self.recorder
-                        .record(&reference(*pod), EventType::Warning, "FailedAttachVolume", &message)
+                        .record(
+                            &reference(*pod),
+                            EventType::Warning,
+                            "FailedAttachVolume",
+                            &message,
+                        )
                         .await;
                 }
             }
@@ -271,7 +280,12 @@ impl AttachDetachController {
         Ok(Next::Done)
     }
 
-    fn uses(&self, pod: &Pod, volume: &str, claims: &HashMap<(&str, &str), &PersistentVolumeClaim>) -> bool {
+    fn uses(
+        &self,
+        pod: &Pod,
+        volume: &str,
+        claims: &HashMap<(&str, &str), &PersistentVolumeClaim>,
+    ) -> bool {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         claims_of(pod).iter().any(|c| {
             claims

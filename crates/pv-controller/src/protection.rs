@@ -45,7 +45,8 @@ pub struct ProtectionController {
 
 impl std::fmt::Debug for ProtectionController {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProtectionController").finish_non_exhaustive()
+        f.debug_struct("ProtectionController")
+            .finish_non_exhaustive()
     }
 }
 
@@ -60,9 +61,12 @@ impl ProtectionController {
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> = WorkQueue::new(backoff);
         let volume_queue: WorkQueue<String> = WorkQueue::new(backoff);
         let q = claim_queue.clone();
-        let claims = watches.reflect(Api::<PersistentVolumeClaim>::all(client.clone()), move |e| {
-            each(e, |c| q.add(ObjectRef::from_obj(c)));
-        });
+        let claims = watches.reflect(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            move |e| {
+                each(e, |c| q.add(ObjectRef::from_obj(c)));
+            },
+        );
         let q = volume_queue.clone();
         let volumes = watches.reflect(Api::<PersistentVolume>::all(client.clone()), move |e| {
             each(e, |v| q.add(v.metadata.name.clone().unwrap_or_default()));
@@ -115,8 +119,10 @@ impl ProtectionController {
         };
         let pods = self.pods.state();
         let plan = protection::claim(&claim, pods.iter().map(AsRef::as_ref));
-        let api: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or_default());
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(
+            self.client.clone(),
+            key.namespace.as_deref().unwrap_or_default(),
+        );
         apply(api, &key.name, plan, &key.to_string()).await
     }
 

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use csi_proto::v1 as csi;
 use csi::controller_service_capability::rpc::Type as Rpc;
 use csi::plugin_capability::service::Type as Service;
+use csi_proto::v1 as csi;
 use tonic::transport::Channel;
 
 use crate::csi::{CallError, Caller, ConnectError, connect_with_retry};

@@ -3,8 +3,8 @@
 //! migration this project does not do), the one volume capability the PV's access modes make,
 //! and the name kube-controller-manager gives the VolumeAttachment of a volume on a node.
 
-use csi_proto::v1 as csi;
 use csi::volume_capability::access_mode::Mode;
+use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolumeSpec};
 
 /// Why a PV spec gives no CSI volume or no capability.
@@ -30,12 +30,17 @@ pub enum VolumeSpecError {
 }
 
 /// The CSI source of a PV spec.
-pub fn csi_source(spec: &PersistentVolumeSpec) -> Result<&CSIPersistentVolumeSource, VolumeSpecError> {
+pub fn csi_source(
+    spec: &PersistentVolumeSpec,
+) -> Result<&CSIPersistentVolumeSource, VolumeSpecError> {
     if let Some(source) = &spec.csi {
         return Ok(source);
     }
     let in_tree = [
-        (spec.aws_elastic_block_store.is_some(), "awsElasticBlockStore"),
+        (
+            spec.aws_elastic_block_store.is_some(),
+            "awsElasticBlockStore",
+        ),
         (spec.gce_persistent_disk.is_some(), "gcePersistentDisk"),
         (spec.azure_disk.is_some(), "azureDisk"),
         (spec.azure_file.is_some(), "azureFile"),
@@ -51,7 +56,10 @@ pub fn csi_source(spec: &PersistentVolumeSpec) -> Result<&CSIPersistentVolumeSou
 
 /// The one CSI access mode a PV's access modes make (the attacher's and kubelet's rule; the
 /// provisioner maps each mode on its own instead).
-pub fn access_mode(modes: &[String], single_node_multi_writer: bool) -> Result<Mode, VolumeSpecError> {
+pub fn access_mode(
+    modes: &[String],
+    single_node_multi_writer: bool,
+) -> Result<Mode, VolumeSpecError> {
     let has = |m: &str| modes.iter().any(|x| x == m);
     if has("ReadWriteOncePod") {
         if modes.len() > 1 {
@@ -118,7 +126,10 @@ pub fn capability(
 /// The VolumeAttachment name kube-controller-manager and kubelet use for a volume on a node:
 /// `csi-` and the hex SHA-256 of handle, driver and node joined without a separator.
 pub fn attachment_name(volume_handle: &str, driver: &str, node: &str) -> String {
-    format!("csi-{}", sha256_hex(format!("{volume_handle}{driver}{node}").as_bytes()))
+    format!(
+        "csi-{}",
+        sha256_hex(format!("{volume_handle}{driver}{node}").as_bytes())
+    )
 }
 
 /// The lowercase hex SHA-256 of `data` (names kubelet and kube-controller-manager derive
@@ -148,16 +159,40 @@ mod tests {
             (&["ReadWriteOnce"], false, Ok(Mode::SingleNodeWriter)),
             (&["ReadWriteOnce"], true, Ok(Mode::SingleNodeMultiWriter)),
             (&["ReadWriteOncePod"], false, Ok(Mode::SingleNodeWriter)),
-            (&["ReadWriteOncePod"], true, Ok(Mode::SingleNodeSingleWriter)),
-            (&["ReadWriteOncePod", "ReadWriteOnce"], false, Err(E::ReadWriteOncePodWithOthers)),
-            (&["ReadWriteMany", "ReadOnlyMany"], false, Ok(Mode::MultiNodeMultiWriter)),
+            (
+                &["ReadWriteOncePod"],
+                true,
+                Ok(Mode::SingleNodeSingleWriter),
+            ),
+            (
+                &["ReadWriteOncePod", "ReadWriteOnce"],
+                false,
+                Err(E::ReadWriteOncePodWithOthers),
+            ),
+            (
+                &["ReadWriteMany", "ReadOnlyMany"],
+                false,
+                Ok(Mode::MultiNodeMultiWriter),
+            ),
             (&["ReadOnlyMany"], false, Ok(Mode::MultiNodeReaderOnly)),
-            (&["ReadOnlyMany", "ReadWriteOnce"], false, Err(E::ReadOnlyManyWithReadWriteOnce)),
+            (
+                &["ReadOnlyMany", "ReadWriteOnce"],
+                false,
+                Err(E::ReadOnlyManyWithReadWriteOnce),
+            ),
             (&[], false, Err(E::Unsupported(vec![]))),
-            (&["Sideways"], false, Err(E::Unsupported(modes(&["Sideways"])))),
+            (
+                &["Sideways"],
+                false,
+                Err(E::Unsupported(modes(&["Sideways"]))),
+            ),
         ];
         for (list, snmw, want) in cases {
-            assert_eq!(access_mode(&modes(list), snmw), want, "{list:?} snmw={snmw}");
+            assert_eq!(
+                access_mode(&modes(list), snmw),
+                want,
+                "{list:?} snmw={snmw}"
+            );
         }
     }
 
@@ -178,7 +213,10 @@ mod tests {
         let Some(AccessType::Mount(m)) = cap.access_type else {
             panic!("a mount")
         };
-        assert_eq!((m.fs_type.as_str(), m.mount_flags), ("ext4", modes(&["noatime"])));
+        assert_eq!(
+            (m.fs_type.as_str(), m.mount_flags),
+            ("ext4", modes(&["noatime"]))
+        );
         spec.csi.as_mut().unwrap().fs_type = Some("xfs".into());
         let Some(AccessType::Mount(m)) = capability(&spec, false, "ext4").unwrap().access_type
         else {
@@ -203,7 +241,10 @@ mod tests {
             gce_persistent_disk: Some(Default::default()),
             ..Default::default()
         };
-        assert_eq!(csi_source(&spec), Err(VolumeSpecError::InTree("gcePersistentDisk")));
+        assert_eq!(
+            csi_source(&spec),
+            Err(VolumeSpecError::InTree("gcePersistentDisk"))
+        );
         let spec = PersistentVolumeSpec {
             nfs: Some(Default::default()),
             ..Default::default()
@@ -219,6 +260,9 @@ mod tests {
             name,
             "csi-a5a2e67339ab5660a390dc86be397e784322823ff01f40cf2c01a72c3cab1374"
         );
-        assert_ne!(name, attachment_name("vol-1", "hostpath.csi.k8s.io", "node-2"));
+        assert_ne!(
+            name,
+            attachment_name("vol-1", "hostpath.csi.k8s.io", "node-2")
+        );
     }
 }

@@ -153,8 +153,7 @@ impl Attacher {
                     each(event, |node| this.node_changed(node));
                 }
             };
-            let csinodes =
-                watches.reflect(Api::<CSINode>::all(client.clone()), on_csinode);
+            let csinodes = watches.reflect(Api::<CSINode>::all(client.clone()), on_csinode);
             Attacher {
                 recorder,
                 client,
@@ -258,7 +257,10 @@ impl Attacher {
                 let name = va.metadata.name.clone().unwrap_or_default();
                 {
                     let mut marked = self.marked.lock();
-                    if marked.get(&name).is_some_and(|rv| va.metadata.resource_version.as_ref() == Some(rv)) {
+                    if marked
+                        .get(&name)
+                        .is_some_and(|rv| va.metadata.resource_version.as_ref() == Some(rv))
+                    {
                         marked.remove(&name);
                     }
                 }

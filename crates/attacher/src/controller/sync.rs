@@ -146,7 +146,10 @@ impl Attacher {
     /// VolumeAttachment's (a read, instead of an error written to the status and a retry).
     async fn plan_for(&self, va: &VolumeAttachment, force: bool) -> Plan {
         let mut pv = match &va.spec.source.persistent_volume_name {
-            Some(name) => self.volumes.get(&ObjectRef::new(name)).map(|p| (*p).clone()),
+            Some(name) => self
+                .volumes
+                .get(&ObjectRef::new(name))
+                .map(|p| (*p).clone()),
             None => None,
         };
         if pv.is_none()
@@ -189,7 +192,12 @@ impl Attacher {
             .map(|va| va.metadata.resource_version)
     }
 
-    async fn json_patch<K>(&self, api: Api<K>, name: &str, ops: Vec<Value>) -> Result<(), SyncErrorOrApi>
+    async fn json_patch<K>(
+        &self,
+        api: Api<K>,
+        name: &str,
+        ops: Vec<Value>,
+    ) -> Result<(), SyncErrorOrApi>
     where
         K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
@@ -213,7 +221,9 @@ impl Attacher {
         let patch = if detach {
             status::detach_error(&now(), &message)
         } else {
-            let code = code.filter(|_| self.cfg.options.error_codes).map(|c| c as i32);
+            let code = code
+                .filter(|_| self.cfg.options.error_codes)
+                .map(|c| c as i32);
             status::attach_error(&now(), &message, code)
         };
         if let Err(source) = self.write_status(&name, &patch).await
@@ -221,7 +231,11 @@ impl Attacher {
         {
             tracing::warn!(attachment = %name, error = %source, "failed to save the error in the status");
         }
-        let reason = if detach { "DetachFailed" } else { "AttachFailed" };
+        let reason = if detach {
+            "DetachFailed"
+        } else {
+            "AttachFailed"
+        };
         self.recorder
             .record(&reference(va), EventType::Warning, reason, &message)
             .await;
@@ -252,7 +266,10 @@ impl Attacher {
         match self.plan_for(&va, force).await {
             Plan::Nothing => Ok(Next::Done),
             Plan::MarkAttached => {
-                match self.write_status(name, &status::attached(&Default::default())).await {
+                match self
+                    .write_status(name, &status::attached(&Default::default()))
+                    .await
+                {
                     Ok(_) => Ok(Next::Done),
                     Err(e) if not_found(&e) => Ok(Next::Done),
                     Err(source) => Err(SyncError::Status {
@@ -277,11 +294,7 @@ impl Attacher {
         }
     }
 
-    async fn attach(
-        &self,
-        va: &VolumeAttachment,
-        plan: attach::Attach,
-    ) -> Result<Next, SyncError> {
+    async fn attach(&self, va: &VolumeAttachment, plan: attach::Attach) -> Result<Next, SyncError> {
         let name = va.metadata.name.clone().unwrap_or_default();
         if let Some((pv, ops)) = plan.protect_volume {
             let api: Api<PersistentVolume> = Api::all(self.client.clone());
@@ -313,7 +326,8 @@ impl Attacher {
         }
         let secrets = match &plan.publish.secret {
             None => Default::default(),
-            Some(s) => match sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await {
+            Some(s) => match sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await
+            {
                 Ok(secrets) => secrets,
                 Err(e) => {
                     let message = e.to_string();
@@ -327,7 +341,9 @@ impl Attacher {
                     Ok(Some(version)) => {
                         let mut marked = self.marked.lock();
                         // Unless the event came first (the cache has it already).
-                        let cached = self.attachment(&name).and_then(|v| v.metadata.resource_version.clone());
+                        let cached = self
+                            .attachment(&name)
+                            .and_then(|v| v.metadata.resource_version.clone());
                         if cached.as_ref() != Some(&version) {
                             marked.insert(name.clone(), version);
                         }
@@ -383,7 +399,8 @@ impl Attacher {
         };
         let secrets = match &plan.secret {
             None => Default::default(),
-            Some(s) => match sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await {
+            Some(s) => match sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await
+            {
                 Ok(secrets) => secrets,
                 Err(e) => {
                     let message = e.to_string();

@@ -110,9 +110,9 @@ pub fn volume_spec<'a>(
         (Some(_), Some(_)) => {
             Err("both InlineCSIVolumeSource and PersistentVolumeName specified in VA source".into())
         }
-        (None, None) => {
-            Err("neither InlineCSIVolumeSource nor PersistentVolumeName specified in VA source".into())
-        }
+        (None, None) => Err(
+            "neither InlineCSIVolumeSource nor PersistentVolumeName specified in VA source".into(),
+        ),
         (None, Some(spec)) => {
             if spec.csi.is_none() {
                 return Err("inline volume spec contains nil CSI source".into());
@@ -132,8 +132,7 @@ pub fn node_id_from_csinode(
     driver: &str,
 ) -> Result<String, String> {
     let node = &va.spec.node_name;
-    let csinode =
-        csinode.ok_or_else(|| format!("csinode.storage.k8s.io {node:?} not found"))?;
+    let csinode = csinode.ok_or_else(|| format!("csinode.storage.k8s.io {node:?} not found"))?;
     csinode
         .spec
         .drivers
@@ -218,7 +217,11 @@ fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<At
     let node_id = node_id_from_csinode(va, world.csinode, &driver.name)?;
     let mut ops = finalizers::add_ops(&va.metadata, ours).unwrap_or_default();
     if sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID) != Some(node_id.as_str()) {
-        ops.push(finalizers::annotation_op(&va.metadata, ANN_NODE_ID, &node_id));
+        ops.push(finalizers::annotation_op(
+            &va.metadata,
+            ANN_NODE_ID,
+            &node_id,
+        ));
     }
     Ok(Attach {
         protect_volume,
@@ -252,7 +255,11 @@ fn plan_detach(va: &VolumeAttachment, world: World<'_>, force: bool, ours: &str)
         Ok(r) => r,
         Err(message) => return Plan::DetachFailed(message),
     };
-    let only_ours = va.metadata.finalizers.as_ref().is_some_and(|f| f.len() == 1);
+    let only_ours = va
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.len() == 1);
     let status_clean = !attached(va)
         && va
             .status

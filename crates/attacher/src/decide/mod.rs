@@ -45,7 +45,10 @@ pub struct Options {
 /// `external-attacher/` and the driver's name with every character other than `[a-zA-Z0-9-]`
 /// as `-` (and an `X` after a trailing `-`).
 pub fn finalizer(driver: &str) -> String {
-    format!("external-attacher/{}", sidecar_kit::leader::lease_name(driver))
+    format!(
+        "external-attacher/{}",
+        sidecar_kit::leader::lease_name(driver)
+    )
 }
 
 /// The leader-election Lease of the attacher of `driver`.

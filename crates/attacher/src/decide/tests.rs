@@ -114,7 +114,10 @@ fn deleting_va(finalizers: &[&str], attached: bool) -> VolumeAttachment {
 fn names_follow_upstream() {
     assert_eq!(finalizer(DRIVER), F);
     assert_eq!(finalizer("x.y-"), "external-attacher/x-y-X");
-    assert_eq!(lease(DRIVER), "external-attacher-leader-hostpath-csi-k8s-io");
+    assert_eq!(
+        lease(DRIVER),
+        "external-attacher-leader-hostpath-csi-k8s-io"
+    );
 }
 
 #[test]
@@ -146,7 +149,10 @@ fn an_attach_protects_the_volume_and_the_attachment_before_publishing() {
         ])
     );
     let p2 = &a.publish;
-    assert_eq!((p2.volume_id.as_str(), p2.node_id.as_str()), ("vol-1", "n1"));
+    assert_eq!(
+        (p2.volume_id.as_str(), p2.node_id.as_str()),
+        ("vol-1", "n1")
+    );
     assert!(p2.readonly, "spec.csi.readOnly with PUBLISH_READONLY");
     assert_eq!(p2.context.get("tier").map(String::as_str), Some("fast"));
     assert_eq!(
@@ -156,12 +162,14 @@ fn an_attach_protects_the_volume_and_the_attachment_before_publishing() {
             name: "publish".into()
         })
     );
-    let Some(csi_proto::v1::volume_capability::AccessType::Mount(m)) =
-        &p2.capability.access_type
+    let Some(csi_proto::v1::volume_capability::AccessType::Mount(m)) = &p2.capability.access_type
     else {
         panic!("a mount")
     };
-    assert_eq!((m.fs_type.as_str(), m.mount_flags.clone()), ("ext4", vec!["noatime".to_string()]));
+    assert_eq!(
+        (m.fs_type.as_str(), m.mount_flags.clone()),
+        ("ext4", vec!["noatime".to_string()])
+    );
 }
 
 #[test]
@@ -171,7 +179,7 @@ fn the_plan_for_each_state_of_an_attachment() {
     let trivial = DriverView {
         publish_unpublish: false,
         ..driver()
-        };
+    };
     let no_readonly = DriverView {
         publish_readonly: false,
         ..driver()
@@ -190,26 +198,186 @@ fn the_plan_for_each_state_of_an_attachment() {
     protected.metadata.finalizers = Some(vec![F.into()]);
     let mut done = va(&[F], false);
     done.metadata.annotations = Some(BTreeMap::from([(ANN_NODE_ID.into(), "n1".into())]));
-    let cases: Vec<(&str, VolumeAttachment, Option<PersistentVolume>, Option<CSINode>, &DriverView, bool, &str)> = vec![
-        ("trivial driver, not attached", va(&[], false), None, None, &trivial, false, "mark"),
-        ("trivial driver, attached", va(&[], true), None, None, &trivial, false, "nothing"),
-        ("attached", va(&[F], true), Some(pv()), Some(csinode(Some("n1"))), &d, false, "nothing"),
-        ("attached, forced by the reconcile", va(&[F], true), Some(pv()), Some(csinode(Some("n1"))), &d, true, "attach"),
-        ("protected already: publish only", done, Some(protected), Some(csinode(Some("n1"))), &d, false, "attach, no writes"),
-        ("no PV", va(&[], false), None, Some(csinode(Some("n1"))), &d, false, "attach error: persistentvolume \"pv-1\" not found"),
-        ("PV being deleted", va(&[], false), Some(deleting_pv), Some(csinode(Some("n1"))), &d, false, "attach error: PersistentVolume \"pv-1\" is marked for deletion"),
-        ("no CSINode", va(&[], false), Some(pv()), None, &d, false, "attach error: csinode.storage.k8s.io \"node-1\" not found"),
-        ("CSINode without the driver", va(&[], false), Some(pv()), Some(csinode(None)), &d, false, "attach error: CSINode node-1 does not contain driver hostpath.csi.k8s.io"),
-        ("both sources", both, Some(pv()), Some(csinode(Some("n1"))), &d, false, "attach error: both InlineCSIVolumeSource and PersistentVolumeName specified in VA source"),
-        ("inline source", inline, None, Some(csinode(Some("n1"))), &d, false, "attach"),
-        ("read-only without PUBLISH_READONLY", va(&[], false), Some(pv()), Some(csinode(Some("n1"))), &no_readonly, false, "attach read-write"),
-        ("deleting without our finalizer", deleting_va(&[], true), Some(pv()), Some(csinode(Some("n1"))), &d, false, "nothing"),
-        ("deleting, only our finalizer", deleting_va(&[F], true), Some(pv()), Some(csinode(Some("n1"))), &d, false, "detach n1, release, no status"),
-        ("deleting, another finalizer too", deleting_va(&["x", F], true), Some(pv()), Some(csinode(Some("n1"))), &d, false, "detach n1, release, status"),
-        ("deleting, CSINode gone: the annotation", annotated.clone(), Some(pv()), None, &d, false, "detach n-old, release, no status"),
-        ("deleting, no node id at all", deleting_va(&[F], true), Some(pv()), None, &d, false, "detach error: csinode.storage.k8s.io \"node-1\" not found"),
-        ("deleting, PV gone", deleting_va(&[F], true), None, Some(csinode(Some("n1"))), &d, false, "detach error: persistentvolume \"pv-1\" not found"),
-        ("deleting, released, forced", deleting_va(&["x"], false), Some(pv()), Some(csinode(Some("n1"))), &d, true, "detach n1, status clean"),
+    let cases: Vec<(
+        &str,
+        VolumeAttachment,
+        Option<PersistentVolume>,
+        Option<CSINode>,
+        &DriverView,
+        bool,
+        &str,
+    )> = vec![
+        (
+            "trivial driver, not attached",
+            va(&[], false),
+            None,
+            None,
+            &trivial,
+            false,
+            "mark",
+        ),
+        (
+            "trivial driver, attached",
+            va(&[], true),
+            None,
+            None,
+            &trivial,
+            false,
+            "nothing",
+        ),
+        (
+            "attached",
+            va(&[F], true),
+            Some(pv()),
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "nothing",
+        ),
+        (
+            "attached, forced by the reconcile",
+            va(&[F], true),
+            Some(pv()),
+            Some(csinode(Some("n1"))),
+            &d,
+            true,
+            "attach",
+        ),
+        (
+            "protected already: publish only",
+            done,
+            Some(protected),
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "attach, no writes",
+        ),
+        (
+            "no PV",
+            va(&[], false),
+            None,
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "attach error: persistentvolume \"pv-1\" not found",
+        ),
+        (
+            "PV being deleted",
+            va(&[], false),
+            Some(deleting_pv),
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "attach error: PersistentVolume \"pv-1\" is marked for deletion",
+        ),
+        (
+            "no CSINode",
+            va(&[], false),
+            Some(pv()),
+            None,
+            &d,
+            false,
+            "attach error: csinode.storage.k8s.io \"node-1\" not found",
+        ),
+        (
+            "CSINode without the driver",
+            va(&[], false),
+            Some(pv()),
+            Some(csinode(None)),
+            &d,
+            false,
+            "attach error: CSINode node-1 does not contain driver hostpath.csi.k8s.io",
+        ),
+        (
+            "both sources",
+            both,
+            Some(pv()),
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "attach error: both InlineCSIVolumeSource and PersistentVolumeName specified in VA source",
+        ),
+        (
+            "inline source",
+            inline,
+            None,
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "attach",
+        ),
+        (
+            "read-only without PUBLISH_READONLY",
+            va(&[], false),
+            Some(pv()),
+            Some(csinode(Some("n1"))),
+            &no_readonly,
+            false,
+            "attach read-write",
+        ),
+        (
+            "deleting without our finalizer",
+            deleting_va(&[], true),
+            Some(pv()),
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "nothing",
+        ),
+        (
+            "deleting, only our finalizer",
+            deleting_va(&[F], true),
+            Some(pv()),
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "detach n1, release, no status",
+        ),
+        (
+            "deleting, another finalizer too",
+            deleting_va(&["x", F], true),
+            Some(pv()),
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "detach n1, release, status",
+        ),
+        (
+            "deleting, CSINode gone: the annotation",
+            annotated.clone(),
+            Some(pv()),
+            None,
+            &d,
+            false,
+            "detach n-old, release, no status",
+        ),
+        (
+            "deleting, no node id at all",
+            deleting_va(&[F], true),
+            Some(pv()),
+            None,
+            &d,
+            false,
+            "detach error: csinode.storage.k8s.io \"node-1\" not found",
+        ),
+        (
+            "deleting, PV gone",
+            deleting_va(&[F], true),
+            None,
+            Some(csinode(Some("n1"))),
+            &d,
+            false,
+            "detach error: persistentvolume \"pv-1\" not found",
+        ),
+        (
+            "deleting, released, forced",
+            deleting_va(&["x"], false),
+            Some(pv()),
+            Some(csinode(Some("n1"))),
+            &d,
+            true,
+            "detach n1, status clean",
+        ),
     ];
     for (name, v, p, n, drv, force, want) in cases {
         let world = World {

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod up;
+
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

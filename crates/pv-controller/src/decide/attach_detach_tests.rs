@@ -51,7 +51,12 @@ fn va(name: &str, node: &str, volume: &str) -> VolumeAttachment {
 
 #[test]
 fn attachments_follow_the_pods_that_use_attachable_volumes() {
-    let claims_list = [claim("c1", "pv1"), claim("c2", "pv2"), claim("c3", "pv3"), claim("pending", "")];
+    let claims_list = [
+        claim("c1", "pv1"),
+        claim("c2", "pv2"),
+        claim("c3", "pv3"),
+        claim("pending", ""),
+    ];
     let volumes_list = [pv("pv1", D), pv("pv2", D), pv("pv3", "noattach.example")];
     let no_attach: CSIDriver = serde_json::from_value(json!({
         "metadata": {"name": "noattach.example"}, "spec": {"attachRequired": false}
@@ -59,15 +64,31 @@ fn attachments_follow_the_pods_that_use_attachable_volumes() {
     .unwrap();
     let claims: HashMap<_, _> = claims_list
         .iter()
-        .map(|c| ((c.metadata.namespace.as_deref().unwrap(), c.metadata.name.as_deref().unwrap()), c))
+        .map(|c| {
+            (
+                (
+                    c.metadata.namespace.as_deref().unwrap(),
+                    c.metadata.name.as_deref().unwrap(),
+                ),
+                c,
+            )
+        })
         .collect();
-    let volumes: HashMap<_, _> = volumes_list.iter().map(|v| (v.metadata.name.as_deref().unwrap(), v)).collect();
+    let volumes: HashMap<_, _> = volumes_list
+        .iter()
+        .map(|v| (v.metadata.name.as_deref().unwrap(), v))
+        .collect();
     let drivers: HashMap<_, _> = [("noattach.example", &no_attach)].into();
     let mut busy: Node = serde_json::from_value(json!({"metadata": {"name": "n2"}})).unwrap();
     busy.status = Some(Default::default());
     busy.status.as_mut().unwrap().volumes_in_use = Some(vec![unique_name(D, "h-pv2")]);
     let nodes: HashMap<_, _> = [("n2", &busy)].into();
-    let world = World { claims: &claims, volumes: &volumes, drivers: &drivers, nodes: &nodes };
+    let world = World {
+        claims: &claims,
+        volumes: &volumes,
+        drivers: &drivers,
+        nodes: &nodes,
+    };
 
     let pods = [
         pod("a", "n1", "Running", &["c1", "c3", "pending", "missing"]),
@@ -76,21 +97,36 @@ fn attachments_follow_the_pods_that_use_attachable_volumes() {
         pod("done", "n2", "Succeeded", &["c2"]),
     ];
     let want = wanted(pods.iter(), world);
-    let names: Vec<(&str, &str)> = want.iter().map(|w| (w.volume.as_str(), w.node.as_str())).collect();
-    assert_eq!(names, vec![("pv1", "n1")], "one per volume and node; not the non-attachable driver, unbound claims, unscheduled or finished pods");
+    let names: Vec<(&str, &str)> = want
+        .iter()
+        .map(|w| (w.volume.as_str(), w.node.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![("pv1", "n1")],
+        "one per volume and node; not the non-attachable driver, unbound claims, unscheduled or finished pods"
+    );
     let first = want.iter().next().unwrap();
-    assert_eq!(first.name, sidecar_kit::pv_csi::attachment_name("h-pv1", D, "n1"));
+    assert_eq!(
+        first.name,
+        sidecar_kit::pv_csi::attachment_name("h-pv1", D, "n1")
+    );
 
     let stale_n1 = va("stale-n1", "n1", "pv2");
     let in_use_n2 = va("in-use-n2", "n2", "pv2");
     let mut leaving = va("leaving", "n1", "pv2");
-    leaving.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        "2026-11-23T00:00:00Z".parse().unwrap(),
-    ));
+    leaving.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-23T00:00:00Z".parse().unwrap(),
+        ));
     let kept = va(&first.name, "n1", "pv1");
     let a = actions(&want, [&stale_n1, &in_use_n2, &leaving], world);
     assert_eq!(a.create, want.iter().cloned().collect::<Vec<_>>());
-    assert_eq!(a.delete, vec!["stale-n1".to_string()], "not the one the node still uses, not one being deleted");
+    assert_eq!(
+        a.delete,
+        vec!["stale-n1".to_string()],
+        "not the one the node still uses, not one being deleted"
+    );
     let a = actions(&want, [&kept], world);
     assert!(a.create.is_empty() && a.delete.is_empty());
 }
@@ -99,27 +135,46 @@ fn attachments_follow_the_pods_that_use_attachable_volumes() {
 fn claims_and_volumes_are_protected_while_in_use() {
     let mut c = claim("c1", "pv1");
     let added = protection::claim(&c, []);
-    assert!(matches!(added, Protection::Add(ref ops) if ops.last().unwrap()["value"] == json!([PVC_PROTECTION])), "{added:?}");
+    assert!(
+        matches!(added, Protection::Add(ref ops) if ops.last().unwrap()["value"] == json!([PVC_PROTECTION])),
+        "{added:?}"
+    );
     c.metadata.finalizers = Some(vec![PVC_PROTECTION.into()]);
-    assert_eq!(protection::claim(&c, []), Protection::Keep, "not being deleted");
+    assert_eq!(
+        protection::claim(&c, []),
+        Protection::Keep,
+        "not being deleted"
+    );
     c.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         "2026-11-23T00:00:00Z".parse().unwrap(),
     ));
     let users = [pod("a", "n1", "Running", &["c1"])];
-    assert_eq!(protection::claim(&c, users.iter()), Protection::Keep, "a running pod uses it");
+    assert_eq!(
+        protection::claim(&c, users.iter()),
+        Protection::Keep,
+        "a running pod uses it"
+    );
     let gone_users = [
         pod("done", "n1", "Succeeded", &["c1"]),
         pod("unscheduled", "", "Pending", &["c1"]),
         pod("other", "n1", "Running", &["c2"]),
     ];
-    assert!(matches!(protection::claim(&c, gone_users.iter()), Protection::Release(_)));
+    assert!(matches!(
+        protection::claim(&c, gone_users.iter()),
+        Protection::Release(_)
+    ));
 
     let mut ephemeral = pod("eph", "n1", "Running", &[]);
-    ephemeral.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(
-        json!({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
-    )
-    .unwrap()]);
-    assert_eq!(protection::claims_of(&ephemeral), vec!["eph-scratch".to_string()]);
+    ephemeral.spec.as_mut().unwrap().volumes = Some(vec![
+        serde_json::from_value(
+            json!({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
+        )
+        .unwrap(),
+    ]);
+    assert_eq!(
+        protection::claims_of(&ephemeral),
+        vec!["eph-scratch".to_string()]
+    );
 
     let mut v = pv("pv1", D);
     v.metadata.finalizers = Some(vec![PV_PROTECTION.into()]);

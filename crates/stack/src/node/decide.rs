@@ -191,9 +191,7 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
             continue;
         };
         let Some(claim) = world.claims.get(&(namespace.clone(), claim_name.clone())) else {
-            return PodPlan::Wait(format!(
-                "persistentvolumeclaim {claim_name:?} not found"
-            ));
+            return PodPlan::Wait(format!("persistentvolumeclaim {claim_name:?} not found"));
         };
         let Some(pv_name) = claim
             .spec
@@ -227,9 +225,15 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
         let attach = csi_driver.is_none_or(|d| d.spec.attach_required.unwrap_or(true));
         let mut publish_context = HashMap::new();
         if attach {
-            let name =
-                sidecar_kit::pv_csi::attachment_name(&source.volume_handle, &source.driver, world.node);
-            let status = world.attachments.get(&name).and_then(|va| va.status.as_ref());
+            let name = sidecar_kit::pv_csi::attachment_name(
+                &source.volume_handle,
+                &source.driver,
+                world.node,
+            );
+            let status = world
+                .attachments
+                .get(&name)
+                .and_then(|va| va.status.as_ref());
             match status {
                 Some(s) if s.attached => {
                     publish_context = s
@@ -255,7 +259,10 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
         if csi_driver.is_some_and(|d| d.spec.pod_info_on_mount == Some(true)) {
             publish_attributes.extend([
                 ("csi.storage.k8s.io/pod.name".to_string(), pod_name.clone()),
-                ("csi.storage.k8s.io/pod.namespace".to_string(), namespace.clone()),
+                (
+                    "csi.storage.k8s.io/pod.namespace".to_string(),
+                    namespace.clone(),
+                ),
                 (
                     "csi.storage.k8s.io/pod.uid".to_string(),
                     pod.metadata.uid.clone().unwrap_or_default(),
@@ -266,7 +273,10 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
                         .clone()
                         .unwrap_or_else(|| "default".into()),
                 ),
-                ("csi.storage.k8s.io/ephemeral".to_string(), "false".to_string()),
+                (
+                    "csi.storage.k8s.io/ephemeral".to_string(),
+                    "false".to_string(),
+                ),
             ]);
         }
         ready.push(PodVolume {
@@ -313,9 +323,7 @@ pub fn running_status(pod: &Pod, now: &str) -> Value {
                 .collect()
         })
         .unwrap_or_default();
-    let condition = |kind: &str| {
-        json!({"type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": now})
-    };
+    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
     json!({"status": {
         "phase": "Running",
         "hostIP": "127.0.0.1",

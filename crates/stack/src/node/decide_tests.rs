@@ -14,7 +14,9 @@ const D: &str = "hostpath.csi.volstack.dev";
 fn pod(node: &str, claims: &[(&str, bool)]) -> Pod {
     let volumes: Vec<_> = claims
         .iter()
-        .map(|(c, ro)| json!({"name": c, "persistentVolumeClaim": {"claimName": c, "readOnly": ro}}))
+        .map(
+            |(c, ro)| json!({"name": c, "persistentVolumeClaim": {"claimName": c, "readOnly": ro}}),
+        )
         .chain(std::iter::once(json!({"name": "scratch", "emptyDir": {}})))
         .collect();
     serde_json::from_value(json!({
@@ -26,7 +28,10 @@ fn pod(node: &str, claims: &[(&str, bool)]) -> Pod {
 }
 
 fn claim(name: &str, volume: &str) -> PersistentVolumeClaim {
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"volumeName": volume}})).unwrap()
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"volumeName": volume}}),
+    )
+    .unwrap()
 }
 
 fn pv(name: &str, driver: &str) -> PersistentVolume {
@@ -71,12 +76,21 @@ fn plan(p: &Pod, o: &Objects) -> PodPlan {
         .iter()
         .map(|c| (("default".to_string(), c.metadata.name.clone().unwrap()), c))
         .collect();
-    let volumes: BTreeMap<String, &PersistentVolume> =
-        o.volumes.iter().map(|v| (v.metadata.name.clone().unwrap(), v)).collect();
-    let drivers: BTreeMap<String, &CSIDriver> =
-        o.drivers.iter().map(|d| (d.metadata.name.clone().unwrap(), d)).collect();
-    let attachments: BTreeMap<String, &VolumeAttachment> =
-        o.attachments.iter().map(|v| (v.metadata.name.clone().unwrap(), v)).collect();
+    let volumes: BTreeMap<String, &PersistentVolume> = o
+        .volumes
+        .iter()
+        .map(|v| (v.metadata.name.clone().unwrap(), v))
+        .collect();
+    let drivers: BTreeMap<String, &CSIDriver> = o
+        .drivers
+        .iter()
+        .map(|d| (d.metadata.name.clone().unwrap(), d))
+        .collect();
+    let attachments: BTreeMap<String, &VolumeAttachment> = o
+        .attachments
+        .iter()
+        .map(|v| (v.metadata.name.clone().unwrap(), v))
+        .collect();
     plan_pod(
         p,
         World {
@@ -114,9 +128,10 @@ fn what_each_pod_needs_before_it_runs_and_when_its_volumes_go() {
         attachments: vec![va("h-pv1", "n1", true), va("h-pv2", "n1", false)],
     };
     let mut deleting = pod("n1", &[("c1", false)]);
-    deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        "2026-11-23T00:00:00Z".parse().unwrap(),
-    ));
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-23T00:00:00Z".parse().unwrap(),
+        ));
     let mut done = pod("n1", &[("c1", false)]);
     done.status.as_mut().unwrap().phase = Some("Succeeded".into());
     let mut no_attach = base();
@@ -129,13 +144,48 @@ fn what_each_pod_needs_before_it_runs_and_when_its_volumes_go() {
         sidecar_kit::pv_csi::attachment_name("h-pv2", D, "n1")
     );
     let cases: Vec<(&str, Pod, Objects, &str)> = vec![
-        ("another node's pod", pod("n2", &[("c1", false)]), base(), "skip"),
-        ("attached volume, read-only claim", pod("n1", &[("c1", true)]), base(), "set up pv1 ro"),
-        ("not attached yet", pod("n1", &[("c1", false), ("c2", false)]), base(), &not_attached),
-        ("no attach needed", pod("n1", &[("c1", false), ("c2", false)]), no_attach, "set up pv1,pv2"),
-        ("unbound claim", pod("n1", &[("unbound", false)]), base(), "wait: claim \"unbound\" is not bound yet"),
-        ("missing claim", pod("n1", &[("nope", false)]), base(), "wait: persistentvolumeclaim \"nope\" not found"),
-        ("another driver's volume", pod("n1", &[("c3", false)]), foreign, "wait: driver name other.example not found in the list of registered CSI drivers"),
+        (
+            "another node's pod",
+            pod("n2", &[("c1", false)]),
+            base(),
+            "skip",
+        ),
+        (
+            "attached volume, read-only claim",
+            pod("n1", &[("c1", true)]),
+            base(),
+            "set up pv1 ro",
+        ),
+        (
+            "not attached yet",
+            pod("n1", &[("c1", false), ("c2", false)]),
+            base(),
+            &not_attached,
+        ),
+        (
+            "no attach needed",
+            pod("n1", &[("c1", false), ("c2", false)]),
+            no_attach,
+            "set up pv1,pv2",
+        ),
+        (
+            "unbound claim",
+            pod("n1", &[("unbound", false)]),
+            base(),
+            "wait: claim \"unbound\" is not bound yet",
+        ),
+        (
+            "missing claim",
+            pod("n1", &[("nope", false)]),
+            base(),
+            "wait: persistentvolumeclaim \"nope\" not found",
+        ),
+        (
+            "another driver's volume",
+            pod("n1", &[("c3", false)]),
+            foreign,
+            "wait: driver name other.example not found in the list of registered CSI drivers",
+        ),
         ("being deleted", deleting, base(), "tear down, finish=true"),
         ("finished", done, base(), "tear down, finish=false"),
     ];
@@ -156,39 +206,104 @@ fn a_set_up_carries_the_attachment_secrets_and_pod_info() {
         panic!("set up")
     };
     let v = &volumes[0];
-    assert_eq!(v.publish_context.get("devicePath").map(String::as_str), Some("/dev/x"));
+    assert_eq!(
+        v.publish_context.get("devicePath").map(String::as_str),
+        Some("/dev/x")
+    );
     assert_eq!(v.attributes.get("kind").map(String::as_str), Some("fast"));
-    assert_eq!(v.publish_attributes.get("csi.storage.k8s.io/pod.name").map(String::as_str), Some("app"));
-    assert_eq!(v.publish_attributes.get("csi.storage.k8s.io/pod.uid").map(String::as_str), Some("u1"));
-    assert!(!v.attributes.contains_key("csi.storage.k8s.io/pod.name"), "not for staging");
-    assert_eq!(v.stage_secret, Some(SecretRef { namespace: "ns".into(), name: "stage".into() }));
-    assert_eq!(v.publish_secret, Some(SecretRef { namespace: "ns".into(), name: "pub".into() }));
+    assert_eq!(
+        v.publish_attributes
+            .get("csi.storage.k8s.io/pod.name")
+            .map(String::as_str),
+        Some("app")
+    );
+    assert_eq!(
+        v.publish_attributes
+            .get("csi.storage.k8s.io/pod.uid")
+            .map(String::as_str),
+        Some("u1")
+    );
+    assert!(
+        !v.attributes.contains_key("csi.storage.k8s.io/pod.name"),
+        "not for staging"
+    );
+    assert_eq!(
+        v.stage_secret,
+        Some(SecretRef {
+            namespace: "ns".into(),
+            name: "stage".into()
+        })
+    );
+    assert_eq!(
+        v.publish_secret,
+        Some(SecretRef {
+            namespace: "ns".into(),
+            name: "pub".into()
+        })
+    );
 }
 
 #[test]
 fn paths_status_and_volumes_in_use_follow_kubelet() {
-    let paths = Paths { root: PathBuf::from("/k/n1") };
-    assert_eq!(paths.target("u1", "pv1"), PathBuf::from("/k/n1/pods/u1/volumes/kubernetes.io~csi/pv1/mount"));
+    let paths = Paths {
+        root: PathBuf::from("/k/n1"),
+    };
+    assert_eq!(
+        paths.target("u1", "pv1"),
+        PathBuf::from("/k/n1/pods/u1/volumes/kubernetes.io~csi/pv1/mount")
+    );
     assert_eq!(
         paths.staging_target(D, "h"),
-        PathBuf::from(format!("/k/n1/plugins/kubernetes.io/csi/{D}/{}/globalmount", sidecar_kit::pv_csi::sha256_hex(b"h")))
+        PathBuf::from(format!(
+            "/k/n1/plugins/kubernetes.io/csi/{D}/{}/globalmount",
+            sidecar_kit::pv_csi::sha256_hex(b"h")
+        ))
     );
-    assert_eq!(pod_uid_of(&paths, &paths.pod_volume("u1", "pv1")).as_deref(), Some("u1"));
+    assert_eq!(
+        pod_uid_of(&paths, &paths.pod_volume("u1", "pv1")).as_deref(),
+        Some("u1")
+    );
 
     let status = running_status(&pod("n1", &[]), "T");
     assert_eq!(status["status"]["phase"], "Running");
     assert_eq!(status["status"]["containerStatuses"][0]["ready"], true);
-    let ready: Vec<_> = status["status"]["conditions"].as_array().unwrap().iter().filter(|c| c["status"] == "True").map(|c| c["type"].as_str().unwrap()).collect();
+    let ready: Vec<_> = status["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "True")
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
     assert!(ready.contains(&"Ready") && ready.contains(&"ContainersReady"));
 
-    let rec = |h: &str| VolumeData { driver_name: D.into(), volume_handle: h.into(), spec_vol_id: "pv".into(), node_name: "n1".into(), done: true };
+    let rec = |h: &str| VolumeData {
+        driver_name: D.into(),
+        volume_handle: h.into(),
+        spec_vol_id: "pv".into(),
+        node_name: "n1".into(),
+        done: true,
+    };
     assert_eq!(
         volumes_in_use([&rec("b"), &rec("a"), &rec("a")]),
-        vec![format!("kubernetes.io/csi/{D}^a"), format!("kubernetes.io/csi/{D}^b")]
+        vec![
+            format!("kubernetes.io/csi/{D}^a"),
+            format!("kubernetes.io/csi/{D}^b")
+        ]
     );
-    let staged = vec![(PathBuf::from("/s/a"), rec("a")), (PathBuf::from("/s/b"), rec("b")), (PathBuf::from("/s/c"), rec("c"))];
+    let staged = vec![
+        (PathBuf::from("/s/a"), rec("a")),
+        (PathBuf::from("/s/b"), rec("b")),
+        (PathBuf::from("/s/c"), rec("c")),
+    ];
     let published = vec![(PathBuf::from("/p/a"), rec("a"))];
     let wanted: BTreeSet<String> = ["b".to_string()].into();
-    let gone: Vec<&str> = unneeded_stages(&staged, &published, &wanted).iter().map(|(_, d)| d.volume_handle.as_str()).collect();
-    assert_eq!(gone, vec!["c"], "a published and a wanted volume stay staged");
+    let gone: Vec<&str> = unneeded_stages(&staged, &published, &wanted)
+        .iter()
+        .map(|(_, d)| d.volume_handle.as_str())
+        .collect();
+    assert_eq!(
+        gone,
+        vec!["c"],
+        "a published and a wanted volume stay staged"
+    );
 }

@@ -128,9 +128,19 @@ mod tests {
         write(&b, &data("h2", "pv-2")).unwrap();
         std::fs::write(b.join("left-by-driver"), "x").unwrap();
         let s = paths.staging("d", "h1");
-        write(&s, &VolumeData { done: true, ..data("h1", "pv-1") }).unwrap();
+        write(
+            &s,
+            &VolumeData {
+                done: true,
+                ..data("h1", "pv-1")
+            },
+        )
+        .unwrap();
 
-        let mut found: Vec<String> = published(&paths).into_iter().map(|(_, d)| d.volume_handle).collect();
+        let mut found: Vec<String> = published(&paths)
+            .into_iter()
+            .map(|(_, d)| d.volume_handle)
+            .collect();
         found.sort();
         assert_eq!(found, vec!["h1", "h2"]);
         let st = staged(&paths, "d");
@@ -146,7 +156,10 @@ mod tests {
         assert!(!paths.pods().join("uid-a").exists(), "empty parents go");
         assert!(paths.pods().exists(), "not above the stop");
         remove(&b, &paths.pods()).unwrap();
-        assert!(b.join("left-by-driver").exists(), "a directory with content stays");
+        assert!(
+            b.join("left-by-driver").exists(),
+            "a directory with content stays"
+        );
         assert!(read(&b).is_none());
         assert_eq!(published(&paths).len(), 0);
     }

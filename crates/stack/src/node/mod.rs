@@ -180,7 +180,10 @@ fn wake<K>(
 
 impl NodeAgent {
     /// Learns the node and the driver from the node plugin, then starts the watches.
-    pub async fn start(client: kube::Client, settings: NodeSettings) -> Result<Arc<Self>, StartError> {
+    pub async fn start(
+        client: kube::Client,
+        settings: NodeSettings,
+    ) -> Result<Arc<Self>, StartError> {
         let channel = sidecar_kit::csi::connect_with_retry(
             &settings.socket,
             Duration::from_millis(100),
@@ -206,7 +209,8 @@ impl NodeAgent {
         let caps = calls
             .call(
                 "/csi.v1.Node/NodeGetCapabilities",
-                node_client.node_get_capabilities(calls.request(csi::NodeGetCapabilitiesRequest {})),
+                node_client
+                    .node_get_capabilities(calls.request(csi::NodeGetCapabilitiesRequest {})),
             )
             .await?;
         let stage_unstage = caps.capabilities.iter().any(|c| {
@@ -220,12 +224,17 @@ impl NodeAgent {
         });
         let on_node = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let q = queue.clone();
-        let pods = watches.reflect_with(Api::<Pod>::all(client.clone()), on_node, |_: &mut Pod| {}, move |e| {
-            if let watcher::Event::Delete(_) = e {
-                q.add(NodeKey::Sweep);
-            }
-            each(e, |pod| q.add(NodeKey::Pod(ObjectRef::from_obj(pod))));
-        });
+        let pods = watches.reflect_with(
+            Api::<Pod>::all(client.clone()),
+            on_node,
+            |_: &mut Pod| {},
+            move |e| {
+                if let watcher::Event::Delete(_) = e {
+                    q.add(NodeKey::Sweep);
+                }
+                each(e, |pod| q.add(NodeKey::Pod(ObjectRef::from_obj(pod))));
+            },
+        );
         let claims = watches.reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             wake(pods.clone(), queue.clone()),
@@ -253,7 +262,12 @@ impl NodeAgent {
             },
         );
         let this_node = watcher::Config::default().fields(&format!("metadata.name={node}"));
-        let nodes = watches.reflect_with(Api::<Node>::all(client.clone()), this_node, |_: &mut Node| {}, |_| {});
+        let nodes = watches.reflect_with(
+            Api::<Node>::all(client.clone()),
+            this_node,
+            |_: &mut Node| {},
+            |_| {},
+        );
         let recorder = Recorder::new(client.clone(), "kubelet", node.clone());
         let paths = Paths {
             root: settings.root.join(&node),
@@ -312,7 +326,9 @@ impl NodeAgent {
                 sweep.queue.add(NodeKey::Sweep);
                 for pod in sweep.pods.state() {
                     if !decide::running(&pod) {
-                        sweep.queue.add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
+                        sweep
+                            .queue
+                            .add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
                     }
                 }
             })

@@ -30,13 +30,25 @@ impl NodeAgent {
     }
 
     /// Stages (when the driver stages) and publishes each volume, then marks the Pod Running.
-    pub(super) async fn set_up_pod(&self, pod: &Pod, volumes: &[PodVolume]) -> Result<(), NodeError> {
+    pub(super) async fn set_up_pod(
+        &self,
+        pod: &Pod,
+        volumes: &[PodVolume],
+    ) -> Result<(), NodeError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         for volume in volumes {
             if let Err(error) = self.set_up(&uid, volume).await {
-                if matches!(error, NodeError::Stage { .. } | NodeError::Publish { .. } | NodeError::Secret(_)) {
+                if matches!(
+                    error,
+                    NodeError::Stage { .. } | NodeError::Publish { .. } | NodeError::Secret(_)
+                ) {
                     self.recorder
-                        .record(&reference(pod), EventType::Warning, "FailedMount", &error.to_string())
+                        .record(
+                            &reference(pod),
+                            EventType::Warning,
+                            "FailedMount",
+                            &error.to_string(),
+                        )
                         .await;
                 }
                 return Err(error);
@@ -52,7 +64,11 @@ impl NodeAgent {
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&decide::running_status(pod, &now())))
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&decide::running_status(pod, &now())),
+            )
             .await
         {
             Ok(_) => Ok(()),
@@ -73,10 +89,12 @@ impl NodeAgent {
             if !disk::read(&dir).is_some_and(|r| r.done) {
                 disk::write(&dir, &self.record(volume, false))?;
                 self.report_in_use().await?;
-                durable_log::files::create_private_dir(&target).map_err(|source| disk::DiskError {
-                    action: "create",
-                    path: staging_target.clone(),
-                    source,
+                durable_log::files::create_private_dir(&target).map_err(|source| {
+                    disk::DiskError {
+                        action: "create",
+                        path: staging_target.clone(),
+                        source,
+                    }
                 })?;
                 let secrets = self.secrets(volume.stage_secret.as_ref()).await?;
                 let request = csi::NodeStageVolumeRequest {
@@ -89,7 +107,10 @@ impl NodeAgent {
                 };
                 let mut client = self.node_client();
                 self.calls
-                    .call("/csi.v1.Node/NodeStageVolume", client.node_stage_volume(self.calls.request(request)))
+                    .call(
+                        "/csi.v1.Node/NodeStageVolume",
+                        client.node_stage_volume(self.calls.request(request)),
+                    )
                     .await
                     .map_err(|source| NodeError::Stage {
                         pv: volume.pv.clone(),
@@ -117,7 +138,10 @@ impl NodeAgent {
         };
         let mut client = self.node_client();
         self.calls
-            .call("/csi.v1.Node/NodePublishVolume", client.node_publish_volume(self.calls.request(request)))
+            .call(
+                "/csi.v1.Node/NodePublishVolume",
+                client.node_publish_volume(self.calls.request(request)),
+            )
             .await
             .map_err(|source| NodeError::Publish {
                 pv: volume.pv.clone(),
@@ -129,7 +153,11 @@ impl NodeAgent {
 
     /// Unpublishes every volume of the Pod, unstages what nothing needs, reports the volumes
     /// in use, then (when the Pod is being deleted) deletes it for good.
-    pub(super) async fn tear_down_pod(&self, pod: &Pod, finish_deletion: bool) -> Result<(), NodeError> {
+    pub(super) async fn tear_down_pod(
+        &self,
+        pod: &Pod,
+        finish_deletion: bool,
+    ) -> Result<(), NodeError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         for (dir, data) in disk::published(&self.paths) {
             if decide::pod_uid_of(&self.paths, &dir).as_deref() == Some(uid.as_str()) {
@@ -172,7 +200,10 @@ impl NodeAgent {
         };
         let mut client = self.node_client();
         self.calls
-            .call("/csi.v1.Node/NodeUnpublishVolume", client.node_unpublish_volume(self.calls.request(request)))
+            .call(
+                "/csi.v1.Node/NodeUnpublishVolume",
+                client.node_unpublish_volume(self.calls.request(request)),
+            )
             .await
             .map_err(|source| NodeError::Unpublish {
                 pv: data.spec_vol_id.clone(),
@@ -206,7 +237,10 @@ impl NodeAgent {
             };
             let mut client = self.node_client();
             self.calls
-                .call("/csi.v1.Node/NodeUnstageVolume", client.node_unstage_volume(self.calls.request(request)))
+                .call(
+                    "/csi.v1.Node/NodeUnstageVolume",
+                    client.node_unstage_volume(self.calls.request(request)),
+                )
                 .await
                 .map_err(|source| NodeError::Unstage {
                     pv: data.spec_vol_id.clone(),
@@ -224,7 +258,12 @@ impl NodeAgent {
         let pods = self.pods.state();
         let known: HashMap<String, ObjectRef<Pod>> = pods
             .iter()
-            .map(|p| (p.metadata.uid.clone().unwrap_or_default(), ObjectRef::from_obj(p.as_ref())))
+            .map(|p| {
+                (
+                    p.metadata.uid.clone().unwrap_or_default(),
+                    ObjectRef::from_obj(p.as_ref()),
+                )
+            })
             .collect();
         for (dir, data) in disk::published(&self.paths) {
             let Some(uid) = decide::pod_uid_of(&self.paths, &dir) else {

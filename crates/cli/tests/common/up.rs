@@ -1,0 +1,139 @@
+//! `volstack up` as a process, driven by kubectl: the helpers of the tests that use the
+//! embedded stack as a newcomer does.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_volstack");
+
+pub struct Up(pub Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn up(dir: &Path) -> Up {
+    up_with(dir, &[])
+}
+
+pub fn up_with(dir: &Path, extra: &[&str]) -> Up {
+    let log = std::fs::File::create(dir.join("up.log")).unwrap();
+    let child = Command::new(BIN)
+        .args([
+            "up",
+            "--bind=127.0.0.1:0",
+            &format!("--data-dir={}", dir.join("state").display()),
+        ])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(log)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join("up.log"))
+        .unwrap_or_default()
+        .contains("volstack is up")
+    {
+        assert!(Instant::now() < deadline, "volstack up did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Up(child)
+}
+
+pub fn stop(mut up: Up) {
+    Command::new("kill")
+        .arg("-INT")
+        .arg(up.0.id().to_string())
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while up.0.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "volstack up did not stop on Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new("kubectl")
+        .arg(format!(
+            "--kubeconfig={}",
+            dir.join("state/kubeconfig").display()
+        ))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn claims_yaml(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {prefix}-{i}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !f() {
+        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    started.elapsed()
+}
+
+pub fn phases(dir: &Path, kind: &str) -> Vec<String> {
+    kubectl(
+        dir,
+        &[
+            "get",
+            kind,
+            "-o",
+            "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}",
+        ],
+        None,
+    )
+    .lines()
+    .map(str::to_string)
+    .filter(|l| !l.is_empty())
+    .collect()
+}
+
+pub fn driver_volumes(dir: &Path) -> usize {
+    let out = Command::new(BIN)
+        .args([
+            "csi",
+            &format!("--endpoint=unix://{}", dir.join("state/csi.sock").display()),
+            "list",
+        ])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["entries"].as_array().unwrap().len()
+}

@@ -1,0 +1,140 @@
+//! Pods that get their volumes on `volstack up`, driven by kubectl: attach, publish into the
+//! Pod's volume directory, Running; files outlive the Pod; a claim in use is not deleted
+//! under its Pod; the node's state survives a restart.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::up::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn get(dir: &Path, what: &[&str], path: &str) -> String {
+    let mut args = vec!["get"];
+    args.extend_from_slice(what);
+    let jsonpath = format!("jsonpath={path}");
+    args.extend(["-o", jsonpath.as_str()]);
+    kubectl(dir, &args, None)
+}
+
+fn exists(dir: &Path, kind: &str, name: &str) -> bool {
+    !kubectl(
+        dir,
+        &["get", kind, name, "--ignore-not-found", "-o", "name"],
+        None,
+    )
+    .trim()
+    .is_empty()
+}
+
+fn pod(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n    - name: app\n      image: busybox\n      volumeMounts:\n        - name: data\n          mountPath: /data\n  volumes:\n    - name: data\n      persistentVolumeClaim:\n        claimName: data\n"
+    )
+}
+
+/// Where the node published the Pod's volume.
+fn mount(dir: &Path, pod: &str) -> PathBuf {
+    let uid = get(dir, &["pod", pod], "{.metadata.uid}");
+    let pv = get(dir, &["pvc", "data"], "{.spec.volumeName}");
+    dir.join("state/kubelet/node-1/pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~csi")
+        .join(pv)
+        .join("mount")
+}
+
+fn wait_ready(dir: &Path, pod: &str) {
+    kubectl(
+        dir,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{pod}"),
+            "--timeout=60s",
+        ],
+        None,
+    );
+}
+
+#[test]
+fn a_pod_gets_its_volume_its_files_outlive_it_and_its_claim_waits_for_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let up1 = up(dir);
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pod.yaml"),
+    )
+    .unwrap();
+    kubectl(dir, &["apply", "-f", "-"], Some(&example));
+    wait_ready(dir, "app");
+    assert_eq!(get(dir, &["pod", "app"], "{.status.phase}"), "Running");
+
+    // Attached through csi-attacher, under kube-controller-manager's name.
+    let handle = get(dir, &["pv"], "{.items[0].spec.csi.volumeHandle}");
+    let attachment = get(dir, &["volumeattachments"], "{.items[0].metadata.name}");
+    assert_eq!(
+        attachment,
+        sidecar_kit::pv_csi::attachment_name(&handle, "hostpath.csi.volstack.dev", "node-1")
+    );
+    assert_eq!(
+        get(
+            dir,
+            &["volumeattachment", &attachment],
+            "{.status.attached}"
+        ),
+        "true"
+    );
+    assert_eq!(
+        get(dir, &["node", "node-1"], "{.status.volumesInUse[0]}"),
+        format!("kubernetes.io/csi/hostpath.csi.volstack.dev^{handle}")
+    );
+
+    let first = mount(dir, "app");
+    std::fs::write(first.join("hello.txt"), "written by a person\n").unwrap();
+
+    // A restart: the node finds what it set up; the Pod stays Running.
+    stop(up1);
+    let up2 = up(dir);
+    wait_ready(dir, "app");
+    assert!(first.join("hello.txt").exists());
+
+    kubectl(dir, &["delete", "pod", "app", "--timeout=60s"], None);
+    assert!(!first.exists(), "unpublished before the Pod went");
+    wait_for("the VolumeAttachment deleted", WAIT, || {
+        get(dir, &["volumeattachments"], "{.items[*].metadata.name}").is_empty()
+    });
+
+    kubectl(dir, &["apply", "-f", "-"], Some(&pod("app2")));
+    wait_ready(dir, "app2");
+    let second = mount(dir, "app2");
+    assert_eq!(
+        std::fs::read_to_string(second.join("hello.txt")).unwrap(),
+        "written by a person\n"
+    );
+
+    // The claim is in use: its deletion waits for the Pod.
+    kubectl(dir, &["delete", "pvc", "data", "--wait=false"], None);
+    wait_for("the claim marked for deletion", WAIT, || {
+        !get(dir, &["pvc", "data"], "{.metadata.deletionTimestamp}").is_empty()
+    });
+    assert_eq!(
+        get(dir, &["pvc", "data"], "{.metadata.finalizers[*]}"),
+        "kubernetes.io/pvc-protection"
+    );
+    assert_eq!(get(dir, &["pvc", "data"], "{.status.phase}"), "Bound");
+    assert_eq!(get(dir, &["pod", "app2"], "{.status.phase}"), "Running");
+    assert!(second.join("hello.txt").exists(), "still published");
+
+    kubectl(dir, &["delete", "pod", "app2", "--timeout=60s"], None);
+    wait_for("the claim gone", WAIT, || !exists(dir, "pvc", "data"));
+    wait_for("the volume gone", WAIT, || {
+        get(dir, &["pv"], "{.items[*].metadata.name}").is_empty() && driver_volumes(dir) == 0
+    });
+    assert!(get(dir, &["volumeattachments"], "{.items[*].metadata.name}").is_empty());
+    stop(up2);
+}
