@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::embedded::{Stack, StackOptions};
 use observe::{Observers, Times};
 
+mod attach;
 mod capacity;
 mod observe;
 
@@ -33,7 +34,8 @@ pub struct BenchArgs {
     /// Scenarios to run: storm (all claims at once, QPS limits lifted), defaults (the same with
     /// upstream's default QPS 5/burst 10), steady (a fixed arrival rate, limits lifted),
     /// capacity (CSIStorageCapacity publishing for --capacity-nodes × --capacity-classes; not
-    /// in the default set: it takes minutes).
+    /// in the default set: it takes minutes), attach (--attachments VolumeAttachments attached
+    /// and detached at once by the attacher under test; not in the default set).
     #[arg(long, value_delimiter = ',', default_value = "storm,defaults,steady")]
     pub scenarios: Vec<String>,
     /// Arrival rate of the steady scenario, claims per second.
@@ -79,6 +81,16 @@ pub struct BenchArgs {
     /// capacity: where to write its JSON results.
     #[arg(long, default_value = "bench-capacity.json")]
     pub capacity_output: PathBuf,
+    /// attach: the attacher under test, as a command line (default: our csi-attacher). The
+    /// benchmark appends --csi-address, --kubeconfig and QPS flags that lift the limits.
+    #[arg(long)]
+    pub attacher_cmd: Option<String>,
+    /// attach: VolumeAttachments created (and deleted) at once.
+    #[arg(long, default_value_t = 1000)]
+    pub attachments: usize,
+    /// attach: where to write its JSON results.
+    #[arg(long, default_value = "bench-attach.json")]
+    pub attach_output: PathBuf,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -154,14 +166,18 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Runs the scenarios and prints a table.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if let Some(unknown) = args
-        .scenarios
-        .iter()
-        .find(|s| !matches!(s.as_str(), "storm" | "defaults" | "steady" | "capacity"))
-    {
+    if let Some(unknown) = args.scenarios.iter().find(|s| {
+        !matches!(
+            s.as_str(),
+            "storm" | "defaults" | "steady" | "capacity" | "attach"
+        )
+    }) {
         bail!(
-            "--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady, capacity)"
+            "--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady, capacity, attach)"
         );
+    }
+    if args.attachments == 0 {
+        bail!("--attachments must be at least 1");
     }
     for (flag, rate) in [
         ("--capacity-rate", args.capacity_rate),
@@ -180,6 +196,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut reports = Vec::new();
     let mut wrong = false;
     for scenario in &args.scenarios {
+        if scenario == "attach" {
+            let report = attach::run(&args).await?;
+            attach::print(&report);
+            wrong |= !report.correct();
+            std::fs::write(&args.attach_output, serde_json::to_string_pretty(&report)?)
+                .with_context(|| format!("write {}", args.attach_output.display()))?;
+            println!("results written to {}", args.attach_output.display());
+            continue;
+        }
         if scenario == "capacity" {
             let reports = capacity::run(&args).await?;
             wrong |= reports.iter().any(|r| !r.correct());

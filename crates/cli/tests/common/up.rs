@@ -29,7 +29,10 @@ pub fn up_with(dir: &Path, extra: &[&str]) -> Up {
             &format!("--data-dir={}", dir.join("state").display()),
         ])
         .args(extra)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            "warn,stack=info,attacher=info,pv_controller=info",
+        )
         .stdout(log)
         .stderr(Stdio::null())
         .spawn()
