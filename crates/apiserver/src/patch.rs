@@ -65,7 +65,19 @@ pub fn apply(kind: PatchKind, target: &Value, patch: &Value) -> Result<Value, Pa
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| PatchError::Parse(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(&mut next, &ops).map_err(|e| PatchError::Apply(e.to_string()))?;
+            for (index, op) in ops.0.into_iter().enumerate() {
+                // kube-apiserver's JSON patch takes a missing member as null: `test` of a
+                // missing path against null passes (clients guard "no finalizers yet" so).
+                if let json_patch::PatchOperation::Test(t) = &op
+                    && t.value.is_null()
+                    && next.pointer(t.path.as_str()).is_none()
+                {
+                    continue;
+                }
+                json_patch::patch(&mut next, &[op]).map_err(|e| {
+                    PatchError::Apply(format!("operation {index}: {e}"))
+                })?;
+            }
         }
         PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply if !patch.is_object() => {
             return Err(PatchError::Parse(
@@ -371,6 +383,22 @@ mod tests {
         assert!(matches!(
             apply(PatchKind::Json, &target, &json!({"op": "add"})),
             Err(PatchError::Parse(_))
+        ));
+        // A missing member tests equal to null (the Go attacher's "no finalizers yet" guard);
+        // a present one does not.
+        let guarded = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]},
+        ]);
+        let obj = json!({"metadata": {"name": "x"}});
+        assert_eq!(
+            apply(PatchKind::Json, &obj, &guarded).unwrap(),
+            json!({"metadata": {"name": "x", "finalizers": ["f"]}})
+        );
+        let has = json!({"metadata": {"name": "x", "finalizers": ["g"]}});
+        assert!(matches!(
+            apply(PatchKind::Json, &has, &guarded),
+            Err(PatchError::Apply(_))
         ));
     }
 }

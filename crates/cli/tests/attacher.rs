@@ -584,3 +584,34 @@ async fn sigkill_chaos_over_200_attachments_ends_matching_the_driver() {
         assert_eq!(finalizers(&va.metadata), vec![FINALIZER], "va-{i:03}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_detaches_do_not_hold_up_attaches() {
+    // Two workers per direction; every ControllerUnpublishVolume hangs.
+    let env = Env::start(&["--enable-attach"], &["--worker-threads=2", "--timeout=2m"]).await;
+    for i in 0..3 {
+        env.volume(&format!("pv-{i}"), json!({})).await;
+        env.attach(&format!("va-{i}"), &format!("pv-{i}"), "node-1", &[])
+            .await;
+    }
+    for i in 0..3 {
+        env.wait_attached(&format!("va-{i}")).await;
+    }
+    env.faults("ControllerUnpublishVolume=hang\n");
+    for i in 0..3 {
+        env.detach(&format!("va-{i}")).await;
+    }
+    // Upstream's one pool would have both workers stuck in the hung detaches.
+    env.volume("pv-new", json!({})).await;
+    env.attach("va-new", "pv-new", "node-1", &[]).await;
+    env.wait_attached("va-new").await;
+    assert_eq!(env.published().await.len(), 4, "the three hung detaches have not happened");
+    env.faults("");
+    for i in 0..3 {
+        let name = format!("va-{i}");
+        env.wait_until(&format!("{name} gone"), || async { env.va(&name).await.is_none() })
+            .await;
+    }
+    assert_eq!(env.published().await.len(), 1);
+}
+

@@ -29,6 +29,7 @@ const CLIENT: &str = "csi-attacher";
 #[derive(Debug, Clone, serde::Serialize)]
 pub(super) struct AttachReport {
     attacher: String,
+    default_qps: bool,
     attachments: usize,
     seconds_to_all_attached: f64,
     attaches_per_second: f64,
@@ -146,7 +147,9 @@ fn start(
     }
     let program = words.remove(0);
     words.extend(stack.provisioner_args());
-    words.extend(["--kube-api-qps=10000", "--kube-api-burst=10000"].map(String::from));
+    if !args.attach_default_qps {
+        words.extend(["--kube-api-qps=10000", "--kube-api-burst=10000"].map(String::from));
+    }
     let child = Command::new(&program)
         .args(&words)
         .env("RUST_LOG", "warn")
@@ -307,6 +310,7 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
     let per = |w: u64| w as f64 / n as f64;
     Ok(AttachReport {
         attacher: command,
+        default_qps: args.attach_default_qps,
         attachments: n,
         seconds_to_all_attached: attach_seconds,
         attaches_per_second: n as f64 / attach_seconds,
@@ -321,8 +325,13 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
 }
 
 pub(super) fn print(r: &AttachReport) {
+    let qps = if r.default_qps {
+        "default QPS 5/10"
+    } else {
+        "QPS limits lifted"
+    };
     println!(
-        "scenario attach ({} VolumeAttachments, attacher: {})",
+        "scenario attach ({} VolumeAttachments, {qps}, attacher: {})",
         r.attachments, r.attacher
     );
     println!(

@@ -85,6 +85,10 @@ pub struct BenchArgs {
     /// benchmark appends --csi-address, --kubeconfig and QPS flags that lift the limits.
     #[arg(long)]
     pub attacher_cmd: Option<String>,
+    /// attach: leave the attacher at its default client QPS (5/burst 10) instead of lifting
+    /// the limits (its writes per attach then set the pace).
+    #[arg(long)]
+    pub attach_default_qps: bool,
     /// attach: VolumeAttachments created (and deleted) at once.
     #[arg(long, default_value_t = 1000)]
     pub attachments: usize,
