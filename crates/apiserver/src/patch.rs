@@ -74,9 +74,8 @@ pub fn apply(kind: PatchKind, target: &Value, patch: &Value) -> Result<Value, Pa
                 {
                     continue;
                 }
-                json_patch::patch(&mut next, &[op]).map_err(|e| {
-                    PatchError::Apply(format!("operation {index}: {e}"))
-                })?;
+                json_patch::patch(&mut next, &[op])
+                    .map_err(|e| PatchError::Apply(format!("operation {index}: {e}")))?;
             }
         }
         PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply if !patch.is_object() => {

@@ -588,7 +588,11 @@ async fn sigkill_chaos_over_200_attachments_ends_matching_the_driver() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_detaches_do_not_hold_up_attaches() {
     // Two workers per direction; every ControllerUnpublishVolume hangs.
-    let env = Env::start(&["--enable-attach"], &["--worker-threads=2", "--timeout=2m"]).await;
+    let env = Env::start(
+        &["--enable-attach"],
+        &["--worker-threads=2", "--timeout=2m"],
+    )
+    .await;
     for i in 0..3 {
         env.volume(&format!("pv-{i}"), json!({})).await;
         env.attach(&format!("va-{i}"), &format!("pv-{i}"), "node-1", &[])
@@ -605,13 +609,72 @@ async fn hung_detaches_do_not_hold_up_attaches() {
     env.volume("pv-new", json!({})).await;
     env.attach("va-new", "pv-new", "node-1", &[]).await;
     env.wait_attached("va-new").await;
-    assert_eq!(env.published().await.len(), 4, "the three hung detaches have not happened");
+    assert_eq!(
+        env.published().await.len(),
+        4,
+        "the three hung detaches have not happened"
+    );
     env.faults("");
     for i in 0..3 {
         let name = format!("va-{i}");
-        env.wait_until(&format!("{name} gone"), || async { env.va(&name).await.is_none() })
-            .await;
+        env.wait_until(&format!("{name} gone"), || async {
+            env.va(&name).await.is_none()
+        })
+        .await;
     }
     assert_eq!(env.published().await.len(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_leads_through_upstreams_lease_and_serves_upstreams_metrics() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = Env::start(
+        &["--enable-attach"],
+        &[
+            "--leader-election",
+            "--leader-election-namespace=default",
+            &format!("--http-endpoint=127.0.0.1:{port}"),
+        ],
+    )
+    .await;
+    env.volume("pv-m", json!({})).await;
+    env.attach("va-m", "pv-m", "node-1", &[]).await;
+    env.wait_attached("va-m").await;
+    let lease =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(env.client(), "default")
+            .get("external-attacher-leader-hostpath-csi-volstack-dev")
+            .await
+            .unwrap();
+    assert!(lease.spec.unwrap().holder_identity.is_some());
+    let page = http_get(port, "/metrics").await;
+    for wanted in [
+        r#"csi_sidecar_operations_seconds_count{driver_name="hostpath.csi.volstack.dev",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerPublishVolume"} 1"#,
+        r#"workqueue_adds_total{name="csi-attacher-va"}"#,
+        r#"workqueue_adds_total{name="csi-attacher-va-detach"}"#,
+        r#"workqueue_adds_total{name="csi-attacher-pv"}"#,
+        "leader_election_master_status",
+    ] {
+        assert!(page.contains(wanted), "{wanted} missing from\n{page}");
+    }
+    assert_eq!(http_get(port, "/healthz/leader-election").await, "ok");
+}
+
+/// The body of an HTTP/1.0 GET on loopback.
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
