@@ -4,10 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::merge;
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -262,17 +265,6 @@ impl Env {
             })
             .map(|(_, n)| n)
             .sum()
-    }
-}
-
-fn merge(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(t), Some(p)) => {
-            for (k, v) in p {
-                merge(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-        _ => *target = patch.clone(),
     }
 }
 

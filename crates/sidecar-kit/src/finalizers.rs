@@ -77,7 +77,9 @@ mod tests {
     #[test]
     fn adding_appends_or_creates_the_list_at_the_version_seen_and_removing_tests_the_index() {
         const F: &str = "external-attacher/x";
-        let cases: Vec<(Option<&[&str]>, Option<Value>, Option<Value>)> = vec![
+        // (finalizers, the patch adding F, the patch removing it)
+        type Case<'a> = (Option<&'a [&'a str]>, Option<Value>, Option<Value>);
+        let cases: Vec<Case> = vec![
             (
                 None,
                 Some(json!([

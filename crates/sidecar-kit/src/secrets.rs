@@ -3,8 +3,28 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, SecretReference};
 use kube::Api;
+
+/// A Secret by namespace and name (its contents are read at call time, never kept).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SecretRef {
+    /// Secret name.
+    pub name: String,
+    /// Secret namespace.
+    pub namespace: String,
+}
+
+impl SecretRef {
+    /// The Secret a PV's `*SecretRef` names (None without a name).
+    pub fn of(reference: Option<&SecretReference>) -> Option<SecretRef> {
+        let r = reference?;
+        Some(SecretRef {
+            namespace: r.namespace.clone().unwrap_or_default(),
+            name: r.name.clone()?,
+        })
+    }
+}
 
 /// A Secret that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,6 +36,17 @@ pub struct SecretError {
     pub name: String,
     /// Why.
     pub reason: String,
+}
+
+/// The data of the Secret `secret` names, as strings; none without one.
+pub async fn fetch_ref(
+    client: &kube::Client,
+    secret: Option<&SecretRef>,
+) -> Result<HashMap<String, String>, SecretError> {
+    match secret {
+        None => Ok(HashMap::new()),
+        Some(s) => fetch(client, &s.namespace, &s.name).await,
+    }
 }
 
 /// The data of Secret `namespace/name` as strings.

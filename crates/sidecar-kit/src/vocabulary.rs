@@ -39,6 +39,13 @@ pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finali
 pub const CLONING_PROTECTION_FINALIZER: &str =
     "provisioner.storage.kubernetes.io/cloning-protection";
 
+/// The time now as the API writes it (RFC 3339, seconds, UTC).
+pub fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
 /// An annotation's value.
 pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)

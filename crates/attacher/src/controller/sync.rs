@@ -12,7 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 use sidecar_kit::csi::CallError;
 use sidecar_kit::events::EventType;
-use sidecar_kit::vocabulary::reference;
+use sidecar_kit::vocabulary::{now_rfc3339 as now, reference};
 use sidecar_kit::workqueue::Next;
 
 use super::Attacher;
@@ -113,12 +113,6 @@ fn changed_meanwhile(error: &kube::Error) -> bool {
 
 fn not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 404)
-}
-
-fn now() -> String {
-    k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
 }
 
 /// Holds a VolumeAttachment's name in the busy set while a worker handles it.
@@ -324,16 +318,13 @@ impl Attacher {
                 Err(SyncErrorOrApi::Patch(e)) => return Err(e.into()),
             }
         }
-        let secrets = match &plan.publish.secret {
-            None => Default::default(),
-            Some(s) => match sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await
-            {
-                Ok(secrets) => secrets,
-                Err(e) => {
-                    let message = e.to_string();
-                    return self.failed(va, false, message, None, e.into()).await;
-                }
-            },
+        let secret = plan.publish.secret.as_ref();
+        let secrets = match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
+            Ok(secrets) => secrets,
+            Err(e) => {
+                let message = e.to_string();
+                return self.failed(va, false, message, None, e.into()).await;
+            }
         };
         match self.publish(&plan.publish, secrets).await {
             Ok(context) => {
@@ -397,16 +388,13 @@ impl Attacher {
                 return Ok(Next::Done);
             }
         };
-        let secrets = match &plan.secret {
-            None => Default::default(),
-            Some(s) => match sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await
-            {
-                Ok(secrets) => secrets,
-                Err(e) => {
-                    let message = e.to_string();
-                    return self.failed(&va, true, message, None, e.into()).await;
-                }
-            },
+        let secret = plan.secret.as_ref();
+        let secrets = match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
+            Ok(secrets) => secrets,
+            Err(e) => {
+                let message = e.to_string();
+                return self.failed(&va, true, message, None, e.into()).await;
+            }
         };
         if let Err(source) = self.unpublish(&plan, secrets).await {
             let message = status::grpc_message(&source);

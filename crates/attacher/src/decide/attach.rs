@@ -14,14 +14,7 @@ use sidecar_kit::pv_csi::{self, VolumeSpecError};
 
 use super::{ANN_NODE_ID, DriverView, Options, attached, deleting, finalizer};
 
-/// A Secret by namespace and name (its contents are read at call time, never kept).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecretRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
+pub use sidecar_kit::secrets::SecretRef;
 
 /// ControllerPublishVolume's arguments, but the secret's contents.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,11 +152,7 @@ pub fn node_id_for_detach(
 }
 
 fn secret_of(spec: &PersistentVolumeSpec) -> Option<SecretRef> {
-    let r = spec.csi.as_ref()?.controller_publish_secret_ref.as_ref()?;
-    Some(SecretRef {
-        namespace: r.namespace.clone().unwrap_or_default(),
-        name: r.name.clone()?,
-    })
+    SecretRef::of(spec.csi.as_ref()?.controller_publish_secret_ref.as_ref())
 }
 
 fn spec_error(error: VolumeSpecError) -> String {

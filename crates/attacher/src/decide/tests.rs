@@ -198,15 +198,17 @@ fn the_plan_for_each_state_of_an_attachment() {
     protected.metadata.finalizers = Some(vec![F.into()]);
     let mut done = va(&[F], false);
     done.metadata.annotations = Some(BTreeMap::from([(ANN_NODE_ID.into(), "n1".into())]));
-    let cases: Vec<(
-        &str,
+    // (case, attachment, its PV, its node's CSINode, driver, forced, the plan in short)
+    type Case<'a> = (
+        &'a str,
         VolumeAttachment,
         Option<PersistentVolume>,
         Option<CSINode>,
-        &DriverView,
+        &'a DriverView,
         bool,
-        &str,
-    )> = vec![
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
         (
             "trivial driver, not attached",
             va(&[], false),

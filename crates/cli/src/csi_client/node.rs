@@ -28,8 +28,9 @@ pub struct Placement {
 /// `volstack csi` node commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum NodeCommand {
-    /// Makes a volume usable at TARGET as kubelet does: NodeStageVolume at the staging path
-    /// (when the driver stages), then NodePublishVolume.
+    /// Makes a volume usable at TARGET as the attacher and kubelet do: ControllerPublishVolume
+    /// to this node (when the controller publishes), NodeStageVolume at the staging path (when
+    /// the driver stages), then NodePublishVolume.
     Mount {
         #[command(flatten)]
         placement: Placement,
@@ -40,7 +41,8 @@ pub enum NodeCommand {
         #[arg(long)]
         staging_path: Option<String>,
     },
-    /// Undoes `mount`: NodeUnpublishVolume, then NodeUnstageVolume (when the driver stages).
+    /// Undoes `mount`: NodeUnpublishVolume, NodeUnstageVolume (when the driver stages), then
+    /// ControllerUnpublishVolume from this node (when the controller publishes).
     Unmount {
         /// Volume id.
         volume_id: String,
@@ -123,6 +125,33 @@ async fn stages(channel: &Channel, timeout: Duration) -> anyhow::Result<bool> {
     }))
 }
 
+/// This node's id, when the controller publishes volumes to nodes (PUBLISH_UNPUBLISH_VOLUME);
+/// None otherwise.
+async fn publishing_node(channel: &Channel, timeout: Duration) -> anyhow::Result<Option<String>> {
+    use csi::controller_service_capability::rpc::Type as Rpc;
+    let caps = grpc(
+        super::controller(channel)
+            .controller_get_capabilities(with_timeout(
+                csi::ControllerGetCapabilitiesRequest {},
+                timeout,
+            ))
+            .await,
+    )?;
+    let publishes = caps.capabilities.iter().any(|c| {
+        matches!(&c.r#type, Some(csi::controller_service_capability::Type::Rpc(rpc))
+            if rpc.r#type == Rpc::PublishUnpublishVolume as i32)
+    });
+    if !publishes {
+        return Ok(None);
+    }
+    let info = grpc(
+        node(channel)
+            .node_get_info(with_timeout(csi::NodeGetInfoRequest {}, timeout))
+            .await,
+    )?;
+    Ok(Some(info.node_id))
+}
+
 fn stage_request(p: &Placement, staging: &str) -> csi::NodeStageVolumeRequest {
     csi::NodeStageVolumeRequest {
         volume_id: p.volume_id.clone(),
@@ -156,24 +185,44 @@ pub async fn run(
             target,
             staging_path,
         } => {
+            let mut context = std::collections::HashMap::new();
+            if let Some(node_id) = publishing_node(channel, timeout).await? {
+                let request = csi::ControllerPublishVolumeRequest {
+                    volume_id: placement.volume_id.clone(),
+                    node_id,
+                    volume_capability: Some(capability(
+                        placement.block,
+                        "",
+                        Mode::SingleNodeWriter,
+                    )),
+                    readonly: placement.readonly,
+                    ..Default::default()
+                };
+                context = grpc(
+                    super::controller(channel)
+                        .controller_publish_volume(with_timeout(request, timeout))
+                        .await,
+                )?
+                .publish_context;
+            }
             let staging = if stages(channel, timeout).await? {
                 let staging = staging_default(&target, staging_path);
                 if !placement.block {
                     std::fs::create_dir_all(&staging)?;
                 }
+                let mut request = stage_request(&placement, &staging);
+                request.publish_context = context.clone();
                 grpc(
                     client
-                        .node_stage_volume(with_timeout(
-                            stage_request(&placement, &staging),
-                            timeout,
-                        ))
+                        .node_stage_volume(with_timeout(request, timeout))
                         .await,
                 )?;
                 staging
             } else {
                 String::new()
             };
-            let request = publish_request(&placement, &staging, &target);
+            let mut request = publish_request(&placement, &staging, &target);
+            request.publish_context = context;
             grpc(
                 client
                     .node_publish_volume(with_timeout(request, timeout))
@@ -205,6 +254,18 @@ pub async fn run(
                 grpc(
                     client
                         .node_unstage_volume(with_timeout(request, timeout))
+                        .await,
+                )?;
+            }
+            if let Some(node_id) = publishing_node(channel, timeout).await? {
+                let request = csi::ControllerUnpublishVolumeRequest {
+                    volume_id: volume_id.clone(),
+                    node_id,
+                    secrets: Default::default(),
+                };
+                grpc(
+                    super::controller(channel)
+                        .controller_unpublish_volume(with_timeout(request, timeout))
                         .await,
                 )?;
             }

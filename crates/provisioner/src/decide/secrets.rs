@@ -4,14 +4,8 @@ use std::collections::BTreeMap;
 
 use super::parameters::SecretTemplate;
 
-/// A resolved secret reference.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SecretRef {
-    /// Secret name.
-    pub name: String,
-    /// Secret namespace.
-    pub namespace: String,
-}
+/// A resolved secret reference (sidecar-kit's, shared with the attacher and the node).
+pub use sidecar_kit::secrets::SecretRef;
 
 /// What a template may refer to.
 #[derive(Debug, Clone, Copy)]

@@ -78,14 +78,7 @@ pub struct VolumeData {
     pub done: bool,
 }
 
-/// A Secret by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecretRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
+pub use sidecar_kit::secrets::SecretRef;
 
 /// One of a Pod's volumes, ready to be staged and published.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,14 +137,6 @@ pub struct World<'a> {
     pub drivers: &'a BTreeMap<String, &'a CSIDriver>,
     /// VolumeAttachments by name.
     pub attachments: &'a BTreeMap<String, &'a VolumeAttachment>,
-}
-
-fn secret(r: Option<&k8s_openapi::api::core::v1::SecretReference>) -> Option<SecretRef> {
-    let r = r?;
-    Some(SecretRef {
-        namespace: r.namespace.clone().unwrap_or_default(),
-        name: r.name.clone()?,
-    })
 }
 
 /// Whether a Pod has finished (its volumes can go, the object stays).
@@ -288,8 +273,8 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
             publish_context,
             attributes,
             publish_attributes,
-            stage_secret: secret(source.node_stage_secret_ref.as_ref()),
-            publish_secret: secret(source.node_publish_secret_ref.as_ref()),
+            stage_secret: SecretRef::of(source.node_stage_secret_ref.as_ref()),
+            publish_secret: SecretRef::of(source.node_publish_secret_ref.as_ref()),
         });
     }
     PodPlan::SetUp(ready)

@@ -121,6 +121,9 @@ impl std::fmt::Display for NodeKey {
     }
 }
 
+/// Since when a Pod waits for its volumes, and the last reason reported.
+type Waiting = (tokio::time::Instant, Option<String>);
+
 /// Where the agent runs.
 #[derive(Debug, Clone)]
 pub struct NodeSettings {
@@ -151,7 +154,7 @@ pub struct NodeAgent {
     attachments: Store<VolumeAttachment>,
     nodes: Store<Node>,
     /// Since when each waiting Pod waits, and the last reason reported.
-    waiting: Mutex<HashMap<ObjectRef<Pod>, (tokio::time::Instant, Option<String>)>>,
+    waiting: Mutex<HashMap<ObjectRef<Pod>, Waiting>>,
     /// The `volumesInUse` last written.
     in_use: Mutex<Option<Vec<String>>>,
 }
@@ -347,10 +350,7 @@ impl NodeAgent {
         &self,
         secret: Option<&decide::SecretRef>,
     ) -> Result<HashMap<String, String>, NodeError> {
-        match secret {
-            None => Ok(HashMap::new()),
-            Some(s) => Ok(sidecar_kit::secrets::fetch(&self.client, &s.namespace, &s.name).await?),
-        }
+        Ok(sidecar_kit::secrets::fetch_ref(&self.client, secret).await?)
     }
 
     /// The world a Pod's plan reads, from the caches.
@@ -377,13 +377,6 @@ impl NodeAgent {
             },
         )
     }
-}
-
-/// The time now as the API writes it.
-fn now() -> String {
-    k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
 }
 
 /// Waiting Pods are looked at again this soon (a watch event usually comes first).

@@ -16,7 +16,8 @@ use sidecar_kit::vocabulary::reference;
 use sidecar_kit::workqueue::Next;
 
 use super::decide::{self, PodPlan, PodVolume, VolumeData};
-use super::{NodeAgent, NodeError, disk, now};
+use super::{NodeAgent, NodeError, disk};
+use sidecar_kit::vocabulary::now_rfc3339 as now;
 
 impl NodeAgent {
     fn record(&self, volume: &PodVolume, done: bool) -> VolumeData {

@@ -234,9 +234,7 @@ impl SnapshotController {
         let restoring = decide::restoring(&snapshot, claims.iter().map(|c| c.as_ref()));
         let snapshots = self.snapshots.state();
         let claim_busy = decide::claim_busy(&snapshot, snapshots.iter().map(|s| s.as_ref()));
-        let now = k8s_openapi::jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
+        let now = sidecar_kit::vocabulary::now_rfc3339();
         let plan = decide::decide_snapshot(&SnapshotWorld {
             snapshot: &snapshot,
             content: content.as_deref(),
@@ -682,11 +680,7 @@ impl SnapshotController {
             .await;
         status.ready_to_use = Some(false);
         status.error = Some(SnapshotError {
-            time: Some(
-                k8s_openapi::jiff::Timestamp::now()
-                    .strftime("%Y-%m-%dT%H:%M:%SZ")
-                    .to_string(),
-            ),
+            time: Some(sidecar_kit::vocabulary::now_rfc3339()),
             message: Some(message),
         });
         let name = content.metadata.name.clone().unwrap_or_default();
