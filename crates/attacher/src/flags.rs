@@ -3,23 +3,8 @@
 
 use std::time::Duration;
 
-use sidecar_kit::duration::parse_go_duration;
-use sidecar_kit::goflags::{parse_bool_map, parse_go_bool};
-
-fn go_bool(text: &str) -> Result<bool, String> {
-    parse_go_bool(text)
-}
-
-fn go_duration(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text).map_err(|e| e.to_string())
-}
-
-/// `NAME=bool` pairs (an alias, so clap takes the flag as one value).
-pub type GateList = Vec<(String, bool)>;
-
-fn gates(text: &str) -> Result<GateList, String> {
-    parse_bool_map(text)
-}
+pub use sidecar_kit::flags::GateList;
+use sidecar_kit::flags::{gates, go_bool, go_duration, resolve_gates};
 
 /// `csi-attacher` flags.
 #[derive(Debug, Clone, clap::Parser)]
@@ -137,20 +122,8 @@ impl AttacherArgs {
             .common
             .validate()
             .map_err(|e| invalid(e.flag, e.reason))?;
-        let mut gates: std::collections::BTreeMap<&str, bool> =
-            FEATURE_GATES.iter().copied().collect();
-        for (name, value) in &self.feature_gates {
-            match gates.get_mut(name.as_str()) {
-                Some(slot) => *slot = *value,
-                None => {
-                    let known: Vec<&str> = FEATURE_GATES.iter().map(|(n, _)| *n).collect();
-                    return Err(invalid(
-                        "--feature-gates",
-                        format!("unknown feature gate {name:?}; known: {}", known.join(", ")),
-                    ));
-                }
-            }
-        }
+        let gates = resolve_gates(&FEATURE_GATES, &self.feature_gates)
+            .map_err(|reason| invalid("--feature-gates", reason))?;
         Ok(Settings {
             http_address,
             release_on_exit: gates["ReleaseLeaderElectionOnExit"],

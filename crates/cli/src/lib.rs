@@ -28,3 +28,41 @@ pub async fn shutdown_signal() {
     }
     tracing::info!("shutting down");
 }
+
+/// The `main` of a sidecar binary after its flags are parsed: logging (`--logging-format`,
+/// klog's `-v`), the async runtime, then `run` until it returns; an error is logged and
+/// printed as `<name>: <error>` and the process exits non-zero.
+pub fn sidecar_main<F, Fut, E>(
+    name: &str,
+    logging_format: &str,
+    verbosity: u8,
+    run: F,
+) -> std::process::ExitCode
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    if let Err(error) = logging::init(logging_format, logging::level_of_klog_v(verbosity)) {
+        eprintln!("{name}: {error:#}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("{name}: failed to start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "{name} failed");
+            eprintln!("{name}: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

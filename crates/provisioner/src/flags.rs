@@ -2,25 +2,10 @@
 
 use std::time::Duration;
 
-use sidecar_kit::duration::parse_go_duration;
-use sidecar_kit::goflags::{parse_bool_map, parse_go_bool};
-
 use crate::decide::names::{NameError, VolumeNaming};
 
-fn go_bool(text: &str) -> Result<bool, String> {
-    parse_go_bool(text)
-}
-
-fn go_duration(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text).map_err(|e| e.to_string())
-}
-
-/// `NAME=bool` pairs (an alias, so clap takes the flag as one value).
-pub type GateList = Vec<(String, bool)>;
-
-fn gates(text: &str) -> Result<GateList, String> {
-    parse_bool_map(text)
-}
+pub use sidecar_kit::flags::GateList;
+use sidecar_kit::flags::{gates, go_bool, go_duration, resolve_gates};
 
 /// `csi-provisioner` flags (upstream v6 names and defaults).
 #[derive(Debug, Clone, clap::Parser)]
@@ -216,20 +201,8 @@ impl ProvisionerArgs {
                 "Go pprof endpoints do not exist in this implementation; use --http-endpoint for metrics",
             ));
         }
-        let mut gates: std::collections::BTreeMap<&str, bool> =
-            FEATURE_GATES.iter().copied().collect();
-        for (name, value) in &self.feature_gates {
-            match gates.get_mut(name.as_str()) {
-                Some(slot) => *slot = *value,
-                None => {
-                    let known: Vec<&str> = FEATURE_GATES.iter().map(|(n, _)| *n).collect();
-                    return Err(invalid(
-                        "--feature-gates",
-                        format!("unknown feature gate {name:?}; known: {}", known.join(", ")),
-                    ));
-                }
-            }
-        }
+        let gates = resolve_gates(&FEATURE_GATES, &self.feature_gates)
+            .map_err(|reason| invalid("--feature-gates", reason))?;
         if self.cloning_protection_threads == 0 {
             return Err(invalid(
                 "--cloning-protection-threads",

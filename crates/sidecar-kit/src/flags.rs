@@ -5,14 +5,16 @@
 use std::time::Duration;
 
 use crate::duration::parse_go_duration;
-use crate::goflags::{parse_go_bool, parse_label_list};
+use crate::goflags::{parse_bool_map, parse_go_bool, parse_label_list};
 use crate::leader::{ElectionConfig, lease_namespace};
 
-fn go_bool(text: &str) -> Result<bool, String> {
+/// clap's parser of a Go boolean flag value (`true`, `t`, `1`, `false`...).
+pub fn go_bool(text: &str) -> Result<bool, String> {
     parse_go_bool(text)
 }
 
-fn go_duration(text: &str) -> Result<Duration, String> {
+/// clap's parser of a Go duration (`1m30s`).
+pub fn go_duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text).map_err(|e| e.to_string())
 }
 
@@ -21,6 +23,36 @@ pub type LabelList = Vec<(String, String)>;
 
 fn labels(text: &str) -> Result<LabelList, String> {
     parse_label_list(text)
+}
+
+/// `NAME=bool` pairs (an alias, so clap takes the flag as one value).
+pub type GateList = Vec<(String, bool)>;
+
+/// clap's parser of `--feature-gates`.
+pub fn gates(text: &str) -> Result<GateList, String> {
+    parse_bool_map(text)
+}
+
+/// The value of every known gate: its default unless `given` sets it; an unknown gate is
+/// refused with the list of known ones.
+pub fn resolve_gates(
+    known: &[(&'static str, bool)],
+    given: &GateList,
+) -> Result<std::collections::BTreeMap<&'static str, bool>, String> {
+    let mut gates: std::collections::BTreeMap<&'static str, bool> = known.iter().copied().collect();
+    for (name, value) in given {
+        match gates.get_mut(name.as_str()) {
+            Some(slot) => *slot = *value,
+            None => {
+                let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "unknown feature gate {name:?}; known: {}",
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(gates)
 }
 
 /// The shared flags.

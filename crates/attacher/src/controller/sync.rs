@@ -236,6 +236,23 @@ impl Attacher {
         Err(error)
     }
 
+    /// The Secret a call needs; when it cannot be read, the failure is recorded (status and
+    /// event) and the sync's result is returned instead.
+    async fn secrets(
+        &self,
+        va: &VolumeAttachment,
+        detach: bool,
+        secret: Option<&attach::SecretRef>,
+    ) -> Result<std::collections::HashMap<String, String>, Result<Next, SyncError>> {
+        match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
+            Ok(secrets) => Ok(secrets),
+            Err(e) => {
+                let message = e.to_string();
+                Err(self.failed(va, detach, message, None, e.into()).await)
+            }
+        }
+    }
+
     /// The attach queue's reconcile.
     pub(super) async fn sync_attach(self: &Arc<Self>, name: &str) -> Result<Next, SyncError> {
         let Some(_held) = self.hold(name) else {
@@ -318,13 +335,9 @@ impl Attacher {
                 Err(SyncErrorOrApi::Patch(e)) => return Err(e.into()),
             }
         }
-        let secret = plan.publish.secret.as_ref();
-        let secrets = match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
+        let secrets = match self.secrets(va, false, plan.publish.secret.as_ref()).await {
             Ok(secrets) => secrets,
-            Err(e) => {
-                let message = e.to_string();
-                return self.failed(va, false, message, None, e.into()).await;
-            }
+            Err(failed) => return failed,
         };
         match self.publish(&plan.publish, secrets).await {
             Ok(context) => {
@@ -388,13 +401,9 @@ impl Attacher {
                 return Ok(Next::Done);
             }
         };
-        let secret = plan.secret.as_ref();
-        let secrets = match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
+        let secrets = match self.secrets(&va, true, plan.secret.as_ref()).await {
             Ok(secrets) => secrets,
-            Err(e) => {
-                let message = e.to_string();
-                return self.failed(&va, true, message, None, e.into()).await;
-            }
+            Err(failed) => return failed,
         };
         if let Err(source) = self.unpublish(&plan, secrets).await {
             let message = status::grpc_message(&source);

@@ -82,52 +82,45 @@ async fn published(socket: &str) -> anyhow::Result<usize> {
 async fn volumes(stack: &Stack, n: usize, concurrency: usize) -> anyhow::Result<()> {
     let channel = sidecar_kit::csi::connect(&stack.socket).await?;
     let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let (channel, pvs) = (channel.clone(), pvs.clone());
-            async move {
-                let mut client = csi::controller_client::ControllerClient::new(channel);
-                let cap = csi::VolumeCapability {
-                    access_mode: Some(csi::volume_capability::AccessMode {
-                        mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+    all_at_once(n, concurrency, |i| {
+        let (channel, pvs) = (channel.clone(), pvs.clone());
+        async move {
+            let mut client = csi::controller_client::ControllerClient::new(channel);
+            let cap = csi::VolumeCapability {
+                access_mode: Some(csi::volume_capability::AccessMode {
+                    mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+                }),
+                access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
+            };
+            let id = client
+                .create_volume(csi::CreateVolumeRequest {
+                    name: format!("bench-{i:05}"),
+                    volume_capabilities: vec![cap],
+                    capacity_range: Some(csi::CapacityRange {
+                        required_bytes: 1 << 20,
+                        limit_bytes: 0,
                     }),
-                    access_type: Some(
-                        csi::volume_capability::AccessType::Mount(Default::default()),
-                    ),
-                };
-                let id = client
-                    .create_volume(csi::CreateVolumeRequest {
-                        name: format!("bench-{i:05}"),
-                        volume_capabilities: vec![cap],
-                        capacity_range: Some(csi::CapacityRange {
-                            required_bytes: 1 << 20,
-                            limit_bytes: 0,
-                        }),
-                        ..Default::default()
-                    })
-                    .await?
-                    .into_inner()
-                    .volume
-                    .context("CreateVolume returned no volume")?
-                    .volume_id;
-                let pv: PersistentVolume = serde_json::from_value(json!({
-                    "metadata": {"name": format!("bench-{i:05}")},
-                    "spec": {
-                        "capacity": {"storage": "1Mi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "csi": {"driver": stack.driver_name, "volumeHandle": id},
-                    },
-                }))?;
-                pvs.create(&PostParams::default(), &pv).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(concurrency)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<Vec<()>>>()?;
+                    ..Default::default()
+                })
+                .await?
+                .into_inner()
+                .volume
+                .context("CreateVolume returned no volume")?
+                .volume_id;
+            let pv: PersistentVolume = serde_json::from_value(json!({
+                "metadata": {"name": format!("bench-{i:05}")},
+                "spec": {
+                    "capacity": {"storage": "1Mi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "csi": {"driver": stack.driver_name, "volumeHandle": id},
+                },
+            }))?;
+            pvs.create(&PostParams::default(), &pv).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
     Ok(())
 }
 
@@ -158,6 +151,22 @@ fn start(
         .spawn()
         .with_context(|| format!("start the attacher {program:?}"))?;
     Ok((child, command))
+}
+
+/// Runs `one(i)` for every i below `n`, `concurrency` at a time; the first error wins.
+async fn all_at_once<F, Fut>(n: usize, concurrency: usize, one: F) -> anyhow::Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    futures::stream::iter(0..n)
+        .map(one)
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<()>>>()?;
+    Ok(())
 }
 
 /// Kills the attacher on every exit path.
@@ -228,24 +237,19 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
 
     let before = writes(&stack);
     let started = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let vas = vas.clone();
-            let driver = stack.driver_name.clone();
-            async move {
-                let va: VolumeAttachment = serde_json::from_value(json!({
-                    "metadata": {"name": format!("bench-{i:05}")},
-                    "spec": {"attacher": driver, "nodeName": "node-1", "source": {"persistentVolumeName": format!("bench-{i:05}")}},
-                }))?;
-                vas.create(&PostParams::default(), &va).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<Vec<()>>>()?;
+    all_at_once(n, args.concurrency, |i| {
+        let vas = vas.clone();
+        let driver = stack.driver_name.clone();
+        async move {
+            let va: VolumeAttachment = serde_json::from_value(json!({
+                "metadata": {"name": format!("bench-{i:05}")},
+                "spec": {"attacher": driver, "nodeName": "node-1", "source": {"persistentVolumeName": format!("bench-{i:05}")}},
+            }))?;
+            vas.create(&PostParams::default(), &va).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
     while seen.lock().attached.len() < n {
         if started.elapsed() > timeout {
             bail!(
@@ -267,20 +271,15 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
 
     let before = writes(&stack);
     let started = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let vas = vas.clone();
-            async move {
-                vas.delete(&format!("bench-{i:05}"), &DeleteParams::default())
-                    .await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<Vec<()>>>()?;
+    all_at_once(n, args.concurrency, |i| {
+        let vas = vas.clone();
+        async move {
+            vas.delete(&format!("bench-{i:05}"), &DeleteParams::default())
+                .await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
     while !seen.lock().existing.is_empty() {
         if started.elapsed() > timeout {
             bail!(

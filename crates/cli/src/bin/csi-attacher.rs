@@ -11,29 +11,8 @@ fn main() -> std::process::ExitCode {
         Ok(args) => args,
         Err(error) => error.exit(),
     };
-    if let Err(error) = cli::logging::init(
-        &args.common.logging_format,
-        cli::logging::level_of_klog_v(args.common.verbosity),
-    ) {
-        eprintln!("csi-attacher: {error:#}");
-        return std::process::ExitCode::FAILURE;
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(error) => {
-            eprintln!("csi-attacher: failed to start the async runtime: {error}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(attacher::runner::run(args, cli::shutdown_signal())) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "csi-attacher failed");
-            eprintln!("csi-attacher: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    let (format, verbosity) = (args.common.logging_format.clone(), args.common.verbosity);
+    cli::sidecar_main("csi-attacher", &format, verbosity, || {
+        attacher::runner::run(args, cli::shutdown_signal())
+    })
 }
