@@ -96,13 +96,18 @@ fn csi(dir: &Path, args: &[&str]) -> serde_json::Value {
 }
 
 fn bound_handle(dir: &Path, claim: &str) -> String {
-    wait_for(&format!("{claim} Bound"), Duration::from_secs(60), || {
-        kubectl(
-            dir,
-            &["get", "pvc", claim, "-o", "jsonpath={.status.phase}"],
-            None,
-        ) == "Bound"
-    });
+    wait_for_in(
+        dir,
+        &format!("{claim} Bound"),
+        Duration::from_secs(60),
+        || {
+            kubectl(
+                dir,
+                &["get", "pvc", claim, "-o", "jsonpath={.status.phase}"],
+                None,
+            ) == "Bound"
+        },
+    );
     let pv = kubectl(
         dir,
         &["get", "pvc", claim, "-o", "jsonpath={.spec.volumeName}"],
@@ -263,6 +268,27 @@ fn pods_land_on_the_first_node_with_room_and_one_too_large_for_all_says_why() {
     // 8Gi: larger than node-1's and node-2's free capacity: the third node.
     kubectl(d, &["apply", "-f", "-"], Some(&pod_yaml("eight", "8Gi")));
     placed("eight", "node-3");
+    // Its node's agent publishes the volume there (through node-3's socket) and the Pod runs.
+    kubectl(
+        d,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod/eight",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    let uid = kubectl(
+        d,
+        &["get", "pod", "eight", "-o", "jsonpath={.metadata.uid}"],
+        None,
+    );
+    let pods_dir = d.join("state/kubelet/node-3/pods").join(uid);
+    assert!(
+        pods_dir.join("volumes/kubernetes.io~csi").is_dir(),
+        "published on node-3"
+    );
     let bound = kubectl(
         d,
         &["get", "pvc", "eight", "-o", "jsonpath={.status.phase}"],
@@ -314,4 +340,7 @@ fn pods_land_on_the_first_node_with_room_and_one_too_large_for_all_says_why() {
     wait_for("capacity per node", Duration::from_secs(60), || {
         published() == want
     });
+    // Deleting the Pods takes their volumes off every node.
+    kubectl(d, &["delete", "pod", "--all", "--timeout=60s"], None);
+    assert!(!pods_dir.exists(), "unpublished from node-3");
 }

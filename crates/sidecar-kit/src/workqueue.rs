@@ -278,6 +278,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                         state.started_at.insert(key.clone(), now);
                     }
                     state.queued.remove(&key);
+                    // Handed out: no longer waiting out a delay (a change seen while it is
+                    // processed must mark it dirty, not be dropped as "the timer will come").
+                    state.backoff_until.remove(&key);
                     state.processing.insert(key.clone());
                     if !state.queue.is_empty() {
                         self.notify.notify_one();
@@ -420,6 +423,28 @@ mod tests {
             }
         });
         (calls, worker)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_while_a_delayed_key_is_processed_again_is_not_lost() {
+        let q = queue();
+        q.add("k");
+        assert_eq!(q.next().await, Some("k"));
+        q.add("k"); // changed while processed: dirty
+        // The reconcile asked to look again later; the dirty key comes back at once.
+        q.forget(&"k");
+        q.add_after("k", Duration::from_secs(60));
+        q.done(&"k");
+        assert_eq!(q.next().await, Some("k"));
+        q.add("k"); // changed again while processed the second time
+        q.forget(&"k"); // ...which succeeded (the delayed look is moot)
+        q.done(&"k");
+        let again = tokio::time::timeout(Duration::from_secs(1), q.next()).await;
+        assert_eq!(
+            again.ok().flatten(),
+            Some("k"),
+            "the second change was dropped"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,12 +7,16 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_volstack");
 
-pub struct Up(pub Child);
+/// A running `volstack up` and its directory. Dropping it kills the process and unmounts what
+/// its node agent left mounted under the directory (as root the driver bind-mounts volumes
+/// into Pods' directories; a failed test must not leave mounts behind in /tmp).
+pub struct Up(pub Child, pub std::path::PathBuf);
 
 impl Drop for Up {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        unmount_under(&self.1);
     }
 }
 
@@ -33,8 +37,8 @@ pub fn up_with(dir: &Path, extra: &[&str]) -> Up {
             "RUST_LOG",
             "warn,stack=info,attacher=info,pv_controller=info",
         )
-        .stdout(log)
-        .stderr(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -45,7 +49,22 @@ pub fn up_with(dir: &Path, extra: &[&str]) -> Up {
         assert!(Instant::now() < deadline, "volstack up did not come up");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Up(child)
+    Up(child, dir.to_path_buf())
+}
+
+/// Unmounts every mount point under `dir`, deepest first.
+pub fn unmount_under(dir: &Path) {
+    let Ok(dir) = dir.canonicalize() else { return };
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mut points: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|p| Path::new(p).starts_with(&dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for point in points {
+        let _ = Command::new("umount").arg("-l").arg(point).status();
+    }
 }
 
 pub fn stop(mut up: Up) {
@@ -100,6 +119,30 @@ pub fn claims_yaml(prefix: &str, n: usize) -> String {
         .map(|i| format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {prefix}-{i}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n"))
         .collect::<Vec<_>>()
         .join("---\n")
+}
+
+/// Like [`wait_for`]; on a timeout the panic shows the stack's log and events.
+pub fn wait_for_in(dir: &Path, what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !f() {
+        if started.elapsed() > timeout {
+            let log = std::fs::read_to_string(dir.join("up.log")).unwrap_or_default();
+            let events = kubectl(dir, &["get", "events", "-A"], None);
+            let claims = kubectl(
+                dir,
+                &[
+                    "get",
+                    "pvc,pv,volumesnapshots,volumesnapshotcontents",
+                    "-A",
+                    "-o",
+                    "yaml",
+                ],
+                None,
+            );
+            panic!("timed out waiting for {what}\n{events}\n{claims}\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
