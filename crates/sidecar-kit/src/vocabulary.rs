@@ -46,6 +46,29 @@ pub fn now_rfc3339() -> String {
         .to_string()
 }
 
+/// The claims a Pod names (in its own namespace): its `persistentVolumeClaim` volumes, and
+/// the claims of its generic ephemeral volumes (`<pod>-<volume>`).
+pub fn pod_claim_names(pod: &k8s_openapi::api::core::v1::Pod) -> Vec<String> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .map(|volumes| {
+            volumes
+                .iter()
+                .filter_map(|v| {
+                    if let Some(c) = &v.persistent_volume_claim {
+                        return Some(c.claim_name.clone());
+                    }
+                    v.ephemeral
+                        .as_ref()
+                        .map(|_| format!("{pod_name}-{}", v.name))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// An annotation's value.
 pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)

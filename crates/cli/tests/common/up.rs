@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_volstack");
 
-/// A running `volstack up` and its directory. Dropping it kills the process and unmounts what
-/// its node agent left mounted under the directory (as root the driver bind-mounts volumes
-/// into Pods' directories; a failed test must not leave mounts behind in /tmp).
+/// A running `volstack up` and its directory. Dropping it (a test that failed) kills the
+/// process and unmounts what its node agent left mounted under the directory (as root the
+/// driver bind-mounts volumes into Pods' directories; a failed test must not leave mounts
+/// behind in /tmp). [`stop`] stops it as Ctrl-C does and leaves the mounts.
 pub struct Up(pub Child, pub std::path::PathBuf);
 
 impl Drop for Up {
@@ -81,6 +82,8 @@ pub fn stop(mut up: Up) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Stopped as a person stops it: what its Pods have mounted stays for the next `up`.
+    up.1 = std::path::PathBuf::new();
 }
 
 pub fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {

@@ -50,28 +50,8 @@ pub fn pod_holds_claims(pod: &Pod) -> bool {
     scheduled && !finished
 }
 
-/// The claims a Pod names (its own namespace): `persistentVolumeClaim` volumes, and the
-/// claims of its generic ephemeral volumes (`<pod>-<volume>`).
-pub fn claims_of(pod: &Pod) -> Vec<String> {
-    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .map(|volumes| {
-            volumes
-                .iter()
-                .filter_map(|v| {
-                    if let Some(c) = &v.persistent_volume_claim {
-                        return Some(c.claim_name.clone());
-                    }
-                    v.ephemeral
-                        .as_ref()
-                        .map(|_| format!("{pod_name}-{}", v.name))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
+/// The claims a Pod names (its own namespace), generic ephemeral volumes' included.
+pub use sidecar_kit::vocabulary::pod_claim_names as claims_of;
 
 /// The claim's protection, given the Pods of its namespace.
 pub fn claim<'a>(

@@ -355,16 +355,38 @@ impl NodeAgent {
 
     /// The world a Pod's plan reads, from the caches.
     fn plan(&self, pod: &Pod) -> decide::PodPlan {
-        let (claims, volumes, drivers, attachments) = (
-            self.claims.state(),
-            self.volumes.state(),
-            self.drivers.state(),
-            self.attachments.state(),
-        );
-        let claims = crate::scheduler::decide::by_namespaced_name(claims.iter().map(AsRef::as_ref));
-        let volumes = crate::scheduler::decide::by_name(volumes.iter().map(AsRef::as_ref));
-        let drivers = crate::scheduler::decide::by_name(drivers.iter().map(AsRef::as_ref));
-        let attachments = crate::scheduler::decide::by_name(attachments.iter().map(AsRef::as_ref));
+        // Only what this Pod names, from the caches by key (not a map of every object: the
+        // sweep plans every Pod of the node).
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let mut claims = Vec::new();
+        let mut volumes = Vec::new();
+        let mut drivers = Vec::new();
+        let mut attachments = Vec::new();
+        for name in sidecar_kit::vocabulary::pod_claim_names(pod) {
+            let Some(claim) = self.claims.get(&ObjectRef::new(&name).within(&namespace)) else {
+                continue;
+            };
+            let pv_name = claim.spec.as_ref().and_then(|s| s.volume_name.clone());
+            claims.push(claim);
+            let Some(pv) = pv_name.and_then(|n| self.volumes.get(&ObjectRef::new(&n))) else {
+                continue;
+            };
+            if let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+                drivers.extend(self.drivers.get(&ObjectRef::new(&csi.driver)));
+                let attachment = sidecar_kit::pv_csi::attachment_name(
+                    &csi.volume_handle,
+                    &csi.driver,
+                    &self.node,
+                );
+                attachments.extend(self.attachments.get(&ObjectRef::new(&attachment)));
+            }
+            volumes.push(pv);
+        }
+        use crate::scheduler::decide::{by_name, by_namespaced_name};
+        let claims = by_namespaced_name(claims.iter().map(AsRef::as_ref));
+        let volumes = by_name(volumes.iter().map(AsRef::as_ref));
+        let drivers = by_name(drivers.iter().map(AsRef::as_ref));
+        let attachments = by_name(attachments.iter().map(AsRef::as_ref));
         decide::plan_pod(
             pod,
             decide::World {
