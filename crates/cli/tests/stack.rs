@@ -216,6 +216,8 @@ fn a_file_written_through_the_node_comes_back_from_a_restore_and_a_clone() {
         },
     );
     stop(stack);
+    // The restore and the clone stay mounted through the test (as root, bind mounts).
+    unmount_under(d);
 }
 
 fn pod_yaml(name: &str, size: &str) -> String {
