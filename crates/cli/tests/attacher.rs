@@ -208,20 +208,12 @@ impl Env {
             .collect()
     }
 
-    async fn wait_until<F, Fut>(&self, what: &str, mut f: F)
+    async fn wait_until<F, Fut>(&self, what: &str, f: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !f().await {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        common::poll_until(what, WAIT, || self.log(), f).await;
     }
 
     async fn wait_attached(&self, name: &str) -> VolumeAttachment {

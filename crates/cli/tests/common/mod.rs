@@ -320,20 +320,12 @@ impl Cluster {
         }
     }
 
-    pub async fn wait_until<F, Fut>(&self, what: &str, timeout: Duration, mut f: F)
+    pub async fn wait_until<F, Fut>(&self, what: &str, timeout: Duration, f: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while !f().await {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}\n{}",
-                self.provisioner_log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll_until(what, timeout, || self.provisioner_log(), f).await;
     }
 
     /// The intent log as stored: per Lease that holds one, (its annotations' total bytes, the
@@ -364,6 +356,28 @@ impl Cluster {
             }
         }
         out
+    }
+}
+
+/// Polls `f` every 50 ms until it holds; after `timeout` the test fails with `what` and
+/// `context()` (a process's log).
+pub async fn poll_until<F, Fut>(
+    what: &str,
+    timeout: Duration,
+    context: impl Fn() -> String,
+    mut f: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !f().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
