@@ -12,3 +12,4 @@ pub mod controller;
 pub mod decide;
 pub mod flags;
 pub mod runner;
+pub mod volume_sets;

@@ -1,0 +1,164 @@
+//! The set manager's decisions, by the seed's rules:
+//!
+//! - the set's volumes are the PersistentVolumes its selector matches, made by the set or by
+//!   hand (adopted), whatever their size or template;
+//! - a volume is made (one at a time per set) while fewer than `minimumReplicas` are Available
+//!   and fewer than `maximumReplicas` exist (the seed's `<=` would overshoot the maximum by
+//!   one: `<` is used);
+//! - while more than `maximumReplicas` exist, the largest Available volume is deleted first; a
+//!   Bound, Released or already-deleting volume is never chosen;
+//! - a spec that cannot be served (negative or crossed bounds, an empty selector, a template
+//!   its own selector would not match, no class, no size) changes nothing and says why.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use sidecar_kit::selectors::label_selector_matches;
+
+use super::types::{PersistentVolumeSet, PersistentVolumeSetStatus};
+
+/// What the manager does for one set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SetPlan {
+    /// Why the spec cannot be served (nothing else is done).
+    pub invalid: Option<String>,
+    /// Whether to make one volume now.
+    pub create: bool,
+    /// Volumes to delete, largest first.
+    pub delete: Vec<String>,
+    /// The status to report.
+    pub status: PersistentVolumeSetStatus,
+    /// Whether at least `minimumReplicas` volumes are Available.
+    pub ready: bool,
+}
+
+/// Why a set's spec cannot be served, if it cannot.
+pub fn invalid(set: &PersistentVolumeSet) -> Option<String> {
+    let spec = &set.spec;
+    if spec.minimum_replicas < 0 || spec.maximum_replicas < 0 {
+        return Some("spec.minimumReplicas and spec.maximumReplicas must not be negative".into());
+    }
+    if spec.minimum_replicas > spec.maximum_replicas {
+        return Some(format!(
+            "spec.minimumReplicas ({}) must not exceed spec.maximumReplicas ({})",
+            spec.minimum_replicas, spec.maximum_replicas
+        ));
+    }
+    let selector = &spec.selector;
+    if selector
+        .match_labels
+        .as_ref()
+        .is_none_or(BTreeMap::is_empty)
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(Vec::is_empty)
+    {
+        return Some("spec.selector must not be empty (it would adopt every volume)".into());
+    }
+    let labels = spec.template.metadata.labels.clone().unwrap_or_default();
+    if !label_selector_matches(selector, &labels) {
+        return Some("spec.template.metadata.labels must match spec.selector".into());
+    }
+    let template = &spec.template.spec;
+    if template.storage_class_name.is_empty() {
+        return Some("spec.template.spec.storageClassName is required".into());
+    }
+    match template.capacity.get("storage") {
+        None => return Some("spec.template.spec.capacity.storage is required".into()),
+        Some(q) => match sidecar_kit::quantity::parse_bytes(&q.0) {
+            Ok(bytes) if bytes > 0 => {}
+            Ok(_) => return Some("spec.template.spec.capacity.storage must be positive".into()),
+            Err(e) => return Some(format!("spec.template.spec.capacity.storage: {e}")),
+        },
+    }
+    if template.access_modes.is_empty() {
+        return Some("spec.template.spec.accessModes: at least one access mode is required".into());
+    }
+    None
+}
+
+/// The set's volumes among `volumes`.
+pub fn members<'a>(
+    set: &PersistentVolumeSet,
+    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
+) -> Vec<&'a PersistentVolume> {
+    volumes
+        .into_iter()
+        .filter(|pv| {
+            let labels = pv.metadata.labels.clone().unwrap_or_default();
+            label_selector_matches(&set.spec.selector, &labels)
+        })
+        .collect()
+}
+
+/// Whether a volume is Available: the phase says so, no claim is reserved, not being deleted.
+pub fn available(pv: &PersistentVolume) -> bool {
+    pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available")
+        && pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
+        && pv.metadata.deletion_timestamp.is_none()
+}
+
+fn bound(pv: &PersistentVolume) -> bool {
+    pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+}
+
+fn size(pv: &PersistentVolume) -> i64 {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref()?.get("storage"))
+        .and_then(|q| sidecar_kit::quantity::parse_bytes(&q.0).ok())
+        .unwrap_or(0)
+}
+
+/// The plan for a set with `members` (see [`members`]) and `creating` volumes of it being made
+/// (their CreateVolume is in flight; they count towards the maximum).
+pub fn plan(set: &PersistentVolumeSet, members: &[&PersistentVolume], creating: usize) -> SetPlan {
+    let spec = &set.spec;
+    let total = members.len() + creating;
+    let available_now = members.iter().filter(|pv| available(pv)).count();
+    let bound_now = members.iter().filter(|pv| bound(pv)).count();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let status = PersistentVolumeSetStatus {
+        bound_replicas: count(bound_now),
+        unbound_replicas: count(available_now),
+        replicas: count(members.len()),
+        observed_generation: set.metadata.generation,
+        conditions: Vec::new(),
+    };
+    let minimum = usize::try_from(spec.minimum_replicas).unwrap_or(0);
+    let maximum = usize::try_from(spec.maximum_replicas).unwrap_or(0);
+    let ready = available_now >= minimum;
+    if let Some(why) = invalid(set) {
+        return SetPlan {
+            invalid: Some(why),
+            status,
+            ready: false,
+            ..SetPlan::default()
+        };
+    }
+    let mut delete = Vec::new();
+    if total > maximum {
+        let mut candidates: Vec<&&PersistentVolume> =
+            members.iter().filter(|pv| available(pv)).collect();
+        // Largest first; by name among equals, so that repeated passes agree.
+        candidates.sort_by(|a, b| {
+            size(b)
+                .cmp(&size(a))
+                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+        });
+        delete = candidates
+            .into_iter()
+            .take(total - maximum)
+            .map(|pv| pv.metadata.name.clone().unwrap_or_default())
+            .collect();
+    }
+    let create = creating == 0 && available_now < minimum && total < maximum;
+    SetPlan {
+        invalid: None,
+        create,
+        delete,
+        status,
+        ready,
+    }
+}

@@ -1,0 +1,218 @@
+#![allow(clippy::unwrap_used)]
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use serde_json::json;
+
+use super::decide::{invalid, members, plan};
+use super::types::PersistentVolumeSet;
+
+fn set(min: i32, max: i32) -> PersistentVolumeSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "pool", "generation": 3},
+        "spec": {
+            "minimumReplicas": min,
+            "maximumReplicas": max,
+            "selector": {"matchLabels": {"pool": "fast"}},
+            "template": {
+                "metadata": {"labels": {"pool": "fast"}},
+                "spec": {"storageClassName": "hostpath", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]},
+            },
+        },
+    }))
+    .unwrap()
+}
+
+fn pv(name: &str, size: &str, phase: &str, pool: &str) -> PersistentVolume {
+    let mut v = json!({
+        "metadata": {"name": name, "labels": {"pool": pool}},
+        "spec": {"capacity": {"storage": size}},
+        "status": {"phase": phase},
+    });
+    if phase == "Bound" || phase == "Released" {
+        v["spec"]["claimRef"] = json!({"namespace": "default", "name": format!("c-{name}")});
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
+    // (min, max, volumes as (size, phase), creating) → (create, delete, bound, unbound, ready)
+    type Case = (
+        i32,
+        i32,
+        Vec<(&'static str, &'static str)>,
+        usize,
+        (bool, Vec<&'static str>, i32, i32, bool),
+    );
+    let cases: Vec<Case> = vec![
+        // Empty pool: make one.
+        (5, 10, vec![], 0, (true, vec![], 0, 0, false)),
+        // One in flight: wait for it (one at a time).
+        (5, 10, vec![], 1, (false, vec![], 0, 0, false)),
+        // Five available: full.
+        (
+            5,
+            10,
+            vec![("1Gi", "Available"); 5],
+            0,
+            (false, vec![], 0, 5, true),
+        ),
+        // Claims bound three: refill.
+        (
+            5,
+            10,
+            [vec![("1Gi", "Bound"); 3], vec![("1Gi", "Available"); 2]].concat(),
+            0,
+            (true, vec![], 3, 2, false),
+        ),
+        // At the maximum with few available: no more.
+        (
+            5,
+            10,
+            [vec![("1Gi", "Bound"); 8], vec![("1Gi", "Available"); 2]].concat(),
+            0,
+            (false, vec![], 8, 2, false),
+        ),
+        // One below the maximum: the last one may be made.
+        (
+            5,
+            10,
+            [vec![("1Gi", "Bound"); 8], vec![("1Gi", "Available"); 1]].concat(),
+            0,
+            (true, vec![], 8, 1, false),
+        ),
+        // Scaled down below what exists: the largest Available goes first, Bound never.
+        (
+            1,
+            3,
+            vec![
+                ("1Gi", "Bound"),
+                ("2Gi", "Available"),
+                ("5Gi", "Available"),
+                ("1Gi", "Available"),
+                ("3Gi", "Released"),
+            ],
+            0,
+            (false, vec!["pv-2", "pv-1"], 1, 3, true),
+        ),
+        // Above the maximum with nothing Available: nothing can go.
+        (
+            0,
+            1,
+            vec![("1Gi", "Bound"), ("1Gi", "Released")],
+            0,
+            (false, vec![], 1, 0, true),
+        ),
+        // Minimum 0: nothing made.
+        (0, 10, vec![], 0, (false, vec![], 0, 0, true)),
+    ];
+    for (i, (min, max, volumes, creating, want)) in cases.into_iter().enumerate() {
+        let s = set(min, max);
+        let pvs: Vec<PersistentVolume> = volumes
+            .iter()
+            .enumerate()
+            .map(|(n, (size, phase))| pv(&format!("pv-{n}"), size, phase, "fast"))
+            .collect();
+        let refs: Vec<&PersistentVolume> = pvs.iter().collect();
+        let p = plan(&s, &refs, creating);
+        let got = (
+            p.create,
+            p.delete.clone(),
+            p.status.bound_replicas,
+            p.status.unbound_replicas,
+            p.ready,
+        );
+        let want = (
+            want.0,
+            want.1.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            want.2,
+            want.3,
+            want.4,
+        );
+        assert_eq!(got, want, "case {i}");
+        assert_eq!(p.status.observed_generation, Some(3));
+        assert!(p.invalid.is_none());
+    }
+}
+
+#[test]
+fn volumes_made_by_hand_that_match_are_members_and_others_are_not() {
+    let s = set(2, 4);
+    let pvs = [
+        pv("made-by-hand", "10Gi", "Available", "fast"),
+        pv("other-pool", "1Gi", "Available", "slow"),
+        pv("from-old-template", "2Gi", "Available", "fast"),
+    ];
+    let m = members(&s, pvs.iter());
+    let names: Vec<&str> = m
+        .iter()
+        .map(|p| p.metadata.name.as_deref().unwrap())
+        .collect();
+    assert_eq!(names, vec!["made-by-hand", "from-old-template"]);
+    let p = plan(&s, &m, 0);
+    assert!(
+        !p.create && p.delete.is_empty() && p.ready,
+        "two adopted volumes meet the minimum"
+    );
+    // A template change (a larger size) leaves existing volumes alone; scaling to 1 deletes
+    // the largest (the hand-made 10Gi) first.
+    let mut smaller = set(1, 1);
+    smaller.spec.template.spec.capacity.insert(
+        "storage".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("20Gi".into()),
+    );
+    assert_eq!(
+        plan(&smaller, &m, 0).delete,
+        vec!["made-by-hand".to_string()]
+    );
+    let mut deleting = pvs[0].clone();
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-23T00:00:00Z".parse().unwrap(),
+        ));
+    let m2 = vec![&deleting, &pvs[2]];
+    assert_eq!(
+        plan(&smaller, &m2, 0).delete,
+        vec!["from-old-template".to_string()],
+        "a volume being deleted is not chosen again, and still counts until it is gone"
+    );
+}
+
+#[test]
+fn specs_that_cannot_be_served_change_nothing_and_say_why() {
+    let mut cases: Vec<(PersistentVolumeSet, &str)> = Vec::new();
+    cases.push((set(-1, 3), "must not be negative"));
+    cases.push((
+        set(4, 3),
+        "spec.minimumReplicas (4) must not exceed spec.maximumReplicas (3)",
+    ));
+    let mut s = set(1, 3);
+    s.spec.selector = Default::default();
+    cases.push((s, "spec.selector must not be empty"));
+    let mut s = set(1, 3);
+    s.spec.template.metadata.labels = Some([("pool".to_string(), "slow".to_string())].into());
+    cases.push((s, "spec.template.metadata.labels must match spec.selector"));
+    let mut s = set(1, 3);
+    s.spec.template.spec.storage_class_name.clear();
+    cases.push((s, "storageClassName is required"));
+    let mut s = set(1, 3);
+    s.spec.template.spec.capacity.clear();
+    cases.push((s, "capacity.storage is required"));
+    let mut s = set(1, 3);
+    s.spec.template.spec.capacity.insert(
+        "storage".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+    );
+    cases.push((s, "capacity.storage:"));
+    let mut s = set(1, 3);
+    s.spec.template.spec.access_modes.clear();
+    cases.push((s, "at least one access mode"));
+    for (s, words) in cases {
+        let why = invalid(&s).unwrap_or_default();
+        assert!(why.contains(words), "{why:?} should say {words:?}");
+        let p = plan(&s, &[], 0);
+        assert!(!p.create && p.delete.is_empty() && !p.ready);
+        assert_eq!(p.invalid.as_deref(), Some(why.as_str()));
+    }
+    assert_eq!(invalid(&set(0, 0)), None, "an empty pool is a valid pool");
+}

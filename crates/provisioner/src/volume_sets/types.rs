@@ -1,0 +1,135 @@
+//! The `persistentvolumesets.storage.volstack.dev` object, with the seed's fields.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
+use serde::{Deserialize, Serialize};
+
+/// The API group.
+pub const GROUP: &str = "storage.volstack.dev";
+/// The version.
+pub const VERSION: &str = "v1alpha1";
+/// The label naming the set that made a volume.
+pub const LABEL_SET: &str = "storage.volstack.dev/persistentvolumeset";
+
+/// A PersistentVolumeSet (cluster-scoped).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeSet {
+    /// `storage.volstack.dev/v1alpha1`.
+    #[serde(default)]
+    pub api_version: String,
+    /// `PersistentVolumeSet`.
+    #[serde(default)]
+    pub kind: String,
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What the set keeps.
+    #[serde(default)]
+    pub spec: PersistentVolumeSetSpec,
+    /// What the manager saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PersistentVolumeSetStatus>,
+}
+
+/// The set's spec.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeSetSpec {
+    /// Available (unbound) volumes kept at least.
+    #[serde(default)]
+    pub minimum_replicas: i32,
+    /// Volumes in the set at most, whatever their phase.
+    #[serde(default)]
+    pub maximum_replicas: i32,
+    /// The volumes that belong to the set (the template's labels must match it).
+    #[serde(default)]
+    pub selector: LabelSelector,
+    /// What new volumes are made from.
+    #[serde(default)]
+    pub template: PersistentVolumeTemplate,
+}
+
+/// A volume's template: labels and annotations, and the spec (its driver and parameters come
+/// from the StorageClass it names).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeTemplate {
+    /// Labels and annotations of the volumes.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The volumes' spec.
+    #[serde(default)]
+    pub spec: PersistentVolumeTemplateSpec,
+}
+
+/// The parts of a PersistentVolume spec a template sets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeTemplateSpec {
+    /// The class whose provisioner, parameters and secrets make the volumes.
+    #[serde(default)]
+    pub storage_class_name: String,
+    /// Size (`capacity.storage`).
+    #[serde(default)]
+    pub capacity: std::collections::BTreeMap<String, Quantity>,
+    /// Access modes.
+    #[serde(default)]
+    pub access_modes: Vec<String>,
+    /// Filesystem or Block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mode: Option<String>,
+    /// Retain, Delete or Recycle (default: the class's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_reclaim_policy: Option<String>,
+    /// Mount options (default: the class's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_options: Option<Vec<String>>,
+}
+
+/// What the manager saw.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeSetStatus {
+    /// Volumes bound to claims.
+    #[serde(default)]
+    pub bound_replicas: i32,
+    /// Available volumes.
+    #[serde(default)]
+    pub unbound_replicas: i32,
+    /// Every volume of the set (the scale subresource's status replicas).
+    #[serde(default)]
+    pub replicas: i32,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (the minimum is met) and `Invalid` (the spec cannot be served).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl kube::Resource for PersistentVolumeSet {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("PersistentVolumeSet")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(GROUP)
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(VERSION)
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("persistentvolumesets")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
