@@ -20,6 +20,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod registry;
 pub mod reviews;
+pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod status;

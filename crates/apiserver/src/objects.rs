@@ -355,6 +355,14 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let invalid = |msg: String| Err(ApiError::invalid(&rt.kind, name, &msg));
     crate::meta_rules::check(&obj["metadata"]).or_else(invalid)?;
+    if let Some(schema) = &rt.schema {
+        let errors = crate::schema::check(schema, obj);
+        match errors.len() {
+            0 => {}
+            1 => return invalid(errors.join("")),
+            _ => return invalid(format!("[{}]", errors.join(", "))),
+        }
+    }
     let checked = match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => claim(obj, old),
         ("", "persistentvolumes") => rules::persistent_volume(obj),

@@ -23,6 +23,8 @@ pub struct ResourceType {
     pub short_names: Vec<String>,
     /// A custom resource's printer columns (priority 0), shown by `kubectl get`.
     pub printer_columns: Vec<PrinterColumn>,
+    /// A custom resource's `openAPIV3Schema`, checked on every write.
+    pub schema: Option<std::sync::Arc<serde_json::Value>>,
 }
 
 /// A column a CustomResourceDefinition declares for tables (`additionalPrinterColumns`).
@@ -257,6 +259,7 @@ impl Default for Registry {
                 status: *st,
                 short_names: short.iter().map(|s| s.to_string()).collect(),
                 printer_columns: Vec::new(),
+                schema: None,
             })
             .collect();
         Registry {
@@ -330,6 +333,9 @@ impl Registry {
                             })
                         })
                         .collect(),
+                    schema: version["schema"]["openAPIV3Schema"]
+                        .is_object()
+                        .then(|| std::sync::Arc::new(version["schema"]["openAPIV3Schema"].clone())),
                 });
             }
         }

@@ -412,6 +412,7 @@ mod tests {
             namespaced: true,
             status: true,
             short_names: Vec::new(),
+            schema: None,
             printer_columns: vec![
                 column("ReadyToUse", "boolean", ".status.readyToUse"),
                 column(

@@ -2,72 +2,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod common;
+
+use common::{Fixture, kubectl, start};
+
+use std::process::Command;
 use std::time::Duration;
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    kubeconfig: std::path::PathBuf,
-    server: apiserver::RunningServer,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn start() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = apiserver::serve(
-        apiserver::Config {
-            kubeconfig_path: Some(kubeconfig.clone()),
-            ..Default::default()
-        },
-        async {
-            let _ = rx.await;
-        },
-    )
-    .await
-    .unwrap();
-    Fixture {
-        _dir: dir,
-        kubeconfig,
-        server,
-        _stop: tx,
-    }
-}
-
-async fn kubectl(f: &Fixture, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let kubeconfig = f.kubeconfig.clone();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let stdin = stdin.map(str::to_string);
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new("kubectl")
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        if let Some(input) = stdin {
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        drop(child.stdin.take());
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .unwrap()
-}
 
 const CLAIM: &str = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n";
 

@@ -203,7 +203,8 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
                 Ok(body) => body,
                 Err(error) => return (verb, resource, error.into_response()),
             };
-            let (verb, result) = object_request(app, &method, target, &query, &headers, body).await;
+            let (verb, result) =
+                object_request(app, &method, *target, &query, &headers, body).await;
             let response = result.unwrap_or_else(IntoResponse::into_response);
             let response = match accept.preferred {
                 Format::Protobuf if verb != "WATCH" && !wants_table(&headers) => {

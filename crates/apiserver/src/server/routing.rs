@@ -64,7 +64,7 @@ pub(crate) enum Route {
     ApiVersions,
     ApiGroups,
     Resources(String, String),
-    Object(Target),
+    Object(Box<Target>),
     Metrics,
     Health,
     Faults,
@@ -146,7 +146,7 @@ pub(crate) fn route(registry: &Registry, path: &str) -> Result<Route, ApiError> 
     {
         return Err(ApiError::no_route(path));
     }
-    Ok(Route::Object(target))
+    Ok(Route::Object(Box::new(target)))
 }
 
 /// The verb a request counts as in metrics (kube-apiserver's names).

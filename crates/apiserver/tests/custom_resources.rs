@@ -1,0 +1,108 @@
+//! Custom resources are checked against their definition's schema, with kube-apiserver's
+//! messages, through kubectl.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{kubectl, start};
+
+const CRD: &str = r#"{
+  "apiVersion": "apiextensions.k8s.io/v1",
+  "kind": "CustomResourceDefinition",
+  "metadata": {"name": "pools.example.volstack.dev"},
+  "spec": {
+    "group": "example.volstack.dev",
+    "names": {"kind": "Pool", "listKind": "PoolList", "plural": "pools", "singular": "pool"},
+    "scope": "Cluster",
+    "versions": [{
+      "name": "v1", "served": true, "storage": true,
+      "subresources": {"status": {}},
+      "schema": {"openAPIV3Schema": {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+          "spec": {
+            "type": "object",
+            "required": ["minimum"],
+            "properties": {
+              "minimum": {"type": "integer", "minimum": 0},
+              "mode": {"type": "string", "enum": ["Filesystem", "Block"]}
+            }
+          },
+          "status": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}}}
+        }
+      }}
+    }]
+  }
+}"#;
+
+fn pool(spec: &str) -> String {
+    format!("apiVersion: example.volstack.dev/v1\nkind: Pool\nmetadata:\n  name: p\nspec:\n{spec}")
+}
+
+#[tokio::test]
+async fn custom_resources_are_refused_when_their_schema_says_so() {
+    let f = start().await;
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(CRD)).await;
+    assert!(ok, "{err}");
+    // The new type is served once discovery has it.
+    let mut served = false;
+    for _ in 0..100 {
+        if kubectl(&f, &["get", "pools"], None).await.0 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(served, "the Pool type is served");
+
+    let (ok, _, err) = kubectl(
+        &f,
+        &["apply", "-f", "-"],
+        Some(&pool("  minimum: -1\n  mode: Sideways\n")),
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"Pool.example.volstack.dev "p" is invalid: [spec.minimum: Invalid value: -1: spec.minimum in body should be greater than or equal to 0, spec.mode: Unsupported value: "Sideways": supported values: "Filesystem", "Block"]"#)
+            || err.contains(r#"Pool "p" is invalid: [spec.minimum: Invalid value: -1: spec.minimum in body should be greater than or equal to 0, spec.mode: Unsupported value: "Sideways": supported values: "Filesystem", "Block"]"#),
+        "{err}"
+    );
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&pool("  mode: Block\n"))).await;
+    assert!(!ok && err.contains("spec.minimum: Required value"), "{err}");
+
+    let (ok, _, err) = kubectl(
+        &f,
+        &["apply", "-f", "-"],
+        Some(&pool("  minimum: 2\n  mode: Block\n")),
+    )
+    .await;
+    assert!(ok, "{err}");
+    // The status subresource is checked too.
+    let (ok, _, err) = kubectl(
+        &f,
+        &[
+            "patch",
+            "pool",
+            "p",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"count":-5}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        !ok && err.contains("status.count: Invalid value: -5"),
+        "{err}"
+    );
+    let (ok, out, err) = kubectl(
+        &f,
+        &["get", "pool", "p", "-o", "jsonpath={.spec.minimum}"],
+        None,
+    )
+    .await;
+    assert!(ok && out == "2", "{out} {err}");
+}
