@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod csi;
+pub mod custom_resource;
 pub mod driver;
 pub mod duration;
 pub mod events;

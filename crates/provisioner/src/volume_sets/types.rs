@@ -1,7 +1,5 @@
 //! The `persistentvolumesets.storage.volstack.dev` object, with the seed's fields.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
 use serde::{Deserialize, Serialize};
@@ -110,26 +108,11 @@ pub struct PersistentVolumeSetStatus {
     pub conditions: Vec<Condition>,
 }
 
-impl kube::Resource for PersistentVolumeSet {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("PersistentVolumeSet")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(GROUP)
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(VERSION)
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("persistentvolumesets")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+sidecar_kit::custom_resource!(
+    PersistentVolumeSet,
+    GROUP,
+    VERSION,
+    "PersistentVolumeSet",
+    "persistentvolumesets",
+    k8s_openapi::ClusterResourceScope
+);

@@ -1,7 +1,6 @@
 //! Typed `snapshot.storage.k8s.io/v1` objects, with the fields the snapshot controller reads
 //! and writes (it changes objects with patches, so fields it does not know are never lost).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -12,34 +11,6 @@ use super::crds::GROUP;
 
 /// `snapshot.storage.k8s.io/v1`.
 pub const API_VERSION: &str = "snapshot.storage.k8s.io/v1";
-
-macro_rules! resource {
-    ($type:ty, $kind:literal, $plural:literal, $scope:ty) => {
-        impl kube::Resource for $type {
-            type DynamicType = ();
-            type Scope = $scope;
-
-            fn kind(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($kind)
-            }
-            fn group(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed(GROUP)
-            }
-            fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("v1")
-            }
-            fn plural(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($plural)
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
 
 /// A VolumeSnapshotClass.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -64,8 +35,10 @@ pub struct VolumeSnapshotClass {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<BTreeMap<String, String>>,
 }
-resource!(
+sidecar_kit::custom_resource!(
     VolumeSnapshotClass,
+    GROUP,
+    "v1",
     "VolumeSnapshotClass",
     "volumesnapshotclasses",
     ClusterResourceScope
@@ -147,8 +120,10 @@ pub struct VolumeSnapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<VolumeSnapshotStatus>,
 }
-resource!(
+sidecar_kit::custom_resource!(
     VolumeSnapshot,
+    GROUP,
+    "v1",
     "VolumeSnapshot",
     "volumesnapshots",
     NamespaceResourceScope
@@ -255,8 +230,10 @@ pub struct VolumeSnapshotContent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<VolumeSnapshotContentStatus>,
 }
-resource!(
+sidecar_kit::custom_resource!(
     VolumeSnapshotContent,
+    GROUP,
+    "v1",
     "VolumeSnapshotContent",
     "volumesnapshotcontents",
     ClusterResourceScope
