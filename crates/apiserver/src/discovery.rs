@@ -82,8 +82,15 @@ pub fn aggregated(app: &App, core: bool) -> Value {
         if let Some(categories) = crate::registry::categories(&t.group, &t.plural) {
             resource["categories"] = json!(categories);
         }
+        let mut subresources = Vec::new();
         if t.status {
-            resource["subresources"] = json!([{"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}]);
+            subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if t.scale.is_some() {
+            subresources.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));
+        }
+        if !subresources.is_empty() {
+            resource["subresources"] = json!(subresources);
         }
         groups
             .entry(t.group.clone())
@@ -172,6 +179,9 @@ pub fn resource_list(app: &App, group: &str, version: &str) -> Response {
         resources.push(r);
         if t.status {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if t.scale.is_some() {
+            resources.push(json!({"name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
         }
     }
     let gv = if group.is_empty() {

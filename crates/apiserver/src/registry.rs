@@ -25,6 +25,8 @@ pub struct ResourceType {
     pub printer_columns: Vec<PrinterColumn>,
     /// A custom resource's `openAPIV3Schema`, checked on every write.
     pub schema: Option<std::sync::Arc<serde_json::Value>>,
+    /// A custom resource's scale subresource (the paths it reads and writes).
+    pub scale: Option<crate::server::scale::ScalePaths>,
 }
 
 /// A column a CustomResourceDefinition declares for tables (`additionalPrinterColumns`).
@@ -260,6 +262,7 @@ impl Default for Registry {
                 short_names: short.iter().map(|s| s.to_string()).collect(),
                 printer_columns: Vec::new(),
                 schema: None,
+                scale: None,
             })
             .collect();
         Registry {
@@ -333,6 +336,15 @@ impl Registry {
                             })
                         })
                         .collect(),
+                    scale: version["subresources"]["scale"]["specReplicasPath"]
+                        .as_str()
+                        .map(|spec| crate::server::scale::ScalePaths {
+                            spec: spec.to_string(),
+                            status: version["subresources"]["scale"]["statusReplicasPath"]
+                                .as_str()
+                                .unwrap_or(".status.replicas")
+                                .to_string(),
+                        }),
                     schema: version["schema"]["openAPIV3Schema"]
                         .is_object()
                         .then(|| std::sync::Arc::new(version["schema"]["openAPIV3Schema"].clone())),

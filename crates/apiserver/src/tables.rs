@@ -413,6 +413,7 @@ mod tests {
             status: true,
             short_names: Vec::new(),
             schema: None,
+            scale: None,
             printer_columns: vec![
                 column("ReadyToUse", "boolean", ".status.readyToUse"),
                 column(

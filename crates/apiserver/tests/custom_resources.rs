@@ -17,7 +17,7 @@ const CRD: &str = r#"{
     "scope": "Cluster",
     "versions": [{
       "name": "v1", "served": true, "storage": true,
-      "subresources": {"status": {}},
+      "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.minimum", "statusReplicasPath": ".status.count"}},
       "schema": {"openAPIV3Schema": {
         "type": "object",
         "required": ["spec"],

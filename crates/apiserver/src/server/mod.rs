@@ -33,6 +33,7 @@ mod kubeconfig;
 mod read;
 mod respond;
 mod routing;
+pub mod scale;
 mod write;
 
 use delete::{delete, delete_collection};
@@ -318,6 +319,21 @@ async fn object_request(
                 ))),
             ),
         };
+    }
+    // A custom resource's scale subresource.
+    if t.subresource.as_deref() == Some("scale")
+        && let (Some(paths), Some(name)) = (rt.scale.clone(), t.name.clone())
+        && matches!(method.as_str(), "GET" | "PUT" | "PATCH")
+    {
+        let verb = match method.as_str() {
+            "GET" => "GET",
+            "PUT" => "UPDATE",
+            _ => "PATCH",
+        };
+        return (
+            verb,
+            scale::scale(app, method, &t, &name, headers, body, &paths).await,
+        );
     }
     // A subresource (status) supports get, update and patch only, as in kube-apiserver.
     if t.subresource.is_some() && !matches!(method.as_str(), "GET" | "PUT" | "PATCH") {

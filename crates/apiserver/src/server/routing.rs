@@ -51,6 +51,7 @@ pub(crate) fn decode(s: &str) -> String {
 }
 
 /// A resolved resource path.
+#[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) rt: ResourceType,
     pub(crate) namespace: Option<String>,
@@ -143,6 +144,7 @@ pub(crate) fn route(registry: &Registry, path: &str) -> Result<Route, ApiError> 
     if let Some(sub) = &target.subresource
         && !(sub == "status" && target.rt.status)
         && !(sub == "binding" && target.rt.group.is_empty() && target.rt.plural == "pods")
+        && !(sub == "scale" && target.rt.scale.is_some())
     {
         return Err(ApiError::no_route(path));
     }
