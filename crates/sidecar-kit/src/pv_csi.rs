@@ -132,6 +132,18 @@ pub fn attachment_name(volume_handle: &str, driver: &str, node: &str) -> String 
     )
 }
 
+/// The unique name kubelet reports in a Node's `status.volumesInUse` for a CSI volume (and
+/// the attach/detach controller waits for).
+pub fn unique_volume_name(driver: &str, handle: &str) -> String {
+    format!("kubernetes.io/csi/{driver}^{handle}")
+}
+
+/// Whether volumes of a driver need a VolumeAttachment: its CSIDriver says so, or there is
+/// no CSIDriver object (kube-controller-manager's and kubelet's rule).
+pub fn attach_required(driver: Option<&k8s_openapi::api::storage::v1::CSIDriver>) -> bool {
+    driver.is_none_or(|d| d.spec.attach_required.unwrap_or(true))
+}
+
 /// The lowercase hex SHA-256 of `data` (names kubelet and kube-controller-manager derive
 /// from volume handles).
 pub fn sha256_hex(data: &[u8]) -> String {

@@ -46,6 +46,14 @@ pub fn now_rfc3339() -> String {
         .to_string()
 }
 
+/// Whether a Pod has finished (phase Succeeded or Failed): it holds no volume any more.
+pub fn pod_finished(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
 /// The claims a Pod names (in its own namespace): its `persistentVolumeClaim` volumes, and
 /// the claims of its generic ephemeral volumes (`<pod>-<volume>`).
 pub fn pod_claim_names(pod: &k8s_openapi::api::core::v1::Pod) -> Vec<String> {

@@ -46,18 +46,7 @@ pub struct World<'a> {
     pub nodes: &'a HashMap<&'a str, &'a Node>,
 }
 
-/// Whether volumes of `driver` need a VolumeAttachment: the CSIDriver says so, or there is
-/// no CSIDriver object (kube-controller-manager's rule).
-pub fn attach_required(drivers: &HashMap<&str, &CSIDriver>, driver: &str) -> bool {
-    drivers
-        .get(driver)
-        .is_none_or(|d| d.spec.attach_required.unwrap_or(true))
-}
-
-/// The unique name kubelet reports in `volumesInUse` for a CSI volume.
-pub fn unique_name(driver: &str, handle: &str) -> String {
-    format!("kubernetes.io/csi/{driver}^{handle}")
-}
+pub use sidecar_kit::pv_csi::unique_volume_name as unique_name;
 
 /// The VolumeAttachments the Pods need.
 pub fn wanted<'a>(pods: impl IntoIterator<Item = &'a Pod>, world: World<'_>) -> BTreeSet<Wanted> {
@@ -66,11 +55,7 @@ pub fn wanted<'a>(pods: impl IntoIterator<Item = &'a Pod>, world: World<'_>) -> 
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             continue;
         };
-        let finished = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        if node.is_empty() || finished {
+        if node.is_empty() || sidecar_kit::vocabulary::pod_finished(pod) {
             continue;
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -90,7 +75,9 @@ pub fn wanted<'a>(pods: impl IntoIterator<Item = &'a Pod>, world: World<'_>) -> 
             else {
                 continue;
             };
-            if !attach_required(world.drivers, &csi.driver) {
+            if !sidecar_kit::pv_csi::attach_required(
+                world.drivers.get(csi.driver.as_str()).copied(),
+            ) {
                 continue;
             }
             out.insert(Wanted {

@@ -43,11 +43,7 @@ pub fn pod_holds_claims(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
-    let finished = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
-    scheduled && !finished
+    scheduled && !sidecar_kit::vocabulary::pod_finished(pod)
 }
 
 /// The claims a Pod names (its own namespace), generic ephemeral volumes' included.

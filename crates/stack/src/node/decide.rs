@@ -139,14 +139,6 @@ pub struct World<'a> {
     pub attachments: &'a BTreeMap<String, &'a VolumeAttachment>,
 }
 
-/// Whether a Pod has finished (its volumes can go, the object stays).
-pub fn finished(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 /// The plan for one Pod.
 pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
     let spec = match &pod.spec {
@@ -158,7 +150,7 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
             finish_deletion: true,
         };
     }
-    if finished(pod) {
+    if sidecar_kit::vocabulary::pod_finished(pod) {
         return PodPlan::TearDown {
             finish_deletion: false,
         };
@@ -207,7 +199,7 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
             Err(error) => return PodPlan::Wait(format!("volume {pv_name:?}: {error}")),
         };
         let csi_driver = world.drivers.get(&source.driver);
-        let attach = csi_driver.is_none_or(|d| d.spec.attach_required.unwrap_or(true));
+        let attach = sidecar_kit::pv_csi::attach_required(csi_driver.copied());
         let mut publish_context = HashMap::new();
         if attach {
             let name = sidecar_kit::pv_csi::attachment_name(
@@ -330,7 +322,7 @@ pub fn running_status(pod: &Pod, now: &str) -> Value {
 pub fn volumes_in_use<'a>(records: impl IntoIterator<Item = &'a VolumeData>) -> Vec<String> {
     let names: BTreeSet<String> = records
         .into_iter()
-        .map(|d| format!("kubernetes.io/csi/{}^{}", d.driver_name, d.volume_handle))
+        .map(|d| sidecar_kit::pv_csi::unique_volume_name(&d.driver_name, &d.volume_handle))
         .collect();
     names.into_iter().collect()
 }
