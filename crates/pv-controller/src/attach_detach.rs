@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::json;
 use sidecar_kit::events::{EventType, Recorder};
 use sidecar_kit::runtime::Controller;
@@ -17,7 +17,7 @@ use sidecar_kit::vocabulary::reference;
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
-use crate::decide::attach_detach::{World, actions, wanted};
+use crate::decide::attach_detach::{World, actions, attach_failures, wanted};
 use crate::decide::protection::claims_of;
 
 /// How often every node is looked at again whatever the events said.
@@ -173,42 +173,63 @@ impl AttachDetachController {
     }
 
     async fn sync_node(&self, node: &str) -> Result<Next, AttachDetachError> {
-        let (pods, claims, volumes) =
-            (self.pods.state(), self.claims.state(), self.volumes.state());
-        let (drivers, nodes, attachments) = (
-            self.drivers.state(),
-            self.nodes.state(),
-            self.attachments.state(),
-        );
+        // Only what this node's Pods and attachments name, looked up by key (a pass per node
+        // event must not cost a map of every claim and volume in the cluster).
+        let pods = self.pods.state();
         let on_node: Vec<&Pod> = pods
             .iter()
             .map(AsRef::as_ref)
             .filter(|p| node_of(p).as_deref() == Some(node))
             .collect();
-        let claims: HashMap<(&str, &str), &PersistentVolumeClaim> = claims
+        let attachments = self.attachments.state();
+        let here: Vec<&VolumeAttachment> = attachments
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|va| va.spec.node_name == node)
+            .collect();
+        let mut claim_objects = Vec::new();
+        for pod in &on_node {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            for name in claims_of(pod) {
+                claim_objects.extend(self.claims.get(&ObjectRef::new(&name).within(ns)));
+            }
+        }
+        let volume_names = claim_objects
+            .iter()
+            .filter_map(|c| c.spec.as_ref()?.volume_name.clone())
+            .chain(
+                here.iter()
+                    .filter_map(|va| va.spec.source.persistent_volume_name.clone()),
+            );
+        let volume_objects: Vec<_> = volume_names
+            .filter_map(|n| self.volumes.get(&ObjectRef::new(&n)))
+            .collect();
+        let driver_objects: Vec<_> = volume_objects
+            .iter()
+            .filter_map(|v| v.spec.as_ref()?.csi.as_ref())
+            .filter_map(|c| self.drivers.get(&ObjectRef::new(&c.driver)))
+            .collect();
+        let node_object = self.nodes.get(&ObjectRef::new(node));
+        let claims: HashMap<(&str, &str), &PersistentVolumeClaim> = claim_objects
             .iter()
             .map(|c| {
-                (
-                    (
-                        c.metadata.namespace.as_deref().unwrap_or_default(),
-                        c.metadata.name.as_deref().unwrap_or_default(),
-                    ),
-                    c.as_ref(),
-                )
+                let meta = &c.metadata;
+                let key = (
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default(),
+                );
+                (key, c.as_ref())
             })
             .collect();
-        let volumes: HashMap<&str, &PersistentVolume> = volumes
+        let volumes: HashMap<&str, &PersistentVolume> = volume_objects
             .iter()
             .map(|v| (v.metadata.name.as_deref().unwrap_or_default(), v.as_ref()))
             .collect();
-        let drivers: HashMap<&str, &CSIDriver> = drivers
+        let drivers: HashMap<&str, &CSIDriver> = driver_objects
             .iter()
             .map(|d| (d.metadata.name.as_deref().unwrap_or_default(), d.as_ref()))
             .collect();
-        let nodes: HashMap<&str, &Node> = nodes
-            .iter()
-            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n.as_ref()))
-            .collect();
+        let nodes: HashMap<&str, &Node> = node_object.iter().map(|n| (node, n.as_ref())).collect();
         let world = World {
             claims: &claims,
             volumes: &volumes,
@@ -216,11 +237,6 @@ impl AttachDetachController {
             nodes: &nodes,
         };
         let want = wanted(on_node.iter().copied(), world);
-        let here: Vec<&VolumeAttachment> = attachments
-            .iter()
-            .map(AsRef::as_ref)
-            .filter(|va| va.spec.node_name == node)
-            .collect();
         let todo = actions(&want, here.iter().copied(), world);
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
         for w in todo.create {
@@ -253,45 +269,16 @@ impl AttachDetachController {
             }
         }
         // Pods whose volume fails to attach hear why.
-        for va in &here {
-            let Some(error) = va.status.as_ref().and_then(|s| s.attach_error.as_ref()) else {
-                continue;
-            };
-            let Some(volume) = va.spec.source.persistent_volume_name.as_deref() else {
-                continue;
-            };
-            let message = format!(
-                "AttachVolume.Attach failed for volume {volume:?} : {}",
-                error.message.as_deref().unwrap_or_default()
-            );
-            for pod in &on_node {
-                if self.uses(pod, volume, &claims) {
-                    self.recorder
-                        .record(
-                            &reference(*pod),
-                            EventType::Warning,
-                            "FailedAttachVolume",
-                            &message,
-                        )
-                        .await;
-                }
-            }
+        for (pod, message) in attach_failures(here.iter().copied(), &on_node, &claims) {
+            self.recorder
+                .record(
+                    &reference(pod),
+                    EventType::Warning,
+                    "FailedAttachVolume",
+                    &message,
+                )
+                .await;
         }
         Ok(Next::Done)
-    }
-
-    fn uses(
-        &self,
-        pod: &Pod,
-        volume: &str,
-        claims: &HashMap<(&str, &str), &PersistentVolumeClaim>,
-    ) -> bool {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-        claims_of(pod).iter().any(|c| {
-            claims
-                .get(&(ns, c.as_str()))
-                .and_then(|c| c.spec.as_ref()?.volume_name.as_deref())
-                == Some(volume)
-        })
     }
 }

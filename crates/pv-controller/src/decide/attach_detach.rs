@@ -138,3 +138,38 @@ pub fn actions<'a>(
     }
     out
 }
+
+/// The Pods that wait on an attachment that failed, each with kube-controller-manager's
+/// `FailedAttachVolume` message (`AttachVolume.Attach failed for volume "pv" : why`).
+pub fn attach_failures<'a>(
+    attachments: impl IntoIterator<Item = &'a VolumeAttachment>,
+    pods: &[&'a Pod],
+    claims: &HashMap<(&str, &str), &PersistentVolumeClaim>,
+) -> Vec<(&'a Pod, String)> {
+    let mut out = Vec::new();
+    for va in attachments {
+        let Some(error) = va.status.as_ref().and_then(|s| s.attach_error.as_ref()) else {
+            continue;
+        };
+        let Some(volume) = va.spec.source.persistent_volume_name.as_deref() else {
+            continue;
+        };
+        let message = format!(
+            "AttachVolume.Attach failed for volume {volume:?} : {}",
+            error.message.as_deref().unwrap_or_default()
+        );
+        for pod in pods {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let uses = claims_of(pod).iter().any(|c| {
+                claims
+                    .get(&(ns, c.as_str()))
+                    .and_then(|c| c.spec.as_ref()?.volume_name.as_deref())
+                    == Some(volume)
+            });
+            if uses {
+                out.push((*pod, message.clone()));
+            }
+        }
+    }
+    out
+}

@@ -183,3 +183,42 @@ fn claims_and_volumes_are_protected_while_in_use() {
     v.status.as_mut().unwrap().phase = Some("Released".into());
     assert!(matches!(protection::volume(&v), Protection::Release(_)));
 }
+
+#[test]
+fn pods_waiting_on_a_failed_attach_hear_why_and_others_do_not() {
+    let claims_list = [claim("c1", "pv1"), claim("c2", "pv2")];
+    let claims: HashMap<_, _> = claims_list
+        .iter()
+        .map(|c| {
+            (
+                (
+                    c.metadata.namespace.as_deref().unwrap(),
+                    c.metadata.name.as_deref().unwrap(),
+                ),
+                c,
+            )
+        })
+        .collect();
+    let mut failed = va("a1", "n1", "pv1");
+    failed.status = Some(
+        serde_json::from_value(json!({"attached": false, "attachError": {"message": "rpc error: code = ResourceExhausted desc = full"}})).unwrap(),
+    );
+    let fine = va("a2", "n1", "pv2");
+    let (p1, p2) = (
+        pod("a", "n1", "Pending", &["c1"]),
+        pod("b", "n1", "Pending", &["c2"]),
+    );
+    let pods = [&p1, &p2];
+    let got: Vec<(String, String)> =
+        super::attach_detach::attach_failures([&failed, &fine], &pods, &claims)
+            .into_iter()
+            .map(|(p, m)| (p.metadata.name.clone().unwrap(), m))
+            .collect();
+    assert_eq!(
+        got,
+        vec![(
+            "a".to_string(),
+            "AttachVolume.Attach failed for volume \"pv1\" : rpc error: code = ResourceExhausted desc = full".to_string()
+        )]
+    );
+}
