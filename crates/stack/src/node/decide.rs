@@ -272,6 +272,20 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
     PodPlan::SetUp(ready)
 }
 
+/// How long a Pod waits for its volumes before a `FailedMount` event says why.
+pub const REPORT_WAIT_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The `FailedMount` message for a Pod that has waited `waited` for `reason`, when one is due:
+/// after [`REPORT_WAIT_AFTER`], once per reason (`last` is the reason reported before).
+pub fn wait_report(
+    waited: std::time::Duration,
+    last: Option<&str>,
+    reason: &str,
+) -> Option<String> {
+    (waited >= REPORT_WAIT_AFTER && last != Some(reason))
+        .then(|| format!("Unable to attach or mount volumes: {reason}"))
+}
+
 /// Whether the Pod's status already says it runs.
 pub fn running(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")

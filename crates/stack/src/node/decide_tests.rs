@@ -307,3 +307,31 @@ fn paths_status_and_volumes_in_use_follow_kubelet() {
         "a published and a wanted volume stay staged"
     );
 }
+
+#[test]
+fn a_waiting_pod_hears_why_after_ten_seconds_once_per_reason() {
+    use std::time::Duration;
+    let cases = [
+        (Duration::from_secs(3), None, "r1", None),
+        (
+            Duration::from_secs(10),
+            None,
+            "r1",
+            Some("Unable to attach or mount volumes: r1"),
+        ),
+        (Duration::from_secs(30), Some("r1"), "r1", None),
+        (
+            Duration::from_secs(30),
+            Some("r1"),
+            "r2",
+            Some("Unable to attach or mount volumes: r2"),
+        ),
+    ];
+    for (waited, last, reason, want) in cases {
+        assert_eq!(
+            wait_report(waited, last, reason).as_deref(),
+            want,
+            "{waited:?} {last:?} {reason}"
+        );
+    }
+}

@@ -38,8 +38,6 @@ use decide::Paths;
 
 /// How often what is on disk is checked against what Pods want, and waiting Pods looked at.
 const SWEEP: Duration = Duration::from_secs(5);
-/// How long a Pod waits for its volumes before a `FailedMount` event says why.
-const REPORT_WAIT_AFTER: Duration = Duration::from_secs(10);
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -431,20 +429,19 @@ impl NodeAgent {
     }
 
     async fn report_wait(&self, pod: &Pod, key: &ObjectRef<Pod>, reason: String) {
-        let report = {
+        let message = {
             let mut waiting = self.waiting.lock();
             let entry = waiting
                 .entry(key.clone())
                 .or_insert((tokio::time::Instant::now(), None));
-            let due = entry.0.elapsed() >= REPORT_WAIT_AFTER && entry.1.as_ref() != Some(&reason);
-            if due {
+            let message = decide::wait_report(entry.0.elapsed(), entry.1.as_deref(), &reason);
+            if message.is_some() {
                 entry.1 = Some(reason.clone());
             }
-            due
+            message
         };
         tracing::debug!(pod = %key, %reason, "waiting for volumes");
-        if report {
-            let message = format!("Unable to attach or mount volumes: {reason}");
+        if let Some(message) = message {
             self.recorder
                 .record(
                     &sidecar_kit::vocabulary::reference(pod),

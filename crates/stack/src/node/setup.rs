@@ -83,13 +83,16 @@ impl NodeAgent {
 
     async fn set_up(&self, uid: &str, volume: &PodVolume) -> Result<(), NodeError> {
         let mut staging_target = String::new();
+        let mut reported = false;
         if self.stage_unstage {
             let dir = self.paths.staging(&volume.driver, &volume.handle);
             let target = self.paths.staging_target(&volume.driver, &volume.handle);
             staging_target = target.display().to_string();
             if !disk::read(&dir).is_some_and(|r| r.done) {
                 disk::write(&dir, &self.record(volume, false))?;
+                // In use before the first call (the attach/detach controller waits for it).
                 self.report_in_use().await?;
+                reported = true;
                 durable_log::files::create_private_dir(&target).map_err(|source| {
                     disk::DiskError {
                         action: "create",
@@ -125,7 +128,9 @@ impl NodeAgent {
             return Ok(());
         }
         disk::write(&dir, &self.record(volume, false))?;
-        self.report_in_use().await?;
+        if !reported {
+            self.report_in_use().await?;
+        }
         let secrets = self.secrets(volume.publish_secret.as_ref()).await?;
         let request = csi::NodePublishVolumeRequest {
             volume_id: volume.handle.clone(),
