@@ -37,15 +37,7 @@ impl Drop for Env {
 impl Env {
     async fn start(driver_args: &[&str], attacher_args: &[&str]) -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let mut options =
-            cli::embedded::StackOptions::new(dir.path().to_path_buf(), "attacher-test/0.1");
-        options.driver_args = vec![
-            format!("--fault-file={}", dir.path().join("faults").display()),
-            "--publish-mode=symlink".to_string(),
-        ];
-        options
-            .driver_args
-            .extend(driver_args.iter().map(|s| s.to_string()));
+        let mut options = common::stack_options(dir.path(), "attacher-test/0.1", driver_args);
         options.extra_nodes = vec!["node-2".into()];
         options.pv_controller = None;
         let stack = cli::embedded::Stack::start(options).await.unwrap();
@@ -99,9 +91,7 @@ impl Env {
     }
 
     fn faults(&self, text: &str) {
-        let tmp = self.dir.path().join("faults.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.dir.path().join("faults")).unwrap();
+        common::write_faults(self.dir.path(), text);
     }
 
     fn client(&self) -> kube::Client {

@@ -54,15 +54,7 @@ impl Cluster {
         tweak: impl FnOnce(&mut cli::embedded::StackOptions),
     ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let mut options =
-            cli::embedded::StackOptions::new(dir.path().to_path_buf(), "scenario-test/0.1");
-        options.driver_args = vec![
-            format!("--fault-file={}", dir.path().join("faults").display()),
-            "--publish-mode=symlink".to_string(),
-        ];
-        options
-            .driver_args
-            .extend(driver_args.iter().map(|s| s.to_string()));
+        let mut options = stack_options(dir.path(), "scenario-test/0.1", driver_args);
         options.pv_controller = with_pv_controller.then_some((
             4,
             sidecar_kit::workqueue::Backoff {
@@ -147,9 +139,7 @@ impl Cluster {
 
     /// Replaces the driver's fault control file.
     pub fn faults(&self, text: &str) {
-        let tmp = self.dir.path().join("faults.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.dir.path().join("faults")).unwrap();
+        write_faults(self.dir.path(), text);
     }
 
     pub async fn driver_volumes(&self) -> usize {
@@ -357,6 +347,31 @@ impl Cluster {
         }
         out
     }
+}
+
+/// The stack of a scenario test in `dir`: the driver with a fault control file
+/// (`<dir>/faults`, see [`Cluster::faults`]) and symlink publishing, plus `driver_args`.
+pub fn stack_options(
+    dir: &std::path::Path,
+    user_agent: &'static str,
+    driver_args: &[&str],
+) -> cli::embedded::StackOptions {
+    let mut options = cli::embedded::StackOptions::new(dir.to_path_buf(), user_agent);
+    options.driver_args = vec![
+        format!("--fault-file={}", dir.join("faults").display()),
+        "--publish-mode=symlink".to_string(),
+    ];
+    options
+        .driver_args
+        .extend(driver_args.iter().map(|s| s.to_string()));
+    options
+}
+
+/// Replaces the driver's fault control file in `dir` atomically (see [`stack_options`]).
+pub fn write_faults(dir: &std::path::Path, text: &str) {
+    let tmp = dir.join("faults.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, dir.join("faults")).unwrap();
 }
 
 /// Polls `f` every 50 ms until it holds; after `timeout` the test fails with `what` and
