@@ -131,7 +131,7 @@ fn claim_key(pvc: &PersistentVolumeClaim) -> ClaimKey {
 }
 
 impl Provisioner {
-    /// Starts the watches and returns the provisioner; [`Provisioner::run`] starts the workers.
+    /// Starts the watches and returns the provisioner; [`Provisioner::controller`] is what runs it.
     pub fn new(
         client: kube::Client,
         csi: Channel,
@@ -320,10 +320,6 @@ impl Provisioner {
             )
     }
 
-    /// Runs until `stop` resolves; in-progress calls finish before it returns.
-    pub async fn run(self: Arc<Self>, stop: impl std::future::Future<Output = ()>) {
-        self.controller().run(stop).await;
-    }
 
     /// Reads the intent log before any CreateVolume: what a crashed predecessor left in
     /// flight is finished or undone first. Retries until the log is readable (the runtime

@@ -335,11 +335,6 @@ impl NodeAgent {
             })
     }
 
-    /// Where a Pod's volume is published on this node.
-    pub fn target(&self, pod_uid: &str, pv: &str) -> PathBuf {
-        self.paths.target(pod_uid, pv)
-    }
-
     fn node_client(&self) -> csi::node_client::NodeClient<Channel> {
         csi::node_client::NodeClient::new(self.channel.clone())
     }
