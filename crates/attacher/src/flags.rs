@@ -92,17 +92,12 @@ impl AttacherArgs {
         if self.worker_threads == 0 {
             return Err(invalid("--worker-threads", "must be greater than zero"));
         }
-        if self.timeout.is_zero() {
-            return Err(invalid("--timeout", "must be greater than 0"));
-        }
-        if self.retry_interval_start.is_zero()
-            || self.retry_interval_start > self.retry_interval_max
-        {
-            return Err(invalid(
-                "--retry-interval-start",
-                "must be greater than 0 and at most --retry-interval-max",
-            ));
-        }
+        sidecar_kit::flags::check_timeout_and_retries(
+            self.timeout,
+            self.retry_interval_start,
+            self.retry_interval_max,
+        )
+        .map_err(|e| invalid(e.flag, e.reason))?;
         if self.resync.is_zero() {
             return Err(invalid("--resync", "must be greater than 0"));
         }

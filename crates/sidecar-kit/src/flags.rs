@@ -118,6 +118,28 @@ pub struct CommonFlagError {
     pub reason: &'static str,
 }
 
+/// Checks the call timeout and the per-item retry range every sidecar has (`--timeout`,
+/// `--retry-interval-start`, `--retry-interval-max`).
+pub fn check_timeout_and_retries(
+    timeout: Duration,
+    retry_start: Duration,
+    retry_max: Duration,
+) -> Result<(), CommonFlagError> {
+    if timeout.is_zero() {
+        return Err(CommonFlagError {
+            flag: "--timeout",
+            reason: "must be greater than 0",
+        });
+    }
+    if retry_start.is_zero() || retry_start > retry_max {
+        return Err(CommonFlagError {
+            flag: "--retry-interval-start",
+            reason: "must be greater than 0 and at most --retry-interval-max",
+        });
+    }
+    Ok(())
+}
+
 impl CommonArgs {
     /// Checks the shared flags; returns the HTTP address to serve, if any.
     pub fn validate(&self) -> Result<Option<String>, CommonFlagError> {

@@ -320,7 +320,6 @@ impl Provisioner {
             )
     }
 
-
     /// Reads the intent log before any CreateVolume: what a crashed predecessor left in
     /// flight is finished or undone first. Retries until the log is readable (the runtime
     /// stops waiting when asked to stop).
