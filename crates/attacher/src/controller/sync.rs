@@ -138,6 +138,16 @@ impl Attacher {
     /// The plan for `va` from the caches. A PV or CSINode the cache lacks is read live
     /// before the plan says it is missing: its watch event may simply be behind the
     /// VolumeAttachment's (a read, instead of an error written to the status and a retry).
+    /// The cached VolumeAttachment `name` when it is ours; when it is gone, its forced sync
+    /// is forgotten.
+    fn ours(&self, name: &str) -> Option<Arc<VolumeAttachment>> {
+        let Some(va) = self.attachment(name) else {
+            self.forced.lock().remove(name);
+            return None;
+        };
+        decide::ours(&va, &self.cfg.driver.name).then_some(va)
+    }
+
     async fn plan_for(&self, va: &VolumeAttachment, force: bool) -> Plan {
         let mut pv = match &va.spec.source.persistent_volume_name {
             Some(name) => self
@@ -258,13 +268,9 @@ impl Attacher {
         let Some(_held) = self.hold(name) else {
             return Ok(Next::After(BUSY_RETRY));
         };
-        let Some(va) = self.attachment(name) else {
-            self.forced.lock().remove(name);
+        let Some(va) = self.ours(name) else {
             return Ok(Next::Done);
         };
-        if !decide::ours(&va, &self.cfg.driver.name) {
-            return Ok(Next::Done);
-        }
         if decide::deleting(&va) && self.cfg.driver.publish_unpublish {
             self.detach_queue.add_now(name.to_string());
             return Ok(Next::Done);
@@ -375,13 +381,9 @@ impl Attacher {
         let Some(_held) = self.hold(name) else {
             return Ok(Next::After(BUSY_RETRY));
         };
-        let Some(va) = self.attachment(name) else {
-            self.forced.lock().remove(name);
+        let Some(va) = self.ours(name) else {
             return Ok(Next::Done);
         };
-        if !decide::ours(&va, &self.cfg.driver.name) {
-            return Ok(Next::Done);
-        }
         if !decide::deleting(&va) {
             self.attach_queue.add_now(name.to_string());
             return Ok(Next::Done);
