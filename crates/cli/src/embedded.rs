@@ -236,6 +236,13 @@ impl Stack {
                 signal(&stop),
             )));
         }
+        // PersistentVolumeSets: a provisioner with --enable-volume-sets keeps them.
+        sidecar_kit::custom_resource::install(
+            &client,
+            [provisioner::volume_sets::crd::definition()],
+        )
+        .await
+        .context("install the persistentvolumesets.storage.volstack.dev definition")?;
         if options.snapshots {
             stack::snapshots::crds::install(&client)
                 .await

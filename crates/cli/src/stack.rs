@@ -65,6 +65,8 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     let mut defaults = vec![
         ("--enable-capacity", "true"),
         ("--capacity-ownerref-level", "-1"),
+        // Pools of ready volumes (PersistentVolumeSets).
+        ("--enable-volume-sets", "true"),
     ];
     // Our own API server on loopback needs no client-side throttling; the flags still win.
     defaults.extend([("--kube-api-qps", "1000"), ("--kube-api-burst", "2000")]);

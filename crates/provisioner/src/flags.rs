@@ -98,6 +98,11 @@ pub struct ProvisionerArgs {
     /// Node deployment: maximum delay.
     #[arg(long, default_value = "1m", value_parser = go_duration)]
     pub node_deployment_max_delay: Duration,
+    /// Run the PersistentVolumeSet manager (not an upstream flag): keep the pools of volumes
+    /// that `persistentvolumesets.storage.volstack.dev` objects describe. The definition must be
+    /// installed (`deploy/kubernetes/persistentvolumeset-crd.json`).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub enable_volume_sets: bool,
     /// Go pprof endpoints (not available in this implementation).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub enable_pprof: bool,

@@ -43,6 +43,9 @@ pub enum RunError {
     /// `--node-deployment` cannot work: the environment or the driver.
     #[error("--node-deployment: {0}")]
     NodeDeployment(String),
+    /// `--enable-volume-sets` cannot work.
+    #[error("--enable-volume-sets: {0}")]
+    VolumeSets(String),
     /// The owner of the CSIStorageCapacity objects could not be found.
     #[error("--capacity-ownerref-level: {0}")]
     Owner(#[from] crate::capacity::owner::OwnerError),
@@ -109,6 +112,25 @@ async fn local_node(
         base_delay: args.node_deployment_base_delay,
         max_delay: args.node_deployment_max_delay,
     }))
+}
+
+/// Checks that `--enable-volume-sets` can work: the definition of PersistentVolumeSets is
+/// installed (without it the watch would wait forever).
+async fn check_volume_sets(args: &ProvisionerArgs, client: &kube::Client) -> Result<(), RunError> {
+    if !args.enable_volume_sets {
+        return Ok(());
+    }
+    let api: kube::Api<crate::volume_sets::types::PersistentVolumeSet> =
+        kube::Api::all(client.clone());
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(RunError::VolumeSets(
+            "the CustomResourceDefinition persistentvolumesets.storage.volstack.dev is not installed (kubectl apply -f deploy/kubernetes/persistentvolumeset-crd.json)".into(),
+        )),
+        Err(error) => Err(RunError::VolumeSets(format!(
+            "cannot list PersistentVolumeSets: {error}"
+        ))),
+    }
 }
 
 /// Prepares `--enable-capacity`: checks the driver and the environment, finds the owner and
@@ -230,6 +252,7 @@ pub async fn run(
         .map_or(0, |d| d.as_millis());
     let node = local_node(&args, env, &channel).await?;
     let capacity = capacity_input(&args, env, &caps, &client, node.as_ref(), &user_agent).await?;
+    check_volume_sets(&args, &client).await?;
     let mut identity = provisioner_identity(now_ms, rand::random::<u32>(), &caps.name);
     if let Some(node) = &node {
         identity.push_str(&format!("-{}", node.name));
@@ -265,6 +288,7 @@ pub async fn run(
             format!("{}-intents", lease_name(&caps_name)),
         ),
         node,
+        volume_sets: args.enable_volume_sets,
     };
     let driver_name = config.caps.name.clone();
     let metrics = Metrics::new()

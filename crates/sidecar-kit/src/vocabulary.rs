@@ -39,7 +39,12 @@ pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finali
 pub const CLONING_PROTECTION_FINALIZER: &str =
     "provisioner.storage.kubernetes.io/cloning-protection";
 
-/// The time now as the API writes it (RFC 3339, seconds, UTC).
+/// The time now, for the timestamps of objects (conditions).
+pub fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Now, as the API writes times (seconds, UTC).
 pub fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -41,22 +41,34 @@ pub fn shrink_claim(claim: &mut PersistentVolumeClaim) {
     claim.metadata.labels = None;
 }
 
-/// Drops what the deleter never reads of a PV: everything but the phase in the status, labels,
-/// node affinity (unless `keep_affinity`: capacity tracking and node deployment read it),
-/// capacity, access modes, mount options, volume attributes and the secret references (the
-/// deletion secret is read from the annotations).
-pub fn shrink_volume(pv: &mut PersistentVolume, keep_affinity: bool) {
-    pv.metadata.labels = None;
+/// What the PV cache keeps beyond what the deleter reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Keep {
+    /// Node affinity (capacity tracking and node deployment read it).
+    pub affinity: bool,
+    /// Labels and capacity (the set manager reads them).
+    pub labels_and_size: bool,
+}
+
+/// Drops what the deleter never reads of a PV: everything but the phase in the status, labels
+/// and capacity (unless kept), node affinity (unless kept), access modes, mount options, volume
+/// attributes and the secret references (the deletion secret is read from the annotations).
+pub fn shrink_volume(pv: &mut PersistentVolume, keep: Keep) {
+    if !keep.labels_and_size {
+        pv.metadata.labels = None;
+    }
     if let Some(status) = pv.status.as_mut() {
         status.message = None;
         status.reason = None;
         status.last_phase_transition_time = None;
     }
     if let Some(spec) = pv.spec.as_mut() {
-        if !keep_affinity {
+        if !keep.affinity {
             spec.node_affinity = None;
         }
-        spec.capacity = None;
+        if !keep.labels_and_size {
+            spec.capacity = None;
+        }
         spec.access_modes = None;
         spec.mount_options = None;
         if let Some(csi) = spec.csi.as_mut() {

@@ -50,6 +50,16 @@ pub struct InFlight {
 }
 
 impl InFlight {
+    /// The PersistentVolumeSet the volume is made for, if it is a pool volume (recorded with
+    /// the set's name in place of the claim's and no namespace: a claim always has one).
+    pub fn pool(&self) -> Option<&str> {
+        self.claim
+            .namespace
+            .as_deref()
+            .is_none_or(str::is_empty)
+            .then_some(self.claim.name.as_str())
+    }
+
     /// Its intent-log record (the request without secrets).
     pub fn record(&self) -> Record {
         let secret = self
@@ -407,7 +417,7 @@ impl Provisioner {
     }
 
     /// CreateVolume.
-    async fn create_volume(
+    pub(crate) async fn create_volume(
         &self,
         request: csi::CreateVolumeRequest,
     ) -> Result<Option<csi::Volume>, CallError> {
@@ -503,7 +513,7 @@ impl Provisioner {
 
     /// Deletes a volume that may exist for a claim that is gone: repeat the recorded
     /// CreateVolume to learn its id (idempotent by name), then DeleteVolume.
-    async fn clean_up(&self, name: &str, flight: &InFlight) -> Result<(), ClaimError> {
+    pub(crate) async fn clean_up(&self, name: &str, flight: &InFlight) -> Result<(), ClaimError> {
         if self.caches.volumes.get(&ObjectRef::new(name)).is_some() {
             // The PV exists: the deletion path owns the volume now.
             self.settle(name);
@@ -559,10 +569,16 @@ impl Provisioner {
     }
 
     /// The volume has a PV or certainly does not exist: drop its in-flight record.
-    fn settle(&self, volume: &str) {
-        self.inflight.lock().remove(volume);
+    pub(crate) fn settle(&self, volume: &str) {
+        let flight = self.inflight.lock().remove(volume);
         if let Some(log) = self.intents.get() {
             log.forget(volume);
+        }
+        // A set waits for its in-flight volumes before it makes another.
+        if let Some(set) = flight.as_ref().and_then(InFlight::pool)
+            && let Some(manager) = &self.sets
+        {
+            manager.queue.add(set.to_string());
         }
     }
 

@@ -34,7 +34,7 @@ use tonic::transport::Channel;
 
 use crate::decide::provision::{DriverCapabilities, ProvisionOptions};
 use cache::Caches;
-pub use claims::InFlight;
+pub use claims::{ClaimError, InFlight};
 use sidecar_kit::watch::{Watches, each as for_each, empty};
 
 /// Settings of the controller.
@@ -70,6 +70,8 @@ pub struct ControllerConfig {
     pub intent_log: (String, String),
     /// `--node-deployment`: this node.
     pub node: Option<node_deployment::NodeDeployment>,
+    /// `--enable-volume-sets`: run the PersistentVolumeSet manager.
+    pub volume_sets: bool,
 }
 
 /// The capacity controller's inputs (`--enable-capacity`): its settings and the client its
@@ -116,6 +118,8 @@ pub struct Provisioner {
     pub(crate) capacity: Option<Arc<crate::capacity::controller::CapacityTracker>>,
     /// `--node-deployment`: attempts to take Immediate claims.
     pub(crate) takes: node_deployment::Takes,
+    /// `--enable-volume-sets`: the PersistentVolumeSet manager.
+    pub(crate) sets: Option<Arc<crate::volume_sets::manager::SetManager>>,
 }
 
 impl std::fmt::Debug for Provisioner {
@@ -173,16 +177,35 @@ impl Provisioner {
                 });
             },
         );
+        let sets = if cfg.volume_sets {
+            Some(Arc::new(crate::volume_sets::manager::SetManager::new(
+                client.clone(),
+                &watches,
+                &metrics,
+                cfg.backoff,
+            )?))
+        } else {
+            None
+        };
         let q = volumes_q.clone();
-        // Capacity refreshes and node deployment read a volume's node affinity.
-        let keep_affinity = capacity.is_some() || cfg.node.is_some();
+        let keep = cache::Keep {
+            // Capacity refreshes and node deployment read a volume's node affinity.
+            affinity: capacity.is_some() || cfg.node.is_some(),
+            // The set manager reads labels and sizes.
+            labels_and_size: sets.is_some(),
+        };
+        let on_volume = sets.clone();
         let volumes = watches.reflect_trimmed(
             Api::<PersistentVolume>::all(client.clone()),
-            move |pv: &mut PersistentVolume| cache::shrink_volume(pv, keep_affinity),
+            move |pv: &mut PersistentVolume| cache::shrink_volume(pv, keep),
             move |event| {
+                let gone = matches!(event, watcher::Event::Delete(_));
                 for_each(event, |pv| {
                     if let Some(name) = &pv.metadata.name {
                         q.add(name.clone());
+                    }
+                    if let Some(sets) = &on_volume {
+                        sets.volume_changed(pv, gone);
                     }
                 });
             },
@@ -265,6 +288,7 @@ impl Provisioner {
             topology: topology_cache::TopologyCache::default(),
             capacity,
             takes: node_deployment::Takes::default(),
+            sets,
         }))
     }
 
@@ -282,6 +306,21 @@ impl Provisioner {
         let controller = Controller::new("csi-provisioner").watches(&self.watches);
         let controller = match &self.capacity {
             Some(capacity) => capacity.attach(controller),
+            None => controller,
+        };
+        let controller = match &self.sets {
+            Some(sets) => {
+                let this = self.clone();
+                controller.wait_for(&sets.sets).reconcile(
+                    "persistentvolumeset",
+                    sets.queue.clone(),
+                    self.cfg.workers,
+                    move |name| {
+                        let this = this.clone();
+                        async move { this.sync_set(&name).await }
+                    },
+                )
+            }
             None => controller,
         };
         controller
@@ -342,18 +381,21 @@ impl Provisioner {
                     continue;
                 };
                 let key = ObjectRef::new(&record.name).within(&record.namespace);
-                inflight.insert(
-                    volume.clone(),
-                    InFlight {
-                        claim: key.clone(),
-                        claim_uid: record.uid.clone(),
-                        request,
-                        secret: record.secret().map(|(namespace, name)| {
-                            crate::decide::secrets::SecretRef { name, namespace }
-                        }),
-                    },
-                );
-                self.claims.add_now(key);
+                let flight = InFlight {
+                    claim: key.clone(),
+                    claim_uid: record.uid.clone(),
+                    request,
+                    secret: record.secret().map(|(namespace, name)| {
+                        crate::decide::secrets::SecretRef { name, namespace }
+                    }),
+                };
+                match (flight.pool().map(str::to_string), &self.sets) {
+                    // A set's volume: its set finishes it (or deletes it if the set is gone).
+                    (Some(set), Some(sets)) => sets.queue.add_now(set),
+                    // Without the set manager, the claim path deletes it (no claim has it).
+                    (Some(_), None) | (None, _) => self.claims.add_now(key),
+                }
+                inflight.insert(volume.clone(), flight);
             }
         }
         if !recovered.is_empty() {

@@ -75,7 +75,16 @@ pub fn decide_volume(pv: &PersistentVolume, driver: &str) -> VolumeDecision {
     else {
         return VolumeDecision::Ignore;
     };
-    let secret = match (
+    VolumeDecision::Delete {
+        volume_handle: handle,
+        secret: recorded_secret(pv),
+    }
+}
+
+/// The DeleteVolume secret a PV records: Some(None) means "recorded as none", None means "not
+/// recorded" (an older provisioner made it).
+pub fn recorded_secret(pv: &PersistentVolume) -> Option<Option<SecretRef>> {
+    match (
         annotation(&pv.metadata, ANN_DELETION_SECRET_NAME),
         annotation(&pv.metadata, ANN_DELETION_SECRET_NAMESPACE),
     ) {
@@ -85,10 +94,6 @@ pub fn decide_volume(pv: &PersistentVolume, driver: &str) -> VolumeDecision {
         })),
         (Some(_), _) | (_, Some(_)) => Some(None),
         (None, None) => None,
-    };
-    VolumeDecision::Delete {
-        volume_handle: handle,
-        secret,
     }
 }
 

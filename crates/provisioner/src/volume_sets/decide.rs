@@ -7,6 +7,8 @@
 //!   one: `<` is used);
 //! - while more than `maximumReplicas` exist, the largest Available volume is deleted first; a
 //!   Bound, Released or already-deleting volume is never chosen;
+//! - a volume being deleted is on its way out: it is neither counted nor chosen again (counting
+//!   it would delete one more than the excess);
 //! - a spec that cannot be served (negative or crossed bounds, an empty selector, a template
 //!   its own selector would not match, no class, no size) changes nothing and says why.
 
@@ -99,6 +101,16 @@ pub fn available(pv: &PersistentVolume) -> bool {
         && pv.metadata.deletion_timestamp.is_none()
 }
 
+/// Whether a volume is new: no phase yet (the PV controller has not marked it Available), no
+/// claim, not being deleted. It will be Available.
+fn coming(pv: &PersistentVolume) -> bool {
+    matches!(
+        pv.status.as_ref().and_then(|s| s.phase.as_deref()),
+        None | Some("" | "Pending")
+    ) && pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
+        && pv.metadata.deletion_timestamp.is_none()
+}
+
 fn bound(pv: &PersistentVolume) -> bool {
     pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
 }
@@ -112,17 +124,30 @@ fn size(pv: &PersistentVolume) -> i64 {
 }
 
 /// The plan for a set with `members` (see [`members`]) and `creating` volumes of it being made
-/// (their CreateVolume is in flight; they count towards the maximum).
-pub fn plan(set: &PersistentVolumeSet, members: &[&PersistentVolume], creating: usize) -> SetPlan {
+/// (their CreateVolume is in flight, or their PV is not in the cache yet; they count towards
+/// the maximum and, like members not yet marked Available, towards the minimum).
+///
+/// Only volumes `deletable` admits are chosen for deletion (the manager deletes through its
+/// driver; a matching volume of another driver or a static one is counted, never deleted).
+pub fn plan(
+    set: &PersistentVolumeSet,
+    members: &[&PersistentVolume],
+    creating: usize,
+    deletable: impl Fn(&PersistentVolume) -> bool,
+) -> SetPlan {
     let spec = &set.spec;
-    let total = members.len() + creating;
+    let staying: Vec<&&PersistentVolume> = members
+        .iter()
+        .filter(|pv| pv.metadata.deletion_timestamp.is_none())
+        .collect();
+    let total = staying.len() + creating;
     let available_now = members.iter().filter(|pv| available(pv)).count();
     let bound_now = members.iter().filter(|pv| bound(pv)).count();
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     let status = PersistentVolumeSetStatus {
         bound_replicas: count(bound_now),
         unbound_replicas: count(available_now),
-        replicas: count(members.len()),
+        replicas: count(staying.len()),
         observed_generation: set.metadata.generation,
         conditions: Vec::new(),
     };
@@ -139,8 +164,10 @@ pub fn plan(set: &PersistentVolumeSet, members: &[&PersistentVolume], creating: 
     }
     let mut delete = Vec::new();
     if total > maximum {
-        let mut candidates: Vec<&&PersistentVolume> =
-            members.iter().filter(|pv| available(pv)).collect();
+        let mut candidates: Vec<&&PersistentVolume> = members
+            .iter()
+            .filter(|pv| available(pv) && deletable(pv))
+            .collect();
         // Largest first; by name among equals, so that repeated passes agree.
         candidates.sort_by(|a, b| {
             size(b)
@@ -153,7 +180,10 @@ pub fn plan(set: &PersistentVolumeSet, members: &[&PersistentVolume], creating: 
             .map(|pv| pv.metadata.name.clone().unwrap_or_default())
             .collect();
     }
-    let create = creating == 0 && available_now < minimum && total < maximum;
+    // New volumes (in flight, or saved but not yet marked Available) will be Available.
+    let will_be_available =
+        available_now + members.iter().filter(|pv| coming(pv)).count() + creating;
+    let create = creating == 0 && will_be_available < minimum && total < maximum;
     SetPlan {
         invalid: None,
         create,

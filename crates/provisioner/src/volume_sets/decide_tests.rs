@@ -22,6 +22,10 @@ fn set(min: i32, max: i32) -> PersistentVolumeSet {
     .unwrap()
 }
 
+fn any(_: &PersistentVolume) -> bool {
+    true
+}
+
 fn pv(name: &str, size: &str, phase: &str, pool: &str) -> PersistentVolume {
     let mut v = json!({
         "metadata": {"name": name, "labels": {"pool": pool}},
@@ -103,6 +107,14 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
             0,
             (false, vec![], 1, 0, true),
         ),
+        // A new volume not yet marked Available counts as one: no second one for it.
+        (
+            5,
+            10,
+            [vec![("1Gi", "Available"); 4], vec![("1Gi", "")]].concat(),
+            0,
+            (false, vec![], 0, 4, false),
+        ),
         // Minimum 0: nothing made.
         (0, 10, vec![], 0, (false, vec![], 0, 0, true)),
     ];
@@ -114,7 +126,7 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
             .map(|(n, (size, phase))| pv(&format!("pv-{n}"), size, phase, "fast"))
             .collect();
         let refs: Vec<&PersistentVolume> = pvs.iter().collect();
-        let p = plan(&s, &refs, creating);
+        let p = plan(&s, &refs, creating, any);
         let got = (
             p.create,
             p.delete.clone(),
@@ -149,7 +161,7 @@ fn volumes_made_by_hand_that_match_are_members_and_others_are_not() {
         .map(|p| p.metadata.name.as_deref().unwrap())
         .collect();
     assert_eq!(names, vec!["made-by-hand", "from-old-template"]);
-    let p = plan(&s, &m, 0);
+    let p = plan(&s, &m, 0, any);
     assert!(
         !p.create && p.delete.is_empty() && p.ready,
         "two adopted volumes meet the minimum"
@@ -162,8 +174,14 @@ fn volumes_made_by_hand_that_match_are_members_and_others_are_not() {
         k8s_openapi::apimachinery::pkg::api::resource::Quantity("20Gi".into()),
     );
     assert_eq!(
-        plan(&smaller, &m, 0).delete,
+        plan(&smaller, &m, 0, any).delete,
         vec!["made-by-hand".to_string()]
+    );
+    // Only deletable volumes are chosen: without the hand-made one, the next largest goes.
+    let not_hand_made = |pv: &PersistentVolume| pv.metadata.name.as_deref() != Some("made-by-hand");
+    assert_eq!(
+        plan(&smaller, &m, 0, not_hand_made).delete,
+        vec!["from-old-template".to_string()]
     );
     let mut deleting = pvs[0].clone();
     deleting.metadata.deletion_timestamp =
@@ -171,10 +189,11 @@ fn volumes_made_by_hand_that_match_are_members_and_others_are_not() {
             "2026-11-23T00:00:00Z".parse().unwrap(),
         ));
     let m2 = vec![&deleting, &pvs[2]];
+    let p = plan(&smaller, &m2, 0, any);
     assert_eq!(
-        plan(&smaller, &m2, 0).delete,
-        vec!["from-old-template".to_string()],
-        "a volume being deleted is not chosen again, and still counts until it is gone"
+        (p.delete.len(), p.status.replicas),
+        (0, 1),
+        "a volume being deleted is not chosen again and no longer counts"
     );
 }
 
@@ -210,7 +229,7 @@ fn specs_that_cannot_be_served_change_nothing_and_say_why() {
     for (s, words) in cases {
         let why = invalid(&s).unwrap_or_default();
         assert!(why.contains(words), "{why:?} should say {words:?}");
-        let p = plan(&s, &[], 0);
+        let p = plan(&s, &[], 0, any);
         assert!(!p.create && p.delete.is_empty() && !p.ready);
         assert_eq!(p.invalid.as_deref(), Some(why.as_str()));
     }

@@ -4,13 +4,21 @@
 //! largest Available volume first when above the maximum, never a bound one.
 //!
 //! - [`types`]: the `storage.volstack.dev/v1alpha1` object; [`crd`]: its definition;
-//! - [`decide`]: the set manager's pure decisions (tables in `decide_tests.rs`).
-//!
-//! The manager around them (behind a `csi-provisioner` flag) and the recycler follow.
+//! - [`decide`]: the set manager's pure decisions (tables in `decide_tests.rs`);
+//! - [`make`]: how one volume of a set is planned and what its PV looks like;
+//! - [`status`]: the status and its `Ready` condition, and when it is written;
+//! - [`manager`]: the manager's state (watch, queue, metrics); `sync.rs`: one pass over a set
+//!   (`csi-provisioner --enable-volume-sets`).
 
 pub mod crd;
 pub mod decide;
+pub mod make;
+pub mod manager;
+pub mod status;
+mod sync;
 pub mod types;
+
+pub use sync::SetError;
 
 #[cfg(test)]
 mod decide_tests;

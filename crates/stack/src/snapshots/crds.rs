@@ -157,18 +157,7 @@ pub fn definitions() -> Vec<Value> {
 
 /// Creates the definitions that do not exist yet (an existing one is left as it is).
 pub async fn install(client: &kube::Client) -> Result<(), kube::Error> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    for definition in definitions() {
-        let crd: CustomResourceDefinition =
-            serde_json::from_value(definition).map_err(kube::Error::SerdeError)?;
-        match api.create(&Default::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
+    sidecar_kit::custom_resource::install(client, definitions()).await
 }
 
 /// Creates a default VolumeSnapshotClass (deletionPolicy Delete) for `driver` unless one of

@@ -1,0 +1,347 @@
+//! PersistentVolumeSets against the real `csi-provisioner --enable-volume-sets`: a pool refills
+//! as claims bind to its volumes, falls back to dynamic provisioning when empty, scales down
+//! largest first, and under driver failures and SIGKILLs never leaks a volume nor holds more
+//! than its maximum.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::Cluster;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use provisioner::volume_sets::types::{LABEL_SET, PersistentVolumeSet};
+use serde_json::json;
+
+const FLAGS: [&str; 1] = ["--enable-volume-sets"];
+
+async fn make_set(c: &Cluster, name: &str, min: i32, max: i32, size: &str) {
+    let set: PersistentVolumeSet = serde_json::from_value(json!({
+        "apiVersion": "storage.volstack.dev/v1alpha1",
+        "kind": "PersistentVolumeSet",
+        "metadata": {"name": name},
+        "spec": {
+            "minimumReplicas": min,
+            "maximumReplicas": max,
+            "selector": {"matchLabels": {"pool": name}},
+            "template": {
+                "metadata": {"labels": {"pool": name}},
+                "spec": {"storageClassName": "pool", "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"]},
+            },
+        },
+    }))
+    .unwrap();
+    Api::<PersistentVolumeSet>::all(c.client.clone())
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap();
+}
+
+async fn patch_set(c: &Cluster, name: &str, patch: serde_json::Value) {
+    Api::<PersistentVolumeSet>::all(c.client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+fn phase(pv: &PersistentVolume) -> &str {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+/// The set's volumes that are not being deleted.
+async fn members(c: &Cluster, set: &str) -> Vec<PersistentVolume> {
+    Api::<PersistentVolume>::all(c.client.clone())
+        .list(&ListParams::default().labels(&format!("pool={set}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|pv| pv.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+async fn count(c: &Cluster, set: &str, wanted_phase: &str) -> usize {
+    members(c, set)
+        .await
+        .iter()
+        .filter(|pv| phase(pv) == wanted_phase)
+        .count()
+}
+
+async fn set_status(c: &Cluster, name: &str) -> serde_json::Value {
+    let set = Api::<PersistentVolumeSet>::all(c.client.clone())
+        .get(name)
+        .await
+        .unwrap();
+    serde_json::to_value(set.status).unwrap()
+}
+
+fn size(pv: &PersistentVolume) -> String {
+    pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"]
+        .0
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_refills_as_claims_bind_and_claims_beyond_it_are_provisioned() {
+    let c = Cluster::start(&["--capacity=1Ti"], &FLAGS, true).await;
+    c.class("pool", json!({})).await;
+    make_set(&c, "fast", 5, 10, "1Mi").await;
+    c.wait_until(
+        "5 Available volumes in the pool",
+        Duration::from_secs(30),
+        || async { count(&c, "fast", "Available").await == 5 },
+    )
+    .await;
+    c.wait_until(
+        "the set Ready with 5 unbound",
+        Duration::from_secs(15),
+        || async {
+            let s = set_status(&c, "fast").await;
+            s["unboundReplicas"] == 5 && s["conditions"][0]["status"] == "True"
+        },
+    )
+    .await;
+    let first = members(&c, "fast").await;
+    assert!(first.iter().all(|pv| {
+        let labels = pv.metadata.labels.as_ref().unwrap();
+        labels[LABEL_SET] == "fast" && pv.spec.as_ref().unwrap().claim_ref.is_none()
+    }));
+
+    // Claims arrive: each binds to a pool volume at once, and the pool refills behind them.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    for i in 0..6 {
+        c.claim(&format!("c-{i}"), "pool", "1Mi", json!({}), false)
+            .await;
+        c.wait_bound(&format!("c-{i}"), Duration::from_secs(30))
+            .await;
+    }
+    for i in 0..6 {
+        let claim = claims.get(&format!("c-{i}")).await.unwrap();
+        let volume = claim.spec.unwrap().volume_name.unwrap();
+        assert!(
+            volume.starts_with("fast-"),
+            "claim c-{i} bound to {volume}, not a pool volume"
+        );
+    }
+    c.wait_until(
+        "the pool back to its minimum within its maximum",
+        Duration::from_secs(30),
+        || async {
+            count(&c, "fast", "Available").await >= 4 && count(&c, "fast", "Bound").await == 6
+        },
+    )
+    .await;
+    // 6 bound + 4 Available = the maximum of 10: the fifth cannot be made.
+    c.wait_until(
+        "the set at its maximum",
+        Duration::from_secs(15),
+        || async {
+            let s = set_status(&c, "fast").await;
+            s["replicas"] == 10
+                && s["boundReplicas"] == 6
+                && s["unboundReplicas"] == 4
+                && s["conditions"][0]["reason"] == "BelowMinimum"
+        },
+    )
+    .await;
+    assert_eq!(members(&c, "fast").await.len(), 10);
+
+    // The pool empties: the claim after it is provisioned dynamically.
+    for i in 6..11 {
+        c.claim(&format!("c-{i}"), "pool", "1Mi", json!({}), false)
+            .await;
+        c.wait_bound(&format!("c-{i}"), Duration::from_secs(30))
+            .await;
+    }
+    let dynamic: Vec<String> = claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.spec?.volume_name)
+        .filter(|v| v.starts_with("pvc-"))
+        .collect();
+    assert_eq!(dynamic.len(), 1, "one claim beyond the pool: {dynamic:?}");
+    assert_eq!(members(&c, "fast").await.len(), 10);
+
+    // Claims deleted: their pool volumes are deleted by policy (Delete), and the set refills.
+    for i in 0..11 {
+        claims
+            .delete(&format!("c-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    c.wait_until(
+        "the pool at its minimum again, the driver holding only its volumes",
+        Duration::from_secs(60),
+        || async {
+            let m = members(&c, "fast").await;
+            let all = Api::<PersistentVolume>::all(c.client.clone())
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items;
+            m.len() == 5
+                && m.iter().all(|pv| phase(pv) == "Available")
+                && all.len() == 5
+                && c.driver_volumes().await == 5
+        },
+    )
+    .await;
+
+    // The set deleted: its unused volumes go with it.
+    Api::<PersistentVolumeSet>::all(c.client.clone())
+        .delete("fast", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.wait_until(
+        "the pool's volumes deleted",
+        Duration::from_secs(30),
+        || async { members(&c, "fast").await.is_empty() && c.driver_volumes().await == 0 },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_down_deletes_the_largest_available_volumes_first() {
+    let c = Cluster::start(&["--capacity=1Ti"], &FLAGS, true).await;
+    c.class("pool", json!({})).await;
+    make_set(&c, "mixed", 2, 6, "1Mi").await;
+    c.wait_until("2 volumes of 1Mi", Duration::from_secs(30), || async {
+        count(&c, "mixed", "Available").await == 2
+    })
+    .await;
+    // A larger template and a higher minimum: two volumes of 4Mi join; the old ones stay.
+    patch_set(
+        &c,
+        "mixed",
+        json!({"spec": {"minimumReplicas": 4, "template": {"spec": {"capacity": {"storage": "4Mi"}}}}}),
+    )
+    .await;
+    c.wait_until("4 volumes", Duration::from_secs(30), || async {
+        count(&c, "mixed", "Available").await == 4
+    })
+    .await;
+    // A hand-made volume that matches the selector is adopted (and is the largest).
+    let hand_made: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "hand-made", "labels": {"pool": "mixed"}},
+        "spec": {"capacity": {"storage": "8Mi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "pool",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/tmp/nowhere"}},
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(c.client.clone())
+        .create(&PostParams::default(), &hand_made)
+        .await
+        .unwrap();
+    c.wait_until("the set counting 5", Duration::from_secs(15), || async {
+        set_status(&c, "mixed").await["replicas"] == 5
+    })
+    .await;
+    // Scaled down to 2 (the scale subresource moves maximumReplicas): the two 4Mi volumes go;
+    // the hand-made one belongs to no CSI driver of ours and is left alone.
+    patch_set(&c, "mixed", json!({"spec": {"minimumReplicas": 1}})).await;
+    Api::<PersistentVolumeSet>::all(c.client.clone())
+        .patch_scale(
+            "mixed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    c.wait_until(
+        "the two 4Mi volumes deleted",
+        Duration::from_secs(30),
+        || async {
+            let sizes: BTreeSet<String> = members(&c, "mixed").await.iter().map(size).collect();
+            members(&c, "mixed").await.len() == 3
+                && sizes == BTreeSet::from(["1Mi".to_string(), "8Mi".to_string()])
+                && c.driver_volumes().await == 2
+        },
+    )
+    .await;
+    let s = set_status(&c, "mixed").await;
+    assert_eq!(s["replicas"], 3, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_failures_and_sigkills_leak_nothing_and_never_pass_the_maximum() {
+    let mut c = Cluster::start(
+        &["--capacity=1Ti"],
+        &["--enable-volume-sets", "--timeout=1s"],
+        true,
+    )
+    .await;
+    c.class("pool", json!({})).await;
+    c.faults("CreateVolume=error:UNAVAILABLE:0.2:after\nDeleteVolume=error:DEADLINE_EXCEEDED:0.2\n*=error:UNAVAILABLE:0.05\n");
+    make_set(&c, "chaos", 8, 12, "1Mi").await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let mut most = 0;
+    let mut kills = 0;
+    for round in 0..40 {
+        if round % 4 == 1 {
+            c.claim(&format!("c-{round}"), "pool", "1Mi", json!({}), false)
+                .await;
+        }
+        if round % 8 == 6 {
+            let _ = claims
+                .delete(&format!("c-{}", round - 5), &DeleteParams::default())
+                .await;
+        }
+        if rand::random::<f64>() < 0.3 {
+            c.kill_provisioner();
+            kills += 1;
+            tokio::time::sleep(Duration::from_millis(rand::random_range(0..200))).await;
+            c.start_provisioner();
+        }
+        c.ensure_running();
+        most = most.max(members(&c, "chaos").await.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.faults("");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        c.ensure_running();
+        let m = members(&c, "chaos").await;
+        most = most.max(m.len());
+        let all = Api::<PersistentVolume>::all(c.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let handles: BTreeSet<String> = all
+            .iter()
+            .filter_map(|pv| Some(pv.spec.as_ref()?.csi.as_ref()?.volume_handle.clone()))
+            .collect();
+        let ids: BTreeSet<String> = c.driver_volume_ids().await.into_iter().collect();
+        let available = m.iter().filter(|pv| phase(pv) == "Available").count();
+        let settled = ids == handles
+            && all
+                .iter()
+                .all(|pv| pv.metadata.deletion_timestamp.is_none())
+            && (available >= 8 || m.len() == 12)
+            && c.intent_shards().await.iter().all(|(_, v)| v.is_empty());
+        if settled {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not settled: driver {ids:?}, PVs {handles:?}, {} members, {available} Available\n{}",
+            m.len(),
+            c.provisioner_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("volume sets chaos: {kills} SIGKILLs, at most {most} volumes in the set (maximum 12)");
+    assert!(
+        most <= 12,
+        "the set held {most} volumes, above its maximum of 12"
+    );
+}

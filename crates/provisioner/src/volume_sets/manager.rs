@@ -1,0 +1,213 @@
+//! The set manager's state around the decisions: the watch of PersistentVolumeSets, its work
+//! queue (one key per set), the volumes it made that the PV cache has not shown yet, and its
+//! metrics. What a pass does is in `sync.rs`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::Api;
+use kube::runtime::reflector::Store;
+use parking_lot::Mutex;
+use prometheus::{IntCounterVec, IntGaugeVec, Opts};
+use sidecar_kit::selectors::label_selector_matches;
+use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
+
+use super::decide::available;
+use super::types::{LABEL_SET, PersistentVolumeSet, PersistentVolumeSetStatus};
+
+/// How long a volume this manager made is counted before the PV cache shows it (after that it
+/// is taken to have been deleted before the cache saw it).
+const UNSEEN_FOR: Duration = Duration::from_secs(60);
+
+/// The set manager's metrics.
+#[derive(Debug, Clone)]
+pub struct SetMetrics {
+    /// `volstack_persistentvolumeset_volumes{set, state}`: total, available, bound, released.
+    pub volumes: IntGaugeVec,
+    /// `volstack_persistentvolumeset_claims_bound_total{set}`: volumes of the set that went from
+    /// Available to Bound (claims served from the pool; claims provisioned dynamically are
+    /// `controller_persistentvolumeclaim_provision_total`).
+    pub bound_from_pool: IntCounterVec,
+    /// `volstack_persistentvolumeset_volumes_created_total{set}`.
+    pub created: IntCounterVec,
+    /// `volstack_persistentvolumeset_volumes_deleted_total{set}`.
+    pub deleted: IntCounterVec,
+}
+
+impl SetMetrics {
+    fn register(metrics: &sidecar_kit::metrics::Metrics) -> Result<Self, prometheus::Error> {
+        let volumes = IntGaugeVec::new(
+            Opts::new(
+                "volstack_persistentvolumeset_volumes",
+                "Volumes of a PersistentVolumeSet by state (total, available, bound, released).",
+            ),
+            &["set", "state"],
+        )?;
+        let counter = |name: &str, help: &str| IntCounterVec::new(Opts::new(name, help), &["set"]);
+        let bound_from_pool = counter(
+            "volstack_persistentvolumeset_claims_bound_total",
+            "Volumes of a PersistentVolumeSet that went from Available to Bound.",
+        )?;
+        let created = counter(
+            "volstack_persistentvolumeset_volumes_created_total",
+            "Volumes created for a PersistentVolumeSet.",
+        )?;
+        let deleted = counter(
+            "volstack_persistentvolumeset_volumes_deleted_total",
+            "Volumes of a PersistentVolumeSet deleted by the set manager.",
+        )?;
+        metrics.registry.register(Box::new(volumes.clone()))?;
+        metrics
+            .registry
+            .register(Box::new(bound_from_pool.clone()))?;
+        metrics.registry.register(Box::new(created.clone()))?;
+        metrics.registry.register(Box::new(deleted.clone()))?;
+        Ok(SetMetrics {
+            volumes,
+            bound_from_pool,
+            created,
+            deleted,
+        })
+    }
+}
+
+/// The set manager (`--enable-volume-sets`).
+pub struct SetManager {
+    /// The sets.
+    pub(crate) sets: Store<PersistentVolumeSet>,
+    /// Set names to look at.
+    pub(crate) queue: WorkQueue<String>,
+    /// Metrics.
+    pub(crate) metrics: SetMetrics,
+    /// Volumes made, by name, with their set, until the PV cache shows them.
+    made: Mutex<HashMap<String, (String, Instant)>>,
+    /// The last phase seen of each volume (to count bindings from a pool).
+    phases: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for SetManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetManager").finish_non_exhaustive()
+    }
+}
+
+fn phase(pv: &PersistentVolume) -> &str {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+impl SetManager {
+    /// Starts the watch of sets.
+    pub fn new(
+        client: kube::Client,
+        watches: &Watches,
+        metrics: &sidecar_kit::metrics::Metrics,
+        backoff: Backoff,
+    ) -> Result<Self, prometheus::Error> {
+        let queue: WorkQueue<String> = WorkQueue::new(backoff)
+            .with_metrics(QueueMetrics::new(metrics, "persistentvolumesets"));
+        let q = queue.clone();
+        let sets = watches.reflect(Api::<PersistentVolumeSet>::all(client), move |event| {
+            each(event, |set| {
+                if let Some(name) = &set.metadata.name {
+                    q.add(name.clone());
+                }
+            });
+        });
+        Ok(SetManager {
+            sets,
+            queue,
+            metrics: SetMetrics::register(metrics)?,
+            made: Mutex::new(HashMap::new()),
+            phases: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The sets a volume belongs to: those whose selector matches it, and the set that made it
+    /// (it may be gone: its Available volumes are then deleted).
+    fn sets_of(&self, pv: &PersistentVolume) -> Vec<String> {
+        let labels = pv.metadata.labels.clone().unwrap_or_default();
+        let mut names: Vec<String> = self
+            .sets
+            .state()
+            .iter()
+            .filter(|set| label_selector_matches(&set.spec.selector, &labels))
+            .filter_map(|set| set.metadata.name.clone())
+            .collect();
+        if let Some(made_by) = labels.get(LABEL_SET)
+            && !names.contains(made_by)
+        {
+            names.push(made_by.clone());
+        }
+        names
+    }
+
+    /// A volume changed (or went): its sets are looked at again; a member that went from
+    /// Available to Bound is counted as a claim served from the pool.
+    pub fn volume_changed(&self, pv: &PersistentVolume, gone: bool) {
+        let Some(name) = pv.metadata.name.clone() else {
+            return;
+        };
+        let sets = self.sets_of(pv);
+        let now = phase(pv).to_string();
+        let before = if gone {
+            self.phases.lock().remove(&name)
+        } else {
+            self.phases.lock().insert(name, now.clone())
+        };
+        if !gone
+            && now == "Bound"
+            && before.as_deref() == Some("Available")
+            && let Some(set) = sets.first()
+        {
+            self.metrics.bound_from_pool.with_label_values(&[set]).inc();
+        }
+        for set in sets {
+            self.queue.add(set);
+        }
+    }
+
+    /// Notes a volume made for `set`: it counts as the set's until the cache shows it.
+    pub(crate) fn made(&self, set: &str, volume: &str) {
+        self.made
+            .lock()
+            .insert(volume.to_string(), (set.to_string(), Instant::now()));
+    }
+
+    /// How many volumes made for `set` the PV cache does not show yet (`cached` says whether
+    /// it shows one); forgets those it shows.
+    pub(crate) fn unseen(&self, set: &str, cached: impl Fn(&str) -> bool) -> usize {
+        let mut made = self.made.lock();
+        made.retain(|volume, (_, at)| !cached(volume) && at.elapsed() < UNSEEN_FOR);
+        made.values().filter(|(of, _)| of == set).count()
+    }
+
+    /// Sets the gauges of `set`.
+    pub(crate) fn gauges(
+        &self,
+        set: &str,
+        status: &PersistentVolumeSetStatus,
+        members: &[&PersistentVolume],
+    ) {
+        let released = members.iter().filter(|pv| phase(pv) == "Released").count();
+        let g = &self.metrics.volumes;
+        g.with_label_values(&[set, "total"])
+            .set(i64::from(status.replicas));
+        g.with_label_values(&[set, "available"])
+            .set(members.iter().filter(|pv| available(pv)).count() as i64);
+        g.with_label_values(&[set, "bound"])
+            .set(i64::from(status.bound_replicas));
+        g.with_label_values(&[set, "released"]).set(released as i64);
+    }
+
+    /// Drops the series of a set that is gone.
+    pub(crate) fn forget(&self, set: &str) {
+        for state in ["total", "available", "bound", "released"] {
+            let _ = self.metrics.volumes.remove_label_values(&[set, state]);
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! One pass of the set manager over a set, carrying out the decisions with the provisioner's
+//! driver connection, intent log and caches.
+//!
+//! Never a leaked volume, never past the maximum:
+//! - a new volume is recorded in the intent log (as a claim's would be, the set in place of
+//!   the claim) before CreateVolume, and counts towards the maximum from then until its PV is
+//!   gone. A pass that finds one in flight finishes it (CreateVolume again, same name) before
+//!   making another; if the set is gone, the volume is deleted instead.
+//! - a volume is taken out of the pool before DeleteVolume: a finalizer is added at the version
+//!   the decision saw and the PV is deleted with that version as precondition, so a claim that
+//!   bound it meanwhile makes the deletion fail instead of losing its data. DeleteVolume and
+//!   the finalizer's removal follow; a crash in between is finished by the next pass.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::json;
+use sidecar_kit::events::EventType;
+use sidecar_kit::finalizers;
+use sidecar_kit::vocabulary::reference;
+use sidecar_kit::workqueue::Next;
+
+use super::decide::{available, members, plan};
+use super::make::{MakeError, SET_FINALIZER, member_pv, plan_member, volume_name};
+use super::status::{should_write, status};
+use super::types::{LABEL_SET, PersistentVolumeSet};
+use crate::controller::{InFlight, Provisioner};
+use crate::decide::classify::{CreateOutcome, DeleteOutcome, classify_create, classify_delete};
+use crate::decide::delete::recorded_secret;
+use crate::decide::provision::{PV_FINALIZER, ResponseError, create_request};
+
+/// Why a pass over a set failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum SetError {
+    /// The template's class is not there (yet).
+    #[error("storageclass.storage.k8s.io {0:?} not found")]
+    ClassNotFound(String),
+    /// The class cannot make the set's volumes.
+    #[error(transparent)]
+    Plan(#[from] MakeError),
+    /// The CreateVolume secret.
+    #[error("failed to read the secret for CreateVolume: {0}")]
+    Secret(#[source] Box<crate::controller::ClaimError>),
+    /// The intent log.
+    #[error(transparent)]
+    Intent(#[from] crate::controller::intents::IntentError),
+    /// CreateVolume failed.
+    #[error("CreateVolume of {volume} failed: rpc error: code = {code} desc = {message}")]
+    Create {
+        /// The volume.
+        volume: String,
+        /// Go's name of the code.
+        code: &'static str,
+        /// The driver's message.
+        message: String,
+        /// What happens next.
+        outcome: CreateOutcome,
+    },
+    /// The driver's answer cannot be used (the volume was deleted again).
+    #[error("volume {volume}: {source}")]
+    Response {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: ResponseError,
+    },
+    /// Writing the PV failed.
+    #[error("failed to create PersistentVolume {name}: {source}")]
+    SavePv {
+        /// The PV.
+        name: String,
+        /// Why.
+        source: kube::Error,
+    },
+    /// Undoing an in-flight volume of a deleted set failed.
+    #[error("failed to delete volume {volume} of a deleted set: {source}")]
+    Undo {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: Box<crate::controller::ClaimError>,
+    },
+    /// Taking a volume out of the pool failed (a claim may have bound it meanwhile).
+    #[error("failed to take volume {volume} out of the pool: {source}")]
+    TakeOut {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: kube::Error,
+    },
+    /// DeleteVolume failed.
+    #[error("DeleteVolume of {volume} failed: {source}")]
+    Delete {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: sidecar_kit::csi::CallError,
+    },
+    /// The DeleteVolume secret.
+    #[error("failed to read the secret for DeleteVolume of {volume}: {source}")]
+    DeleteSecret {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: Box<crate::controller::ClaimError>,
+    },
+    /// Removing the finalizer of a deleted volume failed.
+    #[error("failed to remove the finalizer of volume {volume}: {source}")]
+    Finalize {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: kube::Error,
+    },
+    /// Writing the status failed.
+    #[error("failed to write the status of PersistentVolumeSet {set}: {source}")]
+    Status {
+        /// The set.
+        set: String,
+        /// Why.
+        source: kube::Error,
+    },
+}
+
+impl SetError {
+    /// Whether the set's owner should hear of it (an event on the set).
+    fn event_worthy(&self) -> bool {
+        match self {
+            SetError::ClassNotFound(_)
+            | SetError::Plan(_)
+            | SetError::Secret(_)
+            | SetError::Create { .. }
+            | SetError::Response { .. }
+            | SetError::Delete { .. }
+            | SetError::DeleteSecret { .. } => true,
+            SetError::Intent(_)
+            | SetError::SavePv { .. }
+            | SetError::Undo { .. }
+            | SetError::TakeOut { .. }
+            | SetError::Finalize { .. }
+            | SetError::Status { .. } => false,
+        }
+    }
+}
+
+fn phase(pv: &PersistentVolume) -> &str {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn label<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
+    pv.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn policy(pv: &PersistentVolume) -> &str {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        .unwrap_or("Retain")
+}
+
+impl Provisioner {
+    /// One pass over a set.
+    pub(crate) async fn sync_set(&self, name: &str) -> Result<Next, SetError> {
+        let result = self.sync_set_once(name).await;
+        if let Err(error) = &result
+            && error.event_worthy()
+            && let Some(set) = self
+                .sets
+                .as_ref()
+                .and_then(|m| m.sets.get(&ObjectRef::new(name)))
+        {
+            self.recorder
+                .record(
+                    &reference(&*set),
+                    EventType::Warning,
+                    "ProvisioningFailed",
+                    &error.to_string(),
+                )
+                .await;
+        }
+        result
+    }
+
+    async fn sync_set_once(&self, name: &str) -> Result<Next, SetError> {
+        let Some(manager) = self.sets.as_ref() else {
+            return Ok(Next::Done);
+        };
+        let set = manager.sets.get(&ObjectRef::new(name));
+        let volumes = self.caches.volumes.state();
+        let members: Vec<&PersistentVolume> = match &set {
+            Some(set) => members(set, volumes.iter().map(AsRef::as_ref)),
+            None => volumes
+                .iter()
+                .map(AsRef::as_ref)
+                .filter(|pv| label(pv, LABEL_SET) == Some(name))
+                .collect(),
+        };
+        // Deletions started by an earlier pass (or process) finish first.
+        for pv in members.iter().filter(|pv| {
+            pv.metadata.deletion_timestamp.is_some() && finalizers::has(&pv.metadata, SET_FINALIZER)
+        }) {
+            self.finish_deletion(pv, name).await?;
+        }
+        let pending = self.pool_flights(name);
+        let Some(set) = set else {
+            for (volume, flight) in pending {
+                self.clean_up(&volume, &flight)
+                    .await
+                    .map_err(|source| SetError::Undo {
+                        volume,
+                        source: Box::new(source),
+                    })?;
+            }
+            // Its unused volumes go with the set, by their reclaim policy.
+            for pv in members
+                .iter()
+                .filter(|pv| available(pv) && policy(pv) == "Delete")
+            {
+                self.delete_member(pv, name).await?;
+            }
+            manager.forget(name);
+            return Ok(Next::Done);
+        };
+        let unseen = manager.unseen(name, |volume| {
+            self.caches.volumes.get(&ObjectRef::new(volume)).is_some()
+        });
+        // Only volumes of this driver can be deleted (DeleteVolume is how they go).
+        let driver = self.cfg.caps.name.as_str();
+        let deletable = |pv: &PersistentVolume| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| c.driver == driver)
+        };
+        let decided = plan(&set, &members, pending.len() + unseen, deletable);
+        manager.gauges(name, &decided.status, &members);
+        let busy = decided.create || !decided.delete.is_empty() || !pending.is_empty();
+        let new_status = status(&set, &decided, sidecar_kit::vocabulary::now());
+        if should_write(&set, &new_status, busy) {
+            self.write_status(name, &new_status).await?;
+        }
+        if let Some(why) = &decided.invalid {
+            tracing::warn!(set = name, reason = %why, "the set's spec cannot be served");
+            return Ok(Next::Done);
+        }
+        for victim in &decided.delete {
+            if let Some(pv) = members
+                .iter()
+                .find(|pv| pv.metadata.name.as_deref() == Some(victim.as_str()))
+            {
+                self.delete_member(pv, name).await?;
+            }
+        }
+        if let Some((volume, flight)) = pending.into_iter().next() {
+            self.finish_member(&set, &volume, &flight).await?;
+            return Ok(Next::After(Duration::ZERO));
+        }
+        if decided.create {
+            self.create_member(&set).await?;
+            return Ok(Next::After(Duration::ZERO));
+        }
+        Ok(Next::Done)
+    }
+
+    /// The set's volumes that may exist without a PV.
+    fn pool_flights(&self, set: &str) -> Vec<(String, InFlight)> {
+        self.inflight
+            .lock()
+            .iter()
+            .filter(|(_, f)| f.pool() == Some(set))
+            .map(|(n, f)| (n.clone(), f.clone()))
+            .collect()
+    }
+
+    async fn write_status(
+        &self,
+        name: &str,
+        status: &super::types::PersistentVolumeSetStatus,
+    ) -> Result<(), SetError> {
+        let api: Api<PersistentVolumeSet> = Api::all(self.client.clone());
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .map_err(|source| SetError::Status {
+            set: name.to_string(),
+            source,
+        })?;
+        Ok(())
+    }
+
+    /// Records a new volume of the set in flight and makes it.
+    async fn create_member(&self, set: &Arc<PersistentVolumeSet>) -> Result<(), SetError> {
+        let name = set.metadata.name.clone().unwrap_or_default();
+        let class = self.template_class(set)?;
+        let token = uuid::Uuid::new_v4();
+        let volume = volume_name(&name, &token);
+        let plan = plan_member(
+            &self.cfg.caps,
+            &self.cfg.options,
+            set,
+            &class,
+            &volume,
+            &token,
+        )?;
+        let flight = InFlight {
+            claim: ObjectRef::new(&name),
+            claim_uid: token.to_string(),
+            request: create_request(&plan, HashMap::new(), None),
+            secret: plan.provisioner_secret.clone(),
+        };
+        self.inflight.lock().insert(volume.clone(), flight.clone());
+        self.finish_member(set, &volume, &flight).await
+    }
+
+    fn template_class(
+        &self,
+        set: &PersistentVolumeSet,
+    ) -> Result<Arc<k8s_openapi::api::storage::v1::StorageClass>, SetError> {
+        let class_name = &set.spec.template.spec.storage_class_name;
+        self.caches
+            .classes
+            .get(&ObjectRef::new(class_name))
+            .ok_or_else(|| SetError::ClassNotFound(class_name.clone()))
+    }
+
+    /// Makes an in-flight volume of the set: the record is made durable, CreateVolume (again,
+    /// with the recorded name: idempotent), then the PV.
+    async fn finish_member(
+        &self,
+        set: &PersistentVolumeSet,
+        volume: &str,
+        flight: &InFlight,
+    ) -> Result<(), SetError> {
+        let name = set.metadata.name.clone().unwrap_or_default();
+        if self.caches.volumes.get(&ObjectRef::new(volume)).is_some() {
+            self.settle(volume);
+            return Ok(());
+        }
+        if let Some(log) = self.intents.get() {
+            log.record(volume, flight.record()).await?;
+        }
+        let secrets = self
+            .fetch_secret(flight.secret.as_ref())
+            .await
+            .map_err(|e| SetError::Secret(Box::new(e)))?;
+        let mut request = flight.request.clone();
+        request.secrets = secrets.clone();
+        tracing::info!(set = %name, volume, "calling CreateVolume for the set");
+        let created = match self.create_volume(request).await {
+            Ok(created) => created,
+            Err(error) => {
+                let outcome = classify_create(Err(error.code), false);
+                match outcome {
+                    CreateOutcome::Final | CreateOutcome::Reschedule => self.settle(volume),
+                    CreateOutcome::InBackground
+                    | CreateOutcome::Conflict
+                    | CreateOutcome::Created => {}
+                }
+                return Err(SetError::Create {
+                    volume: volume.to_string(),
+                    code: sidecar_kit::csi::go_code_name(error.code),
+                    message: error.message,
+                    outcome,
+                });
+            }
+        };
+        let token = uuid::Uuid::parse_str(&flight.claim_uid).unwrap_or_default();
+        let class = self.template_class(set)?;
+        let plan = plan_member(
+            &self.cfg.caps,
+            &self.cfg.options,
+            set,
+            &class,
+            volume,
+            &token,
+        )?;
+        let pv = match member_pv(
+            set,
+            &plan,
+            &self.cfg.caps,
+            &self.cfg.options,
+            created.as_ref(),
+            &self.cfg.identity,
+        ) {
+            Ok(pv) => pv,
+            Err(source) => {
+                if let Some(id) = created
+                    .as_ref()
+                    .map(|v| v.volume_id.clone())
+                    .filter(|id| !id.is_empty())
+                    && classify_delete(
+                        self.delete_volume_call(&id, secrets)
+                            .await
+                            .map_err(|e| e.code),
+                    ) == DeleteOutcome::Retry
+                {
+                    // The record stays: the next pass repeats both calls.
+                    return Err(SetError::Response {
+                        volume: volume.to_string(),
+                        source,
+                    });
+                }
+                self.settle(volume);
+                return Err(SetError::Response {
+                    volume: volume.to_string(),
+                    source,
+                });
+            }
+        };
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        match api.create(&PostParams::default(), &pv).await {
+            Ok(_) => {}
+            // An earlier pass wrote it (names are random: nobody else has this one).
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(source) => {
+                return Err(SetError::SavePv {
+                    name: volume.to_string(),
+                    source,
+                });
+            }
+        }
+        if let Some(manager) = &self.sets {
+            manager.made(&name, volume);
+            manager.metrics.created.with_label_values(&[&name]).inc();
+        }
+        self.settle(volume);
+        tracing::info!(set = %name, volume, "volume made for the set");
+        Ok(())
+    }
+
+    /// Deletes an Available volume of the set: out of the pool at the version decided on,
+    /// then DeleteVolume, then the PV goes.
+    async fn delete_member(&self, pv: &PersistentVolume, set: &str) -> Result<(), SetError> {
+        let volume = pv.metadata.name.clone().unwrap_or_default();
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        let take_out = |source| SetError::TakeOut {
+            volume: volume.clone(),
+            source,
+        };
+        let mut ops = vec![json!({
+            "op": "test", "path": "/metadata/resourceVersion", "value": pv.metadata.resource_version,
+        })];
+        ops.extend(finalizers::add_ops(&pv.metadata, SET_FINALIZER).unwrap_or_default());
+        let patch = finalizers::patch(ops).map_err(|e| take_out(kube::Error::SerdeError(e)))?;
+        let held = api
+            .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .map_err(take_out)?;
+        let preconditions = Preconditions {
+            uid: held.metadata.uid.clone(),
+            resource_version: held.metadata.resource_version.clone(),
+        };
+        let params = DeleteParams {
+            preconditions: Some(preconditions),
+            ..DeleteParams::default()
+        };
+        let deleting = match api.delete(&volume, &params).await {
+            Ok(either) => match either.left() {
+                Some(deleting) => deleting,
+                // Gone already: nothing holds it any more (our finalizer did not stick).
+                None => return Ok(()),
+            },
+            Err(source) => {
+                // Bound meanwhile (or changed): it stays in the pool, without our finalizer.
+                let _ = self.drop_finalizers(&held, &[SET_FINALIZER]).await;
+                return Err(take_out(source));
+            }
+        };
+        tracing::info!(set, volume = %volume, "deleting a volume of the set");
+        self.finish_deletion(&deleting, set).await
+    }
+
+    /// The second half of a deletion: DeleteVolume (unless a claim bound the volume before it
+    /// was taken out: then only our finalizer goes), then the finalizers.
+    async fn finish_deletion(&self, pv: &PersistentVolume, set: &str) -> Result<(), SetError> {
+        let volume = pv.metadata.name.clone().unwrap_or_default();
+        let unused = pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
+            && matches!(phase(pv), "Available" | "Pending" | "");
+        if !unused {
+            return self.drop_finalizers(pv, &[SET_FINALIZER]).await;
+        }
+        if let Some(handle) = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.csi.as_ref())
+            .filter(|c| c.driver == self.cfg.caps.name)
+            .map(|c| c.volume_handle.clone())
+        {
+            let secret = recorded_secret(pv).flatten();
+            let secrets =
+                self.fetch_secret(secret.as_ref())
+                    .await
+                    .map_err(|e| SetError::DeleteSecret {
+                        volume: volume.clone(),
+                        source: Box::new(e),
+                    })?;
+            if let Err(source) = self.delete_volume_call(&handle, secrets).await
+                && classify_delete(Err(source.code)) == DeleteOutcome::Retry
+            {
+                return Err(SetError::Delete { volume, source });
+            }
+        }
+        self.drop_finalizers(pv, &[SET_FINALIZER, PV_FINALIZER])
+            .await?;
+        if let Some(manager) = &self.sets {
+            manager.metrics.deleted.with_label_values(&[set]).inc();
+        }
+        tracing::info!(set, volume = %volume, "deleted a volume of the set");
+        Ok(())
+    }
+
+    /// Removes `which` from the PV's finalizers, at the version it was seen at.
+    async fn drop_finalizers(&self, pv: &PersistentVolume, which: &[&str]) -> Result<(), SetError> {
+        let volume = pv.metadata.name.clone().unwrap_or_default();
+        let kept: Vec<&String> = pv
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .filter(|f| !which.contains(&f.as_str()))
+            .collect();
+        if kept.len() == pv.metadata.finalizers.as_ref().map_or(0, Vec::len) {
+            return Ok(());
+        }
+        let ops = vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": pv.metadata.resource_version}),
+            json!({"op": "replace", "path": "/metadata/finalizers", "value": kept}),
+        ];
+        let finalize = |source| SetError::Finalize {
+            volume: volume.clone(),
+            source,
+        };
+        let patch = finalizers::patch(ops).map_err(|e| finalize(kube::Error::SerdeError(e)))?;
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        match api
+            .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(source) => Err(finalize(source)),
+        }
+    }
+}
