@@ -229,7 +229,12 @@ impl Stack {
             tasks.push(tokio::spawn(scheduler.controller().run(signal(&stop))));
         }
         if let Some((workers, backoff)) = options.pv_controller {
-            let controller = pv_controller::controller::PvController::new(client.clone(), backoff);
+            // With the nodes' side, the node agents recycle CSI volumes.
+            let controller = pv_controller::controller::PvController::new(
+                client.clone(),
+                backoff,
+                options.kubelet,
+            );
             tasks.push(tokio::spawn(controller.run_with(
                 workers,
                 options.orphan_resync,

@@ -125,6 +125,7 @@ async fn run_pv_controller(args: PvControllerArgs) -> anyhow::Result<()> {
     let controller = pv_controller::controller::PvController::new(
         client,
         pv_controller::controller::default_backoff(),
+        false,
     );
     controller.run(args.workers, cli::shutdown_signal()).await;
     Ok(())

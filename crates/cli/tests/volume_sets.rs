@@ -345,3 +345,86 @@ async fn driver_failures_and_sigkills_leak_nothing_and_never_pass_the_maximum() 
         "the set held {most} volumes, above its maximum of 12"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_pool_volumes_with_recycle_are_scrubbed_on_a_node_and_return_to_the_pool() {
+    let c = Cluster::start_with(&["--capacity=1Ti"], &FLAGS, true, |o| o.kubelet = true).await;
+    c.class("pool", json!({})).await;
+    make_set(&c, "reuse", 1, 1, "1Mi").await;
+    patch_set(
+        &c,
+        "reuse",
+        json!({"spec": {"template": {"spec": {"persistentVolumeReclaimPolicy": "Recycle"}}}}),
+    )
+    .await;
+    c.wait_until("one Available volume", Duration::from_secs(30), || async {
+        count(&c, "reuse", "Available").await == 1
+    })
+    .await;
+    let pv = members(&c, "reuse").await.remove(0);
+    let pv_name = pv.metadata.name.clone().unwrap();
+    assert_eq!(
+        pv.spec
+            .as_ref()
+            .unwrap()
+            .persistent_volume_reclaim_policy
+            .as_deref(),
+        Some("Recycle")
+    );
+    let data = c.volume_dir(&pv);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    for round in 0..2 {
+        let claim = format!("user-{round}");
+        c.claim(&claim, "pool", "1Mi", json!({}), false).await;
+        c.wait_bound(&claim, Duration::from_secs(30)).await;
+        let bound = claims.get(&claim).await.unwrap();
+        assert_eq!(
+            bound.spec.unwrap().volume_name.as_deref(),
+            Some(pv_name.as_str())
+        );
+        assert!(
+            std::fs::read_dir(&data).unwrap().next().is_none(),
+            "round {round}: the volume is handed over empty"
+        );
+        std::fs::create_dir_all(data.join("cache/deep")).unwrap();
+        std::fs::write(data.join("cache/deep/secret.txt"), b"last tenant's data").unwrap();
+        std::fs::write(data.join("top.txt"), b"more").unwrap();
+        if round == 1 {
+            // The node cannot publish it: the volume stays Released and says why.
+            c.faults("NodePublishVolume=error:INTERNAL:1.0\n");
+        }
+        claims
+            .delete(&claim, &DeleteParams::default())
+            .await
+            .unwrap();
+        if round == 1 {
+            c.wait_event(&pv_name, "VolumeFailedRecycle", "NodePublishVolume")
+                .await;
+            let stuck = Api::<PersistentVolume>::all(c.client.clone())
+                .get(&pv_name)
+                .await
+                .unwrap();
+            assert_eq!(phase(&stuck), "Released");
+            assert!(
+                data.join("top.txt").exists(),
+                "nothing removed without the node"
+            );
+            c.faults("");
+        }
+        c.wait_until(
+            "the volume Available again",
+            Duration::from_secs(30),
+            || async { count(&c, "reuse", "Available").await == 1 },
+        )
+        .await;
+        assert!(
+            std::fs::read_dir(&data).unwrap().next().is_none(),
+            "round {round}: the contents are removed"
+        );
+        c.wait_event(&pv_name, "VolumeRecycled", "Volume recycled")
+            .await;
+    }
+    // The set never made a second volume: the recycled one is its member again.
+    assert_eq!(members(&c, "reuse").await.len(), 1);
+    assert_eq!(c.driver_volumes().await, 1);
+}

@@ -50,6 +50,8 @@ pub struct PvController {
     recorder: Recorder,
     /// The watches feeding the caches (stopped with the controller).
     watches: Watches,
+    /// Whether node agents recycle CSI volumes (then `Recycle` is theirs, not an error here).
+    node_recyclers: bool,
 }
 
 /// How often volumes whose claim is missing are looked at again, whatever the events said.
@@ -90,8 +92,10 @@ fn write_err(action: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
 }
 
 impl PvController {
-    /// Starts the watches.
-    pub fn new(client: kube::Client, backoff: Backoff) -> Arc<Self> {
+    /// Starts the watches. `node_recyclers`: node agents recycle Released CSI volumes with
+    /// policy `Recycle` (the embedded stack's); without them such a volume gets a
+    /// `VolumeFailedRecycle` event.
+    pub fn new(client: kube::Client, backoff: Backoff, node_recyclers: bool) -> Arc<Self> {
         let watches = Watches::default();
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> = WorkQueue::new(backoff);
         let volume_queue: WorkQueue<String> = WorkQueue::new(backoff);
@@ -148,6 +152,7 @@ impl PvController {
         );
         let recorder = Recorder::new(client.clone(), "persistentvolume-controller", hostname());
         Arc::new(PvController {
+            node_recyclers,
             client,
             claims,
             volumes,
@@ -441,6 +446,12 @@ impl PvController {
                         &message,
                     )
                     .await;
+                Ok(())
+            }
+            VolumeAction::Recycle
+                if self.node_recyclers && pv.spec.as_ref().is_some_and(|s| s.csi.is_some()) =>
+            {
+                tracing::debug!(pv = name, "left to the node agents' recycler");
                 Ok(())
             }
             VolumeAction::Recycle => {

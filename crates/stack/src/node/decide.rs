@@ -54,6 +54,11 @@ impl Paths {
             .join(sidecar_kit::pv_csi::sha256_hex(handle.as_bytes()))
     }
 
+    /// Where the recycler stages and publishes a volume: `recycler/<pv>` (`stage`, `mount`).
+    pub fn recycler(&self, pv: &str) -> PathBuf {
+        self.root.join("recycler").join(pv)
+    }
+
     /// NodeStageVolume's target: `<staging>/globalmount`.
     pub fn staging_target(&self, driver: &str, handle: &str) -> PathBuf {
         self.staging(driver, handle).join("globalmount")

@@ -9,7 +9,9 @@
 //! deleted with no grace). No container runs: the volumes are the real part.
 
 pub mod decide;
+pub mod decide_recycle;
 pub mod disk;
+mod recycle;
 mod setup;
 
 #[cfg(test)]
@@ -99,6 +101,14 @@ pub enum NodeError {
         /// The API error.
         source: kube::Error,
     },
+    /// Recycling a volume.
+    #[error("failed to recycle volume {pv:?}: {source}")]
+    Recycle {
+        /// The PV.
+        pv: String,
+        /// Why.
+        source: recycle::RecycleError,
+    },
 }
 
 /// What the agent's queue holds: a Pod, or the sweep of what is on disk.
@@ -108,6 +118,8 @@ pub enum NodeKey {
     Pod(ObjectRef<Pod>),
     /// The sweep.
     Sweep,
+    /// A volume that may need recycling.
+    Recycle(String),
 }
 
 impl std::fmt::Display for NodeKey {
@@ -115,6 +127,7 @@ impl std::fmt::Display for NodeKey {
         match self {
             NodeKey::Pod(key) => write!(f, "{key}"),
             NodeKey::Sweep => f.write_str("sweep"),
+            NodeKey::Recycle(pv) => write!(f, "recycle {pv}"),
         }
     }
 }
@@ -240,9 +253,20 @@ impl NodeAgent {
             Api::<PersistentVolumeClaim>::all(client.clone()),
             wake(pods.clone(), queue.clone()),
         );
+        let wake_pods = wake(pods.clone(), queue.clone());
+        let q = queue.clone();
         let volumes = watches.reflect(
             Api::<PersistentVolume>::all(client.clone()),
-            wake(pods.clone(), queue.clone()),
+            move |e: &watcher::Event<PersistentVolume>| {
+                wake_pods(e);
+                each(e, |pv| {
+                    if decide_recycle::may_recycle(pv)
+                        && let Some(name) = &pv.metadata.name
+                    {
+                        q.add(NodeKey::Recycle(name.clone()));
+                    }
+                });
+            },
         );
         let drivers = watches.reflect(
             Api::<CSIDriver>::all(client.clone()),
@@ -320,6 +344,10 @@ impl NodeAgent {
                     match key {
                         NodeKey::Pod(pod) => this.sync_pod(&pod).await,
                         NodeKey::Sweep => this.sweep().await,
+                        NodeKey::Recycle(pv) => this
+                            .sync_recycle(&pv)
+                            .await
+                            .map_err(|source| NodeError::Recycle { pv, source }),
                     }
                 }
             })
