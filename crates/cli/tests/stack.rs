@@ -346,3 +346,134 @@ fn pods_land_on_the_first_node_with_room_and_one_too_large_for_all_says_why() {
     kubectl(d, &["delete", "pod", "--all", "--timeout=60s"], None);
     assert!(!pods_dir.exists(), "unpublished from node-3");
 }
+
+#[test]
+fn a_warm_pool_from_the_example_serves_claims_and_scales_with_kubectl() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = up(dir.path());
+    let d = dir.path();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    kubectl(
+        d,
+        &[
+            "apply",
+            "-f",
+            &example.join("pool.yaml").display().to_string(),
+        ],
+        None,
+    );
+    let available = || {
+        kubectl(
+            d,
+            &[
+                "get",
+                "pv",
+                "-l",
+                "pool=warm",
+                "-o",
+                "jsonpath={.items[*].status.phase}",
+            ],
+            None,
+        )
+        .split_whitespace()
+        .filter(|p| *p == "Available")
+        .count()
+    };
+    wait_for_in(
+        d,
+        "3 Available pool volumes",
+        Duration::from_secs(30),
+        || available() == 3,
+    );
+    wait_for_in(d, "the set Ready", Duration::from_secs(15), || {
+        kubectl(
+            d,
+            &[
+                "get",
+                "pvset",
+                "warm",
+                "-o",
+                "jsonpath={.status.conditions[0].status}",
+            ],
+            None,
+        ) == "True"
+    });
+    let table = kubectl(d, &["get", "pvset"], None);
+    assert!(
+        table.contains("MIN") && table.contains("AVAILABLE") && table.contains("hostpath"),
+        "{table}"
+    );
+    kubectl(
+        d,
+        &[
+            "apply",
+            "-f",
+            &example.join("claim.yaml").display().to_string(),
+        ],
+        None,
+    );
+    wait_for_in(d, "my-claim Bound", Duration::from_secs(30), || {
+        phases(d, "pvc") == vec!["Bound"]
+    });
+    let volume = kubectl(
+        d,
+        &[
+            "get",
+            "pvc",
+            "my-claim",
+            "-o",
+            "jsonpath={.spec.volumeName}",
+        ],
+        None,
+    );
+    assert!(
+        volume.starts_with("warm-"),
+        "bound to {volume}, not a pool volume"
+    );
+    wait_for_in(d, "the pool refilled", Duration::from_secs(30), || {
+        available() == 3
+    });
+    // The maximum through the scale subresource: 4 = 1 Bound + 3 Available, nothing to delete.
+    kubectl(d, &["scale", "pvset", "warm", "--replicas=4"], None);
+    assert_eq!(
+        kubectl(
+            d,
+            &[
+                "get",
+                "pvset",
+                "warm",
+                "-o",
+                "jsonpath={.spec.maximumReplicas}"
+            ],
+            None
+        ),
+        "4"
+    );
+    // Below the minimum: refused with the reason in the condition, nothing deleted.
+    kubectl(d, &["scale", "pvset", "warm", "--replicas=2"], None);
+    wait_for_in(
+        d,
+        "the set says why it cannot be served",
+        Duration::from_secs(15),
+        || {
+            kubectl(
+                d,
+                &[
+                    "get",
+                    "pvset",
+                    "warm",
+                    "-o",
+                    "jsonpath={.status.conditions[0].reason}",
+                ],
+                None,
+            ) == "InvalidSpec"
+        },
+    );
+    assert_eq!(available(), 3);
+    kubectl(d, &["delete", "pvc", "my-claim"], None);
+    kubectl(d, &["delete", "pvset", "warm"], None);
+    wait_for_in(d, "every volume gone", Duration::from_secs(30), || {
+        phases(d, "pv").is_empty() && driver_volumes(d) == 0
+    });
+    stop(stack);
+}
