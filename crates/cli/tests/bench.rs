@@ -71,3 +71,33 @@ fn unknown_scenarios_and_rates_are_refused() {
         );
     }
 }
+
+#[test]
+fn the_pool_scenario_serves_every_claim_from_the_warm_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("pool.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
+        .args([
+            "bench",
+            "--scenarios=pool",
+            "--rate=20",
+            "--duration=1s",
+            "--pool-minimum=25",
+            &format!("--pool-output={}", output.display()),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
+    assert_eq!(r["problems"], serde_json::json!([]), "{r}");
+    assert_eq!(r["dynamic"]["claims"], 20);
+    assert_eq!(r["dynamic"]["from_pool"], 0, "no pool in the first run: {r}");
+    assert_eq!(r["pool"]["claims"], 20);
+    assert_eq!(r["pool"]["from_pool"], 20, "a pool of 25 serves 20 claims: {r}");
+    assert_eq!(r["pool_maximum"], 45);
+}

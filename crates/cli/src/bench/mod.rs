@@ -20,6 +20,7 @@ use observe::{Observers, Times};
 mod attach;
 mod capacity;
 mod observe;
+mod pool;
 
 /// Flags of `volstack bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -35,7 +36,9 @@ pub struct BenchArgs {
     /// upstream's default QPS 5/burst 10), steady (a fixed arrival rate, limits lifted),
     /// capacity (CSIStorageCapacity publishing for --capacity-nodes × --capacity-classes; not
     /// in the default set: it takes minutes), attach (--attachments VolumeAttachments attached
-    /// and detached at once by the attacher under test; not in the default set).
+    /// and detached at once by the attacher under test; not in the default set), pool
+    /// (claim-to-Bound latency from a warm PersistentVolumeSet against dynamic provisioning,
+    /// claims arriving at --rate for --duration; ours only; not in the default set).
     #[arg(long, value_delimiter = ',', default_value = "storm,defaults,steady")]
     pub scenarios: Vec<String>,
     /// Arrival rate of the steady scenario, claims per second.
@@ -95,6 +98,12 @@ pub struct BenchArgs {
     /// attach: where to write its JSON results.
     #[arg(long, default_value = "bench-attach.json")]
     pub attach_output: PathBuf,
+    /// pool: Available volumes the warm pool keeps (its maximum is this plus the claims).
+    #[arg(long, default_value_t = 1000)]
+    pub pool_minimum: usize,
+    /// pool: where to write its JSON results.
+    #[arg(long, default_value = "bench-pool.json")]
+    pub pool_output: PathBuf,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -173,11 +182,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(unknown) = args.scenarios.iter().find(|s| {
         !matches!(
             s.as_str(),
-            "storm" | "defaults" | "steady" | "capacity" | "attach"
+            "storm" | "defaults" | "steady" | "capacity" | "attach" | "pool"
         )
     }) {
         bail!(
-            "--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady, capacity, attach)"
+            "--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady, capacity, attach, pool)"
         );
     }
     if args.attachments == 0 {
@@ -207,6 +216,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             std::fs::write(&args.attach_output, serde_json::to_string_pretty(&report)?)
                 .with_context(|| format!("write {}", args.attach_output.display()))?;
             println!("results written to {}", args.attach_output.display());
+            continue;
+        }
+        if scenario == "pool" {
+            if args.pool_minimum == 0 {
+                bail!("--pool-minimum must be at least 1");
+            }
+            let report = pool::run(&args).await?;
+            pool::print(&report);
+            wrong |= !report.correct();
+            std::fs::write(&args.pool_output, serde_json::to_string_pretty(&report)?)
+                .with_context(|| format!("write {}", args.pool_output.display()))?;
+            println!("results written to {}", args.pool_output.display());
             continue;
         }
         if scenario == "capacity" {

@@ -120,6 +120,22 @@ impl Observers {
         latencies
     }
 
+    /// Milliseconds from each claim's creation to its phase Bound, sorted.
+    pub(super) fn bound_latencies_ms(&self) -> Vec<f64> {
+        let created = self.created_at.lock().clone();
+        let bound = self.bound.lock().clone();
+        let mut latencies: Vec<f64> = created
+            .iter()
+            .filter_map(|(k, t)| {
+                bound
+                    .get(k)
+                    .map(|b| b.saturating_duration_since(*t).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        latencies.sort_by(|a, b| a.total_cmp(b));
+        latencies
+    }
+
     /// Stops watching; returns the peak RSS seen (MiB).
     pub(super) fn stop(self) -> f64 {
         for task in &self.tasks {
