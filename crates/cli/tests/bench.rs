@@ -83,6 +83,8 @@ fn the_pool_scenario_serves_every_claim_from_the_warm_pool() {
             "--rate=20",
             "--duration=1s",
             "--pool-minimum=25",
+            "--create-latency=200ms",
+            "--pool-creates=25",
             &format!("--pool-output={}", output.display()),
         ])
         .output()
@@ -96,8 +98,17 @@ fn the_pool_scenario_serves_every_claim_from_the_warm_pool() {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
     assert_eq!(r["problems"], serde_json::json!([]), "{r}");
     assert_eq!(r["dynamic"]["claims"], 20);
-    assert_eq!(r["dynamic"]["from_pool"], 0, "no pool in the first run: {r}");
+    assert_eq!(
+        r["dynamic"]["from_pool"], 0,
+        "no pool in the first run: {r}"
+    );
     assert_eq!(r["pool"]["claims"], 20);
-    assert_eq!(r["pool"]["from_pool"], 20, "a pool of 25 serves 20 claims: {r}");
+    assert_eq!(
+        r["pool"]["from_pool"], 20,
+        "a pool of 25 serves 20 claims: {r}"
+    );
     assert_eq!(r["pool_maximum"], 45);
+    // A claim cannot bind before CreateVolume returns: the injected latency is a floor.
+    assert!(r["dynamic"]["p50_ms"].as_f64().unwrap() >= 200.0, "{r}");
+    assert_eq!(r["create_volume_latency_ms"], 200);
 }

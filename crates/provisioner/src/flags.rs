@@ -103,6 +103,11 @@ pub struct ProvisionerArgs {
     /// installed (`deploy/kubernetes/persistentvolumeset-crd.json`).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub enable_volume_sets: bool,
+    /// PersistentVolumeSets: CreateVolume calls in flight per set at most (1: one volume at a
+    /// time, as the seed describes; a driver whose CreateVolume takes seconds needs more to
+    /// keep a pool full).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub volume_set_creates: u32,
     /// Go pprof endpoints (not available in this implementation).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub enable_pprof: bool,

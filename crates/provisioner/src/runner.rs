@@ -289,6 +289,7 @@ pub async fn run(
         ),
         node,
         volume_sets: args.enable_volume_sets,
+        volume_set_creates: args.volume_set_creates as usize,
     };
     let driver_name = config.caps.name.clone();
     let metrics = Metrics::new()

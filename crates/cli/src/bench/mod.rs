@@ -101,6 +101,13 @@ pub struct BenchArgs {
     /// pool: Available volumes the warm pool keeps (its maximum is this plus the claims).
     #[arg(long, default_value_t = 1000)]
     pub pool_minimum: usize,
+    /// pool: how long the driver's CreateVolume takes (injected latency; a cloud disk takes
+    /// seconds, the reference driver a few milliseconds).
+    #[arg(long, default_value = "0s", value_parser = sidecar_kit::duration::parse_go_duration)]
+    pub create_latency: Duration,
+    /// pool: CreateVolume calls in flight for the set (`--volume-set-creates`).
+    #[arg(long, default_value_t = 10)]
+    pub pool_creates: u32,
     /// pool: where to write its JSON results.
     #[arg(long, default_value = "bench-pool.json")]
     pub pool_output: PathBuf,
@@ -221,6 +228,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         if scenario == "pool" {
             if args.pool_minimum == 0 {
                 bail!("--pool-minimum must be at least 1");
+            }
+            if args.pool_creates == 0 {
+                bail!("--pool-creates must be at least 1");
             }
             let report = pool::run(&args).await?;
             pool::print(&report);

@@ -36,6 +36,8 @@ pub(super) struct Latency {
 #[derive(Debug, Clone, serde::Serialize)]
 pub(super) struct PoolReport {
     rate_per_second: f64,
+    create_volume_latency_ms: u128,
+    set_creates_in_flight: u32,
     pool_minimum: usize,
     pool_maximum: usize,
     seconds_to_fill_pool: f64,
@@ -125,18 +127,27 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<PoolReport> {
         driver_args: vec![
             "--capacity=1Ei".to_string(),
             "--publish-mode=symlink".to_string(),
+            format!("--fault-file={}", dir.path().join("faults").display()),
         ],
         pv_controller: Some((16, pv_controller::controller::default_backoff())),
         snapshots: false,
         ..StackOptions::new(dir.path().to_path_buf(), "volstack-bench/0.1")
     })
     .await?;
+    if !args.create_latency.is_zero() {
+        let latency = format!(
+            "CreateVolume=latency:{}ms\n",
+            args.create_latency.as_millis()
+        );
+        std::fs::write(dir.path().join("faults"), latency)?;
+    }
     let mut ours = args.clone();
     ours.provisioner_cmd = Some(format!(
-        "{} --enable-volume-sets",
+        "{} --enable-volume-sets --volume-set-creates={}",
         std::env::current_exe()?
             .with_file_name("csi-provisioner")
-            .display()
+            .display(),
+        args.pool_creates
     ));
     let (mut child, _) = super::start_provisioner(&ours, "pool", &stack, dir.path())?;
     let pid = child.id();
@@ -208,6 +219,8 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<PoolReport> {
     stack.shutdown(Duration::from_secs(10)).await;
     Ok(PoolReport {
         rate_per_second: args.rate,
+        create_volume_latency_ms: args.create_latency.as_millis(),
+        set_creates_in_flight: args.pool_creates,
         pool_minimum: minimum,
         pool_maximum: maximum,
         seconds_to_fill_pool,
@@ -219,11 +232,13 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<PoolReport> {
 
 pub(super) fn print(r: &PoolReport) {
     println!(
-        "scenario pool ({} claims at {}/s; pool of {} Available, at most {})",
+        "scenario pool ({} claims at {}/s; CreateVolume {} ms; pool of {} Available, at most {}, {} creates in flight)",
         r.dynamic.claims.max(r.pool.claims),
         r.rate_per_second,
+        r.create_volume_latency_ms,
         r.pool_minimum,
-        r.pool_maximum
+        r.pool_maximum,
+        r.set_creates_in_flight
     );
     println!("  filling the pool:  {:.2} s", r.seconds_to_fill_pool);
     for (what, l) in [("dynamic", &r.dynamic), ("from pool", &r.pool)] {

@@ -72,6 +72,8 @@ pub struct ControllerConfig {
     pub node: Option<node_deployment::NodeDeployment>,
     /// `--enable-volume-sets`: run the PersistentVolumeSet manager.
     pub volume_sets: bool,
+    /// `--volume-set-creates`: CreateVolume calls in flight per set at most.
+    pub volume_set_creates: usize,
 }
 
 /// The capacity controller's inputs (`--enable-capacity`): its settings and the client its

@@ -2,9 +2,11 @@
 //!
 //! - the set's volumes are the PersistentVolumes its selector matches, made by the set or by
 //!   hand (adopted), whatever their size or template;
-//! - a volume is made (one at a time per set) while fewer than `minimumReplicas` are Available
-//!   and fewer than `maximumReplicas` exist (the seed's `<=` would overshoot the maximum by
-//!   one: `<` is used);
+//! - volumes are made while fewer than `minimumReplicas` are Available and fewer than
+//!   `maximumReplicas` exist (the seed's `<=` would overshoot the maximum by one: `<` is used),
+//!   at most `in_flight` at a time per set (the seed says one at a time; a driver whose
+//!   CreateVolume takes seconds could never keep a pool full that way, so the bound is the
+//!   `--volume-set-creates` flag, and 1 is the seed's rule);
 //! - while more than `maximumReplicas` exist, the largest Available volume is deleted first; a
 //!   Bound, Released or already-deleting volume is never chosen;
 //! - a volume being deleted is on its way out: it is neither counted nor chosen again (counting
@@ -24,8 +26,8 @@ use super::types::{PersistentVolumeSet, PersistentVolumeSetStatus};
 pub struct SetPlan {
     /// Why the spec cannot be served (nothing else is done).
     pub invalid: Option<String>,
-    /// Whether to make one volume now.
-    pub create: bool,
+    /// How many volumes to make now.
+    pub create: usize,
     /// Volumes to delete, largest first.
     pub delete: Vec<String>,
     /// The status to report.
@@ -127,12 +129,14 @@ fn size(pv: &PersistentVolume) -> i64 {
 /// (their CreateVolume is in flight, or their PV is not in the cache yet; they count towards
 /// the maximum and, like members not yet marked Available, towards the minimum).
 ///
-/// Only volumes `deletable` admits are chosen for deletion (the manager deletes through its
+/// At most `in_flight` volumes are made at a time (those `creating` included). Only volumes
+/// `deletable` admits are chosen for deletion (the manager deletes through its
 /// driver; a matching volume of another driver or a static one is counted, never deleted).
 pub fn plan(
     set: &PersistentVolumeSet,
     members: &[&PersistentVolume],
     creating: usize,
+    in_flight: usize,
     deletable: impl Fn(&PersistentVolume) -> bool,
 ) -> SetPlan {
     let spec = &set.spec;
@@ -183,7 +187,10 @@ pub fn plan(
     // New volumes (in flight, or saved but not yet marked Available) will be Available.
     let will_be_available =
         available_now + members.iter().filter(|pv| coming(pv)).count() + creating;
-    let create = creating == 0 && will_be_available < minimum && total < maximum;
+    let create = minimum
+        .saturating_sub(will_be_available)
+        .min(maximum.saturating_sub(total))
+        .min(in_flight.max(1).saturating_sub(creating));
     SetPlan {
         invalid: None,
         create,

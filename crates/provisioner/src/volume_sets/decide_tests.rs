@@ -46,20 +46,20 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
         i32,
         Vec<(&'static str, &'static str)>,
         usize,
-        (bool, Vec<&'static str>, i32, i32, bool),
+        (usize, Vec<&'static str>, i32, i32, bool),
     );
     let cases: Vec<Case> = vec![
         // Empty pool: make one.
-        (5, 10, vec![], 0, (true, vec![], 0, 0, false)),
+        (5, 10, vec![], 0, (1, vec![], 0, 0, false)),
         // One in flight: wait for it (one at a time).
-        (5, 10, vec![], 1, (false, vec![], 0, 0, false)),
+        (5, 10, vec![], 1, (0, vec![], 0, 0, false)),
         // Five available: full.
         (
             5,
             10,
             vec![("1Gi", "Available"); 5],
             0,
-            (false, vec![], 0, 5, true),
+            (0, vec![], 0, 5, true),
         ),
         // Claims bound three: refill.
         (
@@ -67,7 +67,7 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
             10,
             [vec![("1Gi", "Bound"); 3], vec![("1Gi", "Available"); 2]].concat(),
             0,
-            (true, vec![], 3, 2, false),
+            (1, vec![], 3, 2, false),
         ),
         // At the maximum with few available: no more.
         (
@@ -75,7 +75,7 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
             10,
             [vec![("1Gi", "Bound"); 8], vec![("1Gi", "Available"); 2]].concat(),
             0,
-            (false, vec![], 8, 2, false),
+            (0, vec![], 8, 2, false),
         ),
         // One below the maximum: the last one may be made.
         (
@@ -83,7 +83,7 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
             10,
             [vec![("1Gi", "Bound"); 8], vec![("1Gi", "Available"); 1]].concat(),
             0,
-            (true, vec![], 8, 1, false),
+            (1, vec![], 8, 1, false),
         ),
         // Scaled down below what exists: the largest Available goes first, Bound never.
         (
@@ -97,7 +97,7 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
                 ("3Gi", "Released"),
             ],
             0,
-            (false, vec!["pv-2", "pv-1"], 1, 3, true),
+            (0, vec!["pv-2", "pv-1"], 1, 3, true),
         ),
         // Above the maximum with nothing Available: nothing can go.
         (
@@ -105,7 +105,7 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
             1,
             vec![("1Gi", "Bound"), ("1Gi", "Released")],
             0,
-            (false, vec![], 1, 0, true),
+            (0, vec![], 1, 0, true),
         ),
         // A new volume not yet marked Available counts as one: no second one for it.
         (
@@ -113,10 +113,10 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
             10,
             [vec![("1Gi", "Available"); 4], vec![("1Gi", "")]].concat(),
             0,
-            (false, vec![], 0, 4, false),
+            (0, vec![], 0, 4, false),
         ),
         // Minimum 0: nothing made.
-        (0, 10, vec![], 0, (false, vec![], 0, 0, true)),
+        (0, 10, vec![], 0, (0, vec![], 0, 0, true)),
     ];
     for (i, (min, max, volumes, creating, want)) in cases.into_iter().enumerate() {
         let s = set(min, max);
@@ -126,7 +126,7 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
             .map(|(n, (size, phase))| pv(&format!("pv-{n}"), size, phase, "fast"))
             .collect();
         let refs: Vec<&PersistentVolume> = pvs.iter().collect();
-        let p = plan(&s, &refs, creating, any);
+        let p = plan(&s, &refs, creating, 1, any);
         let got = (
             p.create,
             p.delete.clone(),
@@ -161,9 +161,9 @@ fn volumes_made_by_hand_that_match_are_members_and_others_are_not() {
         .map(|p| p.metadata.name.as_deref().unwrap())
         .collect();
     assert_eq!(names, vec!["made-by-hand", "from-old-template"]);
-    let p = plan(&s, &m, 0, any);
+    let p = plan(&s, &m, 0, 1, any);
     assert!(
-        !p.create && p.delete.is_empty() && p.ready,
+        p.create == 0 && p.delete.is_empty() && p.ready,
         "two adopted volumes meet the minimum"
     );
     // A template change (a larger size) leaves existing volumes alone; scaling to 1 deletes
@@ -174,13 +174,13 @@ fn volumes_made_by_hand_that_match_are_members_and_others_are_not() {
         k8s_openapi::apimachinery::pkg::api::resource::Quantity("20Gi".into()),
     );
     assert_eq!(
-        plan(&smaller, &m, 0, any).delete,
+        plan(&smaller, &m, 0, 1, any).delete,
         vec!["made-by-hand".to_string()]
     );
     // Only deletable volumes are chosen: without the hand-made one, the next largest goes.
     let not_hand_made = |pv: &PersistentVolume| pv.metadata.name.as_deref() != Some("made-by-hand");
     assert_eq!(
-        plan(&smaller, &m, 0, not_hand_made).delete,
+        plan(&smaller, &m, 0, 1, not_hand_made).delete,
         vec!["from-old-template".to_string()]
     );
     let mut deleting = pvs[0].clone();
@@ -189,7 +189,7 @@ fn volumes_made_by_hand_that_match_are_members_and_others_are_not() {
             "2026-11-23T00:00:00Z".parse().unwrap(),
         ));
     let m2 = vec![&deleting, &pvs[2]];
-    let p = plan(&smaller, &m2, 0, any);
+    let p = plan(&smaller, &m2, 0, 1, any);
     assert_eq!(
         (p.delete.len(), p.status.replicas),
         (0, 1),
@@ -229,9 +229,37 @@ fn specs_that_cannot_be_served_change_nothing_and_say_why() {
     for (s, words) in cases {
         let why = invalid(&s).unwrap_or_default();
         assert!(why.contains(words), "{why:?} should say {words:?}");
-        let p = plan(&s, &[], 0, any);
-        assert!(!p.create && p.delete.is_empty() && !p.ready);
+        let p = plan(&s, &[], 0, 1, any);
+        assert!(p.create == 0 && p.delete.is_empty() && !p.ready);
         assert_eq!(p.invalid.as_deref(), Some(why.as_str()));
     }
     assert_eq!(invalid(&set(0, 0)), None, "an empty pool is a valid pool");
+}
+
+#[test]
+fn up_to_the_in_flight_bound_is_made_at_once_never_past_the_maximum() {
+    // (min, max, Bound, Available, creating, in flight) → create
+    let table = [
+        (100, 200, 0, 0, 0, 10, 10),
+        (100, 200, 0, 0, 4, 10, 6),
+        (100, 200, 0, 95, 0, 10, 5),
+        // Room for 3 below the maximum.
+        (10, 13, 10, 0, 0, 10, 3),
+        (5, 10, 0, 0, 0, 1, 1),
+        (5, 10, 0, 0, 1, 1, 0),
+        (5, 10, 0, 0, 0, 0, 1),
+    ];
+    for (min, max, bound, available, creating, in_flight, want) in table {
+        let s = set(min, max);
+        let pvs: Vec<PersistentVolume> = (0..bound)
+            .map(|n| pv(&format!("b-{n}"), "1Gi", "Bound", "fast"))
+            .chain((0..available).map(|n| pv(&format!("pv-{n}"), "1Gi", "Available", "fast")))
+            .collect();
+        let refs: Vec<&PersistentVolume> = pvs.iter().collect();
+        let p = plan(&s, &refs, creating, in_flight, any);
+        assert_eq!(
+            p.create, want,
+            "min {min} max {max} available {available} creating {creating} in flight {in_flight}"
+        );
+    }
 }

@@ -147,6 +147,11 @@ impl SetError {
     }
 }
 
+/// The first failure of calls made together (each one's outcome is already recorded).
+fn first_error(results: Vec<Result<(), SetError>>) -> Result<(), SetError> {
+    results.into_iter().collect()
+}
+
 fn phase(pv: &PersistentVolume) -> &str {
     pv.status
         .as_ref()
@@ -239,9 +244,15 @@ impl Provisioner {
                 .and_then(|s| s.csi.as_ref())
                 .is_some_and(|c| c.driver == driver)
         };
-        let decided = plan(&set, &members, pending.len() + unseen, deletable);
+        let decided = plan(
+            &set,
+            &members,
+            pending.len() + unseen,
+            self.cfg.volume_set_creates,
+            deletable,
+        );
         manager.gauges(name, &decided.status, &members);
-        let busy = decided.create || !decided.delete.is_empty() || !pending.is_empty();
+        let busy = decided.create > 0 || !decided.delete.is_empty() || !pending.is_empty();
         let new_status = status(&set, &decided, sidecar_kit::vocabulary::now());
         if should_write(&set, &new_status, busy) {
             self.write_status(name, &new_status).await?;
@@ -258,12 +269,17 @@ impl Provisioner {
                 self.delete_member(pv, name).await?;
             }
         }
-        if let Some((volume, flight)) = pending.into_iter().next() {
-            self.finish_member(&set, &volume, &flight).await?;
+        if !pending.is_empty() {
+            // In flight already (a failed or interrupted attempt): finished before any new one.
+            let finishing = pending
+                .iter()
+                .map(|(volume, flight)| self.finish_member(&set, volume, flight));
+            first_error(futures::future::join_all(finishing).await)?;
             return Ok(Next::After(Duration::ZERO));
         }
-        if decided.create {
-            self.create_member(&set).await?;
+        if decided.create > 0 {
+            let creating = (0..decided.create).map(|_| self.create_member(&set));
+            first_error(futures::future::join_all(creating).await)?;
             return Ok(Next::After(Duration::ZERO));
         }
         Ok(Next::Done)
