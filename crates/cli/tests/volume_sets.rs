@@ -428,3 +428,43 @@ async fn released_pool_volumes_with_recycle_are_scrubbed_on_a_node_and_return_to
     assert_eq!(members(&c, "reuse").await.len(), 1);
     assert_eq!(c.driver_volumes().await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_refusing_every_volume_is_reported_on_the_set_and_the_pool_fills_once_it_stops() {
+    let c = Cluster::start(&["--capacity=1Ti"], &FLAGS, true).await;
+    c.class("pool", json!({})).await;
+    c.faults("CreateVolume=error:INVALID_ARGUMENT:1.0\n");
+    make_set(&c, "refused", 3, 3, "1Mi").await;
+    let message = c
+        .wait_event("refused", "ProvisioningFailed", "InvalidArgument")
+        .await;
+    assert!(message.contains("CreateVolume of refused-"), "{message}");
+    assert!(members(&c, "refused").await.is_empty());
+    c.wait_until("the set not Ready", Duration::from_secs(15), || async {
+        set_status(&c, "refused").await["conditions"][0]["reason"] == "BelowMinimum"
+    })
+    .await;
+    c.faults("");
+    c.wait_until(
+        "the pool filled after the backoff",
+        Duration::from_secs(60),
+        || async { count(&c, "refused", "Available").await == 3 && c.driver_volumes().await == 3 },
+    )
+    .await;
+    // A class that refers to the claim cannot make pool volumes: said on the set.
+    c.class(
+        "per-claim",
+        json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "${pvc.name}",
+                              "csi.storage.k8s.io/provisioner-secret-namespace": "default"}}),
+    )
+    .await;
+    make_set(&c, "templated", 0, 1, "1Mi").await;
+    patch_set(
+        &c,
+        "templated",
+        json!({"spec": {"minimumReplicas": 1, "template": {"spec": {"storageClassName": "per-claim"}}}}),
+    )
+    .await;
+    c.wait_event("templated", "ProvisioningFailed", "refers to the claim")
+        .await;
+}

@@ -312,16 +312,27 @@ impl Provisioner {
         };
         let controller = match &self.sets {
             Some(sets) => {
-                let this = self.clone();
-                controller.wait_for(&sets.sets).reconcile(
-                    "persistentvolumeset",
-                    sets.queue.clone(),
-                    self.cfg.workers,
-                    move |name| {
-                        let this = this.clone();
-                        async move { this.sync_set(&name).await }
-                    },
-                )
+                let (this, maker) = (self.clone(), self.clone());
+                controller
+                    .wait_for(&sets.sets)
+                    .reconcile(
+                        "persistentvolumeset",
+                        sets.queue.clone(),
+                        self.cfg.workers,
+                        move |name| {
+                            let this = this.clone();
+                            async move { this.sync_set(&name).await }
+                        },
+                    )
+                    .reconcile(
+                        "persistentvolumeset-volume",
+                        sets.creates.clone(),
+                        self.cfg.volume_set_creates,
+                        move |volume| {
+                            let maker = maker.clone();
+                            async move { maker.sync_member(&volume).await }
+                        },
+                    )
             }
             None => controller,
         };
@@ -391,9 +402,10 @@ impl Provisioner {
                         crate::decide::secrets::SecretRef { name, namespace }
                     }),
                 };
-                match (flight.pool().map(str::to_string), &self.sets) {
-                    // A set's volume: its set finishes it (or deletes it if the set is gone).
-                    (Some(set), Some(sets)) => sets.queue.add_now(set),
+                match (flight.pool(), &self.sets) {
+                    // A set's volume: a create worker finishes it (or deletes it if the set is
+                    // gone).
+                    (Some(_), Some(sets)) => sets.creates.add_now(volume.clone()),
                     // Without the set manager, the claim path deletes it (no claim has it).
                     (Some(_), None) | (None, _) => self.claims.add_now(key),
                 }

@@ -79,6 +79,12 @@ pub struct SetManager {
     pub(crate) sets: Store<PersistentVolumeSet>,
     /// Set names to look at.
     pub(crate) queue: WorkQueue<String>,
+    /// Volumes of sets to make (names of in-flight volumes; `--volume-set-creates` workers).
+    pub(crate) creates: WorkQueue<String>,
+    /// Backoff after a set's creations fail.
+    backoff: Backoff,
+    /// Per set: consecutive failed creations and when the last one failed.
+    failures: Mutex<HashMap<String, (u32, Instant)>>,
     /// Metrics.
     pub(crate) metrics: SetMetrics,
     /// Volumes made, by name, with their set, until the PV cache shows them.
@@ -110,6 +116,8 @@ impl SetManager {
     ) -> Result<Self, prometheus::Error> {
         let queue: WorkQueue<String> = WorkQueue::new(backoff)
             .with_metrics(QueueMetrics::new(metrics, "persistentvolumesets"));
+        let creates: WorkQueue<String> = WorkQueue::new(backoff)
+            .with_metrics(QueueMetrics::new(metrics, "persistentvolumeset-volumes"));
         let q = queue.clone();
         let sets = watches.reflect(Api::<PersistentVolumeSet>::all(client), move |event| {
             each(event, |set| {
@@ -121,6 +129,9 @@ impl SetManager {
         Ok(SetManager {
             sets,
             queue,
+            creates,
+            backoff,
+            failures: Mutex::new(HashMap::new()),
             metrics: SetMetrics::register(metrics)?,
             made: Mutex::new(HashMap::new()),
             phases: Mutex::new(HashMap::new()),
@@ -204,8 +215,36 @@ impl SetManager {
         g.with_label_values(&[set, "released"]).set(released as i64);
     }
 
+    /// A creation for `set` failed: the set waits out a backoff before it makes another (a
+    /// driver that refuses every volume is not asked again at once).
+    pub(crate) fn creation_failed(&self, set: &str) {
+        let mut failures = self.failures.lock();
+        let entry = failures
+            .entry(set.to_string())
+            .or_insert((0, Instant::now()));
+        *entry = (entry.0.saturating_add(1), Instant::now());
+        let wait = self.backoff.delay(entry.0);
+        self.queue.add_after(set.to_string(), wait);
+    }
+
+    /// A creation for `set` succeeded: no more waiting.
+    pub(crate) fn creation_succeeded(&self, set: &str) {
+        self.failures.lock().remove(set);
+    }
+
+    /// How long `set` still waits after failed creations.
+    pub(crate) fn waiting(&self, set: &str) -> Option<Duration> {
+        let failures = self.failures.lock();
+        let (n, at) = failures.get(set)?;
+        self.backoff
+            .delay(*n)
+            .checked_sub(at.elapsed())
+            .filter(|d| !d.is_zero())
+    }
+
     /// Drops the series of a set that is gone.
     pub(crate) fn forget(&self, set: &str) {
+        self.failures.lock().remove(set);
         for state in ["total", "available", "bound", "released"] {
             let _ = self.metrics.volumes.remove_label_values(&[set, state]);
         }

@@ -2,10 +2,11 @@
 //! driver connection, intent log and caches.
 //!
 //! Never a leaked volume, never past the maximum:
-//! - a new volume is recorded in the intent log (as a claim's would be, the set in place of
-//!   the claim) before CreateVolume, and counts towards the maximum from then until its PV is
-//!   gone. A pass that finds one in flight finishes it (CreateVolume again, same name) before
-//!   making another; if the set is gone, the volume is deleted instead.
+//! - a new volume is put in flight by the set's pass and made by a create worker (its own
+//!   queue, `--volume-set-creates` workers): recorded in the intent log (as a claim's would be,
+//!   the set in place of the claim) before CreateVolume, it counts towards the maximum from
+//!   then until its PV is gone. A failed attempt is retried with the same name (CreateVolume
+//!   is idempotent by name); if the set is gone, the volume is deleted instead.
 //! - a volume is taken out of the pool before DeleteVolume: a finalizer is added at the version
 //!   the decision saw and the PV is deleted with that version as precondition, so a claim that
 //!   bound it meanwhile makes the deletion fail instead of losing its data. DeleteVolume and
@@ -13,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -147,11 +147,6 @@ impl SetError {
     }
 }
 
-/// The first failure of calls made together (each one's outcome is already recorded).
-fn first_error(results: Vec<Result<(), SetError>>) -> Result<(), SetError> {
-    results.into_iter().collect()
-}
-
 fn phase(pv: &PersistentVolume) -> &str {
     pv.status
         .as_ref()
@@ -215,13 +210,9 @@ impl Provisioner {
         }
         let pending = self.pool_flights(name);
         let Some(set) = set else {
-            for (volume, flight) in pending {
-                self.clean_up(&volume, &flight)
-                    .await
-                    .map_err(|source| SetError::Undo {
-                        volume,
-                        source: Box::new(source),
-                    })?;
+            // Its volumes in flight are deleted by their create workers (the set is gone).
+            for (volume, _) in pending {
+                manager.creates.add(volume);
             }
             // Its unused volumes go with the set, by their reclaim policy.
             for pv in members
@@ -269,18 +260,13 @@ impl Provisioner {
                 self.delete_member(pv, name).await?;
             }
         }
-        if !pending.is_empty() {
-            // In flight already (a failed or interrupted attempt): finished before any new one.
-            let finishing = pending
-                .iter()
-                .map(|(volume, flight)| self.finish_member(&set, volume, flight));
-            first_error(futures::future::join_all(finishing).await)?;
-            return Ok(Next::After(Duration::ZERO));
-        }
         if decided.create > 0 {
-            let creating = (0..decided.create).map(|_| self.create_member(&set));
-            first_error(futures::future::join_all(creating).await)?;
-            return Ok(Next::After(Duration::ZERO));
+            if let Some(wait) = manager.waiting(name) {
+                return Ok(Next::After(wait));
+            }
+            for _ in 0..decided.create {
+                self.create_member(&set)?;
+            }
         }
         Ok(Next::Done)
     }
@@ -314,8 +300,8 @@ impl Provisioner {
         Ok(())
     }
 
-    /// Records a new volume of the set in flight and makes it.
-    async fn create_member(&self, set: &Arc<PersistentVolumeSet>) -> Result<(), SetError> {
+    /// Puts a new volume of the set in flight and hands it to a create worker.
+    fn create_member(&self, set: &Arc<PersistentVolumeSet>) -> Result<(), SetError> {
         let name = set.metadata.name.clone().unwrap_or_default();
         let class = self.template_class(set)?;
         let token = uuid::Uuid::new_v4();
@@ -334,8 +320,55 @@ impl Provisioner {
             request: create_request(&plan, HashMap::new(), None),
             secret: plan.provisioner_secret.clone(),
         };
-        self.inflight.lock().insert(volume.clone(), flight.clone());
-        self.finish_member(set, &volume, &flight).await
+        self.inflight.lock().insert(volume.clone(), flight);
+        if let Some(manager) = &self.sets {
+            manager.creates.add(volume);
+        }
+        Ok(())
+    }
+
+    /// A create worker's pass over an in-flight volume of a set: made (CreateVolume, then its
+    /// PV), or deleted when its set is gone. A failure is retried with the key's backoff, and
+    /// the set waits before it puts more in flight.
+    pub(crate) async fn sync_member(&self, volume: &str) -> Result<Next, SetError> {
+        let Some(manager) = self.sets.as_ref() else {
+            return Ok(Next::Done);
+        };
+        let Some(flight) = self.inflight.lock().get(volume).cloned() else {
+            return Ok(Next::Done);
+        };
+        let Some(name) = flight.pool().map(str::to_string) else {
+            return Ok(Next::Done);
+        };
+        let Some(set) = manager.sets.get(&ObjectRef::new(&name)) else {
+            self.clean_up(volume, &flight)
+                .await
+                .map_err(|source| SetError::Undo {
+                    volume: volume.to_string(),
+                    source: Box::new(source),
+                })?;
+            return Ok(Next::Done);
+        };
+        match self.finish_member(&set, volume, &flight).await {
+            Ok(()) => {
+                manager.creation_succeeded(&name);
+                Ok(Next::Done)
+            }
+            Err(error) => {
+                manager.creation_failed(&name);
+                if error.event_worthy() {
+                    self.recorder
+                        .record(
+                            &reference(&*set),
+                            EventType::Warning,
+                            "ProvisioningFailed",
+                            &error.to_string(),
+                        )
+                        .await;
+                }
+                Err(error)
+            }
+        }
     }
 
     fn template_class(
