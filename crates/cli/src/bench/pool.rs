@@ -99,20 +99,35 @@ async fn one_run(
     })
 }
 
-/// Waits until only the pool's Available volumes (`keep`) are left, at the driver too.
+/// Waits until only the pool's Available volumes are left (none when `keep` is 0, else at
+/// least `keep`: the minimum is a floor), each with its driver volume.
 async fn settle(stack: &Stack, keep: usize, what: &str, problems: &mut Vec<String>) {
     let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());
     let settled = wait(Duration::from_secs(300), || async {
-        pvs.list(&ListParams::default())
-            .await
-            .map(|l| l.items.len() == keep)
-            .unwrap_or(false)
-            && driver_count(&stack.socket).await.unwrap_or(usize::MAX) == keep
+        let Ok(list) = pvs.list(&ListParams::default()).await else {
+            return false;
+        };
+        let pool_only = list.items.iter().all(|pv| {
+            pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available")
+                && pv
+                    .metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(SET))
+        });
+        let n = list.items.len();
+        let right = if keep == 0 { n == 0 } else { n >= keep };
+        pool_only && right && driver_count(&stack.socket).await.ok() == Some(n)
     })
     .await;
     if settled.is_err() {
+        let left = pvs
+            .list(&ListParams::default())
+            .await
+            .map_or(0, |l| l.items.len());
+        let driver = driver_count(&stack.socket).await.unwrap_or(0);
         problems.push(format!(
-            "{what}: volumes left after the claims were deleted"
+            "{what}: {left} PVs and {driver} driver volumes after the claims were deleted, {keep} Available pool volumes wanted"
         ));
     }
 }
