@@ -114,6 +114,12 @@ pub fn definition() -> Value {
                         "spec": {
                             "type": "object",
                             "required": ["minimumReplicas", "maximumReplicas", "selector", "template"],
+                            // Evaluated by kube-apiserver (CEL); the embedded API server does
+                            // not evaluate CEL, and the manager reports the same as InvalidSpec.
+                            "x-kubernetes-validations": [{
+                                "rule": "self.minimumReplicas <= self.maximumReplicas",
+                                "message": "spec.minimumReplicas must not exceed spec.maximumReplicas",
+                            }],
                             "properties": {
                                 "minimumReplicas": count,
                                 "maximumReplicas": count,
