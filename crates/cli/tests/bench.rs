@@ -3,28 +3,34 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[test]
-fn the_benchmark_runs_and_checks_its_end_state() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = dir.path().join("results.json");
+/// Runs `volstack bench` with `args`; fails the test with its output unless it succeeds.
+fn bench(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
-        .args([
-            "bench",
-            "--claims=20",
-            "--scenarios=storm,steady",
-            "--rate=20",
-            "--duration=1s",
-            &format!("--chart-dir={}", dir.path().display()),
-            &format!("--output={}", output.display()),
-        ])
+        .arg("bench")
+        .args(args)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+#[test]
+fn the_benchmark_runs_and_checks_its_end_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("results.json");
+    let stdout = bench(&[
+        "--claims=20",
+        "--scenarios=storm,steady",
+        "--rate=20",
+        "--duration=1s",
+        &format!("--chart-dir={}", dir.path().display()),
+        &format!("--output={}", output.display()),
+    ]);
     assert!(
         stdout.contains("end state                  correct"),
         "{stdout}"
@@ -76,25 +82,15 @@ fn unknown_scenarios_and_rates_are_refused() {
 fn the_pool_scenario_serves_every_claim_from_the_warm_pool() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("pool.json");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
-        .args([
-            "bench",
-            "--scenarios=pool",
-            "--rate=20",
-            "--duration=1s",
-            "--pool-minimum=25",
-            "--create-latency=200ms",
-            "--pool-creates=25",
-            &format!("--pool-output={}", output.display()),
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    bench(&[
+        "--scenarios=pool",
+        "--rate=20",
+        "--duration=1s",
+        "--pool-minimum=25",
+        "--create-latency=200ms",
+        "--pool-creates=25",
+        &format!("--pool-output={}", output.display()),
+    ]);
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
     assert_eq!(r["problems"], serde_json::json!([]), "{r}");
     assert_eq!(r["dynamic"]["claims"], 20);

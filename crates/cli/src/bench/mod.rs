@@ -315,11 +315,10 @@ fn print_report(r: &Report) {
     );
 }
 
-/// One scenario: a fresh stack, the provisioner under test as a child process, a warm-up
-/// claim, then the claims, their deletion, and the figures.
-async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report> {
-    let dir = tempfile::tempdir()?;
-    let stack = Stack::start(StackOptions {
+/// The stack a provisioning scenario runs on, in `dir`: a durable API server, the reference
+/// driver with room for everything, the PV controller.
+fn stack_options(dir: &std::path::Path) -> StackOptions {
+    StackOptions {
         durable: true,
         driver_args: vec![
             "--capacity=1Ei".to_string(),
@@ -328,9 +327,15 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         pv_controller: Some((16, pv_controller::controller::default_backoff())),
         // The benchmark measures provisioning; snapshots stay out of the machine's budget.
         snapshots: false,
-        ..StackOptions::new(dir.path().to_path_buf(), "volstack-bench/0.1")
-    })
-    .await?;
+        ..StackOptions::new(dir.to_path_buf(), "volstack-bench/0.1")
+    }
+}
+
+/// One scenario: a fresh stack, the provisioner under test as a child process, a warm-up
+/// claim, then the claims, their deletion, and the figures.
+async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report> {
+    let dir = tempfile::tempdir()?;
+    let stack = Stack::start(stack_options(dir.path())).await?;
     let (mut child, command) = start_provisioner(args, scenario, &stack, dir.path())?;
     let pid = child.id();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");

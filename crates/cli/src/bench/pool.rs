@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::observe::Observers;
 use super::{BenchArgs, delete_claims, driver_count, percentile, wait};
-use crate::embedded::{Stack, StackOptions};
+use crate::embedded::Stack;
 
 /// The set's name (its volumes are `<name>-<hex>`).
 const SET: &str = "bench-pool";
@@ -137,18 +137,13 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<PoolReport> {
     let minimum = args.pool_minimum;
     let maximum = minimum + n;
     let dir = tempfile::tempdir()?;
-    let stack = Stack::start(StackOptions {
-        durable: true,
-        driver_args: vec![
-            "--capacity=1Ei".to_string(),
-            "--publish-mode=symlink".to_string(),
-            format!("--fault-file={}", dir.path().join("faults").display()),
-        ],
-        pv_controller: Some((16, pv_controller::controller::default_backoff())),
-        snapshots: false,
-        ..StackOptions::new(dir.path().to_path_buf(), "volstack-bench/0.1")
-    })
-    .await?;
+    let mut options = super::stack_options(dir.path());
+    // The driver's CreateVolume latency (--create-latency) is injected through its fault file.
+    options.driver_args.push(format!(
+        "--fault-file={}",
+        dir.path().join("faults").display()
+    ));
+    let stack = Stack::start(options).await?;
     if !args.create_latency.is_zero() {
         let latency = format!(
             "CreateVolume=latency:{}ms\n",

@@ -378,20 +378,7 @@ impl Provisioner {
         let pv = match built {
             Ok(pv) => pv,
             Err(error) => {
-                if let Some(id) = volume
-                    .as_ref()
-                    .map(|v| v.volume_id.clone())
-                    .filter(|id| !id.is_empty())
-                    && classify_delete(
-                        self.delete_volume_call(&id, secrets)
-                            .await
-                            .map_err(|e| e.code),
-                    ) == DeleteOutcome::Retry
-                {
-                    // Keep the record: the next pass repeats CreateVolume and tries again.
-                    return Err(ClaimError::Response(error));
-                }
-                self.settle(&pv_name);
+                self.discard(&pv_name, volume.as_ref(), secrets).await;
                 return Err(ClaimError::Response(error));
             }
         };
@@ -414,6 +401,29 @@ impl Provisioner {
             )
             .await;
         Ok(true)
+    }
+
+    /// Deletes a volume whose answer cannot be used (no PV will name it) and settles its
+    /// record; when DeleteVolume must be retried the record stays, so the next pass repeats
+    /// CreateVolume (idempotent by name) and tries again.
+    pub(crate) async fn discard(
+        &self,
+        name: &str,
+        volume: Option<&csi::Volume>,
+        secrets: HashMap<String, String>,
+    ) {
+        if let Some(id) = volume
+            .map(|v| v.volume_id.clone())
+            .filter(|id| !id.is_empty())
+            && classify_delete(
+                self.delete_volume_call(&id, secrets)
+                    .await
+                    .map_err(|e| e.code),
+            ) == DeleteOutcome::Retry
+        {
+            return;
+        }
+        self.settle(name);
     }
 
     /// CreateVolume.

@@ -170,22 +170,28 @@ impl Provisioner {
     pub(crate) async fn sync_set(&self, name: &str) -> Result<Next, SetError> {
         let result = self.sync_set_once(name).await;
         if let Err(error) = &result
-            && error.event_worthy()
             && let Some(set) = self
                 .sets
                 .as_ref()
                 .and_then(|m| m.sets.get(&ObjectRef::new(name)))
         {
+            self.report_on_set(&set, error).await;
+        }
+        result
+    }
+
+    /// A `ProvisioningFailed` event on the set, for the failures its owner can act on.
+    async fn report_on_set(&self, set: &PersistentVolumeSet, error: &SetError) {
+        if error.event_worthy() {
             self.recorder
                 .record(
-                    &reference(&*set),
+                    &reference(set),
                     EventType::Warning,
                     "ProvisioningFailed",
                     &error.to_string(),
                 )
                 .await;
         }
-        result
     }
 
     async fn sync_set_once(&self, name: &str) -> Result<Next, SetError> {
@@ -356,16 +362,7 @@ impl Provisioner {
             }
             Err(error) => {
                 manager.creation_failed(&name);
-                if error.event_worthy() {
-                    self.recorder
-                        .record(
-                            &reference(&*set),
-                            EventType::Warning,
-                            "ProvisioningFailed",
-                            &error.to_string(),
-                        )
-                        .await;
-                }
+                self.report_on_set(&set, &error).await;
                 Err(error)
             }
         }
@@ -443,23 +440,7 @@ impl Provisioner {
         ) {
             Ok(pv) => pv,
             Err(source) => {
-                if let Some(id) = created
-                    .as_ref()
-                    .map(|v| v.volume_id.clone())
-                    .filter(|id| !id.is_empty())
-                    && classify_delete(
-                        self.delete_volume_call(&id, secrets)
-                            .await
-                            .map_err(|e| e.code),
-                    ) == DeleteOutcome::Retry
-                {
-                    // The record stays: the next pass repeats both calls.
-                    return Err(SetError::Response {
-                        volume: volume.to_string(),
-                        source,
-                    });
-                }
-                self.settle(volume);
+                self.discard(volume, created.as_ref(), secrets).await;
                 return Err(SetError::Response {
                     volume: volume.to_string(),
                     source,
