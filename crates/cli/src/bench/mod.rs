@@ -315,6 +315,36 @@ fn print_report(r: &Report) {
     );
 }
 
+/// The provisioner under test: stopped with SIGTERM (and waited for) at the end of a run,
+/// killed when the run fails half-way (dropped), so no run leaves it behind.
+pub(super) struct Provisioner(Option<Child>);
+
+impl Provisioner {
+    pub(super) fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGTERM, then waits for it to exit.
+    pub(super) async fn stop(mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+        }
+    }
+}
+
+impl Drop for Provisioner {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The stack a provisioning scenario runs on, in `dir`: a durable API server, the reference
 /// driver with room for everything, the PV controller.
 fn stack_options(dir: &std::path::Path) -> StackOptions {
@@ -336,7 +366,7 @@ fn stack_options(dir: &std::path::Path) -> StackOptions {
 async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report> {
     let dir = tempfile::tempdir()?;
     let stack = Stack::start(stack_options(dir.path())).await?;
-    let (mut child, command) = start_provisioner(args, scenario, &stack, dir.path())?;
+    let (child, command) = start_provisioner(args, scenario, &stack, dir.path())?;
     let pid = child.id();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");
     let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());
@@ -399,11 +429,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
     let peak_rss = proc_status(pid, "VmHWM:")
         .unwrap_or(0.0)
         .max(observers.stop());
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status();
-    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    child.stop().await;
     stack.shutdown(Duration::from_secs(10)).await;
 
     let provisioning = diff(&after_provision, &before);
@@ -465,7 +491,7 @@ fn start_provisioner(
     scenario: &str,
     stack: &Stack,
     dir: &std::path::Path,
-) -> anyhow::Result<(Child, String)> {
+) -> anyhow::Result<(Provisioner, String)> {
     let (program, mut words, command) = provisioner_command(args, stack)?;
     if scenario != "defaults" {
         words.push("--kube-api-qps=10000".into());
@@ -478,7 +504,7 @@ fn start_provisioner(
         .stderr(std::fs::File::create(dir.join("provisioner.log"))?)
         .spawn()
         .with_context(|| format!("start the provisioner {program:?}"))?;
-    Ok((child, command))
+    Ok((Provisioner(Some(child)), command))
 }
 
 /// The provisioner is ready when one claim gets its PV; the claim and its PV are then removed.

@@ -6,7 +6,6 @@
 //! claims arrive. Reports p50/p99/max latency of each run, how many claims the pool served,
 //! and how long filling the pool took.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -159,7 +158,7 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<PoolReport> {
             .display(),
         args.pool_creates
     ));
-    let (mut child, _) = super::start_provisioner(&ours, "pool", &stack, dir.path())?;
+    let (child, _) = super::start_provisioner(&ours, "pool", &stack, dir.path())?;
     let pid = child.id();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");
     let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());
@@ -221,11 +220,7 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<PoolReport> {
     sets.delete(SET, &DeleteParams::default()).await?;
     settle(&stack, 0, "pool deleted", &mut problems).await;
 
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status();
-    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    child.stop().await;
     stack.shutdown(Duration::from_secs(10)).await;
     Ok(PoolReport {
         rate_per_second: args.rate,
