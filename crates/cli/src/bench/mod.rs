@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,13 +13,16 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use crate::embedded::{Stack, StackOptions};
+use crate::embedded::Stack;
 use observe::{Observers, Times};
 
 mod attach;
 mod capacity;
 mod observe;
 mod pool;
+mod under_test;
+
+use under_test::{provisioner_command, stack_options, start_provisioner};
 
 /// Flags of `volstack bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -315,52 +317,6 @@ fn print_report(r: &Report) {
     );
 }
 
-/// The provisioner under test: stopped with SIGTERM (and waited for) at the end of a run,
-/// killed when the run fails half-way (dropped), so no run leaves it behind.
-pub(super) struct Provisioner(Option<Child>);
-
-impl Provisioner {
-    pub(super) fn id(&self) -> u32 {
-        self.0.as_ref().map_or(0, Child::id)
-    }
-
-    /// SIGTERM, then waits for it to exit.
-    pub(super) async fn stop(mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            let _ = tokio::task::spawn_blocking(move || child.wait()).await;
-        }
-    }
-}
-
-impl Drop for Provisioner {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The stack a provisioning scenario runs on, in `dir`: a durable API server, the reference
-/// driver with room for everything, the PV controller.
-fn stack_options(dir: &std::path::Path) -> StackOptions {
-    StackOptions {
-        durable: true,
-        driver_args: vec![
-            "--capacity=1Ei".to_string(),
-            "--publish-mode=symlink".to_string(),
-        ],
-        pv_controller: Some((16, pv_controller::controller::default_backoff())),
-        // The benchmark measures provisioning; snapshots stay out of the machine's budget.
-        snapshots: false,
-        ..StackOptions::new(dir.to_path_buf(), "volstack-bench/0.1")
-    }
-}
-
 /// One scenario: a fresh stack, the provisioner under test as a child process, a warm-up
 /// claim, then the claims, their deletion, and the figures.
 async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report> {
@@ -463,49 +419,6 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
 
 /// The provisioner's client label in the API server's request counts.
 const PROVISIONER_CLIENT: &str = "csi-provisioner";
-
-/// The provisioner under test (ours by default, else `--provisioner-cmd`) pointed at the
-/// stack: its program, its arguments, and the command line as given.
-fn provisioner_command(
-    args: &BenchArgs,
-    stack: &Stack,
-) -> anyhow::Result<(String, Vec<String>, String)> {
-    let own = std::env::current_exe()?
-        .with_file_name("csi-provisioner")
-        .display()
-        .to_string();
-    let command = args.provisioner_cmd.clone().unwrap_or(own);
-    let mut words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
-    if words.is_empty() {
-        bail!("--provisioner-cmd is empty");
-    }
-    let program = words.remove(0);
-    words.extend(stack.provisioner_args());
-    Ok((program, words, command))
-}
-
-/// Starts the provisioner under test (ours by default) against the stack; its log goes to
-/// `dir/provisioner.log`. Returns the child and the command line it was started with.
-fn start_provisioner(
-    args: &BenchArgs,
-    scenario: &str,
-    stack: &Stack,
-    dir: &std::path::Path,
-) -> anyhow::Result<(Provisioner, String)> {
-    let (program, mut words, command) = provisioner_command(args, stack)?;
-    if scenario != "defaults" {
-        words.push("--kube-api-qps=10000".into());
-        words.push("--kube-api-burst=10000".into());
-    }
-    let child = Command::new(&program)
-        .args(&words)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("provisioner.log"))?)
-        .spawn()
-        .with_context(|| format!("start the provisioner {program:?}"))?;
-    Ok((Provisioner(Some(child)), command))
-}
 
 /// The provisioner is ready when one claim gets its PV; the claim and its PV are then removed.
 async fn warm_up(

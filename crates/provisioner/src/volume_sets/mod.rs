@@ -8,10 +8,11 @@
 //! - [`make`]: how one volume of a set is planned and what its PV looks like;
 //! - [`status`]: the status and its `Ready` condition, and when it is written;
 //! - [`manager`]: the manager's state (watch, queue, metrics); `sync.rs`: one pass over a set
-//!   (`csi-provisioner --enable-volume-sets`).
+//!   (`csi-provisioner --enable-volume-sets`); `delete.rs`: how a set's volume is deleted.
 
 pub mod crd;
 pub mod decide;
+mod delete;
 pub mod make;
 pub mod manager;
 pub mod status;

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use sidecar_kit::events::EventType;
@@ -29,9 +29,8 @@ use super::make::{MakeError, SET_FINALIZER, member_pv, plan_member, volume_name}
 use super::status::{should_write, status};
 use super::types::{LABEL_SET, PersistentVolumeSet};
 use crate::controller::{InFlight, Provisioner};
-use crate::decide::classify::{CreateOutcome, DeleteOutcome, classify_create, classify_delete};
-use crate::decide::delete::recorded_secret;
-use crate::decide::provision::{PV_FINALIZER, ResponseError, create_request};
+use crate::decide::classify::{CreateOutcome, classify_create};
+use crate::decide::provision::{ResponseError, create_request};
 
 /// Why a pass over a set failed (it is retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -145,13 +144,6 @@ impl SetError {
             | SetError::Status { .. } => false,
         }
     }
-}
-
-fn phase(pv: &PersistentVolume) -> &str {
-    pv.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
 }
 
 fn label<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
@@ -466,119 +458,5 @@ impl Provisioner {
         self.settle(volume);
         tracing::info!(set = %name, volume, "volume made for the set");
         Ok(())
-    }
-
-    /// Deletes an Available volume of the set: out of the pool at the version decided on,
-    /// then DeleteVolume, then the PV goes.
-    async fn delete_member(&self, pv: &PersistentVolume, set: &str) -> Result<(), SetError> {
-        let volume = pv.metadata.name.clone().unwrap_or_default();
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        let take_out = |source| SetError::TakeOut {
-            volume: volume.clone(),
-            source,
-        };
-        let mut ops = vec![json!({
-            "op": "test", "path": "/metadata/resourceVersion", "value": pv.metadata.resource_version,
-        })];
-        ops.extend(finalizers::add_ops(&pv.metadata, SET_FINALIZER).unwrap_or_default());
-        let patch = finalizers::patch(ops).map_err(|e| take_out(kube::Error::SerdeError(e)))?;
-        let held = api
-            .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
-            .await
-            .map_err(take_out)?;
-        let preconditions = Preconditions {
-            uid: held.metadata.uid.clone(),
-            resource_version: held.metadata.resource_version.clone(),
-        };
-        let params = DeleteParams {
-            preconditions: Some(preconditions),
-            ..DeleteParams::default()
-        };
-        let deleting = match api.delete(&volume, &params).await {
-            Ok(either) => match either.left() {
-                Some(deleting) => deleting,
-                // Gone already: nothing holds it any more (our finalizer did not stick).
-                None => return Ok(()),
-            },
-            Err(source) => {
-                // Bound meanwhile (or changed): it stays in the pool, without our finalizer.
-                let _ = self.drop_finalizers(&held, &[SET_FINALIZER]).await;
-                return Err(take_out(source));
-            }
-        };
-        tracing::info!(set, volume = %volume, "deleting a volume of the set");
-        self.finish_deletion(&deleting, set).await
-    }
-
-    /// The second half of a deletion: DeleteVolume (unless a claim bound the volume before it
-    /// was taken out: then only our finalizer goes), then the finalizers.
-    async fn finish_deletion(&self, pv: &PersistentVolume, set: &str) -> Result<(), SetError> {
-        let volume = pv.metadata.name.clone().unwrap_or_default();
-        let unused = pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
-            && matches!(phase(pv), "Available" | "Pending" | "");
-        if !unused {
-            return self.drop_finalizers(pv, &[SET_FINALIZER]).await;
-        }
-        if let Some(handle) = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.csi.as_ref())
-            .filter(|c| c.driver == self.cfg.caps.name)
-            .map(|c| c.volume_handle.clone())
-        {
-            let secret = recorded_secret(pv).flatten();
-            let secrets =
-                self.fetch_secret(secret.as_ref())
-                    .await
-                    .map_err(|e| SetError::DeleteSecret {
-                        volume: volume.clone(),
-                        source: Box::new(e),
-                    })?;
-            if let Err(source) = self.delete_volume_call(&handle, secrets).await
-                && classify_delete(Err(source.code)) == DeleteOutcome::Retry
-            {
-                return Err(SetError::Delete { volume, source });
-            }
-        }
-        self.drop_finalizers(pv, &[SET_FINALIZER, PV_FINALIZER])
-            .await?;
-        if let Some(manager) = &self.sets {
-            manager.metrics.deleted.with_label_values(&[set]).inc();
-        }
-        tracing::info!(set, volume = %volume, "deleted a volume of the set");
-        Ok(())
-    }
-
-    /// Removes `which` from the PV's finalizers, at the version it was seen at.
-    async fn drop_finalizers(&self, pv: &PersistentVolume, which: &[&str]) -> Result<(), SetError> {
-        let volume = pv.metadata.name.clone().unwrap_or_default();
-        let kept: Vec<&String> = pv
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .filter(|f| !which.contains(&f.as_str()))
-            .collect();
-        if kept.len() == pv.metadata.finalizers.as_ref().map_or(0, Vec::len) {
-            return Ok(());
-        }
-        let ops = vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": pv.metadata.resource_version}),
-            json!({"op": "replace", "path": "/metadata/finalizers", "value": kept}),
-        ];
-        let finalize = |source| SetError::Finalize {
-            volume: volume.clone(),
-            source,
-        };
-        let patch = finalizers::patch(ops).map_err(|e| finalize(kube::Error::SerdeError(e)))?;
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        match api
-            .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(source) => Err(finalize(source)),
-        }
     }
 }
