@@ -129,6 +129,7 @@ struct Report {
     rss_per_1000_volumes_mib: f64,
     cpu_seconds: f64,
     requests_per_provisioned_volume: BTreeMap<String, f64>,
+    requests_per_deleted_volume: BTreeMap<String, f64>,
     writes_per_provisioned_volume: f64,
     writes_per_deleted_volume: f64,
     correct: bool,
@@ -154,11 +155,12 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
+/// Requests `client` made, by `"<VERB> <resource>"`.
 fn counts(server: &apiserver::RunningServer, client: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for ((verb, _resource, _code, c), n) in server.request_counts() {
+    for ((verb, resource, _code, c), n) in server.request_counts() {
         if c == client {
-            *out.entry(verb).or_default() += n;
+            *out.entry(format!("{verb} {resource}")).or_default() += n;
         }
     }
     out
@@ -173,9 +175,12 @@ fn diff(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeM
 }
 
 fn writes(m: &BTreeMap<String, u64>) -> u64 {
-    ["CREATE", "UPDATE", "PATCH", "DELETE"]
-        .iter()
-        .map(|v| m.get(*v).copied().unwrap_or(0))
+    m.iter()
+        .filter(|(key, _)| {
+            let verb = key.split(' ').next().unwrap_or_default();
+            matches!(verb, "CREATE" | "UPDATE" | "PATCH" | "DELETE")
+        })
+        .map(|(_, n)| n)
         .sum()
 }
 
@@ -296,6 +301,10 @@ fn print_report(r: &Report) {
         r.requests_per_provisioned_volume
     );
     println!(
+        "  requests per deleted       {:?}",
+        r.requests_per_deleted_volume
+    );
+    println!(
         "  writes per provisioned     {:>10.2}",
         r.writes_per_provisioned_volume
     );
@@ -408,6 +417,7 @@ async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report
         rss_per_1000_volumes_mib: (rss_rest - rss_before).max(0.0) / n.max(1) as f64 * 1000.0,
         cpu_seconds: cpu,
         requests_per_provisioned_volume: per(&provisioning),
+        requests_per_deleted_volume: per(&deletion),
         writes_per_provisioned_volume: writes(&provisioning) as f64 / n.max(1) as f64,
         writes_per_deleted_volume: writes(&deletion) as f64 / n.max(1) as f64,
         correct: problems.is_empty(),
