@@ -1,7 +1,7 @@
 //! The words every controller shares: well-known annotations and finalizers (kube's and the
 //! CSI sidecars' names), references to objects, and this machine's host name.
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
@@ -38,6 +38,22 @@ pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finali
 /// Finalizer on a claim that is the source of clones still being provisioned.
 pub const CLONING_PROTECTION_FINALIZER: &str =
     "provisioner.storage.kubernetes.io/cloning-protection";
+
+/// A PV's phase (`""` before the PV controller has set one).
+pub fn pv_phase(pv: &PersistentVolume) -> &str {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+/// A PV's reclaim policy (`Retain` when unset, the API's default for static volumes).
+pub fn pv_reclaim_policy(pv: &PersistentVolume) -> &str {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        .unwrap_or("Retain")
+}
 
 /// The time now, for the timestamps of objects (conditions).
 pub fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {

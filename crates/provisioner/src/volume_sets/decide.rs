@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use sidecar_kit::selectors::label_selector_matches;
+use sidecar_kit::vocabulary::pv_phase;
 
 use super::types::{PersistentVolumeSet, PersistentVolumeSetStatus};
 
@@ -96,25 +97,25 @@ pub fn members<'a>(
         .collect()
 }
 
+/// Whether a volume is unclaimed and not being deleted.
+fn free(pv: &PersistentVolume) -> bool {
+    pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
+        && pv.metadata.deletion_timestamp.is_none()
+}
+
 /// Whether a volume is Available: the phase says so, no claim is reserved, not being deleted.
 pub fn available(pv: &PersistentVolume) -> bool {
-    pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available")
-        && pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
-        && pv.metadata.deletion_timestamp.is_none()
+    pv_phase(pv) == "Available" && free(pv)
 }
 
 /// Whether a volume is new: no phase yet (the PV controller has not marked it Available), no
 /// claim, not being deleted. It will be Available.
 fn coming(pv: &PersistentVolume) -> bool {
-    matches!(
-        pv.status.as_ref().and_then(|s| s.phase.as_deref()),
-        None | Some("" | "Pending")
-    ) && pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
-        && pv.metadata.deletion_timestamp.is_none()
+    matches!(pv_phase(pv), "" | "Pending") && free(pv)
 }
 
 fn bound(pv: &PersistentVolume) -> bool {
-    pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+    pv_phase(pv) == "Bound"
 }
 
 fn size(pv: &PersistentVolume) -> i64 {

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 use sidecar_kit::finalizers;
+use sidecar_kit::vocabulary::pv_phase as phase;
 
 use super::make::SET_FINALIZER;
 use super::sync::SetError;
@@ -15,13 +16,6 @@ use crate::controller::Provisioner;
 use crate::decide::classify::{DeleteOutcome, classify_delete};
 use crate::decide::delete::recorded_secret;
 use crate::decide::provision::PV_FINALIZER;
-
-fn phase(pv: &PersistentVolume) -> &str {
-    pv.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
-}
 
 impl Provisioner {
     /// Deletes an Available volume of the set: out of the pool at the version decided on,

@@ -2,6 +2,7 @@
 //! queue (one key per set), the volumes it made that the PV cache has not shown yet, and its
 //! metrics. What a pass does is in `sync.rs`.
 
+use sidecar_kit::vocabulary::pv_phase as phase;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -97,13 +98,6 @@ impl std::fmt::Debug for SetManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SetManager").finish_non_exhaustive()
     }
-}
-
-fn phase(pv: &PersistentVolume) -> &str {
-    pv.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
 }
 
 impl SetManager {

@@ -12,6 +12,7 @@
 //!   bound it meanwhile makes the deletion fail instead of losing its data. DeleteVolume and
 //!   the finalizer's removal follow; a crash in between is finished by the next pass.
 
+use sidecar_kit::vocabulary::pv_reclaim_policy;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -150,13 +151,6 @@ fn label<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
     pv.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
-fn policy(pv: &PersistentVolume) -> &str {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-        .unwrap_or("Retain")
-}
-
 impl Provisioner {
     /// One pass over a set.
     pub(crate) async fn sync_set(&self, name: &str) -> Result<Next, SetError> {
@@ -215,7 +209,7 @@ impl Provisioner {
             // Its unused volumes go with the set, by their reclaim policy.
             for pv in members
                 .iter()
-                .filter(|pv| available(pv) && policy(pv) == "Delete")
+                .filter(|pv| available(pv) && pv_reclaim_policy(pv) == "Delete")
             {
                 self.delete_member(pv, name).await?;
             }

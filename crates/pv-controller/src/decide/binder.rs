@@ -3,6 +3,7 @@
 //! matching Available volume, else the class's provisioner; and the volume side: Available,
 //! Bound, Released, and what reclaiming a Released volume means.
 
+use sidecar_kit::vocabulary::pv_phase as phase;
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
@@ -75,13 +76,6 @@ fn volume_class(pv: &PersistentVolume) -> String {
         .map(str::to_string)
         .or_else(|| pv.spec.as_ref()?.storage_class_name.clone())
         .unwrap_or_default()
-}
-
-fn phase(pv: &PersistentVolume) -> &str {
-    pv.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
 }
 
 fn capacity(pv: &PersistentVolume) -> Option<i64> {

@@ -8,6 +8,7 @@
 //! reference, and the PV controller makes it Available. A restarted agent finds the volumes it
 //! took by the annotation and starts them again (every step is idempotent).
 
+use sidecar_kit::vocabulary::{pv_phase as phase, pv_reclaim_policy};
 use std::collections::BTreeMap;
 
 use csi_proto::v1 as csi;
@@ -53,21 +54,9 @@ pub struct Scrub {
     pub publish_secret: Option<SecretRef>,
 }
 
-fn phase(pv: &PersistentVolume) -> &str {
-    pv.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
-}
-
 /// Whether `pv` is a Released volume with reclaim policy `Recycle` (worth a look).
 pub fn may_recycle(pv: &PersistentVolume) -> bool {
-    phase(pv) == "Released"
-        && pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-            == Some("Recycle")
+    phase(pv) == "Released" && pv_reclaim_policy(pv) == "Recycle"
 }
 
 /// The step for `pv` on node `node` (labels `labels`) of driver `driver`.
