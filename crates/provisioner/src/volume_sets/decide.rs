@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use sidecar_kit::selectors::label_selector_matches;
-use sidecar_kit::vocabulary::pv_phase;
+use sidecar_kit::vocabulary::{pv_phase, pv_reclaim_policy};
+
+use super::make::SET_FINALIZER;
 
 use super::types::{PersistentVolumeSet, PersistentVolumeSetStatus};
 
@@ -199,4 +201,63 @@ pub fn plan(
         status,
         ready,
     }
+}
+
+/// Whether the manager can delete a volume: a CSI volume of its driver (DeleteVolume is how a
+/// volume goes; a static volume or another driver's is counted, never deleted).
+pub fn deletable_by(pv: &PersistentVolume, driver: &str) -> bool {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .is_some_and(|c| c.driver == driver)
+}
+
+/// What goes with a deleted set: its unused volumes whose reclaim policy is Delete (`members`
+/// are the volumes it made, by their label).
+pub fn leftovers<'a>(members: &[&'a PersistentVolume]) -> Vec<&'a PersistentVolume> {
+    members
+        .iter()
+        .copied()
+        .filter(|pv| available(pv) && pv_reclaim_policy(pv) == "Delete")
+        .collect()
+}
+
+/// Deletions the manager started and has not finished (a crash or a failure in between):
+/// being deleted and still held by its finalizer.
+pub fn unfinished<'a>(members: &[&'a PersistentVolume]) -> Vec<&'a PersistentVolume> {
+    members
+        .iter()
+        .copied()
+        .filter(|pv| {
+            pv.metadata.deletion_timestamp.is_some()
+                && sidecar_kit::finalizers::has(&pv.metadata, SET_FINALIZER)
+        })
+        .collect()
+}
+
+/// How a deletion the manager started ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeletionEnd {
+    /// A claim bound the volume before it was taken out: only the manager's finalizer goes,
+    /// the volume follows its claim's reclaim policy.
+    Claimed,
+    /// Unused: DeleteVolume of this handle (None: not this driver's, nothing to call), then the
+    /// finalizers go.
+    Delete(Option<String>),
+}
+
+/// How the deletion of `pv` ends for a manager of `driver`.
+pub fn deletion_end(pv: &PersistentVolume, driver: &str) -> DeletionEnd {
+    let unused = pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
+        && matches!(pv_phase(pv), "Available" | "Pending" | "");
+    if !unused {
+        return DeletionEnd::Claimed;
+    }
+    DeletionEnd::Delete(
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.csi.as_ref())
+            .filter(|c| c.driver == driver)
+            .map(|c| c.volume_handle.clone()),
+    )
 }

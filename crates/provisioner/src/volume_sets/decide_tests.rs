@@ -3,7 +3,9 @@
 use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::json;
 
-use super::decide::{invalid, members, plan};
+use super::decide::{
+    DeletionEnd, deletable_by, deletion_end, invalid, leftovers, members, plan, unfinished,
+};
 use super::types::PersistentVolumeSet;
 
 fn set(min: i32, max: i32) -> PersistentVolumeSet {
@@ -262,4 +264,69 @@ fn up_to_the_in_flight_bound_is_made_at_once_never_past_the_maximum() {
             "min {min} max {max} available {available} creating {creating} in flight {in_flight}"
         );
     }
+}
+
+#[test]
+fn deletions_go_through_the_driver_and_end_by_what_happened_meanwhile() {
+    let with = |name: &str, phase: &str, extra: serde_json::Value| {
+        let mut v = serde_json::to_value(pv(name, "1Gi", phase, "fast")).unwrap();
+        json_patch::merge(&mut v, &extra);
+        serde_json::from_value::<PersistentVolume>(v).unwrap()
+    };
+    let csi = |driver: &str| json!({"spec": {"csi": {"driver": driver, "volumeHandle": "h"}}});
+    let deleting = json!({"metadata": {"deletionTimestamp": "2026-11-23T00:00:00Z",
+        "finalizers": ["storage.volstack.dev/persistentvolumeset"]}});
+    let delete_policy = json!({"spec": {"persistentVolumeReclaimPolicy": "Delete"}});
+
+    assert!(deletable_by(&with("a", "Available", csi("d")), "d"));
+    assert!(!deletable_by(&with("b", "Available", csi("other")), "d"));
+    assert!(
+        !deletable_by(&with("c", "Available", json!({})), "d"),
+        "static"
+    );
+
+    // (volume, end)
+    let table = [
+        (
+            with("unused", "Available", csi("d")),
+            DeletionEnd::Delete(Some("h".into())),
+        ),
+        (
+            with("fresh", "", csi("d")),
+            DeletionEnd::Delete(Some("h".into())),
+        ),
+        (
+            with("foreign", "Available", csi("other")),
+            DeletionEnd::Delete(None),
+        ),
+        (with("claimed", "Bound", csi("d")), DeletionEnd::Claimed),
+        (with("released", "Released", csi("d")), DeletionEnd::Claimed),
+    ];
+    for (v, want) in table {
+        assert_eq!(deletion_end(&v, "d"), want, "{:?}", v.metadata.name);
+    }
+
+    let a = with("a", "Available", delete_policy.clone());
+    let b = with(
+        "b",
+        "Available",
+        json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}}),
+    );
+    let c = with("c", "Bound", delete_policy.clone());
+    let d = with("d", "Available", deleting.clone());
+    let e = with(
+        "e",
+        "Available",
+        json!({"metadata": {"deletionTimestamp": "2026-11-23T00:00:00Z"}}),
+    );
+    let all = [&a, &b, &c, &d, &e];
+    let names = |v: Vec<&PersistentVolume>| -> Vec<String> {
+        v.iter().map(|p| p.metadata.name.clone().unwrap()).collect()
+    };
+    assert_eq!(names(leftovers(&all)), vec!["a"], "unused and Delete only");
+    assert_eq!(
+        names(unfinished(&all)),
+        vec!["d"],
+        "being deleted and held by the set"
+    );
 }

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 use sidecar_kit::finalizers;
-use sidecar_kit::vocabulary::pv_phase as phase;
 
+use super::decide::{DeletionEnd, deletion_end};
 use super::make::SET_FINALIZER;
 use super::sync::SetError;
 use crate::controller::Provisioner;
@@ -72,18 +72,11 @@ impl Provisioner {
         set: &str,
     ) -> Result<(), SetError> {
         let volume = pv.metadata.name.clone().unwrap_or_default();
-        let unused = pv.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
-            && matches!(phase(pv), "Available" | "Pending" | "");
-        if !unused {
-            return self.drop_finalizers(pv, &[SET_FINALIZER]).await;
-        }
-        if let Some(handle) = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.csi.as_ref())
-            .filter(|c| c.driver == self.cfg.caps.name)
-            .map(|c| c.volume_handle.clone())
-        {
+        let handle = match deletion_end(pv, &self.cfg.caps.name) {
+            DeletionEnd::Claimed => return self.drop_finalizers(pv, &[SET_FINALIZER]).await,
+            DeletionEnd::Delete(handle) => handle,
+        };
+        if let Some(handle) = handle {
             let secret = recorded_secret(pv).flatten();
             let secrets =
                 self.fetch_secret(secret.as_ref())

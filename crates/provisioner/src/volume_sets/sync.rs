@@ -12,7 +12,6 @@
 //!   bound it meanwhile makes the deletion fail instead of losing its data. DeleteVolume and
 //!   the finalizer's removal follow; a crash in between is finished by the next pass.
 
-use sidecar_kit::vocabulary::pv_reclaim_policy;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -21,12 +20,11 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use sidecar_kit::events::EventType;
-use sidecar_kit::finalizers;
 use sidecar_kit::vocabulary::reference;
 use sidecar_kit::workqueue::Next;
 
-use super::decide::{available, members, plan};
-use super::make::{MakeError, SET_FINALIZER, member_pv, plan_member, volume_name};
+use super::decide::{deletable_by, leftovers, members, plan, unfinished};
+use super::make::{MakeError, member_pv, plan_member, volume_name};
 use super::status::{should_write, status};
 use super::types::{LABEL_SET, PersistentVolumeSet};
 use crate::controller::{InFlight, Provisioner};
@@ -195,9 +193,7 @@ impl Provisioner {
                 .collect(),
         };
         // Deletions started by an earlier pass (or process) finish first.
-        for pv in members.iter().filter(|pv| {
-            pv.metadata.deletion_timestamp.is_some() && finalizers::has(&pv.metadata, SET_FINALIZER)
-        }) {
+        for pv in unfinished(&members) {
             self.finish_deletion(pv, name).await?;
         }
         let pending = self.pool_flights(name);
@@ -207,10 +203,7 @@ impl Provisioner {
                 manager.creates.add(volume);
             }
             // Its unused volumes go with the set, by their reclaim policy.
-            for pv in members
-                .iter()
-                .filter(|pv| available(pv) && pv_reclaim_policy(pv) == "Delete")
-            {
+            for pv in leftovers(&members) {
                 self.delete_member(pv, name).await?;
             }
             manager.forget(name);
@@ -219,20 +212,12 @@ impl Provisioner {
         let unseen = manager.unseen(name, |volume| {
             self.caches.volumes.get(&ObjectRef::new(volume)).is_some()
         });
-        // Only volumes of this driver can be deleted (DeleteVolume is how they go).
-        let driver = self.cfg.caps.name.as_str();
-        let deletable = |pv: &PersistentVolume| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .is_some_and(|c| c.driver == driver)
-        };
         let decided = plan(
             &set,
             &members,
             pending.len() + unseen,
             self.cfg.volume_set_creates,
-            deletable,
+            |pv| deletable_by(pv, &self.cfg.caps.name),
         );
         manager.gauges(name, &decided.status, &members);
         let busy = decided.create > 0 || !decided.delete.is_empty() || !pending.is_empty();

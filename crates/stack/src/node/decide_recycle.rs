@@ -136,19 +136,8 @@ mod tests {
             },
             "status": {"phase": phase},
         });
-        json_patch_merge(&mut v, &extra);
+        json_patch::merge(&mut v, &extra);
         serde_json::from_value(v).unwrap()
-    }
-
-    fn json_patch_merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
-        match (target.as_object_mut(), patch.as_object()) {
-            (Some(t), Some(p)) => {
-                for (k, v) in p {
-                    json_patch_merge(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            _ => *target = patch.clone(),
-        }
     }
 
     fn taken_by(node: &str) -> serde_json::Value {
