@@ -15,11 +15,11 @@ use sidecar_kit::events::{EventType, Recorder};
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
-use crate::decide::binder::claim_is_gone;
 use crate::decide::binder::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
     ANN_STORAGE_PROVISIONER, ClaimAction, VolumeAction, decide_claim, decide_volume,
 };
+use crate::decide::binder::{claim_is_gone, left_to_node_recyclers};
 use crate::decide::classes::default_class;
 use crate::index::{ClaimRefIndex, claim_named_by};
 
@@ -448,9 +448,7 @@ impl PvController {
                     .await;
                 Ok(())
             }
-            VolumeAction::Recycle
-                if self.node_recyclers && pv.spec.as_ref().is_some_and(|s| s.csi.is_some()) =>
-            {
+            VolumeAction::Recycle if left_to_node_recyclers(&pv, self.node_recyclers) => {
                 tracing::debug!(pv = name, "left to the node agents' recycler");
                 Ok(())
             }

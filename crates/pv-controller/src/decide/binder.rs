@@ -417,3 +417,9 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
 #[cfg(test)]
 #[path = "binder_tests.rs"]
 mod tests;
+
+/// Whether a Released `Recycle` volume is left to the node agents' recycler (the embedded
+/// stack's agents recycle CSI volumes) rather than reported as not supported here.
+pub fn left_to_node_recyclers(pv: &PersistentVolume, node_recyclers: bool) -> bool {
+    node_recyclers && pv.spec.as_ref().is_some_and(|s| s.csi.is_some())
+}

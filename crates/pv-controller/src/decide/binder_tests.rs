@@ -374,6 +374,15 @@ fn released_volumes_follow_their_reclaim_policy() {
         VolumeAction::CannotDelete(_)
     ));
     assert_eq!(dv(&released("Recycle", false), &[]), VolumeAction::Recycle);
+    // With node agents (the embedded stack), CSI volumes are theirs to recycle.
+    let mut csi = released("Recycle", false);
+    csi.spec.get_or_insert_with(Default::default).csi = Some(Default::default());
+    assert!(left_to_node_recyclers(&csi, true));
+    assert!(!left_to_node_recyclers(&csi, false));
+    assert!(
+        !left_to_node_recyclers(&released("Recycle", false), true),
+        "not CSI"
+    );
 }
 
 #[test]
