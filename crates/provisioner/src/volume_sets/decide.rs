@@ -85,6 +85,13 @@ pub fn invalid(set: &PersistentVolumeSet) -> Option<String> {
     None
 }
 
+/// Whether `pv` belongs to `set`: its selector matches the volume's labels.
+pub fn is_member(set: &PersistentVolumeSet, pv: &PersistentVolume) -> bool {
+    let none = BTreeMap::new();
+    let labels = pv.metadata.labels.as_ref().unwrap_or(&none);
+    label_selector_matches(&set.spec.selector, labels)
+}
+
 /// The set's volumes among `volumes`.
 pub fn members<'a>(
     set: &PersistentVolumeSet,
@@ -92,10 +99,7 @@ pub fn members<'a>(
 ) -> Vec<&'a PersistentVolume> {
     volumes
         .into_iter()
-        .filter(|pv| {
-            let labels = pv.metadata.labels.clone().unwrap_or_default();
-            label_selector_matches(&set.spec.selector, &labels)
-        })
+        .filter(|pv| is_member(set, pv))
         .collect()
 }
 

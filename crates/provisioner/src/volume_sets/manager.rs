@@ -11,11 +11,10 @@ use kube::Api;
 use kube::runtime::reflector::Store;
 use parking_lot::Mutex;
 use prometheus::{IntCounterVec, IntGaugeVec, Opts};
-use sidecar_kit::selectors::label_selector_matches;
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
 
-use super::decide::available;
+use super::decide::{available, is_member};
 use super::types::{LABEL_SET, PersistentVolumeSet, PersistentVolumeSetStatus};
 
 /// How long a volume this manager made is counted before the PV cache shows it (after that it
@@ -135,15 +134,14 @@ impl SetManager {
     /// The sets a volume belongs to: those whose selector matches it, and the set that made it
     /// (it may be gone: its Available volumes are then deleted).
     fn sets_of(&self, pv: &PersistentVolume) -> Vec<String> {
-        let labels = pv.metadata.labels.clone().unwrap_or_default();
         let mut names: Vec<String> = self
             .sets
             .state()
             .iter()
-            .filter(|set| label_selector_matches(&set.spec.selector, &labels))
+            .filter(|set| is_member(set, pv))
             .filter_map(|set| set.metadata.name.clone())
             .collect();
-        if let Some(made_by) = labels.get(LABEL_SET)
+        if let Some(made_by) = pv.metadata.labels.as_ref().and_then(|l| l.get(LABEL_SET))
             && !names.contains(made_by)
         {
             names.push(made_by.clone());
