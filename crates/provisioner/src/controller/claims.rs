@@ -580,15 +580,9 @@ impl Provisioner {
 
     /// The volume has a PV or certainly does not exist: drop its in-flight record.
     pub(crate) fn settle(&self, volume: &str) {
-        let flight = self.inflight.lock().remove(volume);
+        self.inflight.lock().remove(volume);
         if let Some(log) = self.intents.get() {
             log.forget(volume);
-        }
-        // A set waits for its in-flight volumes before it makes another.
-        if let Some(set) = flight.as_ref().and_then(InFlight::pool)
-            && let Some(manager) = &self.sets
-        {
-            manager.queue.add(set.to_string());
         }
     }
 
