@@ -270,14 +270,12 @@ impl AttachDetachController {
         }
         // Pods whose volume fails to attach hear why.
         for (pod, message) in attach_failures(here.iter().copied(), &on_node, &claims) {
-            self.recorder
-                .record(
-                    &reference(pod),
-                    EventType::Warning,
-                    "FailedAttachVolume",
-                    &message,
-                )
-                .await;
+            self.recorder.record(
+                &reference(pod),
+                EventType::Warning,
+                "FailedAttachVolume",
+                &message,
+            );
         }
         Ok(Next::Done)
     }

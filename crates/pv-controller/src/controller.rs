@@ -296,19 +296,16 @@ impl PvController {
                 self.recorder
                     .record(&reference(&*claim), EventType::Normal, "ExternalProvisioning", &format!(
                         "Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
-                    ))
-                    .await;
+                    ));
                 Ok(())
             }
             ClaimAction::WaitForFirstConsumer => {
-                self.recorder
-                    .record(
-                        &reference(&*claim),
-                        EventType::Normal,
-                        "WaitForFirstConsumer",
-                        "waiting for first consumer to be created before binding",
-                    )
-                    .await;
+                self.recorder.record(
+                    &reference(&*claim),
+                    EventType::Normal,
+                    "WaitForFirstConsumer",
+                    "waiting for first consumer to be created before binding",
+                );
                 Ok(())
             }
             ClaimAction::Pending {
@@ -317,8 +314,7 @@ impl PvController {
                 message,
             } => {
                 self.recorder
-                    .record(&reference(&*claim), event, reason, &message)
-                    .await;
+                    .record(&reference(&*claim), event, reason, &message);
                 Err(SyncError::Waiting(message))
             }
             ClaimAction::Lost(pv_name) => {
@@ -329,8 +325,7 @@ impl PvController {
                     .await
                     .map_err(write_err("mark the claim Lost"))?;
                 self.recorder
-                    .record(&reference(&*claim), EventType::Warning, "ClaimLost", &format!("Bound claim has lost reference to PersistentVolume. Data on the volume is lost! (volume {pv_name})"))
-                    .await;
+                    .record(&reference(&*claim), EventType::Warning, "ClaimLost", &format!("Bound claim has lost reference to PersistentVolume. Data on the volume is lost! (volume {pv_name})"));
                 Ok(())
             }
         }
@@ -438,14 +433,12 @@ impl PvController {
                 Ok(())
             }
             VolumeAction::CannotDelete(message) => {
-                self.recorder
-                    .record(
-                        &reference(&*pv),
-                        EventType::Warning,
-                        "VolumeFailedDelete",
-                        &message,
-                    )
-                    .await;
+                self.recorder.record(
+                    &reference(&*pv),
+                    EventType::Warning,
+                    "VolumeFailedDelete",
+                    &message,
+                );
                 Ok(())
             }
             VolumeAction::Recycle if left_to_node_recyclers(&pv, self.node_recyclers) => {
@@ -454,8 +447,7 @@ impl PvController {
             }
             VolumeAction::Recycle => {
                 self.recorder
-                    .record(&reference(&*pv), EventType::Warning, "VolumeFailedRecycle", "the Recycle reclaim policy is not supported by this controller; the volume stays Released")
-                    .await;
+                    .record(&reference(&*pv), EventType::Warning, "VolumeFailedRecycle", "the Recycle reclaim policy is not supported by this controller; the volume stays Released");
                 Ok(())
             }
         }

@@ -4,10 +4,19 @@
 //! Unlike client-go, identical events (same object, type, reason and message) within a window
 //! are not written again: a retry loop against a failing driver does not become an event storm
 //! (client-go patches the count of such an event on every repeat, one API write each time).
+//!
+//! As client-go's broadcaster, recording never waits for the API: events are queued (at most
+//! [`QUEUED_EVENTS`], further ones dropped with a log line) and written by a background task,
+//! a few at a time. Their writes yield to every other request under the client's QPS limit
+//! ([`crate::ratelimit`]), so a worker never waits behind an event.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -32,9 +41,16 @@ impl EventType {
     }
 }
 
+/// Events queued at most before further ones are dropped (client-go's `maxQueuedEvents`).
+pub const QUEUED_EVENTS: usize = 1000;
+
+/// Event writes in flight at once.
+const WRITERS: usize = 8;
+
 /// Writes events; one per (object, type, reason, message) per window.
 pub struct Recorder {
-    client: kube::Client,
+    queue: mpsc::Sender<Event>,
+    dropped: AtomicU64,
     component: String,
     host: String,
     window: Duration,
@@ -50,14 +66,18 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
-    /// A recorder reporting as `component` from `host`.
+    /// A recorder reporting as `component` from `host`. Starts its writer task: needs a Tokio
+    /// runtime. The task ends once the recorder is dropped and its queue is written.
     pub fn new(
         client: kube::Client,
         component: impl Into<String>,
         host: impl Into<String>,
     ) -> Self {
+        let (queue, events) = mpsc::channel(QUEUED_EVENTS);
+        tokio::spawn(write_events(client, events));
         Recorder {
-            client,
+            queue,
+            dropped: AtomicU64::new(0),
             component: component.into(),
             host: host.into(),
             window: Duration::from_secs(600),
@@ -65,15 +85,9 @@ impl Recorder {
         }
     }
 
-    /// Records an event about `object`. Failures are logged, never returned: an event is
-    /// information, not a step of the protocol.
-    pub async fn record(
-        &self,
-        object: &ObjectReference,
-        kind: EventType,
-        reason: &str,
-        message: &str,
-    ) {
+    /// Records an event about `object`: queues it and returns. Failures are logged, never
+    /// returned: an event is information, not a step of the protocol.
+    pub fn record(&self, object: &ObjectReference, kind: EventType, reason: &str, message: &str) {
         let uid = object.uid.clone().unwrap_or_default();
         let key = (uid, kind, reason.to_string(), message.to_string());
         {
@@ -92,18 +106,20 @@ impl Recorder {
             recent.insert(key, now);
         }
         let event = self.build(object, kind, reason, message, Timestamp::now());
-        let namespace = object
-            .namespace
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".into());
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        if let Err(error) = api.create(&PostParams::default(), &event).await {
-            tracing::warn!(%error, reason, object = ?object.name, "failed to record event");
+        if self.queue.try_send(event).is_err() {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if dropped == 1 || dropped.is_multiple_of(1000) {
+                tracing::warn!(
+                    dropped,
+                    reason,
+                    object = ?object.name,
+                    "event queue full ({QUEUED_EVENTS} waiting to be written): event dropped"
+                );
+            }
         }
     }
 
-    /// The Event object (separate for tests).
+    /// The Event object (separate for tests). Its namespace is the object's, else `default`.
     pub fn build(
         &self,
         object: &ObjectReference,
@@ -142,5 +158,29 @@ impl Recorder {
             related: None,
             series: None,
         }
+    }
+}
+
+/// Writes queued events, [`WRITERS`] at a time, until the recorder is gone.
+async fn write_events(client: kube::Client, mut events: mpsc::Receiver<Event>) {
+    let writers = Arc::new(Semaphore::new(WRITERS));
+    while let Some(event) = events.recv().await {
+        let Ok(permit) = writers.clone().acquire_owned().await else {
+            return;
+        };
+        let client = client.clone();
+        tokio::spawn(async move {
+            let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+            let api: Api<Event> = Api::namespaced(client, namespace);
+            if let Err(error) = api.create(&PostParams::default(), &event).await {
+                tracing::warn!(
+                    %error,
+                    reason = ?event.reason,
+                    object = ?event.involved_object.name,
+                    "failed to record event"
+                );
+            }
+            drop(permit);
+        });
     }
 }

@@ -241,8 +241,7 @@ impl Attacher {
             "AttachFailed"
         };
         self.recorder
-            .record(&reference(va), EventType::Warning, reason, &message)
-            .await;
+            .record(&reference(va), EventType::Warning, reason, &message);
         Err(error)
     }
 

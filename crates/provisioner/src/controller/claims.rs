@@ -252,14 +252,12 @@ impl Provisioner {
         {
             let message =
                 format!("failed to provision volume with StorageClass {class_name:?}: {error}");
-            self.recorder
-                .record(
-                    &reference(&*claim),
-                    EventType::Warning,
-                    "ProvisioningFailed",
-                    &message,
-                )
-                .await;
+            self.recorder.record(
+                &reference(&*claim),
+                EventType::Warning,
+                "ProvisioningFailed",
+                &message,
+            );
         }
         result
     }
@@ -392,14 +390,12 @@ impl Provisioner {
         }
         self.topology.forget(&ObjectRef::from_obj(claim.as_ref()));
         tracing::info!(volume = %pv_name, "volume provisioned");
-        self.recorder
-            .record(
-                &reference(&**claim),
-                EventType::Normal,
-                "ProvisioningSucceeded",
-                &format!("Successfully provisioned volume {pv_name}"),
-            )
-            .await;
+        self.recorder.record(
+            &reference(&**claim),
+            EventType::Normal,
+            "ProvisioningSucceeded",
+            &format!("Successfully provisioned volume {pv_name}"),
+        );
         Ok(true)
     }
 

@@ -108,14 +108,12 @@ impl Provisioner {
             caps.create_delete_snapshot,
         )? {
             SourceKind::Populator => {
-                self.recorder
-                    .record(
-                        &reference(claim),
-                        EventType::Normal,
-                        "Provisioning",
-                        "Assuming an external populator will provision the volume",
-                    )
-                    .await;
+                self.recorder.record(
+                    &reference(claim),
+                    EventType::Normal,
+                    "Provisioning",
+                    "Assuming an external populator will provision the volume",
+                );
                 Ok(Resolved::Populator)
             }
             SourceKind::Clone => self.clone_of(claim, &source).await,

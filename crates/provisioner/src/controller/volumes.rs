@@ -132,14 +132,12 @@ impl Provisioner {
                             .delete_failed
                             .with_label_values(&[class.as_str()])
                             .inc();
-                        self.recorder
-                            .record(
-                                &sidecar_kit::vocabulary::reference(&*pv),
-                                EventType::Warning,
-                                "VolumeFailedDelete",
-                                &format!("DeleteVolume of {volume_handle:?} failed with {code}"),
-                            )
-                            .await;
+                        self.recorder.record(
+                            &sidecar_kit::vocabulary::reference(&*pv),
+                            EventType::Warning,
+                            "VolumeFailedDelete",
+                            &format!("DeleteVolume of {volume_handle:?} failed with {code}"),
+                        );
                         return Err(VolumeError::Driver(error));
                     }
                     remember(&self.deleted_handles, &volume_handle);

@@ -159,22 +159,20 @@ impl Provisioner {
                 .as_ref()
                 .and_then(|m| m.sets.get(&ObjectRef::new(name)))
         {
-            self.report_on_set(&set, error).await;
+            self.report_on_set(&set, error);
         }
         result
     }
 
     /// A `ProvisioningFailed` event on the set, for the failures its owner can act on.
-    async fn report_on_set(&self, set: &PersistentVolumeSet, error: &SetError) {
+    fn report_on_set(&self, set: &PersistentVolumeSet, error: &SetError) {
         if error.event_worthy() {
-            self.recorder
-                .record(
-                    &reference(set),
-                    EventType::Warning,
-                    "ProvisioningFailed",
-                    &error.to_string(),
-                )
-                .await;
+            self.recorder.record(
+                &reference(set),
+                EventType::Warning,
+                "ProvisioningFailed",
+                &error.to_string(),
+            );
         }
     }
 
@@ -333,7 +331,7 @@ impl Provisioner {
             }
             Err(error) => {
                 manager.creation_failed(&name);
-                self.report_on_set(&set, &error).await;
+                self.report_on_set(&set, &error);
                 Err(error)
             }
         }

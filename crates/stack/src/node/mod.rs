@@ -465,14 +465,12 @@ impl NodeAgent {
         };
         tracing::debug!(pod = %key, %reason, "waiting for volumes");
         if let Some(message) = message {
-            self.recorder
-                .record(
-                    &sidecar_kit::vocabulary::reference(pod),
-                    sidecar_kit::events::EventType::Warning,
-                    "FailedMount",
-                    &message,
-                )
-                .await;
+            self.recorder.record(
+                &sidecar_kit::vocabulary::reference(pod),
+                sidecar_kit::events::EventType::Warning,
+                "FailedMount",
+                &message,
+            );
         }
     }
 }

@@ -94,40 +94,36 @@ impl NodeAgent {
                 Ok(Next::Done)
             }
             RecycleStep::Refuse(why) => {
-                self.recycle_failed(&pv, &why).await;
+                self.recycle_failed(&pv, &why);
                 Ok(Next::Done)
             }
             RecycleStep::Scrub(scrub) => match self.scrub(&scrub).await {
                 Ok(()) => {
                     self.release(&pv).await?;
-                    self.recorder
-                        .record(
-                            &reference(&*pv),
-                            EventType::Normal,
-                            "VolumeRecycled",
-                            "Volume recycled",
-                        )
-                        .await;
+                    self.recorder.record(
+                        &reference(&*pv),
+                        EventType::Normal,
+                        "VolumeRecycled",
+                        "Volume recycled",
+                    );
                     tracing::info!(pv = name, node = %self.node, "volume recycled");
                     Ok(Next::Done)
                 }
                 Err(error) => {
-                    self.recycle_failed(&pv, &error.to_string()).await;
+                    self.recycle_failed(&pv, &error.to_string());
                     Err(error)
                 }
             },
         }
     }
 
-    async fn recycle_failed(&self, pv: &PersistentVolume, why: &str) {
-        self.recorder
-            .record(
-                &reference(pv),
-                EventType::Warning,
-                "VolumeFailedRecycle",
-                &format!("Recycle failed: {why}"),
-            )
-            .await;
+    fn recycle_failed(&self, pv: &PersistentVolume, why: &str) {
+        self.recorder.record(
+            &reference(pv),
+            EventType::Warning,
+            "VolumeFailedRecycle",
+            &format!("Recycle failed: {why}"),
+        );
     }
 
     /// Writes this node into the PV, at the version seen: one node takes it.

@@ -43,14 +43,12 @@ impl NodeAgent {
                     error,
                     NodeError::Stage { .. } | NodeError::Publish { .. } | NodeError::Secret(_)
                 ) {
-                    self.recorder
-                        .record(
-                            &reference(pod),
-                            EventType::Warning,
-                            "FailedMount",
-                            &error.to_string(),
-                        )
-                        .await;
+                    self.recorder.record(
+                        &reference(pod),
+                        EventType::Warning,
+                        "FailedMount",
+                        &error.to_string(),
+                    );
                 }
                 return Err(error);
             }

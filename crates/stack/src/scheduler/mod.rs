@@ -241,14 +241,12 @@ impl Scheduler {
                     != Some(message.clone());
                 if new {
                     tracing::info!(pod = %key, %message, "pod cannot be scheduled");
-                    self.recorder
-                        .record(
-                            &reference(pod.as_ref()),
-                            EventType::Warning,
-                            "FailedScheduling",
-                            &message,
-                        )
-                        .await;
+                    self.recorder.record(
+                        &reference(pod.as_ref()),
+                        EventType::Warning,
+                        "FailedScheduling",
+                        &message,
+                    );
                 }
                 Ok(Next::After(RETRY))
             }
@@ -320,14 +318,12 @@ impl Scheduler {
                     key.name
                 );
                 tracing::info!(pod = %key, node, "pod scheduled");
-                self.recorder
-                    .record(
-                        &reference(pod.as_ref()),
-                        EventType::Normal,
-                        "Scheduled",
-                        &message,
-                    )
-                    .await;
+                self.recorder.record(
+                    &reference(pod.as_ref()),
+                    EventType::Normal,
+                    "Scheduled",
+                    &message,
+                );
                 Ok(Next::Done)
             }
         }

@@ -312,8 +312,7 @@ impl SnapshotController {
                         EventType::Warning,
                         "CreateSnapshotContentFailed",
                         &message,
-                    )
-                    .await;
+                    );
                     return Err(api("create the snapshot content")(e));
                 }
             }
@@ -360,14 +359,12 @@ impl SnapshotController {
                         EventType::Warning,
                         "SnapshotContentObjectDeleteError",
                         &message,
-                    )
-                    .await;
+                    );
                     return Err(api("delete the snapshot content")(e));
                 }
             }
             SnapshotStep::Event(kind, reason, message) => {
-                self.event(&reference(snapshot), kind, reason, &message)
-                    .await;
+                self.event(&reference(snapshot), kind, reason, &message);
             }
         }
         Ok(())
@@ -409,14 +406,14 @@ impl SnapshotController {
         Ok(())
     }
 
-    async fn event(
+    fn event(
         &self,
         object: &k8s_openapi::api::core::v1::ObjectReference,
         kind: EventType,
         reason: &str,
         message: &str,
     ) {
-        self.recorder.record(object, kind, reason, message).await;
+        self.recorder.record(object, kind, reason, message);
     }
 
     async fn sync_content(&self, name: &str) -> Result<Next, SyncError> {
@@ -604,8 +601,7 @@ impl SnapshotController {
                         EventType::Warning,
                         "SnapshotDeleteError",
                         &format!("Failed to delete snapshot: {error}"),
-                    )
-                    .await;
+                    );
                     return Ok(false);
                 }
                 let cleared = json!([{"op": "add", "path": "/status", "value": {}}]);
@@ -622,8 +618,7 @@ impl SnapshotController {
                 self.annotate(&name, ANN_BEING_CREATED, None).await?;
             }
             ContentStep::Event(kind, reason, message) => {
-                self.event(&reference(content), kind, reason, &message)
-                    .await;
+                self.event(&reference(content), kind, reason, &message);
             }
         }
         Ok(true)
@@ -676,8 +671,7 @@ impl SnapshotController {
             // The same failure again: no new event, no status write.
             return Ok(());
         }
-        self.event(&reference(content), EventType::Warning, reason, &message)
-            .await;
+        self.event(&reference(content), EventType::Warning, reason, &message);
         status.ready_to_use = Some(false);
         status.error = Some(SnapshotError {
             time: Some(sidecar_kit::vocabulary::now_rfc3339()),
