@@ -25,7 +25,8 @@ fn the_benchmark_runs_and_checks_its_end_state() {
     let output = dir.path().join("results.json");
     let stdout = bench(&[
         "--claims=20",
-        "--scenarios=storm,steady",
+        "--scenarios=storm,steady,backlog",
+        "--repeat=2",
         "--rate=20",
         "--duration=1s",
         &format!("--chart-dir={}", dir.path().display()),
@@ -37,6 +38,27 @@ fn the_benchmark_runs_and_checks_its_end_state() {
     );
     let results: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
+    let scenarios: Vec<(&str, u64)> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["scenario"].as_str().unwrap(), r["run"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        scenarios,
+        [
+            ("storm", 1),
+            ("storm", 2),
+            ("steady", 1),
+            ("steady", 2),
+            ("backlog", 1),
+            ("backlog", 2)
+        ]
+    );
+    assert!(
+        stdout.contains("scenario storm: median (min to max) of 2 runs"),
+        "{stdout}"
+    );
     let storm = &results[0];
     assert_eq!(storm["scenario"], "storm");
     assert_eq!(storm["correct"], true);
@@ -48,11 +70,35 @@ fn the_benchmark_runs_and_checks_its_end_state() {
     // Requests are counted by verb and resource.
     let per = &storm["requests_per_provisioned_volume"];
     let pvs = per["CREATE persistentvolumes"].as_f64().unwrap();
-    let events = per["CREATE events"].as_f64().unwrap();
+    // Events are written in the background: some may land while the claims are deleted.
+    let events = per["CREATE events"].as_f64().unwrap_or(0.0)
+        + storm["requests_per_deleted_volume"]["CREATE events"]
+            .as_f64()
+            .unwrap_or(0.0);
     assert!(
         pvs >= 1.0 && events >= 1.0,
         "a PV and an event per volume: {storm}"
     );
+    // CPU is reported per process, the stack's parts apart (in clock ticks of 10 ms: a part
+    // with little to do for 20 claims can read 0).
+    let mut total = 0.0;
+    for process in [
+        "provisioner under test",
+        "apiserver",
+        "csi-driver",
+        "controllers",
+        "benchmark clients",
+    ] {
+        let cpu = storm["cpu_seconds_by_process"][process].as_f64().unwrap();
+        assert!(cpu >= 0.0, "{process}: {storm}");
+        total += cpu;
+    }
+    assert!(total > 0.0, "{storm}");
+    // The curve ends with every claim Bound, at the time reported.
+    let curve = storm["bound_over_time"].as_array().unwrap();
+    let last = curve.last().unwrap();
+    assert_eq!(last[1], 20.0, "{storm}");
+    assert_eq!(last[0], storm["seconds_to_all_bound"], "{storm}");
     assert!(
         storm["requests_per_deleted_volume"]["DELETE persistentvolumes"]
             .as_f64()
@@ -60,13 +106,95 @@ fn the_benchmark_runs_and_checks_its_end_state() {
             >= 1.0,
         "{storm}"
     );
-    let steady = &results[1];
+    let steady = &results[2];
     assert_eq!(steady["scenario"], "steady");
     assert_eq!(steady["claims"], 20, "rate 20/s for 1 s");
     assert_eq!(steady["correct"], true);
-    for name in ["bench-storm.png", "bench-steady.png"] {
+    let backlog = &results[4];
+    assert_eq!(backlog["correct"], true, "{backlog}");
+    assert_eq!(backlog["claims"], 20);
+    for name in ["bench-storm.png", "bench-steady.png", "bench-backlog.png"] {
         let png = std::fs::read(dir.path().join(name)).unwrap();
         assert_eq!(&png[1..4], b"PNG", "{name}");
+    }
+
+    // The run compared with itself: every ratio is 1, and the chart has both.
+    let compared = bench(&[
+        "--compare",
+        &output.display().to_string(),
+        &output.display().to_string(),
+        &format!("--chart-dir={}", dir.path().display()),
+    ]);
+    assert!(
+        compared.contains("scenario storm: A = csi-provisioner (2 runs, 20 claims)"),
+        "{compared}"
+    );
+    let bound_row = compared
+        .lines()
+        .find(|l| l.trim_start().starts_with("all Bound after"))
+        .unwrap();
+    assert!(bound_row.trim_end().ends_with("1.00x"), "{bound_row}");
+    let png = std::fs::read(dir.path().join("compare-backlog.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+}
+
+/// The process group's children of `pid` (from /proc).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
+#[test]
+fn an_interrupted_benchmark_stops_the_provisioner_it_started() {
+    for signal in ["-INT", "-TERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
+            .args(["bench", "--claims=100000", "--scenarios=storm"])
+            .arg(format!("--output={}", dir.path().join("r.json").display()))
+            .arg(format!("--chart-dir={}", dir.path().display()))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let provisioner = loop {
+            if let Some(p) = children(pid).into_iter().next() {
+                break p;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no provisioner started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let name = if signal == "-INT" {
+            "SIGINT"
+        } else {
+            "SIGTERM"
+        };
+        assert!(
+            stderr.contains(&format!("interrupted by {name}")),
+            "{stderr}"
+        );
+        assert!(
+            !std::path::Path::new(&format!("/proc/{provisioner}")).exists(),
+            "the provisioner {provisioner} outlived the benchmark"
+        );
+        assert!(
+            !dir.path().join("r.json").exists(),
+            "no figures from a cut run"
+        );
     }
 }
 

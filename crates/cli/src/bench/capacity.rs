@@ -327,7 +327,7 @@ async fn one_run(
     let port = free_port()?;
     let mut problems = Vec::new();
     let started = Instant::now();
-    let mut child = start(args, stack, dir, lifted, port, run)?;
+    let child = super::under_test::Provisioner::new(start(args, stack, dir, lifted, port, run)?);
     let pid = child.id();
     // Published (lifted) or adopted (default: the objects exist; nothing to write): every
     // object present and the provisioner's gauge says so.
@@ -407,11 +407,7 @@ async fn one_run(
     delays.sort_by(f64::total_cmp);
     let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu_start;
     let peak = proc_status(pid, "VmHWM:").unwrap_or(0.0);
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status();
-    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    child.stop().await;
     Ok(CapacityReport {
         run: run.to_string(),
         nodes,

@@ -5,24 +5,25 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use serde_json::json;
-
-use crate::embedded::Stack;
-use observe::{Observers, Times};
 
 mod attach;
 mod capacity;
+mod compare;
 mod observe;
 mod pool;
+mod progress;
+mod provisioning;
+mod summary;
 mod under_test;
 
+use provisioning::{create_claims, delete_claims, driver_count, wait, warm_up};
 use under_test::{provisioner_command, stack_options, start_provisioner};
+
+/// The provisioning scenarios, run by [`provisioning::scenario_run`].
+const PROVISIONING: [&str; 4] = ["storm", "defaults", "steady", "backlog"];
 
 /// Flags of `volstack bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -36,6 +37,7 @@ pub struct BenchArgs {
     pub provisioner_cmd: Option<String>,
     /// Scenarios to run: storm (all claims at once, QPS limits lifted), defaults (the same with
     /// upstream's default QPS 5/burst 10), steady (a fixed arrival rate, limits lifted),
+    /// backlog (every claim exists before the provisioner starts; timed from its start),
     /// capacity (CSIStorageCapacity publishing for --capacity-nodes × --capacity-classes; not
     /// in the default set: it takes minutes), attach (--attachments VolumeAttachments attached
     /// and detached at once by the attacher under test; not in the default set), pool
@@ -52,6 +54,19 @@ pub struct BenchArgs {
     /// Directory for the PNG charts of claims Bound over time (one per scenario).
     #[arg(long, default_value = ".")]
     pub chart_dir: PathBuf,
+    /// The TrueType font of the charts' text (default: DejaVu Sans or Liberation Sans from
+    /// /usr/share/fonts, else the first .ttf found there).
+    #[arg(long)]
+    pub chart_font: Option<PathBuf>,
+    /// Runs of each provisioning scenario (storm, defaults, steady, backlog); the table
+    /// gives the median and the spread (min to max) of each figure.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Compares two results files of earlier runs (`--output` of each) instead of running:
+    /// prints each figure of both with their ratio and draws both runs of each scenario on one
+    /// chart, `compare-<scenario>.png` in --chart-dir.
+    #[arg(long, num_args = 2, value_names = ["A.json", "B.json"])]
+    pub compare: Option<Vec<PathBuf>>,
     /// Claims created at once by the benchmark's clients.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
@@ -115,9 +130,13 @@ pub struct BenchArgs {
     pub pool_output: PathBuf,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+/// The figures of one run of a provisioning scenario (what `--output` holds, one per run).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 struct Report {
     scenario: String,
+    /// 1 to `--repeat`.
+    run: usize,
     claims: usize,
     provisioner: String,
     seconds_to_all_bound: f64,
@@ -127,15 +146,21 @@ struct Report {
     seconds_to_all_deleted: f64,
     peak_rss_mib: f64,
     rss_per_1000_volumes_mib: f64,
+    /// The provisioner's, from the first claim to the last deletion.
     cpu_seconds: f64,
+    /// The same window, by process: the provisioner, the API server, the driver, the
+    /// controllers (PV controller, scheduler) and the benchmark's own clients.
+    cpu_seconds_by_process: BTreeMap<String, f64>,
     requests_per_provisioned_volume: BTreeMap<String, f64>,
     requests_per_deleted_volume: BTreeMap<String, f64>,
     writes_per_provisioned_volume: f64,
     writes_per_deleted_volume: f64,
     correct: bool,
     problems: Vec<String>,
+    /// (seconds since the first claim, or the provisioner's start in `backlog`; claims Bound).
+    bound_over_time: Vec<(f64, f64)>,
+    /// The PNG drawn for this scenario.
     chart: String,
-    chart_scale: String,
 }
 
 fn proc_status(pid: u32, key: &str) -> Option<f64> {
@@ -148,11 +173,7 @@ fn proc_status(pid: u32, key: &str) -> Option<f64> {
 /// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = text.rsplit_once(')')?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
+    crate::embedded::lanes::stat_cpu_seconds(&text)
 }
 
 /// Requests `client` made, by `"<VERB> <resource>"`.
@@ -191,17 +212,41 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
 
-/// Runs the scenarios and prints a table.
+/// Runs the scenarios (or compares two earlier runs) and prints the figures. Ctrl-C or SIGTERM
+/// stops every process the benchmark started before it exits.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    check(&args)?;
+    tokio::select! {
+        result = run_checked(&args) => result,
+        signal = interrupted() => {
+            // Dropping the run above killed the process under test and stopped the stack.
+            bail!("interrupted by {signal}: every process the benchmark started was stopped")
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM, naming it.
+async fn interrupted() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(error) => {
+            tracing::warn!(%error, "cannot watch SIGTERM; Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+fn check(args: &BenchArgs) -> anyhow::Result<()> {
+    const KNOWN: &str = "storm, defaults, steady, backlog, capacity, attach, pool";
     if let Some(unknown) = args.scenarios.iter().find(|s| {
-        !matches!(
-            s.as_str(),
-            "storm" | "defaults" | "steady" | "capacity" | "attach" | "pool"
-        )
+        !PROVISIONING.contains(&s.as_str()) && !matches!(s.as_str(), "capacity" | "attach" | "pool")
     }) {
-        bail!(
-            "--scenarios: unknown scenario {unknown:?} (known: storm, defaults, steady, capacity, attach, pool)"
-        );
+        bail!("--scenarios: unknown scenario {unknown:?} (known: {KNOWN})");
     }
     if args.attachments == 0 {
         bail!("--attachments must be at least 1");
@@ -220,11 +265,29 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.claims == 0 {
         bail!("--claims must be at least 1");
     }
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    Ok(())
+}
+
+async fn run_checked(args: &BenchArgs) -> anyhow::Result<()> {
+    let chart_font = crate::chart::use_font(args.chart_font.as_deref());
+    if let Some(files) = &args.compare {
+        chart_font.context("--chart-font")?;
+        return compare::run(args, files);
+    }
+    if let Err(error) = &chart_font {
+        if args.chart_font.is_some() {
+            bail!("--chart-font: {error}");
+        }
+        eprintln!("charts are not drawn: {error}");
+    }
     let mut reports = Vec::new();
     let mut wrong = false;
     for scenario in &args.scenarios {
         if scenario == "attach" {
-            let report = attach::run(&args).await?;
+            let report = attach::run(args).await?;
             attach::print(&report);
             wrong |= !report.correct();
             std::fs::write(&args.attach_output, serde_json::to_string_pretty(&report)?)
@@ -239,7 +302,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             if args.pool_creates == 0 {
                 bail!("--pool-creates must be at least 1");
             }
-            let report = pool::run(&args).await?;
+            let report = pool::run(args).await?;
             pool::print(&report);
             wrong |= !report.correct();
             std::fs::write(&args.pool_output, serde_json::to_string_pretty(&report)?)
@@ -248,7 +311,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             continue;
         }
         if scenario == "capacity" {
-            let reports = capacity::run(&args).await?;
+            let reports = capacity::run(args).await?;
             wrong |= reports.iter().any(|r| !r.correct());
             std::fs::write(
                 &args.capacity_output,
@@ -258,9 +321,24 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             println!("results written to {}", args.capacity_output.display());
             continue;
         }
-        let report = scenario_run(&args, scenario).await?;
-        print_report(&report);
-        reports.push(report);
+        let mut runs = Vec::new();
+        for run in 1..=args.repeat {
+            let report = provisioning::scenario_run(args, scenario, run).await?;
+            print_report(&report);
+            runs.push(report);
+        }
+        let chart = if chart_font.is_ok() {
+            draw_runs(args, scenario, &runs)?
+        } else {
+            String::new()
+        };
+        for report in &mut runs {
+            report.chart.clone_from(&chart);
+        }
+        if runs.len() > 1 {
+            summary::print(&runs);
+        }
+        reports.extend(runs);
     }
     if !reports.is_empty() {
         std::fs::write(&args.output, serde_json::to_string_pretty(&reports)?)
@@ -273,10 +351,63 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The provisioner's name in titles and legends: its program's file name.
+fn short_name(command: &str) -> String {
+    let program = command.split_whitespace().next().unwrap_or(command);
+    std::path::Path::new(program)
+        .file_name()
+        .map_or_else(|| program.to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// `bench-<scenario>.png`: claims Bound over time, a line per run.
+fn draw_runs(args: &BenchArgs, scenario: &str, runs: &[Report]) -> anyhow::Result<String> {
+    let Some(first) = runs.first() else {
+        return Ok(String::new());
+    };
+    std::fs::create_dir_all(&args.chart_dir)
+        .with_context(|| format!("create {}", args.chart_dir.display()))?;
+    let path = args.chart_dir.join(format!("bench-{scenario}.png"));
+    let lines: Vec<crate::chart::Line> = runs
+        .iter()
+        .map(|r| crate::chart::Line {
+            label: format!(
+                "run {}: all Bound in {:.2} s",
+                r.run, r.seconds_to_all_bound
+            ),
+            points: r.bound_over_time.clone(),
+        })
+        .collect();
+    let title = format!(
+        "{scenario}: {} claims, {}",
+        first.claims,
+        short_name(&first.provisioner)
+    );
+    crate::chart::write_png(
+        &path,
+        &crate::chart::Chart {
+            title: &title,
+            x_desc: time_axis(scenario),
+            y_desc: "claims Bound",
+            lines: &lines,
+        },
+    )
+    .with_context(|| format!("draw {}", path.display()))?;
+    Ok(path.display().to_string())
+}
+
+/// The x axis of a scenario's chart.
+fn time_axis(scenario: &str) -> &'static str {
+    if scenario == "backlog" {
+        "seconds since the provisioner started"
+    } else {
+        "seconds since the first claim was created"
+    }
+}
+
 fn print_report(r: &Report) {
     println!(
-        "scenario {} ({} claims, provisioner: {})",
-        r.scenario, r.claims, r.provisioner
+        "scenario {} run {} ({} claims, provisioner: {})",
+        r.scenario, r.run, r.claims, r.provisioner
     );
     println!(
         "  all Bound after            {:>10.2} s  ({:.1} volumes/s)",
@@ -295,7 +426,15 @@ fn print_report(r: &Report) {
         "  RSS per 1000 volumes       {:>10.2} MiB",
         r.rss_per_1000_volumes_mib
     );
-    println!("  CPU                        {:>10.2} s", r.cpu_seconds);
+    println!("  provisioner CPU            {:>10.2} s", r.cpu_seconds);
+    println!(
+        "  CPU by process             {}",
+        r.cpu_seconds_by_process
+            .iter()
+            .map(|(name, s)| format!("{name} {s:.2} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!(
         "  requests per provisioned   {:?}",
         r.requests_per_provisioned_volume
@@ -313,10 +452,6 @@ fn print_report(r: &Report) {
         r.writes_per_deleted_volume
     );
     println!(
-        "  chart                      {} ({})",
-        r.chart, r.chart_scale
-    );
-    println!(
         "  end state                  {}",
         if r.correct {
             "correct".to_string()
@@ -324,283 +459,4 @@ fn print_report(r: &Report) {
             format!("WRONG: {:?}", r.problems)
         }
     );
-}
-
-/// One scenario: a fresh stack, the provisioner under test as a child process, a warm-up
-/// claim, then the claims, their deletion, and the figures.
-async fn scenario_run(args: &BenchArgs, scenario: &str) -> anyhow::Result<Report> {
-    let dir = tempfile::tempdir()?;
-    let stack = Stack::start(stack_options(dir.path())).await?;
-    let (child, command) = start_provisioner(args, scenario, &stack, dir.path())?;
-    let pid = child.id();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");
-    let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());
-    warm_up(&claims, &pvs).await?;
-
-    let rss_before = proc_status(pid, "VmRSS:").unwrap_or(0.0);
-    let cpu_before = cpu_seconds(pid).unwrap_or(0.0);
-    let before = counts(&stack.server, PROVISIONER_CLIENT);
-    let observers = Observers::start(&claims, &pvs, pid);
-    let n = if scenario == "steady" {
-        (args.rate * args.duration.as_secs_f64()).round().max(1.0) as usize
-    } else {
-        args.claims
-    };
-    let started = Instant::now();
-    create_claims(args, scenario, n, &claims, &observers.created_at).await?;
-    let timeout = Duration::from_secs(60 + (n as u64) * 2);
-    let bound_ok = wait(timeout, || async { observers.bound_count() >= n })
-        .await
-        .is_ok();
-    let to_bound = started.elapsed();
-    let (chart, chart_scale) = draw_chart(args, scenario, &observers.bound_times(started))?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_rest = proc_status(pid, "VmRSS:").unwrap_or(0.0);
-    let after_provision = counts(&stack.server, PROVISIONER_CLIENT);
-    let mut problems = Vec::new();
-    if !bound_ok {
-        problems.push(format!(
-            "only {} of {n} claims Bound within {timeout:?}",
-            bound_count(&claims).await
-        ));
-    }
-    let pv_count = pvs.list(&ListParams::default()).await?.items.len();
-    let driver_volumes = driver_count(&stack.socket).await?;
-    if pv_count != n {
-        problems.push(format!("{pv_count} PVs for {n} claims"));
-    }
-    if driver_volumes != n {
-        problems.push(format!("{driver_volumes} driver volumes for {n} claims"));
-    }
-    let latencies = observers.latencies_ms();
-
-    let delete_started = Instant::now();
-    delete_claims(args, n, &claims).await;
-    let gone_ok = wait(timeout, || async {
-        pvs.list(&ListParams::default())
-            .await
-            .map(|l| l.items.is_empty())
-            .unwrap_or(false)
-            && driver_count(&stack.socket).await.unwrap_or(1) == 0
-    })
-    .await
-    .is_ok();
-    let to_deleted = delete_started.elapsed();
-    if !gone_ok {
-        problems.push("PVs or driver volumes left after deletion".into());
-    }
-    let after_delete = counts(&stack.server, PROVISIONER_CLIENT);
-    let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu_before;
-    let peak_rss = proc_status(pid, "VmHWM:")
-        .unwrap_or(0.0)
-        .max(observers.stop());
-    child.stop().await;
-    stack.shutdown(Duration::from_secs(10)).await;
-
-    let provisioning = diff(&after_provision, &before);
-    let deletion = diff(&after_delete, &after_provision);
-    let per = |m: &BTreeMap<String, u64>| {
-        m.iter()
-            .map(|(k, v)| (k.clone(), *v as f64 / n.max(1) as f64))
-            .collect()
-    };
-    Ok(Report {
-        scenario: scenario.to_string(),
-        claims: n,
-        provisioner: command,
-        seconds_to_all_bound: to_bound.as_secs_f64(),
-        volumes_per_second: n as f64 / to_bound.as_secs_f64(),
-        latency_p50_ms: percentile(&latencies, 0.5),
-        latency_p99_ms: percentile(&latencies, 0.99),
-        seconds_to_all_deleted: to_deleted.as_secs_f64(),
-        peak_rss_mib: peak_rss,
-        rss_per_1000_volumes_mib: (rss_rest - rss_before).max(0.0) / n.max(1) as f64 * 1000.0,
-        cpu_seconds: cpu,
-        requests_per_provisioned_volume: per(&provisioning),
-        requests_per_deleted_volume: per(&deletion),
-        writes_per_provisioned_volume: writes(&provisioning) as f64 / n.max(1) as f64,
-        writes_per_deleted_volume: writes(&deletion) as f64 / n.max(1) as f64,
-        correct: problems.is_empty(),
-        problems,
-        chart: chart.display().to_string(),
-        chart_scale,
-    })
-}
-
-/// The provisioner's client label in the API server's request counts.
-const PROVISIONER_CLIENT: &str = "csi-provisioner";
-
-/// The provisioner is ready when one claim gets its PV; the claim and its PV are then removed.
-async fn warm_up(
-    claims: &Api<PersistentVolumeClaim>,
-    pvs: &Api<PersistentVolume>,
-) -> anyhow::Result<()> {
-    create_claim(claims, "warmup").await?;
-    wait(Duration::from_secs(120), || async {
-        bound_count(claims).await == 1
-    })
-    .await
-    .context("the provisioner never provisioned the warm-up claim")?;
-    claims.delete("warmup", &DeleteParams::default()).await?;
-    wait(Duration::from_secs(120), || async {
-        pvs.list(&ListParams::default())
-            .await
-            .map(|l| l.items.is_empty())
-            .unwrap_or(false)
-    })
-    .await
-}
-
-/// Creates the scenario's claims: `steady` at a fixed rate, one task per claim; the others
-/// as fast as `--concurrency` clients can.
-async fn create_claims(
-    args: &BenchArgs,
-    scenario: &str,
-    n: usize,
-    claims: &Api<PersistentVolumeClaim>,
-    created_at: &Times,
-) -> anyhow::Result<()> {
-    let mut creators = Vec::new();
-    let record = |created_at: Times, name: String| {
-        created_at.lock().insert(name, Instant::now());
-    };
-    if scenario == "steady" {
-        let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
-        for i in 0..n {
-            ticker.tick().await;
-            let (claims, created_at) = (claims.clone(), created_at.clone());
-            creators.push(tokio::spawn(async move {
-                let name = format!("bench-{i}");
-                create_claim(&claims, &name).await?;
-                record(created_at, name);
-                Ok::<_, anyhow::Error>(())
-            }));
-        }
-    } else {
-        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        for _ in 0..args.concurrency.max(1) {
-            let (claims, next, created_at) = (claims.clone(), next.clone(), created_at.clone());
-            creators.push(tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if i >= n {
-                        return Ok::<_, anyhow::Error>(());
-                    }
-                    let name = format!("bench-{i}");
-                    create_claim(&claims, &name).await?;
-                    record(created_at.clone(), name);
-                }
-            }));
-        }
-    }
-    for c in creators {
-        c.await??;
-    }
-    Ok(())
-}
-
-/// Deletes the scenario's claims with `--concurrency` clients.
-async fn delete_claims(args: &BenchArgs, n: usize, claims: &Api<PersistentVolumeClaim>) {
-    let names: Vec<String> = (0..n).map(|i| format!("bench-{i}")).collect();
-    let mut deleters = Vec::new();
-    for chunk in names.chunks(n.div_ceil(args.concurrency.max(1)).max(1)) {
-        let (claims, chunk) = (claims.clone(), chunk.to_vec());
-        deleters.push(tokio::spawn(async move {
-            for name in chunk {
-                let _ = claims.delete(&name, &DeleteParams::default()).await;
-            }
-        }));
-    }
-    for d in deleters {
-        let _ = d.await;
-    }
-}
-
-/// Draws claims Bound over time; returns the chart's path and its scale.
-fn draw_chart(
-    args: &BenchArgs,
-    scenario: &str,
-    times: &[f64],
-) -> anyhow::Result<(std::path::PathBuf, String)> {
-    let stride = (times.len() / 400).max(1);
-    let series: crate::chart::Series = times
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| i % stride == 0 || *i + 1 == times.len())
-        .map(|(i, t)| (*t, i + 1))
-        .collect();
-    std::fs::create_dir_all(&args.chart_dir)
-        .with_context(|| format!("create {}", args.chart_dir.display()))?;
-    let chart = args.chart_dir.join(format!("bench-{scenario}.png"));
-    let (max_t, max_n) = crate::chart::write(&chart, &[series])
-        .with_context(|| format!("write {}", chart.display()))?;
-    Ok((
-        chart,
-        format!("x: 0 to {max_t:.1} s, y: 0 to {max_n} claims Bound, grid every 10%"),
-    ))
-}
-
-async fn create_claim(claims: &Api<PersistentVolumeClaim>, name: &str) -> anyhow::Result<()> {
-    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}
-    }))?;
-    for attempt in 0..5 {
-        match claims.create(&PostParams::default(), &pvc).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
-            Err(e) if attempt == 4 => return Err(e.into()),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    Ok(())
-}
-
-async fn bound_count(claims: &Api<PersistentVolumeClaim>) -> usize {
-    claims
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
-async fn driver_count(socket: &str) -> anyhow::Result<usize> {
-    let channel = sidecar_kit::csi::connect(socket).await?;
-    let mut client = csi_proto::v1::controller_client::ControllerClient::new(channel);
-    let mut total = 0;
-    let mut token = String::new();
-    loop {
-        let r = client
-            .list_volumes(csi_proto::v1::ListVolumesRequest {
-                max_entries: 1000,
-                starting_token: token,
-            })
-            .await?
-            .into_inner();
-        total += r.entries.len();
-        if r.next_token.is_empty() {
-            return Ok(total);
-        }
-        token = r.next_token;
-    }
-}
-
-async fn wait<F, Fut>(timeout: Duration, mut f: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !f().await {
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }

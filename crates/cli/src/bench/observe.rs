@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -21,6 +22,7 @@ pub(super) struct Observers {
     pub(super) created_at: Times,
     seen_at: Times,
     bound: Times,
+    deleted: Arc<AtomicUsize>,
     peak: Arc<Mutex<f64>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -35,22 +37,33 @@ impl Observers {
             created_at: Arc::default(),
             seen_at: Arc::default(),
             bound: Arc::default(),
+            deleted: Arc::default(),
             peak: Arc::new(Mutex::new(0.0)),
             tasks: Vec::new(),
         };
-        let (seen, pvs) = (o.seen_at.clone(), pvs.clone());
+        let (seen, deleted, pvs) = (o.seen_at.clone(), o.deleted.clone(), pvs.clone());
         let pv_task = tokio::spawn(async move {
             let stream = watcher(pvs, watcher::Config::default());
             futures::pin_mut!(stream);
+            let claim = |pv: &PersistentVolume| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.claim_ref.as_ref())
+                    .and_then(|r| r.name.clone())
+            };
             while let Some(Ok(event)) = stream.next().await {
-                if let watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) = event
-                    && let Some(name) = pv
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.claim_ref.as_ref())
-                        .and_then(|r| r.name.clone())
-                {
-                    seen.lock().entry(name).or_insert_with(Instant::now);
+                match event {
+                    watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) => {
+                        if let Some(name) = claim(&pv) {
+                            seen.lock().entry(name).or_insert_with(Instant::now);
+                        }
+                    }
+                    watcher::Event::Delete(pv) => {
+                        if claim(&pv).is_some_and(|n| n.starts_with("bench-")) {
+                            deleted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
                 }
             }
         });
@@ -67,8 +80,20 @@ impl Observers {
                 }
             }
         });
-        let peak = o.peak.clone();
-        let sampler = tokio::spawn(async move {
+        Observers {
+            tasks: vec![pv_task, claim_task],
+            ..o
+        }
+        .watching(pid)
+    }
+
+    /// Samples the RSS of process `pid` (0: none) from now on.
+    pub(super) fn watching(mut self, pid: u32) -> Self {
+        if pid == 0 {
+            return self;
+        }
+        let peak = self.peak.clone();
+        self.tasks.push(tokio::spawn(async move {
             loop {
                 if let Some(rss) = proc_status(pid, "VmRSS:") {
                     let mut p = peak.lock();
@@ -76,20 +101,29 @@ impl Observers {
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-        });
-        Observers {
-            tasks: vec![pv_task, claim_task, sampler],
-            ..o
-        }
+        }));
+        self
     }
 
     /// Benchmark claims Bound so far.
     pub(super) fn bound_count(&self) -> usize {
-        self.bound
-            .lock()
-            .keys()
-            .filter(|k| k.starts_with("bench-"))
-            .count()
+        count_bench(&self.bound)
+    }
+
+    /// What the progress line shows: claims created, Bound, and their PVs deleted so far.
+    pub(super) fn progress(&self) -> impl Fn() -> (usize, usize, usize) + Send + 'static {
+        let (created, bound, deleted) = (
+            self.created_at.clone(),
+            self.bound.clone(),
+            self.deleted.clone(),
+        );
+        move || {
+            (
+                count_bench(&created),
+                count_bench(&bound),
+                deleted.load(Ordering::Relaxed),
+            )
+        }
     }
 
     /// Seconds from `started` to each benchmark claim's binding, sorted.
@@ -120,6 +154,19 @@ impl Observers {
         latencies
     }
 
+    /// Milliseconds from `started` to each claim's PV, sorted (claims created before it).
+    pub(super) fn latencies_since_ms(&self, started: Instant) -> Vec<f64> {
+        let mut latencies: Vec<f64> = self
+            .seen_at
+            .lock()
+            .iter()
+            .filter(|(k, _)| k.starts_with("bench-"))
+            .map(|(_, s)| s.saturating_duration_since(started).as_secs_f64() * 1000.0)
+            .collect();
+        latencies.sort_by(|a, b| a.total_cmp(b));
+        latencies
+    }
+
     /// Milliseconds from each claim's creation to its phase Bound, sorted.
     pub(super) fn bound_latencies_ms(&self) -> Vec<f64> {
         let created = self.created_at.lock().clone();
@@ -143,4 +190,12 @@ impl Observers {
         }
         *self.peak.lock()
     }
+}
+
+fn count_bench(times: &Times) -> usize {
+    times
+        .lock()
+        .keys()
+        .filter(|k| k.starts_with("bench-"))
+        .count()
 }

@@ -9,10 +9,15 @@ use super::BenchArgs;
 use crate::embedded::{Stack, StackOptions};
 
 /// The provisioner under test: stopped with SIGTERM (and waited for) at the end of a run,
-/// killed when the run fails half-way (dropped), so no run leaves it behind.
+/// killed when the run fails half-way or is interrupted (dropped), so no run leaves it behind.
 pub(crate) struct Provisioner(Option<Child>);
 
 impl Provisioner {
+    /// Guards `child`.
+    pub(super) fn new(child: Child) -> Self {
+        Provisioner(Some(child))
+    }
+
     pub(super) fn id(&self) -> u32 {
         self.0.as_ref().map_or(0, Child::id)
     }
@@ -84,6 +89,7 @@ pub(super) fn start_provisioner(
 ) -> anyhow::Result<(Provisioner, String)> {
     let (program, mut words, command) = provisioner_command(args, stack)?;
     if scenario != "defaults" {
+        // storm, steady, backlog, pool: the client-side limits are lifted.
         words.push("--kube-api-qps=10000".into());
         words.push("--kube-api-burst=10000".into());
     }

@@ -15,6 +15,10 @@ use sidecar_kit::workqueue::Backoff;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub mod lanes;
+
+use lanes::{Lane, Lanes};
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct StackOptions {
@@ -49,6 +53,9 @@ pub struct StackOptions {
     pub kubelet: bool,
     /// The User-Agent of the stack's own client.
     pub user_agent: &'static str,
+    /// Whether the API server, the driver and the controllers each run on a runtime of their
+    /// own (threads named after them, so their CPU can be told apart), with this many threads.
+    pub separate_lanes: Option<usize>,
 }
 
 impl StackOptions {
@@ -69,6 +76,7 @@ impl StackOptions {
             attach: false,
             kubelet: false,
             user_agent,
+            separate_lanes: None,
         }
     }
 }
@@ -98,6 +106,8 @@ pub struct Stack {
     /// The API server stops last, after everything that talks to it.
     server_stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// Last field: dropped after everything running on it.
+    lanes: Lanes,
 }
 
 impl Stack {
@@ -108,17 +118,24 @@ impl Stack {
         let (socket, kubeconfig) = paths(dir);
         let (stop, _) = watch::channel(false);
         let (server_stop, _) = watch::channel(false);
-        let server = apiserver::serve(
-            apiserver::Config {
-                bind: options.bind,
-                data_dir: options.durable.then(|| dir.join("apiserver")),
-                kubeconfig_path: Some(kubeconfig.clone()),
-                ..Default::default()
-            },
-            signal(&server_stop),
-        )
-        .await
-        .context("start the API server")?;
+        let lanes = match options.separate_lanes {
+            Some(workers) => Lanes::separate(workers)?,
+            None => Lanes::shared(),
+        };
+        let config = apiserver::Config {
+            bind: options.bind,
+            data_dir: options.durable.then(|| dir.join("apiserver")),
+            kubeconfig_path: Some(kubeconfig.clone()),
+            ..Default::default()
+        };
+        let server_stopped = signal(&server_stop);
+        let server = lanes
+            .run(Lane::ApiServer, async move {
+                apiserver::serve(config, server_stopped)
+                    .await
+                    .context("start the API server")
+            })
+            .await?;
         let mut argv = vec![
             "driver".to_string(),
             format!("--endpoint=unix://{socket}"),
@@ -135,10 +152,14 @@ impl Stack {
                 .map(|n| format!("--extra-node={n}")),
         );
         let config = DriverCli::try_parse_from(argv)?.args.into_config()?;
-        let driver = hostpath_driver::Driver::open(config)
-            .await
-            .context("start the CSI driver")?;
-        let listener = hostpath_driver::bind_socket(&socket).await?;
+        let driver = lanes
+            .run(Lane::Driver, async move {
+                hostpath_driver::Driver::open(config)
+                    .await
+                    .context("start the CSI driver")
+            })
+            .await?;
+        let listener = bind_on(&lanes, &socket).await?;
         let mut tasks = Vec::new();
         // One socket per extra node (all services; Node answers as that node), on the same
         // volume table.
@@ -151,10 +172,10 @@ impl Stack {
             durable_log::files::create_private_dir(&dir.join("nodes"))
                 .context("create the node sockets' directory")?;
             let path = path.display().to_string();
-            let node_listener = hostpath_driver::bind_socket(&path).await?;
+            let node_listener = bind_on(&lanes, &path).await?;
             let node_stop = signal(&stop);
             let name = node.clone();
-            tasks.push(tokio::spawn(async move {
+            tasks.push(lanes.spawn(Lane::Driver, async move {
                 if let Err(error) = view.serve_on(node_listener, node_stop).await {
                     tracing::error!(%error, node = %name, "the CSI node service stopped");
                 }
@@ -162,18 +183,24 @@ impl Stack {
             node_sockets.push(path);
         }
         let driver_stop = signal(&stop);
-        tasks.push(tokio::spawn(async move {
+        tasks.push(lanes.spawn(Lane::Driver, async move {
             if let Err(error) = driver.serve_on(listener, driver_stop).await {
                 tracing::error!(%error, "the CSI driver stopped");
             }
         }));
-        let client = sidecar_kit::kubeclient::build_client(
-            &sidecar_kit::kubeclient::ClientOptions::unthrottled(
-                &kubeconfig.display().to_string(),
-                options.user_agent,
-            ),
-        )
-        .await?;
+        let client_options = (kubeconfig.display().to_string(), options.user_agent);
+        let client = build_client(&client_options).await?;
+        // The controllers' own client, built on their lane: its connections' work is theirs.
+        let controllers_client = match options.separate_lanes {
+            Some(_) => {
+                lanes
+                    .run(Lane::Controllers, async move {
+                        build_client(&client_options).await
+                    })
+                    .await?
+            }
+            None => client.clone(),
+        };
         let driver_name = crate::stack::register(
             &client,
             &socket,
@@ -199,21 +226,29 @@ impl Stack {
             let args = attacher::flags::AttacherArgs::try_parse_from(argv)
                 .context("the embedded attacher's flags")?;
             let stopped = signal(&stop);
-            tasks.push(tokio::spawn(async move {
+            tasks.push(lanes.spawn(Lane::Controllers, async move {
                 if let Err(error) = attacher::runner::run(args, stopped).await {
                     tracing::error!(%error, "the attacher stopped");
                 }
             }));
         }
         if options.kubelet {
-            let protection = pv_controller::protection::ProtectionController::new(client.clone());
-            tasks.push(tokio::spawn(protection.controller().run(signal(&stop))));
-            let attach_detach =
-                pv_controller::attach_detach::AttachDetachController::new(client.clone());
-            tasks.push(tokio::spawn(attach_detach.controller().run(signal(&stop))));
+            let protection =
+                pv_controller::protection::ProtectionController::new(controllers_client.clone());
+            tasks.push(lanes.spawn(
+                Lane::Controllers,
+                protection.controller().run(signal(&stop)),
+            ));
+            let attach_detach = pv_controller::attach_detach::AttachDetachController::new(
+                controllers_client.clone(),
+            );
+            tasks.push(lanes.spawn(
+                Lane::Controllers,
+                attach_detach.controller().run(signal(&stop)),
+            ));
             for node_socket in std::iter::once(&socket).chain(node_sockets.iter()) {
                 let agent = stack::node::NodeAgent::start(
-                    client.clone(),
+                    controllers_client.clone(),
                     stack::node::NodeSettings {
                         socket: node_socket.clone(),
                         root: dir.join("kubelet"),
@@ -221,25 +256,24 @@ impl Stack {
                 )
                 .await
                 .with_context(|| format!("start the node agent behind {node_socket}"))?;
-                tasks.push(tokio::spawn(agent.controller().run(signal(&stop))));
+                tasks.push(lanes.spawn(Lane::Controllers, agent.controller().run(signal(&stop))));
             }
         }
         if options.scheduler {
-            let scheduler = stack::scheduler::Scheduler::new(client.clone());
-            tasks.push(tokio::spawn(scheduler.controller().run(signal(&stop))));
+            let scheduler = stack::scheduler::Scheduler::new(controllers_client.clone());
+            tasks.push(lanes.spawn(Lane::Controllers, scheduler.controller().run(signal(&stop))));
         }
         if let Some((workers, backoff)) = options.pv_controller {
             // With the nodes' side, the node agents recycle CSI volumes.
             let controller = pv_controller::controller::PvController::new(
-                client.clone(),
+                controllers_client.clone(),
                 backoff,
                 options.kubelet,
             );
-            tasks.push(tokio::spawn(controller.run_with(
-                workers,
-                options.orphan_resync,
-                signal(&stop),
-            )));
+            tasks.push(lanes.spawn(
+                Lane::Controllers,
+                controller.run_with(workers, options.orphan_resync, signal(&stop)),
+            ));
         }
         // PersistentVolumeSets: a provisioner with --enable-volume-sets keeps them.
         sidecar_kit::custom_resource::install(
@@ -263,7 +297,7 @@ impl Stack {
                 .await
                 .context("connect the snapshot controller to the driver")?;
             let controller = stack::snapshots::SnapshotController::new(
-                client.clone(),
+                controllers_client.clone(),
                 channel,
                 stack::snapshots::SnapshotSettings {
                     driver: driver_name.clone(),
@@ -277,7 +311,7 @@ impl Stack {
                 None,
             );
             let stopped = signal(&stop);
-            tasks.push(tokio::spawn(controller.controller().run(stopped)));
+            tasks.push(lanes.spawn(Lane::Controllers, controller.controller().run(stopped)));
         }
         Ok(Stack {
             server,
@@ -289,6 +323,7 @@ impl Stack {
             stop,
             server_stop,
             tasks,
+            lanes,
         })
     }
 
@@ -316,6 +351,7 @@ impl Stack {
             stop,
             server_stop,
             tasks,
+            lanes,
             ..
         } = self;
         let _ = stop.send(true);
@@ -328,6 +364,7 @@ impl Stack {
             server.join().await;
         })
         .await;
+        drop(lanes);
     }
 }
 
@@ -354,6 +391,27 @@ pub fn provisioner_args_for(socket: &str, kubeconfig: &std::path::Path) -> Vec<S
         format!("--csi-address={socket}"),
         format!("--kubeconfig={}", kubeconfig.display()),
     ]
+}
+
+/// The stack's client (no client-side throttling) from `(kubeconfig, user agent)`.
+async fn build_client(options: &(String, &'static str)) -> anyhow::Result<kube::Client> {
+    let (kubeconfig, user_agent) = options;
+    Ok(
+        sidecar_kit::kubeclient::build_client(
+            &sidecar_kit::kubeclient::ClientOptions::unthrottled(kubeconfig, user_agent),
+        )
+        .await?,
+    )
+}
+
+/// Binds a driver socket on the driver's lane (its connections are then served there).
+async fn bind_on(lanes: &Lanes, path: &str) -> anyhow::Result<tokio::net::UnixListener> {
+    let path = path.to_string();
+    lanes
+        .run(Lane::Driver, async move {
+            Ok(hostpath_driver::bind_socket(&path).await?)
+        })
+        .await
 }
 
 /// The one stop signal: resolves once `true` is sent (or the sender is gone).

@@ -1,0 +1,188 @@
+//! Where the stack's parts run. Shared: all on the caller's runtime (`volstack up`). Separate:
+//! the API server, the driver and the controllers each on a runtime of their own whose threads
+//! carry its name, so the benchmark can tell their CPU apart ([`cpu_by_thread_name`]).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use anyhow::Context;
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+/// A part of the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// The API server.
+    ApiServer,
+    /// The reference CSI driver.
+    Driver,
+    /// The in-process controllers: PV controller, scheduler, attacher, node agents, snapshots.
+    Controllers,
+}
+
+impl Lane {
+    /// Every lane.
+    pub const ALL: [Lane; 3] = [Lane::ApiServer, Lane::Driver, Lane::Controllers];
+
+    /// The name its threads carry (at most 15 bytes: Linux keeps no more).
+    pub fn thread_name(self) -> &'static str {
+        match self {
+            Lane::ApiServer => "apiserver",
+            Lane::Driver => "csi-driver",
+            Lane::Controllers => "controllers",
+        }
+    }
+}
+
+/// The runtimes, if separate.
+pub struct Lanes {
+    runtimes: Option<[Option<Runtime>; 3]>,
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes")
+            .field("separate", &self.runtimes.is_some())
+            .finish()
+    }
+}
+
+impl Lanes {
+    /// Everything on the caller's runtime.
+    pub fn shared() -> Self {
+        Lanes { runtimes: None }
+    }
+
+    /// A runtime per lane, `workers` threads each.
+    pub fn separate(workers: usize) -> anyhow::Result<Self> {
+        let build = |lane: Lane| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers.max(1))
+                .thread_name(lane.thread_name())
+                .enable_all()
+                .build()
+                .with_context(|| format!("start the {} runtime", lane.thread_name()))
+                .map(Some)
+        };
+        Ok(Lanes {
+            runtimes: Some([
+                build(Lane::ApiServer)?,
+                build(Lane::Driver)?,
+                build(Lane::Controllers)?,
+            ]),
+        })
+    }
+
+    fn handle(&self, lane: Lane) -> Option<&tokio::runtime::Handle> {
+        let index = Lane::ALL.iter().position(|l| *l == lane)?;
+        let runtime = self.runtimes.as_ref()?[index].as_ref()?;
+        Some(runtime.handle())
+    }
+
+    /// Spawns `task` on `lane`'s runtime (the caller's when shared).
+    pub fn spawn<F>(&self, lane: Lane, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.handle(lane) {
+            Some(handle) => handle.spawn(task),
+            None => tokio::spawn(task),
+        }
+    }
+
+    /// Runs `task` on `lane` and waits for it: what it creates (listeners, clients, the tasks
+    /// it spawns) belongs to that lane.
+    pub async fn run<F, T>(&self, lane: Lane, task: F) -> anyhow::Result<T>
+    where
+        F: Future<Output = anyhow::Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.spawn(lane, task)
+            .await
+            .with_context(|| format!("the {} lane", lane.thread_name()))?
+    }
+}
+
+impl Drop for Lanes {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which an async context forbids: let them go in the
+        // background (their tasks have been stopped by then, or are abandoned).
+        if let Some(runtimes) = self.runtimes.as_mut() {
+            for runtime in runtimes.iter_mut().filter_map(Option::take) {
+                runtime.shutdown_background();
+            }
+        }
+    }
+}
+
+/// CPU seconds (user + system) this process's live threads have used, summed by thread name.
+pub fn cpu_by_thread_name() -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let Ok(name) = std::fs::read_to_string(path.join("comm")) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+            continue;
+        };
+        if let Some(seconds) = stat_cpu_seconds(&stat) {
+            *out.entry(name.trim().to_string()).or_default() += seconds;
+        }
+    }
+    out
+}
+
+/// User + system CPU seconds from a `/proc/.../stat` line (clock ticks of 1/100 s).
+pub fn stat_cpu_seconds(stat: &str) -> Option<f64> {
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_is_read_past_a_name_with_spaces_and_parentheses() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
+        assert_eq!(stat_cpu_seconds(stat), Some(3.0));
+        assert_eq!(stat_cpu_seconds("garbage"), None);
+    }
+
+    #[tokio::test]
+    async fn separate_lanes_run_on_threads_named_after_them() {
+        let lanes = Lanes::separate(1).unwrap();
+        let name = lanes
+            .run(Lane::Driver, async {
+                // Burn some CPU so the lane shows up with a non-zero figure.
+                let start = std::time::Instant::now();
+                let mut x = 0_u64;
+                while start.elapsed() < std::time::Duration::from_millis(50) {
+                    x = x.wrapping_add(1);
+                }
+                std::hint::black_box(x);
+                Ok(std::thread::current().name().map(str::to_string))
+            })
+            .await
+            .unwrap();
+        assert_eq!(name.as_deref(), Some("csi-driver"));
+        assert!(cpu_by_thread_name().contains_key("csi-driver"));
+        let shared = Lanes::shared();
+        let here = shared
+            .run(Lane::Driver, async {
+                Ok(std::thread::current().name().map(str::to_string))
+            })
+            .await
+            .unwrap();
+        assert_ne!(here.as_deref(), Some("csi-driver"));
+    }
+}
