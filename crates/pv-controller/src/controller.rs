@@ -19,7 +19,11 @@ use crate::decide::binder::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
     ANN_STORAGE_PROVISIONER, ClaimAction, VolumeAction, decide_claim, decide_volume,
 };
-use crate::decide::binder::{claim_is_gone, left_to_node_recyclers};
+use crate::decide::binder::{claim_is_gone, left_to_node_recyclers, named_volumes};
+
+/// The names provisioners give the volume of a claim, `<prefix>-<claim uid>`: upstream's
+/// default `--volume-name-prefix`.
+const VOLUME_NAME_PREFIXES: &[&str] = &["pvc"];
 use crate::decide::classes::default_class;
 use crate::index::{ClaimRefIndex, claim_named_by};
 
@@ -229,7 +233,10 @@ impl PvController {
             return Ok(());
         }
         let classes = self.classes.state();
-        let volumes = self.volumes.state();
+        let volumes = named_volumes(&claim, VOLUME_NAME_PREFIXES, |name| {
+            self.volumes.get(&ObjectRef::new(name))
+        })
+        .unwrap_or_else(|| self.volumes.state());
         let default = default_class(classes.iter().map(|c| c.as_ref()));
         let action = decide_claim(&claim, &volumes, &classes, default);
         let ns = claim.metadata.namespace.clone().unwrap_or_default();

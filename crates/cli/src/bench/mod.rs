@@ -151,6 +151,10 @@ struct Report {
     /// The same window, by process: the provisioner, the API server, the driver, the
     /// controllers (PV controller, scheduler) and the benchmark's own clients.
     cpu_seconds_by_process: BTreeMap<String, f64>,
+    /// By process, from the first claim to all Bound and 2 s more.
+    cpu_seconds_provisioning: BTreeMap<String, f64>,
+    /// By process, from then to the last deletion.
+    cpu_seconds_deleting: BTreeMap<String, f64>,
     requests_per_provisioned_volume: BTreeMap<String, f64>,
     requests_per_deleted_volume: BTreeMap<String, f64>,
     writes_per_provisioned_volume: f64,
@@ -427,13 +431,19 @@ fn print_report(r: &Report) {
         r.rss_per_1000_volumes_mib
     );
     println!("  provisioner CPU            {:>10.2} s", r.cpu_seconds);
-    println!(
-        "  CPU by process             {}",
-        r.cpu_seconds_by_process
-            .iter()
+    let by_process = |m: &BTreeMap<String, f64>| {
+        m.iter()
             .map(|(name, s)| format!("{name} {s:.2} s"))
             .collect::<Vec<_>>()
             .join(", ")
+    };
+    println!(
+        "  CPU provisioning           {}",
+        by_process(&r.cpu_seconds_provisioning)
+    );
+    println!(
+        "  CPU deleting               {}",
+        by_process(&r.cpu_seconds_deleting)
     );
     println!(
         "  requests per provisioned   {:?}",

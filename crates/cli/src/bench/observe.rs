@@ -110,6 +110,11 @@ impl Observers {
         count_bench(&self.bound)
     }
 
+    /// PVs of benchmark claims deleted so far.
+    pub(super) fn deleted_count(&self) -> usize {
+        self.deleted.load(Ordering::Relaxed)
+    }
+
     /// What the progress line shows: claims created, Bound, and their PVs deleted so far.
     pub(super) fn progress(&self) -> impl Fn() -> (usize, usize, usize) + Send + 'static {
         let (created, bound, deleted) = (

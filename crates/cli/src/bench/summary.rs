@@ -27,12 +27,16 @@ pub(super) fn figures(r: &Report) -> Vec<Figure> {
             "",
         ),
     ];
-    out.extend(
-        r.cpu_seconds_by_process
-            .iter()
-            .filter(|(name, _)| name.as_str() != super::provisioning::CPU_PROVISIONER)
-            .map(|(name, s)| (format!("CPU: {name}"), *s, "s")),
-    );
+    for (phase, by_process) in [
+        ("provisioning", &r.cpu_seconds_provisioning),
+        ("deleting", &r.cpu_seconds_deleting),
+    ] {
+        out.extend(
+            by_process
+                .iter()
+                .map(|(name, s)| (format!("CPU {phase}: {name}"), *s, "s")),
+        );
+    }
     out
 }
 

@@ -59,6 +59,8 @@ impl Lanes {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(workers.max(1))
                 .thread_name(lane.thread_name())
+                // Blocking threads that exit take their CPU figure with them: keep them.
+                .thread_keep_alive(std::time::Duration::from_secs(3600))
                 .enable_all()
                 .build()
                 .with_context(|| format!("start the {} runtime", lane.thread_name()))

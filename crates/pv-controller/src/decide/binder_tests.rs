@@ -396,3 +396,51 @@ fn a_controller_binding_to_a_claim_that_bound_elsewhere_is_undone() {
     )]));
     assert_eq!(dv(&loser, &[c]), VolumeAction::Unbind);
 }
+
+#[test]
+fn looking_volumes_up_by_name_decides_as_the_full_scan() {
+    let class = sc("fast", "csi.example.com", false);
+    let waiting = claim("c1", Some("fast"), "1Gi");
+    let mut named = claim("c2", Some("fast"), "1Gi");
+    named.spec.as_mut().unwrap().volume_name = Some("static-2".into());
+    let mut named_gone = claim("c3", Some("fast"), "1Gi");
+    named_gone.spec.as_mut().unwrap().volume_name = Some("nowhere".into());
+    let other = claim("c4", Some("fast"), "1Gi");
+    let volumes = vec![
+        pv("spare", "fast", "1Gi"),
+        bound_to(pv("pvc-uid-c1", "fast", "1Gi"), &waiting),
+        pv("static-2", "fast", "1Gi"),
+        // Named like c4's volume but made for another claim: not taken as c4's.
+        bound_to(pv("pvc-uid-c4", "fast", "1Gi"), &waiting),
+    ];
+    let lookup = |name: &str| {
+        volumes
+            .iter()
+            .find(|v| v.metadata.name.as_deref() == Some(name))
+            .cloned()
+    };
+    // (claim, the volumes looked up by name: None = scan them all)
+    let table: [(&PersistentVolumeClaim, Option<Vec<&str>>); 4] = [
+        (&waiting, Some(vec!["pvc-uid-c1"])),
+        (&named, Some(vec!["static-2"])),
+        (&named_gone, Some(vec![])),
+        (&other, None),
+    ];
+    for (c, want) in table {
+        let got = named_volumes(c, &["pvc"], lookup);
+        let names = got.as_ref().map(|vs| {
+            vs.iter()
+                .map(|v| v.metadata.name.as_deref().unwrap_or_default())
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(names, want, "{:?}", c.metadata.name);
+        if let Some(subset) = got {
+            assert_eq!(
+                dc(c, &subset, std::slice::from_ref(&class), None),
+                dc(c, &volumes, std::slice::from_ref(&class), None),
+                "{:?}",
+                c.metadata.name
+            );
+        }
+    }
+}
