@@ -56,6 +56,8 @@ pub struct PvController {
     watches: Watches,
     /// Whether node agents recycle CSI volumes (then `Recycle` is theirs, not an error here).
     node_recyclers: bool,
+    /// Volumes by the claim their claimRef names, and those no claimRef names.
+    index: Arc<ClaimRefIndex>,
 }
 
 /// How often volumes whose claim is missing are looked at again, whatever the events said.
@@ -157,6 +159,7 @@ impl PvController {
         let recorder = Recorder::new(client.clone(), "persistentvolume-controller", hostname());
         Arc::new(PvController {
             node_recyclers,
+            index,
             client,
             claims,
             volumes,
@@ -233,10 +236,18 @@ impl PvController {
             return Ok(());
         }
         let classes = self.classes.state();
-        let volumes = named_volumes(&claim, VOLUME_NAME_PREFIXES, |name| {
-            self.volumes.get(&ObjectRef::new(name))
-        })
-        .unwrap_or_else(|| self.volumes.state());
+        // The volumes the decision can depend on, looked up by name rather than scanning
+        // every volume for each claim (quadratic in a storm).
+        let lookup = |name: &str| self.volumes.get(&ObjectRef::new(name));
+        let volumes = named_volumes(&claim, VOLUME_NAME_PREFIXES, lookup).unwrap_or_else(|| {
+            let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+            let name = claim.metadata.name.as_deref().unwrap_or_default();
+            self.index
+                .candidates_for(ns, name)
+                .iter()
+                .filter_map(|volume| lookup(volume))
+                .collect()
+        });
         let default = default_class(classes.iter().map(|c| c.as_ref()));
         let action = decide_claim(&claim, &volumes, &classes, default);
         let ns = claim.metadata.namespace.clone().unwrap_or_default();

@@ -1,6 +1,8 @@
 //! Volumes by the claim their claimRef names, so that every event of a claim requeues every
 //! volume that names it, whether or not the claim names the volume back (a volume saved
-//! pre-bound by a provisioner whose claim is deleted before binding completes).
+//! pre-bound by a provisioner whose claim is deleted before binding completes). It also keeps
+//! the volumes no claimRef names, so that a claim looking for a match reads those (and the ones
+//! naming it) instead of every volume.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
@@ -14,6 +16,7 @@ pub type ClaimName = (String, String);
 struct Maps {
     by_claim: HashMap<ClaimName, BTreeSet<String>>,
     claim_of: HashMap<String, ClaimName>,
+    unbound: BTreeSet<String>,
 }
 
 /// The index. Fed by the volume watch, read by claim events.
@@ -37,12 +40,17 @@ impl ClaimRefIndex {
         let claim = claim_named_by(pv);
         let mut maps = self.maps.lock();
         Self::unlink(&mut maps, &name);
-        if let Some(claim) = claim {
-            maps.by_claim
-                .entry(claim.clone())
-                .or_default()
-                .insert(name.clone());
-            maps.claim_of.insert(name, claim);
+        match claim {
+            Some(claim) => {
+                maps.by_claim
+                    .entry(claim.clone())
+                    .or_default()
+                    .insert(name.clone());
+                maps.claim_of.insert(name, claim);
+            }
+            None => {
+                maps.unbound.insert(name);
+            }
         }
     }
 
@@ -54,6 +62,7 @@ impl ClaimRefIndex {
     }
 
     fn unlink(maps: &mut Maps, volume: &str) {
+        maps.unbound.remove(volume);
         if let Some(old) = maps.claim_of.remove(volume)
             && let Some(set) = maps.by_claim.get_mut(&old)
         {
@@ -72,6 +81,20 @@ impl ClaimRefIndex {
             .get(&(namespace.to_string(), name.to_string()))
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The volumes a claim without `spec.volumeName` may be decided on: those whose claimRef
+    /// names it, then every volume no claimRef names.
+    pub fn candidates_for(&self, namespace: &str, name: &str) -> Vec<String> {
+        let maps = self.maps.lock();
+        let key = (namespace.to_string(), name.to_string());
+        maps.by_claim
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .chain(maps.unbound.iter())
+            .cloned()
+            .collect()
     }
 
     /// Volumes indexed (for tests and metrics).
@@ -136,12 +159,20 @@ mod tests {
         index.apply(&pv("b", Some(("ns", "c1"))));
         index.apply(&pv("free", None));
         assert_eq!(index.volumes_of("ns", "c1"), vec!["a", "b"]);
+        assert_eq!(index.candidates_for("ns", "c1"), vec!["a", "b", "free"]);
+        assert_eq!(index.candidates_for("ns", "c9"), vec!["free"]);
         // Rebinding moves the volume; unbinding drops it.
         index.apply(&pv("a", Some(("other", "c2"))));
         index.apply(&pv("b", None));
         assert!(index.volumes_of("ns", "c1").is_empty());
+        assert_eq!(index.candidates_for("ns", "c1"), vec!["b", "free"]);
+        index.delete(&pv("b", None));
+        index.apply(&pv("free", Some(("ns", "c9"))));
+        assert_eq!(index.candidates_for("ns", "c1"), Vec::<String>::new());
         assert_eq!(index.volumes_of("other", "c2"), vec!["a"]);
         index.delete(&pv("a", Some(("other", "c2"))));
+        index.delete(&pv("free", Some(("ns", "c9"))));
         assert!(index.is_empty());
+        assert!(index.candidates_for("ns", "c9").is_empty());
     }
 }

@@ -12,6 +12,7 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -54,7 +55,11 @@ pub struct Recorder {
     component: String,
     host: String,
     window: Duration,
-    recent: Mutex<HashMap<(String, EventType, String, String), tokio::time::Instant>>,
+    /// When each (object UID, type, reason, message) was last written, by a hash of it: 8
+    /// bytes a key instead of four strings (10,000 volumes kept about 3 MB of them).
+    recent: Mutex<HashMap<u64, tokio::time::Instant>>,
+    /// The hasher of `recent`'s keys (random keys, as std's maps).
+    keys: std::collections::hash_map::RandomState,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -82,14 +87,19 @@ impl Recorder {
             host: host.into(),
             window: Duration::from_secs(600),
             recent: Mutex::new(HashMap::new()),
+            keys: std::collections::hash_map::RandomState::new(),
         }
     }
 
     /// Records an event about `object`: queues it and returns. Failures are logged, never
     /// returned: an event is information, not a step of the protocol.
     pub fn record(&self, object: &ObjectReference, kind: EventType, reason: &str, message: &str) {
-        let uid = object.uid.clone().unwrap_or_default();
-        let key = (uid, kind, reason.to_string(), message.to_string());
+        let key = self.keys.hash_one((
+            object.uid.as_deref().unwrap_or_default(),
+            kind,
+            reason,
+            message,
+        ));
         {
             let mut recent = self.recent.lock();
             let now = tokio::time::Instant::now();

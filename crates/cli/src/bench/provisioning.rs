@@ -16,7 +16,7 @@ use super::progress::Progress;
 use super::under_test::{stack_options, start_provisioner};
 use super::{BenchArgs, Report, counts, cpu_seconds, diff, percentile, proc_status, writes};
 use crate::embedded::Stack;
-use crate::embedded::lanes::{Lane, cpu_by_thread_name};
+use crate::embedded::lanes::{Lane, cpu_by_thread, cpu_since};
 
 /// The keys of [`Report::cpu_seconds_by_process`].
 const CPU_PROVISIONER: &str = "provisioner under test";
@@ -26,7 +26,7 @@ const CPU_BENCH: &str = "benchmark clients";
 /// CPU seconds so far: the provisioner's process, each lane of the stack, and this process.
 struct Cpu {
     provisioner: f64,
-    lanes: BTreeMap<String, f64>,
+    threads: BTreeMap<u32, (String, f64)>,
     process: f64,
 }
 
@@ -34,7 +34,7 @@ impl Cpu {
     fn now(provisioner_pid: u32) -> Self {
         Cpu {
             provisioner: cpu_seconds(provisioner_pid).unwrap_or(0.0),
-            lanes: cpu_by_thread_name(),
+            threads: cpu_by_thread(),
             process: cpu_seconds(std::process::id()).unwrap_or(0.0),
         }
     }
@@ -46,13 +46,13 @@ impl Cpu {
             CPU_PROVISIONER.to_string(),
             self.provisioner - before.provisioner,
         );
+        let by_name = cpu_since(&before.threads, &self.threads);
         let mut lanes_total = 0.0;
         for lane in Lane::ALL {
             let name = lane.thread_name();
-            let used = self.lanes.get(name).copied().unwrap_or(0.0)
-                - before.lanes.get(name).copied().unwrap_or(0.0);
+            let used = by_name.get(name).copied().unwrap_or(0.0);
             lanes_total += used;
-            out.insert(name.to_string(), used.max(0.0));
+            out.insert(name.to_string(), used);
         }
         out.insert(
             CPU_BENCH.to_string(),

@@ -1,6 +1,6 @@
 //! Where the stack's parts run. Shared: all on the caller's runtime (`volstack up`). Separate:
 //! the API server, the driver and the controllers each on a runtime of their own whose threads
-//! carry its name, so the benchmark can tell their CPU apart ([`cpu_by_thread_name`]).
+//! carry its name, so the benchmark can tell their CPU apart ([`cpu_by_thread`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -118,14 +118,22 @@ impl Drop for Lanes {
     }
 }
 
-/// CPU seconds (user + system) this process's live threads have used, summed by thread name.
-pub fn cpu_by_thread_name() -> BTreeMap<String, f64> {
+/// CPU seconds (user + system) each live thread of this process has used: thread id to (name,
+/// seconds).
+pub fn cpu_by_thread() -> BTreeMap<u32, (String, f64)> {
     let mut out = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return out;
     };
     for task in tasks.flatten() {
         let path = task.path();
+        let Some(tid) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.parse().ok())
+        else {
+            continue;
+        };
         let Ok(name) = std::fs::read_to_string(path.join("comm")) else {
             continue;
         };
@@ -133,8 +141,26 @@ pub fn cpu_by_thread_name() -> BTreeMap<String, f64> {
             continue;
         };
         if let Some(seconds) = stat_cpu_seconds(&stat) {
-            *out.entry(name.trim().to_string()).or_default() += seconds;
+            out.insert(tid, (name.trim().to_string(), seconds));
         }
+    }
+    out
+}
+
+/// CPU seconds used between two [`cpu_by_thread`] snapshots, summed by thread name, counting
+/// only threads alive at the second (a thread that ended in between, such as one of a stack
+/// stopped earlier, is not taken away from the others of its name).
+pub fn cpu_since(
+    before: &BTreeMap<u32, (String, f64)>,
+    after: &BTreeMap<u32, (String, f64)>,
+) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (tid, (name, seconds)) in after {
+        let earlier = before
+            .get(tid)
+            .filter(|(n, _)| n == name)
+            .map_or(0.0, |(_, s)| *s);
+        *out.entry(name.clone()).or_default() += (seconds - earlier).max(0.0);
     }
     out
 }
@@ -160,6 +186,26 @@ mod tests {
         assert_eq!(stat_cpu_seconds("garbage"), None);
     }
 
+    #[test]
+    fn threads_that_ended_are_not_taken_from_the_others_of_their_name() {
+        let thread = |name: &str, s: f64| (name.to_string(), s);
+        let before = BTreeMap::from([
+            (1, thread("apiserver", 10.0)),
+            (2, thread("apiserver", 4.0)),
+            (3, thread("main", 1.0)),
+        ]);
+        // Thread 1 ended; 2 used 1.5 s; 4 is new; 3's id now belongs to another thread.
+        let after = BTreeMap::from([
+            (2, thread("apiserver", 5.5)),
+            (4, thread("apiserver", 0.5)),
+            (3, thread("csi-driver", 0.25)),
+        ]);
+        let used = cpu_since(&before, &after);
+        assert_eq!(used.get("apiserver"), Some(&2.0));
+        assert_eq!(used.get("csi-driver"), Some(&0.25));
+        assert_eq!(used.get("main"), None);
+    }
+
     #[tokio::test]
     async fn separate_lanes_run_on_threads_named_after_them() {
         let lanes = Lanes::separate(1).unwrap();
@@ -177,7 +223,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(name.as_deref(), Some("csi-driver"));
-        assert!(cpu_by_thread_name().contains_key("csi-driver"));
+        assert!(cpu_by_thread().values().any(|(n, _)| n == "csi-driver"));
         let shared = Lanes::shared();
         let here = shared
             .run(Lane::Driver, async {
