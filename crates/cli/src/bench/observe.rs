@@ -133,15 +133,12 @@ impl Observers {
 
     /// Seconds from `started` to each benchmark claim's binding, sorted.
     pub(super) fn bound_times(&self, started: Instant) -> Vec<f64> {
-        let mut times: Vec<f64> = self
-            .bound
-            .lock()
-            .iter()
-            .filter(|(k, _)| k.starts_with("bench-"))
-            .map(|(_, t)| t.saturating_duration_since(started).as_secs_f64())
-            .collect();
-        times.sort_by(|a, b| a.total_cmp(b));
-        times
+        since(&self.bound, started)
+    }
+
+    /// Seconds from `started` to each benchmark claim's PV appearing, sorted.
+    pub(super) fn pv_times(&self, started: Instant) -> Vec<f64> {
+        since(&self.seen_at, started)
     }
 
     /// Milliseconds from each claim's creation to its PV, sorted.
@@ -203,4 +200,15 @@ fn count_bench(times: &Times) -> usize {
         .keys()
         .filter(|k| k.starts_with("bench-"))
         .count()
+}
+
+fn since(times: &Times, started: Instant) -> Vec<f64> {
+    let mut out: Vec<f64> = times
+        .lock()
+        .iter()
+        .filter(|(k, _)| k.starts_with("bench-"))
+        .map(|(_, t)| t.saturating_duration_since(started).as_secs_f64())
+        .collect();
+    out.sort_by(|a, b| a.total_cmp(b));
+    out
 }

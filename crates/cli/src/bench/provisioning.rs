@@ -88,6 +88,13 @@ pub(super) async fn scenario_run(
         let observers = Observers::start(&claims, &pvs, 0);
         let _progress = Progress::start(label.clone(), n, observers.progress());
         create_claims(args, scenario, n, &claims, &observers.created_at).await?;
+        // A backlog is claims the PV controller has already handed to the provisioner (the
+        // storage-provisioner annotation), as in a cluster whose provisioner was down.
+        wait(Duration::from_secs(60 + n as u64), || async {
+            annotated_count(&claims).await >= n
+        })
+        .await
+        .context("the PV controller never annotated every claim of the backlog")?;
         Some(observers)
     } else {
         None
@@ -129,6 +136,7 @@ pub(super) async fn scenario_run(
         _ => started.elapsed(),
     };
     let bound_over_time = crate::chart::cumulative(&bound_times, 200);
+    let pvs_over_time = crate::chart::cumulative(&observers.pv_times(started), 200);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_rest = proc_status(pid, "VmRSS:").unwrap_or(0.0);
     let after_provision = counts(&stack.server, PROVISIONER_CLIENT);
@@ -215,6 +223,7 @@ pub(super) async fn scenario_run(
         correct: problems.is_empty(),
         problems,
         bound_over_time,
+        pvs_over_time,
         chart: String::new(),
     })
 }
@@ -325,6 +334,25 @@ pub(super) async fn create_claim(
         }
     }
     Ok(())
+}
+
+/// Benchmark claims the PV controller has annotated for the provisioner.
+async fn annotated_count(claims: &Api<PersistentVolumeClaim>) -> usize {
+    claims
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key("volume.kubernetes.io/storage-provisioner"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 pub(super) async fn bound_count(claims: &Api<PersistentVolumeClaim>) -> usize {

@@ -52,7 +52,7 @@ pub(super) fn stack_options(dir: &std::path::Path) -> StackOptions {
             "--capacity=1Ei".to_string(),
             "--publish-mode=symlink".to_string(),
         ],
-        pv_controller: Some((16, pv_controller::controller::default_backoff())),
+        pv_controller: Some((64, pv_controller::controller::default_backoff())),
         // The benchmark measures provisioning; snapshots stay out of the machine's budget.
         snapshots: false,
         ..StackOptions::new(dir.to_path_buf(), "volstack-bench/0.1")
