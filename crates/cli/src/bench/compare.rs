@@ -82,10 +82,10 @@ pub(super) fn run(args: &BenchArgs, files: &[PathBuf]) -> anyhow::Result<()> {
             runs_b.len(),
             median_b.claims
         );
-        println!("  {:<36} {:>12} {:>12} {:>9}", "figure", "A", "B", "B/A");
+        println!("  {:<44} {:>12} {:>12} {:>9}", "figure", "A", "B", "B/A");
         for (figure, unit, va, vb, ratio) in table(&runs_a, &runs_b) {
             println!(
-                "  {:<36} {:>12} {:>12} {:>9}",
+                "  {:<44} {:>12} {:>12} {:>9}",
                 figure,
                 format!("{va:.2} {unit}"),
                 format!("{vb:.2} {unit}"),
@@ -132,15 +132,27 @@ pub(super) fn run(args: &BenchArgs, files: &[PathBuf]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The two provisioners' names, told apart by their file names when those differ, else by
-/// their whole command lines.
+/// The two provisioners' names: the shortest tails of their command lines (whole path
+/// components) that tell them apart, e.g. `goprov/csi-provisioner` and
+/// `release/csi-provisioner`.
 fn labels(a: &Report, b: &Report) -> (String, String) {
     let (sa, sb) = (short_name(&a.provisioner), short_name(&b.provisioner));
     if sa != sb || a.provisioner == b.provisioner {
-        (sa, sb)
-    } else {
-        (a.provisioner.clone(), b.provisioner.clone())
+        return (sa, sb);
     }
+    let tail = |command: &str, parts: usize| {
+        let components: Vec<&str> = command.split('/').collect();
+        components[components.len().saturating_sub(parts)..].join("/")
+    };
+    let most = a
+        .provisioner
+        .split('/')
+        .count()
+        .max(b.provisioner.split('/').count());
+    (2..=most)
+        .map(|parts| (tail(&a.provisioner, parts), tail(&b.provisioner, parts)))
+        .find(|(ta, tb)| ta != tb)
+        .unwrap_or_else(|| (a.provisioner.clone(), b.provisioner.clone()))
 }
 
 #[cfg(test)]
@@ -174,12 +186,23 @@ mod tests {
     }
 
     #[test]
-    fn same_program_names_fall_back_to_the_command_lines() {
-        let a = report("storm", 1, 1.0, "/go/csi-provisioner --v=5");
-        let b = report("storm", 1, 1.0, "/ours/csi-provisioner");
+    fn same_program_names_are_told_apart_by_their_paths() {
+        let a = report("storm", 1, 1.0, "/tmp/go/csi-provisioner");
+        let b = report("storm", 1, 1.0, "/tmp/ours/csi-provisioner");
         assert_eq!(
             labels(&a, &b),
-            (a.provisioner.clone(), b.provisioner.clone())
+            (
+                "go/csi-provisioner".to_string(),
+                "ours/csi-provisioner".to_string()
+            )
+        );
+        let c = report("storm", 1, 1.0, "/tmp/go/csi-provisioner --v=5");
+        assert_eq!(
+            labels(&a, &c),
+            (
+                "go/csi-provisioner".to_string(),
+                "go/csi-provisioner --v=5".to_string()
+            )
         );
         let c = report("storm", 1, 1.0, "/x/go-provisioner");
         assert_eq!(

@@ -95,7 +95,7 @@ pub(super) fn print(runs: &[Report]) {
         runs.len()
     );
     for (name, unit, (median, min, max)) in summarize(runs) {
-        println!("  {name:<36} {median:>10.2} {unit:<4} ({min:.2} to {max:.2})");
+        println!("  {name:<44} {median:>10.2} {unit:<4} ({min:.2} to {max:.2})");
     }
 }
 
