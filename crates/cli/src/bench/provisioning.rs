@@ -336,36 +336,35 @@ pub(super) async fn create_claim(
     Ok(())
 }
 
-/// Benchmark claims the PV controller has annotated for the provisioner.
-async fn annotated_count(claims: &Api<PersistentVolumeClaim>) -> usize {
+/// Claims for which `matches` holds (0 when the list fails: callers wait and ask again).
+async fn count_claims(
+    claims: &Api<PersistentVolumeClaim>,
+    matches: impl Fn(&PersistentVolumeClaim) -> bool,
+) -> usize {
     claims
         .list(&ListParams::default())
         .await
-        .map(|l| {
-            l.items
-                .iter()
-                .filter(|p| {
-                    p.metadata
-                        .annotations
-                        .as_ref()
-                        .is_some_and(|a| a.contains_key("volume.kubernetes.io/storage-provisioner"))
-                })
-                .count()
-        })
+        .map(|l| l.items.iter().filter(|c| matches(c)).count())
         .unwrap_or(0)
 }
 
+/// Claims the PV controller has annotated for the provisioner.
+async fn annotated_count(claims: &Api<PersistentVolumeClaim>) -> usize {
+    count_claims(claims, |c| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("volume.kubernetes.io/storage-provisioner"))
+    })
+    .await
+}
+
+/// Claims Bound.
 pub(super) async fn bound_count(claims: &Api<PersistentVolumeClaim>) -> usize {
-    claims
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-                .count()
-        })
-        .unwrap_or(0)
+    count_claims(claims, |c| {
+        c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+    })
+    .await
 }
 
 pub(super) async fn driver_count(socket: &str) -> anyhow::Result<usize> {
