@@ -129,6 +129,11 @@ impl Recorder {
         }
     }
 
+    /// Events dropped so far because [`QUEUED_EVENTS`] were waiting.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
     /// The Event object (separate for tests). Its namespace is the object's, else `default`.
     pub fn build(
         &self,
@@ -192,5 +197,55 @@ async fn write_events(client: kube::Client, mut events: mpsc::Receiver<Event>) {
             }
             drop(permit);
         });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn claim(name: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("PersistentVolumeClaim".into()),
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        }
+    }
+
+    /// A client whose every request hangs: the API server does not answer.
+    fn stuck_client() -> kube::Client {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| {
+            std::future::pending::<Result<http::Response<kube::client::Body>, tower::BoxError>>()
+        });
+        kube::Client::new(service, "default")
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn recording_never_waits_and_drops_past_the_queue() {
+        let recorder = Recorder::new(stuck_client(), "csi-provisioner", "host");
+        // Nothing else runs until this test yields: the writer takes nothing meanwhile.
+        for i in 0..QUEUED_EVENTS + 100 {
+            recorder.record(
+                &claim(&format!("c{i}")),
+                EventType::Normal,
+                "ProvisioningSucceeded",
+                "done",
+            );
+        }
+        assert_eq!(recorder.dropped(), 100);
+        // The same event again within the window is not queued at all (nor counted).
+        recorder.record(
+            &claim("c0"),
+            EventType::Normal,
+            "ProvisioningSucceeded",
+            "done",
+        );
+        assert_eq!(recorder.dropped(), 100);
+        // Another message is another event.
+        recorder.record(&claim("c0"), EventType::Warning, "ProvisioningFailed", "no");
+        assert_eq!(recorder.dropped(), 101);
     }
 }
