@@ -13,11 +13,10 @@
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -178,26 +177,24 @@ impl Recorder {
 
 /// Writes queued events, [`WRITERS`] at a time, until the recorder is gone.
 async fn write_events(client: kube::Client, mut events: mpsc::Receiver<Event>) {
-    let writers = Arc::new(Semaphore::new(WRITERS));
-    while let Some(event) = events.recv().await {
-        let Ok(permit) = writers.clone().acquire_owned().await else {
-            return;
-        };
-        let client = client.clone();
-        tokio::spawn(async move {
-            let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
-            let api: Api<Event> = Api::namespaced(client, namespace);
-            if let Err(error) = api.create(&PostParams::default(), &event).await {
-                tracing::warn!(
-                    %error,
-                    reason = ?event.reason,
-                    object = ?event.involved_object.name,
-                    "failed to record event"
-                );
+    use futures::StreamExt;
+    futures::stream::poll_fn(|cx| events.poll_recv(cx))
+        .for_each_concurrent(WRITERS, |event| {
+            let client = client.clone();
+            async move {
+                let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+                let api: Api<Event> = Api::namespaced(client, namespace);
+                if let Err(error) = api.create(&PostParams::default(), &event).await {
+                    tracing::warn!(
+                        %error,
+                        reason = ?event.reason,
+                        object = ?event.involved_object.name,
+                        "failed to record event"
+                    );
+                }
             }
-            drop(permit);
-        });
-    }
+        })
+        .await;
 }
 
 #[cfg(test)]
