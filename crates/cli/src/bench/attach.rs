@@ -129,17 +129,12 @@ fn start(
     stack: &Stack,
     dir: &std::path::Path,
 ) -> anyhow::Result<(Child, String)> {
-    let own = std::env::current_exe()?
-        .with_file_name("csi-attacher")
-        .display()
-        .to_string();
-    let command = args.attacher_cmd.clone().unwrap_or(own);
-    let mut words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
-    if words.is_empty() {
-        bail!("--attacher-cmd is empty");
-    }
-    let program = words.remove(0);
-    words.extend(stack.provisioner_args());
+    let (program, mut words, command) = super::under_test::command_line(
+        args.attacher_cmd.as_deref(),
+        "csi-attacher",
+        "--attacher-cmd",
+        stack,
+    )?;
     if !args.attach_default_qps {
         words.extend(["--kube-api-qps=10000", "--kube-api-burst=10000"].map(String::from));
     }
@@ -167,16 +162,6 @@ where
         .into_iter()
         .collect::<anyhow::Result<Vec<()>>>()?;
     Ok(())
-}
-
-/// Kills the attacher on every exit path.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Counts attached VolumeAttachments and those that exist, from a watch.
@@ -230,8 +215,8 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
         }
     });
     let (child, command) = start(args, &stack, &dir)?;
-    let attacher = Running(child);
-    let pid = attacher.0.id();
+    let attacher = super::under_test::UnderTest::new(child);
+    let pid = attacher.id();
     let mut problems = Vec::new();
     let timeout = Duration::from_secs(600);
 
@@ -303,7 +288,7 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
     }
     let cpu = cpu_seconds(pid).unwrap_or(0.0);
     let peak = proc_status(pid, "VmHWM:").unwrap_or(0.0);
-    drop(attacher);
+    attacher.stop().await;
     watch.abort();
     stack.shutdown(Duration::from_secs(5)).await;
     let per = |w: u64| w as f64 / n as f64;

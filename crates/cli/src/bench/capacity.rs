@@ -327,7 +327,7 @@ async fn one_run(
     let port = free_port()?;
     let mut problems = Vec::new();
     let started = Instant::now();
-    let child = super::under_test::Provisioner::new(start(args, stack, dir, lifted, port, run)?);
+    let child = super::under_test::UnderTest::new(start(args, stack, dir, lifted, port, run)?);
     let pid = child.id();
     // Published (lifted) or adopted (default: the objects exist; nothing to write): every
     // object present and the provisioner's gauge says so.

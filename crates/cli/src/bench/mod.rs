@@ -296,9 +296,7 @@ async fn run_checked(args: &BenchArgs) -> anyhow::Result<()> {
             let report = attach::run(args).await?;
             attach::print(&report);
             wrong |= !report.correct();
-            std::fs::write(&args.attach_output, serde_json::to_string_pretty(&report)?)
-                .with_context(|| format!("write {}", args.attach_output.display()))?;
-            println!("results written to {}", args.attach_output.display());
+            write_results(&args.attach_output, &report)?;
             continue;
         }
         if scenario == "pool" {
@@ -311,20 +309,13 @@ async fn run_checked(args: &BenchArgs) -> anyhow::Result<()> {
             let report = pool::run(args).await?;
             pool::print(&report);
             wrong |= !report.correct();
-            std::fs::write(&args.pool_output, serde_json::to_string_pretty(&report)?)
-                .with_context(|| format!("write {}", args.pool_output.display()))?;
-            println!("results written to {}", args.pool_output.display());
+            write_results(&args.pool_output, &report)?;
             continue;
         }
         if scenario == "capacity" {
             let reports = capacity::run(args).await?;
             wrong |= reports.iter().any(|r| !r.correct());
-            std::fs::write(
-                &args.capacity_output,
-                serde_json::to_string_pretty(&reports)?,
-            )
-            .with_context(|| format!("write {}", args.capacity_output.display()))?;
-            println!("results written to {}", args.capacity_output.display());
+            write_results(&args.capacity_output, &reports)?;
             continue;
         }
         let mut runs = Vec::new();
@@ -347,13 +338,19 @@ async fn run_checked(args: &BenchArgs) -> anyhow::Result<()> {
         reports.extend(runs);
     }
     if !reports.is_empty() {
-        std::fs::write(&args.output, serde_json::to_string_pretty(&reports)?)
-            .with_context(|| format!("write {}", args.output.display()))?;
-        println!("results written to {}", args.output.display());
+        write_results(&args.output, &reports)?;
     }
     if wrong || reports.iter().any(|r| !r.correct) {
         bail!("a scenario ended in a wrong state: its figures do not count");
     }
+    Ok(())
+}
+
+/// Writes a scenario's results as JSON to `path` and says so.
+fn write_results(path: &std::path::Path, results: &impl serde::Serialize) -> anyhow::Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(results)?)
+        .with_context(|| format!("write {}", path.display()))?;
+    println!("results written to {}", path.display());
     Ok(())
 }
 

@@ -143,46 +143,20 @@ impl Observers {
 
     /// Milliseconds from each claim's creation to its PV, sorted.
     pub(super) fn latencies_ms(&self) -> Vec<f64> {
-        let created = self.created_at.lock().clone();
-        let seen = self.seen_at.lock().clone();
-        let mut latencies: Vec<f64> = created
-            .iter()
-            .filter_map(|(k, t)| {
-                seen.get(k)
-                    .map(|s| s.saturating_duration_since(*t).as_secs_f64() * 1000.0)
-            })
-            .collect();
-        latencies.sort_by(|a, b| a.total_cmp(b));
-        latencies
+        from_creation_ms(&self.created_at, &self.seen_at)
     }
 
     /// Milliseconds from `started` to each claim's PV, sorted (claims created before it).
     pub(super) fn latencies_since_ms(&self, started: Instant) -> Vec<f64> {
-        let mut latencies: Vec<f64> = self
-            .seen_at
-            .lock()
-            .iter()
-            .filter(|(k, _)| k.starts_with("bench-"))
-            .map(|(_, s)| s.saturating_duration_since(started).as_secs_f64() * 1000.0)
-            .collect();
-        latencies.sort_by(|a, b| a.total_cmp(b));
-        latencies
+        since(&self.seen_at, started)
+            .into_iter()
+            .map(|s| s * 1000.0)
+            .collect()
     }
 
     /// Milliseconds from each claim's creation to its phase Bound, sorted.
     pub(super) fn bound_latencies_ms(&self) -> Vec<f64> {
-        let created = self.created_at.lock().clone();
-        let bound = self.bound.lock().clone();
-        let mut latencies: Vec<f64> = created
-            .iter()
-            .filter_map(|(k, t)| {
-                bound
-                    .get(k)
-                    .map(|b| b.saturating_duration_since(*t).as_secs_f64() * 1000.0)
-            })
-            .collect();
-        latencies.sort_by(|a, b| a.total_cmp(b));
-        latencies
+        from_creation_ms(&self.created_at, &self.bound)
     }
 
     /// Stops watching; returns the peak RSS seen (MiB).
@@ -210,5 +184,20 @@ fn since(times: &Times, started: Instant) -> Vec<f64> {
         .map(|(_, t)| t.saturating_duration_since(started).as_secs_f64())
         .collect();
     out.sort_by(|a, b| a.total_cmp(b));
+    out
+}
+
+/// Milliseconds from each claim's creation to the instant `then` holds for it, sorted.
+fn from_creation_ms(created: &Times, then: &Times) -> Vec<f64> {
+    let created = created.lock().clone();
+    let then = then.lock();
+    let mut out: Vec<f64> = created
+        .iter()
+        .filter_map(|(k, t)| {
+            then.get(k)
+                .map(|s| s.saturating_duration_since(*t).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    out.sort_by(f64::total_cmp);
     out
 }

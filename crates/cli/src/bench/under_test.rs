@@ -1,5 +1,6 @@
-//! The provisioner under test and the stack it runs on: the stack's options, the command line
-//! (ours or `--provisioner-cmd`), and a guard that never leaves the process behind.
+//! The sidecar under test and the stack it runs on: the stack's options, the command line
+//! (ours or `--provisioner-cmd` / `--attacher-cmd`), and a guard that never leaves the process
+//! behind.
 
 use std::process::{Child, Command, Stdio};
 
@@ -8,14 +9,15 @@ use anyhow::{Context, bail};
 use super::BenchArgs;
 use crate::embedded::{Stack, StackOptions};
 
-/// The provisioner under test: stopped with SIGTERM (and waited for) at the end of a run,
-/// killed when the run fails half-way or is interrupted (dropped), so no run leaves it behind.
-pub(crate) struct Provisioner(Option<Child>);
+/// The process under test (a provisioner or an attacher): stopped with SIGTERM (and waited
+/// for) at the end of a run, killed when the run fails half-way or is interrupted (dropped), so
+/// no run leaves it behind.
+pub(crate) struct UnderTest(Option<Child>);
 
-impl Provisioner {
+impl UnderTest {
     /// Guards `child`.
     pub(super) fn new(child: Child) -> Self {
-        Provisioner(Some(child))
+        UnderTest(Some(child))
     }
 
     pub(super) fn id(&self) -> u32 {
@@ -34,7 +36,7 @@ impl Provisioner {
     }
 }
 
-impl Drop for Provisioner {
+impl Drop for UnderTest {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
             let _ = child.kill();
@@ -65,14 +67,32 @@ pub(super) fn provisioner_command(
     args: &BenchArgs,
     stack: &Stack,
 ) -> anyhow::Result<(String, Vec<String>, String)> {
-    let own = std::env::current_exe()?
-        .with_file_name("csi-provisioner")
-        .display()
-        .to_string();
-    let command = args.provisioner_cmd.clone().unwrap_or(own);
+    command_line(
+        args.provisioner_cmd.as_deref(),
+        "csi-provisioner",
+        "--provisioner-cmd",
+        stack,
+    )
+}
+
+/// A sidecar's command line pointed at the stack: `given` (from `flag`), else our binary `own`
+/// beside this one. Returns its program, its arguments, and the command line as given.
+pub(super) fn command_line(
+    given: Option<&str>,
+    own: &str,
+    flag: &str,
+    stack: &Stack,
+) -> anyhow::Result<(String, Vec<String>, String)> {
+    let command = match given {
+        Some(command) => command.to_string(),
+        None => std::env::current_exe()?
+            .with_file_name(own)
+            .display()
+            .to_string(),
+    };
     let mut words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
     if words.is_empty() {
-        bail!("--provisioner-cmd is empty");
+        bail!("{flag} is empty");
     }
     let program = words.remove(0);
     words.extend(stack.provisioner_args());
@@ -86,7 +106,7 @@ pub(super) fn start_provisioner(
     scenario: &str,
     stack: &Stack,
     dir: &std::path::Path,
-) -> anyhow::Result<(Provisioner, String)> {
+) -> anyhow::Result<(UnderTest, String)> {
     let (program, mut words, command) = provisioner_command(args, stack)?;
     if scenario != "defaults" {
         // storm, steady, backlog, pool: the client-side limits are lifted.
@@ -100,5 +120,5 @@ pub(super) fn start_provisioner(
         .stderr(std::fs::File::create(dir.join("provisioner.log"))?)
         .spawn()
         .with_context(|| format!("start the provisioner {program:?}"))?;
-    Ok((Provisioner(Some(child)), command))
+    Ok((UnderTest::new(child), command))
 }
