@@ -152,7 +152,10 @@ impl PvController {
         let q = claim_queue.clone();
         let classes = watches.reflect_classes(
             Api::<StorageClass>::all(client.clone()),
-            claims.clone(),
+            {
+                let claims = claims.clone();
+                move || claims.state()
+            },
             |_, _| true,
             move |claim| q.add_now(ObjectRef::from_obj(claim)),
         );

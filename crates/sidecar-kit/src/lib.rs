@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod compact;
 pub mod csi;
 pub mod custom_resource;
 pub mod driver;

@@ -28,6 +28,25 @@ use kube::runtime::reflector::{Lookup, Store};
 use crate::workqueue::{Next, WorkQueue};
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A cache the runtime waits for before any worker starts.
+pub trait Cache {
+    /// Resolves once the cache has its first full list.
+    fn synced(&self) -> Boxed<()>;
+}
+
+impl<K> Cache for Store<K>
+where
+    K: Lookup + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    fn synced(&self) -> Boxed<()> {
+        let store = self.clone();
+        Box::pin(async move {
+            let _ = store.wait_until_ready().await;
+        })
+    }
+}
 /// Spawns a queue's workers into the controller's task set.
 type Spawn = Box<dyn FnOnce(&mut tokio::task::JoinSet<()>) + Send>;
 
@@ -71,15 +90,8 @@ impl Controller {
     }
 
     /// Nothing runs before this cache has its first full list.
-    pub fn wait_for<K>(mut self, store: &Store<K>) -> Self
-    where
-        K: Lookup + Clone + Send + Sync + 'static,
-        K::DynamicType: Eq + Hash + Clone + Send + Sync,
-    {
-        let store = store.clone();
-        self.ready.push(Box::pin(async move {
-            let _ = store.wait_until_ready().await;
-        }));
+    pub fn wait_for(mut self, store: &impl Cache) -> Self {
+        self.ready.push(store.synced());
         self
     }
 

@@ -11,7 +11,10 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::compact::CompactStore;
 
 /// Removes what no decision reads, so memory grows slowly with the number of objects.
 pub fn trim<K: ResourceExt>(obj: &mut K) {
@@ -44,20 +47,22 @@ impl Watches {
     /// Starts a reflector of StorageClasses: a class that appears or changes may unblock
     /// claims waiting for it, so every claim not bound yet for which `waits_for(claim, class)`
     /// holds is passed to `requeue`.
-    pub fn reflect_classes<W, R>(
+    /// `claims` lists the claims (a pass over the claims cache).
+    pub fn reflect_classes<L, W, R>(
         &self,
         api: Api<StorageClass>,
-        claims: Store<PersistentVolumeClaim>,
+        claims: L,
         waits_for: W,
         requeue: R,
     ) -> Store<StorageClass>
     where
+        L: Fn() -> Vec<Arc<PersistentVolumeClaim>> + Send + 'static,
         W: Fn(&PersistentVolumeClaim, &StorageClass) -> bool + Send + 'static,
         R: Fn(&PersistentVolumeClaim) + Send + 'static,
     {
         self.reflect(api, move |event| {
             each(event, |class| {
-                for claim in claims.state() {
+                for claim in claims() {
                     let unbound = claim
                         .spec
                         .as_ref()
@@ -107,6 +112,42 @@ impl Watches {
                 shrink(obj);
             })
             .reflect(writer);
+        self.spawn_events(stream, on_event);
+        store
+    }
+
+    /// Like [`Watches::reflect_trimmed`], into a [`CompactStore`]: each object is kept as its
+    /// JSON, for the kinds a controller holds one of per volume and reads by key.
+    pub fn reflect_compact<K, S, F>(&self, api: Api<K>, shrink: S, on_event: F) -> CompactStore<K>
+    where
+        K: Resource + Clone + Serialize + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        S: Fn(&mut K) + Send + 'static,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
+        let (store, mut writer) = CompactStore::new();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(move |obj: &mut K| {
+                trim(obj);
+                shrink(obj);
+            });
+        self.spawn_events(stream, move |event| {
+            writer.apply(event);
+            on_event(event);
+        });
+        store
+    }
+
+    /// Runs a watch stream until stopped, calling `on_event` for every event; errors are
+    /// logged and the watch resumes with its backoff.
+    fn spawn_events<K, St, F>(&self, stream: St, mut on_event: F)
+    where
+        K: Resource + 'static,
+        K::DynamicType: Default,
+        St: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+        F: FnMut(&watcher::Event<K>) + Send + 'static,
+    {
         let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(item) = stream.next().await {
@@ -119,7 +160,6 @@ impl Watches {
             }
         });
         self.adopt(task.abort_handle());
-        store
     }
 
     /// Stops `task` with the others.

@@ -5,14 +5,15 @@ use k8s_openapi::api::storage::v1::{
     CSINode, StorageClass, VolumeAttachment, VolumeAttributesClass,
 };
 use kube::runtime::reflector::Store;
+use sidecar_kit::compact::CompactStore;
 
 /// The stores the decisions read.
 #[derive(Clone)]
 pub struct Caches {
-    /// Claims.
-    pub claims: Store<PersistentVolumeClaim>,
-    /// Volumes.
-    pub volumes: Store<PersistentVolume>,
+    /// Claims (one per volume: kept as JSON, see [`sidecar_kit::compact`]).
+    pub claims: CompactStore<PersistentVolumeClaim>,
+    /// Volumes (kept as JSON).
+    pub volumes: CompactStore<PersistentVolume>,
     /// Classes.
     pub classes: Store<StorageClass>,
     /// CSINodes (only with topology).

@@ -158,7 +158,7 @@ impl Provisioner {
 
         let q = claims_q.clone();
         let cloning = cfg.caps.clone_volume.then(|| cloning_q.clone());
-        let claims = watches.reflect_trimmed(
+        let claims = watches.reflect_compact(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             cache::shrink_claim,
             move |event| {
@@ -197,7 +197,7 @@ impl Provisioner {
             labels_and_size: sets.is_some(),
         };
         let on_volume = sets.clone();
-        let volumes = watches.reflect_trimmed(
+        let volumes = watches.reflect_compact(
             Api::<PersistentVolume>::all(client.clone()),
             move |pv: &mut PersistentVolume| cache::shrink_volume(pv, keep),
             move |event| {
@@ -216,7 +216,10 @@ impl Provisioner {
         let q = claims_q.clone();
         let classes = watches.reflect_classes(
             Api::<StorageClass>::all(client.clone()),
-            claims.clone(),
+            {
+                let claims = claims.clone();
+                move || claims.state()
+            },
             |claim, class| {
                 crate::decide::claim::claim_class(claim) == class.metadata.name.as_deref()
             },
