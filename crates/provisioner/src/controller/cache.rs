@@ -27,7 +27,7 @@ pub struct Caches {
 }
 
 /// Drops what the provisioner never reads of a claim: its status but the phase (a clone's
-/// source must be Bound), and labels.
+/// source must be Bound), labels and the creation time.
 pub fn shrink_claim(claim: &mut PersistentVolumeClaim) {
     claim.status = claim
         .status
@@ -40,6 +40,7 @@ pub fn shrink_claim(claim: &mut PersistentVolumeClaim) {
             },
         );
     claim.metadata.labels = None;
+    claim.metadata.creation_timestamp = None;
 }
 
 /// What the PV cache keeps beyond what the deleter reads.
@@ -51,13 +52,15 @@ pub struct Keep {
     pub labels_and_size: bool,
 }
 
-/// Drops what the deleter never reads of a PV: everything but the phase in the status, labels
+/// Drops what the deleter never reads of a PV: the creation time, everything but the phase in
+/// the status, labels
 /// and capacity (unless kept), node affinity (unless kept), access modes, mount options, volume
 /// attributes and the secret references (the deletion secret is read from the annotations).
 pub fn shrink_volume(pv: &mut PersistentVolume, keep: Keep) {
     if !keep.labels_and_size {
         pv.metadata.labels = None;
     }
+    pv.metadata.creation_timestamp = None;
     if let Some(status) = pv.status.as_mut() {
         status.message = None;
         status.reason = None;

@@ -6,7 +6,10 @@
 //! strings a provisioner held about 7 KiB per volume in its two caches. The JSON of the same
 //! trimmed objects is under 1 KiB each. Reading decodes the object again (a few microseconds),
 //! which is what a reconcile does once per key; a pass over every object decodes them all, so
-//! the kinds cached here are the ones read by key.
+//! the kinds cached here are the ones read by key. The JSON is shortened further by
+//! [`codec`], which replaces the keys and values every claim and volume repeats with one byte.
+
+mod codec;
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -134,7 +137,10 @@ where
 /// Decodes what [`encode`] wrote; a failure (which would be a bug of ours: the bytes are our
 /// own serialization) is logged and the object treated as absent.
 fn decode<K: DeserializeOwned>(key: &str, bytes: &[u8]) -> Option<Arc<K>> {
-    match serde_json::from_slice::<K>(bytes) {
+    let decoded = codec::expand(bytes)
+        .map_err(|error| error.to_string())
+        .and_then(|json| serde_json::from_slice::<K>(&json).map_err(|error| error.to_string()));
+    match decoded {
         Ok(object) => Some(Arc::new(object)),
         Err(error) => {
             tracing::error!(object = key, %error, "a cached object does not decode; ignoring it");
@@ -150,7 +156,7 @@ fn encode<K: Resource + Serialize>(object: &K) -> Option<(Box<str>, Box<[u8]>)> 
     let name = meta.name.as_deref()?;
     let key = key_of(meta.namespace.as_deref(), name);
     match serde_json::to_vec(object) {
-        Ok(bytes) => Some((key, bytes.into_boxed_slice())),
+        Ok(json) => Some((key, codec::shorten(&json).into_boxed_slice())),
         Err(error) => {
             tracing::error!(object = %key, %error, "an object does not encode; not caching it");
             None
