@@ -6,7 +6,7 @@
 //! checks the driver's published state after each phase.
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use kube::runtime::watcher;
 use parking_lot::Mutex;
 use serde_json::json;
 
+use super::under_test::UnderTest;
 use super::{BenchArgs, cpu_seconds, proc_status};
 use crate::embedded::{Stack, StackOptions};
 
@@ -128,7 +129,7 @@ fn start(
     args: &BenchArgs,
     stack: &Stack,
     dir: &std::path::Path,
-) -> anyhow::Result<(Child, String)> {
+) -> anyhow::Result<(UnderTest, String)> {
     let (program, mut words, command) = super::under_test::command_line(
         args.attacher_cmd.as_deref(),
         "csi-attacher",
@@ -138,13 +139,14 @@ fn start(
     if !args.attach_default_qps {
         words.extend(["--kube-api-qps=10000", "--kube-api-burst=10000"].map(String::from));
     }
-    let child = Command::new(&program)
-        .args(&words)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("attacher.log"))?)
-        .spawn()
-        .with_context(|| format!("start the attacher {program:?}"))?;
+    let child = UnderTest::spawn(
+        Command::new(&program)
+            .args(&words)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("attacher.log"))?),
+    )
+    .with_context(|| format!("start the attacher {program:?}"))?;
     Ok((child, command))
 }
 
@@ -214,8 +216,7 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
             }
         }
     });
-    let (child, command) = start(args, &stack, &dir)?;
-    let attacher = super::under_test::UnderTest::new(child);
+    let (attacher, command) = start(args, &stack, &dir)?;
     let pid = attacher.id();
     let mut problems = Vec::new();
     let timeout = Duration::from_secs(600);

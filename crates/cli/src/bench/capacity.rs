@@ -7,7 +7,7 @@
 //! provisioned in a segment to that segment's updated object (p50/p99).
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use kube::runtime::watcher;
 use parking_lot::Mutex;
 use serde_json::json;
 
+use super::under_test::UnderTest;
 use super::{BenchArgs, cpu_seconds, percentile, proc_status};
 use crate::embedded::{Stack, StackOptions};
 
@@ -282,7 +283,7 @@ fn start(
     lifted: bool,
     port: u16,
     run: &str,
-) -> anyhow::Result<Child> {
+) -> anyhow::Result<UnderTest> {
     let (program, mut words, _) = super::provisioner_command(args, stack)?;
     words.extend(
         [
@@ -298,17 +299,18 @@ fn start(
         words.push("--kube-api-capacity-qps=10000".into());
         words.push("--kube-api-capacity-burst=10000".into());
     }
-    Command::new(&program)
-        .args(&words)
-        .env("NAMESPACE", "kube-system")
-        .env(
-            "RUST_LOG",
-            std::env::var("VOLSTACK_BENCH_PROVISIONER_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join(format!("{run}.log")))?)
-        .spawn()
-        .with_context(|| format!("start the provisioner {program:?}"))
+    UnderTest::spawn(
+        Command::new(&program)
+            .args(&words)
+            .env("NAMESPACE", "kube-system")
+            .env(
+                "RUST_LOG",
+                std::env::var("VOLSTACK_BENCH_PROVISIONER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("{run}.log")))?),
+    )
+    .with_context(|| format!("start the provisioner {program:?}"))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -327,7 +329,7 @@ async fn one_run(
     let port = free_port()?;
     let mut problems = Vec::new();
     let started = Instant::now();
-    let child = super::under_test::UnderTest::new(start(args, stack, dir, lifted, port, run)?);
+    let child = start(args, stack, dir, lifted, port, run)?;
     let pid = child.id();
     // Published (lifted) or adopted (default: the objects exist; nothing to write): every
     // object present and the provisioner's gauge says so.

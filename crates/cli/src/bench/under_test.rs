@@ -9,36 +9,50 @@ use anyhow::{Context, bail};
 use super::BenchArgs;
 use crate::embedded::{Stack, StackOptions};
 
-/// The process under test (a provisioner or an attacher): stopped with SIGTERM (and waited
-/// for) at the end of a run, killed when the run fails half-way or is interrupted (dropped), so
-/// no run leaves it behind.
+/// The process under test (a provisioner or an attacher), started in a process group of its
+/// own: stopped with SIGTERM to the group (and waited for) at the end of a run, the group
+/// killed when the run fails half-way or is interrupted (dropped). A command line that wraps
+/// the sidecar (`heaptrack`, a shell script) is covered too: the wrapper's children are in
+/// the group, so no run leaves any of them behind.
 pub(crate) struct UnderTest(Option<Child>);
 
 impl UnderTest {
-    /// Guards `child`.
-    pub(super) fn new(child: Child) -> Self {
-        UnderTest(Some(child))
+    /// Starts `command` as the leader of a new process group.
+    pub(super) fn spawn(command: &mut Command) -> std::io::Result<Self> {
+        use std::os::unix::process::CommandExt;
+        Ok(UnderTest(Some(command.process_group(0).spawn()?)))
     }
 
     pub(super) fn id(&self) -> u32 {
         self.0.as_ref().map_or(0, Child::id)
     }
 
-    /// SIGTERM, then waits for it to exit.
+    /// SIGTERM to the group, then waits for its leader to exit; what is left of the group
+    /// then is killed.
     pub(super) async fn stop(mut self) {
         if let Some(mut child) = self.0.take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+            signal_group(child.id(), "-TERM");
+            let _ = tokio::task::spawn_blocking(move || {
+                let _ = child.wait();
+                signal_group(child.id(), "-KILL");
+            })
+            .await;
         }
     }
+}
+
+/// Sends `signal` to the process group `leader` leads.
+fn signal_group(leader: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, "--", &format!("-{leader}")])
+        .stderr(Stdio::null())
+        .status();
 }
 
 impl Drop for UnderTest {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
+            signal_group(child.id(), "-KILL");
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -113,12 +127,13 @@ pub(super) fn start_provisioner(
         words.push("--kube-api-qps=10000".into());
         words.push("--kube-api-burst=10000".into());
     }
-    let child = Command::new(&program)
-        .args(&words)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("provisioner.log"))?)
-        .spawn()
-        .with_context(|| format!("start the provisioner {program:?}"))?;
-    Ok((UnderTest::new(child), command))
+    let child = UnderTest::spawn(
+        Command::new(&program)
+            .args(&words)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("provisioner.log"))?),
+    )
+    .with_context(|| format!("start the provisioner {program:?}"))?;
+    Ok((child, command))
 }
