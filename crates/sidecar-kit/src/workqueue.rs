@@ -3,6 +3,7 @@
 //! with per-key exponential backoff from `start` to `max` that watch events do not bypass.
 
 use parking_lot::Mutex;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::Arc;
@@ -70,15 +71,15 @@ impl Backoff {
 #[derive(Debug)]
 struct State<K> {
     queue: VecDeque<K>,
-    queued: HashSet<K>,
+    /// The keys in `queue`, with when each was queued (for the wait metric): one copy of each
+    /// key besides the queue's (a storm queues every claim at once).
+    queued: HashMap<K, Instant>,
     processing: HashSet<K>,
     dirty: HashSet<K>,
     /// Dirty keys that go to the front when their processing ends.
     urgent: HashSet<K>,
     failures: HashMap<K, u32>,
     backoff_until: HashMap<K, Instant>,
-    /// When each queued key was queued (for the wait metric).
-    queued_at: HashMap<K, Instant>,
     /// When each key in progress was taken (for the work metrics).
     started_at: HashMap<K, Instant>,
     shutting_down: bool,
@@ -110,13 +111,12 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         WorkQueue {
             state: Arc::new(Mutex::new(State {
                 queue: VecDeque::new(),
-                queued: HashSet::new(),
+                queued: HashMap::new(),
                 processing: HashSet::new(),
                 dirty: HashSet::new(),
                 urgent: HashSet::new(),
                 failures: HashMap::new(),
                 backoff_until: HashMap::new(),
-                queued_at: HashMap::new(),
                 started_at: HashMap::new(),
                 shutting_down: false,
             })),
@@ -155,10 +155,8 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 state.urgent.insert(key.clone());
             }
             state.dirty.insert(key)
-        } else if state.queued.insert(key.clone()) {
-            if self.metrics.is_some() {
-                state.queued_at.insert(key.clone(), Instant::now());
-            }
+        } else if let Entry::Vacant(slot) = state.queued.entry(key.clone()) {
+            slot.insert(Instant::now());
             if front {
                 state.queue.push_front(key);
             } else {
@@ -269,15 +267,15 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 }
                 if let Some(key) = state.queue.pop_front() {
                     self.count_depth(&state);
+                    let queued_at = state.queued.remove(&key);
                     if let Some(m) = &self.metrics {
                         let now = Instant::now();
-                        if let Some(at) = state.queued_at.remove(&key) {
+                        if let Some(at) = queued_at {
                             m.wait
                                 .observe(now.saturating_duration_since(at).as_secs_f64());
                         }
                         state.started_at.insert(key.clone(), now);
                     }
-                    state.queued.remove(&key);
                     // Handed out: no longer waiting out a delay (a change seen while it is
                     // processed must mark it dirty, not be dropped as "the timer will come").
                     state.backoff_until.remove(&key);
