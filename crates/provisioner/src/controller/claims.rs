@@ -269,7 +269,7 @@ impl Provisioner {
     ) -> Result<bool, ClaimError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let pv_name = self.cfg.options.naming.pv_name(&uid);
-        if self.caches.volumes.get(&ObjectRef::new(&pv_name)).is_some() {
+        if self.caches.volumes.contains(&ObjectRef::new(&pv_name)) {
             self.settle(&pv_name);
             return Ok(false);
         }
@@ -520,7 +520,7 @@ impl Provisioner {
     /// Deletes a volume that may exist for a claim that is gone: repeat the recorded
     /// CreateVolume to learn its id (idempotent by name), then DeleteVolume.
     pub(crate) async fn clean_up(&self, name: &str, flight: &InFlight) -> Result<(), ClaimError> {
-        if self.caches.volumes.get(&ObjectRef::new(name)).is_some() {
+        if self.caches.volumes.contains(&ObjectRef::new(name)) {
             // The PV exists: the deletion path owns the volume now.
             self.settle(name);
             return Ok(());

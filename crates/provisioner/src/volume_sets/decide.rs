@@ -17,12 +17,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
-use sidecar_kit::selectors::label_selector_matches;
+use sidecar_kit::selectors::{Labels, label_selector_matches};
 use sidecar_kit::vocabulary::{pv_phase, pv_reclaim_policy};
 
 use super::make::SET_FINALIZER;
 
-use super::types::{PersistentVolumeSet, PersistentVolumeSetStatus};
+use super::types::{LABEL_SET, PersistentVolumeSet, PersistentVolumeSetStatus};
 
 /// What the manager does for one set.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,6 +101,29 @@ pub fn members<'a>(
         .into_iter()
         .filter(|pv| is_member(set, pv))
         .collect()
+}
+
+/// The names of the volumes a pass over the set `name` must read, from the labels of every
+/// labelled volume: those its selector matches and those labelled as made by it (`set` is
+/// `None` once it is gone). A superset of its members; the decisions filter them. `None` when
+/// the selector also matches volumes without labels: then every volume is a candidate.
+pub fn candidates<'a>(
+    name: &str,
+    set: Option<&PersistentVolumeSet>,
+    labelled: impl IntoIterator<Item = (&'a String, &'a Labels)>,
+) -> Option<Vec<String>> {
+    if set.is_some_and(|set| label_selector_matches(&set.spec.selector, &Labels::new())) {
+        return None;
+    }
+    let chosen = labelled
+        .into_iter()
+        .filter(|(_, labels)| {
+            labels.get(LABEL_SET).map(String::as_str) == Some(name)
+                || set.is_some_and(|set| label_selector_matches(&set.spec.selector, labels))
+        })
+        .map(|(volume, _)| volume.clone())
+        .collect();
+    Some(chosen)
 }
 
 /// Whether a volume is unclaimed and not being deleted.

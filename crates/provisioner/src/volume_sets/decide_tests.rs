@@ -4,9 +4,10 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::json;
 
 use super::decide::{
-    DeletionEnd, deletable_by, deletion_end, invalid, leftovers, members, plan, unfinished,
+    DeletionEnd, candidates, deletable_by, deletion_end, invalid, leftovers, members, plan,
+    unfinished,
 };
-use super::types::PersistentVolumeSet;
+use super::types::{LABEL_SET, PersistentVolumeSet};
 
 fn set(min: i32, max: i32) -> PersistentVolumeSet {
     serde_json::from_value(json!({
@@ -329,4 +330,40 @@ fn deletions_go_through_the_driver_and_end_by_what_happened_meanwhile() {
         vec!["d"],
         "being deleted and held by the set"
     );
+}
+
+#[test]
+fn a_pass_reads_the_volumes_its_selector_or_its_label_names_and_all_when_unlabelled_ones_match() {
+    let labels = |pairs: &[(&str, &str)]| -> sidecar_kit::selectors::Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let labelled: Vec<(String, sidecar_kit::selectors::Labels)> = vec![
+        ("fast-1".into(), labels(&[("pool", "fast")])),
+        ("slow-1".into(), labels(&[("pool", "slow")])),
+        ("made".into(), labels(&[(LABEL_SET, "pool")])),
+        ("other".into(), labels(&[(LABEL_SET, "other")])),
+    ];
+    let read = |set: Option<&PersistentVolumeSet>| {
+        candidates("pool", set, labelled.iter().map(|(n, l)| (n, l))).map(|mut names| {
+            names.sort();
+            names
+        })
+    };
+    let s = set(1, 2);
+    assert_eq!(read(Some(&s)), Some(vec!["fast-1".into(), "made".into()]));
+    // The set is gone: what it made.
+    assert_eq!(read(None), Some(vec!["made".to_string()]));
+    // Selectors that match a volume without labels: every volume is read.
+    let mut empty = s.clone();
+    empty.spec.selector = Default::default();
+    assert_eq!(read(Some(&empty)), None);
+    let mut not_in = s.clone();
+    not_in.spec.selector = serde_json::from_value(
+        json!({"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["slow"]}]}),
+    )
+    .unwrap();
+    assert_eq!(read(Some(&not_in)), None);
 }

@@ -4,6 +4,7 @@
 
 use sidecar_kit::vocabulary::pv_phase as phase;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -14,7 +15,7 @@ use prometheus::{IntCounterVec, IntGaugeVec, Opts};
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
 
-use super::decide::{available, is_member};
+use super::decide::{available, candidates, is_member};
 use super::types::{LABEL_SET, PersistentVolumeSet, PersistentVolumeSetStatus};
 
 /// How long a volume this manager made is counted before the PV cache shows it (after that it
@@ -91,6 +92,10 @@ pub struct SetManager {
     made: Mutex<HashMap<String, (String, Instant)>>,
     /// The last phase seen of each volume (to count bindings from a pool).
     phases: Mutex<HashMap<String, String>>,
+    /// Every labelled volume, by name, from the PV watch, decoded: a pass over a set reads its
+    /// candidates here instead of decoding every PV of the provisioner's compact cache (a pool
+    /// is most of its set's volumes, read on every pass).
+    labelled: Mutex<HashMap<String, Arc<PersistentVolume>>>,
 }
 
 impl std::fmt::Debug for SetManager {
@@ -128,6 +133,7 @@ impl SetManager {
             metrics: SetMetrics::register(metrics)?,
             made: Mutex::new(HashMap::new()),
             phases: Mutex::new(HashMap::new()),
+            labelled: Mutex::new(HashMap::new()),
         })
     }
 
@@ -156,6 +162,13 @@ impl SetManager {
             return;
         };
         let sets = self.sets_of(pv);
+        if !gone && pv.metadata.labels.as_ref().is_some_and(|l| !l.is_empty()) {
+            self.labelled
+                .lock()
+                .insert(name.clone(), Arc::new(pv.clone()));
+        } else {
+            self.labelled.lock().remove(&name);
+        }
         let now = phase(pv).to_string();
         let before = if gone {
             self.phases.lock().remove(&name)
@@ -172,6 +185,32 @@ impl SetManager {
         for set in sets {
             self.queue.add(set);
         }
+    }
+
+    /// The volumes a pass over the set `name` must read ([`candidates`]), of those `cached`
+    /// still holds (a relist drops a volume deleted meanwhile without a delete event); `None`:
+    /// every volume.
+    pub(crate) fn candidates(
+        &self,
+        name: &str,
+        set: Option<&PersistentVolumeSet>,
+        cached: impl Fn(&str) -> bool,
+    ) -> Option<Vec<Arc<PersistentVolume>>> {
+        let labelled = self.labelled.lock();
+        let names = candidates(
+            name,
+            set,
+            labelled
+                .iter()
+                .filter_map(|(volume, pv)| Some((volume, pv.metadata.labels.as_ref()?))),
+        )?;
+        Some(
+            names
+                .iter()
+                .filter(|volume| cached(volume))
+                .filter_map(|volume| labelled.get(volume).cloned())
+                .collect(),
+        )
     }
 
     /// Notes a volume made for `set`: it counts as the set's until the cache shows it.

@@ -181,7 +181,12 @@ impl Provisioner {
             return Ok(Next::Done);
         };
         let set = manager.sets.get(&ObjectRef::new(name));
-        let volumes = self.caches.volumes.state();
+        // Cached PVs are decoded on each read: the set's candidates come from its own index.
+        let volumes = manager
+            .candidates(name, set.as_deref(), |volume| {
+                self.caches.volumes.contains(&ObjectRef::new(volume))
+            })
+            .unwrap_or_else(|| self.caches.volumes.state());
         let members: Vec<&PersistentVolume> = match &set {
             Some(set) => members(set, volumes.iter().map(AsRef::as_ref)),
             None => volumes
@@ -208,7 +213,7 @@ impl Provisioner {
             return Ok(Next::Done);
         };
         let unseen = manager.unseen(name, |volume| {
-            self.caches.volumes.get(&ObjectRef::new(volume)).is_some()
+            self.caches.volumes.contains(&ObjectRef::new(volume))
         });
         let decided = plan(
             &set,
@@ -357,7 +362,7 @@ impl Provisioner {
         flight: &InFlight,
     ) -> Result<(), SetError> {
         let name = set.metadata.name.clone().unwrap_or_default();
-        if self.caches.volumes.get(&ObjectRef::new(volume)).is_some() {
+        if self.caches.volumes.contains(&ObjectRef::new(volume)) {
             self.settle(volume);
             return Ok(());
         }

@@ -97,6 +97,12 @@ where
         decode(&wanted, bytes)
     }
 
+    /// Whether the store holds the object `key` names (without decoding it).
+    pub fn contains(&self, key: &ObjectRef<K>) -> bool {
+        let wanted = key_of(key.namespace.as_deref(), &key.name);
+        self.shared.entries.read().contains_key(&wanted)
+    }
+
     /// Every object, decoded (a pass over all of them: costs a decode each).
     pub fn state(&self) -> Vec<Arc<K>> {
         let entries = self.shared.entries.read();
@@ -247,6 +253,8 @@ mod tests {
         assert_eq!(store.get(&ObjectRef::new("one")), None);
         writer.apply(&watcher::Event::Delete(claim("a", "one", "fast")));
         assert_eq!(store.get(&key), None);
+        assert!(!store.contains(&key));
+        assert!(store.contains(&ObjectRef::new("one").within("b")));
         assert_eq!(store.len(), 1);
         // A relist replaces everything at once.
         writer.apply(&watcher::Event::Init);
