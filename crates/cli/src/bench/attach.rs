@@ -6,7 +6,6 @@
 //! checks the driver's published state after each phase.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -139,14 +138,7 @@ fn start(
     if !args.attach_default_qps {
         words.extend(["--kube-api-qps=10000", "--kube-api-burst=10000"].map(String::from));
     }
-    let child = UnderTest::spawn(
-        Command::new(&program)
-            .args(&words)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("attacher.log"))?),
-    )
-    .with_context(|| format!("start the attacher {program:?}"))?;
+    let child = super::under_test::start_sidecar("attacher", &program, &words, dir)?;
     Ok((child, command))
 }
 

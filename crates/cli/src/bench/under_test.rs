@@ -127,13 +127,24 @@ pub(super) fn start_provisioner(
         words.push("--kube-api-qps=10000".into());
         words.push("--kube-api-burst=10000".into());
     }
-    let child = UnderTest::spawn(
-        Command::new(&program)
-            .args(&words)
+    let child = start_sidecar("provisioner", &program, &words, dir)?;
+    Ok((child, command))
+}
+
+/// Starts the sidecar `what` (`program` with `words`) under the guard, logging warnings to
+/// `dir/<what>.log`.
+pub(super) fn start_sidecar(
+    what: &str,
+    program: &str,
+    words: &[String],
+    dir: &std::path::Path,
+) -> anyhow::Result<UnderTest> {
+    UnderTest::spawn(
+        Command::new(program)
+            .args(words)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("provisioner.log"))?),
+            .stderr(std::fs::File::create(dir.join(format!("{what}.log")))?),
     )
-    .with_context(|| format!("start the provisioner {program:?}"))?;
-    Ok((child, command))
+    .with_context(|| format!("start the {what} {program:?}"))
 }
