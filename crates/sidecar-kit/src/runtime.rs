@@ -47,6 +47,7 @@ where
         })
     }
 }
+
 /// Spawns a queue's workers into the controller's task set.
 type Spawn = Box<dyn FnOnce(&mut tokio::task::JoinSet<()>) + Send>;
 

@@ -88,7 +88,6 @@ pub fn shorten(json: &[u8]) -> Vec<u8> {
             }
         }
     }
-    out.shrink_to_fit();
     out
 }
 

@@ -46,8 +46,12 @@ impl<K> Debug for CompactStore<K> {
     }
 }
 
+/// Entries are shared (`Arc`) so that readers decode them after releasing the lock: a pass
+/// over every object does not hold up the watch writing the store.
+type Entries = HashMap<Box<str>, Arc<[u8]>>;
+
 struct Shared {
-    entries: RwLock<HashMap<Box<str>, Box<[u8]>>>,
+    entries: RwLock<Entries>,
     ready: tokio::sync::watch::Sender<bool>,
 }
 
@@ -92,9 +96,8 @@ where
     /// The object `key` names, decoded.
     pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
         let wanted = key_of(key.namespace.as_deref(), &key.name);
-        let entries = self.shared.entries.read();
-        let bytes = entries.get(&wanted)?;
-        decode(&wanted, bytes)
+        let bytes = self.shared.entries.read().get(&wanted).cloned()?;
+        decode(&wanted, &bytes)
     }
 
     /// Whether the store holds the object `key` names (without decoding it).
@@ -105,7 +108,13 @@ where
 
     /// Every object, decoded (a pass over all of them: costs a decode each).
     pub fn state(&self) -> Vec<Arc<K>> {
-        let entries = self.shared.entries.read();
+        let entries: Vec<(Box<str>, Arc<[u8]>)> = self
+            .shared
+            .entries
+            .read()
+            .iter()
+            .map(|(key, bytes)| (key.clone(), bytes.clone()))
+            .collect();
         entries
             .iter()
             .filter_map(|(key, bytes)| decode(key, bytes))
@@ -157,12 +166,12 @@ fn decode<K: DeserializeOwned>(key: &str, bytes: &[u8]) -> Option<Arc<K>> {
 
 /// Encodes an object for the store with its key; `None` (logged) when it has no name or does
 /// not encode.
-fn encode<K: Resource + Serialize>(object: &K) -> Option<(Box<str>, Box<[u8]>)> {
+fn encode<K: Resource + Serialize>(object: &K) -> Option<(Box<str>, Arc<[u8]>)> {
     let meta = object.meta();
     let name = meta.name.as_deref()?;
     let key = key_of(meta.namespace.as_deref(), name);
     match serde_json::to_vec(object) {
-        Ok(json) => Some((key, codec::shorten(&json).into_boxed_slice())),
+        Ok(json) => Some((key, Arc::from(codec::shorten(&json)))),
         Err(error) => {
             tracing::error!(object = %key, %error, "an object does not encode; not caching it");
             None
@@ -174,7 +183,7 @@ fn encode<K: Resource + Serialize>(object: &K) -> Option<(Box<str>, Box<[u8]>)> 
 /// relist is buffered and swapped in whole once complete.
 pub struct CompactWriter<K> {
     store: CompactStore<K>,
-    buffer: Option<HashMap<Box<str>, Box<[u8]>>>,
+    buffer: Option<Entries>,
 }
 
 impl<K> CompactWriter<K>
