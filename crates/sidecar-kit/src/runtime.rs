@@ -27,7 +27,8 @@ use kube::runtime::reflector::{Lookup, Store};
 
 use crate::workqueue::{Next, WorkQueue};
 
-type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+/// A boxed future, as the runtime holds them.
+pub(crate) type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// A cache the runtime waits for before any worker starts.
 pub trait Cache {

@@ -85,14 +85,6 @@ where
         (store, writer)
     }
 
-    /// A store that is ready and stays empty (for a kind a configuration makes irrelevant).
-    pub fn empty() -> CompactStore<K> {
-        let (store, mut writer) = CompactStore::new();
-        writer.apply(&watcher::Event::Init);
-        writer.apply(&watcher::Event::InitDone);
-        store
-    }
-
     /// The object `key` names, decoded.
     pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
         let wanted = key_of(key.namespace.as_deref(), &key.name);
@@ -143,18 +135,32 @@ impl<K> crate::runtime::Cache for CompactStore<K>
 where
     K: Resource + Serialize + DeserializeOwned + 'static,
 {
-    fn synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    fn synced(&self) -> crate::runtime::Boxed<()> {
         let store = self.clone();
         Box::pin(async move { store.wait_until_ready().await })
     }
 }
 
-/// Decodes what [`encode`] wrote; a failure (which would be a bug of ours: the bytes are our
-/// own serialization) is logged and the object treated as absent.
+/// Why an object could not be cached or read back (a bug of ours either way: the objects come
+/// decoded from the API, the bytes are our own encoding). Logged; the object is then absent.
+#[derive(Debug, thiserror::Error)]
+enum CacheError {
+    /// The object did not serialize.
+    #[error("failed to encode the object: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// The stored bytes did not expand to JSON.
+    #[error("failed to expand the stored bytes: {0}")]
+    Expand(#[source] codec::CodecError),
+    /// The JSON did not deserialize.
+    #[error("failed to decode the object: {0}")]
+    Decode(#[source] serde_json::Error),
+}
+
+/// Decodes what [`encode`] wrote; a failure is logged and the object treated as absent.
 fn decode<K: DeserializeOwned>(key: &str, bytes: &[u8]) -> Option<Arc<K>> {
     let decoded = codec::expand(bytes)
-        .map_err(|error| error.to_string())
-        .and_then(|json| serde_json::from_slice::<K>(&json).map_err(|error| error.to_string()));
+        .map_err(CacheError::Expand)
+        .and_then(|json| serde_json::from_slice::<K>(&json).map_err(CacheError::Decode));
     match decoded {
         Ok(object) => Some(Arc::new(object)),
         Err(error) => {
@@ -170,7 +176,7 @@ fn encode<K: Resource + Serialize>(object: &K) -> Option<(Box<str>, Arc<[u8]>)> 
     let meta = object.meta();
     let name = meta.name.as_deref()?;
     let key = key_of(meta.namespace.as_deref(), name);
-    match serde_json::to_vec(object) {
+    match serde_json::to_vec(object).map_err(CacheError::Encode) {
         Ok(json) => Some((key, Arc::from(codec::shorten(&json)))),
         Err(error) => {
             tracing::error!(object = %key, %error, "an object does not encode; not caching it");
@@ -309,9 +315,9 @@ mod tests {
             .await
             .expect("ready after the list")
             .expect("the waiter ran");
-        // An empty store is ready at once.
-        CompactStore::<PersistentVolume>::empty()
-            .wait_until_ready()
-            .await;
+        // Once ready, a later waiter resolves at once.
+        tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_until_ready())
+            .await
+            .expect("still ready");
     }
 }
