@@ -60,7 +60,7 @@ impl Provisioner {
         }
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let selected_name = selected.unwrap_or("").to_string();
-        let cache_key = ObjectRef::from_obj(claim);
+        let cache_key = super::claim_key(claim);
         if let Some(cached) = self.topology.get(&cache_key, &uid, &selected_name) {
             return Ok(cached);
         }

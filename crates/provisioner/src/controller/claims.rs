@@ -318,7 +318,7 @@ impl Provisioner {
             self.protect_clone_source(source).await?;
         }
         let flight = InFlight {
-            claim: ObjectRef::from_obj(claim.as_ref()),
+            claim: super::claim_key(claim),
             claim_uid: uid.clone(),
             request: request.clone(),
             secret: plan.provisioner_secret.clone(),
@@ -388,7 +388,7 @@ impl Provisioner {
                 pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
             );
         }
-        self.topology.forget(&ObjectRef::from_obj(claim.as_ref()));
+        self.topology.forget(&super::claim_key(claim));
         tracing::info!(volume = %pv_name, "volume provisioned");
         self.recorder.record(
             &reference(&**claim),

@@ -135,7 +135,7 @@ impl std::fmt::Debug for Provisioner {
 /// The queue key of a claim: its namespace and name only (`ObjectRef::from_obj` would also
 /// keep its resourceVersion and UID, two more strings per queued key, which a storm queues
 /// 10,000 of).
-fn claim_key(pvc: &PersistentVolumeClaim) -> ClaimKey {
+pub(crate) fn claim_key(pvc: &PersistentVolumeClaim) -> ClaimKey {
     let key = ObjectRef::new(pvc.metadata.name.as_deref().unwrap_or_default());
     match pvc.metadata.namespace.as_deref() {
         Some(namespace) => key.within(namespace),

@@ -75,7 +75,7 @@ impl Provisioner {
         let Some(node) = &self.cfg.node else {
             return Gate::Provision;
         };
-        let key = ObjectRef::from_obj(claim.as_ref());
+        let key = super::claim_key(claim);
         let class = self.caches.classes.get(&ObjectRef::new(class_name));
         match choose(claim, class.as_deref(), &node.name, node.immediate_binding) {
             NodeChoice::Ours => {
@@ -102,7 +102,7 @@ impl Provisioner {
         claim: &Arc<PersistentVolumeClaim>,
         class: &StorageClass,
     ) -> Next {
-        let key = ObjectRef::from_obj(claim.as_ref());
+        let key = super::claim_key(claim);
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let now = Instant::now();
         let delay = |failures| {
