@@ -19,6 +19,7 @@ use kube::runtime::watcher;
 use parking_lot::Mutex;
 use serde_json::json;
 
+use super::background::{Background, watch};
 use super::under_test::UnderTest;
 use super::{BenchArgs, cpu_seconds, proc_status};
 use crate::embedded::{Stack, StackOptions};
@@ -138,7 +139,13 @@ fn start(
     if !args.attach_default_qps {
         words.extend(["--kube-api-qps=10000", "--kube-api-burst=10000"].map(String::from));
     }
-    let child = super::under_test::start_sidecar("attacher", &program, &words, dir)?;
+    let child = super::under_test::start_sidecar(
+        "attacher",
+        &program,
+        &words,
+        &dir.join("attacher.log"),
+        &[],
+    )?;
     Ok((child, command))
 }
 
@@ -185,22 +192,23 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
     volumes(&stack, n, args.concurrency).await?;
     let seen = Arc::new(Mutex::new(Seen::default()));
     let vas: Api<VolumeAttachment> = Api::all(stack.client.clone());
-    let watch = tokio::spawn({
+    let mut background = Background::default();
+    background.spawn({
         let (seen, vas) = (seen.clone(), vas.clone());
         async move {
-            let stream = watcher(vas, watcher::Config::default());
+            let stream = watch(vas);
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 let mut s = seen.lock();
                 match event {
-                    Ok(watcher::Event::Apply(va) | watcher::Event::InitApply(va)) => {
+                    watcher::Event::Apply(va) | watcher::Event::InitApply(va) => {
                         let name = va.metadata.name.clone().unwrap_or_default();
                         if va.status.as_ref().is_some_and(|s| s.attached) {
                             s.attached.insert(name.clone());
                         }
                         s.existing.insert(name);
                     }
-                    Ok(watcher::Event::Delete(va)) => {
+                    watcher::Event::Delete(va) => {
                         s.existing.remove(&va.metadata.name.unwrap_or_default());
                     }
                     _ => {}
@@ -282,7 +290,7 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<AttachReport> {
     let cpu = cpu_seconds(pid).unwrap_or(0.0);
     let peak = proc_status(pid, "VmHWM:").unwrap_or(0.0);
     attacher.stop().await;
-    watch.abort();
+    drop(background);
     stack.shutdown(Duration::from_secs(5)).await;
     let per = |w: u64| w as f64 / n as f64;
     Ok(AttachReport {

@@ -7,11 +7,9 @@
 //! provisioned in a segment to that segment's updated object (p50/p99).
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
@@ -20,6 +18,7 @@ use kube::runtime::watcher;
 use parking_lot::Mutex;
 use serde_json::json;
 
+use super::background::{Background, watch};
 use super::under_test::UnderTest;
 use super::{BenchArgs, cpu_seconds, percentile, proc_status};
 use crate::embedded::{Stack, StackOptions};
@@ -87,18 +86,14 @@ fn node_of_pv(pv: &PersistentVolume) -> Option<String> {
         .cloned()
 }
 
-fn watch_all(
-    client: &kube::Client,
-    seen: Arc<Mutex<Seen>>,
-    measured_class: String,
-) -> Vec<tokio::task::JoinHandle<()>> {
+fn watch_all(client: &kube::Client, seen: Arc<Mutex<Seen>>, measured_class: String) -> Background {
+    let mut tasks = Background::default();
     let objects: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), "kube-system");
     let s = seen.clone();
-    let a = tokio::spawn(async move {
-        let stream = watcher(objects, watcher::Config::default());
+    tasks.spawn(async move {
+        let stream = watch(objects);
         futures::pin_mut!(stream);
-        while let Some(item) = stream.next().await {
-            let Ok(event) = item else { continue };
+        while let Some(event) = stream.next().await {
             match event {
                 watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                     let node = node_of_object(&o);
@@ -121,18 +116,18 @@ fn watch_all(
         }
     });
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let b = tokio::spawn(async move {
-        let stream = watcher(pvs, watcher::Config::default());
+    tasks.spawn(async move {
+        let stream = watch(pvs);
         futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
-            if let Ok(watcher::Event::Apply(pv)) = item
+            if let watcher::Event::Apply(pv) = item
                 && let Some(node) = node_of_pv(&pv)
             {
                 seen.lock().pv_at.entry(node).or_insert_with(Instant::now);
             }
         }
     });
-    vec![a, b]
+    tasks
 }
 
 impl CapacityReport {
@@ -192,9 +187,7 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<Vec<CapacityReport>>
         print_capacity(&report);
         reports.push(report);
     }
-    for w in watchers {
-        w.abort();
-    }
+    drop(watchers);
     stack.shutdown(Duration::from_secs(10)).await;
     if keep {
         let kept = dir.keep();
@@ -299,18 +292,17 @@ fn start(
         words.push("--kube-api-capacity-qps=10000".into());
         words.push("--kube-api-capacity-burst=10000".into());
     }
-    UnderTest::spawn(
-        Command::new(&program)
-            .args(&words)
-            .env("NAMESPACE", "kube-system")
-            .env(
-                "RUST_LOG",
-                std::env::var("VOLSTACK_BENCH_PROVISIONER_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{run}.log")))?),
+    let mut env = vec![("NAMESPACE", "kube-system".to_string())];
+    if let Ok(log) = std::env::var("VOLSTACK_BENCH_PROVISIONER_LOG") {
+        env.push(("RUST_LOG", log));
+    }
+    super::under_test::start_sidecar(
+        "provisioner",
+        &program,
+        &words,
+        &dir.join(format!("{run}.log")),
+        &env,
     )
-    .with_context(|| format!("start the provisioner {program:?}"))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 mod attach;
+mod background;
 mod capacity;
 mod compare;
 mod observe;

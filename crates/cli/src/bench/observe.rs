@@ -11,6 +11,7 @@ use kube::Api;
 use kube::runtime::watcher;
 use parking_lot::Mutex;
 
+use super::background::{Background, watch};
 use super::proc_status;
 
 pub(super) type Times = Arc<Mutex<HashMap<String, Instant>>>;
@@ -24,7 +25,7 @@ pub(super) struct Observers {
     bound: Times,
     deleted: Arc<AtomicUsize>,
     peak: Arc<Mutex<f64>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    tasks: Background,
 }
 
 impl Observers {
@@ -33,17 +34,17 @@ impl Observers {
         pvs: &Api<PersistentVolume>,
         pid: u32,
     ) -> Self {
-        let o = Observers {
+        let mut o = Observers {
             created_at: Arc::default(),
             seen_at: Arc::default(),
             bound: Arc::default(),
             deleted: Arc::default(),
             peak: Arc::new(Mutex::new(0.0)),
-            tasks: Vec::new(),
+            tasks: Background::default(),
         };
         let (seen, deleted, pvs) = (o.seen_at.clone(), o.deleted.clone(), pvs.clone());
-        let pv_task = tokio::spawn(async move {
-            let stream = watcher(pvs, watcher::Config::default());
+        o.tasks.spawn(async move {
+            let stream = watch(pvs);
             futures::pin_mut!(stream);
             let claim = |pv: &PersistentVolume| {
                 pv.spec
@@ -51,7 +52,7 @@ impl Observers {
                     .and_then(|s| s.claim_ref.as_ref())
                     .and_then(|r| r.name.clone())
             };
-            while let Some(Ok(event)) = stream.next().await {
+            while let Some(event) = stream.next().await {
                 match event {
                     watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) => {
                         if let Some(name) = claim(&pv) {
@@ -68,10 +69,10 @@ impl Observers {
             }
         });
         let (bound, claims) = (o.bound.clone(), claims.clone());
-        let claim_task = tokio::spawn(async move {
-            let stream = watcher(claims, watcher::Config::default());
+        o.tasks.spawn(async move {
+            let stream = watch(claims);
             futures::pin_mut!(stream);
-            while let Some(Ok(event)) = stream.next().await {
+            while let Some(event) = stream.next().await {
                 if let watcher::Event::Apply(pvc) | watcher::Event::InitApply(pvc) = event
                     && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
                     && let Some(name) = pvc.metadata.name.clone()
@@ -80,11 +81,7 @@ impl Observers {
                 }
             }
         });
-        Observers {
-            tasks: vec![pv_task, claim_task],
-            ..o
-        }
-        .watching(pid)
+        o.watching(pid)
     }
 
     /// Samples the RSS of process `pid` (0: none) from now on.
@@ -93,7 +90,7 @@ impl Observers {
             return self;
         }
         let peak = self.peak.clone();
-        self.tasks.push(tokio::spawn(async move {
+        self.tasks.spawn(async move {
             loop {
                 if let Some(rss) = proc_status(pid, "VmRSS:") {
                     let mut p = peak.lock();
@@ -101,7 +98,7 @@ impl Observers {
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-        }));
+        });
         self
     }
 
@@ -159,11 +156,8 @@ impl Observers {
         from_creation_ms(&self.created_at, &self.bound)
     }
 
-    /// Stops watching; returns the peak RSS seen (MiB).
+    /// Stops watching (the tasks go with `self`); returns the peak RSS seen (MiB).
     pub(super) fn stop(self) -> f64 {
-        for task in &self.tasks {
-            task.abort();
-        }
         *self.peak.lock()
     }
 }

@@ -127,24 +127,34 @@ pub(super) fn start_provisioner(
         words.push("--kube-api-qps=10000".into());
         words.push("--kube-api-burst=10000".into());
     }
-    let child = start_sidecar("provisioner", &program, &words, dir)?;
+    let child = start_sidecar(
+        "provisioner",
+        &program,
+        &words,
+        &dir.join("provisioner.log"),
+        &[],
+    )?;
     Ok((child, command))
 }
 
-/// Starts the sidecar `what` (`program` with `words`) under the guard, logging warnings to
-/// `dir/<what>.log`.
+/// Starts the sidecar `what` (`program` with `words`) under the guard, with `env` (warnings
+/// logged unless it sets `RUST_LOG`) and its stderr in `log`.
 pub(super) fn start_sidecar(
     what: &str,
     program: &str,
     words: &[String],
-    dir: &std::path::Path,
+    log: &std::path::Path,
+    env: &[(&str, String)],
 ) -> anyhow::Result<UnderTest> {
+    let mut command = Command::new(program);
+    command.args(words).env("RUST_LOG", "warn");
+    for (name, value) in env {
+        command.env(name, value);
+    }
     UnderTest::spawn(
-        Command::new(program)
-            .args(words)
-            .env("RUST_LOG", "warn")
+        command
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{what}.log")))?),
+            .stderr(std::fs::File::create(log)?),
     )
     .with_context(|| format!("start the {what} {program:?}"))
 }
