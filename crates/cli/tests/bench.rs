@@ -245,6 +245,7 @@ fn unknown_scenarios_and_rates_are_refused() {
     for args in [
         &["bench", "--scenarios=nope"][..],
         &["bench", "--rate=0"][..],
+        &["bench", "--capacity-nodes=20", "--scenarios=capacity"][..],
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
             .args(args)

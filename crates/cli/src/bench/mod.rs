@@ -258,6 +258,15 @@ fn check(args: &BenchArgs) -> anyhow::Result<()> {
     if args.attachments == 0 {
         bail!("--attachments must be at least 1");
     }
+    // Each provision of the capacity scenario is timed in a segment (node) of its own, in both
+    // runs: names and measurements are per node.
+    let provisions = args.capacity_provisions + args.capacity_slow_provisions;
+    if args.scenarios.iter().any(|s| s == "capacity") && provisions > args.capacity_nodes {
+        bail!(
+            "--capacity-nodes ({}) must be at least --capacity-provisions plus --capacity-slow-provisions ({provisions}): each provision is timed on a node of its own",
+            args.capacity_nodes
+        );
+    }
     for (flag, rate) in [
         ("--capacity-rate", args.capacity_rate),
         ("--capacity-slow-rate", args.capacity_slow_rate),
