@@ -14,6 +14,7 @@ pub mod finalizers;
 pub mod flags;
 pub mod goflags;
 pub mod http;
+pub mod key;
 pub mod kubeclient;
 pub mod leader;
 pub mod metrics;

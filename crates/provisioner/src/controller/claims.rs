@@ -54,10 +54,9 @@ impl InFlight {
     /// the set's name in place of the claim's and no namespace: a claim always has one).
     pub fn pool(&self) -> Option<&str> {
         self.claim
-            .namespace
-            .as_deref()
-            .is_none_or(str::is_empty)
-            .then_some(self.claim.name.as_str())
+            .namespace()
+            .is_none()
+            .then_some(self.claim.name())
     }
 
     /// Its intent-log record (the request without secrets).
@@ -66,10 +65,10 @@ impl InFlight {
             .secret
             .as_ref()
             .map(|s| (s.namespace.clone(), s.name.clone()));
-        let namespace = self.claim.namespace.clone().unwrap_or_default();
+        let namespace = self.claim.namespace().unwrap_or_default();
         Record::new(
-            &namespace,
-            &self.claim.name,
+            namespace,
+            self.claim.name(),
             &self.claim_uid,
             &self.request,
             secret,
@@ -208,7 +207,8 @@ impl Provisioner {
             .map(|(n, f)| (n.clone(), f.clone()))
             .collect();
         for (name, flight) in orphans {
-            self.clean_up(&name, &flight).await?;
+            // Boxed (as the large steps of `provision_claim`): rare, and 7 KB inline.
+            Box::pin(self.clean_up(&name, &flight)).await?;
         }
         let Some(claim) = live else {
             self.topology.forget(key);
@@ -223,7 +223,7 @@ impl Provisioner {
                 return Ok(Next::Done);
             }
         };
-        if let Gate::Wait(next) = self.node_gate(&claim, &class_name).await {
+        if let Gate::Wait(next) = Box::pin(self.node_gate(&claim, &class_name)).await {
             return Ok(next);
         }
         let started = std::time::Instant::now();
@@ -333,7 +333,9 @@ impl Provisioner {
         let mut full = request;
         full.secrets = secrets.clone();
         tracing::info!(volume = %pv_name, class = class_name, "calling CreateVolume");
-        let created = self.create_volume(full).await;
+        // Boxed here and below: a worker's future is as large as its largest step, and the
+        // CSI call's future alone is 6 KB; 100 workers each held 14 KB when inline.
+        let created = Box::pin(self.create_volume(full)).await;
         let volume = match created {
             Ok(volume) => volume,
             Err(error) => {
@@ -372,11 +374,12 @@ impl Provisioner {
                 volume.as_ref(),
                 &identity,
             )
+            .map(Box::new)
         });
         let pv = match built {
             Ok(pv) => pv,
             Err(error) => {
-                self.discard(&pv_name, volume.as_ref(), secrets).await;
+                Box::pin(self.discard(&pv_name, volume.as_ref(), secrets)).await;
                 return Err(ClaimError::Response(error));
             }
         };
@@ -462,20 +465,21 @@ impl Provisioner {
     async fn save_pv(&self, pv: &PersistentVolume, claim_uid: &str) -> Result<(), ClaimError> {
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         let name = pv.metadata.name.clone().unwrap_or_default();
-        match api.create(&PostParams::default(), pv).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                let existing = api.get(&name).await.map_err(|source| ClaimError::SavePv {
-                    name: name.clone(),
-                    source,
-                })?;
-                if made_for_claim(&existing, claim_uid) {
-                    Ok(())
-                } else {
-                    Err(ClaimError::PvConflict(name))
-                }
-            }
-            Err(source) => Err(ClaimError::SavePv { name, source }),
+        // The created PV is dropped at once: kept across the next await, it would make this
+        // future 3.5 KB larger for every worker.
+        match api.create(&PostParams::default(), pv).await.map(drop) {
+            Ok(()) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(source) => return Err(ClaimError::SavePv { name, source }),
+        }
+        let existing = api.get(&name).await.map_err(|source| ClaimError::SavePv {
+            name: name.clone(),
+            source,
+        })?;
+        if made_for_claim(&existing, claim_uid) {
+            Ok(())
+        } else {
+            Err(ClaimError::PvConflict(name))
         }
     }
 

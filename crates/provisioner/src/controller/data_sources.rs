@@ -132,7 +132,7 @@ impl Provisioner {
         claim: &PersistentVolumeClaim,
         source: &SourceRef,
     ) -> Result<Resolved, ClaimError> {
-        let key: ClaimKey = ObjectRef::new(&source.name).within(&source.namespace);
+        let key = ClaimKey::new(Some(&source.namespace), &source.name);
         let source_claim = self.caches.claims.get(&key);
         let volume_name = source_claim
             .as_ref()
@@ -231,10 +231,10 @@ impl Provisioner {
         let Some(patch) = protect_source(&source) else {
             return Ok(());
         };
-        let namespace = key.namespace.clone().unwrap_or_default();
+        let namespace = key.namespace().unwrap_or_default();
         Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
             .patch(
-                &key.name,
+                key.name(),
                 &PatchParams::default(),
                 &Patch::<()>::Json(
                     serde_json::from_value(patch)
@@ -280,13 +280,13 @@ impl Provisioner {
                 Ok(Next::Retry)
             }
             CloningProtection::Release(patch) => {
-                let namespace = key.namespace.clone().unwrap_or_default();
+                let namespace = key.namespace().unwrap_or_default();
                 let patch = serde_json::from_value(patch)
                     .map_err(|e| ClaimError::CloneFinalizer(kube::Error::SerdeError(e)))?;
                 let result =
                     Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
                         .patch(
-                            &key.name,
+                            key.name(),
                             &PatchParams::default(),
                             &Patch::<()>::Json(patch),
                         )

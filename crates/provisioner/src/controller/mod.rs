@@ -25,7 +25,6 @@ use k8s_openapi::api::storage::v1::{
     CSINode, StorageClass, VolumeAttachment, VolumeAttributesClass,
 };
 use kube::Api;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use sidecar_kit::events::Recorder;
 use sidecar_kit::runtime::Controller;
@@ -86,7 +85,7 @@ pub struct CapacityInput {
 }
 
 /// Claim queue key.
-pub type ClaimKey = ObjectRef<PersistentVolumeClaim>;
+pub type ClaimKey = sidecar_kit::key::ObjectKey;
 
 /// The running provisioner.
 pub struct Provisioner {
@@ -132,15 +131,10 @@ impl std::fmt::Debug for Provisioner {
     }
 }
 
-/// The queue key of a claim: its namespace and name only (`ObjectRef::from_obj` would also
-/// keep its resourceVersion and UID, two more strings per queued key, which a storm queues
-/// 10,000 of).
+/// The queue key of a claim: `namespace/name` in 16 bytes (kube's `ObjectRef` takes 96 and its
+/// clones copy their strings; a storm queues 10,000 keys).
 pub(crate) fn claim_key(pvc: &PersistentVolumeClaim) -> ClaimKey {
-    let key = ObjectRef::new(pvc.metadata.name.as_deref().unwrap_or_default());
-    match pvc.metadata.namespace.as_deref() {
-        Some(namespace) => key.within(namespace),
-        None => key,
-    }
+    ClaimKey::of(&pvc.metadata)
 }
 
 impl Provisioner {
@@ -180,7 +174,7 @@ impl Provisioner {
                         if let Some((namespace, source)) =
                             crate::decide::data_source::cloned_claim(pvc)
                         {
-                            cloning.add(ObjectRef::new(&source).within(&namespace));
+                            cloning.add(ClaimKey::new(Some(&namespace), &source));
                         }
                     }
                 });
@@ -403,7 +397,7 @@ impl Provisioner {
                 let Some(request) = record.request() else {
                     continue;
                 };
-                let key = ObjectRef::new(&record.name).within(&record.namespace);
+                let key = ClaimKey::new(Some(&record.namespace), &record.name);
                 let flight = InFlight {
                     claim: key.clone(),
                     claim_uid: record.uid.clone(),

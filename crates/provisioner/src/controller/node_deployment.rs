@@ -157,9 +157,9 @@ impl Provisioner {
             }
         });
         let api: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
+            Api::namespaced(self.client.clone(), key.namespace().unwrap_or(""));
         match api
-            .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {

@@ -63,12 +63,11 @@ impl TopologyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::reflector::ObjectRef;
 
     #[test]
     fn entries_match_uid_and_node_and_are_dropped_by_claim() {
         let cache = TopologyCache::default();
-        let key: ClaimKey = ObjectRef::new("c").within("ns");
+        let key = ClaimKey::new(Some("ns"), "c");
         cache.insert(key.clone(), "uid-1", "node-a", None);
         assert_eq!(cache.get(&key, "uid-1", "node-a"), Some(None));
         assert_eq!(cache.get(&key, "uid-1", "node-b"), None, "another node");

@@ -295,7 +295,7 @@ impl Provisioner {
             &token,
         )?;
         let flight = InFlight {
-            claim: ObjectRef::new(&name),
+            claim: crate::controller::ClaimKey::cluster(&name),
             claim_uid: token.to_string(),
             request: create_request(&plan, HashMap::new(), None),
             secret: plan.provisioner_secret.clone(),

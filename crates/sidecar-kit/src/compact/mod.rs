@@ -23,6 +23,8 @@ use parking_lot::RwLock;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::key::ObjectKey;
+
 /// Objects of kind `K` by namespace and name, stored as JSON. Cloning shares the cache.
 pub struct CompactStore<K> {
     shared: Arc<Shared>,
@@ -48,19 +50,28 @@ impl<K> Debug for CompactStore<K> {
 
 /// Entries are shared (`Arc`) so that readers decode them after releasing the lock: a pass
 /// over every object does not hold up the watch writing the store.
-type Entries = HashMap<Box<str>, Arc<[u8]>>;
+type Entries = HashMap<ObjectKey, Arc<[u8]>>;
 
 struct Shared {
     entries: RwLock<Entries>,
     ready: tokio::sync::watch::Sender<bool>,
 }
 
-/// The key of an object: `namespace/name`, or `name` when cluster-scoped (neither may hold a
-/// `/`).
-fn key_of(namespace: Option<&str>, name: &str) -> Box<str> {
-    match namespace {
-        Some(namespace) => format!("{namespace}/{name}").into_boxed_str(),
-        None => name.into(),
+/// What a store is read by: kube's `ObjectRef` or our [`ObjectKey`].
+pub trait Lookup<K> {
+    /// The key, as the store holds it.
+    fn key(&self) -> ObjectKey;
+}
+
+impl<K: Resource> Lookup<K> for ObjectRef<K> {
+    fn key(&self) -> ObjectKey {
+        ObjectKey::new(self.namespace.as_deref(), &self.name)
+    }
+}
+
+impl<K> Lookup<K> for ObjectKey {
+    fn key(&self) -> ObjectKey {
+        self.clone()
     }
 }
 
@@ -86,21 +97,20 @@ where
     }
 
     /// The object `key` names, decoded.
-    pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
-        let wanted = key_of(key.namespace.as_deref(), &key.name);
+    pub fn get(&self, key: &impl Lookup<K>) -> Option<Arc<K>> {
+        let wanted = key.key();
         let bytes = self.shared.entries.read().get(&wanted).cloned()?;
-        decode(&wanted, &bytes)
+        decode(wanted.as_str(), &bytes)
     }
 
     /// Whether the store holds the object `key` names (without decoding it).
-    pub fn contains(&self, key: &ObjectRef<K>) -> bool {
-        let wanted = key_of(key.namespace.as_deref(), &key.name);
-        self.shared.entries.read().contains_key(&wanted)
+    pub fn contains(&self, key: &impl Lookup<K>) -> bool {
+        self.shared.entries.read().contains_key(&key.key())
     }
 
     /// Every object, decoded (a pass over all of them: costs a decode each).
     pub fn state(&self) -> Vec<Arc<K>> {
-        let entries: Vec<(Box<str>, Arc<[u8]>)> = self
+        let entries: Vec<(ObjectKey, Arc<[u8]>)> = self
             .shared
             .entries
             .read()
@@ -109,7 +119,7 @@ where
             .collect();
         entries
             .iter()
-            .filter_map(|(key, bytes)| decode(key, bytes))
+            .filter_map(|(key, bytes)| decode(key.as_str(), bytes))
             .collect()
     }
 
@@ -172,10 +182,10 @@ fn decode<K: DeserializeOwned>(key: &str, bytes: &[u8]) -> Option<Arc<K>> {
 
 /// Encodes an object for the store with its key; `None` (logged) when it has no name or does
 /// not encode.
-fn encode<K: Resource + Serialize>(object: &K) -> Option<(Box<str>, Arc<[u8]>)> {
+fn encode<K: Resource + Serialize>(object: &K) -> Option<(ObjectKey, Arc<[u8]>)> {
     let meta = object.meta();
     let name = meta.name.as_deref()?;
-    let key = key_of(meta.namespace.as_deref(), name);
+    let key = ObjectKey::new(meta.namespace.as_deref(), name);
     match serde_json::to_vec(object).map_err(CacheError::Encode) {
         Ok(json) => Some((key, Arc::from(codec::shorten(&json)))),
         Err(error) => {
@@ -207,7 +217,7 @@ where
             watcher::Event::Delete(object) => {
                 let meta = object.meta();
                 if let Some(name) = meta.name.as_deref() {
-                    let key = key_of(meta.namespace.as_deref(), name);
+                    let key = ObjectKey::new(meta.namespace.as_deref(), name);
                     self.store.shared.entries.write().remove(&key);
                 }
             }
@@ -270,6 +280,13 @@ mod tests {
         assert_eq!(store.get(&key), None);
         assert!(!store.contains(&key));
         assert!(store.contains(&ObjectRef::new("one").within("b")));
+        // Our own key finds the same entry.
+        let ours = crate::key::ObjectKey::new(Some("b"), "one");
+        assert!(store.contains(&ours));
+        assert_eq!(
+            store.get(&ours),
+            store.get(&ObjectRef::new("one").within("b"))
+        );
         assert_eq!(store.len(), 1);
         // A relist replaces everything at once.
         writer.apply(&watcher::Event::Init);
@@ -292,7 +309,7 @@ mod tests {
             .entries
             .read()
             .iter()
-            .map(|(k, v)| k.len() + v.len())
+            .map(|(k, v)| k.as_str().len() + v.len())
             .sum();
         assert!(
             bytes < std::mem::size_of::<PersistentVolume>() / 10,
