@@ -70,6 +70,7 @@ pub async fn run(args: AttacherArgs, shutdown: impl Future<Output = ()>) -> Resu
         qps: args.common.kube_api_qps,
         burst: args.common.kube_api_burst,
         user_agent: &user_agent,
+        in_flight: Some(sidecar_kit::kubeclient::SIDECAR_IN_FLIGHT),
     })
     .await?;
     let metrics = Metrics::new()?;

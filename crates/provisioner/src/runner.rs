@@ -172,6 +172,7 @@ async fn capacity_input(
         qps: args.kube_api_capacity_qps,
         burst: args.kube_api_capacity_burst,
         user_agent,
+        in_flight: Some(sidecar_kit::kubeclient::SIDECAR_IN_FLIGHT),
     })
     .await?;
     let managed_by = match node {
@@ -245,6 +246,7 @@ pub async fn run(
         qps: args.common.kube_api_qps,
         burst: args.common.kube_api_burst,
         user_agent: &user_agent,
+        in_flight: Some(sidecar_kit::kubeclient::SIDECAR_IN_FLIGHT),
     })
     .await?;
     let now_ms = std::time::SystemTime::now()

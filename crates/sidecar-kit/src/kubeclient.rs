@@ -44,7 +44,17 @@ pub struct ClientOptions<'a> {
     pub burst: u32,
     /// User-Agent, e.g. `csi-provisioner/0.1.0`.
     pub user_agent: &'a str,
+    /// Requests in flight at once, further ones wait ([`SIDECAR_IN_FLIGHT`] for a sidecar);
+    /// `None`: no limit.
+    pub in_flight: Option<usize>,
 }
+
+/// Requests a sidecar has in flight at once. Over HTTP/1.1 each request in flight holds a
+/// connection of its own, and an idle connection keeps its buffers (about 50 KB): the
+/// provisioner's 100 workers held 100 connections, 5 MB of a 10,000-claim storm's heap.
+/// client-go multiplexes every request over one HTTP/2 connection. A request holds its place
+/// until its response headers arrive, so a watch's long response does not keep one.
+pub const SIDECAR_IN_FLIGHT: usize = 32;
 
 impl<'a> ClientOptions<'a> {
     /// A client of the server in `kubeconfig` without client-side throttling (our own tools
@@ -56,6 +66,7 @@ impl<'a> ClientOptions<'a> {
             qps: 0.0,
             burst: 1,
             user_agent,
+            in_flight: None,
         }
     }
 }
@@ -106,15 +117,95 @@ async fn from_file(path: &str) -> Result<kube::Config, ClientError> {
 /// Builds a client with QPS/burst limiting.
 pub async fn build_client(options: &ClientOptions<'_>) -> Result<kube::Client, ClientError> {
     let config = load_config(options).await?;
-    client_from_config(config, options.qps, options.burst)
+    client_from_config(config, options.qps, options.burst, options.in_flight)
 }
 
-/// Builds a rate-limited client from a configuration.
+/// Builds a rate-limited client from a configuration, with at most `in_flight` requests in
+/// flight when given.
 pub fn client_from_config(
     config: kube::Config,
     qps: f32,
     burst: u32,
+    in_flight: Option<usize>,
 ) -> Result<kube::Client, ClientError> {
     let builder = ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
-    Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
+    let limited = builder.with_layer(&RateLimitLayer::new(qps, burst));
+    Ok(match in_flight {
+        Some(limit) => limited
+            .with_layer(&tower::limit::ConcurrencyLimitLayer::new(limit.max(1)))
+            .build(),
+        None => limited.build(),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// What the server saw: requests inside it now, the most at once, and all so far.
+    #[derive(Default)]
+    struct Held {
+        now: AtomicUsize,
+        most: AtomicUsize,
+        arrived: AtomicUsize,
+        all_in: AtomicBool,
+        release: tokio::sync::Notify,
+    }
+
+    /// A server that holds each request until `batch` are inside it at once (or `total` have
+    /// arrived), then answers those it holds.
+    async fn holding_server(held: Arc<Held>, batch: usize, total: usize) -> String {
+        let app = axum::Router::new().route(
+            "/hold",
+            axum::routing::get(move || {
+                let held = held.clone();
+                async move {
+                    let released = held.release.notified();
+                    let now = held.now.fetch_add(1, Ordering::SeqCst) + 1;
+                    held.most.fetch_max(now, Ordering::SeqCst);
+                    if held.arrived.fetch_add(1, Ordering::SeqCst) + 1 >= total {
+                        held.all_in.store(true, Ordering::SeqCst);
+                    }
+                    if now >= batch || held.all_in.load(Ordering::SeqCst) {
+                        held.release.notify_waiters();
+                    } else {
+                        released.await;
+                    }
+                    held.now.fetch_sub(1, Ordering::SeqCst);
+                    "{}"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{address}")
+    }
+
+    #[tokio::test]
+    async fn in_flight_limits_the_requests_a_server_sees_at_once() {
+        let held = Arc::new(Held::default());
+        let url = holding_server(held.clone(), 3, 9).await;
+        let config = kube::Config::new(url.parse().unwrap());
+        let client = client_from_config(config, 0.0, 1, Some(3)).unwrap();
+        let requests: Vec<_> = (0..9)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let request = http::Request::get("/hold").body(Vec::new()).unwrap();
+                    client.request_text(request).await
+                })
+            })
+            .collect();
+        for request in requests {
+            assert_eq!(request.await.unwrap().unwrap(), "{}");
+        }
+        // The server releases nothing before three are inside it, and the client sends
+        // no fourth before one is answered.
+        assert_eq!(held.most.load(Ordering::SeqCst), 3);
+    }
 }
