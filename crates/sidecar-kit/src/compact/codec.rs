@@ -4,12 +4,15 @@
 //! Compact JSON as `serde_json` writes it never holds a byte below 0x20: there is no
 //! whitespace between tokens and control characters inside strings are escaped (`\n`,
 //! `\u0001`). Bytes 0x01 to 0x1F are therefore free to stand for the 31 entries of
-//! [`DICTIONARY`]; everything else is copied as it is.
+//! [`DICTIONARY`], and 0x00 for a UUID: 0x00 then the UUID's 16 bytes stand for its 36
+//! characters (a claim holds two, its UID and its volume's name, and a PV four). Everything
+//! else is copied as it is.
 
 /// Why cached bytes could not be expanded (a bug of ours: they are our own encoding).
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
-    /// A byte below 0x20 that names no dictionary entry.
+    /// A byte below 0x20 that names no dictionary entry (none while the dictionary has 31
+    /// entries and 0x00 is the UUID token).
     #[error("byte {byte:#04x} at offset {offset} names no dictionary entry")]
     UnknownToken {
         /// The byte.
@@ -17,6 +20,57 @@ pub enum CodecError {
         /// Where.
         offset: usize,
     },
+    /// A UUID token without its 16 bytes.
+    #[error("the UUID at offset {offset} is cut short")]
+    TruncatedUuid {
+        /// Where its token is.
+        offset: usize,
+    },
+}
+
+/// The token of a packed UUID.
+const UUID: u8 = 0x00;
+
+/// Characters of a UUID as text: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+const UUID_TEXT: usize = 36;
+
+/// Where a UUID's text has its dashes.
+const DASHES: [usize; 4] = [8, 13, 18, 23];
+
+/// The 16 bytes of the lowercase UUID `text` starts with; `None` if it starts with none
+/// (uppercase digits are left as they are: they would not come back the same).
+fn pack_uuid(text: &[u8]) -> Option<[u8; 16]> {
+    let text = text.get(..UUID_TEXT)?;
+    let mut packed = [0u8; 16];
+    let mut nibbles = 0;
+    for (i, &byte) in text.iter().enumerate() {
+        if DASHES.contains(&i) {
+            if byte != b'-' {
+                return None;
+            }
+            continue;
+        }
+        let value = match byte {
+            b'0'..=b'9' => byte - b'0',
+            b'a'..=b'f' => byte - b'a' + 10,
+            _ => return None,
+        };
+        packed[nibbles / 2] |= if nibbles % 2 == 0 { value << 4 } else { value };
+        nibbles += 1;
+    }
+    Some(packed)
+}
+
+/// Writes the text of the UUID `packed` holds.
+fn unpack_uuid(packed: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, byte) in packed.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push(b'-');
+        }
+        out.push(HEX[usize::from(byte >> 4)]);
+        out.push(HEX[usize::from(byte & 0x0f)]);
+    }
 }
 
 /// What bytes 0x01 to 0x1F stand for, in that order: what serde_json writes for the fields of
@@ -62,12 +116,21 @@ fn token(index: usize) -> u8 {
     u8::try_from(index + 1).unwrap_or(u8::MAX)
 }
 
-/// Replaces dictionary entries in `json` (longest first where several start at one place).
+/// Replaces dictionary entries in `json` (longest first where several start at one place)
+/// and packs lowercase UUIDs.
 pub fn shorten(json: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(json.len() / 2);
     let mut at = 0;
     while let Some(&byte) = json.get(at) {
         let rest = &json[at..];
+        if byte.is_ascii_hexdigit() {
+            if let Some(packed) = pack_uuid(rest) {
+                out.push(UUID);
+                out.extend_from_slice(&packed);
+                at += UUID_TEXT;
+                continue;
+            }
+        }
         let best = if byte == b'"' || byte == b'{' {
             DICTIONARY
                 .iter()
@@ -88,15 +151,26 @@ pub fn shorten(json: &[u8]) -> Vec<u8> {
             }
         }
     }
+    out.shrink_to_fit();
     out
 }
 
 /// The JSON [`shorten`] was given.
 pub fn expand(short: &[u8]) -> Result<Vec<u8>, CodecError> {
     let mut out = Vec::with_capacity(short.len() * 3);
-    for (offset, &byte) in short.iter().enumerate() {
+    let mut offset = 0;
+    while let Some(&byte) = short.get(offset) {
         if byte >= 0x20 {
             out.push(byte);
+            offset += 1;
+            continue;
+        }
+        if byte == UUID {
+            let packed = short
+                .get(offset + 1..offset + 17)
+                .ok_or(CodecError::TruncatedUuid { offset })?;
+            unpack_uuid(packed, &mut out);
+            offset += 17;
             continue;
         }
         let entry = usize::from(byte)
@@ -104,6 +178,7 @@ pub fn expand(short: &[u8]) -> Result<Vec<u8>, CodecError> {
             .and_then(|index| DICTIONARY.get(index))
             .ok_or(CodecError::UnknownToken { byte, offset })?;
         out.extend_from_slice(entry.as_bytes());
+        offset += 1;
     }
     Ok(out)
 }
@@ -156,11 +231,39 @@ mod tests {
     }
 
     #[test]
-    fn a_byte_naming_no_entry_is_an_error() {
+    fn lowercase_uuids_are_packed_and_come_back_the_same() {
+        let uid = "6c9bd80f-86a0-44f7-9a94-f044939d1075";
+        let json = format!(r#"{{"uid":"{uid}","name":"pvc-{uid}","h":"{uid}{uid}x"}}"#);
+        let short = shorten(json.as_bytes());
+        // (This UUID's bytes hold no zero, so every zero byte is a token.)
+        assert_eq!(short.iter().filter(|&&b| b == UUID).count(), 4);
+        assert!(short.len() <= json.len() - 4 * (UUID_TEXT - 17));
+        assert_eq!(expand(&short).expect("expands"), json.as_bytes());
+        // Not UUIDs (uppercase, a dash missing, a non-hex digit, cut short): copied as they are.
+        for text in [
+            "6C9BD80F-86A0-44F7-9A94-F044939D1075",
+            "6c9bd80f-86a0-44f7-9a94_f044939d1075",
+            "6c9bd80f-86a0-44f7-9a94-f044939d107g",
+            "6c9bd80f-86a0-44f7-9a94-f044939d107",
+        ] {
+            let json = format!(r#"["{text}"]"#);
+            let short = shorten(json.as_bytes());
+            assert!(!short.contains(&UUID), "{text}");
+            assert_eq!(expand(&short).expect("expands"), json.as_bytes());
+        }
+    }
+
+    #[test]
+    fn a_uuid_cut_short_is_an_error() {
         assert!(matches!(
-            expand(b"ab\0"),
-            Err(CodecError::UnknownToken { byte: 0, offset: 2 })
+            expand(b"ab\x7f\0"),
+            Err(CodecError::TruncatedUuid { offset: 3 })
+        ));
+        assert!(matches!(
+            expand(&[b'a', 0x00, 1, 2]),
+            Err(CodecError::TruncatedUuid { offset: 1 })
         ));
         assert!(expand(&[0x1f]).is_ok());
+        assert!(expand(&[0x00; 17]).is_ok());
     }
 }
