@@ -733,3 +733,42 @@ async fn snapshots_and_expansion_are_unimplemented_when_disabled() {
         Code::InvalidArgument
     );
 }
+
+#[tokio::test]
+async fn messages_larger_than_the_codec_buffer_go_both_ways() {
+    let h = Harness::start(&["--capacity=1000Gi"]).await;
+    let mut c = h.controller();
+    // A request of 16 KiB (secrets the driver ignores), sixteen times the codec's buffer.
+    let mut request = create_request("pvc-big", GI);
+    request.secrets = params(&[("blob", &"s".repeat(16 * 1024))]);
+    let v = c
+        .create_volume(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    // And a response larger than the buffer: a list of 60 volumes in one page.
+    for i in 0..59 {
+        c.create_volume(create_request(&format!("pvc-{i}"), GI))
+            .await
+            .unwrap();
+    }
+    let listed = c
+        .list_volumes(csi::ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.entries.len(), 60);
+    assert!(
+        prost::Message::encoded_len(&listed) > 4 * csi_proto::CODEC_BUFFER,
+        "{} bytes",
+        prost::Message::encoded_len(&listed)
+    );
+    assert!(
+        listed
+            .entries
+            .iter()
+            .any(|e| e.volume.as_ref().map(|v| &v.volume_id) == Some(&v.volume_id))
+    );
+}
