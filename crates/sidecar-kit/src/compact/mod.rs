@@ -10,8 +10,10 @@
 //! [`codec`], which replaces the keys and values every claim and volume repeats with one byte.
 
 mod codec;
+mod entry;
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -24,6 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::key::ObjectKey;
+use entry::Entry;
 
 /// Objects of kind `K` by namespace and name, stored as JSON. Cloning shares the cache.
 pub struct CompactStore<K> {
@@ -50,7 +53,7 @@ impl<K> Debug for CompactStore<K> {
 
 /// Entries are shared (`Arc`) so that readers decode them after releasing the lock: a pass
 /// over every object does not hold up the watch writing the store.
-type Entries = HashMap<ObjectKey, Arc<[u8]>>;
+type Entries = HashSet<Entry>;
 
 struct Shared {
     entries: RwLock<Entries>,
@@ -59,19 +62,22 @@ struct Shared {
 
 /// What a store is read by: kube's `ObjectRef` or our [`ObjectKey`].
 pub trait Lookup<K> {
-    /// The key, as the store holds it.
-    fn key(&self) -> ObjectKey;
+    /// The key, as the store holds it: `namespace/name` or `name`.
+    fn key(&self) -> Cow<'_, str>;
 }
 
 impl<K: Resource> Lookup<K> for ObjectRef<K> {
-    fn key(&self) -> ObjectKey {
-        ObjectKey::new(self.namespace.as_deref(), &self.name)
+    fn key(&self) -> Cow<'_, str> {
+        match self.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+            Some(namespace) => Cow::Owned(format!("{namespace}/{}", self.name)),
+            None => Cow::Borrowed(&self.name),
+        }
     }
 }
 
 impl<K> Lookup<K> for ObjectKey {
-    fn key(&self) -> ObjectKey {
-        self.clone()
+    fn key(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self.as_str())
     }
 }
 
@@ -84,7 +90,7 @@ where
         let (ready, _) = tokio::sync::watch::channel(false);
         let store = CompactStore {
             shared: Arc::new(Shared {
-                entries: RwLock::new(HashMap::new()),
+                entries: RwLock::new(HashSet::new()),
                 ready,
             }),
             kind: PhantomData,
@@ -99,28 +105,19 @@ where
     /// The object `key` names, decoded.
     pub fn get(&self, key: &impl Lookup<K>) -> Option<Arc<K>> {
         let wanted = key.key();
-        let bytes = self.shared.entries.read().get(&wanted).cloned()?;
-        decode(wanted.as_str(), &bytes)
+        let entry = self.shared.entries.read().get(wanted.as_bytes()).cloned()?;
+        decode(&entry)
     }
 
     /// Whether the store holds the object `key` names (without decoding it).
     pub fn contains(&self, key: &impl Lookup<K>) -> bool {
-        self.shared.entries.read().contains_key(&key.key())
+        self.shared.entries.read().contains(key.key().as_bytes())
     }
 
     /// Every object, decoded (a pass over all of them: costs a decode each).
     pub fn state(&self) -> Vec<Arc<K>> {
-        let entries: Vec<(ObjectKey, Arc<[u8]>)> = self
-            .shared
-            .entries
-            .read()
-            .iter()
-            .map(|(key, bytes)| (key.clone(), bytes.clone()))
-            .collect();
-        entries
-            .iter()
-            .filter_map(|(key, bytes)| decode(key.as_str(), bytes))
-            .collect()
+        let entries: Vec<Entry> = self.shared.entries.read().iter().cloned().collect();
+        entries.iter().filter_map(decode).collect()
     }
 
     /// How many objects the store holds.
@@ -158,6 +155,9 @@ enum CacheError {
     /// The object did not serialize.
     #[error("failed to encode the object: {0}")]
     Encode(#[source] serde_json::Error),
+    /// Its namespace and name are longer than an entry can say (65,535 bytes).
+    #[error("its namespace and name are too long to cache")]
+    KeyTooLong,
     /// The stored bytes did not expand to JSON.
     #[error("failed to expand the stored bytes: {0}")]
     Expand(#[source] codec::CodecError),
@@ -167,14 +167,15 @@ enum CacheError {
 }
 
 /// Decodes what [`encode`] wrote; a failure is logged and the object treated as absent.
-fn decode<K: DeserializeOwned>(key: &str, bytes: &[u8]) -> Option<Arc<K>> {
-    let decoded = codec::expand(bytes)
+fn decode<K: DeserializeOwned>(entry: &Entry) -> Option<Arc<K>> {
+    let decoded = codec::expand(entry.body())
         .map_err(CacheError::Expand)
         .and_then(|json| serde_json::from_slice::<K>(&json).map_err(CacheError::Decode));
     match decoded {
         Ok(object) => Some(Arc::new(object)),
         Err(error) => {
-            tracing::error!(object = key, %error, "a cached object does not decode; ignoring it");
+            let key = String::from_utf8_lossy(entry.key());
+            tracing::error!(object = %key, %error, "a cached object does not decode; ignoring it");
             None
         }
     }
@@ -182,12 +183,17 @@ fn decode<K: DeserializeOwned>(key: &str, bytes: &[u8]) -> Option<Arc<K>> {
 
 /// Encodes an object for the store with its key; `None` (logged) when it has no name or does
 /// not encode.
-fn encode<K: Resource + Serialize>(object: &K) -> Option<(ObjectKey, Arc<[u8]>)> {
+fn encode<K: Resource + Serialize>(object: &K) -> Option<Entry> {
     let meta = object.meta();
     let name = meta.name.as_deref()?;
     let key = ObjectKey::new(meta.namespace.as_deref(), name);
-    match serde_json::to_vec(object).map_err(CacheError::Encode) {
-        Ok(json) => Some((key, Arc::from(codec::shorten(&json)))),
+    let entry = serde_json::to_vec(object)
+        .map_err(CacheError::Encode)
+        .and_then(|json| {
+            Entry::new(key.as_str(), &codec::shorten(&json)).ok_or(CacheError::KeyTooLong)
+        });
+    match entry {
+        Ok(entry) => Some(entry),
         Err(error) => {
             tracing::error!(object = %key, %error, "an object does not encode; not caching it");
             None
@@ -210,21 +216,25 @@ where
     pub fn apply(&mut self, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(object) => {
-                if let Some((key, bytes)) = encode(object) {
-                    self.store.shared.entries.write().insert(key, bytes);
+                if let Some(entry) = encode(object) {
+                    self.store.shared.entries.write().replace(entry);
                 }
             }
             watcher::Event::Delete(object) => {
                 let meta = object.meta();
                 if let Some(name) = meta.name.as_deref() {
                     let key = ObjectKey::new(meta.namespace.as_deref(), name);
-                    self.store.shared.entries.write().remove(&key);
+                    self.store
+                        .shared
+                        .entries
+                        .write()
+                        .remove(key.as_str().as_bytes());
                 }
             }
-            watcher::Event::Init => self.buffer = Some(HashMap::new()),
+            watcher::Event::Init => self.buffer = Some(HashSet::new()),
             watcher::Event::InitApply(object) => {
-                if let Some((key, bytes)) = encode(object) {
-                    self.buffer.get_or_insert_default().insert(key, bytes);
+                if let Some(entry) = encode(object) {
+                    self.buffer.get_or_insert_default().replace(entry);
                 }
             }
             watcher::Event::InitDone => {
@@ -304,13 +314,7 @@ mod tests {
         pv.metadata.name = Some("pvc-0a1b2c3d-0000-4000-8000-000000000001".into());
         let (store, mut writer) = CompactStore::<PersistentVolume>::new();
         writer.apply(&watcher::Event::Apply(pv.clone()));
-        let bytes: usize = store
-            .shared
-            .entries
-            .read()
-            .iter()
-            .map(|(k, v)| k.as_str().len() + v.len())
-            .sum();
+        let bytes: usize = store.shared.entries.read().iter().map(Entry::size).sum();
         assert!(
             bytes < std::mem::size_of::<PersistentVolume>() / 10,
             "{bytes} bytes cached"
