@@ -117,15 +117,22 @@ impl Watches {
     }
 
     /// Like [`Watches::reflect_trimmed`], into a [`CompactStore`]: each object is kept as its
-    /// JSON, for the kinds a controller holds one of per volume and reads by key.
-    pub fn reflect_compact<K, S, F>(&self, api: Api<K>, shrink: S, on_event: F) -> CompactStore<K>
+    /// JSON, for the kinds a controller holds one of per volume and reads by key; `words` are
+    /// strings its objects repeat (see [`CompactStore::with_words`]).
+    pub fn reflect_compact<K, S, F>(
+        &self,
+        api: Api<K>,
+        words: &[&str],
+        shrink: S,
+        on_event: F,
+    ) -> CompactStore<K>
     where
         K: Resource + Clone + Serialize + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
         S: Fn(&mut K) + Send + 'static,
         F: Fn(&watcher::Event<K>) + Send + 'static,
     {
-        let (store, mut writer) = CompactStore::new();
+        let (store, mut writer) = CompactStore::with_words(words);
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(move |obj: &mut K| {

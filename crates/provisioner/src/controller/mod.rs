@@ -159,8 +159,11 @@ impl Provisioner {
 
         let q = claims_q.clone();
         let cloning = cfg.caps.clone_volume.then(|| cloning_q.clone());
+        // The driver's name is in every claim's annotations and every PV (twice each).
+        let words = [cfg.caps.name.as_str()];
         let claims = watches.reflect_compact(
             Api::<PersistentVolumeClaim>::all(client.clone()),
+            &words,
             cache::shrink_claim,
             move |event| {
                 for_each(event, |pvc| {
@@ -200,6 +203,7 @@ impl Provisioner {
         let on_volume = sets.clone();
         let volumes = watches.reflect_compact(
             Api::<PersistentVolume>::all(client.clone()),
+            &words,
             move |pv: &mut PersistentVolume| cache::shrink_volume(pv, keep),
             move |event| {
                 let gone = matches!(event, watcher::Event::Delete(_));

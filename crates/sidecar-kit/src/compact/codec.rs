@@ -3,10 +3,11 @@
 //!
 //! Compact JSON as `serde_json` writes it never holds a byte below 0x20: there is no
 //! whitespace between tokens and control characters inside strings are escaped (`\n`,
-//! `\u0001`). Bytes 0x01 to 0x1F are therefore free to stand for the 31 entries of
-//! [`DICTIONARY`], and 0x00 for a UUID: 0x00 then the UUID's 16 bytes stand for its 36
-//! characters (a claim holds two, its UID and its volume's name, and a PV four). Everything
-//! else is copied as it is.
+//! `\u0001`). Bytes 0x01 to 0x1E are therefore free to stand for the 30 entries of
+//! [`DICTIONARY`]; 0x00 for a UUID: 0x00 then the UUID's 16 bytes stand for its 36
+//! characters (a claim holds two, its UID and its volume's name, and a PV four); and 0x1F for
+//! one of the store's [`Words`]: 0x1F then the word's index (the driver's name, which every
+//! claim and PV repeats up to four times). Everything else is copied as it is.
 
 /// Why cached bytes could not be expanded (a bug of ours: they are our own encoding).
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +27,44 @@ pub enum CodecError {
         /// Where its token is.
         offset: usize,
     },
+    /// A word token without its index, or with an index naming no word.
+    #[error("the word at offset {offset} names none of the store's words")]
+    UnknownWord {
+        /// Where its token is.
+        offset: usize,
+    },
+}
+
+/// The token of one of the store's words.
+const WORD: u8 = 0x1F;
+
+/// Words a store adds to the dictionary (at most 256, none empty): strings its objects repeat
+/// that no fixed dictionary can know, such as the driver's name.
+#[derive(Debug, Clone, Default)]
+pub struct Words(Vec<Box<[u8]>>);
+
+impl Words {
+    /// The first 256 non-empty `words`.
+    pub fn new<W: AsRef<str>>(words: impl IntoIterator<Item = W>) -> Self {
+        Words(
+            words
+                .into_iter()
+                .filter(|w| !w.as_ref().is_empty())
+                .take(256)
+                .map(|w| w.as_ref().as_bytes().into())
+                .collect(),
+        )
+    }
+
+    /// The index and length of the word `text` starts with, if any.
+    fn find(&self, text: &[u8]) -> Option<(u8, usize)> {
+        let (index, word) = self
+            .0
+            .iter()
+            .enumerate()
+            .find(|(_, word)| text.starts_with(word))?;
+        Some((u8::try_from(index).ok()?, word.len()))
+    }
 }
 
 /// The token of a packed UUID.
@@ -76,7 +115,7 @@ fn unpack_uuid(packed: &[u8], out: &mut Vec<u8>) {
 /// What bytes 0x01 to 0x1F stand for, in that order: what serde_json writes for the fields of
 /// `k8s-openapi` claims and volumes that every one of them has, and the annotations and
 /// finalizers Kubernetes and the provisioner put on them.
-const DICTIONARY: [&str; 31] = [
+const DICTIONARY: [&str; 30] = [
     r#"{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"#,
     r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"#,
     r#""annotations":{"#,
@@ -104,7 +143,6 @@ const DICTIONARY: [&str; 31] = [
     r#""csi":{"driver":""#,
     r#""volumeHandle":""#,
     r#""fsType":""#,
-    r#""deletionTimestamp":""#,
     r#""creationTimestamp":""#,
     r#""volume.kubernetes.io/provisioner-deletion-secret-"#,
     r#""spec":{"#,
@@ -112,13 +150,13 @@ const DICTIONARY: [&str; 31] = [
 
 /// The token of dictionary entry `index`.
 fn token(index: usize) -> u8 {
-    // The dictionary has 31 entries, so the token is at most 0x1F.
+    // The dictionary has 30 entries, so the token is at most 0x1E.
     u8::try_from(index + 1).unwrap_or(u8::MAX)
 }
 
 /// Replaces dictionary entries in `json` (longest first where several start at one place)
-/// and packs lowercase UUIDs.
-pub fn shorten(json: &[u8]) -> Vec<u8> {
+/// and `words`, and packs lowercase UUIDs.
+pub fn shorten(json: &[u8], words: &Words) -> Vec<u8> {
     let mut out = Vec::with_capacity(json.len() / 2);
     let mut at = 0;
     while let Some(&byte) = json.get(at) {
@@ -140,23 +178,23 @@ pub fn shorten(json: &[u8]) -> Vec<u8> {
         } else {
             None
         };
-        match best {
-            Some((index, entry)) => {
-                out.push(token(index));
-                at += entry.len();
-            }
-            None => {
-                out.push(byte);
-                at += 1;
-            }
+        if let Some((index, entry)) = best {
+            out.push(token(index));
+            at += entry.len();
+        } else if let Some((index, length)) = words.find(rest) {
+            out.extend_from_slice(&[WORD, index]);
+            at += length;
+        } else {
+            out.push(byte);
+            at += 1;
         }
     }
     out.shrink_to_fit();
     out
 }
 
-/// The JSON [`shorten`] was given.
-pub fn expand(short: &[u8]) -> Result<Vec<u8>, CodecError> {
+/// The JSON [`shorten`] was given (with the same `words`).
+pub fn expand(short: &[u8], words: &Words) -> Result<Vec<u8>, CodecError> {
     let mut out = Vec::with_capacity(short.len() * 3);
     let mut offset = 0;
     while let Some(&byte) = short.get(offset) {
@@ -173,6 +211,15 @@ pub fn expand(short: &[u8]) -> Result<Vec<u8>, CodecError> {
             offset += 17;
             continue;
         }
+        if byte == WORD {
+            let word = short
+                .get(offset + 1)
+                .and_then(|&index| words.0.get(usize::from(index)))
+                .ok_or(CodecError::UnknownWord { offset })?;
+            out.extend_from_slice(word);
+            offset += 2;
+            continue;
+        }
         let entry = usize::from(byte)
             .checked_sub(1)
             .and_then(|index| DICTIONARY.get(index))
@@ -186,6 +233,8 @@ pub fn expand(short: &[u8]) -> Result<Vec<u8>, CodecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    static NONE: Words = Words(Vec::new());
 
     #[test]
     fn every_entry_is_json_text_without_control_bytes_and_entries_are_distinct() {
@@ -214,31 +263,35 @@ mod tests {
             "\"",
         ];
         for case in cases {
-            let short = shorten(case.as_bytes());
+            let short = shorten(case.as_bytes(), &NONE);
             assert!(short.len() <= case.len(), "{case}");
-            assert_eq!(expand(&short).expect("expands"), case.as_bytes(), "{case}");
+            assert_eq!(
+                expand(&short, &NONE).expect("expands"),
+                case.as_bytes(),
+                "{case}"
+            );
         }
-        let claim = shorten(cases[0].as_bytes());
+        let claim = shorten(cases[0].as_bytes(), &NONE);
         assert!(claim.len() * 2 < cases[0].len(), "{} bytes", claim.len());
     }
 
     #[test]
     fn the_longest_entry_wins_where_several_start_at_one_place() {
         let json = r#""spec":{"accessModes":["ReadWriteOnce"],"spec":{"a":1}"#;
-        let short = shorten(json.as_bytes());
+        let short = shorten(json.as_bytes(), &NONE);
         assert_eq!(short[0], token(16));
-        assert_eq!(expand(&short).expect("expands"), json.as_bytes());
+        assert_eq!(expand(&short, &NONE).expect("expands"), json.as_bytes());
     }
 
     #[test]
     fn lowercase_uuids_are_packed_and_come_back_the_same() {
         let uid = "6c9bd80f-86a0-44f7-9a94-f044939d1075";
         let json = format!(r#"{{"uid":"{uid}","name":"pvc-{uid}","h":"{uid}{uid}x"}}"#);
-        let short = shorten(json.as_bytes());
+        let short = shorten(json.as_bytes(), &NONE);
         // (This UUID's bytes hold no zero, so every zero byte is a token.)
         assert_eq!(short.iter().filter(|&&b| b == UUID).count(), 4);
         assert!(short.len() <= json.len() - 4 * (UUID_TEXT - 17));
-        assert_eq!(expand(&short).expect("expands"), json.as_bytes());
+        assert_eq!(expand(&short, &NONE).expect("expands"), json.as_bytes());
         // Not UUIDs (uppercase, a dash missing, a non-hex digit, cut short): copied as they are.
         for text in [
             "6C9BD80F-86A0-44F7-9A94-F044939D1075",
@@ -247,23 +300,48 @@ mod tests {
             "6c9bd80f-86a0-44f7-9a94-f044939d107",
         ] {
             let json = format!(r#"["{text}"]"#);
-            let short = shorten(json.as_bytes());
+            let short = shorten(json.as_bytes(), &NONE);
             assert!(!short.contains(&UUID), "{text}");
-            assert_eq!(expand(&short).expect("expands"), json.as_bytes());
+            assert_eq!(expand(&short, &NONE).expect("expands"), json.as_bytes());
         }
+    }
+
+    #[test]
+    fn the_stores_words_are_one_token_and_its_index() {
+        let words = Words::new(["", "hostpath.csi.volstack.dev", "fast"]);
+        let json =
+            r#"{"csi":{"driver":"hostpath.csi.volstack.dev"},"storageClassName":"fast","x":"fas"}"#;
+        let short = shorten(json.as_bytes(), &words);
+        assert_eq!(short.iter().filter(|&&b| b == WORD).count(), 2);
+        assert!(short.len() < json.len() - 24, "{} bytes", short.len());
+        assert_eq!(expand(&short, &words).expect("expands"), json.as_bytes());
+        // Without the words, the same bytes do not expand.
+        assert!(matches!(
+            expand(&short, &NONE),
+            Err(CodecError::UnknownWord { .. })
+        ));
+        assert!(matches!(
+            expand(&[b'a', WORD], &words),
+            Err(CodecError::UnknownWord { offset: 1 })
+        ));
+        assert!(matches!(
+            expand(&[WORD, 2], &words),
+            Err(CodecError::UnknownWord { offset: 0 })
+        ));
+        assert_eq!(Words::new((0..300).map(|i| i.to_string())).0.len(), 256);
     }
 
     #[test]
     fn a_uuid_cut_short_is_an_error() {
         assert!(matches!(
-            expand(b"ab\x7f\0"),
+            expand(b"ab\x7f\0", &NONE),
             Err(CodecError::TruncatedUuid { offset: 3 })
         ));
         assert!(matches!(
-            expand(&[b'a', 0x00, 1, 2]),
+            expand(&[b'a', 0x00, 1, 2], &NONE),
             Err(CodecError::TruncatedUuid { offset: 1 })
         ));
-        assert!(expand(&[0x1f]).is_ok());
-        assert!(expand(&[0x00; 17]).is_ok());
+        assert!(expand(&[0x1e], &NONE).is_ok());
+        assert!(expand(&[0x00; 17], &NONE).is_ok());
     }
 }

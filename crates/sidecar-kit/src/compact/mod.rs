@@ -57,6 +57,7 @@ type Entries = HashSet<Entry>;
 
 struct Shared {
     entries: RwLock<Entries>,
+    words: codec::Words,
     ready: tokio::sync::watch::Sender<bool>,
 }
 
@@ -87,10 +88,20 @@ where
 {
     /// An empty store, not ready until a [`CompactWriter`] applies its first full list.
     pub fn new() -> (CompactStore<K>, CompactWriter<K>) {
+        Self::with_words(std::iter::empty::<&str>())
+    }
+
+    /// An empty store that also stores each of `words` (at most 256) as two bytes wherever
+    /// its objects hold it: strings they all repeat that no fixed dictionary knows, such as
+    /// the driver's name.
+    pub fn with_words<W: AsRef<str>>(
+        words: impl IntoIterator<Item = W>,
+    ) -> (CompactStore<K>, CompactWriter<K>) {
         let (ready, _) = tokio::sync::watch::channel(false);
         let store = CompactStore {
             shared: Arc::new(Shared {
                 entries: RwLock::new(HashSet::new()),
+                words: codec::Words::new(words),
                 ready,
             }),
             kind: PhantomData,
@@ -106,7 +117,7 @@ where
     pub fn get(&self, key: &impl Lookup<K>) -> Option<Arc<K>> {
         let wanted = key.key();
         let entry = self.shared.entries.read().get(wanted.as_bytes()).cloned()?;
-        decode(&entry)
+        decode(&entry, &self.shared.words)
     }
 
     /// Whether the store holds the object `key` names (without decoding it).
@@ -117,7 +128,10 @@ where
     /// Every object, decoded (a pass over all of them: costs a decode each).
     pub fn state(&self) -> Vec<Arc<K>> {
         let entries: Vec<Entry> = self.shared.entries.read().iter().cloned().collect();
-        entries.iter().filter_map(decode).collect()
+        entries
+            .iter()
+            .filter_map(|entry| decode(entry, &self.shared.words))
+            .collect()
     }
 
     /// How many objects the store holds.
@@ -167,8 +181,8 @@ enum CacheError {
 }
 
 /// Decodes what [`encode`] wrote; a failure is logged and the object treated as absent.
-fn decode<K: DeserializeOwned>(entry: &Entry) -> Option<Arc<K>> {
-    let decoded = codec::expand(entry.body())
+fn decode<K: DeserializeOwned>(entry: &Entry, words: &codec::Words) -> Option<Arc<K>> {
+    let decoded = codec::expand(entry.body(), words)
         .map_err(CacheError::Expand)
         .and_then(|json| serde_json::from_slice::<K>(&json).map_err(CacheError::Decode));
     match decoded {
@@ -183,14 +197,14 @@ fn decode<K: DeserializeOwned>(entry: &Entry) -> Option<Arc<K>> {
 
 /// Encodes an object for the store with its key; `None` (logged) when it has no name or does
 /// not encode.
-fn encode<K: Resource + Serialize>(object: &K) -> Option<Entry> {
+fn encode<K: Resource + Serialize>(object: &K, words: &codec::Words) -> Option<Entry> {
     let meta = object.meta();
     let name = meta.name.as_deref()?;
     let key = ObjectKey::new(meta.namespace.as_deref(), name);
     let entry = serde_json::to_vec(object)
         .map_err(CacheError::Encode)
         .and_then(|json| {
-            Entry::new(key.as_str(), &codec::shorten(&json)).ok_or(CacheError::KeyTooLong)
+            Entry::new(key.as_str(), &codec::shorten(&json, words)).ok_or(CacheError::KeyTooLong)
         });
     match entry {
         Ok(entry) => Some(entry),
@@ -216,7 +230,7 @@ where
     pub fn apply(&mut self, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(object) => {
-                if let Some(entry) = encode(object) {
+                if let Some(entry) = encode(object, &self.store.shared.words) {
                     self.store.shared.entries.write().replace(entry);
                 }
             }
@@ -233,7 +247,7 @@ where
             }
             watcher::Event::Init => self.buffer = Some(HashSet::new()),
             watcher::Event::InitApply(object) => {
-                if let Some(entry) = encode(object) {
+                if let Some(entry) = encode(object, &self.store.shared.words) {
                     self.buffer.get_or_insert_default().replace(entry);
                 }
             }
@@ -321,6 +335,30 @@ mod tests {
         );
         let name = pv.metadata.name.clone().unwrap_or_default();
         assert_eq!(store.get(&ObjectRef::new(&name)).as_deref(), Some(&pv));
+    }
+
+    #[test]
+    fn a_stores_words_shorten_what_it_holds_and_read_back_the_same() {
+        let driver = "hostpath.csi.volstack.dev";
+        let mut pv = PersistentVolume::default();
+        pv.metadata.name = Some("pv-1".into());
+        pv.metadata.annotations = Some(
+            [(
+                "pv.kubernetes.io/provisioned-by".to_string(),
+                driver.to_string(),
+            )]
+            .into(),
+        );
+        let size = |store: &CompactStore<PersistentVolume>| -> usize {
+            store.shared.entries.read().iter().map(Entry::size).sum()
+        };
+        let (plain, mut plain_writer) = CompactStore::<PersistentVolume>::new();
+        let (worded, mut worded_writer) = CompactStore::<PersistentVolume>::with_words([driver]);
+        plain_writer.apply(&watcher::Event::Apply(pv.clone()));
+        worded_writer.apply(&watcher::Event::Apply(pv.clone()));
+        assert_eq!(size(&worded), size(&plain) - (driver.len() - 2));
+        assert_eq!(worded.get(&ObjectRef::new("pv-1")).as_deref(), Some(&pv));
+        assert_eq!(worded.state().len(), 1);
     }
 
     #[tokio::test]
