@@ -232,7 +232,7 @@ impl Provisioner {
             return Ok(());
         };
         let namespace = key.namespace().unwrap_or_default();
-        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
             .patch(
                 key.name(),
                 &PatchParams::default(),
@@ -284,7 +284,7 @@ impl Provisioner {
                 let patch = serde_json::from_value(patch)
                     .map_err(|e| ClaimError::CloneFinalizer(kube::Error::SerdeError(e)))?;
                 let result =
-                    Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
+                    Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
                         .patch(
                             key.name(),
                             &PatchParams::default(),

@@ -161,13 +161,11 @@ pub fn shorten(json: &[u8], words: &Words) -> Vec<u8> {
     let mut at = 0;
     while let Some(&byte) = json.get(at) {
         let rest = &json[at..];
-        if byte.is_ascii_hexdigit() {
-            if let Some(packed) = pack_uuid(rest) {
-                out.push(UUID);
-                out.extend_from_slice(&packed);
-                at += UUID_TEXT;
-                continue;
-            }
+        if let Some(packed) = byte.is_ascii_hexdigit().then(|| pack_uuid(rest)).flatten() {
+            out.push(UUID);
+            out.extend_from_slice(&packed);
+            at += UUID_TEXT;
+            continue;
         }
         let best = if byte == b'"' || byte == b'{' {
             DICTIONARY
