@@ -129,12 +129,16 @@ pub fn client_from_config(
     in_flight: Option<usize>,
 ) -> Result<kube::Client, ClientError> {
     let builder = ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
-    let limited = builder.with_layer(&RateLimitLayer::new(qps, burst));
+    // The in-flight limit sits under the QPS limiter: a request takes its place in flight only
+    // once it has its token, so the limiter's order (events after everything else) decides
+    // which requests go first, and none holds a place while it waits for a token.
+    let rate = RateLimitLayer::new(qps, burst);
     Ok(match in_flight {
-        Some(limit) => limited
+        Some(limit) => builder
             .with_layer(&tower::limit::ConcurrencyLimitLayer::new(limit.max(1)))
+            .with_layer(&rate)
             .build(),
-        None => limited.build(),
+        None => builder.with_layer(&rate).build(),
     })
 }
 
