@@ -402,11 +402,7 @@ async fn list_pages_return_every_volume_once() {
     }
     assert_eq!(pages, 5);
     assert_eq!(seen, created);
-    let all = c
-        .list_volumes(csi::ListVolumesRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let all = h.list_unpaged().await;
     assert_eq!(all.entries.len(), 23);
     assert!(all.next_token.is_empty());
 
@@ -649,11 +645,7 @@ async fn publish_and_unpublish_follow_the_spec_and_the_attach_limit() {
     .await
     .unwrap();
 
-    let listed = c
-        .list_volumes(csi::ListVolumesRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let listed = h.list_unpaged().await;
     let published: usize = listed
         .entries
         .iter()
@@ -754,11 +746,7 @@ async fn messages_larger_than_the_codec_buffer_go_both_ways() {
             .await
             .unwrap();
     }
-    let listed = c
-        .list_volumes(csi::ListVolumesRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let listed = h.list_unpaged().await;
     assert_eq!(listed.entries.len(), 60);
     assert!(
         prost::Message::encoded_len(&listed) > 4 * csi_proto::CODEC_BUFFER,

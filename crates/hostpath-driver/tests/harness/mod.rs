@@ -90,6 +90,15 @@ impl Harness {
     }
 
     /// Every volume, following pages.
+    /// ListVolumes without paging: every volume in one response.
+    pub async fn list_unpaged(&self) -> csi::ListVolumesResponse {
+        self.controller()
+            .list_volumes(csi::ListVolumesRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     pub async fn all_volumes(&self) -> Vec<csi::Volume> {
         let mut out = Vec::new();
         let mut token = String::new();
