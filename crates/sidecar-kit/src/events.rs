@@ -47,8 +47,9 @@ pub const QUEUED_EVENTS: usize = 1000;
 /// Event writes in flight at once.
 const WRITERS: usize = 8;
 
-/// An event waiting to be written, as its JSON: one allocation of about 600 bytes, where the
-/// decoded `Event` is over 1 KB inline plus a dozen strings (a full queue held 2 MB).
+/// An event waiting to be written, as its JSON: one allocation of about 700 bytes, where the
+/// decoded `Event` is over 1 KB inline plus a dozen strings (a full queue's slots alone held
+/// 1 MB).
 struct Queued(Box<[u8]>);
 
 /// Writes events; one per (object, type, reason, message) per window.

@@ -7,7 +7,10 @@
 //! trimmed objects is under 1 KiB each. Reading decodes the object again (a few microseconds),
 //! which is what a reconcile does once per key; a pass over every object decodes them all, so
 //! the kinds cached here are the ones read by key. The JSON is shortened further by
-//! [`codec`], which replaces the keys and values every claim and volume repeats with one byte.
+//! [`codec`], which replaces the keys and values every claim and volume repeats with one byte,
+//! UUIDs with their 16 bytes and the store's words (the driver's name) with two; each object
+//! is one allocation holding its key and these bytes ([`entry`]). The 20,000 objects of a
+//! 10,000-claim storm took 5.9 MB (heaptrack, before the words).
 
 mod codec;
 mod entry;
