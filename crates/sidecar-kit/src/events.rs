@@ -21,7 +21,9 @@ use tokio::sync::mpsc;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
+
+use crate::key::ObjectKey;
 
 /// Normal or Warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,10 +49,13 @@ pub const QUEUED_EVENTS: usize = 1000;
 /// Event writes in flight at once.
 const WRITERS: usize = 8;
 
-/// An event waiting to be written, as its JSON: one allocation of about 700 bytes, where the
-/// decoded `Event` is over 1 KB inline plus a dozen strings (a full queue's slots alone held
-/// 1 MB).
-struct Queued(Box<[u8]>);
+/// An event waiting to be written: its key (namespace and name) and its JSON, the body of its
+/// create request, about 700 bytes, where the decoded `Event` is over 1 KB inline plus a dozen
+/// strings (a full queue's slots alone held 1 MB).
+struct Queued {
+    key: ObjectKey,
+    json: Box<[u8]>,
+}
 
 /// Writes events; one per (object, type, reason, message) per window.
 pub struct Recorder {
@@ -128,11 +133,11 @@ impl Recorder {
             }
         };
         // Boxed to its length: serde_json grows its buffer by doubling, to 1 KB here.
-        if self
-            .queue
-            .try_send(Queued(json.into_boxed_slice()))
-            .is_err()
-        {
+        let queued = Queued {
+            key: ObjectKey::of(&event.metadata),
+            json: json.into_boxed_slice(),
+        };
+        if self.queue.try_send(queued).is_err() {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if dropped == 1 || dropped.is_multiple_of(1000) {
                 tracing::warn!(
@@ -196,26 +201,20 @@ impl Recorder {
 async fn write_events(client: kube::Client, mut events: mpsc::Receiver<Queued>) {
     use futures::StreamExt;
     futures::stream::poll_fn(|cx| events.poll_recv(cx))
-        .for_each_concurrent(WRITERS, |Queued(json)| {
+        .for_each_concurrent(WRITERS, |Queued { key, json }| {
             let client = client.clone();
             async move {
-                // Our own encoding of an `Event`, so decoding it back fails only on a bug.
-                let event: Event = match serde_json::from_slice(&json) {
-                    Ok(event) => event,
-                    Err(error) => {
-                        tracing::error!(%error, "a queued event does not decode; dropping it");
-                        return;
-                    }
+                // The queued JSON is the request's body as it is: not decoded and encoded again.
+                let path = <Event as kube::Resource>::url_path(&(), key.namespace());
+                let written = kube::core::Request::new(path)
+                    .create(&PostParams::default(), json.into_vec())
+                    .map_err(kube::Error::BuildRequest);
+                let written = match written {
+                    Ok(request) => client.request_text(request).await.map(drop),
+                    Err(error) => Err(error),
                 };
-                let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
-                let api: Api<Event> = Api::namespaced(client, namespace);
-                if let Err(error) = api.create(&PostParams::default(), &event).await {
-                    tracing::warn!(
-                        %error,
-                        reason = ?event.reason,
-                        object = ?event.involved_object.name,
-                        "failed to record event"
-                    );
+                if let Err(error) = written {
+                    tracing::warn!(%error, event = %key, "failed to record event");
                 }
             }
         })
