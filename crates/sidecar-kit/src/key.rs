@@ -6,6 +6,7 @@
 //! claims keeps every claim's key in the work queue's map and its order at once, so the key's
 //! size counts: an `ObjectKey` is 16 bytes, and its clones share the text.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -19,16 +20,7 @@ pub struct ObjectKey(Arc<str>);
 impl ObjectKey {
     /// The key of `name` in `namespace` (none or empty: cluster-scoped).
     pub fn new(namespace: Option<&str>, name: &str) -> Self {
-        match namespace.filter(|ns| !ns.is_empty()) {
-            Some(namespace) => {
-                let mut text = String::with_capacity(namespace.len() + 1 + name.len());
-                text.push_str(namespace);
-                text.push('/');
-                text.push_str(name);
-                ObjectKey(text.into())
-            }
-            None => ObjectKey(name.into()),
-        }
+        ObjectKey(Arc::from(&*key_text(namespace, name)))
     }
 
     /// The key of a cluster-scoped object.
@@ -60,6 +52,14 @@ impl ObjectKey {
     /// The key as text: `namespace/name` or `name`.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// The text of a key: `namespace/name`, or `name` (borrowed) when `namespace` is none or empty.
+pub fn key_text<'a>(namespace: Option<&str>, name: &'a str) -> Cow<'a, str> {
+    match namespace.filter(|ns| !ns.is_empty()) {
+        Some(namespace) => Cow::Owned(format!("{namespace}/{name}")),
+        None => Cow::Borrowed(name),
     }
 }
 
@@ -102,6 +102,13 @@ mod tests {
             assert_eq!(key.namespace(), want_ns, "{text}");
             assert_eq!(key.name(), want_name, "{text}");
         }
+    }
+
+    #[test]
+    fn key_text_borrows_a_cluster_scoped_name() {
+        assert!(matches!(key_text(None, "pv"), Cow::Borrowed("pv")));
+        assert!(matches!(key_text(Some(""), "pv"), Cow::Borrowed("pv")));
+        assert_eq!(key_text(Some("ns"), "c"), "ns/c");
     }
 
     #[test]

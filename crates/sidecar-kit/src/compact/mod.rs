@@ -72,10 +72,7 @@ pub trait Lookup<K> {
 
 impl<K: Resource> Lookup<K> for ObjectRef<K> {
     fn key(&self) -> Cow<'_, str> {
-        match self.namespace.as_deref().filter(|ns| !ns.is_empty()) {
-            Some(namespace) => Cow::Owned(format!("{namespace}/{}", self.name)),
-            None => Cow::Borrowed(&self.name),
-        }
+        crate::key::key_text(self.namespace.as_deref(), &self.name)
     }
 }
 
