@@ -137,7 +137,7 @@ fn start(
         stack,
     )?;
     if !args.attach_default_qps {
-        words.extend(["--kube-api-qps=10000", "--kube-api-burst=10000"].map(String::from));
+        super::under_test::lift_limits(&mut words);
     }
     let child = super::under_test::start_sidecar(
         "attacher",

@@ -278,15 +278,8 @@ fn start(
     run: &str,
 ) -> anyhow::Result<UnderTest> {
     let (program, mut words, _) = super::provisioner_command(args, stack)?;
-    words.extend(
-        [
-            "--enable-capacity",
-            "--capacity-ownerref-level=-1",
-            "--kube-api-qps=10000",
-            "--kube-api-burst=10000",
-        ]
-        .map(String::from),
-    );
+    words.extend(["--enable-capacity", "--capacity-ownerref-level=-1"].map(String::from));
+    super::under_test::lift_limits(&mut words);
     words.push(format!("--http-endpoint=127.0.0.1:{port}"));
     if lifted {
         words.push("--kube-api-capacity-qps=10000".into());

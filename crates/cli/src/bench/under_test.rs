@@ -124,8 +124,7 @@ pub(super) fn start_provisioner(
     let (program, mut words, command) = provisioner_command(args, stack)?;
     if scenario != "defaults" {
         // storm, steady, backlog, pool: the client-side limits are lifted.
-        words.push("--kube-api-qps=10000".into());
-        words.push("--kube-api-burst=10000".into());
+        lift_limits(&mut words);
     }
     let child = start_sidecar(
         "provisioner",
@@ -135,6 +134,11 @@ pub(super) fn start_provisioner(
         &[],
     )?;
     Ok((child, command))
+}
+
+/// Lifts a sidecar's client-side API limits (`--kube-api-qps`, `--kube-api-burst`).
+pub(super) fn lift_limits(words: &mut Vec<String>) {
+    words.extend(["--kube-api-qps=10000", "--kube-api-burst=10000"].map(String::from));
 }
 
 /// Starts the sidecar `what` (`program` with `words`) under the guard, with `env` (warnings
