@@ -1,10 +1,9 @@
 //! The set manager's state around the decisions: the watch of PersistentVolumeSets, its work
-//! queue (one key per set), the volumes it made that the PV cache has not shown yet, and its
-//! metrics. What a pass does is in `sync.rs`.
+//! queue (one key per set), its index of labelled volumes (with the volumes it made that the
+//! index does not show yet), and its metrics. What a pass does is in `sync.rs`.
 
 use sidecar_kit::vocabulary::pv_phase as phase;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -15,12 +14,9 @@ use prometheus::{IntCounterVec, IntGaugeVec, Opts};
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
 
-use super::decide::{available, candidates, is_member};
+use super::decide::{available, is_member};
+use super::index::{PassView, VolumeIndex};
 use super::types::{LABEL_SET, PersistentVolumeSet, PersistentVolumeSetStatus};
-
-/// How long a volume this manager made is counted before the PV cache shows it (after that it
-/// is taken to have been deleted before the cache saw it).
-const UNSEEN_FOR: Duration = Duration::from_secs(60);
 
 /// The set manager's metrics.
 #[derive(Debug, Clone)]
@@ -88,14 +84,10 @@ pub struct SetManager {
     failures: Mutex<HashMap<String, (u32, Instant)>>,
     /// Metrics.
     pub(crate) metrics: SetMetrics,
-    /// Volumes made, by name, with their set, until the PV cache shows them.
-    made: Mutex<HashMap<String, (String, Instant)>>,
     /// The last phase seen of each volume (to count bindings from a pool).
     phases: Mutex<HashMap<String, String>>,
-    /// Every labelled volume, by name, from the PV watch, decoded: a pass over a set reads its
-    /// candidates here instead of decoding every PV of the provisioner's compact cache (a pool
-    /// is most of its set's volumes, read on every pass).
-    labelled: Mutex<HashMap<String, Arc<PersistentVolume>>>,
+    /// The labelled volumes and the volumes made but not seen yet ([`VolumeIndex`]).
+    index: Mutex<VolumeIndex>,
 }
 
 impl std::fmt::Debug for SetManager {
@@ -131,9 +123,8 @@ impl SetManager {
             backoff,
             failures: Mutex::new(HashMap::new()),
             metrics: SetMetrics::register(metrics)?,
-            made: Mutex::new(HashMap::new()),
             phases: Mutex::new(HashMap::new()),
-            labelled: Mutex::new(HashMap::new()),
+            index: Mutex::new(VolumeIndex::default()),
         })
     }
 
@@ -162,13 +153,7 @@ impl SetManager {
             return;
         };
         let sets = self.sets_of(pv);
-        if !gone && pv.metadata.labels.as_ref().is_some_and(|l| !l.is_empty()) {
-            self.labelled
-                .lock()
-                .insert(name.clone(), Arc::new(pv.clone()));
-        } else {
-            self.labelled.lock().remove(&name);
-        }
+        self.index.lock().volume_changed(&name, pv, gone);
         let now = phase(pv).to_string();
         let before = if gone {
             self.phases.lock().remove(&name)
@@ -187,45 +172,19 @@ impl SetManager {
         }
     }
 
-    /// The volumes a pass over the set `name` must read ([`candidates`]), of those `cached`
-    /// still holds (a relist drops a volume deleted meanwhile without a delete event); `None`:
-    /// every volume.
-    pub(crate) fn candidates(
+    /// What a pass over the set `name` reads ([`VolumeIndex::view`]).
+    pub(crate) fn view(
         &self,
         name: &str,
         set: Option<&PersistentVolumeSet>,
         cached: impl Fn(&str) -> bool,
-    ) -> Option<Vec<Arc<PersistentVolume>>> {
-        let labelled = self.labelled.lock();
-        let names = candidates(
-            name,
-            set,
-            labelled
-                .iter()
-                .filter_map(|(volume, pv)| Some((volume, pv.metadata.labels.as_ref()?))),
-        )?;
-        Some(
-            names
-                .iter()
-                .filter(|volume| cached(volume))
-                .filter_map(|volume| labelled.get(volume).cloned())
-                .collect(),
-        )
+    ) -> PassView {
+        self.index.lock().view(name, set, cached, Instant::now())
     }
 
-    /// Notes a volume made for `set`: it counts as the set's until the cache shows it.
+    /// Notes a volume made for `set`: it counts as the set's until the index shows it.
     pub(crate) fn made(&self, set: &str, volume: &str) {
-        self.made
-            .lock()
-            .insert(volume.to_string(), (set.to_string(), Instant::now()));
-    }
-
-    /// How many volumes made for `set` the PV cache does not show yet (`cached` says whether
-    /// it shows one); forgets those it shows.
-    pub(crate) fn unseen(&self, set: &str, cached: impl Fn(&str) -> bool) -> usize {
-        let mut made = self.made.lock();
-        made.retain(|volume, (_, at)| !cached(volume) && at.elapsed() < UNSEEN_FOR);
-        made.values().filter(|(of, _)| of == set).count()
+        self.index.lock().made(set, volume, Instant::now());
     }
 
     /// Sets the gauges of `set`.

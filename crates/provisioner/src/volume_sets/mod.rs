@@ -7,12 +7,14 @@
 //! - [`decide`]: the set manager's pure decisions (tables in `decide_tests.rs`);
 //! - [`make`]: how one volume of a set is planned and what its PV looks like;
 //! - [`status`]: the status and its `Ready` condition, and when it is written;
-//! - [`manager`]: the manager's state (watch, queue, metrics); `sync.rs`: one pass over a set
+//! - [`manager`]: the manager's state (watch, queue, metrics); `index.rs`: its index of labelled
+//!   volumes and of the volumes it made that the index does not show yet; `sync.rs`: one pass over a set
 //!   (`csi-provisioner --enable-volume-sets`); `delete.rs`: how a set's volume is deleted.
 
 pub mod crd;
 pub mod decide;
 mod delete;
+mod index;
 pub mod make;
 pub mod manager;
 pub mod status;

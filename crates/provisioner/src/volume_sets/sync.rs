@@ -181,12 +181,14 @@ impl Provisioner {
             return Ok(Next::Done);
         };
         let set = manager.sets.get(&ObjectRef::new(name));
+        // A new volume is in flight, then made, then in the index: read in that order, each
+        // volume is seen at least once (twice at worst, which only delays a creation).
+        let pending = self.pool_flights(name);
         // Cached PVs are decoded on each read: the set's candidates come from its own index.
-        let volumes = manager
-            .candidates(name, set.as_deref(), |volume| {
-                self.caches.volumes.contains(&ObjectRef::new(volume))
-            })
-            .unwrap_or_else(|| self.caches.volumes.state());
+        let view = manager.view(name, set.as_deref(), |volume| {
+            self.caches.volumes.contains(&ObjectRef::new(volume))
+        });
+        let volumes = view.volumes.unwrap_or_else(|| self.caches.volumes.state());
         let members: Vec<&PersistentVolume> = match &set {
             Some(set) => members(set, volumes.iter().map(AsRef::as_ref)),
             None => volumes
@@ -199,7 +201,6 @@ impl Provisioner {
         for pv in unfinished(&members) {
             self.finish_deletion(pv, name).await?;
         }
-        let pending = self.pool_flights(name);
         let Some(set) = set else {
             // Its volumes in flight are deleted by their create workers (the set is gone).
             for (volume, _) in pending {
@@ -212,13 +213,10 @@ impl Provisioner {
             manager.forget(name);
             return Ok(Next::Done);
         };
-        let unseen = manager.unseen(name, |volume| {
-            self.caches.volumes.contains(&ObjectRef::new(volume))
-        });
         let decided = plan(
             &set,
             &members,
-            pending.len() + unseen,
+            pending.len() + view.unseen,
             self.cfg.volume_set_creates,
             |pv| deletable_by(pv, &self.cfg.caps.name),
         );

@@ -1,0 +1,178 @@
+//! The set manager's index of volumes: every labelled PV from the watch, decoded, and the
+//! volumes the manager made whose PV the index does not show yet. A pass over a set reads its
+//! candidates here instead of decoding every PV of the provisioner's compact cache (a pool is
+//! most of its set's volumes, read on every pass).
+//!
+//! A volume the manager makes is counted in flight, then as made, then as a member once its PV
+//! event reaches the index. Both of the last two live under one lock, so a pass sees a volume
+//! in one or the other, never in neither (which would make one volume too many).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use super::decide::candidates;
+use super::types::PersistentVolumeSet;
+
+/// How long a volume the manager made is counted before the index shows it (after that it is
+/// taken to have been deleted before the watch saw it).
+pub const UNSEEN_FOR: Duration = Duration::from_secs(60);
+
+/// What a pass over a set reads ([`VolumeIndex::view`]).
+#[derive(Debug)]
+pub(crate) struct PassView {
+    /// The volumes to read; `None`: every cached volume.
+    pub(crate) volumes: Option<Vec<Arc<PersistentVolume>>>,
+    /// Volumes made for the set that the index does not show yet.
+    pub(crate) unseen: usize,
+}
+
+/// The labelled volumes and the volumes made but not seen yet.
+#[derive(Debug, Default)]
+pub(crate) struct VolumeIndex {
+    /// Every labelled volume, by name, as its last watch event showed it.
+    labelled: HashMap<String, Arc<PersistentVolume>>,
+    /// Volumes made, by name, with their set and when, until the index shows them.
+    made: HashMap<String, (String, Instant)>,
+}
+
+impl VolumeIndex {
+    /// A watch event for the volume `name`: a labelled volume is indexed, one that went or lost
+    /// its labels is not.
+    pub(crate) fn volume_changed(&mut self, name: &str, pv: &PersistentVolume, gone: bool) {
+        if !gone && pv.metadata.labels.as_ref().is_some_and(|l| !l.is_empty()) {
+            self.labelled.insert(name.to_string(), Arc::new(pv.clone()));
+        } else {
+            self.labelled.remove(name);
+        }
+    }
+
+    /// Notes a volume made for `set` at `now`: it counts as the set's until the index shows it.
+    pub(crate) fn made(&mut self, set: &str, volume: &str, now: Instant) {
+        self.made.insert(volume.to_string(), (set.to_string(), now));
+    }
+
+    /// What a pass over the set `name` reads at `now`: the volumes it must read
+    /// ([`candidates`]) of those `cached` still holds (a relist drops a volume deleted meanwhile
+    /// without a delete event), `None` meaning every volume; and how many volumes made for the
+    /// set the index does not show yet. Made volumes the index shows, or older than
+    /// [`UNSEEN_FOR`], are forgotten.
+    pub(crate) fn view(
+        &mut self,
+        name: &str,
+        set: Option<&PersistentVolumeSet>,
+        cached: impl Fn(&str) -> bool,
+        now: Instant,
+    ) -> PassView {
+        let labelled = &self.labelled;
+        self.made.retain(|volume, (_, at)| {
+            !labelled.contains_key(volume) && now.saturating_duration_since(*at) < UNSEEN_FOR
+        });
+        let unseen = self.made.values().filter(|(of, _)| of == name).count();
+        let volumes = candidates(
+            name,
+            set,
+            labelled
+                .iter()
+                .filter_map(|(volume, pv)| Some((volume, pv.metadata.labels.as_ref()?))),
+        )
+        .map(|names| {
+            names
+                .iter()
+                .filter(|volume| cached(volume))
+                .filter_map(|volume| labelled.get(volume).cloned())
+                .collect()
+        });
+        PassView { volumes, unseen }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume_sets::types::LABEL_SET;
+    use kube::api::ObjectMeta;
+    use std::collections::BTreeMap;
+
+    fn labelled(name: &str, set: &str) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                labels: Some(BTreeMap::from([(LABEL_SET.to_string(), set.to_string())])),
+                ..ObjectMeta::default()
+            },
+            ..PersistentVolume::default()
+        }
+    }
+
+    fn names(view: &PassView) -> Vec<String> {
+        let mut names: Vec<String> = view
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|pv| pv.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_made_volume_is_counted_once_before_and_after_its_pv_event() {
+        let now = Instant::now();
+        let mut index = VolumeIndex::default();
+        index.volume_changed("fast-1", &labelled("fast-1", "fast"), false);
+        index.made("fast", "fast-2", now);
+        // The compact cache already shows fast-2; the index does not: it is still unseen.
+        let view = index.view("fast", None, |_| true, now);
+        assert_eq!((names(&view), view.unseen), (vec!["fast-1".into()], 1));
+        index.volume_changed("fast-2", &labelled("fast-2", "fast"), false);
+        let view = index.view("fast", None, |_| true, now);
+        assert_eq!(
+            (names(&view), view.unseen),
+            (vec!["fast-1".into(), "fast-2".into()], 0)
+        );
+    }
+
+    #[test]
+    fn a_pv_event_before_the_volume_is_noted_as_made_counts_it_once() {
+        let now = Instant::now();
+        let mut index = VolumeIndex::default();
+        index.volume_changed("fast-1", &labelled("fast-1", "fast"), false);
+        index.made("fast", "fast-1", now);
+        let view = index.view("fast", None, |_| true, now);
+        assert_eq!((names(&view), view.unseen), (vec!["fast-1".into()], 0));
+    }
+
+    #[test]
+    fn made_volumes_are_counted_per_set_and_forgotten_after_a_while() {
+        let now = Instant::now();
+        let mut index = VolumeIndex::default();
+        index.made("fast", "fast-1", now);
+        index.made("slow", "slow-1", now);
+        assert_eq!(index.view("fast", None, |_| true, now).unseen, 1);
+        assert_eq!(index.view("slow", None, |_| true, now).unseen, 1);
+        let later = now + UNSEEN_FOR;
+        assert_eq!(index.view("fast", None, |_| true, later).unseen, 0);
+        assert_eq!(index.view("slow", None, |_| true, later).unseen, 0);
+    }
+
+    #[test]
+    fn volumes_gone_from_the_watch_or_the_cache_are_not_read() {
+        let now = Instant::now();
+        let mut index = VolumeIndex::default();
+        index.volume_changed("fast-1", &labelled("fast-1", "fast"), false);
+        index.volume_changed("fast-2", &labelled("fast-2", "fast"), false);
+        index.volume_changed("fast-3", &labelled("fast-3", "fast"), false);
+        index.volume_changed("fast-2", &labelled("fast-2", "fast"), true);
+        let mut unlabelled = labelled("fast-3", "fast");
+        unlabelled.metadata.labels = None;
+        index.volume_changed("fast-3", &unlabelled, false);
+        index.volume_changed("other", &labelled("other", "slow"), false);
+        let view = index.view("fast", None, |_| true, now);
+        assert_eq!(names(&view), vec!["fast-1".to_string()]);
+        let view = index.view("fast", None, |volume| volume != "fast-1", now);
+        assert!(names(&view).is_empty());
+    }
+}
