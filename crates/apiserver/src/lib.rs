@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod apply;
+pub mod change;
 pub mod claim_rules;
 pub mod discovery;
 pub mod faults;

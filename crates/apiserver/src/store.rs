@@ -15,57 +15,20 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use durable_log::{Log, LogError, Options};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+pub use crate::change::{Change, ChangeKind};
+
 /// How long a request naming a resourceVersion the store has not reached waits for it.
 pub const FUTURE_VERSION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Deepest object accepted (levels of objects and arrays). serde_json reads back 127.
 pub const MAX_DEPTH: usize = 100;
-
-/// Change kinds, as watch event types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    /// ADDED.
-    Added,
-    /// MODIFIED.
-    Modified,
-    /// DELETED.
-    Deleted,
-}
-
-impl ChangeKind {
-    /// The watch event `type`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChangeKind::Added => "ADDED",
-            ChangeKind::Modified => "MODIFIED",
-            ChangeKind::Deleted => "DELETED",
-        }
-    }
-}
-
-/// One change.
-#[derive(Debug)]
-pub struct Change {
-    /// Its resourceVersion.
-    pub rv: u64,
-    /// Kind.
-    pub kind: ChangeKind,
-    /// Resource key (`group/plural`).
-    pub resource: String,
-    /// Namespace ("" for cluster scoped).
-    pub namespace: String,
-    /// The object (its last state for DELETED).
-    pub object: Arc<Value>,
-    /// The object before this change (None for ADDED), so a watch with a selector can tell an
-    /// object that starts or stops matching.
-    pub previous: Option<Arc<Value>>,
-}
 
 /// Changes to replay plus the live feed.
 pub type Resume = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
@@ -409,19 +372,20 @@ impl Store {
             return Err(StoreError::TooLarge.into());
         }
         let bytes = record.len();
+        // The record ends with the object's JSON (see `encode`): watchers are sent that.
+        let json = stored
+            .is_some()
+            .then(|| Bytes::copy_from_slice(record.get(4 + key.len()..).unwrap_or_default()));
         if let Some(log) = &self.log {
             log.append(next_rv, record).map_err(StoreError::Failed)?;
         }
         inner.next_rv = next_rv;
         inner.overlay.insert(key.clone(), (next_rv, stored));
-        let change = Arc::new(Change {
-            rv: next_rv,
-            kind,
-            resource: resource.to_string(),
-            namespace: namespace.to_string(),
-            object: object.clone(),
-            previous: current,
-        });
+        let change = Change::new(next_rv, kind, resource, namespace, object.clone(), current);
+        if let Some(json) = json {
+            change.set_json(json);
+        }
+        let change = Arc::new(change);
         inner.pending.push_back(Pending { key, change, bytes });
         match &self.log {
             None => publish(&self.core, &mut inner, next_rv),

@@ -2,6 +2,7 @@
 //! selectors with objects entering and leaving them, bookmarks that never overtake queued
 //! events, timeouts and closing on request.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::registry::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::{App, Query, Shared, Target, selectors, wants_table};
 use crate::status::ApiError;
@@ -22,8 +24,17 @@ use crate::tables::table;
 type Feed = broadcast::Receiver<Arc<Change>>;
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
-    let mut line = json!({"type": kind, "object": object}).to_string();
-    line.push('\n');
+    event_line_of(kind, &serde_json::to_vec(object).unwrap_or_else(|_| b"null".to_vec()))
+}
+
+/// One JSON event line around an object's JSON (written once for every watcher).
+fn event_line_of(kind: &str, object_json: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object_json.len() + kind.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object_json);
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
@@ -97,6 +108,32 @@ async fn send(
     }
 }
 
+/// An object as a watcher asked for it: itself, or a table of one row.
+fn render<'a>(table_of: Option<&ResourceType>, object: &'a Value) -> Cow<'a, Value> {
+    match table_of {
+        Some(rt) => Cow::Owned(table(rt, &[Arc::new(object.clone())], 0)),
+        None => Cow::Borrowed(object),
+    }
+}
+
+/// Sends a change: as its JSON, written once for every watcher, unless it must be rendered as
+/// a table or framed in protobuf. False when the stream is over (as [`send`]).
+async fn send_change(
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    framing: Framing,
+    table_of: Option<&ResourceType>,
+    event: &str,
+    change: &Change,
+) -> bool {
+    if framing == Framing::Json && table_of.is_none() {
+        return tx
+            .send(Ok(event_line_of(event, change.json())))
+            .await
+            .is_ok();
+    }
+    send(tx, framing, event, &render(table_of, &change.object)).await
+}
+
 pub(crate) async fn watch(
     app: &Shared,
     t: &Target,
@@ -165,16 +202,10 @@ pub(crate) async fn watch(
     let mut close = app.close_watches.subscribe();
     let plural = rt.plural.clone();
     tokio::spawn(async move {
-        let render = |object: &Value| {
-            if as_table {
-                table(&rt, &[Arc::new(object.clone())], 0)
-            } else {
-                object.clone()
-            }
-        };
+        let table_of = as_table.then_some(&rt);
         let mut last_rv = start_rv;
         for obj in &initial {
-            if filter.selects(obj) && !send(&tx, framing, "ADDED", &render(obj)).await {
+            if filter.selects(obj) && !send(&tx, framing, "ADDED", &render(table_of, obj)).await {
                 return;
             }
         }
@@ -186,9 +217,7 @@ pub(crate) async fn watch(
         }
         for change in backlog {
             last_rv = change.rv;
-            if let Some(event) = filter.event(&change)
-                && !send(&tx, framing, event, &render(&change.object)).await
-            {
+            if let Some(event) = filter.event(&change) && !send_change(&tx, framing, table_of, event, &change).await {
                 return;
             }
         }
@@ -223,7 +252,7 @@ pub(crate) async fn watch(
                             continue;
                         }
                         last_rv = change.rv;
-                        if let Some(event) = filter.event(&change) && !send(&tx, framing, event, &render(&change.object)).await {
+                        if let Some(event) = filter.event(&change) && !send_change(&tx, framing, table_of, event, &change).await {
                             return;
                         }
                     }
