@@ -106,12 +106,18 @@ mod tests {
         let store = Store::open(None, limits, durable_log::Options::default()).unwrap();
         let write = |decision: Write2| {
             store
-                .write("/configmaps", "ns", "a", |_, _| Ok::<_, StoreError>(decision))
+                .write("/configmaps", "ns", "a", |_, _| {
+                    Ok::<_, StoreError>(decision)
+                })
                 .unwrap()
                 .1
         };
-        let first = write(Write2::Put(json!({"metadata": {"name": "a"}, "data": {"k": "é\n"}})));
-        write(Write2::Put(json!({"metadata": {"name": "a"}, "data": {"k": "2"}})));
+        let first = write(Write2::Put(
+            json!({"metadata": {"name": "a"}, "data": {"k": "é\n"}}),
+        ));
+        write(Write2::Put(
+            json!({"metadata": {"name": "a"}, "data": {"k": "2"}}),
+        ));
         let deleted = write(Write2::Delete);
         let (changes, _) = store.watch_from(first - 1).unwrap();
         let seen: Vec<serde_json::Value> = changes.iter().map(|c| parsed(c)).collect();

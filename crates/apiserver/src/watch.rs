@@ -24,7 +24,10 @@ use crate::tables::table;
 type Feed = broadcast::Receiver<Arc<Change>>;
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
-    event_line_of(kind, &serde_json::to_vec(object).unwrap_or_else(|_| b"null".to_vec()))
+    event_line_of(
+        kind,
+        &serde_json::to_vec(object).unwrap_or_else(|_| b"null".to_vec()),
+    )
 }
 
 /// One JSON event line around an object's JSON (written once for every watcher).
@@ -217,7 +220,9 @@ pub(crate) async fn watch(
         }
         for change in backlog {
             last_rv = change.rv;
-            if let Some(event) = filter.event(&change) && !send_change(&tx, framing, table_of, event, &change).await {
+            if let Some(event) = filter.event(&change)
+                && !send_change(&tx, framing, table_of, event, &change).await
+            {
                 return;
             }
         }

@@ -145,13 +145,7 @@ pub(crate) async fn apply_update(
         if deleting && no_finalizers {
             return Ok(Write2::Delete);
         }
-        let mut a = next.clone();
-        let mut b = current.clone();
-        if let (Some(ma), Some(mb)) = (a["metadata"].as_object_mut(), b["metadata"].as_object_mut()) {
-            ma.remove("resourceVersion");
-            mb.remove("resourceVersion");
-        }
-        if a == b {
+        if same_but_version(&next, current) {
             return Ok(Write2::Keep);
         }
         Ok(Write2::Put(next))
@@ -159,6 +153,32 @@ pub(crate) async fn apply_update(
     commit(app, &rt, rv).await?;
     let object = result.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     Ok(json_response(StatusCode::OK, &object))
+}
+
+/// Whether two objects are equal apart from `metadata.resourceVersion` (an update that
+/// changes nothing else is not written), compared in place.
+fn same_but_version(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    a.len() == b.len()
+        && a.iter().all(|(key, va)| match b.get(key) {
+            None => false,
+            Some(vb) if key == "metadata" => same_apart_from(va, vb, "resourceVersion"),
+            Some(vb) => va == vb,
+        })
+}
+
+/// Whether two JSON objects are equal apart from the field `skipped`.
+fn same_apart_from(a: &Value, b: &Value, skipped: &str) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let kept = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| *k != skipped).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(key, _)| *key != skipped)
+            .all(|(key, va)| b.get(key) == Some(va))
 }
 
 pub(crate) async fn update(
@@ -226,4 +246,53 @@ pub(crate) async fn patch(
         }
     }
     Err(ApiError::keeps_changing(&t.rt.group, &t.rt.plural, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_but_version;
+    use serde_json::json;
+
+    #[test]
+    fn objects_are_the_same_when_only_their_resource_version_differs() {
+        let base = json!({"kind": "X", "metadata": {"name": "a", "resourceVersion": "1"}, "spec": {"v": 1}});
+        let cases = [
+            (
+                json!({"kind": "X", "metadata": {"name": "a", "resourceVersion": "2"}, "spec": {"v": 1}}),
+                true,
+            ),
+            (
+                json!({"kind": "X", "metadata": {"name": "a"}, "spec": {"v": 1}}),
+                true,
+            ),
+            (
+                json!({"kind": "X", "metadata": {"name": "a", "resourceVersion": "1"}, "spec": {"v": 2}}),
+                false,
+            ),
+            (
+                json!({"kind": "X", "metadata": {"name": "a", "resourceVersion": "1", "labels": {}}, "spec": {"v": 1}}),
+                false,
+            ),
+            (
+                json!({"kind": "X", "metadata": {"name": "b", "resourceVersion": "1"}, "spec": {"v": 1}}),
+                false,
+            ),
+            (
+                json!({"kind": "X", "metadata": {"name": "a", "resourceVersion": "1"}}),
+                false,
+            ),
+            (
+                json!({"kind": "X", "metadata": {"name": "a", "resourceVersion": "1"}, "spec": {"v": 1}, "status": {}}),
+                false,
+            ),
+            (
+                json!({"kind": "X", "metadata": "a", "spec": {"v": 1}}),
+                false,
+            ),
+        ];
+        for (other, same) in cases {
+            assert_eq!(same_but_version(&base, &other), same, "{other}");
+            assert_eq!(same_but_version(&other, &base), same, "{other}");
+        }
+    }
 }
