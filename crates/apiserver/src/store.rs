@@ -322,6 +322,19 @@ impl Store {
         name: &str,
         decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
     ) -> Result<(Option<Arc<Value>>, u64), E> {
+        let (object, _, rv) = self.write_change(resource, namespace, name, decide)?;
+        Ok((object, rv))
+    }
+
+    /// [`Store::write`], also returning the change it made (none when nothing changed): an
+    /// answer can send the change's JSON instead of writing the object again.
+    pub fn write_change<E: From<StoreError>>(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
+    ) -> Result<(Option<Arc<Value>>, Option<Arc<Change>>, u64), E> {
         if let Some(log) = &self.log
             && let Some(reason) = log.failure()
         {
@@ -336,7 +349,7 @@ impl Store {
         let next_rv = inner.next_rv + 1;
         let decision = decide(current.as_deref(), next_rv)?;
         let (kind, object, stored) = match decision {
-            Write2::Keep => return Ok((current, pending_rv)),
+            Write2::Keep => return Ok((current, None, pending_rv)),
             Write2::Put(mut value) => {
                 if depth(&value) > MAX_DEPTH {
                     return Err(StoreError::TooDeep.into());
@@ -354,7 +367,7 @@ impl Store {
             }
             Write2::Delete => {
                 let Some(old) = current.clone() else {
-                    return Ok((None, pending_rv));
+                    return Ok((None, None, pending_rv));
                 };
                 let mut value = (*old).clone();
                 if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -386,7 +399,11 @@ impl Store {
             change.set_json(json);
         }
         let change = Arc::new(change);
-        inner.pending.push_back(Pending { key, change, bytes });
+        inner.pending.push_back(Pending {
+            key,
+            change: change.clone(),
+            bytes,
+        });
         match &self.log {
             None => publish(&self.core, &mut inner, next_rv),
             Some(log) if log.wants_compaction() => {
@@ -401,7 +418,7 @@ impl Store {
             }
             Some(_) => {}
         }
-        Ok((Some(object), next_rv))
+        Ok((Some(object), Some(change), next_rv))
     }
 
     /// Waits until `rv` is on disk and visible (no-op in memory).

@@ -41,7 +41,7 @@ pub use kubeconfig::{kubeconfig, write_kubeconfig};
 pub(crate) use read::selectors;
 use read::{list, list_version_reached};
 use respond::{check_accept, json_body, negotiate, parse_body, to_protobuf};
-pub(crate) use respond::{json_response, wants_table};
+pub(crate) use respond::{json_response, wants_table, written_response};
 pub(crate) use routing::{Query, Target};
 use routing::{Route, route, verb_of};
 pub(crate) use write::{apply_update, create_object};

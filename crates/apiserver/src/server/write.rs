@@ -73,11 +73,11 @@ pub(crate) async fn create_object(
     }
     let rt = t.rt.clone();
     let mut attempt = 1;
-    let (stored, rv) = loop {
+    let (stored, change, rv) = loop {
         let candidate = obj.clone();
         let written = app
             .store
-            .write(&rt.key(), &ns, &name, |current, _| match current {
+            .write_change(&rt.key(), &ns, &name, |current, _| match current {
                 Some(_) => Err(ApiError::already_exists(&rt.group, &rt.plural, &name)),
                 None => Ok(Write2::Put(candidate)),
             });
@@ -92,7 +92,11 @@ pub(crate) async fn create_object(
     };
     commit(app, &rt, rv).await?;
     let stored = stored.ok_or_else(|| ApiError::internal("object vanished"))?;
-    Ok(json_response(StatusCode::CREATED, &stored))
+    Ok(written_response(
+        StatusCode::CREATED,
+        &stored,
+        change.as_deref(),
+    ))
 }
 
 pub(crate) fn refresh_crds(app: &App) {
@@ -129,7 +133,7 @@ pub(crate) async fn apply_update(
         .as_str()
         .unwrap_or("")
         .to_string();
-    let (result, rv) = app.store.write(&rt.key(), &ns, name, |current, _| {
+    let (result, change, rv) = app.store.write_change(&rt.key(), &ns, name, |current, _| {
         let Some(current) = current else { return Err(ApiError::not_found(&rt.group, &rt.plural, name)) };
         let current_rv = current["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !wanted_rv.is_empty() && wanted_rv != current_rv {
@@ -152,7 +156,7 @@ pub(crate) async fn apply_update(
     })?;
     commit(app, &rt, rv).await?;
     let object = result.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-    Ok(json_response(StatusCode::OK, &object))
+    Ok(written_response(StatusCode::OK, &object, change.as_deref()))
 }
 
 /// Whether two objects are equal apart from `metadata.resourceVersion` (an update that

@@ -19,6 +19,7 @@ mod progress;
 mod provisioning;
 mod summary;
 mod under_test;
+mod views;
 
 use provisioning::{create_claims, delete_claims, driver_count, wait, warm_up};
 use under_test::{provisioner_command, stack_options, start_provisioner};

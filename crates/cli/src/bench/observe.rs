@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
 use kube::runtime::watcher;
 use parking_lot::Mutex;
 
 use super::background::{Background, watch};
 use super::proc_status;
+use super::views::{ClaimView, VolumeView};
 
 pub(super) type Times = Arc<Mutex<HashMap<String, Instant>>>;
 
@@ -29,11 +29,9 @@ pub(super) struct Observers {
 }
 
 impl Observers {
-    pub(super) fn start(
-        claims: &Api<PersistentVolumeClaim>,
-        pvs: &Api<PersistentVolume>,
-        pid: u32,
-    ) -> Self {
+    pub(super) fn start(client: &kube::Client, namespace: &str, pid: u32) -> Self {
+        let claims: Api<ClaimView> = Api::namespaced(client.clone(), namespace);
+        let pvs: Api<VolumeView> = Api::all(client.clone());
         let mut o = Observers {
             created_at: Arc::default(),
             seen_at: Arc::default(),
@@ -42,25 +40,22 @@ impl Observers {
             peak: Arc::new(Mutex::new(0.0)),
             tasks: Background::default(),
         };
-        let (seen, deleted, pvs) = (o.seen_at.clone(), o.deleted.clone(), pvs.clone());
+        let (seen, deleted) = (o.seen_at.clone(), o.deleted.clone());
         o.tasks.spawn(async move {
             let stream = watch(pvs);
             futures::pin_mut!(stream);
-            let claim = |pv: &PersistentVolume| {
-                pv.spec
-                    .as_ref()
-                    .and_then(|s| s.claim_ref.as_ref())
-                    .and_then(|r| r.name.clone())
-            };
             while let Some(event) = stream.next().await {
                 match event {
                     watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) => {
-                        if let Some(name) = claim(&pv) {
-                            seen.lock().entry(name).or_insert_with(Instant::now);
+                        if let Some(name) = pv.claim() {
+                            let mut seen = seen.lock();
+                            if !seen.contains_key(name) {
+                                seen.insert(name.to_string(), Instant::now());
+                            }
                         }
                     }
                     watcher::Event::Delete(pv) => {
-                        if claim(&pv).is_some_and(|n| n.starts_with("bench-")) {
+                        if pv.claim().is_some_and(|n| n.starts_with("bench-")) {
                             deleted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -68,14 +63,14 @@ impl Observers {
                 }
             }
         });
-        let (bound, claims) = (o.bound.clone(), claims.clone());
+        let bound = o.bound.clone();
         o.tasks.spawn(async move {
             let stream = watch(claims);
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 if let watcher::Event::Apply(pvc) | watcher::Event::InitApply(pvc) = event
-                    && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-                    && let Some(name) = pvc.metadata.name.clone()
+                    && pvc.bound()
+                    && let Some(name) = pvc.metadata.name
                 {
                     bound.lock().entry(name).or_insert_with(Instant::now);
                 }

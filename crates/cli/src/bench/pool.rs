@@ -61,8 +61,7 @@ async fn one_run(
     what: &str,
 ) -> anyhow::Result<Latency> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");
-    let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());
-    let observers = Observers::start(&claims, &pvs, pid);
+    let observers = Observers::start(&stack.client, "default", pid);
     super::create_claims(args, "steady", n, &claims, &observers.created_at).await?;
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
     if wait(timeout, || async { observers.bound_count() >= n })

@@ -85,7 +85,7 @@ pub(super) async fn scenario_run(
 
     // backlog: every claim exists before the provisioner starts; the clock starts with it.
     let early = if backlog {
-        let observers = Observers::start(&claims, &pvs, 0);
+        let observers = Observers::start(&stack.client, "default", 0);
         let _progress = Progress::start(label.clone(), n, observers.progress());
         create_claims(args, scenario, n, &claims, &observers.created_at).await?;
         // A backlog is claims the PV controller has already handed to the provisioner (the
@@ -114,7 +114,7 @@ pub(super) async fn scenario_run(
     let before = counts(&stack.server, PROVISIONER_CLIENT);
     let observers = match early {
         Some(observers) => observers.watching(pid),
-        None => Observers::start(&claims, &pvs, pid),
+        None => Observers::start(&stack.client, "default", pid),
     };
     let progress = Progress::start(label, n, observers.progress());
     let started = if backlog {
