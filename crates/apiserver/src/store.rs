@@ -30,6 +30,18 @@ pub const FUTURE_VERSION_WAIT: std::time::Duration = std::time::Duration::from_s
 /// Deepest object accepted (levels of objects and arrays). serde_json reads back 127.
 pub const MAX_DEPTH: usize = 100;
 
+/// What [`Store::write_change`] did.
+#[derive(Debug)]
+pub struct Written {
+    /// The resulting object (the deleted one for a deletion); the current one when nothing
+    /// changed.
+    pub object: Option<Arc<Value>>,
+    /// The change made, if any.
+    pub change: Option<Arc<Change>>,
+    /// The resourceVersion to pass to [`Store::wait_durable`] before answering.
+    pub rv: u64,
+}
+
 /// Changes to replay plus the live feed.
 pub type Resume = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
 
@@ -322,8 +334,8 @@ impl Store {
         name: &str,
         decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
     ) -> Result<(Option<Arc<Value>>, u64), E> {
-        let (object, _, rv) = self.write_change(resource, namespace, name, decide)?;
-        Ok((object, rv))
+        let written = self.write_change(resource, namespace, name, decide)?;
+        Ok((written.object, written.rv))
     }
 
     /// [`Store::write`], also returning the change it made (none when nothing changed): an
@@ -334,7 +346,7 @@ impl Store {
         namespace: &str,
         name: &str,
         decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
-    ) -> Result<(Option<Arc<Value>>, Option<Arc<Change>>, u64), E> {
+    ) -> Result<Written, E> {
         if let Some(log) = &self.log
             && let Some(reason) = log.failure()
         {
@@ -349,7 +361,13 @@ impl Store {
         let next_rv = inner.next_rv + 1;
         let decision = decide(current.as_deref(), next_rv)?;
         let (kind, object, stored) = match decision {
-            Write2::Keep => return Ok((current, None, pending_rv)),
+            Write2::Keep => {
+                return Ok(Written {
+                    object: current,
+                    change: None,
+                    rv: pending_rv,
+                });
+            }
             Write2::Put(mut value) => {
                 if depth(&value) > MAX_DEPTH {
                     return Err(StoreError::TooDeep.into());
@@ -367,7 +385,11 @@ impl Store {
             }
             Write2::Delete => {
                 let Some(old) = current.clone() else {
-                    return Ok((None, None, pending_rv));
+                    return Ok(Written {
+                        object: None,
+                        change: None,
+                        rv: pending_rv,
+                    });
                 };
                 let mut value = (*old).clone();
                 if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -418,7 +440,11 @@ impl Store {
             }
             Some(_) => {}
         }
-        Ok((Some(object), Some(change), next_rv))
+        Ok(Written {
+            object: Some(object),
+            change: Some(change),
+            rv: next_rv,
+        })
     }
 
     /// Waits until `rv` is on disk and visible (no-op in memory).

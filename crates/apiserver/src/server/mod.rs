@@ -24,7 +24,7 @@ use crate::protobuf;
 use crate::registry::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Store, StoreError, Write2};
+use crate::store::{Store, StoreError, Write2, Written};
 use crate::tables::table;
 
 mod binding;

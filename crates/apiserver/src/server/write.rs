@@ -73,7 +73,11 @@ pub(crate) async fn create_object(
     }
     let rt = t.rt.clone();
     let mut attempt = 1;
-    let (stored, change, rv) = loop {
+    let Written {
+        object: stored,
+        change,
+        rv,
+    } = loop {
         let candidate = obj.clone();
         let written = app
             .store
@@ -133,7 +137,7 @@ pub(crate) async fn apply_update(
         .as_str()
         .unwrap_or("")
         .to_string();
-    let (result, change, rv) = app.store.write_change(&rt.key(), &ns, name, |current, _| {
+    let Written { object: result, change, rv } = app.store.write_change(&rt.key(), &ns, name, |current, _| {
         let Some(current) = current else { return Err(ApiError::not_found(&rt.group, &rt.plural, name)) };
         let current_rv = current["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !wanted_rv.is_empty() && wanted_rv != current_rv {
