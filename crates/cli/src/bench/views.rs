@@ -97,6 +97,7 @@ view_of!(
 );
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
