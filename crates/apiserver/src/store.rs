@@ -407,20 +407,21 @@ impl Store {
             return Err(StoreError::TooLarge.into());
         }
         let bytes = record.len();
-        // The record ends with the object's JSON (see `encode`): watchers are sent that.
-        let json = stored
-            .is_some()
-            .then(|| Bytes::copy_from_slice(record.get(4 + key.len()..).unwrap_or_default()));
+        // Watchers are sent the object's JSON: the record ends with it (see `encode`), except a
+        // deletion's.
+        let json = match &stored {
+            Some(_) => Bytes::copy_from_slice(record.get(4 + key.len()..).unwrap_or_default()),
+            None => Bytes::from(serde_json::to_vec(&*object).map_err(StoreError::Encode)?),
+        };
         if let Some(log) = &self.log {
             log.append(next_rv, record).map_err(StoreError::Failed)?;
         }
         inner.next_rv = next_rv;
         inner.overlay.insert(key.clone(), (next_rv, stored));
-        let change = Change::new(next_rv, kind, resource, namespace, object.clone(), current);
-        if let Some(json) = json {
-            change.set_json(json);
-        }
-        let change = Arc::new(change);
+        let change = Arc::new(
+            Change::new(next_rv, kind, resource, namespace, object.clone(), current)
+                .with_json(json),
+        );
         inner.pending.push_back(Pending {
             key,
             change: change.clone(),
@@ -533,7 +534,9 @@ fn publish(core: &Core, inner: &mut Inner, durable: u64) {
         }
         inner.visible_rv = change.rv;
         core.visible.send_replace(change.rv);
-        inner.history.push_back((change.clone(), bytes));
+        inner
+            .history
+            .push_back((Arc::new(change.without_json()), bytes));
         inner.history_bytes += bytes;
         while inner.history.len() > core.history_cap || inner.history_bytes > core.history_budget {
             let Some((old, size)) = inner.history.pop_front() else {

@@ -130,7 +130,7 @@ async fn send_change(
 ) -> bool {
     if framing == Framing::Json && table_of.is_none() {
         return tx
-            .send(Ok(event_line_of(event, change.json())))
+            .send(Ok(event_line_of(event, &change.json())))
             .await
             .is_ok();
     }

@@ -24,7 +24,7 @@ pub(crate) fn written_response(
     change: Option<&crate::change::Change>,
 ) -> Response {
     match change {
-        Some(change) => json_bytes_response(code, change.json().clone()),
+        Some(change) => json_bytes_response(code, change.json()),
         None => json_response(code, object),
     }
 }
