@@ -19,6 +19,7 @@ pub mod meta_rules;
 pub mod objects;
 pub mod patch;
 pub mod protobuf;
+mod record;
 pub mod registry;
 pub mod reviews;
 pub mod schema;

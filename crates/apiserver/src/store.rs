@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 pub use crate::change::{Change, ChangeKind};
+use crate::record::{self, decode, encode, snapshot_entries};
 
 /// How long a request naming a resourceVersion the store has not reached waits for it.
 pub const FUTURE_VERSION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -407,10 +408,9 @@ impl Store {
             return Err(StoreError::TooLarge.into());
         }
         let bytes = record.len();
-        // Watchers are sent the object's JSON: the record ends with it (see `encode`), except a
-        // deletion's.
+        // Watchers are sent the object's JSON: the record holds it, except a deletion's.
         let json = match &stored {
-            Some(_) => Bytes::copy_from_slice(record.get(4 + key.len()..).unwrap_or_default()),
+            Some(_) => Bytes::copy_from_slice(record::object_json(&record)),
             None => Bytes::from(serde_json::to_vec(&*object).map_err(StoreError::Encode)?),
         };
         if let Some(log) = &self.log {
@@ -583,176 +583,5 @@ pub fn depth(value: &Value) -> usize {
     deepest
 }
 
-/// A record: `[u32 LE key length][key][object JSON, empty for a deletion]`.
-fn encode(key: &str, object: Option<&Value>) -> Result<Vec<u8>, serde_json::Error> {
-    let mut out = Vec::with_capacity(key.len() + 256);
-    let len = u32::try_from(key.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(key.as_bytes());
-    if let Some(object) = object {
-        serde_json::to_writer(&mut out, object)?;
-    }
-    Ok(out)
-}
-
-fn decode(record: &[u8]) -> Result<(String, Option<Value>), StoreError> {
-    let bad = StoreError::Malformed;
-    let len_bytes: [u8; 4] = record
-        .get(..4)
-        .and_then(|b| b.try_into().ok())
-        .ok_or(bad("a record shorter than its key length"))?;
-    let len = u32::from_le_bytes(len_bytes) as usize;
-    let key = record
-        .get(4..4 + len)
-        .ok_or(bad("a record shorter than its key"))?;
-    let key = String::from_utf8_lossy(key).into_owned();
-    let body = &record[4 + len..];
-    if body.is_empty() {
-        return Ok((key, None));
-    }
-    let object = serde_json::from_slice(body).map_err(|source| StoreError::Replay {
-        key: key.clone(),
-        source,
-    })?;
-    Ok((key, Some(object)))
-}
-
-fn snapshot_entries(
-    mut objects: BTreeMap<String, Arc<Value>>,
-    overlay: Vec<(String, Option<Arc<Value>>)>,
-) -> Vec<Vec<u8>> {
-    for (key, object) in overlay {
-        match object {
-            Some(object) => objects.insert(key, object),
-            None => objects.remove(&key),
-        };
-    }
-    objects
-        .iter()
-        .filter_map(|(key, object)| encode(key, Some(object)).ok())
-        .collect()
-}
-
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn limits() -> HistoryLimits {
-        HistoryLimits {
-            count: 1000,
-            bytes: 1 << 20,
-        }
-    }
-
-    fn put(store: &Store, name: &str, value: Value) -> u64 {
-        store
-            .write("/configmaps", "ns", name, |_, _| {
-                Ok::<_, StoreError>(Write2::Put(value))
-            })
-            .unwrap()
-            .1
-    }
-
-    #[test]
-    fn depth_counts_objects_and_arrays() {
-        assert_eq!(depth(&json!(1)), 0);
-        assert_eq!(depth(&json!({"a": [1, {"b": {}}]})), 4);
-    }
-
-    #[test]
-    fn records_round_trip_and_bad_ones_are_errors() {
-        let object = json!({"metadata": {"name": "x"}});
-        let record = encode("k\u{0}ns\u{0}x", Some(&object)).unwrap();
-        assert_eq!(
-            decode(&record).unwrap(),
-            ("k\u{0}ns\u{0}x".into(), Some(object))
-        );
-        let deletion = encode("k", None).unwrap();
-        assert_eq!(decode(&deletion).unwrap(), ("k".into(), None));
-        assert!(decode(&[1, 0]).is_err());
-        assert!(decode(&[9, 0, 0, 0, b'a']).is_err());
-    }
-
-    #[tokio::test]
-    async fn a_write_is_visible_only_after_it_is_durable_and_rvs_continue_after_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(Some(dir.path()), limits(), Options::default()).unwrap();
-        let rv = put(&store, "a", json!({"metadata": {"name": "a"}}));
-        store.wait_durable(rv).await.unwrap();
-        assert!(store.get("/configmaps", "ns", "a").is_some());
-        assert_eq!(store.current_rv(), rv);
-        drop(store);
-        let store = Store::open(Some(dir.path()), limits(), Options::default()).unwrap();
-        assert_eq!(store.current_rv(), rv);
-        let next = put(&store, "b", json!({"metadata": {"name": "b"}}));
-        assert!(next > rv);
-    }
-
-    #[tokio::test]
-    async fn a_second_write_reads_the_first_before_it_is_durable() {
-        let store = Store::open(None, limits(), Options::default()).unwrap();
-        put(&store, "a", json!({"metadata": {"name": "a"}, "v": 1}));
-        let seen = store
-            .write("/configmaps", "ns", "a", |current, _| {
-                Ok::<_, StoreError>(match current {
-                    Some(c) => Write2::Put(
-                        json!({"metadata": {"name": "a"}, "v": c["v"].as_i64().unwrap_or(0) + 1}),
-                    ),
-                    None => Write2::Keep,
-                })
-            })
-            .unwrap();
-        assert_eq!(seen.0.unwrap()["v"], 2);
-    }
-
-    #[tokio::test]
-    async fn a_watch_cannot_resume_from_the_future() {
-        let store = Store::open(None, limits(), Options::default()).unwrap();
-        let rv = put(&store, "a", json!({"metadata": {"name": "a"}}));
-        assert!(store.watch_from(rv).is_ok());
-        assert_eq!(
-            store.watch_from(rv + 5).err(),
-            Some(ResumeError::TooLarge(rv))
-        );
-    }
-
-    #[tokio::test]
-    async fn the_history_is_bounded_in_bytes() {
-        let store = Store::open(
-            None,
-            HistoryLimits {
-                count: 1000,
-                bytes: 4096,
-            },
-            Options::default(),
-        )
-        .unwrap();
-        let big = "x".repeat(1000);
-        let mut last = 0;
-        for i in 0..20 {
-            last = put(
-                &store,
-                &format!("o{i}"),
-                json!({"metadata": {"name": "o"}, "data": big}),
-            );
-        }
-        assert!(matches!(store.watch_from(1), Err(ResumeError::Gone(_))));
-        let (backlog, _) = store.watch_from(last - 2).unwrap();
-        assert_eq!(backlog.len(), 2);
-    }
-
-    #[test]
-    fn objects_too_deep_to_read_back_are_refused() {
-        let store = Store::open(None, limits(), Options::default()).unwrap();
-        let mut deep = json!("leaf");
-        for _ in 0..=MAX_DEPTH {
-            deep = json!({ "d": deep });
-        }
-        let result = store.write("/configmaps", "ns", "deep", |_, _| {
-            Ok::<_, StoreError>(Write2::Put(deep))
-        });
-        assert!(matches!(result, Err(StoreError::TooDeep)));
-    }
-}
+mod tests;
