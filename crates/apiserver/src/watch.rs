@@ -33,9 +33,10 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
 /// One JSON event line around an object's JSON (written once for every watcher).
 fn event_line_of(kind: &str, object_json: &[u8]) -> Bytes {
     let mut line = Vec::with_capacity(object_json.len() + kind.len() + 24);
-    line.extend_from_slice(b"{\"type\":\"");
-    line.extend_from_slice(kind.as_bytes());
-    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(b"{\"type\":");
+    // The event types are plain words; written as a JSON string all the same.
+    let _ = serde_json::to_writer(&mut line, kind);
+    line.extend_from_slice(b",\"object\":");
     line.extend_from_slice(object_json);
     line.extend_from_slice(b"}\n");
     Bytes::from(line)
@@ -349,6 +350,17 @@ async fn resume_watch(app: &App, rv: u64) -> Result<crate::store::Resume, Resume
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_line_is_the_json_of_its_type_and_object() {
+        let object = json!({"metadata": {"name": "a\"b"}, "data": {"k": "é"}});
+        for kind in ["ADDED", "MODIFIED", "DELETED", "ERROR", "BOOKMARK", "a\"b"] {
+            let line = event_line(kind, &object);
+            assert!(line.ends_with(b"\n"));
+            let parsed: Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(parsed, json!({"type": kind, "object": object}));
+        }
+    }
 
     #[test]
     fn objects_entering_and_leaving_a_selector_are_added_and_deleted() {
