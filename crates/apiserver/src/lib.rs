@@ -7,6 +7,9 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+
+/// The name of the thread that writes the server's log (`--data-dir`).
+pub const LOG_THREAD: &str = "apiserver-log";
 pub mod apply;
 pub mod change;
 pub mod claim_rules;
@@ -67,7 +70,10 @@ impl Default for Config {
             token: None,
             history: 100_000,
             history_bytes: 128 << 20,
-            log: durable_log::Options::default(),
+            log: durable_log::Options {
+                thread_name: LOG_THREAD,
+                ..durable_log::Options::default()
+            },
             listener: listener::Limits::for_this_process(),
         }
     }

@@ -599,6 +599,7 @@ async fn a_compacted_log_restarts_to_exactly_the_acknowledged_objects() {
         data_dir: Some(dir.to_path_buf()),
         log: durable_log::Options {
             compact_min_bytes: 16 * 1024,
+            ..durable_log::Options::default()
         },
         ..Default::default()
     };

@@ -91,12 +91,16 @@ pub struct Options {
     /// Compaction is wanted once the current log holds this many bytes, or twice the last
     /// snapshot's size if that is larger.
     pub compact_min_bytes: u64,
+    /// The name of the writer thread (at most 15 bytes are kept by Linux), so a process that
+    /// holds several logs can tell their CPU apart.
+    pub thread_name: &'static str,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             compact_min_bytes: 16 << 20,
+            thread_name: "durable-log",
         }
     }
 }
@@ -194,7 +198,7 @@ impl Log {
             on_durable,
         };
         let handle = std::thread::Builder::new()
-            .name("durable-log".into())
+            .name(options.thread_name.into())
             .spawn(move || writer.run(&rx))
             .map_err(io("start the writer thread for", dir))?;
         Ok((

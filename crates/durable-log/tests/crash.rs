@@ -14,6 +14,7 @@ use durable_log::{Log, LogError, Options, Recovered, files};
 fn tiny() -> Options {
     Options {
         compact_min_bytes: 512,
+        ..Options::default()
     }
 }
 

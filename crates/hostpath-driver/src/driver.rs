@@ -59,12 +59,16 @@ impl std::fmt::Debug for Driver {
     }
 }
 
+/// The name of the thread that writes the driver's state log.
+pub const LOG_THREAD: &str = "csi-driver-log";
+
 impl Driver {
     /// Opens the state directory and prepares the services.
     pub async fn open(cfg: DriverConfig) -> Result<Driver, ServeError> {
         let dir = cfg.state_dir.clone();
         let options = durable_log::Options {
             compact_min_bytes: (cfg.compact_after as u64).saturating_mul(256),
+            thread_name: LOG_THREAD,
         };
         let store = tokio::task::spawn_blocking(move || Store::open(&dir, options))
             .await

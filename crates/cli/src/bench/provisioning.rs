@@ -46,13 +46,11 @@ impl Cpu {
             CPU_PROVISIONER.to_string(),
             self.provisioner - before.provisioner,
         );
-        let by_name = cpu_since(&before.threads, &self.threads);
+        let by_lane = Lane::cpu_of(&cpu_since(&before.threads, &self.threads));
         let mut lanes_total = 0.0;
-        for lane in Lane::ALL {
-            let name = lane.thread_name();
-            let used = by_name.get(name).copied().unwrap_or(0.0);
+        for (lane, used) in by_lane {
             lanes_total += used;
-            out.insert(name.to_string(), used);
+            out.insert(lane.thread_name().to_string(), used);
         }
         out.insert(
             CPU_BENCH.to_string(),

@@ -1,6 +1,7 @@
 //! Where the stack's parts run. Shared: all on the caller's runtime (`volstack up`). Separate:
 //! the API server, the driver and the controllers each on a runtime of their own whose threads
-//! carry its name, so the benchmark can tell their CPU apart ([`cpu_by_thread`]).
+//! carry its name (their logs' writers too), so the benchmark can tell their CPU apart
+//! ([`cpu_by_thread`], [`Lane::cpu_of`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -10,7 +11,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 /// A part of the stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Lane {
     /// The API server.
     ApiServer,
@@ -31,6 +32,31 @@ impl Lane {
             Lane::Driver => "csi-driver",
             Lane::Controllers => "controllers",
         }
+    }
+
+    /// The names of every thread of this lane: its runtime's and the writer of its durable
+    /// log, which runs outside the runtime.
+    pub fn thread_names(self) -> &'static [&'static str] {
+        match self {
+            Lane::ApiServer => &["apiserver", apiserver::LOG_THREAD],
+            Lane::Driver => &["csi-driver", hostpath_driver::driver::LOG_THREAD],
+            Lane::Controllers => &["controllers"],
+        }
+    }
+
+    /// CPU seconds by lane from CPU seconds by thread name ([`cpu_since`]).
+    pub fn cpu_of(by_name: &BTreeMap<String, f64>) -> BTreeMap<Lane, f64> {
+        Lane::ALL
+            .iter()
+            .map(|lane| {
+                let used = lane
+                    .thread_names()
+                    .iter()
+                    .filter_map(|name| by_name.get(*name))
+                    .sum();
+                (*lane, used)
+            })
+            .collect()
     }
 }
 
@@ -184,6 +210,24 @@ mod tests {
         let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
         assert_eq!(stat_cpu_seconds(stat), Some(3.0));
         assert_eq!(stat_cpu_seconds("garbage"), None);
+    }
+
+    #[test]
+    fn a_lane_counts_its_runtime_and_the_writer_of_its_log() {
+        let by_name: BTreeMap<String, f64> = [
+            ("apiserver", 1.0),
+            ("apiserver-log", 0.5),
+            ("csi-driver-log", 0.25),
+            ("tokio-rt-worker", 3.0),
+            ("durable-log", 2.0),
+        ]
+        .into_iter()
+        .map(|(n, s)| (n.to_string(), s))
+        .collect();
+        let by_lane = Lane::cpu_of(&by_name);
+        assert_eq!(by_lane[&Lane::ApiServer], 1.5);
+        assert_eq!(by_lane[&Lane::Driver], 0.25);
+        assert_eq!(by_lane[&Lane::Controllers], 0.0);
     }
 
     #[test]

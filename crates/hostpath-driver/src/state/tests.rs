@@ -21,7 +21,14 @@ fn record(id: &str, name: &str, bytes: i64) -> VolumeRecord {
 }
 
 fn open(dir: &Path, compact_min_bytes: u64) -> Store {
-    Store::open(dir, Options { compact_min_bytes }).unwrap()
+    Store::open(
+        dir,
+        Options {
+            compact_min_bytes,
+            ..Options::default()
+        },
+    )
+    .unwrap()
 }
 
 async fn put(store: &Store, r: VolumeRecord) {
