@@ -7,9 +7,6 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
-
-/// The name of the thread that writes the server's log (`--data-dir`).
-pub const LOG_THREAD: &str = "apiserver-log";
 pub mod apply;
 pub mod change;
 pub mod claim_rules;
@@ -34,6 +31,9 @@ pub mod store;
 mod tables;
 pub mod tls;
 mod watch;
+
+/// The name of the thread that writes the server's log (`--data-dir`).
+pub const LOG_THREAD: &str = "apiserver-log";
 
 use std::future::Future;
 use std::net::SocketAddr;

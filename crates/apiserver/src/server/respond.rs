@@ -12,19 +12,20 @@ pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-/// An answer whose JSON is already written (a change's, see [`crate::change::Change::json`]).
-pub(crate) fn json_bytes_response(code: StatusCode, body: Bytes) -> Response {
-    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// The answer to a write: the change's JSON when it made one, else the object written again.
+/// The answer to a write: the change's JSON when it made one (written once, see
+/// [`crate::change::Change::json`]), else the object written again.
 pub(crate) fn written_response(
     code: StatusCode,
     object: &Value,
     change: Option<&crate::change::Change>,
 ) -> Response {
     match change {
-        Some(change) => json_bytes_response(code, change.json()),
+        Some(change) => (
+            code,
+            [(header::CONTENT_TYPE, "application/json")],
+            change.json(),
+        )
+            .into_response(),
         None => json_response(code, object),
     }
 }

@@ -34,25 +34,25 @@ impl Lane {
         }
     }
 
-    /// The names of every thread of this lane: its runtime's and the writer of its durable
-    /// log, which runs outside the runtime.
-    pub fn thread_names(self) -> &'static [&'static str] {
+    /// The thread that writes the lane's durable log, outside its runtime (named by the part
+    /// that owns the log).
+    pub fn log_thread_name(self) -> Option<&'static str> {
         match self {
-            Lane::ApiServer => &["apiserver", apiserver::LOG_THREAD],
-            Lane::Driver => &["csi-driver", hostpath_driver::driver::LOG_THREAD],
-            Lane::Controllers => &["controllers"],
+            Lane::ApiServer => Some(apiserver::LOG_THREAD),
+            Lane::Driver => Some(hostpath_driver::driver::LOG_THREAD),
+            Lane::Controllers => None,
         }
     }
 
-    /// CPU seconds by lane from CPU seconds by thread name ([`cpu_since`]).
+    /// CPU seconds by lane from CPU seconds by thread name ([`cpu_since`]): its runtime's
+    /// threads and its log's writer.
     pub fn cpu_of(by_name: &BTreeMap<String, f64>) -> BTreeMap<Lane, f64> {
         Lane::ALL
             .iter()
             .map(|lane| {
-                let used = lane
-                    .thread_names()
-                    .iter()
-                    .filter_map(|name| by_name.get(*name))
+                let used = std::iter::once(lane.thread_name())
+                    .chain(lane.log_thread_name())
+                    .filter_map(|name| by_name.get(name))
                     .sum();
                 (*lane, used)
             })
