@@ -2,13 +2,15 @@
 
 use super::*;
 
+/// Deletes an object, or marks it as being deleted. Returns the object as it now is (the
+/// deleted one with its last resourceVersion) and the change made, if any, whose JSON answers.
 pub(crate) async fn delete(
     app: &Shared,
     rt: &ResourceType,
     ns: &str,
     name: &str,
     body: &Bytes,
-) -> Result<Value, ApiError> {
+) -> Result<(Arc<Value>, Option<Arc<Change>>), ApiError> {
     let options: Value = if body.is_empty() {
         json!({})
     } else {
@@ -19,66 +21,67 @@ pub(crate) async fn delete(
         .as_str()
         .map(str::to_string);
     let is_namespace = rt.plural == "namespaces";
-    let (object, rv) = app.store.write(&rt.key(), ns, name, |current, _| {
-        let Some(current) = current else {
-            return Err(ApiError::not_found(&rt.group, &rt.plural, name));
-        };
-        if let Some(uid) = &pre_uid
-            && current["metadata"]["uid"].as_str() != Some(uid.as_str())
-        {
-            return Err(ApiError::conflict(
-                &rt.group,
-                &rt.plural,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    current["metadata"]["uid"].as_str().unwrap_or("")
-                ),
-            ));
-        }
-        if let Some(want) = &pre_rv
-            && current["metadata"]["resourceVersion"].as_str() != Some(want.as_str())
-        {
-            return Err(ApiError::conflict(
-                &rt.group,
-                &rt.plural,
-                name,
-                "Precondition failed: the resourceVersion does not match",
-            ));
-        }
-        if rt.group.is_empty() && rt.plural == "pods" {
-            let grace = objects::pod_grace_seconds(current, options["gracePeriodSeconds"].as_i64());
-            if grace > 0 {
-                return Ok(match objects::graceful_deletion(current, grace) {
-                    Some(next) => Write2::Put(next),
-                    None => Write2::Keep,
-                });
+    let Written { object, change, rv } =
+        app.store.write_change(&rt.key(), ns, name, |current, _| {
+            let Some(current) = current else {
+                return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+            };
+            if let Some(uid) = &pre_uid
+                && current["metadata"]["uid"].as_str() != Some(uid.as_str())
+            {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        current["metadata"]["uid"].as_str().unwrap_or("")
+                    ),
+                ));
             }
-        }
-        let has_finalizers = current["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-        if has_finalizers || is_namespace {
-            if !current["metadata"]["deletionTimestamp"].is_null() {
-                return Ok(Write2::Keep);
+            if let Some(want) = &pre_rv
+                && current["metadata"]["resourceVersion"].as_str() != Some(want.as_str())
+            {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    "Precondition failed: the resourceVersion does not match",
+                ));
             }
-            let mut next = current.clone();
-            next["metadata"]["deletionTimestamp"] = json!(objects::now_rfc3339());
-            next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-            if is_namespace {
-                next["status"]["phase"] = json!("Terminating");
+            if rt.group.is_empty() && rt.plural == "pods" {
+                let grace =
+                    objects::pod_grace_seconds(current, options["gracePeriodSeconds"].as_i64());
+                if grace > 0 {
+                    return Ok(match objects::graceful_deletion(current, grace) {
+                        Some(next) => Write2::Put(next),
+                        None => Write2::Keep,
+                    });
+                }
             }
-            return Ok(Write2::Put(next));
-        }
-        Ok(Write2::Delete)
-    })?;
+            let has_finalizers = current["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
+            if has_finalizers || is_namespace {
+                if !current["metadata"]["deletionTimestamp"].is_null() {
+                    return Ok(Write2::Keep);
+                }
+                let mut next = current.clone();
+                next["metadata"]["deletionTimestamp"] = json!(objects::now_rfc3339());
+                next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                if is_namespace {
+                    next["status"]["phase"] = json!("Terminating");
+                }
+                return Ok(Write2::Put(next));
+            }
+            Ok(Write2::Delete)
+        })?;
     commit(app, rt, rv).await?;
     if is_namespace {
         finish_namespace(app.clone(), name.to_string());
     }
-    object
-        .map(|o| (*o).clone())
-        .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+    let object = object.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+    Ok((object, change))
 }
 
 /// Deletes everything in a terminating namespace, then the namespace once it is empty.
@@ -120,8 +123,8 @@ pub(crate) async fn delete_collection(
             .as_str()
             .unwrap_or("")
             .to_string();
-        if let Ok(obj) = delete(app, &t.rt, &ns, &name, &Bytes::new()).await {
-            deleted.push(obj);
+        if let Ok((obj, _)) = delete(app, &t.rt, &ns, &name, &Bytes::new()).await {
+            deleted.push((*obj).clone());
         }
     }
     Ok(json_response(

@@ -24,7 +24,7 @@ use crate::protobuf;
 use crate::registry::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Store, StoreError, Write2, Written};
+use crate::store::{Change, Store, StoreError, Write2, Written};
 use crate::tables::table;
 
 mod binding;
@@ -405,7 +405,9 @@ async fn object_request(
             "DELETE",
             delete(app, &rt, &ns, &name, &body)
                 .await
-                .map(|v| json_response(StatusCode::OK, &v)),
+                .map(|(object, change)| {
+                    written_response(StatusCode::OK, &object, change.as_deref())
+                }),
         ),
         ("DELETE", None) => ("DELETECOLLECTION", delete_collection(app, &t, query).await),
         _ => (
