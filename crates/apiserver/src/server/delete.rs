@@ -16,65 +16,12 @@ pub(crate) async fn delete(
     } else {
         parse_body(body)?
     };
-    let pre_uid = options["preconditions"]["uid"].as_str().map(str::to_string);
-    let pre_rv = options["preconditions"]["resourceVersion"]
-        .as_str()
-        .map(str::to_string);
     let is_namespace = rt.plural == "namespaces";
     let Written { object, change, rv } =
         app.store.write_change(&rt.key(), ns, name, |current, _| {
-            let Some(current) = current else {
-                return Err(ApiError::not_found(&rt.group, &rt.plural, name));
-            };
-            if let Some(uid) = &pre_uid
-                && current["metadata"]["uid"].as_str() != Some(uid.as_str())
-            {
-                return Err(ApiError::conflict(
-                    &rt.group,
-                    &rt.plural,
-                    name,
-                    &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        current["metadata"]["uid"].as_str().unwrap_or("")
-                    ),
-                ));
-            }
-            if let Some(want) = &pre_rv
-                && current["metadata"]["resourceVersion"].as_str() != Some(want.as_str())
-            {
-                return Err(ApiError::conflict(
-                    &rt.group,
-                    &rt.plural,
-                    name,
-                    "Precondition failed: the resourceVersion does not match",
-                ));
-            }
-            if rt.group.is_empty() && rt.plural == "pods" {
-                let grace =
-                    objects::pod_grace_seconds(current, options["gracePeriodSeconds"].as_i64());
-                if grace > 0 {
-                    return Ok(match objects::graceful_deletion(current, grace) {
-                        Some(next) => Write2::Put(next),
-                        None => Write2::Keep,
-                    });
-                }
-            }
-            let has_finalizers = current["metadata"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| !f.is_empty());
-            if has_finalizers || is_namespace {
-                if !current["metadata"]["deletionTimestamp"].is_null() {
-                    return Ok(Write2::Keep);
-                }
-                let mut next = current.clone();
-                next["metadata"]["deletionTimestamp"] = json!(objects::now_rfc3339());
-                next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                if is_namespace {
-                    next["status"]["phase"] = json!("Terminating");
-                }
-                return Ok(Write2::Put(next));
-            }
-            Ok(Write2::Delete)
+            let current =
+                current.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+            deletion(rt, name, current, &options, &objects::now_rfc3339())
         })?;
     commit(app, rt, rv).await?;
     if is_namespace {
@@ -82,6 +29,62 @@ pub(crate) async fn delete(
     }
     let object = object.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     Ok((object, change))
+}
+
+/// What deleting `current` writes, given the request's options (preconditions, a Pod's grace
+/// period) at time `now`: a conflict when a precondition fails; a Pod with a grace period and
+/// an object with finalizers (or a namespace) are marked as being deleted (once); anything else
+/// goes.
+fn deletion(
+    rt: &ResourceType,
+    name: &str,
+    current: &Value,
+    options: &Value,
+    now: &str,
+) -> Result<Write2, ApiError> {
+    let meta = &current["metadata"];
+    let preconditions = &options["preconditions"];
+    let failed = if let Some(uid) = preconditions["uid"].as_str()
+        && meta["uid"].as_str() != Some(uid)
+    {
+        Some(format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            meta["uid"].as_str().unwrap_or("")
+        ))
+    } else if let Some(want) = preconditions["resourceVersion"].as_str()
+        && meta["resourceVersion"].as_str() != Some(want)
+    {
+        Some("Precondition failed: the resourceVersion does not match".to_string())
+    } else {
+        None
+    };
+    if let Some(message) = failed {
+        return Err(ApiError::conflict(&rt.group, &rt.plural, name, &message));
+    }
+    if rt.group.is_empty() && rt.plural == "pods" {
+        let grace = objects::pod_grace_seconds(current, options["gracePeriodSeconds"].as_i64());
+        if grace > 0 {
+            return Ok(match objects::graceful_deletion(current, grace) {
+                Some(next) => Write2::Put(next),
+                None => Write2::Keep,
+            });
+        }
+    }
+    let is_namespace = rt.plural == "namespaces";
+    let has_finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+    if !has_finalizers && !is_namespace {
+        return Ok(Write2::Delete);
+    }
+    if !meta["deletionTimestamp"].is_null() {
+        return Ok(Write2::Keep);
+    }
+    let mut next = current.clone();
+    next["metadata"]["deletionTimestamp"] = json!(now);
+    next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    if is_namespace {
+        next["status"]["phase"] = json!("Terminating");
+    }
+    Ok(Write2::Put(next))
 }
 
 /// Deletes everything in a terminating namespace, then the namespace once it is empty.
@@ -131,4 +134,87 @@ pub(crate) async fn delete_collection(
         StatusCode::OK,
         &json!({"kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(), "metadata": {}, "items": deleted}),
     ))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn rt(plural: &str) -> ResourceType {
+        Registry::default().find("", "v1", plural).unwrap()
+    }
+
+    /// The kind of write (or the error code) `deletion` decides.
+    fn decided(plural: &str, current: Value, options: Value) -> Result<String, u16> {
+        match deletion(&rt(plural), "x", &current, &options, "2026-11-24T00:00:00Z") {
+            Ok(Write2::Delete) => Ok("delete".into()),
+            Ok(Write2::Keep) => Ok("keep".into()),
+            Ok(Write2::Put(next)) => Ok(format!(
+                "mark {} {}",
+                next["metadata"]["deletionTimestamp"], next["status"]["phase"]
+            )),
+            Err(e) => Err(e.code),
+        }
+    }
+
+    #[test]
+    fn a_deletion_checks_preconditions_then_marks_or_deletes() {
+        let plain = json!({"metadata": {"name": "x", "uid": "u1", "resourceVersion": "5"}});
+        let held = json!({"metadata": {"name": "x", "uid": "u1", "finalizers": ["f"]}});
+        let marked =
+            json!({"metadata": {"name": "x", "finalizers": ["f"], "deletionTimestamp": "t"}});
+        let cases = [
+            (
+                "configmaps",
+                plain.clone(),
+                json!({}),
+                Ok("delete".to_string()),
+            ),
+            (
+                "configmaps",
+                plain.clone(),
+                json!({"preconditions": {"uid": "u1", "resourceVersion": "5"}}),
+                Ok("delete".into()),
+            ),
+            (
+                "configmaps",
+                plain.clone(),
+                json!({"preconditions": {"uid": "u2"}}),
+                Err(409),
+            ),
+            (
+                "configmaps",
+                plain.clone(),
+                json!({"preconditions": {"resourceVersion": "4"}}),
+                Err(409),
+            ),
+            (
+                "configmaps",
+                held.clone(),
+                json!({}),
+                Ok("mark \"2026-11-24T00:00:00Z\" null".into()),
+            ),
+            ("configmaps", marked, json!({}), Ok("keep".into())),
+            (
+                "configmaps",
+                held,
+                json!({"preconditions": {"uid": "u2"}}),
+                Err(409),
+            ),
+            (
+                "namespaces",
+                plain,
+                json!({}),
+                Ok("mark \"2026-11-24T00:00:00Z\" \"Terminating\"".into()),
+            ),
+        ];
+        for (plural, current, options, want) in cases {
+            assert_eq!(
+                decided(plural, current.clone(), options.clone()),
+                want,
+                "{plural} {current} {options}"
+            );
+        }
+    }
 }
