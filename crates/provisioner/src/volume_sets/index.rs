@@ -118,19 +118,29 @@ mod tests {
         names
     }
 
+    /// The watch shows `name`, labelled as made by `set`.
+    fn watched(index: &mut VolumeIndex, name: &str, set: &str) {
+        index.volume_changed(name, &labelled(name, set), false);
+    }
+
+    /// A pass over the set `fast` with the compact cache showing everything: the volumes it
+    /// reads and the made ones it counts apart.
+    fn pass(index: &mut VolumeIndex, now: Instant) -> (Vec<String>, usize) {
+        let view = index.view("fast", None, |_| true, now);
+        (names(&view), view.unseen)
+    }
+
     #[test]
     fn a_made_volume_is_counted_once_before_and_after_its_pv_event() {
         let now = Instant::now();
         let mut index = VolumeIndex::default();
-        index.volume_changed("fast-1", &labelled("fast-1", "fast"), false);
+        watched(&mut index, "fast-1", "fast");
         index.made("fast", "fast-2", now);
         // The compact cache already shows fast-2; the index does not: it is still unseen.
-        let view = index.view("fast", None, |_| true, now);
-        assert_eq!((names(&view), view.unseen), (vec!["fast-1".into()], 1));
-        index.volume_changed("fast-2", &labelled("fast-2", "fast"), false);
-        let view = index.view("fast", None, |_| true, now);
+        assert_eq!(pass(&mut index, now), (vec!["fast-1".into()], 1));
+        watched(&mut index, "fast-2", "fast");
         assert_eq!(
-            (names(&view), view.unseen),
+            pass(&mut index, now),
             (vec!["fast-1".into(), "fast-2".into()], 0)
         );
     }
@@ -139,10 +149,9 @@ mod tests {
     fn a_pv_event_before_the_volume_is_noted_as_made_counts_it_once() {
         let now = Instant::now();
         let mut index = VolumeIndex::default();
-        index.volume_changed("fast-1", &labelled("fast-1", "fast"), false);
+        watched(&mut index, "fast-1", "fast");
         index.made("fast", "fast-1", now);
-        let view = index.view("fast", None, |_| true, now);
-        assert_eq!((names(&view), view.unseen), (vec!["fast-1".into()], 0));
+        assert_eq!(pass(&mut index, now), (vec!["fast-1".into()], 0));
     }
 
     #[test]
@@ -162,16 +171,15 @@ mod tests {
     fn volumes_gone_from_the_watch_or_the_cache_are_not_read() {
         let now = Instant::now();
         let mut index = VolumeIndex::default();
-        index.volume_changed("fast-1", &labelled("fast-1", "fast"), false);
-        index.volume_changed("fast-2", &labelled("fast-2", "fast"), false);
-        index.volume_changed("fast-3", &labelled("fast-3", "fast"), false);
+        for name in ["fast-1", "fast-2", "fast-3"] {
+            watched(&mut index, name, "fast");
+        }
         index.volume_changed("fast-2", &labelled("fast-2", "fast"), true);
         let mut unlabelled = labelled("fast-3", "fast");
         unlabelled.metadata.labels = None;
         index.volume_changed("fast-3", &unlabelled, false);
-        index.volume_changed("other", &labelled("other", "slow"), false);
-        let view = index.view("fast", None, |_| true, now);
-        assert_eq!(names(&view), vec!["fast-1".to_string()]);
+        watched(&mut index, "other", "slow");
+        assert_eq!(pass(&mut index, now).0, vec!["fast-1".to_string()]);
         let view = index.view("fast", None, |volume| volume != "fast-1", now);
         assert!(names(&view).is_empty());
     }
