@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::driver::{Driver, now_ms};
 use crate::error::{Error, Result};
 use crate::plan::{self, CreatePlan};
-use crate::state::ContentSource;
+use crate::state::{ContentSource, Table};
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
 
@@ -147,6 +147,11 @@ impl Driver {
             req.max_entries as usize
         };
         let with_status = self.cfg.enable_attach || self.cfg.features.volume_condition;
+        // A volume is listed from the moment a CreateVolume may have made it: creations under
+        // way when the listing comes are waited for (a provisioner that died mid-call finds
+        // the volume when it lists at its next start).
+        let (creating, _) = self.store.read(Table::reserved_ids);
+        self.store.wait_settled(&creating).await;
         let ((records, more), seq) = self.store.read(|table| {
             let mut iter = table.after(&req.starting_token).peekable();
             let page: Vec<_> = iter.by_ref().take(limit).cloned().collect();

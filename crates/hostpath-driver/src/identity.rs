@@ -19,7 +19,13 @@ impl Identity for Driver {
             Ok(csi::GetPluginInfoResponse {
                 name: self.cfg.name.clone(),
                 vendor_version: env!("CARGO_PKG_VERSION").to_string(),
-                manifest: Default::default(),
+                // Volumes carry the provisioner's marks and are listed from the moment
+                // CreateVolume records them (sidecar_kit::recoverable).
+                manifest: [(
+                    sidecar_kit::recoverable::MANIFEST_KEY.to_string(),
+                    sidecar_kit::recoverable::VERSION.to_string(),
+                )]
+                .into(),
             })
         })
         .await

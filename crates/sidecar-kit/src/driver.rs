@@ -37,6 +37,8 @@ pub struct DriverInfo {
     pub services: Vec<Service>,
     /// Controller RPCs (ControllerGetCapabilities; empty without a controller service).
     pub rpcs: Vec<Rpc>,
+    /// GetPluginInfo manifest (driver-specific facts, such as the conventions it follows).
+    pub manifest: std::collections::HashMap<String, String>,
 }
 
 impl DriverInfo {
@@ -126,6 +128,7 @@ pub async fn identify(
             vendor_version: info.vendor_version,
             services,
             rpcs,
+            manifest: info.manifest,
         },
     ))
 }

@@ -22,6 +22,7 @@ pub mod process;
 pub mod pv_csi;
 pub mod quantity;
 pub mod ratelimit;
+pub mod recoverable;
 pub mod runtime;
 pub mod secrets;
 pub mod selectors;

@@ -7,6 +7,8 @@ use csi::volume_capability::AccessType;
 use csi::volume_capability::access_mode::Mode;
 use csi_proto::v1 as csi;
 
+use sidecar_kit::recoverable;
+
 use crate::config::{DriverConfig, KnownNode};
 use crate::error::{Error, Result};
 use crate::state::{Change, ContentSource, Publication, Table, VolumeRecord};
@@ -163,7 +165,10 @@ pub fn parse_create(cfg: &DriverConfig, req: &csi::CreateVolumeRequest) -> Resul
         }
     }
     for key in req.parameters.keys() {
-        if key != KIND_PARAMETER && !METADATA_PARAMETERS.contains(&key.as_str()) {
+        if key != KIND_PARAMETER
+            && !METADATA_PARAMETERS.contains(&key.as_str())
+            && !recoverable::is_mark(key)
+        {
             return Err(Error::UnknownParameter(key.clone()));
         }
     }
@@ -402,8 +407,15 @@ fn difference(cfg: &DriverConfig, existing: &VolumeRecord, req: &CreateRequest) 
             if existing.block { "block" } else { "mount" }
         ));
     }
-    if existing.parameters != req.parameters {
-        return Some(format!("parameters {:?}", existing.parameters));
+    // The provisioner's marks are not the volume's properties: the first call's stay.
+    let unmarked = |p: &BTreeMap<String, String>| {
+        p.iter()
+            .filter(|(k, _)| !recoverable::is_mark(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<String, String>>()
+    };
+    if unmarked(&existing.parameters) != unmarked(&req.parameters) {
+        return Some(format!("parameters {:?}", unmarked(&existing.parameters)));
     }
     if existing.source != req.source {
         return Some(format!("content source {:?}", existing.source));
@@ -442,6 +454,17 @@ pub fn to_csi_volume(cfg: &DriverConfig, record: &VolumeRecord) -> csi::Volume {
     let mut volume_context = HashMap::new();
     if !record.kind.is_empty() {
         volume_context.insert(KIND_PARAMETER.to_string(), record.kind.clone());
+    }
+    // The recoverable-volumes convention: the provisioner's marks come back, with the name.
+    let mut marked = false;
+    for (key, value) in &record.parameters {
+        if recoverable::is_mark(key) && key != recoverable::NAME {
+            volume_context.insert(key.clone(), value.clone());
+            marked = true;
+        }
+    }
+    if marked {
+        volume_context.insert(recoverable::NAME.to_string(), record.name.clone());
     }
     let content_source = record
         .source

@@ -485,3 +485,56 @@ fn the_nodes_of_segments_come_in_segment_order_once_each() {
     assert_eq!(found.len(), 2000);
     assert_eq!(found[0].id, "node-1999");
 }
+
+#[test]
+fn the_provisioners_marks_come_back_with_the_name_and_do_not_make_a_repeat_conflict() {
+    use sidecar_kit::recoverable;
+    let cfg = config();
+    let mut table = Table::default();
+    let plain = create(&mut table, &cfg, &request("plain", 1 << 20), "id-p").unwrap();
+    assert!(
+        to_csi_volume(&cfg, &plain).volume_context.is_empty(),
+        "no marks, no name"
+    );
+    let mut marked = request("v", 1 << 20);
+    marked
+        .parameters
+        .insert(recoverable::CLUSTER.into(), "cluster-a".into());
+    marked
+        .parameters
+        .insert(recoverable::CLAIM.into(), "ns/claim".into());
+    let first = create(&mut table, &cfg, &marked, "id-1").unwrap();
+    let context = to_csi_volume(&cfg, &first).volume_context;
+    assert_eq!(context.get(recoverable::NAME).map(String::as_str), Some("v"));
+    assert_eq!(
+        context.get(recoverable::CLUSTER).map(String::as_str),
+        Some("cluster-a")
+    );
+    assert_eq!(
+        context.get(recoverable::CLAIM).map(String::as_str),
+        Some("ns/claim")
+    );
+    // A repeat with other marks (or none) is the same volume, with the first call's marks.
+    let mut remarked = request("v", 1 << 20);
+    remarked
+        .parameters
+        .insert(recoverable::CLUSTER.into(), "cluster-b".into());
+    for repeat in [remarked, request("v", 1 << 20)] {
+        let again = create(&mut table, &cfg, &repeat, "id-2").unwrap();
+        assert_eq!(again.id, "id-1");
+        assert_eq!(
+            to_csi_volume(&cfg, &again)
+                .volume_context
+                .get(recoverable::CLUSTER)
+                .map(String::as_str),
+            Some("cluster-a")
+        );
+    }
+    // Other parameters still count.
+    let mut other = marked.clone();
+    other.parameters.insert("kind".into(), "fast".into());
+    assert_eq!(
+        create(&mut table, &cfg, &other, "id-3").unwrap_err().code(),
+        tonic::Code::AlreadyExists
+    );
+}

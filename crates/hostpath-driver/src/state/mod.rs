@@ -70,6 +70,8 @@ struct Inner {
 /// The durable table: in-memory [`Table`] plus the log.
 pub struct Store {
     inner: Mutex<Inner>,
+    /// Woken when a reservation is logged or cancelled.
+    settled: tokio::sync::Notify,
     log: Log,
     volumes_dir: PathBuf,
     snapshots_dir: PathBuf,
@@ -124,6 +126,7 @@ impl Store {
                 table,
                 next_seq: recovered.last_seq() + 1,
             }),
+            settled: tokio::sync::Notify::new(),
             log,
             volumes_dir,
             snapshots_dir,
@@ -184,9 +187,17 @@ impl Store {
             return Ok(inner.next_seq - 1);
         };
         let change = Change::Put(record);
-        self.log_change(&mut inner, &change)?;
-        inner.table.apply(change);
-        Ok(inner.next_seq - 1)
+        let logged = match self.log_change(&mut inner, &change) {
+            Ok(()) => {
+                inner.table.apply(change);
+                Ok(inner.next_seq - 1)
+            }
+            // The caller cancels the reservation, which wakes the listings waiting on it.
+            Err(error) => Err(error),
+        };
+        drop(inner);
+        self.settled.notify_waiters();
+        logged
     }
 
     /// Drops a reserved volume that was never logged.
@@ -194,6 +205,26 @@ impl Store {
         let mut inner = self.inner.lock();
         if inner.table.reserved(id).is_some() {
             inner.table.apply(Change::Delete(id.to_string()));
+        }
+        drop(inner);
+        self.settled.notify_waiters();
+    }
+
+    /// Waits until none of `ids` is reserved any more: each was logged (and is listed) or
+    /// cancelled (and was never made).
+    pub async fn wait_settled(&self, ids: &[String]) {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            let pending = {
+                let inner = self.inner.lock();
+                ids.iter().any(|id| inner.table.reserved(id).is_some())
+            };
+            if !pending {
+                return;
+            }
+            settled.await;
         }
     }
 

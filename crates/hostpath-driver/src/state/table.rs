@@ -314,6 +314,11 @@ impl Table {
         self.volumes.get(id).filter(|_| self.reserved.contains(id))
     }
 
+    /// The ids of volumes being created (reserved, not yet logged or cancelled).
+    pub fn reserved_ids(&self) -> Vec<String> {
+        self.reserved.iter().cloned().collect()
+    }
+
     fn visible(&self, record: &VolumeRecord) -> bool {
         !self.reserved.contains(&record.id)
     }

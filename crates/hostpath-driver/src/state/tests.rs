@@ -104,6 +104,33 @@ async fn a_reserved_volume_is_not_logged_until_confirmed_and_can_be_cancelled() 
 }
 
 #[tokio::test]
+async fn a_listing_waits_for_the_creations_under_way_when_it_came() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(dir.path(), 1 << 20));
+    for (id, name) in [("r", "vr"), ("c", "vc")] {
+        store
+            .reserve(|_| Ok::<_, StoreError>(((), Some(record(id, name, 5)))))
+            .unwrap();
+    }
+    let (creating, _) = store.read(Table::reserved_ids);
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store.wait_settled(&creating).await;
+            ids(&store)
+        })
+    };
+    store.confirm("r").unwrap();
+    // A creation that starts after the listing came is not waited for.
+    store
+        .reserve(|_| Ok::<_, StoreError>(((), Some(record("later", "vl", 5)))))
+        .unwrap();
+    store.cancel("c");
+    assert_eq!(waiter.await.unwrap(), vec!["r"], "made is listed, cancelled is not");
+    store.wait_settled(&[]).await;
+}
+
+#[tokio::test]
 async fn orphan_volume_directories_are_removed_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), 1 << 20);
