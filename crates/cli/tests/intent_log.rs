@@ -25,7 +25,12 @@ async fn intent_records(c: &Cluster) -> (usize, usize, usize) {
 
 #[tokio::test]
 async fn five_thousand_volumes_in_flight_fit_in_the_log_and_all_provision_afterwards() {
-    let c = Cluster::start(&["--capacity=100Ti"], &["--worker-threads=50"], false).await;
+    let c = Cluster::start(
+        &["--capacity=100Ti"],
+        &["--worker-threads=50", "--in-flight-recovery=intent-log"],
+        false,
+    )
+    .await;
     c.class("plain", json!({})).await;
     // Every CreateVolume fails as if the driver were unreachable: each claim stays in flight.
     c.faults("CreateVolume=error:UNAVAILABLE\n");

@@ -550,16 +550,32 @@ async fn metrics_use_upstream_names() {
     let _ = PatchParams::default();
 }
 
-#[tokio::test]
-async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume() {
-    let mut c = Cluster::start(&[], &["--timeout=500ms"], false).await;
+/// A volume the driver made while the provisioner saw an error, a crash, the claim deleted
+/// while the provisioner is down: after the restart the volume is deleted. `mode` is the
+/// `--in-flight-recovery` way; with `list-volumes` a volume of another cluster is made first
+/// (its id is returned).
+async fn crash_with_a_volume_in_flight(mode: &str) -> (Cluster, Option<String>) {
+    let mut c = Cluster::start(
+        &[],
+        &["--timeout=500ms", &format!("--in-flight-recovery={mode}")],
+        false,
+    )
+    .await;
     c.class("plain", json!({})).await;
+    // Another cluster's provisioner made this volume on the same driver, for a claim this
+    // cluster never had.
+    let foreign = if mode == "list-volumes" {
+        Some(foreign_volume(&c).await)
+    } else {
+        None
+    };
     // The driver makes the volume but answers UNAVAILABLE: the provisioner must assume it exists.
     c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
     c.claim("victim", "plain", "1Gi", json!({}), true).await;
     c.wait_event("victim", "ProvisioningFailed", "Unavailable")
         .await;
-    assert_eq!(c.driver_volumes().await, 1);
+    let made = usize::from(foreign.is_some()) + 1;
+    assert_eq!(c.driver_volumes().await, made);
     c.kill_provisioner();
     Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
         .delete("victim", &DeleteParams::default())
@@ -570,7 +586,7 @@ async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume
     c.wait_until(
         "the volume of the deleted claim to be deleted after the restart",
         T,
-        || async { c.driver_volumes().await == 0 },
+        || async { c.driver_volumes().await == made - 1 },
     )
     .await;
     let pvs = Api::<PersistentVolume>::all(c.client.clone())
@@ -578,6 +594,146 @@ async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume
         .await
         .unwrap();
     assert!(pvs.items.is_empty(), "and no PV was made for it");
+    (c, foreign)
+}
+
+/// A log without its terminal colour sequences (`ESC [ ... m`).
+fn without_colours(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| *c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A volume marked as another cluster's (the recoverable-volumes convention), for a claim
+/// named `default/gone`; returns its id.
+async fn foreign_volume(c: &Cluster) -> String {
+    use sidecar_kit::recoverable;
+    let channel = sidecar_kit::csi::connect(&c.socket).await.unwrap();
+    let mut client = csi_proto::v1::controller_client::ControllerClient::new(channel);
+    let parameters = [
+        (recoverable::CLUSTER, "another-cluster"),
+        (recoverable::CLAIM, "default/gone"),
+        (
+            recoverable::CLAIM_UID,
+            "0d1e2f30-0000-4000-8000-000000000000",
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let request = csi_proto::v1::CreateVolumeRequest {
+        name: "pvc-0d1e2f30-0000-4000-8000-000000000000".into(),
+        capacity_range: Some(csi_proto::v1::CapacityRange {
+            required_bytes: 1 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![csi_proto::v1::VolumeCapability {
+            access_mode: Some(csi_proto::v1::volume_capability::AccessMode {
+                mode: csi_proto::v1::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+            }),
+            access_type: Some(csi_proto::v1::volume_capability::AccessType::Mount(
+                Default::default(),
+            )),
+        }],
+        parameters,
+        ..Default::default()
+    };
+    client
+        .create_volume(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id
+}
+
+#[tokio::test]
+async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume_with_the_intent_log()
+ {
+    let (c, _) = crash_with_a_volume_in_flight("intent-log").await;
+    assert!(
+        c.provisioner_log()
+            .contains("recovered in-flight volumes from the intent log"),
+        "the restart found the volume in the log"
+    );
+}
+
+#[tokio::test]
+async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume_with_listed_volumes()
+ {
+    let (c, foreign) = crash_with_a_volume_in_flight("list-volumes").await;
+    let log = without_colours(&c.provisioner_log());
+    assert!(
+        log.contains("the claim of a listed volume is gone"),
+        "the restart found the volume among the driver's: {log}"
+    );
+    // The same listing saw the other cluster's volume and took back only this cluster's.
+    assert!(
+        log.contains(
+            "found volumes of this cluster without a PV among the driver's volumes volumes=1"
+        ),
+        "{log}"
+    );
+    let foreign = foreign.unwrap();
+    assert_eq!(
+        c.driver_volume_ids().await,
+        vec![foreign],
+        "another cluster's volume is left alone"
+    );
+    // Nothing was recorded before CreateVolume: the only Lease write made the identity's Lease.
+    let writes = c.api_writes("csi-provisioner");
+    let leases: u64 = writes
+        .iter()
+        .filter(|((_, resource), _)| resource == "leases")
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(leases, 1, "{writes:?}");
+    assert!(c.intent_shards().await.iter().all(|(_, v)| v.is_empty()));
+}
+
+#[tokio::test]
+async fn a_listed_volume_whose_claim_stays_becomes_its_pv_and_the_marks_stay_off_the_pv() {
+    let mut c = Cluster::start(
+        &[],
+        &["--timeout=500ms", "--in-flight-recovery=list-volumes"],
+        false,
+    )
+    .await;
+    c.class("plain", json!({})).await;
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    let claim = c.claim("kept", "plain", "1Gi", json!({}), true).await;
+    c.wait_event("kept", "ProvisioningFailed", "Unavailable")
+        .await;
+    let made = c.driver_volume_ids().await;
+    assert_eq!(made.len(), 1);
+    c.kill_provisioner();
+    c.faults("");
+    c.start_provisioner();
+    let pv = c.wait_pv(&claim, T).await;
+    let csi = pv.spec.and_then(|s| s.csi).unwrap();
+    assert_eq!(
+        vec![csi.volume_handle],
+        made,
+        "the volume made before the crash"
+    );
+    let attributes = csi.volume_attributes.unwrap_or_default();
+    assert!(
+        attributes
+            .keys()
+            .all(|k| !sidecar_kit::recoverable::is_mark(k)),
+        "{attributes:?}"
+    );
+    assert!(without_colours(&c.provisioner_log()).contains(
+        "found volumes of this cluster without a PV among the driver's volumes volumes=1"
+    ));
 }
 
 /// Names of the volumes the intent log records.
@@ -591,7 +747,7 @@ async fn intent_volumes(c: &Cluster) -> Vec<String> {
 
 #[tokio::test]
 async fn already_exists_keeps_the_intent_and_the_volume_is_cleaned_up_when_the_claim_goes() {
-    let c = Cluster::start(&[], &[], false).await;
+    let c = Cluster::start(&[], &["--in-flight-recovery=intent-log"], false).await;
     c.class("plain", json!({})).await;
     // A volume of this name exists with other parameters (as far as the driver says).
     c.faults("CreateVolume=error:ALREADY_EXISTS:1:after\n");

@@ -108,6 +108,13 @@ pub struct ProvisionerArgs {
     /// keep a pool full).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub volume_set_creates: u32,
+    /// How volumes that may exist without a PV are found after a crash (not an upstream flag):
+    /// `auto` lists the driver's volumes when it follows the recoverable-volumes convention
+    /// (no API write before CreateVolume) and uses the intent log otherwise; `intent-log`
+    /// always records each CreateVolume first; `list-volumes` refuses to start without a
+    /// driver that follows the convention.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub in_flight_recovery: crate::decide::recovery::RecoveryFlag,
     /// Go pprof endpoints (not available in this implementation).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub enable_pprof: bool,

@@ -46,6 +46,9 @@ pub enum RunError {
     /// `--enable-volume-sets` cannot work.
     #[error("--enable-volume-sets: {0}")]
     VolumeSets(String),
+    /// `--in-flight-recovery=list-volumes` with a driver that does not follow the convention.
+    #[error("{0}")]
+    Recovery(String),
     /// The owner of the CSIStorageCapacity objects could not be found.
     #[error("--capacity-ownerref-level: {0}")]
     Owner(#[from] crate::capacity::owner::OwnerError),
@@ -239,6 +242,12 @@ pub async fn run(
         );
     }
     let (channel, caps) = driver::start(&args.common.csi_address, args.timeout).await?;
+    let recovery = crate::decide::recovery::choose(args.in_flight_recovery, caps.recoverable)
+        .map_err(RunError::Recovery)?;
+    tracing::info!(
+        ?recovery,
+        "volumes in flight at a crash are found again by this way"
+    );
     let user_agent = format!("csi-provisioner/{}", env!("CARGO_PKG_VERSION"));
     let client = build_client(&ClientOptions {
         kubeconfig: &args.common.kubeconfig,
@@ -289,6 +298,7 @@ pub async fn run(
             lease_namespace(&args.common.leader_election_namespace),
             format!("{}-intents", lease_name(&caps_name)),
         ),
+        recovery,
         node,
         volume_sets: args.enable_volume_sets,
         volume_set_creates: args.volume_set_creates as usize,

@@ -505,7 +505,10 @@ fn the_provisioners_marks_come_back_with_the_name_and_do_not_make_a_repeat_confl
         .insert(recoverable::CLAIM.into(), "ns/claim".into());
     let first = create(&mut table, &cfg, &marked, "id-1").unwrap();
     let context = to_csi_volume(&cfg, &first).volume_context;
-    assert_eq!(context.get(recoverable::NAME).map(String::as_str), Some("v"));
+    assert_eq!(
+        context.get(recoverable::NAME).map(String::as_str),
+        Some("v")
+    );
     assert_eq!(
         context.get(recoverable::CLUSTER).map(String::as_str),
         Some("cluster-a")

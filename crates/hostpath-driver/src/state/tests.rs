@@ -126,7 +126,11 @@ async fn a_listing_waits_for_the_creations_under_way_when_it_came() {
         .reserve(|_| Ok::<_, StoreError>(((), Some(record("later", "vl", 5)))))
         .unwrap();
     store.cancel("c");
-    assert_eq!(waiter.await.unwrap(), vec!["r"], "made is listed, cancelled is not");
+    assert_eq!(
+        waiter.await.unwrap(),
+        vec!["r"],
+        "made is listed, cancelled is not"
+    );
     store.wait_settled(&[]).await;
 }
 

@@ -47,6 +47,9 @@ pub struct InFlight {
     pub request: csi::CreateVolumeRequest,
     /// Where the CreateVolume/DeleteVolume secret comes from.
     pub secret: Option<SecretRef>,
+    /// The volume's id, when it was found among the driver's volumes at start (its request
+    /// is then only its name: it is deleted by id, never created again from the record).
+    pub listed: Option<String>,
 }
 
 impl InFlight {
@@ -149,6 +152,14 @@ pub enum ClaimError {
     /// The intent could not be recorded; no CreateVolume was sent.
     #[error("failed to record the in-flight volume: {0}")]
     Intent(#[source] super::intents::IntentError),
+    /// Reading the PV or the claim of a listed volume before deleting it failed.
+    #[error("failed to read the {what} of a listed volume before deleting it: {source}")]
+    Recheck {
+        /// The kind read.
+        what: &'static str,
+        /// API error.
+        source: kube::Error,
+    },
     /// A CSI call of the clean-up failed.
     #[error(transparent)]
     Csi(#[from] CallError),
@@ -182,7 +193,8 @@ impl ClaimError {
             | ClaimError::Reschedule(_)
             | ClaimError::Cleanup { .. }
             | ClaimError::Csi(_)
-            | ClaimError::Intent(_) => false,
+            | ClaimError::Intent(_)
+            | ClaimError::Recheck { .. } => false,
         }
     }
 }
@@ -318,18 +330,21 @@ impl Provisioner {
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
         let mut request = create_request(&plan, HashMap::new(), topology.as_ref());
         request.volume_content_source = content_source;
+        let key = super::claim_key(claim);
+        self.mark(&mut request, &key, &uid, plan.provisioner_secret.as_ref());
         if let Some(source) = &protect {
             Box::pin(self.protect_clone_source(source)).await?;
         }
         let flight = InFlight {
-            claim: super::claim_key(claim),
+            claim: key,
             claim_uid: uid.clone(),
             request: request.clone(),
             secret: plan.provisioner_secret.clone(),
+            listed: None,
         };
-        let record = flight.record();
+        let record = self.intent_log().map(|_| flight.record());
         self.inflight.lock().insert(pv_name.clone(), flight);
-        if let Some(log) = self.intents.get() {
+        if let (Some(log), Some(record)) = (self.intent_log(), record) {
             log.record(&pv_name, record)
                 .await
                 .map_err(ClaimError::Intent)?;
@@ -440,7 +455,11 @@ impl Provisioner {
                 client.create_volume(calls.request(request)),
             )
             .await?;
-        Ok(response.volume)
+        // The recoverable-volumes marks are for ListVolumes, not for the PV.
+        Ok(response.volume.map(|mut volume| {
+            sidecar_kit::recoverable::strip(&mut volume.volume_context);
+            volume
+        }))
     }
 
     /// DeleteVolume.
@@ -535,6 +554,12 @@ impl Provisioner {
             name: name.to_string(),
             source: Box::new(source),
         };
+        if let Some(id) = &flight.listed {
+            return self
+                .clean_up_listed(name, id, flight)
+                .await
+                .map_err(cleanup_error);
+        }
         let secrets = self
             .fetch_secret(flight.secret.as_ref())
             .await
@@ -542,7 +567,7 @@ impl Provisioner {
         // The record must be durable before any CreateVolume, this one included: the attempt
         // that put it in flight may have failed to store it, and a crash after this call
         // would otherwise leave a volume nobody knows of.
-        if let Some(log) = self.intents.get() {
+        if let Some(log) = self.intent_log() {
             log.record(name, flight.record())
                 .await
                 .map_err(|e| cleanup_error(ClaimError::Intent(e)))?;

@@ -39,6 +39,8 @@ pub async fn start(
         get_capacity: info.has(Rpc::GetCapacity),
         clone_volume: info.has(Rpc::CloneVolume),
         create_delete_snapshot: info.has(Rpc::CreateDeleteSnapshot),
+        recoverable: info.has(Rpc::ListVolumes)
+            && sidecar_kit::recoverable::follows(&info.manifest),
     };
     tracing::info!(driver = %caps.name, version = %info.vendor_version, ?caps, "CSI driver ready");
     Ok((channel, caps))

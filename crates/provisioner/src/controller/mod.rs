@@ -11,6 +11,7 @@ pub mod driver;
 mod intent_record;
 pub mod intents;
 pub mod node_deployment;
+mod recovery;
 mod topology_cache;
 mod volumes;
 
@@ -67,6 +68,9 @@ pub struct ControllerConfig {
     pub identity: String,
     /// Namespace and name of the intent log Lease.
     pub intent_log: (String, String),
+    /// How volumes in flight at a crash are found again (`--in-flight-recovery` and the
+    /// driver).
+    pub recovery: crate::decide::recovery::Recovery,
     /// `--node-deployment`: this node.
     pub node: Option<node_deployment::NodeDeployment>,
     /// `--enable-volume-sets`: run the PersistentVolumeSet manager.
@@ -110,8 +114,12 @@ pub struct Provisioner {
     pub(crate) deleted_handles: Mutex<HashMap<String, std::time::Instant>>,
     /// PVs whose deletion this process finished; later cache events for them are stale.
     pub(crate) finished: Mutex<HashMap<String, std::time::Instant>>,
-    /// The durable record of in-flight volumes (opened when the workers start).
+    /// The durable record of in-flight volumes (opened when the workers start; with listed
+    /// volumes only its earlier records are finished and forgotten).
     pub(crate) intents: std::sync::OnceLock<Arc<intents::IntentLog>>,
+    /// With listed volumes: this cluster's identity, marked on every CreateVolume (known
+    /// before the workers start).
+    pub(crate) cluster: std::sync::OnceLock<String>,
     /// Topology requirement per claim, computed once per (claim UID, selected node), so
     /// retries send identical requests; dropped when the claim is provisioned or gone.
     pub(crate) topology: topology_cache::TopologyCache,
@@ -294,6 +302,7 @@ impl Provisioner {
             inflight: Mutex::new(HashMap::new()),
             deleted_handles: Mutex::new(HashMap::new()),
             intents: std::sync::OnceLock::new(),
+            cluster: std::sync::OnceLock::new(),
             finished: Mutex::new(HashMap::new()),
             topology: topology_cache::TopologyCache::default(),
             capacity,
@@ -353,7 +362,7 @@ impl Provisioner {
             .wait_for(&c.attachments)
             .wait_for(&c.vacs)
             .start_with(async move {
-                recover.recover_intents().await;
+                recover.recover().await;
                 true
             })
             .reconcile("claim", self.claims.clone(), self.cfg.workers, move |key| {
@@ -378,54 +387,5 @@ impl Provisioner {
                     async move { this.sync_clone_source(&key).await }
                 },
             )
-    }
-
-    /// Reads the intent log before any CreateVolume: what a crashed predecessor left in
-    /// flight is finished or undone first. Retries until the log is readable (the runtime
-    /// stops waiting when asked to stop).
-    async fn recover_intents(&self) {
-        let (ns, name) = self.cfg.intent_log.clone();
-        let log = loop {
-            match intents::IntentLog::open(self.client.clone(), &ns, &name).await {
-                Ok(log) => break log,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the intent log yet; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        };
-        let recovered = log.records();
-        {
-            let mut inflight = self.inflight.lock();
-            for (volume, record) in &recovered {
-                let Some(request) = record.request() else {
-                    continue;
-                };
-                let key = ClaimKey::new(Some(&record.namespace), &record.name);
-                let flight = InFlight {
-                    claim: key.clone(),
-                    claim_uid: record.uid.clone(),
-                    request,
-                    secret: record.secret().map(|(namespace, name)| {
-                        crate::decide::secrets::SecretRef { name, namespace }
-                    }),
-                };
-                match (flight.pool(), &self.sets) {
-                    // A set's volume: a create worker finishes it (or deletes it if the set is
-                    // gone).
-                    (Some(_), Some(sets)) => sets.creates.add_now(volume.clone()),
-                    // Without the set manager, the claim path deletes it (no claim has it).
-                    (Some(_), None) | (None, _) => self.claims.add_now(key),
-                }
-                inflight.insert(volume.clone(), flight);
-            }
-        }
-        if !recovered.is_empty() {
-            tracing::info!(
-                volumes = recovered.len(),
-                "recovered in-flight volumes from the intent log"
-            );
-        }
-        let _ = self.intents.set(log);
     }
 }

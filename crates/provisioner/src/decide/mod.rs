@@ -9,6 +9,7 @@ pub mod names;
 pub mod node_deployment;
 pub mod parameters;
 pub mod provision;
+pub mod recovery;
 pub mod secrets;
 pub mod topology;
 

@@ -49,6 +49,8 @@ pub struct DriverCapabilities {
     pub clone_volume: bool,
     /// CREATE_DELETE_SNAPSHOT (restores from snapshots).
     pub create_delete_snapshot: bool,
+    /// LIST_VOLUMES, and the recoverable-volumes convention in GetPluginInfo's manifest.
+    pub recoverable: bool,
 }
 
 /// Provisioning flags.

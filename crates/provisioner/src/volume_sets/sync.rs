@@ -292,11 +292,21 @@ impl Provisioner {
             &volume,
             &token,
         )?;
+        let claim = crate::controller::ClaimKey::cluster(&name);
+        let mut request = create_request(&plan, HashMap::new(), None);
+        let token = token.to_string();
+        self.mark(
+            &mut request,
+            &claim,
+            &token,
+            plan.provisioner_secret.as_ref(),
+        );
         let flight = InFlight {
-            claim: crate::controller::ClaimKey::cluster(&name),
-            claim_uid: token.to_string(),
-            request: create_request(&plan, HashMap::new(), None),
+            claim,
+            claim_uid: token,
+            request,
             secret: plan.provisioner_secret.clone(),
+            listed: None,
         };
         self.inflight.lock().insert(volume.clone(), flight);
         if let Some(manager) = &self.sets {
@@ -318,7 +328,13 @@ impl Provisioner {
         let Some(name) = flight.pool().map(str::to_string) else {
             return Ok(Next::Done);
         };
-        let Some(set) = manager.sets.get(&ObjectRef::new(&name)) else {
+        // A listed volume of a set is not made again from its name alone: it is deleted, and
+        // the set makes another.
+        let set = manager
+            .sets
+            .get(&ObjectRef::new(&name))
+            .filter(|_| flight.listed.is_none());
+        let Some(set) = set else {
             self.clean_up(volume, &flight)
                 .await
                 .map_err(|source| SetError::Undo {
@@ -364,7 +380,7 @@ impl Provisioner {
             self.settle(volume);
             return Ok(());
         }
-        if let Some(log) = self.intents.get() {
+        if let Some(log) = self.intent_log() {
             log.record(volume, flight.record()).await?;
         }
         let secrets = self

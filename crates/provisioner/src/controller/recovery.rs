@@ -1,0 +1,267 @@
+//! Before any CreateVolume, what a crashed predecessor left in flight is found and finished or
+//! undone ([`crate::decide::recovery`] says how):
+//! - the intent log's records, always (records written before a switch to listed volumes
+//!   are finished and forgotten as before);
+//! - with listed volumes, the driver's volumes marked with this cluster's identity that have
+//!   no PV: the claim's worker provisions them (CreateVolume finds the volume by name), or
+//!   deletes them when the claim is gone, after reading the PV and the claim live.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
+use kube::runtime::reflector::ObjectRef;
+use sidecar_kit::csi::CallError;
+
+use super::intents::{IntentError, IntentLog};
+use super::{ClaimError, ClaimKey, InFlight, Provisioner};
+use crate::decide::classify::{DeleteOutcome, classify_delete};
+use crate::decide::recovery::{self, Listed, Owner, Recovery};
+use crate::decide::secrets::SecretRef;
+
+/// Entries asked for per ListVolumes page.
+const LIST_PAGE: i32 = 500;
+
+/// Why the driver's volumes could not be taken back (retried every second).
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    /// This cluster's identity could not be read or made.
+    #[error("failed to learn this cluster's identity: {0}")]
+    Identity(#[source] IntentError),
+    /// A ListVolumes call failed.
+    #[error("failed to list the driver's volumes: {0}")]
+    List(#[source] CallError),
+    /// The driver answered with a page token it had given before.
+    #[error("failed to list the driver's volumes: the page token {0:?} came back twice")]
+    TokenLoop(String),
+}
+
+impl InFlight {
+    /// A listed volume of this cluster, in flight until its claim's worker settles it.
+    pub(crate) fn listed(listed: Listed) -> (String, InFlight) {
+        let flight = InFlight {
+            claim: listed.claim,
+            claim_uid: listed.claim_uid,
+            request: csi::CreateVolumeRequest {
+                name: listed.name.clone(),
+                ..Default::default()
+            },
+            secret: listed.secret,
+            listed: Some(listed.volume_id),
+        };
+        (listed.name, flight)
+    }
+}
+
+impl Provisioner {
+    /// The start-up step: reads the intent log (retrying until it reads), then, with listed
+    /// volumes, the driver's volumes (retrying until they list).
+    pub(super) async fn recover(&self) {
+        let (ns, name) = self.cfg.intent_log.clone();
+        let log = loop {
+            match IntentLog::open(self.client.clone(), &ns, &name).await {
+                Ok(log) => break log,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the intent log yet; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        };
+        let recovered = log.records();
+        for (volume, record) in &recovered {
+            let Some(request) = record.request() else {
+                continue;
+            };
+            let flight = InFlight {
+                claim: ClaimKey::new(Some(&record.namespace), &record.name),
+                claim_uid: record.uid.clone(),
+                request,
+                secret: record
+                    .secret()
+                    .map(|(namespace, name)| SecretRef { name, namespace }),
+                listed: None,
+            };
+            self.take_back(volume.clone(), flight);
+        }
+        if !recovered.is_empty() {
+            tracing::info!(
+                volumes = recovered.len(),
+                "recovered in-flight volumes from the intent log"
+            );
+        }
+        let log = self.intents.get_or_init(|| log);
+        if self.cfg.recovery != Recovery::ListVolumes {
+            return;
+        }
+        loop {
+            match self.take_back_listed(log).await {
+                Ok(taken) => {
+                    if taken > 0 {
+                        tracing::info!(
+                            volumes = taken,
+                            "found volumes of this cluster without a PV among the driver's volumes"
+                        );
+                    }
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list the driver's volumes yet; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// Puts a volume in flight and queues whoever settles it: a set's create worker for a set's
+    /// volume, else the claim's worker.
+    fn take_back(&self, volume: String, flight: InFlight) {
+        let queue_set = flight.pool().is_some() && self.sets.is_some();
+        let (claim, set_volume) = (flight.claim.clone(), volume.clone());
+        self.inflight.lock().insert(volume, flight);
+        match &self.sets {
+            Some(sets) if queue_set => sets.creates.add_now(set_volume),
+            // Without the set manager, the claim path deletes a set's volume (no claim has it).
+            Some(_) | None => self.claims.add_now(claim),
+        }
+    }
+
+    /// Learns this cluster's identity, then lists the driver's volumes page by page and takes
+    /// back those marked with it that have no PV in the cache. Returns how many.
+    async fn take_back_listed(&self, log: &IntentLog) -> Result<usize, RecoveryError> {
+        let cluster = match self.cluster.get() {
+            Some(cluster) => cluster.clone(),
+            None => {
+                let identity = log.identity().await.map_err(RecoveryError::Identity)?;
+                self.cluster.get_or_init(|| identity).clone()
+            }
+        };
+        let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
+        let calls = &self.csi_calls;
+        let (mut token, mut seen, mut taken) = (String::new(), HashSet::new(), 0);
+        loop {
+            let request = csi::ListVolumesRequest {
+                max_entries: LIST_PAGE,
+                starting_token: token.clone(),
+            };
+            let page = calls
+                .call(
+                    "/csi.v1.Controller/ListVolumes",
+                    client.list_volumes(calls.request(request)),
+                )
+                .await
+                .map_err(RecoveryError::List)?;
+            for volume in page.entries.iter().filter_map(|e| e.volume.as_ref()) {
+                let Some(listed) = recovery::listed(volume, &cluster) else {
+                    continue;
+                };
+                let known = self.caches.volumes.contains(&ObjectRef::new(&listed.name))
+                    || self.inflight.lock().contains_key(&listed.name);
+                if !known {
+                    let (name, flight) = InFlight::listed(listed);
+                    self.take_back(name, flight);
+                    taken += 1;
+                }
+            }
+            if page.next_token.is_empty() {
+                return Ok(taken);
+            }
+            if !seen.insert(page.next_token.clone()) {
+                return Err(RecoveryError::TokenLoop(page.next_token));
+            }
+            token = page.next_token;
+        }
+    }
+
+    /// The intent log, when each CreateVolume is recorded in it first.
+    pub(crate) fn intent_log(&self) -> Option<&IntentLog> {
+        self.intents
+            .get()
+            .filter(|_| self.cfg.recovery == Recovery::IntentLog)
+            .map(|log| &**log)
+    }
+
+    /// With listed volumes, marks a CreateVolume with this cluster's identity, the claim (or
+    /// set) and the secret's reference. The start-up step learns the identity before any
+    /// worker runs.
+    pub(crate) fn mark(
+        &self,
+        request: &mut csi::CreateVolumeRequest,
+        claim: &ClaimKey,
+        claim_uid: &str,
+        secret: Option<&SecretRef>,
+    ) {
+        if self.cfg.recovery != Recovery::ListVolumes {
+            return;
+        }
+        if let Some(cluster) = self.cluster.get() {
+            recovery::mark(
+                &mut request.parameters,
+                &Owner {
+                    cluster,
+                    claim,
+                    claim_uid,
+                    secret,
+                },
+            );
+        }
+    }
+
+    /// Deletes a listed volume whose claim (or set) is gone. The PV and the claim are read live
+    /// first: a predecessor may have saved the PV, or a claim the cache has not seen yet may
+    /// own the volume.
+    pub(crate) async fn clean_up_listed(
+        &self,
+        name: &str,
+        volume_id: &str,
+        flight: &InFlight,
+    ) -> Result<(), ClaimError> {
+        let recheck =
+            |what: &'static str| move |source: kube::Error| ClaimError::Recheck { what, source };
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        if pvs
+            .get_opt(name)
+            .await
+            .map_err(recheck("PersistentVolume"))?
+            .is_some()
+        {
+            self.settle(name);
+            return Ok(());
+        }
+        if let Some(namespace) = flight.claim.namespace() {
+            let claims: Api<PersistentVolumeClaim> =
+                Api::namespaced(self.client.clone(), namespace);
+            let live = claims
+                .get_opt(flight.claim.name())
+                .await
+                .map_err(recheck("PersistentVolumeClaim"))?;
+            if live.is_some_and(|claim| {
+                claim.metadata.uid.as_deref() == Some(flight.claim_uid.as_str())
+                    && claim.metadata.deletion_timestamp.is_none()
+            }) {
+                // The claim is there after all: its worker provisions when the cache shows it
+                // (its watch event queues it), and CreateVolume finds this volume by name.
+                return Ok(());
+            }
+        }
+        let secrets = self.fetch_secret(flight.secret.as_ref()).await?;
+        tracing::info!(
+            volume = name,
+            volume_id,
+            "the claim of a listed volume is gone: deleting the volume"
+        );
+        if let Err(error) = self.delete_volume_call(volume_id, secrets).await
+            && classify_delete(Err(error.code)) == DeleteOutcome::Retry
+        {
+            return Err(ClaimError::Csi(error));
+        }
+        self.settle(name);
+        tracing::info!(
+            volume = name,
+            volume_id,
+            "deleted the listed volume of a deleted claim"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,256 @@
+//! How the provisioner finds, after a crash at any instant, every volume it may have made
+//! without a PV, so that none is leaked:
+//! - **intent log**: a record written before each CreateVolume (one API write per volume when
+//!   claims come one at a time; shared by the claims of a burst);
+//! - **listed volumes**: with a driver that follows the recoverable-volumes convention
+//!   ([`sidecar_kit::recoverable`]), each CreateVolume carries marks (this cluster's identity,
+//!   the claim, the secret's reference) that the driver lists with the volume; at start the
+//!   provisioner lists the driver's volumes and takes back those of this cluster without a
+//!   PV. Nothing is written before CreateVolume.
+
+use std::collections::HashMap;
+
+use csi_proto::v1 as csi;
+use sidecar_kit::key::ObjectKey;
+use sidecar_kit::recoverable;
+use sidecar_kit::secrets::SecretRef;
+
+/// `--in-flight-recovery`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecoveryFlag {
+    /// Listed volumes when the driver follows the convention, else the intent log.
+    Auto,
+    /// Always the intent log.
+    IntentLog,
+    /// Listed volumes; refused at start when the driver does not follow the convention.
+    ListVolumes,
+}
+
+/// How in-flight volumes are recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// A record in the intent log before each CreateVolume.
+    IntentLog,
+    /// Marks on each CreateVolume; ListVolumes at start.
+    ListVolumes,
+}
+
+/// The way chosen for a driver that does or does not follow the convention (and advertise
+/// LIST_VOLUMES); the refusal names the flag.
+pub fn choose(flag: RecoveryFlag, driver_follows: bool) -> Result<Recovery, String> {
+    match (flag, driver_follows) {
+        (RecoveryFlag::IntentLog, _) | (RecoveryFlag::Auto, false) => Ok(Recovery::IntentLog),
+        (RecoveryFlag::Auto | RecoveryFlag::ListVolumes, true) => Ok(Recovery::ListVolumes),
+        (RecoveryFlag::ListVolumes, false) => Err(format!(
+            "--in-flight-recovery=list-volumes: the driver does not follow the recoverable-volumes convention (LIST_VOLUMES and the GetPluginInfo manifest key {}={}); use auto or intent-log",
+            recoverable::MANIFEST_KEY,
+            recoverable::VERSION
+        )),
+    }
+}
+
+/// What a volume's marks say it was made for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner<'a> {
+    /// This cluster's identity.
+    pub cluster: &'a str,
+    /// The claim (a set's name, cluster-scoped, for a set's volume).
+    pub claim: &'a ObjectKey,
+    /// The claim's UID (a set's token).
+    pub claim_uid: &'a str,
+    /// The secret CreateVolume and DeleteVolume use.
+    pub secret: Option<&'a SecretRef>,
+}
+
+/// Adds the marks to a CreateVolume's parameters.
+pub fn mark(parameters: &mut HashMap<String, String>, owner: &Owner<'_>) {
+    parameters.insert(recoverable::CLUSTER.to_string(), owner.cluster.to_string());
+    parameters.insert(recoverable::CLAIM.to_string(), owner.claim.to_string());
+    parameters.insert(
+        recoverable::CLAIM_UID.to_string(),
+        owner.claim_uid.to_string(),
+    );
+    if let Some(secret) = owner.secret {
+        parameters.insert(
+            recoverable::SECRET.to_string(),
+            format!("{}/{}", secret.namespace, secret.name),
+        );
+    }
+}
+
+/// A listed volume this cluster made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The CreateVolume name (the PV's name).
+    pub name: String,
+    /// The driver's id.
+    pub volume_id: String,
+    /// The claim (or set) it was made for.
+    pub claim: ObjectKey,
+    /// That claim's UID (or the set's token).
+    pub claim_uid: String,
+    /// The secret DeleteVolume uses.
+    pub secret: Option<SecretRef>,
+}
+
+/// The volume as this cluster's, or None: another cluster's, unmarked, or with marks that do
+/// not read (never taken for ours: only a volume proven ours may be deleted).
+pub fn listed(volume: &csi::Volume, cluster: &str) -> Option<Listed> {
+    let context = &volume.volume_context;
+    let get = |key: &str| context.get(key).filter(|v| !v.is_empty());
+    if cluster.is_empty() || get(recoverable::CLUSTER)? != cluster || volume.volume_id.is_empty() {
+        return None;
+    }
+    let claim = get(recoverable::CLAIM)?;
+    let claim = match claim.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+            ObjectKey::new(Some(namespace), name)
+        }
+        Some(_) => return None,
+        None => ObjectKey::cluster(claim),
+    };
+    let secret = match context.get(recoverable::SECRET) {
+        None => None,
+        Some(text) => match text.split_once('/') {
+            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+                Some(SecretRef {
+                    name: name.to_string(),
+                    namespace: namespace.to_string(),
+                })
+            }
+            _ => return None,
+        },
+    };
+    Some(Listed {
+        name: get(recoverable::NAME)?.clone(),
+        volume_id: volume.volume_id.clone(),
+        claim,
+        claim_uid: get(recoverable::CLAIM_UID)?.clone(),
+        secret,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_way_follows_the_flag_and_the_driver() {
+        use Recovery::*;
+        use RecoveryFlag as F;
+        for (flag, follows, want) in [
+            (F::Auto, true, Some(ListVolumes)),
+            (F::Auto, false, Some(IntentLog)),
+            (F::IntentLog, true, Some(IntentLog)),
+            (F::IntentLog, false, Some(IntentLog)),
+            (F::ListVolumes, true, Some(ListVolumes)),
+            (F::ListVolumes, false, None),
+        ] {
+            let got = choose(flag, follows);
+            assert_eq!(got.as_ref().ok(), want.as_ref(), "{flag:?} {follows}");
+            if let Err(message) = got {
+                assert!(message.contains("--in-flight-recovery"), "{message}");
+            }
+        }
+    }
+
+    /// The context a following driver returns for a CreateVolume with these parameters.
+    fn echoed(name: &str, id: &str, parameters: &HashMap<String, String>) -> csi::Volume {
+        let mut volume_context: HashMap<String, String> = parameters
+            .iter()
+            .filter(|(k, _)| recoverable::is_mark(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        volume_context.insert(recoverable::NAME.into(), name.into());
+        volume_context.insert("kind".into(), "fast".into());
+        csi::Volume {
+            volume_id: id.into(),
+            volume_context,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn marked_volumes_read_back_as_made_and_only_for_their_cluster() {
+        let claim = ObjectKey::new(Some("ns"), "data");
+        let set = ObjectKey::cluster("pool");
+        let secret = SecretRef {
+            name: "creds".into(),
+            namespace: "vault".into(),
+        };
+        for (key, uid, secret) in [(&claim, "uid-1", Some(&secret)), (&set, "token-1", None)] {
+            let mut parameters: HashMap<String, String> = [("kind".into(), "fast".into())].into();
+            mark(
+                &mut parameters,
+                &Owner {
+                    cluster: "cluster-a",
+                    claim: key,
+                    claim_uid: uid,
+                    secret,
+                },
+            );
+            let volume = echoed("pvc-1", "vol-1", &parameters);
+            assert_eq!(
+                listed(&volume, "cluster-a"),
+                Some(Listed {
+                    name: "pvc-1".into(),
+                    volume_id: "vol-1".into(),
+                    claim: key.clone(),
+                    claim_uid: uid.into(),
+                    secret: secret.cloned(),
+                })
+            );
+            assert_eq!(listed(&volume, "cluster-b"), None, "another cluster's");
+            assert_eq!(listed(&volume, ""), None, "no identity, nothing is ours");
+        }
+    }
+
+    #[test]
+    fn volumes_whose_marks_do_not_read_are_never_taken_for_ours() {
+        let mut parameters = HashMap::new();
+        let claim = ObjectKey::new(Some("ns"), "data");
+        mark(
+            &mut parameters,
+            &Owner {
+                cluster: "c",
+                claim: &claim,
+                claim_uid: "u",
+                secret: None,
+            },
+        );
+        let good = echoed("pvc-1", "vol-1", &parameters);
+        assert!(listed(&good, "c").is_some());
+        let broken: Vec<(&str, Option<&str>)> = vec![
+            (recoverable::NAME, None),
+            (recoverable::NAME, Some("")),
+            (recoverable::CLUSTER, None),
+            (recoverable::CLAIM, None),
+            (recoverable::CLAIM, Some("ns/")),
+            (recoverable::CLAIM, Some("/data")),
+            (recoverable::CLAIM_UID, None),
+            (recoverable::SECRET, Some("no-slash")),
+            (recoverable::SECRET, Some("/name")),
+        ];
+        for (key, value) in broken {
+            let mut volume = good.clone();
+            match value {
+                None => {
+                    volume.volume_context.remove(key);
+                }
+                Some(v) => {
+                    volume.volume_context.insert(key.into(), v.into());
+                }
+            }
+            assert_eq!(listed(&volume, "c"), None, "{key}={value:?}");
+        }
+        let mut no_id = good.clone();
+        no_id.volume_id.clear();
+        assert_eq!(listed(&no_id, "c"), None, "no id");
+        assert_eq!(
+            listed(&csi::Volume::default(), "c"),
+            None,
+            "an unmarked volume"
+        );
+    }
+}
