@@ -311,8 +311,9 @@ impl Provisioner {
         }))
     }
 
-    /// The provisioner as a controller: it waits for its caches, reads the intent log, then
-    /// runs `--worker-threads` claim workers and as many volume workers.
+    /// The provisioner as a controller: it waits for its caches, finds what a predecessor left
+    /// in flight (`recovery`), then runs `--worker-threads` claim workers and as many volume
+    /// workers.
     pub fn controller(self: Arc<Self>) -> Controller {
         let c = &self.caches;
         let (recover, claims, volumes) = (self.clone(), self.clone(), self.clone());
