@@ -552,9 +552,9 @@ async fn metrics_use_upstream_names() {
 
 /// A volume the driver made while the provisioner saw an error, a crash, the claim deleted
 /// while the provisioner is down: after the restart the volume is deleted. `mode` is the
-/// `--in-flight-recovery` way; with `list-volumes` a volume of another cluster is made first
-/// (its id is returned).
-async fn crash_with_a_volume_in_flight(mode: &str) -> (Cluster, Option<String>) {
+/// `--in-flight-recovery` way (`restarted` the restart's); with `list-volumes` a volume of
+/// another cluster is made first (its id is returned).
+async fn crash_with_a_volume_in_flight(mode: &str, restarted: &str) -> (Cluster, Option<String>) {
     let mut c = Cluster::start(
         &[],
         &["--timeout=500ms", &format!("--in-flight-recovery={mode}")],
@@ -582,6 +582,11 @@ async fn crash_with_a_volume_in_flight(mode: &str) -> (Cluster, Option<String>) 
         .await
         .unwrap();
     c.faults("");
+    for arg in &mut c.provisioner_args {
+        if arg.starts_with("--in-flight-recovery=") {
+            *arg = format!("--in-flight-recovery={restarted}");
+        }
+    }
     c.start_provisioner();
     c.wait_until(
         "the volume of the deleted claim to be deleted after the restart",
@@ -619,6 +624,7 @@ async fn foreign_volume(c: &Cluster) -> String {
     let mut client = csi_proto::v1::controller_client::ControllerClient::new(channel);
     let parameters = [
         (recoverable::CLUSTER, "another-cluster"),
+        (recoverable::SERIAL, "1.0"),
         (recoverable::CLAIM, "default/gone"),
         (
             recoverable::CLAIM_UID,
@@ -658,7 +664,7 @@ async fn foreign_volume(c: &Cluster) -> String {
 #[tokio::test]
 async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume_with_the_intent_log()
  {
-    let (c, _) = crash_with_a_volume_in_flight("intent-log").await;
+    let (c, _) = crash_with_a_volume_in_flight("intent-log", "intent-log").await;
     assert!(
         c.provisioner_log()
             .contains("recovered in-flight volumes from the intent log"),
@@ -669,34 +675,57 @@ async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume
 #[tokio::test]
 async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume_with_listed_volumes()
  {
-    let (c, foreign) = crash_with_a_volume_in_flight("list-volumes").await;
+    let (c, foreign) = crash_with_a_volume_in_flight("list-volumes", "list-volumes").await;
     let log = without_colours(&c.provisioner_log());
     assert!(
         log.contains("the claim of a listed volume is gone"),
         "the restart found the volume among the driver's: {log}"
     );
     // The same listing saw the other cluster's volume and took back only this cluster's.
-    assert!(
-        log.contains(
-            "found volumes of this cluster without a PV among the driver's volumes volumes=1"
-        ),
-        "{log}"
-    );
+    assert!(log.contains(TOOK_BACK_ONE), "{log}");
     let foreign = foreign.unwrap();
     assert_eq!(
         c.driver_volume_ids().await,
         vec![foreign],
         "another cluster's volume is left alone"
     );
-    // Nothing was recorded before CreateVolume: the only Lease write made the identity's Lease.
+    // Nothing was recorded before CreateVolume: the only Lease writes made the listed
+    // volumes' Lease and wrote each start's epoch in it.
     let writes = c.api_writes("csi-provisioner");
-    let leases: u64 = writes
-        .iter()
-        .filter(|((_, resource), _)| resource == "leases")
-        .map(|(_, n)| n)
-        .sum();
-    assert_eq!(leases, 1, "{writes:?}");
+    let leases = |verb: &str| {
+        writes
+            .get(&(verb.to_string(), "leases".to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!((leases("CREATE"), leases("UPDATE")), (1, 2), "{writes:?}");
+    assert_eq!(
+        writes
+            .iter()
+            .filter(|((_, resource), _)| resource == "leases")
+            .map(|(_, n)| n)
+            .sum::<u64>(),
+        3,
+        "{writes:?}"
+    );
     assert!(c.intent_shards().await.iter().all(|(_, v)| v.is_empty()));
+}
+
+#[tokio::test]
+async fn a_switch_either_way_after_a_crash_finishes_what_the_other_way_left() {
+    for (before, after) in [
+        ("list-volumes", "intent-log"),
+        ("intent-log", "list-volumes"),
+    ] {
+        let (c, _) = crash_with_a_volume_in_flight(before, after).await;
+        let log = without_colours(&c.provisioner_log());
+        let found = if before == "list-volumes" {
+            "the claim of a listed volume is gone"
+        } else {
+            "recovered in-flight volumes from the intent log"
+        };
+        assert!(log.contains(found), "{before} then {after}: {log}");
+    }
 }
 
 #[tokio::test]
@@ -731,9 +760,79 @@ async fn a_listed_volume_whose_claim_stays_becomes_its_pv_and_the_marks_stay_off
             .all(|k| !sidecar_kit::recoverable::is_mark(k)),
         "{attributes:?}"
     );
-    assert!(without_colours(&c.provisioner_log()).contains(
-        "found volumes of this cluster without a PV among the driver's volumes volumes=1"
-    ));
+    assert!(without_colours(&c.provisioner_log()).contains(TOOK_BACK_ONE));
+}
+
+/// What the provisioner logs when its start-up listing took back one volume.
+const TOOK_BACK_ONE: &str =
+    "listed the driver's volumes: took back this cluster's without a PV volumes=1";
+
+/// The settled mark in the listed volumes' Lease.
+async fn settled_mark(c: &Cluster) -> Option<String> {
+    let name = format!("{}-listed", sidecar_kit::leader::lease_name(DRIVER));
+    Api::<k8s_openapi::api::coordination::v1::Lease>::all(c.client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|l| l.metadata.name.as_deref() == Some(name.as_str()))
+        .and_then(|l| l.metadata.annotations)
+        .and_then(|a| a.get("volstack.dev/settled").cloned())
+}
+
+#[tokio::test]
+async fn retained_volumes_whose_pv_and_claim_are_deleted_are_never_taken_back() {
+    let mut c = Cluster::start(&[], &["--in-flight-recovery=list-volumes"], true).await;
+    c.class("keep", json!({"reclaimPolicy": "Retain"})).await;
+    c.class("drop", json!({})).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    // Retain from the start: the settled mark passes the volume once its PV is saved.
+    let kept = c.claim("kept", "keep", "1Gi", json!({}), false).await;
+    let kept_pv = c.wait_pv(&kept, T).await;
+    c.wait_until("the settled mark to pass the first volume", T, || async {
+        settled_mark(&c).await.as_deref() == Some("1.1")
+    })
+    .await;
+    // Delete, then changed to Retain: the mark moves when the change is seen.
+    let changed = c.claim("changed", "drop", "1Gi", json!({}), false).await;
+    let changed_pv = c.wait_pv(&changed, T).await;
+    let changed_name = changed_pv.metadata.name.clone().unwrap();
+    pvs.patch(
+        &changed_name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}})),
+    )
+    .await
+    .unwrap();
+    c.wait_until("the settled mark to pass the second volume", T, || async {
+        settled_mark(&c).await.as_deref() == Some("1.2")
+    })
+    .await;
+    for (claim, pv) in [("kept", &kept_pv), ("changed", &changed_pv)] {
+        claims
+            .delete(claim, &DeleteParams::default())
+            .await
+            .unwrap();
+        let name = pv.metadata.name.clone().unwrap();
+        pvs.delete(&name, &DeleteParams::default()).await.unwrap();
+        c.wait_until("the PV to go", T, || async {
+            pvs.get_opt(&name).await.unwrap().is_none()
+        })
+        .await;
+    }
+    assert_eq!(c.driver_volumes().await, 2);
+    c.kill_provisioner();
+    c.start_provisioner();
+    c.wait_until("the restart's listing", T, || async {
+        without_colours(&c.provisioner_log())
+            .matches("listed the driver's volumes: took back this cluster's without a PV volumes=0")
+            .count()
+            == 2
+    })
+    .await;
+    assert_eq!(c.driver_volumes().await, 2, "both volumes are kept");
 }
 
 /// Names of the volumes the intent log records.

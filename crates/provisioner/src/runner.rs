@@ -298,6 +298,10 @@ pub async fn run(
             lease_namespace(&args.common.leader_election_namespace),
             format!("{}-intents", lease_name(&caps_name)),
         ),
+        listed_lease: (
+            lease_namespace(&args.common.leader_election_namespace),
+            format!("{}-listed", lease_name(&caps_name)),
+        ),
         recovery,
         node,
         volume_sets: args.enable_volume_sets,

@@ -11,10 +11,12 @@
 //!   [`NAME`] set to the CreateVolume name;
 //! - lists a volume from the moment a CreateVolume may have made it.
 //!
-//! The provisioner marks each volume with its cluster's identity ([`CLUSTER`]), the claim
-//! ([`CLAIM`], [`CLAIM_UID`]) and the reference of the secret DeleteVolume needs
-//! ([`SECRET`]; a reference, never a secret's data), and removes every mark from the context
-//! before it writes the PV.
+//! The provisioner marks each volume with its cluster's identity ([`CLUSTER`]), its serial
+//! ([`SERIAL`]: volumes whose serial is below the provisioner's durable *settled* mark have
+//! had a PV, so one whose PV is gone was retained on purpose), the claim ([`CLAIM`],
+//! [`CLAIM_UID`]) and the reference of the secret DeleteVolume needs ([`SECRET`]; a
+//! reference, never a secret's data), and removes every mark from the context before it
+//! writes the PV.
 
 use std::collections::HashMap;
 
@@ -28,6 +30,8 @@ pub const PREFIX: &str = "volstack.dev/";
 pub const NAME: &str = "volstack.dev/name";
 /// The identity of the cluster whose provisioner made the volume.
 pub const CLUSTER: &str = "volstack.dev/cluster";
+/// `<epoch>.<sequence>`: when, in the provisioner's numbering, the volume was asked for.
+pub const SERIAL: &str = "volstack.dev/serial";
 /// `namespace/name` of the claim (a bare name for a volume set's volume).
 pub const CLAIM: &str = "volstack.dev/claim";
 /// The claim's UID (a volume set's token for a set's volume).

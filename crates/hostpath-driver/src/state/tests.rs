@@ -120,7 +120,18 @@ async fn a_listing_waits_for_the_creations_under_way_when_it_came() {
             ids(&store)
         })
     };
+    // One thread: the waiter runs exactly when this task yields, so what it waits for is
+    // seen without any timing.
+    let let_it_run = || async {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    };
+    let_it_run().await;
+    assert!(!waiter.is_finished(), "two creations under way");
     store.confirm("r").unwrap();
+    let_it_run().await;
+    assert!(!waiter.is_finished(), "one creation under way");
     // A creation that starts after the listing came is not waited for.
     store
         .reserve(|_| Ok::<_, StoreError>(((), Some(record("later", "vl", 5)))))

@@ -2,12 +2,12 @@
 //!
 //! Never leak, never duplicate: the CreateVolume name is the PV name, derived from the claim
 //! UID, so every retry asks the driver for the same volume. Before the first CreateVolume the
-//! request is recorded as in flight; it stays recorded until the PV is saved or the driver
-//! gives a final answer. If the claim disappears (or is replaced under the same name) while a
-//! volume may exist, the recorded request is repeated to learn the volume id, and the volume
-//! is deleted. A PV whose save fails keeps its record, so the next attempt saves it again.
+//! request is put in flight (`in_flight`: recorded in the intent log, or marked for listing);
+//! it stays there until the PV is saved or the driver gives a final answer. If the claim
+//! disappears (or is replaced under the same name) while a volume may exist, the volume is
+//! deleted. A PV whose save fails keeps its record, so the next attempt saves it again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use csi_proto::v1 as csi;
@@ -17,8 +17,8 @@ use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::csi::{CallError, go_code_name};
 use sidecar_kit::events::EventType;
 
+use super::InFlight;
 use super::data_sources::Resolved;
-use super::intents::Record;
 use super::node_deployment::Gate;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
@@ -35,49 +35,6 @@ use crate::decide::provision::{
 use crate::decide::secrets::SecretRef;
 use crate::decide::topology::TopologyError;
 use sidecar_kit::workqueue::Next;
-
-/// A volume that may exist without a PV.
-#[derive(Debug, Clone)]
-pub struct InFlight {
-    /// The claim it is for.
-    pub claim: ClaimKey,
-    /// That claim's UID.
-    pub claim_uid: String,
-    /// The CreateVolume request, without secrets.
-    pub request: csi::CreateVolumeRequest,
-    /// Where the CreateVolume/DeleteVolume secret comes from.
-    pub secret: Option<SecretRef>,
-    /// The volume's id, when it was found among the driver's volumes at start (its request
-    /// is then only its name: it is deleted by id, never created again from the record).
-    pub listed: Option<String>,
-}
-
-impl InFlight {
-    /// The PersistentVolumeSet the volume is made for, if it is a pool volume (recorded with
-    /// the set's name in place of the claim's and no namespace: a claim always has one).
-    pub fn pool(&self) -> Option<&str> {
-        self.claim
-            .namespace()
-            .is_none()
-            .then_some(self.claim.name())
-    }
-
-    /// Its intent-log record (the request without secrets).
-    pub fn record(&self) -> Record {
-        let secret = self
-            .secret
-            .as_ref()
-            .map(|s| (s.namespace.clone(), s.name.clone()));
-        let namespace = self.claim.namespace().unwrap_or_default();
-        Record::new(
-            namespace,
-            self.claim.name(),
-            &self.claim_uid,
-            &self.request,
-            secret,
-        )
-    }
-}
 
 /// Why a claim was not provisioned this time. Every variant is retried with backoff; the
 /// comment says which upstream class it belongs to.
@@ -330,20 +287,19 @@ impl Provisioner {
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
         let mut request = create_request(&plan, HashMap::new(), topology.as_ref());
         request.volume_content_source = content_source;
-        let key = super::claim_key(claim);
-        self.mark(&mut request, &key, &uid, plan.provisioner_secret.as_ref());
         if let Some(source) = &protect {
             Box::pin(self.protect_clone_source(source)).await?;
         }
         let flight = InFlight {
-            claim: key,
+            claim: super::claim_key(claim),
             claim_uid: uid.clone(),
-            request: request.clone(),
+            request,
             secret: plan.provisioner_secret.clone(),
             listed: None,
+            serial: None,
         };
         let record = self.intent_log().map(|_| flight.record());
-        self.inflight.lock().insert(pv_name.clone(), flight);
+        let request = self.fly(&pv_name, flight);
         if let (Some(log), Some(record)) = (self.intent_log(), record) {
             log.record(&pv_name, record)
                 .await
@@ -402,6 +358,7 @@ impl Provisioner {
         };
         Box::pin(self.save_pv(&pv, &uid)).await?;
         self.settle(&pv_name);
+        self.retained(&pv);
         if let Some(capacity) = &self.capacity {
             capacity.volume_changed(
                 class_name,
@@ -540,85 +497,5 @@ impl Provisioner {
                 name: e.name,
                 reason: e.reason,
             })
-    }
-
-    /// Deletes a volume that may exist for a claim that is gone: repeat the recorded
-    /// CreateVolume to learn its id (idempotent by name), then DeleteVolume.
-    pub(crate) async fn clean_up(&self, name: &str, flight: &InFlight) -> Result<(), ClaimError> {
-        if self.caches.volumes.contains(&ObjectRef::new(name)) {
-            // The PV exists: the deletion path owns the volume now.
-            self.settle(name);
-            return Ok(());
-        }
-        let cleanup_error = |source: ClaimError| ClaimError::Cleanup {
-            name: name.to_string(),
-            source: Box::new(source),
-        };
-        if let Some(id) = &flight.listed {
-            return self
-                .clean_up_listed(name, id, flight)
-                .await
-                .map_err(cleanup_error);
-        }
-        let secrets = self
-            .fetch_secret(flight.secret.as_ref())
-            .await
-            .map_err(cleanup_error)?;
-        // The record must be durable before any CreateVolume, this one included: the attempt
-        // that put it in flight may have failed to store it, and a crash after this call
-        // would otherwise leave a volume nobody knows of.
-        if let Some(log) = self.intent_log() {
-            log.record(name, flight.record())
-                .await
-                .map_err(|e| cleanup_error(ClaimError::Intent(e)))?;
-        }
-        let mut request = flight.request.clone();
-        request.secrets = secrets.clone();
-        tracing::info!(
-            volume = name,
-            "claim is gone while its volume may exist: deleting the volume"
-        );
-        match self.create_volume(request).await {
-            Ok(volume) => {
-                let Some(id) = volume.map(|v| v.volume_id).filter(|id| !id.is_empty()) else {
-                    self.settle(name);
-                    return Ok(());
-                };
-                if let Err(error) = self.delete_volume_call(&id, secrets).await
-                    && classify_delete(Err(error.code)) == DeleteOutcome::Retry
-                {
-                    return Err(cleanup_error(ClaimError::Csi(error)));
-                }
-                self.settle(name);
-                tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
-                Ok(())
-            }
-            Err(error) => match classify_create(Err(error.code), false) {
-                CreateOutcome::InBackground | CreateOutcome::Conflict => {
-                    Err(cleanup_error(ClaimError::Csi(error)))
-                }
-                CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
-                    self.settle(name);
-                    Ok(())
-                }
-            },
-        }
-    }
-
-    /// The volume has a PV or certainly does not exist: drop its in-flight record.
-    pub(crate) fn settle(&self, volume: &str) {
-        self.inflight.lock().remove(volume);
-        if let Some(log) = self.intents.get() {
-            log.forget(volume);
-        }
-    }
-
-    /// Volumes recorded as possibly existing without a PV (for tests and metrics).
-    pub fn in_flight(&self) -> BTreeMap<String, String> {
-        self.inflight
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.claim.to_string()))
-            .collect()
     }
 }

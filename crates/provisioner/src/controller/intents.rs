@@ -68,9 +68,6 @@ pub enum IntentError {
     /// The writer stopped.
     #[error("the intent log writer stopped")]
     Stopped,
-    /// The API server stored the log's Lease without a UID.
-    #[error("the intent log {0} has no UID to identify this cluster by")]
-    NoUid(String),
 }
 
 /// One Lease's worth of records.
@@ -259,55 +256,6 @@ impl IntentLog {
         });
         tokio::spawn(log.clone().writer());
         Ok(log)
-    }
-
-    /// This cluster's identity in the recoverable-volumes marks: the UID of the log's first
-    /// Lease, made (without records) when there is none. A Lease deleted and made again has
-    /// another UID: volumes marked with the old one are then never taken for this cluster's
-    /// (left, never deleted by mistake).
-    pub async fn identity(&self) -> Result<String, IntentError> {
-        let known = self
-            .state
-            .lock()
-            .shards
-            .first()
-            .and_then(|s| s.last.as_ref())
-            .and_then(|lease| lease.metadata.uid.clone());
-        if let Some(uid) = known {
-            return Ok(uid);
-        }
-        let name = shard_name(&self.base, 0);
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..Default::default()
-            },
-            spec: None,
-        };
-        // The writer is not told: its first write of this shard meets a conflict, reads the
-        // Lease and merges, as with any other writer.
-        let stored = match self.api.create(&PostParams::default(), &lease).await {
-            Ok(stored) => stored,
-            Err(kube::Error::Api(status)) if status.code == 409 => self
-                .api
-                .get(&name)
-                .await
-                .map_err(|source| IntentError::Api {
-                    action: "read",
-                    source,
-                })?,
-            Err(source) => {
-                return Err(IntentError::Api {
-                    action: "create",
-                    source,
-                });
-            }
-        };
-        stored
-            .metadata
-            .uid
-            .filter(|uid| !uid.is_empty())
-            .ok_or(IntentError::NoUid(name))
     }
 
     /// The records found at start (and since).

@@ -8,8 +8,10 @@ mod claim_topology;
 mod claims;
 mod data_sources;
 pub mod driver;
+mod in_flight;
 mod intent_record;
 pub mod intents;
+mod listing;
 pub mod node_deployment;
 mod recovery;
 mod topology_cache;
@@ -34,7 +36,8 @@ use tonic::transport::Channel;
 
 use crate::decide::provision::{DriverCapabilities, ProvisionOptions};
 use cache::Caches;
-pub use claims::{ClaimError, InFlight};
+pub use claims::ClaimError;
+pub use in_flight::InFlight;
 use sidecar_kit::watch::{Watches, each as for_each, empty};
 
 /// Settings of the controller.
@@ -68,6 +71,8 @@ pub struct ControllerConfig {
     pub identity: String,
     /// Namespace and name of the intent log Lease.
     pub intent_log: (String, String),
+    /// Namespace and name of the listed volumes' Lease (identity, epoch, settled mark).
+    pub listed_lease: (String, String),
     /// How volumes in flight at a crash are found again (`--in-flight-recovery` and the
     /// driver).
     pub recovery: crate::decide::recovery::Recovery,
@@ -117,9 +122,11 @@ pub struct Provisioner {
     /// The durable record of in-flight volumes (opened when the workers start; with listed
     /// volumes only its earlier records are finished and forgotten).
     pub(crate) intents: std::sync::OnceLock<Arc<intents::IntentLog>>,
-    /// With listed volumes: this cluster's identity, marked on every CreateVolume (known
-    /// before the workers start).
-    pub(crate) cluster: std::sync::OnceLock<String>,
+    /// With listed volumes: the Lease holding this cluster's identity, this start's epoch and
+    /// the settled mark (started before the workers run).
+    pub(crate) listing: std::sync::OnceLock<listing::Listing>,
+    /// The settled mark's queue (one key).
+    pub(crate) settled: WorkQueue<String>,
     /// Topology requirement per claim, computed once per (claim UID, selected node), so
     /// retries send identical requests; dropped when the claim is provisioned or gone.
     pub(crate) topology: topology_cache::TopologyCache,
@@ -302,7 +309,11 @@ impl Provisioner {
             inflight: Mutex::new(HashMap::new()),
             deleted_handles: Mutex::new(HashMap::new()),
             intents: std::sync::OnceLock::new(),
-            cluster: std::sync::OnceLock::new(),
+            listing: std::sync::OnceLock::new(),
+            settled: WorkQueue::new(Backoff {
+                start: Duration::from_millis(100),
+                max: Duration::from_secs(30),
+            }),
             finished: Mutex::new(HashMap::new()),
             topology: topology_cache::TopologyCache::default(),
             capacity,
@@ -317,6 +328,7 @@ impl Provisioner {
     pub fn controller(self: Arc<Self>) -> Controller {
         let c = &self.caches;
         let (recover, claims, volumes) = (self.clone(), self.clone(), self.clone());
+        let settled = self.clone();
         let cloning = self.clone();
         let cloning_workers = if self.cfg.caps.clone_volume {
             self.cfg.cloning_workers
@@ -379,6 +391,10 @@ impl Provisioner {
                     async move { this.sync_volume(&key).await }
                 },
             )
+            .reconcile("settled-mark", self.settled.clone(), 1, move |_| {
+                let this = settled.clone();
+                async move { this.write_settled().await }
+            })
             .reconcile(
                 "cloning-protection",
                 self.cloning.clone(),

@@ -2,10 +2,12 @@
 //! undone ([`crate::decide::recovery`] says how):
 //! - the intent log's records, always (records written before a switch to listed volumes
 //!   are finished and forgotten as before);
-//! - with listed volumes, the driver's volumes marked with this cluster's identity that have
-//!   no PV: the claim's worker provisions them (CreateVolume finds the volume by name), or
-//!   deletes them when the claim is gone, after reading the PV and the claim live.
-
+//! - the driver's volumes marked with this cluster's identity that have no PV and whose serial
+//!   is not below the settled mark (with listed volumes; and, when the driver follows the
+//!   convention, after a switch back to the intent log too): the claim's worker provisions
+//!   them (CreateVolume finds the volume by name), or deletes them when the claim is gone,
+//!   after reading the PV and the claim live; a set's volume goes back to its set's create
+//!   worker, which deletes it (the set makes another).
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -15,10 +17,11 @@ use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::csi::CallError;
 
-use super::intents::{IntentError, IntentLog};
+use super::intents::IntentLog;
+use super::listing::{Found, Listing, ListingError};
 use super::{ClaimError, ClaimKey, InFlight, Provisioner};
 use crate::decide::classify::{DeleteOutcome, classify_delete};
-use crate::decide::recovery::{self, Listed, Owner, Recovery};
+use crate::decide::recovery::{self, Listed, Owner, Recovery, settled_below};
 use crate::decide::secrets::SecretRef;
 
 /// Entries asked for per ListVolumes page.
@@ -27,9 +30,9 @@ const LIST_PAGE: i32 = 500;
 /// Why the driver's volumes could not be taken back (retried every second).
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
-    /// This cluster's identity could not be read or made.
-    #[error("failed to learn this cluster's identity: {0}")]
-    Identity(#[source] IntentError),
+    /// The listed volumes' Lease could not be read or written.
+    #[error("failed to learn this cluster's identity and settled mark: {0}")]
+    Identity(#[source] ListingError),
     /// A ListVolumes call failed.
     #[error("failed to list the driver's volumes: {0}")]
     List(#[source] CallError),
@@ -50,6 +53,7 @@ impl InFlight {
             },
             secret: listed.secret,
             listed: Some(listed.volume_id),
+            serial: Some(listed.serial),
         };
         (listed.name, flight)
     }
@@ -82,6 +86,7 @@ impl Provisioner {
                     .secret()
                     .map(|(namespace, name)| SecretRef { name, namespace }),
                 listed: None,
+                serial: None,
             };
             self.take_back(volume.clone(), flight);
         }
@@ -91,21 +96,17 @@ impl Provisioner {
                 "recovered in-flight volumes from the intent log"
             );
         }
-        let log = self.intents.get_or_init(|| log);
-        if self.cfg.recovery != Recovery::ListVolumes {
-            return;
-        }
+        self.intents.get_or_init(|| log);
         loop {
-            match self.take_back_listed(log).await {
-                Ok(taken) => {
-                    if taken > 0 {
-                        tracing::info!(
-                            volumes = taken,
-                            "found volumes of this cluster without a PV among the driver's volumes"
-                        );
-                    }
+            match self.take_back_listed().await {
+                Ok(Some(taken)) => {
+                    tracing::info!(
+                        volumes = taken,
+                        "listed the driver's volumes: took back this cluster's without a PV"
+                    );
                     return;
                 }
+                Ok(None) => return,
                 Err(error) => {
                     tracing::warn!(%error, "cannot list the driver's volumes yet; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -127,15 +128,37 @@ impl Provisioner {
         }
     }
 
-    /// Learns this cluster's identity, then lists the driver's volumes page by page and takes
-    /// back those marked with it that have no PV in the cache. Returns how many.
-    async fn take_back_listed(&self, log: &IntentLog) -> Result<usize, RecoveryError> {
-        let cluster = match self.cluster.get() {
-            Some(cluster) => cluster.clone(),
-            None => {
-                let identity = log.identity().await.map_err(RecoveryError::Identity)?;
-                self.cluster.get_or_init(|| identity).clone()
+    /// With listed volumes, starts the Lease (identity, this start's epoch); else reads it, if
+    /// a run with listed volumes left one and the driver still lists their marks. Then lists
+    /// the driver's volumes page by page and takes back those marked with the identity, not
+    /// below the settled mark, that have no PV in the cache. Returns how many (None when
+    /// nothing was listed).
+    async fn take_back_listed(&self) -> Result<Option<usize>, RecoveryError> {
+        let (namespace, name) = &self.cfg.listed_lease;
+        let found = if self.cfg.recovery == Recovery::ListVolumes {
+            if self.listing.get().is_none() {
+                let listing = Listing::start(self.client.clone(), namespace, name)
+                    .await
+                    .map_err(RecoveryError::Identity)?;
+                tracing::info!(lease = %name, settled = %listing.found.settled, "marking volumes for listing");
+                let _ = self.listing.set(listing);
             }
+            self.listing.get().map(|l| l.found.clone())
+        } else {
+            let found = Listing::peek(self.client.clone(), namespace, name)
+                .await
+                .map_err(RecoveryError::Identity)?;
+            if found.is_some() && !self.cfg.caps.recoverable {
+                tracing::warn!(
+                    lease = %name,
+                    "volumes were marked for listing by an earlier run, and the driver no longer follows the recoverable-volumes convention: any of them left without a PV at a crash cannot be found"
+                );
+                return Ok(None);
+            }
+            found
+        };
+        let Some(Found { identity, settled }) = found else {
+            return Ok(None);
         };
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
         let calls = &self.csi_calls;
@@ -153,9 +176,13 @@ impl Provisioner {
                 .await
                 .map_err(RecoveryError::List)?;
             for volume in page.entries.iter().filter_map(|e| e.volume.as_ref()) {
-                let Some(listed) = recovery::listed(volume, &cluster) else {
+                let Some(listed) = recovery::listed(volume, &identity) else {
                     continue;
                 };
+                if listed.serial < settled {
+                    // It had a PV, deleted without DeleteVolume: kept on purpose.
+                    continue;
+                }
                 let known = self.caches.volumes.contains(&ObjectRef::new(&listed.name))
                     || self.inflight.lock().contains_key(&listed.name);
                 if !known {
@@ -165,7 +192,7 @@ impl Provisioner {
                 }
             }
             if page.next_token.is_empty() {
-                return Ok(taken);
+                return Ok(Some(taken));
             }
             if !seen.insert(page.next_token.clone()) {
                 return Err(RecoveryError::TokenLoop(page.next_token));
@@ -182,29 +209,74 @@ impl Provisioner {
             .map(|log| &**log)
     }
 
-    /// With listed volumes, marks a CreateVolume with this cluster's identity, the claim (or
-    /// set) and the secret's reference. The start-up step learns the identity before any
-    /// worker runs.
-    pub(crate) fn mark(
-        &self,
-        request: &mut csi::CreateVolumeRequest,
-        claim: &ClaimKey,
-        claim_uid: &str,
-        secret: Option<&SecretRef>,
-    ) {
-        if self.cfg.recovery != Recovery::ListVolumes {
-            return;
-        }
-        if let Some(cluster) = self.cluster.get() {
+    /// Puts a volume in flight before its CreateVolume and returns the request to send: with
+    /// listed volumes, marked with this cluster's identity, the volume's serial (the one it
+    /// was first asked for with, when it is in flight already: the driver keeps the first
+    /// marks), the claim (or set) and the secret's reference. The serial is taken under the
+    /// in-flight table's lock, so the settled mark never passes it while it may exist.
+    pub(crate) fn fly(&self, volume: &str, mut flight: InFlight) -> csi::CreateVolumeRequest {
+        let mut table = self.inflight.lock();
+        if let Some(listing) = self
+            .listing
+            .get()
+            .filter(|_| self.cfg.recovery == Recovery::ListVolumes)
+        {
+            let serial = table
+                .get(volume)
+                .and_then(|f| f.serial)
+                .unwrap_or_else(|| listing.take_serial());
             recovery::mark(
-                &mut request.parameters,
+                &mut flight.request.parameters,
                 &Owner {
-                    cluster,
-                    claim,
-                    claim_uid,
-                    secret,
+                    cluster: &listing.found.identity,
+                    serial,
+                    claim: &flight.claim,
+                    claim_uid: &flight.claim_uid,
+                    secret: flight.secret.as_ref(),
                 },
             );
+            flight.serial = Some(serial);
+        }
+        let request = flight.request.clone();
+        table.insert(volume.to_string(), flight);
+        request
+    }
+
+    /// The settled mark's queue: writes the mark when it moved (after a PV that outlives its
+    /// volume's deletion, `Retain`, was saved or seen).
+    pub(crate) async fn write_settled(&self) -> Result<sidecar_kit::workqueue::Next, ListingError> {
+        let Some(listing) = self.listing.get() else {
+            return Ok(sidecar_kit::workqueue::Next::Done);
+        };
+        let mark = {
+            let table = self.inflight.lock();
+            settled_below(
+                table.values().filter_map(|f| f.serial),
+                listing.next_serial(),
+            )
+        };
+        if listing.settle_below(mark).await? {
+            tracing::debug!(settled = %mark, "settled mark written");
+        }
+        Ok(sidecar_kit::workqueue::Next::Done)
+    }
+
+    /// Asks for the settled mark to be written when `pv` may outlive its volume's deletion
+    /// (its reclaim policy is not `Delete`) and volumes are marked.
+    pub(crate) fn retained(&self, pv: &PersistentVolume) {
+        let Some(spec) = pv.spec.as_ref() else {
+            return;
+        };
+        let ours = spec
+            .csi
+            .as_ref()
+            .is_some_and(|csi| csi.driver == self.cfg.caps.name);
+        let kept = spec
+            .persistent_volume_reclaim_policy
+            .as_deref()
+            .is_some_and(|policy| policy != "Delete");
+        if ours && kept && self.listing.get().is_some() {
+            self.settled.add(String::new());
         }
     }
 

@@ -88,6 +88,9 @@ impl Provisioner {
         if remembered(&self.finished, name) {
             return Ok(());
         }
+        // A PV kept at its deletion (its policy set at creation, or changed since): its volume
+        // must never be taken for one left in flight.
+        self.retained(&pv);
         match decide_volume(&pv, &self.cfg.caps.name) {
             VolumeDecision::Ignore => Ok(()),
             VolumeDecision::RemoveFinalizer => self.remove_finalizer(&pv).await,

@@ -119,6 +119,12 @@ pub enum ParameterError {
         "unknown StorageClass parameter {0:?}: keys with the prefix csi.storage.k8s.io/ are reserved for the provisioner"
     )]
     UnknownReserved(String),
+    /// A key with the prefix of the provisioner's marks: a driver that follows the
+    /// recoverable-volumes convention would take it for one.
+    #[error(
+        "StorageClass parameter {0:?}: keys with the prefix volstack.dev/ are reserved for the provisioner's marks (the recoverable-volumes convention)"
+    )]
+    Marked(String),
     /// A reserved key with an empty value.
     #[error("StorageClass parameter {0:?} must not be empty")]
     Empty(String),
@@ -235,6 +241,9 @@ pub fn parse_class_parameters(
         }
         if key.starts_with(PREFIX) {
             return Err(ParameterError::UnknownReserved(key.clone()));
+        }
+        if sidecar_kit::recoverable::is_mark(key) {
+            return Err(ParameterError::Marked(key.clone()));
         }
         driver.insert(key.clone(), value.clone());
     }
@@ -357,6 +366,14 @@ mod tests {
                 "two forms",
             ),
             (vec![("csi.storage.k8s.io/fstype", "")], "empty"),
+            (
+                vec![("volstack.dev/secret", "vault/creds")],
+                "reserved for the provisioner's marks",
+            ),
+            (
+                vec![("volstack.dev/cluster", "x")],
+                "reserved for the provisioner's marks",
+            ),
         ];
         for (pairs, words) in cases {
             let err = parse_class_parameters(&params(&pairs)).unwrap_err();

@@ -4,11 +4,20 @@
 //!   claims come one at a time; shared by the claims of a burst);
 //! - **listed volumes**: with a driver that follows the recoverable-volumes convention
 //!   ([`sidecar_kit::recoverable`]), each CreateVolume carries marks (this cluster's identity,
-//!   the claim, the secret's reference) that the driver lists with the volume; at start the
-//!   provisioner lists the driver's volumes and takes back those of this cluster without a
-//!   PV. Nothing is written before CreateVolume.
+//!   the volume's serial, the claim, the secret's reference) that the driver lists with the
+//!   volume; at start the provisioner lists the driver's volumes and takes back those of this
+//!   cluster without a PV whose serial is not below the *settled* mark. Nothing is written
+//!   before CreateVolume.
+//!
+//! The settled mark: every volume whose serial is below it has had its PV saved, or certainly
+//! does not exist. A marked volume without a PV whose serial is below the mark had a PV that
+//! was deleted without DeleteVolume (a `Retain` volume kept on purpose) and is never taken.
+//! The mark is written when a PV whose reclaim policy is not `Delete` is saved or seen (a
+//! `Delete` PV's volume is deleted with it, so the mark need not move for it).
 
 use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
 
 use csi_proto::v1 as csi;
 use sidecar_kit::key::ObjectKey;
@@ -49,11 +58,54 @@ pub fn choose(flag: RecoveryFlag, driver_follows: bool) -> Result<Recovery, Stri
     }
 }
 
+/// When a volume was asked for: the provisioner's start (`epoch`, one more at each start)
+/// and the number of the request since that start. Ordered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Serial {
+    /// The start.
+    pub epoch: u64,
+    /// The request since that start.
+    pub sequence: u64,
+}
+
+impl fmt::Display for Serial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.epoch, self.sequence)
+    }
+}
+
+impl FromStr for Serial {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let number = |part: &str| {
+            (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| part.parse::<u64>().ok())
+                .flatten()
+        };
+        text.split_once('.')
+            .and_then(|(epoch, sequence)| {
+                Some(Serial {
+                    epoch: number(epoch)?,
+                    sequence: number(sequence)?,
+                })
+            })
+            .ok_or_else(|| format!("{text:?} is not <epoch>.<sequence>"))
+    }
+}
+
+/// The settled mark: the lowest serial still in flight, or the next serial when none is.
+pub fn settled_below(in_flight: impl IntoIterator<Item = Serial>, next: Serial) -> Serial {
+    in_flight.into_iter().fold(next, Ord::min)
+}
+
 /// What a volume's marks say it was made for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner<'a> {
     /// This cluster's identity.
     pub cluster: &'a str,
+    /// The volume's serial.
+    pub serial: Serial,
     /// The claim (a set's name, cluster-scoped, for a set's volume).
     pub claim: &'a ObjectKey,
     /// The claim's UID (a set's token).
@@ -65,6 +117,7 @@ pub struct Owner<'a> {
 /// Adds the marks to a CreateVolume's parameters.
 pub fn mark(parameters: &mut HashMap<String, String>, owner: &Owner<'_>) {
     parameters.insert(recoverable::CLUSTER.to_string(), owner.cluster.to_string());
+    parameters.insert(recoverable::SERIAL.to_string(), owner.serial.to_string());
     parameters.insert(recoverable::CLAIM.to_string(), owner.claim.to_string());
     parameters.insert(
         recoverable::CLAIM_UID.to_string(),
@@ -85,6 +138,8 @@ pub struct Listed {
     pub name: String,
     /// The driver's id.
     pub volume_id: String,
+    /// Its serial.
+    pub serial: Serial,
     /// The claim (or set) it was made for.
     pub claim: ObjectKey,
     /// That claim's UID (or the set's token).
@@ -124,6 +179,7 @@ pub fn listed(volume: &csi::Volume, cluster: &str) -> Option<Listed> {
     Some(Listed {
         name: get(recoverable::NAME)?.clone(),
         volume_id: volume.volume_id.clone(),
+        serial: get(recoverable::SERIAL)?.parse().ok()?,
         claim,
         claim_uid: get(recoverable::CLAIM_UID)?.clone(),
         secret,
@@ -185,6 +241,10 @@ mod tests {
                 &mut parameters,
                 &Owner {
                     cluster: "cluster-a",
+                    serial: Serial {
+                        epoch: 3,
+                        sequence: 41,
+                    },
                     claim: key,
                     claim_uid: uid,
                     secret,
@@ -196,6 +256,10 @@ mod tests {
                 Some(Listed {
                     name: "pvc-1".into(),
                     volume_id: "vol-1".into(),
+                    serial: Serial {
+                        epoch: 3,
+                        sequence: 41,
+                    },
                     claim: key.clone(),
                     claim_uid: uid.into(),
                     secret: secret.cloned(),
@@ -214,6 +278,7 @@ mod tests {
             &mut parameters,
             &Owner {
                 cluster: "c",
+                serial: Serial::default(),
                 claim: &claim,
                 claim_uid: "u",
                 secret: None,
@@ -229,6 +294,11 @@ mod tests {
             (recoverable::CLAIM, Some("ns/")),
             (recoverable::CLAIM, Some("/data")),
             (recoverable::CLAIM_UID, None),
+            (recoverable::SERIAL, None),
+            (recoverable::SERIAL, Some("7")),
+            (recoverable::SERIAL, Some("7.")),
+            (recoverable::SERIAL, Some("-1.2")),
+            (recoverable::SERIAL, Some("1.2.3")),
             (recoverable::SECRET, Some("no-slash")),
             (recoverable::SECRET, Some("/name")),
         ];
@@ -252,5 +322,45 @@ mod tests {
             None,
             "an unmarked volume"
         );
+    }
+
+    #[test]
+    fn serials_order_by_start_then_request_and_read_back() {
+        let s = |epoch, sequence| Serial { epoch, sequence };
+        assert!(s(1, 900) < s(2, 0));
+        assert!(s(2, 3) < s(2, 10), "numbers, not text");
+        for serial in [s(0, 0), s(1, 2), s(u64::MAX, 7)] {
+            assert_eq!(serial.to_string().parse::<Serial>(), Ok(serial));
+        }
+        for text in [
+            "",
+            "1",
+            "1.",
+            ".1",
+            "a.1",
+            "1.b",
+            "+1.2",
+            "1.2.3",
+            "99999999999999999999.1",
+        ] {
+            assert!(text.parse::<Serial>().is_err(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_settled_mark_stays_below_every_volume_in_flight() {
+        let s = |epoch, sequence| Serial { epoch, sequence };
+        let next = s(4, 20);
+        for (in_flight, want) in [
+            (vec![], next),
+            (vec![s(4, 12), s(4, 19)], s(4, 12)),
+            (vec![s(4, 12), s(2, 700)], s(2, 700)),
+        ] {
+            assert_eq!(
+                settled_below(in_flight.clone(), next),
+                want,
+                "{in_flight:?}"
+            );
+        }
     }
 }

@@ -3,10 +3,11 @@
 //!
 //! Never a leaked volume, never past the maximum:
 //! - a new volume is put in flight by the set's pass and made by a create worker (its own
-//!   queue, `--volume-set-creates` workers): recorded in the intent log (as a claim's would be,
-//!   the set in place of the claim) before CreateVolume, it counts towards the maximum from
-//!   then until its PV is gone. A failed attempt is retried with the same name (CreateVolume
-//!   is idempotent by name); if the set is gone, the volume is deleted instead.
+//!   queue, `--volume-set-creates` workers): recorded in the intent log, or marked for listing
+//!   (as a claim's would be, the set in place of the claim), before CreateVolume, it counts
+//!   towards the maximum from then until its PV is gone. A failed attempt is retried with the
+//!   same name (CreateVolume is idempotent by name); if the set is gone, the volume is deleted
+//!   instead, and so is one found among the driver's volumes at start (the set makes another).
 //! - a volume is taken out of the pool before DeleteVolume: a finalizer is added at the version
 //!   the decision saw and the PV is deleted with that version as precondition, so a claim that
 //!   bound it meanwhile makes the deletion fail instead of losing its data. DeleteVolume and
@@ -293,22 +294,15 @@ impl Provisioner {
             &token,
         )?;
         let claim = crate::controller::ClaimKey::cluster(&name);
-        let mut request = create_request(&plan, HashMap::new(), None);
-        let token = token.to_string();
-        self.mark(
-            &mut request,
-            &claim,
-            &token,
-            plan.provisioner_secret.as_ref(),
-        );
         let flight = InFlight {
             claim,
-            claim_uid: token,
-            request,
+            claim_uid: token.to_string(),
+            request: create_request(&plan, HashMap::new(), None),
             secret: plan.provisioner_secret.clone(),
             listed: None,
+            serial: None,
         };
-        self.inflight.lock().insert(volume.clone(), flight);
+        self.fly(&volume, flight);
         if let Some(manager) = &self.sets {
             manager.creates.add(volume);
         }
@@ -367,8 +361,8 @@ impl Provisioner {
             .ok_or_else(|| SetError::ClassNotFound(class_name.clone()))
     }
 
-    /// Makes an in-flight volume of the set: the record is made durable, CreateVolume (again,
-    /// with the recorded name: idempotent), then the PV.
+    /// Makes an in-flight volume of the set: the record is made durable (with the intent log),
+    /// CreateVolume (again, with the recorded name: idempotent), then the PV.
     async fn finish_member(
         &self,
         set: &PersistentVolumeSet,
@@ -452,6 +446,7 @@ impl Provisioner {
             manager.metrics.created.with_label_values(&[&name]).inc();
         }
         self.settle(volume);
+        self.retained(&pv);
         tracing::info!(set = %name, volume, "volume made for the set");
         Ok(())
     }
