@@ -74,11 +74,12 @@ fn copying(i: usize) -> serde_json::Value {
     }
 }
 
-async fn run_chaos(replicas: usize, pv_controller: bool) {
-    run_chaos_with(replicas, pv_controller, false).await;
+/// `recovery` is the `--in-flight-recovery` way (`auto` lists the reference driver's volumes).
+async fn run_chaos(replicas: usize, pv_controller: bool, recovery: &str) {
+    run_chaos_with(replicas, pv_controller, false, recovery).await;
 }
 
-async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool) {
+async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool, recovery: &str) {
     let started = Instant::now();
     let leader_args: Vec<String> = if replicas > 1 {
         vec![
@@ -90,10 +91,11 @@ async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool) {
     } else {
         Vec::new()
     };
+    let recovery = format!("--in-flight-recovery={recovery}");
     let args: Vec<&str> = leader_args
         .iter()
         .map(String::as_str)
-        .chain(["--timeout=1s", "--worker-threads=20"])
+        .chain(["--timeout=1s", "--worker-threads=20", recovery.as_str()])
         .collect();
     let mut c = Cluster::start(&["--capacity=1Ti"], &args, pv_controller).await;
     let mut standby = if replicas > 1 {
@@ -293,24 +295,34 @@ async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool) {
 
 #[tokio::test]
 async fn chaos_single_replica() {
-    run_chaos(1, false).await;
+    run_chaos(1, false, "auto").await;
+}
+
+#[tokio::test]
+async fn chaos_single_replica_with_the_intent_log() {
+    run_chaos(1, false, "intent-log").await;
 }
 
 #[tokio::test]
 async fn chaos_two_replicas_with_leader_election() {
-    run_chaos(2, false).await;
+    run_chaos(2, false, "auto").await;
+}
+
+#[tokio::test]
+async fn chaos_two_replicas_with_leader_election_and_the_intent_log() {
+    run_chaos(2, false, "intent-log").await;
 }
 
 /// The embedded stack's own PV controller binds and releases: a claim deleted before its
 /// pre-bound PV is bound must still end with no PV and no volume.
 #[tokio::test]
 async fn chaos_with_the_pv_controller() {
-    run_chaos(1, true).await;
+    run_chaos(1, true, "auto").await;
 }
 
 /// Half of the claims clone a claim or restore a snapshot: the never-leak guarantee holds for
 /// copies too.
 #[tokio::test]
 async fn chaos_with_clones_and_restores() {
-    run_chaos_with(1, true, true).await;
+    run_chaos_with(1, true, true, "auto").await;
 }

@@ -273,9 +273,20 @@ async fn scaling_down_deletes_the_largest_available_volumes_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_failures_and_sigkills_leak_nothing_and_never_pass_the_maximum() {
+    sets_under_chaos("auto").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_failures_and_sigkills_leak_nothing_with_the_intent_log() {
+    sets_under_chaos("intent-log").await;
+}
+
+/// `recovery` is the `--in-flight-recovery` way (`auto` lists the reference driver's volumes).
+async fn sets_under_chaos(recovery: &str) {
+    let recovery = format!("--in-flight-recovery={recovery}");
     let mut c = Cluster::start(
         &["--capacity=1Ti"],
-        &["--enable-volume-sets", "--timeout=1s"],
+        &["--enable-volume-sets", "--timeout=1s", &recovery],
         true,
     )
     .await;
@@ -467,4 +478,44 @@ async fn a_driver_refusing_every_volume_is_reported_on_the_set_and_the_pool_fill
     .await;
     c.wait_event("templated", "ProvisioningFailed", "refers to the claim")
         .await;
+}
+
+const T: Duration = Duration::from_secs(30);
+
+/// A set's volumes made while every CreateVolume answered with an error, then a crash: the
+/// restart finds them among the driver's volumes, deletes them, and the set makes its minimum.
+#[tokio::test]
+async fn a_sets_volumes_left_in_flight_at_a_crash_are_replaced() {
+    let mut c = Cluster::start(
+        &["--capacity=1Ti"],
+        &["--enable-volume-sets", "--in-flight-recovery=list-volumes"],
+        true,
+    )
+    .await;
+    c.class("pool", json!({})).await;
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    make_set(&c, "left", 2, 2, "1Mi").await;
+    c.wait_until("volumes made without an answer", T, || async {
+        c.driver_volumes().await >= 2
+    })
+    .await;
+    c.kill_provisioner();
+    c.faults("");
+    let before: BTreeSet<String> = c.driver_volume_ids().await.into_iter().collect();
+    c.start_provisioner();
+    c.wait_until("the set's minimum, made again", T, || async {
+        let m = members(&c, "left").await;
+        let handles: BTreeSet<String> = m
+            .iter()
+            .filter_map(|pv| Some(pv.spec.as_ref()?.csi.as_ref()?.volume_handle.clone()))
+            .collect();
+        let ids: BTreeSet<String> = c.driver_volume_ids().await.into_iter().collect();
+        m.len() == 2 && m.iter().all(|pv| phase(pv) == "Available") && ids == handles
+    })
+    .await;
+    let now: BTreeSet<String> = c.driver_volume_ids().await.into_iter().collect();
+    assert!(
+        before.is_disjoint(&now),
+        "the volumes left in flight were deleted: {before:?} {now:?}"
+    );
 }

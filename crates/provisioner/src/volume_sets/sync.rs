@@ -335,6 +335,9 @@ impl Provisioner {
                     volume: volume.to_string(),
                     source: Box::new(source),
                 })?;
+            // It no longer counts towards the set's maximum: the set's pass may make another
+            // (nothing else queues it: the volume never had a PV).
+            manager.queue.add(name);
             return Ok(Next::Done);
         };
         match self.finish_member(&set, volume, &flight).await {
