@@ -763,12 +763,74 @@ async fn a_listed_volume_whose_claim_stays_becomes_its_pv_and_the_marks_stay_off
     assert!(without_colours(&c.provisioner_log()).contains(TOOK_BACK_ONE));
 }
 
+#[tokio::test]
+async fn a_volume_in_flight_when_a_retained_one_settles_is_still_taken_back() {
+    let mut c = Cluster::start(&[], &["--in-flight-recovery=list-volumes"], true).await;
+    // The first attempt's retry is an hour away: its volume stays in flight.
+    c.kill_provisioner();
+    for arg in &mut c.provisioner_args {
+        if arg.starts_with("--retry-interval-") {
+            *arg = format!("{}=1h", arg.split('=').next().unwrap_or_default());
+        }
+    }
+    c.start_provisioner();
+    c.class("keep", json!({"reclaimPolicy": "Retain"})).await;
+    c.class("drop", json!({})).await;
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    c.claim("stuck", "drop", "1Gi", json!({}), false).await;
+    c.wait_event("stuck", "ProvisioningFailed", "Unavailable")
+        .await;
+    c.faults("");
+    let stuck = c.driver_volume_ids().await;
+    assert_eq!(stuck.len(), 1);
+    let kept = c.claim("kept", "keep", "1Gi", json!({}), false).await;
+    let kept_pv = c.wait_pv(&kept, T).await;
+    c.wait_until("what is settled to pass the retained volume", T, || async {
+        settled(&c).await == Some(("1.2".to_string(), "1.0".to_string()))
+    })
+    .await;
+    c.kill_provisioner();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    for claim in ["stuck", "kept"] {
+        claims
+            .delete(claim, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let kept_name = kept_pv.metadata.name.clone().unwrap();
+    pvs.delete(&kept_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    c.wait_until("the retained PV to go", T, || async {
+        pvs.get_opt(&kept_name).await.unwrap().is_none()
+    })
+    .await;
+    c.start_provisioner();
+    c.wait_until("the volume in flight to be deleted", T, || async {
+        c.driver_volumes().await == 1
+    })
+    .await;
+    let handle = kept_pv.spec.and_then(|s| s.csi).unwrap().volume_handle;
+    assert_eq!(
+        c.driver_volume_ids().await,
+        vec![handle],
+        "the retained one stays"
+    );
+    assert!(without_colours(&c.provisioner_log()).contains(TOOK_BACK_ONE));
+}
+
 /// What the provisioner logs when its start-up listing took back one volume.
 const TOOK_BACK_ONE: &str =
     "listed the driver's volumes: took back this cluster's without a PV volumes=1";
 
 /// The settled mark in the listed volumes' Lease.
 async fn settled_mark(c: &Cluster) -> Option<String> {
+    settled(c).await.map(|(mark, _)| mark)
+}
+
+/// The settled mark and the unsettled serials in the listed volumes' Lease.
+async fn settled(c: &Cluster) -> Option<(String, String)> {
     let name = format!("{}-listed", sidecar_kit::leader::lease_name(DRIVER));
     Api::<k8s_openapi::api::coordination::v1::Lease>::all(c.client.clone())
         .list(&Default::default())
@@ -778,7 +840,10 @@ async fn settled_mark(c: &Cluster) -> Option<String> {
         .into_iter()
         .find(|l| l.metadata.name.as_deref() == Some(name.as_str()))
         .and_then(|l| l.metadata.annotations)
-        .and_then(|a| a.get("volstack.dev/settled").cloned())
+        .and_then(|a| {
+            let mark = a.get("volstack.dev/settled")?.clone();
+            Some((mark, a.get("volstack.dev/unsettled")?.clone()))
+        })
 }
 
 #[tokio::test]

@@ -298,9 +298,13 @@ pub async fn run(
             lease_namespace(&args.common.leader_election_namespace),
             format!("{}-intents", lease_name(&caps_name)),
         ),
+        // A per-node provisioner lists and marks its own node's volumes only: a Lease each.
         listed_lease: (
             lease_namespace(&args.common.leader_election_namespace),
-            format!("{}-listed", lease_name(&caps_name)),
+            match &node {
+                Some(node) => format!("{}-listed-{}", lease_name(&caps_name), node.name),
+                None => format!("{}-listed", lease_name(&caps_name)),
+            },
         ),
         recovery,
         node,

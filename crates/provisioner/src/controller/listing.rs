@@ -1,7 +1,7 @@
 //! The Lease behind listed volumes (`<lease-name>-listed`, beside the intent log's): its UID
 //! is this cluster's identity in the marks, annotation [`EPOCH`] counts the provisioner's
 //! starts (each start's serials use a new one, made durable before the first mark), and
-//! annotation [`SETTLED`] is the settled mark ([`crate::decide::recovery`]).
+//! annotations [`SETTLED`] and [`UNSETTLED`] say what is settled ([`Settled`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -10,12 +10,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
 
-use crate::decide::recovery::Serial;
+use crate::decide::recovery::{Serial, Settled};
 
 /// The annotation counting starts.
 pub const EPOCH: &str = "volstack.dev/epoch";
 /// The annotation holding the settled mark.
 pub const SETTLED: &str = "volstack.dev/settled";
+/// The annotation listing the serials below the mark that may still be without a PV.
+pub const UNSETTLED: &str = "volstack.dev/unsettled";
 
 /// Why the Lease could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -51,8 +53,8 @@ pub enum ListingError {
 pub struct Found {
     /// This cluster's identity.
     pub identity: String,
-    /// The settled mark (zero when never written: every marked volume is looked at).
-    pub settled: Serial,
+    /// What is settled (nothing when never written: every marked volume is looked at).
+    pub settled: Settled,
 }
 
 /// The Lease of a running provisioner that marks its CreateVolumes.
@@ -67,8 +69,8 @@ pub struct Listing {
     /// The next sequence number (taken under the in-flight table's lock, so the settled mark
     /// never passes a serial that is about to be in flight).
     next: AtomicU64,
-    /// The Lease as last written, and the mark it holds.
-    last: Mutex<(Lease, Serial)>,
+    /// The Lease as last written, and what it says is settled.
+    last: Mutex<(Lease, Settled)>,
 }
 
 fn annotation(lease: &Lease, key: &'static str) -> Result<Option<String>, ListingError> {
@@ -97,8 +99,16 @@ fn read(lease: &Lease, name: &str) -> Result<(Found, u64), ListingError> {
         Some(text) => text.parse().map_err(|_| corrupt(EPOCH, &text))?,
     };
     let settled = match annotation(lease, SETTLED)? {
-        None => Serial::default(),
-        Some(text) => text.parse().map_err(|_| corrupt(SETTLED, &text))?,
+        None => Settled::default(),
+        Some(mark) => {
+            let unsettled = annotation(lease, UNSETTLED)?.unwrap_or_default();
+            Settled::read(&mark, &unsettled).map_err(|_| {
+                corrupt(
+                    UNSETTLED,
+                    &format!("{SETTLED}={mark:?} {UNSETTLED}={unsettled:?}"),
+                )
+            })?
+        }
     };
     Ok((Found { identity, settled }, epoch))
 }
@@ -157,7 +167,7 @@ impl Listing {
         Ok(Listing {
             api,
             name: name.to_string(),
-            last: Mutex::new((lease, found.settled)),
+            last: Mutex::new((lease, found.settled.clone())),
             found,
             epoch,
             next: AtomicU64::new(0),
@@ -201,17 +211,18 @@ impl Listing {
         }
     }
 
-    /// Writes the settled mark when it moved past the one written. Only the leader writes; a
-    /// conflict is an error (retried from the Lease as stored).
-    pub async fn settle_below(&self, mark: Serial) -> Result<bool, ListingError> {
+    /// Writes what is settled when it changed. Only the leader writes; a conflict is an error
+    /// (retried from the Lease as stored).
+    pub async fn settle(&self, settled: &Settled) -> Result<bool, ListingError> {
         let mut lease = {
             let last = self.last.lock();
-            if mark <= last.1 {
+            if last.1 == *settled {
                 return Ok(false);
             }
             last.0.clone()
         };
-        annotate(&mut lease, SETTLED, mark.to_string());
+        annotate(&mut lease, SETTLED, settled.mark.to_string());
+        annotate(&mut lease, UNSETTLED, settled.unsettled_text());
         let failed = |action| {
             let name = self.name.clone();
             move |source| ListingError::Api {
@@ -234,10 +245,7 @@ impl Listing {
             }
             Err(source) => return Err(failed("write")(source)),
         };
-        let mut last = self.last.lock();
-        if mark > last.1 {
-            *last = (written, mark);
-        }
+        *self.last.lock() = (written, settled.clone());
         Ok(true)
     }
 }

@@ -3,7 +3,7 @@
 //! - the intent log's records, always (records written before a switch to listed volumes
 //!   are finished and forgotten as before);
 //! - the driver's volumes marked with this cluster's identity that have no PV and whose serial
-//!   is not below the settled mark (with listed volumes; and, when the driver follows the
+//!   is not settled (with listed volumes; and, when the driver follows the
 //!   convention, after a switch back to the intent log too): the claim's worker provisions
 //!   them (CreateVolume finds the volume by name), or deletes them when the claim is gone,
 //!   after reading the PV and the claim live; a set's volume goes back to its set's create
@@ -21,7 +21,7 @@ use super::intents::IntentLog;
 use super::listing::{Found, Listing, ListingError};
 use super::{ClaimError, ClaimKey, InFlight, Provisioner};
 use crate::decide::classify::{DeleteOutcome, classify_delete};
-use crate::decide::recovery::{self, Listed, Owner, Recovery, settled_below};
+use crate::decide::recovery::{self, Listed, Owner, Recovery, Settled};
 use crate::decide::secrets::SecretRef;
 
 /// Entries asked for per ListVolumes page.
@@ -131,7 +131,7 @@ impl Provisioner {
     /// With listed volumes, starts the Lease (identity, this start's epoch); else reads it, if
     /// a run with listed volumes left one and the driver still lists their marks. Then lists
     /// the driver's volumes page by page and takes back those marked with the identity, not
-    /// below the settled mark, that have no PV in the cache. Returns how many (None when
+    /// not settled, that have no PV in the cache. Returns how many (None when
     /// nothing was listed).
     async fn take_back_listed(&self) -> Result<Option<usize>, RecoveryError> {
         let (namespace, name) = &self.cfg.listed_lease;
@@ -140,7 +140,12 @@ impl Provisioner {
                 let listing = Listing::start(self.client.clone(), namespace, name)
                     .await
                     .map_err(RecoveryError::Identity)?;
-                tracing::info!(lease = %name, settled = %listing.found.settled, "marking volumes for listing");
+                tracing::info!(
+                    lease = %name,
+                    settled = %listing.found.settled.mark,
+                    unsettled = listing.found.settled.unsettled.len(),
+                    "marking volumes for listing"
+                );
                 let _ = self.listing.set(listing);
             }
             self.listing.get().map(|l| l.found.clone())
@@ -179,7 +184,7 @@ impl Provisioner {
                 let Some(listed) = recovery::listed(volume, &identity) else {
                     continue;
                 };
-                if listed.serial < settled {
+                if !settled.may_be_in_flight(listed.serial) {
                     // It had a PV, deleted without DeleteVolume: kept on purpose.
                     continue;
                 }
@@ -213,7 +218,8 @@ impl Provisioner {
     /// listed volumes, marked with this cluster's identity, the volume's serial (the one it
     /// was first asked for with, when it is in flight already: the driver keeps the first
     /// marks), the claim (or set) and the secret's reference. The serial is taken under the
-    /// in-flight table's lock, so the settled mark never passes it while it may exist.
+    /// in-flight table's lock, so what is written as settled never includes it while it may
+    /// exist.
     pub(crate) fn fly(&self, volume: &str, mut flight: InFlight) -> csi::CreateVolumeRequest {
         let mut table = self.inflight.lock();
         if let Some(listing) = self
@@ -242,21 +248,25 @@ impl Provisioner {
         request
     }
 
-    /// The settled mark's queue: writes the mark when it moved (after a PV that outlives its
+    /// The settled mark's queue: writes what is settled when it changed (after a PV that outlives its
     /// volume's deletion, `Retain`, was saved or seen).
     pub(crate) async fn write_settled(&self) -> Result<sidecar_kit::workqueue::Next, ListingError> {
         let Some(listing) = self.listing.get() else {
             return Ok(sidecar_kit::workqueue::Next::Done);
         };
-        let mark = {
+        let settled = {
             let table = self.inflight.lock();
-            settled_below(
+            Settled::now(
                 table.values().filter_map(|f| f.serial),
                 listing.next_serial(),
             )
         };
-        if listing.settle_below(mark).await? {
-            tracing::debug!(settled = %mark, "settled mark written");
+        if listing.settle(&settled).await? {
+            tracing::debug!(
+                settled = %settled.mark,
+                unsettled = settled.unsettled.len(),
+                "settled mark written"
+            );
         }
         Ok(sidecar_kit::workqueue::Next::Done)
     }

@@ -9,13 +9,14 @@
 //!   cluster without a PV whose serial is not below the *settled* mark. Nothing is written
 //!   before CreateVolume.
 //!
-//! The settled mark: every volume whose serial is below it has had its PV saved, or certainly
-//! does not exist. A marked volume without a PV whose serial is below the mark had a PV that
-//! was deleted without DeleteVolume (a `Retain` volume kept on purpose) and is never taken.
-//! The mark is written when a PV whose reclaim policy is not `Delete` is saved or seen (a
-//! `Delete` PV's volume is deleted with it, so the mark need not move for it).
+//! What is settled ([`Settled`]): every volume whose serial is below a mark, except the few
+//! listed as unsettled (in flight when the mark was written), has had its PV saved, or
+//! certainly does not exist. A marked volume without a PV that is settled had a PV that was
+//! deleted without DeleteVolume (a `Retain` volume kept on purpose) and is never taken. It is
+//! written when a PV whose reclaim policy is not `Delete` is saved or seen (a `Delete` PV's
+//! volume is deleted with it, so nothing need be written for it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::str::FromStr;
 
@@ -94,9 +95,62 @@ impl FromStr for Serial {
     }
 }
 
-/// The settled mark: the lowest serial still in flight, or the next serial when none is.
-pub fn settled_below(in_flight: impl IntoIterator<Item = Serial>, next: Serial) -> Serial {
-    in_flight.into_iter().fold(next, Ord::min)
+/// The most serials kept as exceptions; with more in flight the mark stays below them all.
+pub const MAX_UNSETTLED: usize = 1000;
+
+/// What is settled: every serial below `mark` except those in `unsettled` has had its PV
+/// saved, or certainly does not exist.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Serials from here on may be without a PV.
+    pub mark: Serial,
+    /// Serials below the mark that may still be without a PV (in flight when it was written).
+    pub unsettled: BTreeSet<Serial>,
+}
+
+impl Settled {
+    /// What is settled while `in_flight` are the serials in flight and `next` the serial the
+    /// next volume gets: everything below `next` but those in flight (at most
+    /// [`MAX_UNSETTLED`] of them; with more, the lowest of them is the mark).
+    pub fn now(in_flight: impl IntoIterator<Item = Serial>, next: Serial) -> Settled {
+        let unsettled: BTreeSet<Serial> = in_flight.into_iter().filter(|s| *s < next).collect();
+        if unsettled.len() > MAX_UNSETTLED {
+            let mark = unsettled.first().copied().unwrap_or(next);
+            return Settled {
+                mark,
+                unsettled: BTreeSet::new(),
+            };
+        }
+        Settled {
+            mark: next,
+            unsettled,
+        }
+    }
+
+    /// Whether a listed volume with this serial may have been left without a PV (and is
+    /// taken back), rather than had a PV that was deleted without DeleteVolume.
+    pub fn may_be_in_flight(&self, serial: Serial) -> bool {
+        serial >= self.mark || self.unsettled.contains(&serial)
+    }
+
+    /// The exceptions as stored (`,`-separated serials).
+    pub fn unsettled_text(&self) -> String {
+        let serials: Vec<String> = self.unsettled.iter().map(Serial::to_string).collect();
+        serials.join(",")
+    }
+
+    /// Reads the mark and the exceptions as stored.
+    pub fn read(mark: &str, unsettled: &str) -> Result<Settled, String> {
+        let unsettled = unsettled
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::parse)
+            .collect::<Result<BTreeSet<Serial>, String>>()?;
+        Ok(Settled {
+            mark: mark.parse()?,
+            unsettled,
+        })
+    }
 }
 
 /// What a volume's marks say it was made for.
@@ -348,19 +402,44 @@ mod tests {
     }
 
     #[test]
-    fn the_settled_mark_stays_below_every_volume_in_flight() {
+    fn what_is_settled_excludes_every_volume_in_flight() {
         let s = |epoch, sequence| Serial { epoch, sequence };
         let next = s(4, 20);
-        for (in_flight, want) in [
-            (vec![], next),
-            (vec![s(4, 12), s(4, 19)], s(4, 12)),
-            (vec![s(4, 12), s(2, 700)], s(2, 700)),
+        let many: Vec<Serial> = (0..=MAX_UNSETTLED as u64).map(|n| s(3, n)).collect();
+        for (in_flight, mark, unsettled) in [
+            (vec![], next, vec![]),
+            (vec![s(4, 12), s(2, 700)], next, vec![s(2, 700), s(4, 12)]),
+            (many.clone(), s(3, 0), vec![]),
         ] {
-            assert_eq!(
-                settled_below(in_flight.clone(), next),
-                want,
-                "{in_flight:?}"
-            );
+            let settled = Settled::now(in_flight.clone(), next);
+            assert_eq!(settled.mark, mark);
+            assert_eq!(settled.unsettled, unsettled.iter().copied().collect());
+            for serial in &in_flight {
+                assert!(settled.may_be_in_flight(*serial), "{serial} is in flight");
+            }
+            assert!(settled.may_be_in_flight(next), "the next volume");
+            let read = Settled::read(&settled.mark.to_string(), &settled.unsettled_text());
+            assert_eq!(read, Ok(settled.clone()));
         }
+        let settled = Settled::now([s(4, 12)], next);
+        for (serial, taken) in [
+            (s(4, 11), false),
+            (s(4, 12), true),
+            (s(4, 13), false),
+            (s(1, 999), false),
+            (s(4, 20), true),
+            (s(5, 0), true),
+        ] {
+            assert_eq!(settled.may_be_in_flight(serial), taken, "{serial}");
+        }
+        assert_eq!(
+            Settled::read("1.2", ""),
+            Ok(Settled {
+                mark: s(1, 2),
+                unsettled: BTreeSet::new()
+            })
+        );
+        assert!(Settled::read("1.2", "1.0,x").is_err());
+        assert!(Settled::read("", "").is_err());
     }
 }
