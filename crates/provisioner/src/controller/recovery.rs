@@ -60,8 +60,8 @@ impl InFlight {
 }
 
 impl Provisioner {
-    /// The start-up step: reads the intent log (retrying until it reads), then, with listed
-    /// volumes, the driver's volumes (retrying until they list).
+    /// The start-up step: reads the intent log (retrying until it reads), then the driver's
+    /// volumes when volumes are or were marked for listing (retrying until they list).
     pub(super) async fn recover(&self) {
         let (ns, name) = self.cfg.intent_log.clone();
         let log = loop {
@@ -131,8 +131,7 @@ impl Provisioner {
     /// With listed volumes, starts the Lease (identity, this start's epoch); else reads it, if
     /// a run with listed volumes left one and the driver still lists their marks. Then lists
     /// the driver's volumes page by page and takes back those marked with the identity, not
-    /// not settled, that have no PV in the cache. Returns how many (None when
-    /// nothing was listed).
+    /// settled, that have no PV in the cache. Returns how many (None when nothing was listed).
     async fn take_back_listed(&self) -> Result<Option<usize>, RecoveryError> {
         let (namespace, name) = &self.cfg.listed_lease;
         let found = if self.cfg.recovery == Recovery::ListVolumes {
