@@ -73,13 +73,23 @@ pub struct Listing {
     last: Mutex<(Lease, Settled)>,
 }
 
-fn annotation(lease: &Lease, key: &'static str) -> Result<Option<String>, ListingError> {
-    Ok(lease
+fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
+    lease
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(key))
-        .cloned())
+        .map(String::as_str)
+}
+
+/// Maps a failed API call on the Lease `name`.
+fn failed(name: &str, action: &'static str) -> impl FnOnce(kube::Error) -> ListingError {
+    let name = name.to_string();
+    move |source| ListingError::Api {
+        action,
+        name,
+        source,
+    }
 }
 
 fn read(lease: &Lease, name: &str) -> Result<(Found, u64), ListingError> {
@@ -94,15 +104,15 @@ fn read(lease: &Lease, name: &str) -> Result<(Found, u64), ListingError> {
         .clone()
         .filter(|uid| !uid.is_empty())
         .ok_or_else(|| ListingError::NoUid(name.to_string()))?;
-    let epoch = match annotation(lease, EPOCH)? {
+    let epoch = match annotation(lease, EPOCH) {
         None => 0,
-        Some(text) => text.parse().map_err(|_| corrupt(EPOCH, &text))?,
+        Some(text) => text.parse().map_err(|_| corrupt(EPOCH, text))?,
     };
-    let settled = match annotation(lease, SETTLED)? {
+    let settled = match annotation(lease, SETTLED) {
         None => Settled::default(),
         Some(mark) => {
-            let unsettled = annotation(lease, UNSETTLED)?.unwrap_or_default();
-            Settled::read(&mark, &unsettled).map_err(|_| {
+            let unsettled = annotation(lease, UNSETTLED).unwrap_or_default();
+            Settled::read(mark, unsettled).map_err(|_| {
                 corrupt(
                     UNSETTLED,
                     &format!("{SETTLED}={mark:?} {UNSETTLED}={unsettled:?}"),
@@ -130,15 +140,7 @@ impl Listing {
         name: &str,
     ) -> Result<Self, ListingError> {
         let api: Api<Lease> = Api::namespaced(client, namespace);
-        let failed = |action| {
-            let name = name.to_string();
-            move |source| ListingError::Api {
-                action,
-                name,
-                source,
-            }
-        };
-        let mut lease = match api.get_opt(name).await.map_err(failed("read"))? {
+        let mut lease = match api.get_opt(name).await.map_err(failed(name, "read"))? {
             Some(lease) => lease,
             None => {
                 let new = Lease {
@@ -151,9 +153,9 @@ impl Listing {
                 match api.create(&PostParams::default(), &new).await {
                     Ok(made) => made,
                     Err(kube::Error::Api(status)) if status.code == 409 => {
-                        api.get(name).await.map_err(failed("read"))?
+                        api.get(name).await.map_err(failed(name, "read"))?
                     }
-                    Err(source) => return Err(failed("create")(source)),
+                    Err(source) => return Err(failed(name, "create")(source)),
                 }
             }
         };
@@ -163,7 +165,7 @@ impl Listing {
         let lease = api
             .replace(name, &PostParams::default(), &lease)
             .await
-            .map_err(failed("write"))?;
+            .map_err(failed(name, "write"))?;
         Ok(Listing {
             api,
             name: name.to_string(),
@@ -182,14 +184,7 @@ impl Listing {
         name: &str,
     ) -> Result<Option<Found>, ListingError> {
         let api: Api<Lease> = Api::namespaced(client, namespace);
-        let lease = api
-            .get_opt(name)
-            .await
-            .map_err(|source| ListingError::Api {
-                action: "read",
-                name: name.to_string(),
-                source,
-            })?;
+        let lease = api.get_opt(name).await.map_err(failed(name, "read"))?;
         lease
             .map(|lease| read(&lease, name).map(|(found, _)| found))
             .transpose()
@@ -223,14 +218,6 @@ impl Listing {
         };
         annotate(&mut lease, SETTLED, settled.mark.to_string());
         annotate(&mut lease, UNSETTLED, settled.unsettled_text());
-        let failed = |action| {
-            let name = self.name.clone();
-            move |source| ListingError::Api {
-                action,
-                name,
-                source,
-            }
-        };
         let written = match self
             .api
             .replace(&self.name, &PostParams::default(), &lease)
@@ -239,11 +226,15 @@ impl Listing {
             Ok(written) => written,
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 // Written by someone else meanwhile: the retry starts from what is stored.
-                let stored = self.api.get(&self.name).await.map_err(failed("read"))?;
+                let stored = self
+                    .api
+                    .get(&self.name)
+                    .await
+                    .map_err(failed(&self.name, "read"))?;
                 self.last.lock().0 = stored;
-                return Err(failed("write")(kube::Error::Api(status)));
+                return Err(failed(&self.name, "write")(kube::Error::Api(status)));
             }
-            Err(source) => return Err(failed("write")(source)),
+            Err(source) => return Err(failed(&self.name, "write")(source)),
         };
         *self.last.lock() = (written, settled.clone());
         Ok(true)

@@ -221,11 +221,8 @@ impl Provisioner {
     /// exist.
     pub(crate) fn fly(&self, volume: &str, mut flight: InFlight) -> csi::CreateVolumeRequest {
         let mut table = self.inflight.lock();
-        if let Some(listing) = self
-            .listing
-            .get()
-            .filter(|_| self.cfg.recovery == Recovery::ListVolumes)
-        {
+        // Started only with listed volumes.
+        if let Some(listing) = self.listing.get() {
             let serial = table
                 .get(volume)
                 .and_then(|f| f.serial)
@@ -270,21 +267,10 @@ impl Provisioner {
         Ok(sidecar_kit::workqueue::Next::Done)
     }
 
-    /// Asks for the settled mark to be written when `pv` may outlive its volume's deletion
-    /// (its reclaim policy is not `Delete`) and volumes are marked.
+    /// Asks for what is settled to be written when `pv` may be deleted without its volume
+    /// and volumes are marked.
     pub(crate) fn retained(&self, pv: &PersistentVolume) {
-        let Some(spec) = pv.spec.as_ref() else {
-            return;
-        };
-        let ours = spec
-            .csi
-            .as_ref()
-            .is_some_and(|csi| csi.driver == self.cfg.caps.name);
-        let kept = spec
-            .persistent_volume_reclaim_policy
-            .as_deref()
-            .is_some_and(|policy| policy != "Delete");
-        if ours && kept && self.listing.get().is_some() {
+        if self.listing.get().is_some() && recovery::outlives_its_pv(pv, &self.cfg.caps.name) {
             self.settled.add(String::new());
         }
     }

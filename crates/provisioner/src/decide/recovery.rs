@@ -21,6 +21,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::PersistentVolume;
 use sidecar_kit::key::ObjectKey;
 use sidecar_kit::recoverable;
 use sidecar_kit::secrets::SecretRef;
@@ -151,6 +152,21 @@ impl Settled {
             unsettled,
         })
     }
+}
+
+/// Whether `pv`, a PV of `driver`, may be deleted without its volume (its reclaim policy is
+/// not `Delete`): once it is saved, what is settled must be written, or a restart could take
+/// its volume for one left in flight after the PV is gone.
+pub fn outlives_its_pv(pv: &PersistentVolume, driver: &str) -> bool {
+    let Some(spec) = pv.spec.as_ref() else {
+        return false;
+    };
+    let ours = spec.csi.as_ref().is_some_and(|csi| csi.driver == driver);
+    let kept = spec
+        .persistent_volume_reclaim_policy
+        .as_deref()
+        .is_some_and(|policy| policy != "Delete");
+    ours && kept
 }
 
 /// What a volume's marks say it was made for.
@@ -441,5 +457,33 @@ mod tests {
         );
         assert!(Settled::read("1.2", "1.0,x").is_err());
         assert!(Settled::read("", "").is_err());
+    }
+
+    #[test]
+    fn only_our_volumes_kept_at_their_pvs_deletion_need_what_is_settled_written() {
+        let pv = |driver: &str, policy: Option<&str>| -> PersistentVolume {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "pvc-1"},
+                "spec": {
+                    "csi": {"driver": driver, "volumeHandle": "v"},
+                    "persistentVolumeReclaimPolicy": policy,
+                },
+            }))
+            .unwrap()
+        };
+        for (driver, policy, want) in [
+            ("ours", Some("Retain"), true),
+            ("ours", Some("Recycle"), true),
+            ("ours", Some("Delete"), false),
+            ("ours", None, false),
+            ("theirs", Some("Retain"), false),
+        ] {
+            assert_eq!(
+                outlives_its_pv(&pv(driver, policy), "ours"),
+                want,
+                "{driver} {policy:?}"
+            );
+        }
+        assert!(!outlives_its_pv(&PersistentVolume::default(), "ours"));
     }
 }
