@@ -9,6 +9,15 @@ use cli::stack;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc instead of glibc's malloc for the umbrella binary, which runs the API server, the
+/// controllers and the driver of `up` and `bench` in one process. Measured 2026-11-25, run
+/// alternately with glibc's: storms of 1,000 all Bound 9% sooner and backlogs 23% sooner; a
+/// 10,000-claim storm 17% sooner with the process peaking at 1.12 GB against 1.31 GB, while a
+/// run of 1,000 peaks at 290 MB against 204 MB. The sidecars keep glibc's: with mimalloc the
+/// provisioner's peak RSS doubled (26 to 49-59 MiB at 1,000 claims).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Dynamic volume provisioning for CSI drivers: components and the embedded stack.
 #[derive(Debug, Parser)]
 #[command(name = "volstack", version, about)]
