@@ -7,21 +7,26 @@
 //!   `on_durable` hook with the last sequence number and wakes [`Log::wait_durable`] waiters.
 //!   Callers make a change visible only from that hook or after that wait.
 //! - Compaction: the caller hands a closure that produces the whole state as entries, taken at
-//!   the point in the record stream where [`Log::compact`] is called. The writer writes it to
-//!   `snapshot-<g+1>.tmp`, fsyncs, renames it to `snapshot-<g+1>`, creates `log-<g+1>`, fsyncs the
-//!   directory, and only then removes generation `g`. A crash at any step leaves either
-//!   generation `g` whole or generation `g+1` whole; opening picks the newest snapshot.
-//! - Recovery reads the snapshot and the log after it. Only the last frame can be torn (cut
-//!   off and truncated); a bad frame with data after it fails the open loudly instead of
-//!   dropping the acknowledged records behind it. Start-up reads the live data plus at most one
-//!   compaction threshold of log.
+//!   the point in the record stream where [`Log::compact`] is called. The writer cuts there: it
+//!   creates `log-<g+1>`, fsyncs the directory and appends to it from then on. A thread of its
+//!   own (named like the writer) runs the closure, writes `snapshot-<g+1>.tmp`, fsyncs, renames
+//!   it to `snapshot-<g+1>`, fsyncs the directory, and only then removes the older generations
+//!   (`compaction`). Appends never wait for a snapshot. A crash before the rename leaves
+//!   `snapshot-<g>` with `log-<g>` and `log-<g+1>`; after it, generation `g+1` whole.
+//! - Recovery reads the newest snapshot and every log from its generation on (`recovery`).
+//!   Only the newest log's last frame can be torn (cut off and truncated); a bad frame with
+//!   data after it fails the open loudly instead of dropping the acknowledged records behind
+//!   it. Start-up reads the live data plus about one compaction threshold of log (one more per
+//!   compaction that failed or was cut short by a crash).
 //! - After a failed write the log refuses every later append until reopened.
 //! - Files are 0600 in a 0700 directory, created with those modes.
 
+mod compaction;
 pub mod files;
 mod frame;
+mod recovery;
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -127,7 +132,8 @@ impl Recovered {
 
 /// Called on the writer thread with the last sequence number made durable, before waiters wake.
 pub type OnDurable = Box<dyn Fn(u64) + Send>;
-/// Produces the state as snapshot entries; runs on the writer thread.
+/// Produces the state as snapshot entries; runs on a thread of its own, while the writer goes
+/// on appending to the next log generation.
 pub type SnapshotFn = Box<dyn FnOnce() -> Vec<Vec<u8>> + Send>;
 
 enum Msg {
@@ -173,7 +179,7 @@ impl Log {
         on_durable: OnDurable,
     ) -> Result<(Log, Recovered), LogError> {
         files::create_private_dir(dir).map_err(io("create", dir))?;
-        let (generation, recovered, log_bytes, snapshot_bytes) = recover(dir)?;
+        let (generation, recovered, log_bytes, snapshot_bytes) = recovery::recover(dir)?;
         let log_path = files::log_path(dir, generation);
         let file = files::open_private_append(&log_path).map_err(io("open", &log_path))?;
         files::sync_dir(dir).map_err(io("sync", dir))?;
@@ -196,6 +202,8 @@ impl Log {
             last_seq: recovered.last_seq(),
             shared: shared.clone(),
             on_durable,
+            thread_name: options.thread_name,
+            compactor: None,
         };
         let handle = std::thread::Builder::new()
             .name(options.thread_name.into())
@@ -289,109 +297,8 @@ impl Drop for Log {
     }
 }
 
-/// Reads the newest generation: (generation, recovered, log bytes, snapshot bytes).
-fn recover(dir: &Path) -> Result<(u64, Recovered, u64, u64), LogError> {
-    let listing = files::list(dir).map_err(io("list", dir))?;
-    for tmp in &listing.temporaries {
-        fs::remove_file(tmp).map_err(io("remove", tmp))?;
-    }
-    let generation = listing.snapshots.last().copied().unwrap_or(0);
-    if let Some(newer) = listing.logs.iter().find(|g| **g > generation) {
-        return Err(LogError::Inconsistent {
-            dir: dir.to_path_buf(),
-            what: format!(
-                "log generation {newer} has no snapshot (newest snapshot: {generation}); refusing to guess what was removed"
-            ),
-        });
-    }
-    let mut recovered = Recovered::default();
-    let mut snapshot_bytes = 0;
-    if generation > 0 {
-        let path = files::snapshot_path(dir, generation);
-        let bytes = fs::read(&path).map_err(io("read", &path))?;
-        snapshot_bytes = bytes.len() as u64;
-        let (seq, entries) = read_snapshot(&path, &bytes)?;
-        recovered.snapshot_seq = seq;
-        recovered.snapshot = entries;
-    }
-    let log_path = files::log_path(dir, generation);
-    let log_bytes = match fs::read(&log_path) {
-        Ok(bytes) => {
-            let frames = frame::read_frames(&bytes).map_err(|source| LogError::Corrupt {
-                path: log_path.clone(),
-                source,
-            })?;
-            let mut at = 0;
-            for payload in &frames.payloads {
-                let records = frame::records(payload, at).map_err(|source| LogError::Corrupt {
-                    path: log_path.clone(),
-                    source,
-                })?;
-                recovered.records.extend(records);
-                at += frame::HEADER + payload.len();
-            }
-            if frames.good_len < bytes.len() {
-                tracing::warn!(
-                    log = %log_path.display(),
-                    cut_bytes = bytes.len() - frames.good_len,
-                    "cutting a torn tail (a write that was never acknowledged) off the log"
-                );
-                let file = fs::OpenOptions::new()
-                    .write(true)
-                    .open(&log_path)
-                    .map_err(io("open", &log_path))?;
-                file.set_len(frames.good_len as u64)
-                    .map_err(io("truncate", &log_path))?;
-                file.sync_all().map_err(io("sync", &log_path))?;
-            }
-            frames.good_len as u64
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(io("read", &log_path)(e)),
-    };
-    for old in listing.logs.iter().filter(|g| **g < generation) {
-        let path = files::log_path(dir, *old);
-        fs::remove_file(&path).map_err(io("remove", &path))?;
-    }
-    for old in listing.snapshots.iter().filter(|g| **g < generation) {
-        let path = files::snapshot_path(dir, *old);
-        fs::remove_file(&path).map_err(io("remove", &path))?;
-    }
-    Ok((generation, recovered, log_bytes, snapshot_bytes))
-}
-
-fn read_snapshot(path: &Path, bytes: &[u8]) -> Result<(u64, Vec<Vec<u8>>), LogError> {
-    let bad = |what| LogError::BadSnapshot {
-        path: path.to_path_buf(),
-        what,
-    };
-    let frames = frame::read_frames(bytes).map_err(|source| LogError::Corrupt {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if frames.good_len != bytes.len() {
-        return Err(bad("the file ends inside a frame"));
-    }
-    let Some((header, rest)) = frames.payloads.split_first() else {
-        return Err(bad("no header"));
-    };
-    let (seq, count) = frame::parse_snapshot_header(header).ok_or_else(|| bad("bad header"))?;
-    let mut entries = Vec::new();
-    for payload in rest {
-        entries.extend(
-            frame::entries(payload, 0).map_err(|_| bad("a frame does not hold whole entries"))?,
-        );
-    }
-    if entries.len() as u64 != count {
-        return Err(bad("fewer or more entries than its header says"));
-    }
-    Ok((seq, entries))
-}
-
 /// Largest group commit, so one frame stays far below the 4 GiB a frame length can say.
 const MAX_BATCH: usize = 64 << 20;
-/// Snapshot entries per frame, roughly.
-const SNAPSHOT_FRAME: usize = 1 << 20;
 
 struct Writer {
     dir: PathBuf,
@@ -400,10 +307,18 @@ struct Writer {
     last_seq: u64,
     shared: Arc<Shared>,
     on_durable: OnDurable,
+    thread_name: &'static str,
+    /// The thread writing the snapshot of the last cut, if one is under way.
+    compactor: Option<JoinHandle<()>>,
 }
 
 impl Writer {
     fn run(mut self, rx: &mpsc::Receiver<Msg>) {
+        self.serve(rx);
+        self.finish_compaction();
+    }
+
+    fn serve(&mut self, rx: &mpsc::Receiver<Msg>) {
         let mut payload = Vec::new();
         while let Ok(first) = rx.recv() {
             payload.clear();
@@ -435,22 +350,56 @@ impl Writer {
                 self.shared.progress.send_modify(|p| p.durable = seq);
             }
             if let Some(snapshot) = compaction {
-                let log_bytes = self.shared.log_bytes.load(Ordering::Relaxed);
-                match self.compact(snapshot) {
-                    Ok(snapshot_bytes) => self.shared.threshold.store(
-                        self.shared.min_bytes.max(snapshot_bytes * 2),
-                        Ordering::Relaxed,
-                    ),
-                    Err(error) => {
-                        tracing::warn!(%error, "log compaction failed; the log keeps growing and is still complete");
-                        let threshold = self.shared.threshold.load(Ordering::Relaxed);
-                        self.shared
-                            .threshold
-                            .store(log_bytes + threshold, Ordering::Relaxed);
-                    }
-                }
+                self.start_compaction(snapshot);
+            }
+        }
+    }
+
+    /// Moves the appends to a new log generation at once and writes the snapshot of the state
+    /// at the cut on a thread of its own ([`compaction`]): appends go on meanwhile.
+    fn start_compaction(&mut self, snapshot: SnapshotFn) {
+        // One at a time: the flag keeps callers from asking for another while one runs.
+        self.finish_compaction();
+        let next = self.generation + 1;
+        let log_path = files::log_path(&self.dir, next);
+        let cut = files::open_private_append(&log_path)
+            .map_err(io("create", &log_path))
+            .and_then(|file| {
+                files::sync_dir(&self.dir).map_err(io("sync", &self.dir))?;
+                Ok(file)
+            });
+        let file = match cut {
+            Ok(file) => file,
+            Err(error) => {
+                tracing::warn!(%error, "log compaction failed; the log keeps growing and is still complete");
+                self.shared.compacting.store(false, Ordering::Relaxed);
+                return;
+            }
+        };
+        self.file = file;
+        self.generation = next;
+        self.shared.log_bytes.store(0, Ordering::Relaxed);
+        let job = compaction::Compaction {
+            dir: self.dir.clone(),
+            generation: next,
+            seq: self.last_seq,
+            shared: self.shared.clone(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name(self.thread_name.into())
+            .spawn(move || job.run(snapshot));
+        match spawned {
+            Ok(handle) => self.compactor = Some(handle),
+            Err(error) => {
+                tracing::warn!(%error, "log compaction could not start; the log is still complete");
                 self.shared.compacting.store(false, Ordering::Relaxed);
             }
+        }
+    }
+
+    fn finish_compaction(&mut self) {
+        if let Some(compactor) = self.compactor.take() {
+            let _ = compactor.join();
         }
     }
 
@@ -474,66 +423,5 @@ impl Writer {
         self.shared
             .progress
             .send_modify(|p| p.failed = Some(reason));
-    }
-
-    /// Writes generation g+1 and switches to it; returns the snapshot's size.
-    fn compact(&mut self, snapshot: SnapshotFn) -> Result<u64, LogError> {
-        let entries = snapshot();
-        let next = self.generation + 1;
-        let final_path = files::snapshot_path(&self.dir, next);
-        let mut tmp_name = final_path.file_name().unwrap_or_default().to_os_string();
-        tmp_name.push(".tmp");
-        let tmp = self.dir.join(tmp_name);
-        let written = self.write_snapshot(&tmp, &entries);
-        let size = match written {
-            Ok(size) => size,
-            Err(error) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(error);
-            }
-        };
-        fs::rename(&tmp, &final_path).map_err(io("rename", &final_path))?;
-        let log_path = files::log_path(&self.dir, next);
-        let file = files::open_private_append(&log_path).map_err(io("create", &log_path))?;
-        files::sync_dir(&self.dir).map_err(io("sync", &self.dir))?;
-        let old = self.generation;
-        self.file = file;
-        self.generation = next;
-        self.shared.log_bytes.store(0, Ordering::Relaxed);
-        for path in [
-            files::log_path(&self.dir, old),
-            files::snapshot_path(&self.dir, old),
-        ] {
-            if let Err(error) = fs::remove_file(&path)
-                && error.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(path = %path.display(), %error, "failed to remove a superseded log file");
-            }
-        }
-        let _ = files::sync_dir(&self.dir);
-        Ok(size)
-    }
-
-    fn write_snapshot(&self, tmp: &Path, entries: &[Vec<u8>]) -> Result<u64, LogError> {
-        let mut bytes = Vec::new();
-        frame::push_frame(
-            &mut bytes,
-            &frame::snapshot_header(self.last_seq, entries.len() as u64),
-        );
-        let mut chunk = Vec::new();
-        for entry in entries {
-            frame::push_entry(&mut chunk, entry);
-            if chunk.len() >= SNAPSHOT_FRAME {
-                frame::push_frame(&mut bytes, &chunk);
-                chunk.clear();
-            }
-        }
-        if !chunk.is_empty() {
-            frame::push_frame(&mut bytes, &chunk);
-        }
-        let mut file = files::create_private_file(tmp).map_err(io("create", tmp))?;
-        file.write_all(&bytes).map_err(io("write", tmp))?;
-        file.sync_all().map_err(io("sync", tmp))?;
-        Ok(bytes.len() as u64)
     }
 }

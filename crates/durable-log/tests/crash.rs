@@ -142,6 +142,79 @@ async fn compaction_bounds_the_log_and_keeps_the_state() {
     assert_eq!(State::from(&recovered).0, state.lock().unwrap().0);
 }
 
+/// Copies the log's files as they are on disk now: what a `kill -9` at this instant leaves.
+fn copy_files(from: &Path, to: &Path) {
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn appends_go_on_while_a_snapshot_is_written_and_a_crash_then_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = open(dir.path());
+    let state = Mutex::new(State::default());
+    put(&log, &state, 1, "a=1").await;
+    put(&log, &state, 2, "b=2").await;
+    // A snapshot that takes as long as the test wants.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, snapshot_started) = tokio::sync::oneshot::channel::<()>();
+    let copy = state.lock().unwrap().clone();
+    log.compact(Box::new(move || {
+        let _ = started.send(());
+        let _ = held.recv();
+        copy.entries()
+    }))
+    .unwrap();
+    snapshot_started.await.unwrap();
+    // Appends are durable while the snapshot is still being made: they go to the next log.
+    let more = async {
+        put(&log, &state, 3, "c=3").await;
+        put(&log, &state, 4, "a=").await;
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), more)
+        .await
+        .expect("appends waited for the snapshot");
+    let listing = files::list(dir.path()).unwrap();
+    assert_eq!(listing.logs, vec![0, 1]);
+    assert!(listing.snapshots.is_empty());
+    // A crash now: the old log and the new one hold every acknowledged record.
+    let crashed = tempfile::tempdir().unwrap();
+    copy_files(dir.path(), crashed.path());
+    {
+        let (_copy, recovered) = open(crashed.path());
+        assert_eq!(recovered.last_seq(), 4);
+        assert_eq!(State::from(&recovered).0, state.lock().unwrap().0);
+    }
+    // Appends after such a crash follow in the newest log, and a later compaction supersedes
+    // both logs.
+    {
+        let (copy, _) = open(crashed.path());
+        copy.append(5, b"d=5".to_vec()).unwrap();
+        copy.wait_durable(5).await.unwrap();
+        let entries = vec![b"b=2".to_vec(), b"c=3".to_vec(), b"d=5".to_vec()];
+        copy.compact(Box::new(move || entries)).unwrap();
+        copy.append(6, b"e=6".to_vec()).unwrap();
+        copy.wait_durable(6).await.unwrap();
+    }
+    let listing = files::list(crashed.path()).unwrap();
+    assert_eq!((listing.snapshots, listing.logs), (vec![2], vec![2]));
+    let (_copy, recovered) = open(crashed.path());
+    assert_eq!(recovered.snapshot_seq, 5);
+    assert_eq!(State::from(&recovered).0.len(), 4);
+    // The snapshot finishes: it covers the state at its cut, the new log what came after.
+    release.send(()).unwrap();
+    drop(log);
+    let listing = files::list(dir.path()).unwrap();
+    assert_eq!((listing.snapshots, listing.logs), (vec![1], vec![1]));
+    let (_log, recovered) = open(dir.path());
+    assert_eq!(recovered.snapshot_seq, 2);
+    let seqs: Vec<u64> = recovered.records.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, vec![3, 4]);
+    assert_eq!(State::from(&recovered).0, state.lock().unwrap().0);
+}
+
 /// Builds generation `g` on disk by hand: a snapshot of `snapshot` (if g > 0) and a log.
 fn write_generation(dir: &Path, generation: u64, snapshot: &[(&str, u64)], log: &[(u64, &str)]) {
     // Use a real log to produce the bytes, then move its files into place.
@@ -243,6 +316,21 @@ fn a_log_without_its_snapshot_fails_loudly() {
     .unwrap();
     let error = Log::open(dir.path(), tiny(), Box::new(|_| {})).unwrap_err();
     assert!(matches!(error, LogError::Inconsistent { .. }), "{error}");
+}
+
+#[test]
+fn a_torn_frame_in_a_log_that_a_newer_one_follows_fails_loudly() {
+    let dir = tempfile::tempdir().unwrap();
+    write_generation(dir.path(), 0, &[], &[(1, "a=1")]);
+    write_generation(dir.path(), 1, &[("a=1", 1)], &[(2, "b=2")]);
+    fs::remove_file(files::snapshot_path(dir.path(), 1)).unwrap();
+    let path = files::log_path(dir.path(), 0);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3, 4, b'x']);
+    fs::write(&path, &bytes).unwrap();
+    let error = Log::open(dir.path(), tiny(), Box::new(|_| {})).unwrap_err();
+    assert!(matches!(error, LogError::Inconsistent { .. }), "{error}");
+    assert_eq!(fs::read(&path).unwrap(), bytes, "nothing was truncated");
 }
 
 #[test]
