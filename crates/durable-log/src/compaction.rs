@@ -30,6 +30,9 @@ pub(crate) struct Compaction {
 
 impl Compaction {
     pub(crate) fn run(self, snapshot: SnapshotFn) {
+        // Cleared however this ends, a panicking snapshot closure included, so a later
+        // compaction can start.
+        let _running = Running(&self.shared);
         match self.write(snapshot) {
             Ok(size) => self
                 .shared
@@ -40,7 +43,6 @@ impl Compaction {
                 tracing::warn!(%error, "log compaction failed; the log keeps growing and is still complete");
             }
         }
-        self.shared.compacting.store(false, Ordering::Relaxed);
     }
 
     /// Writes and installs the snapshot, then removes what it supersedes; returns its size.
@@ -90,6 +92,15 @@ impl Compaction {
             }
         }
         let _ = files::sync_dir(&self.dir);
+    }
+}
+
+/// Clears the log's "compacting" flag when dropped.
+struct Running<'a>(&'a Shared);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.compacting.store(false, Ordering::Relaxed);
     }
 }
 

@@ -312,10 +312,17 @@ struct Writer {
     compactor: Option<JoinHandle<()>>,
 }
 
+/// The compaction thread never outlives the writer, even one that panicked: a log reopened in
+/// the same process must not have older generations removed under it.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.finish_compaction();
+    }
+}
+
 impl Writer {
     fn run(mut self, rx: &mpsc::Receiver<Msg>) {
         self.serve(rx);
-        self.finish_compaction();
     }
 
     fn serve(&mut self, rx: &mpsc::Receiver<Msg>) {
@@ -371,7 +378,15 @@ impl Writer {
         let file = match cut {
             Ok(file) => file,
             Err(error) => {
+                // The empty new log goes (recovery would also take it for nothing); the next
+                // attempt waits for another threshold's worth of log instead of every append.
+                let _ = std::fs::remove_file(&log_path);
                 tracing::warn!(%error, "log compaction failed; the log keeps growing and is still complete");
+                let grown = self.shared.log_bytes.load(Ordering::Relaxed);
+                let threshold = self.shared.threshold.load(Ordering::Relaxed);
+                self.shared
+                    .threshold
+                    .store(grown.saturating_add(threshold), Ordering::Relaxed);
                 self.shared.compacting.store(false, Ordering::Relaxed);
                 return;
             }
@@ -398,8 +413,10 @@ impl Writer {
     }
 
     fn finish_compaction(&mut self) {
-        if let Some(compactor) = self.compactor.take() {
-            let _ = compactor.join();
+        if let Some(compactor) = self.compactor.take()
+            && compactor.join().is_err()
+        {
+            tracing::error!("the log's compaction thread panicked; the log is still complete");
         }
     }
 

@@ -2,8 +2,9 @@
 //!
 //! A compaction cuts to `log-<g+1>` before `snapshot-<g+1>` exists, so after a crash in between
 //! the state is `snapshot-<g>` (or nothing for g = 0), `log-<g>` and `log-<g+1>`; after failed
-//! compactions more logs may follow, always without a gap. Only the newest log can end in a
-//! torn frame: an older one was complete when the writer moved past it.
+//! compactions more logs may follow, always without a gap. Only the last log written to can end
+//! in a torn frame: an older one was complete when the writer moved past it (newer logs after
+//! a torn one are empty: a cut whose directory sync failed left its new log behind).
 
 use std::fs;
 use std::path::Path;
@@ -41,7 +42,11 @@ pub(crate) fn recover(dir: &Path) -> Result<(u64, Recovered, u64, u64), LogError
     }
     let mut log_bytes = 0;
     for generation in base..=newest {
-        log_bytes += replay(dir, generation, generation == newest, &mut recovered)?;
+        // A torn tail may be cut where nothing was written after it: in the newest log, or
+        // one followed only by empty logs (a cut whose directory sync failed).
+        let last_written = ((generation + 1)..=newest).all(|g| log_is_empty(dir, g));
+        let listed = listing.logs.contains(&generation);
+        log_bytes += replay(dir, generation, last_written, listed, &mut recovered)?;
     }
     for old in listing.logs.iter().filter(|g| **g < base) {
         let path = files::log_path(dir, *old);
@@ -54,18 +59,21 @@ pub(crate) fn recover(dir: &Path) -> Result<(u64, Recovered, u64, u64), LogError
     Ok((newest, recovered, log_bytes, snapshot_bytes))
 }
 
-/// Appends one log's records to `recovered`; cuts a torn tail off the newest log. Returns the
-/// log's good bytes (0 when it does not exist).
+/// Appends one log's records to `recovered`; cuts a torn tail off the last log written to.
+/// Returns the log's good bytes (0 when it does not exist).
 fn replay(
     dir: &Path,
     generation: u64,
-    newest: bool,
+    last_written: bool,
+    listed: bool,
     recovered: &mut Recovered,
 ) -> Result<u64, LogError> {
     let log_path = files::log_path(dir, generation);
     let bytes = match fs::read(&log_path) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        // Only a log the listing did not show may be absent (a snapshot whose log was never
+        // created); one that vanished since was removed under us.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !listed => return Ok(0),
         Err(e) => return Err(io("read", &log_path)(e)),
     };
     let corrupt = |source| LogError::Corrupt {
@@ -81,7 +89,7 @@ fn replay(
         at += frame::HEADER + payload.len();
     }
     if frames.good_len < bytes.len() {
-        if !newest {
+        if !last_written {
             return Err(LogError::Inconsistent {
                 dir: dir.to_path_buf(),
                 what: format!(
@@ -103,6 +111,10 @@ fn replay(
         file.sync_all().map_err(io("sync", &log_path))?;
     }
     Ok(frames.good_len as u64)
+}
+
+fn log_is_empty(dir: &Path, generation: u64) -> bool {
+    fs::metadata(files::log_path(dir, generation)).is_ok_and(|m| m.len() == 0)
 }
 
 fn read_snapshot(path: &Path, bytes: &[u8]) -> Result<(u64, Vec<Vec<u8>>), LogError> {
