@@ -210,6 +210,16 @@ async fn appends_go_on_while_a_snapshot_is_written_and_a_crash_then_loses_nothin
     assert_eq!(State::from(&recovered).0, state.lock().unwrap().0);
 }
 
+/// Appends half a frame to a log file, as a write cut off by a crash leaves; returns the file's
+/// bytes before and after.
+fn tear(path: &Path) -> (Vec<u8>, Vec<u8>) {
+    let good = fs::read(path).unwrap();
+    let mut torn = good.clone();
+    torn.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3, 4, b'x']);
+    fs::write(path, &torn).unwrap();
+    (good, torn)
+}
+
 /// Builds generation `g` on disk by hand: a snapshot of `snapshot` (if g > 0) and a log.
 fn write_generation(dir: &Path, generation: u64, snapshot: &[(&str, u64)], log: &[(u64, &str)]) {
     // Use a real log to produce the bytes, then move its files into place.
@@ -320,9 +330,7 @@ fn a_torn_frame_in_a_log_that_a_newer_one_follows_fails_loudly() {
     write_generation(dir.path(), 1, &[("a=1", 1)], &[(2, "b=2")]);
     fs::remove_file(files::snapshot_path(dir.path(), 1)).unwrap();
     let path = files::log_path(dir.path(), 0);
-    let mut bytes = fs::read(&path).unwrap();
-    bytes.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3, 4, b'x']);
-    fs::write(&path, &bytes).unwrap();
+    let (_, bytes) = tear(&path);
     let error = Log::open(dir.path(), tiny(), Box::new(|_| {})).unwrap_err();
     assert!(matches!(error, LogError::Inconsistent { .. }), "{error}");
     assert_eq!(fs::read(&path).unwrap(), bytes, "nothing was truncated");
@@ -335,10 +343,7 @@ fn a_torn_tail_followed_only_by_an_empty_log_is_cut() {
     let dir = tempfile::tempdir().unwrap();
     write_generation(dir.path(), 0, &[], &[(1, "a=1"), (2, "b=2")]);
     let path = files::log_path(dir.path(), 0);
-    let good = fs::read(&path).unwrap();
-    let mut torn = good.clone();
-    torn.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3, 4, b'x']);
-    fs::write(&path, &torn).unwrap();
+    let (good, _) = tear(&path);
     fs::write(files::log_path(dir.path(), 1), b"").unwrap();
     let (_log, recovered) = open(dir.path());
     assert_eq!(recovered.last_seq(), 2);
@@ -383,10 +388,7 @@ fn a_torn_tail_is_cut_and_later_appends_follow_the_good_records() {
     let dir = tempfile::tempdir().unwrap();
     write_generation(dir.path(), 0, &[], &[(1, "a=1"), (2, "b=2")]);
     let path = files::log_path(dir.path(), 0);
-    let good = fs::read(&path).unwrap();
-    let mut torn = good.clone();
-    torn.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3, 4, b'x']);
-    fs::write(&path, &torn).unwrap();
+    let (good, _) = tear(&path);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
