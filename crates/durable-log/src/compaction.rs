@@ -8,15 +8,11 @@
 //! it, `snapshot-<g>` and `log-<g>` hold everything.
 
 use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::{LogError, Shared, SnapshotFn, files, frame, io};
-
-/// Snapshot entries per frame, roughly.
-const SNAPSHOT_FRAME: usize = 1 << 20;
 
 /// One snapshot to write.
 pub(crate) struct Compaction {
@@ -47,25 +43,11 @@ impl Compaction {
 
     /// Writes and installs the snapshot, then removes what it supersedes; returns its size.
     fn write(&self, snapshot: SnapshotFn) -> Result<u64, LogError> {
-        let entries = snapshot();
-        let final_path = files::snapshot_path(&self.dir, self.generation);
-        let mut tmp_name = final_path.file_name().unwrap_or_default().to_os_string();
-        tmp_name.push(".tmp");
-        let tmp = self.dir.join(tmp_name);
-        let installed = write_snapshot(&tmp, self.seq, &entries).and_then(|size| {
-            fs::rename(&tmp, &final_path).map_err(io("rename", &final_path))?;
-            files::sync_dir(&self.dir).map_err(io("sync", &self.dir))?;
-            Ok(size)
-        });
-        let size = match installed {
-            Ok(size) => size,
-            Err(error) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(error);
-            }
-        };
+        let bytes = frame::snapshot_file(self.seq, &snapshot());
+        let path = files::snapshot_path(&self.dir, self.generation);
+        files::write_private_atomic(&path, &bytes).map_err(io("write", &path))?;
         self.remove_superseded();
-        Ok(size)
+        Ok(bytes.len() as u64)
     }
 
     /// Every snapshot and log of an older generation: the new snapshot and its log hold all.
@@ -102,27 +84,4 @@ impl Drop for Running<'_> {
     fn drop(&mut self) {
         self.0.compacting.store(false, Ordering::Relaxed);
     }
-}
-
-fn write_snapshot(tmp: &Path, seq: u64, entries: &[Vec<u8>]) -> Result<u64, LogError> {
-    let mut bytes = Vec::new();
-    frame::push_frame(
-        &mut bytes,
-        &frame::snapshot_header(seq, entries.len() as u64),
-    );
-    let mut chunk = Vec::new();
-    for entry in entries {
-        frame::push_entry(&mut chunk, entry);
-        if chunk.len() >= SNAPSHOT_FRAME {
-            frame::push_frame(&mut bytes, &chunk);
-            chunk.clear();
-        }
-    }
-    if !chunk.is_empty() {
-        frame::push_frame(&mut bytes, &chunk);
-    }
-    let mut file = files::create_private_file(tmp).map_err(io("create", tmp))?;
-    file.write_all(&bytes).map_err(io("write", tmp))?;
-    file.sync_all().map_err(io("sync", tmp))?;
-    Ok(bytes.len() as u64)
 }

@@ -45,16 +45,22 @@ pub fn open_private_append(path: &Path) -> io::Result<File> {
 }
 
 /// Writes `bytes` to `path` atomically: a 0600 temporary file, fsync, rename, fsync the directory.
+/// A failure before the rename removes the temporary file.
 pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
-    let mut file = create_private_file(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    fs::rename(&tmp, path)?;
+    let written = create_private_file(&tmp).and_then(|mut file| {
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    });
+    if let Err(error) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(error);
+    }
     sync_dir(dir)
 }
 
@@ -131,6 +137,18 @@ mod tests {
         write_private_atomic(&dir.join("token"), b"secret").unwrap();
         assert_eq!(mode(&dir.join("token")), 0o600);
         assert_eq!(fs::read(dir.join("token")).unwrap(), b"secret");
+    }
+
+    #[test]
+    fn an_atomic_write_that_fails_leaves_no_temporary_file() {
+        let root = tempfile::tempdir().unwrap();
+        // A non-empty directory where the file should go: the rename fails.
+        let target = root.path().join("snapshot");
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("inside"), b"x").unwrap();
+        assert!(write_private_atomic(&target, b"data").is_err());
+        assert!(!root.path().join("snapshot.tmp").exists());
+        assert!(target.join("inside").exists());
     }
 
     #[test]

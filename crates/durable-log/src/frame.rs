@@ -130,6 +130,27 @@ pub(crate) fn snapshot_header(seq: u64, count: u64) -> Vec<u8> {
     out
 }
 
+/// Snapshot entries per frame, roughly.
+const SNAPSHOT_FRAME: usize = 1 << 20;
+
+/// A whole snapshot file: its header frame, then the entries in frames of about 1 MiB.
+pub(crate) fn snapshot_file(seq: u64, entries: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    push_frame(&mut bytes, &snapshot_header(seq, entries.len() as u64));
+    let mut chunk = Vec::new();
+    for entry in entries {
+        push_entry(&mut chunk, entry);
+        if chunk.len() >= SNAPSHOT_FRAME {
+            push_frame(&mut bytes, &chunk);
+            chunk.clear();
+        }
+    }
+    if !chunk.is_empty() {
+        push_frame(&mut bytes, &chunk);
+    }
+    bytes
+}
+
 /// Reads a snapshot header payload: (seq, entry count).
 pub(crate) fn parse_snapshot_header(payload: &[u8]) -> Option<(u64, u64)> {
     if payload.len() != 20 || &payload[..4] != SNAPSHOT_MAGIC {
@@ -249,6 +270,27 @@ mod tests {
         assert_eq!(parse_snapshot_header(&header), Some((42, 7)));
         assert_eq!(parse_snapshot_header(b"SNAP"), None);
         assert_eq!(parse_snapshot_header(&[0u8; 20]), None);
+    }
+
+    #[test]
+    fn a_snapshot_file_reads_back_as_its_header_and_entries() {
+        let entries: Vec<Vec<u8>> = (0..3000u32)
+            .map(|i| vec![u8::try_from(i % 251).unwrap(); 700])
+            .collect();
+        let bytes = snapshot_file(9, &entries);
+        let frames = read_frames(&bytes).unwrap();
+        assert_eq!(frames.good_len, bytes.len());
+        assert!(frames.payloads.len() > 2, "entries span several frames");
+        assert_eq!(parse_snapshot_header(frames.payloads[0]), Some((9, 3000)));
+        let read: Vec<Vec<u8>> = frames.payloads[1..]
+            .iter()
+            .flat_map(|p| entries_of(p))
+            .collect();
+        assert_eq!(read, entries);
+    }
+
+    fn entries_of(payload: &[u8]) -> Vec<Vec<u8>> {
+        entries(payload, 0).unwrap()
     }
 
     #[test]

@@ -322,10 +322,6 @@ impl Drop for Writer {
 
 impl Writer {
     fn run(mut self, rx: &mpsc::Receiver<Msg>) {
-        self.serve(rx);
-    }
-
-    fn serve(&mut self, rx: &mpsc::Receiver<Msg>) {
         let mut payload = Vec::new();
         while let Ok(first) = rx.recv() {
             payload.clear();
