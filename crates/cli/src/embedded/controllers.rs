@@ -1,0 +1,121 @@
+//! The stack's in-process controllers: the attacher, the nodes' side (protection, attach/detach,
+//! a node agent per node), the scheduler, the PV controller and the snapshot controller.
+//! [`start`] runs on the controllers' lane, so what they start while being built (watches,
+//! reflectors, the driver connection) runs there too and counts as theirs.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use sidecar_kit::workqueue::Backoff;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{StackOptions, provisioner_args_for};
+
+/// What the controllers need from the stack.
+pub(super) struct Parts {
+    /// Their client, built on their lane.
+    pub client: kube::Client,
+    pub options: StackOptions,
+    /// The driver's socket.
+    pub socket: String,
+    /// The extra nodes' sockets.
+    pub node_sockets: Vec<String>,
+    pub kubeconfig: PathBuf,
+    pub driver_name: String,
+    /// The stack's stop signal.
+    pub stop: watch::Receiver<bool>,
+}
+
+impl Parts {
+    /// Resolves once the stack is asked to stop (or its sender is gone).
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.stop.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+}
+
+/// Builds and spawns the controllers `parts.options` asks for, on the current runtime; returns
+/// their tasks.
+pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let options = &parts.options;
+    let client = &parts.client;
+    let mut tasks = Vec::new();
+    if options.attach {
+        let argv = [
+            vec!["csi-attacher".to_string()],
+            provisioner_args_for(&parts.socket, &parts.kubeconfig),
+            vec!["--kube-api-qps=0".to_string()],
+        ]
+        .concat();
+        let args = attacher::flags::AttacherArgs::try_parse_from(argv)
+            .context("the embedded attacher's flags")?;
+        let stopped = parts.stopped();
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = attacher::runner::run(args, stopped).await {
+                tracing::error!(%error, "the attacher stopped");
+            }
+        }));
+    }
+    if options.kubelet {
+        let protection = pv_controller::protection::ProtectionController::new(client.clone());
+        tasks.push(tokio::spawn(protection.controller().run(parts.stopped())));
+        let attach_detach =
+            pv_controller::attach_detach::AttachDetachController::new(client.clone());
+        tasks.push(tokio::spawn(
+            attach_detach.controller().run(parts.stopped()),
+        ));
+        for node_socket in std::iter::once(&parts.socket).chain(parts.node_sockets.iter()) {
+            let agent = stack::node::NodeAgent::start(
+                client.clone(),
+                stack::node::NodeSettings {
+                    socket: node_socket.clone(),
+                    root: options.dir.join("kubelet"),
+                },
+            )
+            .await
+            .with_context(|| format!("start the node agent behind {node_socket}"))?;
+            tasks.push(tokio::spawn(agent.controller().run(parts.stopped())));
+        }
+    }
+    if options.scheduler {
+        let scheduler = stack::scheduler::Scheduler::new(client.clone());
+        tasks.push(tokio::spawn(scheduler.controller().run(parts.stopped())));
+    }
+    if let Some((workers, backoff)) = options.pv_controller {
+        // With the nodes' side, the node agents recycle CSI volumes.
+        let controller =
+            pv_controller::controller::PvController::new(client.clone(), backoff, options.kubelet);
+        tasks.push(tokio::spawn(controller.run_with(
+            workers,
+            options.orphan_resync,
+            parts.stopped(),
+        )));
+    }
+    if options.snapshots {
+        let channel = sidecar_kit::csi::connect(&parts.socket)
+            .await
+            .context("connect the snapshot controller to the driver")?;
+        let controller = stack::snapshots::SnapshotController::new(
+            client.clone(),
+            channel,
+            stack::snapshots::SnapshotSettings {
+                driver: parts.driver_name.clone(),
+                timeout: Duration::from_secs(60),
+                backoff: Backoff {
+                    start: Duration::from_millis(100),
+                    max: Duration::from_secs(30),
+                },
+                workers: 4,
+            },
+            None,
+        );
+        tasks.push(tokio::spawn(controller.controller().run(parts.stopped())));
+    }
+    Ok(tasks)
+}
