@@ -60,6 +60,7 @@ pub(crate) async fn create_object(
     // A generated name that is taken is generated again, as kube-apiserver does (up to 8 tries).
     let generated = obj["metadata"]["name"].as_str().is_none_or(str::is_empty);
     let mut name = prepare_create(&t.rt, &ns, &mut obj)?;
+    admit(app, &t.rt, &mut obj);
     if let Some(managed) = managed_fields {
         obj["metadata"]["managedFields"] = managed;
     }
@@ -101,6 +102,14 @@ pub(crate) async fn create_object(
         &stored,
         change.as_deref(),
     ))
+}
+
+/// The mutating admission kube-apiserver runs by default on a create.
+fn admit(app: &App, rt: &ResourceType, obj: &mut Value) {
+    if rt.group.is_empty() && rt.plural == "persistentvolumeclaims" {
+        let (classes, _) = app.store.list(crate::admission::STORAGE_CLASSES, None);
+        crate::admission::default_storage_class(obj, &classes);
+    }
 }
 
 pub(crate) fn refresh_crds(app: &App) {

@@ -1,0 +1,122 @@
+//! Mutating admission that kube-apiserver runs by default and clients observe in the object
+//! a create returns: `DefaultStorageClass`, which gives a claim that names no class the
+//! cluster's default StorageClass.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::objects::parse_rfc3339;
+
+/// The annotations that mark a StorageClass as the default (GA and beta; the value `"true"`).
+const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+];
+
+/// The beta annotation that names a claim's class (it takes precedence over the spec field).
+const BETA_CLAIM_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+
+/// The store key of StorageClasses.
+pub const STORAGE_CLASSES: &str = "storage.k8s.io/storageclasses";
+
+/// `DefaultStorageClass` on a claim being created: when it names no class (neither
+/// `spec.storageClassName`, even `""`, nor the beta annotation), its class becomes the default
+/// class among `classes`: the newest by creation time, then the first by name. No default, no
+/// change. Returns the class set, if any.
+pub fn default_storage_class(claim: &mut Value, classes: &[Arc<Value>]) -> Option<String> {
+    let annotated = claim["metadata"]["annotations"]
+        .as_object()
+        .is_some_and(|a| a.contains_key(BETA_CLAIM_CLASS));
+    let named = claim["spec"]
+        .get("storageClassName")
+        .is_some_and(|c| !c.is_null());
+    if annotated || named {
+        return None;
+    }
+    let chosen = classes
+        .iter()
+        .filter(|class| is_default(class))
+        .filter_map(|class| {
+            let name = class["metadata"]["name"].as_str()?;
+            let created = class["metadata"]["creationTimestamp"]
+                .as_str()
+                .and_then(parse_rfc3339)
+                .unwrap_or(0);
+            Some((created, name))
+        })
+        // Newest first; among equals, the first name.
+        .max_by(|(ta, na), (tb, nb)| ta.cmp(tb).then_with(|| nb.cmp(na)))
+        .map(|(_, name)| name.to_string())?;
+    let spec = claim.as_object_mut()?.entry("spec").or_insert(json!({}));
+    spec.as_object_mut()?
+        .insert("storageClassName".into(), json!(chosen));
+    Some(chosen)
+}
+
+fn is_default(class: &Value) -> bool {
+    DEFAULT_CLASS_ANNOTATIONS
+        .iter()
+        .any(|key| class["metadata"]["annotations"][key].as_str() == Some("true"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn class(name: &str, annotation: Option<(&str, &str)>, created: &str) -> Arc<Value> {
+        let mut c =
+            json!({"metadata": {"name": name, "creationTimestamp": created}, "provisioner": "p"});
+        if let Some((k, v)) = annotation {
+            c["metadata"]["annotations"] = json!({ k: v });
+        }
+        Arc::new(c)
+    }
+
+    const GA: &str = "storageclass.kubernetes.io/is-default-class";
+    const BETA: &str = "storageclass.beta.kubernetes.io/is-default-class";
+
+    #[test]
+    fn a_claim_without_a_class_gets_the_default() {
+        let older = class("older", Some((GA, "true")), "2026-01-01T00:00:00Z");
+        let newer = class("newer", Some((BETA, "true")), "2026-02-01T00:00:00Z");
+        let twin_b = class("b", Some((GA, "true")), "2026-03-01T00:00:00Z");
+        let twin_a = class("a", Some((GA, "true")), "2026-03-01T00:00:00Z");
+        let not_default = class("plain", Some((GA, "false")), "2026-04-01T00:00:00Z");
+        let unmarked = class("unmarked", None, "2026-05-01T00:00:00Z");
+        let claim =
+            || json!({"metadata": {"name": "c"}, "spec": {"accessModes": ["ReadWriteOnce"]}});
+        let no_class = json!({"metadata": {"name": "c"}});
+        let empty = json!({"metadata": {"name": "c"}, "spec": {"storageClassName": ""}});
+        let named = json!({"metadata": {"name": "c"}, "spec": {"storageClassName": "gold"}});
+        let null = json!({"metadata": {"name": "c"}, "spec": {"storageClassName": null}});
+        let beta =
+            json!({"metadata": {"name": "c", "annotations": {BETA_CLAIM_CLASS: ""}}, "spec": {}});
+        // (claim, classes, the class it ends with)
+        let cases: Vec<(Value, Vec<Arc<Value>>, Option<&str>)> = vec![
+            (claim(), vec![older.clone()], Some("older")),
+            (claim(), vec![older.clone(), newer.clone()], Some("newer")),
+            (
+                claim(),
+                vec![twin_b.clone(), newer.clone(), twin_a.clone()],
+                Some("a"),
+            ),
+            (claim(), vec![not_default.clone(), unmarked.clone()], None),
+            (claim(), vec![], None),
+            (no_class, vec![older.clone()], Some("older")),
+            (null, vec![older.clone()], Some("older")),
+            (empty, vec![older.clone()], Some("")),
+            (named, vec![older.clone()], Some("gold")),
+            (beta.clone(), vec![older.clone()], None),
+        ];
+        for (i, (mut c, classes, want)) in cases.into_iter().enumerate() {
+            default_storage_class(&mut c, &classes);
+            assert_eq!(c["spec"]["storageClassName"].as_str(), want, "case {i}");
+        }
+        // A claim whose class is in the beta annotation keeps it there.
+        let mut b = beta;
+        assert_eq!(default_storage_class(&mut b, &[older]), None);
+        assert!(b["spec"].get("storageClassName").is_none());
+    }
+}
