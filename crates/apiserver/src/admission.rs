@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::objects::parse_rfc3339;
 
 /// The annotations that mark a StorageClass as the default (GA and beta; the value `"true"`).
+/// sidecar-kit's vocabulary names them too; the API server does not depend on sidecar-kit.
 const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
     "storageclass.kubernetes.io/is-default-class",
     "storageclass.beta.kubernetes.io/is-default-class",
@@ -16,9 +17,6 @@ const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
 
 /// The beta annotation that names a claim's class (it takes precedence over the spec field).
 const BETA_CLAIM_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-
-/// The store key of StorageClasses.
-pub const STORAGE_CLASSES: &str = "storage.k8s.io/storageclasses";
 
 /// `DefaultStorageClass` on a claim being created: when it names no class (neither
 /// `spec.storageClassName`, even `""`, nor the beta annotation), its class becomes the default

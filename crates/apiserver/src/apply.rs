@@ -490,6 +490,11 @@ pub(crate) async fn server_side_apply(
     let ns = t.namespace.clone().unwrap_or_default();
     for _ in 0..5 {
         let Some(live) = app.store.get(&t.rt.key(), &ns, name) else {
+            // Applying to a subresource of a missing object creates nothing: 404, as
+            // kube-apiserver answers.
+            if t.subresource.is_some() {
+                return Err(ApiError::not_found(&t.rt.group, &t.rt.plural, name));
+            }
             let mut object = config.clone();
             object["metadata"]["name"] = json!(name);
             let managed = json!([{

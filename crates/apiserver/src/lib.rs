@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
-pub mod admission;
+mod admission;
 pub mod apply;
 pub mod change;
 pub mod claim_rules;

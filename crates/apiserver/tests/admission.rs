@@ -65,6 +65,11 @@ async fn a_claim_created_without_a_class_gets_the_default_class() {
     .await;
     assert!(ok, "{err}");
     assert_eq!(out, "gold");
+    let (ok, _, err) = kubectl(&f, &["get", "pvc", "dry"], None).await;
+    assert!(
+        !ok && err.contains("not found"),
+        "a dry run stores nothing: {err}"
+    );
     let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&claim("late", None))).await;
     assert!(ok, "{err}");
     assert_eq!(class_of(&f, "late").await, "gold");
@@ -82,4 +87,37 @@ async fn a_claim_created_without_a_class_gets_the_default_class() {
     assert_eq!(class_of(&f, "chosen").await, "plain");
     // Admission runs on create only: the claim made before the default keeps no class.
     assert_eq!(class_of(&f, "early").await, "");
+}
+
+#[tokio::test]
+async fn applying_to_the_status_of_a_missing_claim_creates_nothing() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use kube::api::{Api, Patch, PatchParams};
+    let f = start().await;
+    let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&class("gold", true))).await;
+    assert!(ok, "{err}");
+    let kubeconfig = kube::config::Kubeconfig::read_from(&f.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let status = serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ghost"},
+        "status": {"phase": "Bound"},
+    });
+    let err = claims
+        .patch_status("ghost", &PatchParams::apply("test"), &Patch::Apply(&status))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
+    let err = claims.get("ghost").await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
 }

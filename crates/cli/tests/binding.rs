@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::Cluster;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(15);
@@ -184,6 +185,35 @@ async fn default_class_and_missing_class() {
         .await;
     c.class("nope", json!({})).await;
     bound_volume(&c, "lost-class").await;
+
+    // Admission gives the default class at creation only. A claim created while no class is
+    // the default gets one from the PV controller once there is one (retroactive assignment).
+    let classes: Api<StorageClass> = Api::all(c.client.clone());
+    let mark = |default: &str| json!({"metadata": {"annotations": {"storageclass.kubernetes.io/is-default-class": default}}});
+    let merge = |v: &serde_json::Value| Patch::Merge(v.clone());
+    classes
+        .patch("hostpath", &PatchParams::default(), &merge(&mark("false")))
+        .await
+        .unwrap();
+    let early: PersistentVolumeClaim = c
+        .apply(json!({"metadata": {"name": "before-default"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))
+        .await;
+    assert_eq!(early.spec.unwrap().storage_class_name, None);
+    classes
+        .patch("hostpath", &PatchParams::default(), &merge(&mark("true")))
+        .await
+        .unwrap();
+    bound_volume(&c, "before-default").await;
+    assert_eq!(
+        api.get("before-default")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .storage_class_name
+            .as_deref(),
+        Some("hostpath")
+    );
 }
 
 #[tokio::test]

@@ -60,7 +60,7 @@ pub(crate) async fn create_object(
     // A generated name that is taken is generated again, as kube-apiserver does (up to 8 tries).
     let generated = obj["metadata"]["name"].as_str().is_none_or(str::is_empty);
     let mut name = prepare_create(&t.rt, &ns, &mut obj)?;
-    admit(app, &t.rt, &mut obj);
+    admit(app, t, &mut obj);
     if let Some(managed) = managed_fields {
         obj["metadata"]["managedFields"] = managed;
     }
@@ -104,11 +104,17 @@ pub(crate) async fn create_object(
     ))
 }
 
-/// The mutating admission kube-apiserver runs by default on a create.
-fn admit(app: &App, rt: &ResourceType, obj: &mut Value) {
-    if rt.group.is_empty() && rt.plural == "persistentvolumeclaims" {
-        let (classes, _) = app.store.list(crate::admission::STORAGE_CLASSES, None);
-        crate::admission::default_storage_class(obj, &classes);
+/// The mutating admission kube-apiserver runs by default on a create (of an object, not of a
+/// subresource).
+fn admit(app: &App, t: &Target, obj: &mut Value) {
+    if t.subresource.is_none() && t.rt.group.is_empty() && t.rt.plural == "persistentvolumeclaims" {
+        let Some(classes) = app.registry.find("storage.k8s.io", "v1", "storageclasses") else {
+            return;
+        };
+        let (classes, _) = app.store.list(&classes.key(), None);
+        if let Some(class) = crate::admission::default_storage_class(obj, &classes) {
+            tracing::debug!(%class, "DefaultStorageClass: the claim gets the default class");
+        }
     }
 }
 

@@ -393,50 +393,69 @@ mod tests {
         options.separate_lanes = Some(1);
         let stack = Stack::start(options).await.unwrap();
         let kubeconfig = stack.kubeconfig.display().to_string();
-        // Blocks this runtime's only thread until the claim is Bound (or 60 s pass).
+        // Blocks this runtime's only thread until the claim is Bound (60 s at most, requests
+        // included: a hang fails instead of blocking the test run).
         let phase = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .unwrap();
+                .map_err(|e| e.to_string())?;
             runtime.block_on(async move {
-                let client = build_client(&(kubeconfig, "lanes-test/0.1")).await.unwrap();
-                let pvs: kube::Api<PersistentVolume> = kube::Api::all(client.clone());
-                let claims: kube::Api<PersistentVolumeClaim> =
-                    kube::Api::namespaced(client, "default");
-                let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": "made"},
-                    "spec": {
-                        "capacity": {"storage": "1Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "storageClassName": "",
-                        "hostPath": {"path": "/tmp/made"},
+                let bound = async {
+                    let client = build_client(&(kubeconfig, "lanes-test/0.1"))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let pvs: kube::Api<PersistentVolume> = kube::Api::all(client.clone());
+                    let claims: kube::Api<PersistentVolumeClaim> =
+                        kube::Api::namespaced(client, "default");
+                    let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": "made"},
+                        "spec": {
+                            "capacity": {"storage": "1Gi"},
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "",
+                            "hostPath": {"path": "/tmp/made"},
+                        }
+                    }))
+                    .map_err(|e| e.to_string())?;
+                    pvs.create(&Default::default(), &pv)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": "wants"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "",
+                            "volumeName": "made",
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        }
+                    }))
+                    .map_err(|e| e.to_string())?;
+                    claims
+                        .create(&Default::default(), &claim)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    loop {
+                        let phase = claims
+                            .get("wants")
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .status
+                            .and_then(|s| s.phase);
+                        if phase.as_deref() == Some("Bound") {
+                            return Ok::<_, String>(phase);
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                     }
-                }))
-                .unwrap();
-                pvs.create(&Default::default(), &pv).await.unwrap();
-                let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": "wants"},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "storageClassName": "",
-                        "volumeName": "made",
-                        "resources": {"requests": {"storage": "1Gi"}},
-                    }
-                }))
-                .unwrap();
-                claims.create(&Default::default(), &claim).await.unwrap();
-                let deadline = std::time::Instant::now() + Duration::from_secs(60);
-                loop {
-                    let phase = claims.get("wants").await.ok().and_then(|c| c.status?.phase);
-                    if phase.as_deref() == Some("Bound") || std::time::Instant::now() > deadline {
-                        return phase;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                };
+                tokio::time::timeout(Duration::from_secs(60), bound)
+                    .await
+                    .map_err(|_| "the claim was not Bound within 60 s".to_string())?
             })
         })
         .join()
+        .map_err(|_| "the client thread panicked")
+        .unwrap()
         .unwrap();
         assert_eq!(phase.as_deref(), Some("Bound"));
         stack.shutdown(Duration::from_secs(10)).await;
