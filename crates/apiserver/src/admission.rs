@@ -92,7 +92,8 @@ mod tests {
         let beta =
             json!({"metadata": {"name": "c", "annotations": {BETA_CLAIM_CLASS: ""}}, "spec": {}});
         // (claim, classes, the class it ends with)
-        let cases: Vec<(Value, Vec<Arc<Value>>, Option<&str>)> = vec![
+        type Case = (Value, Vec<Arc<Value>>, Option<&'static str>);
+        let cases: Vec<Case> = vec![
             (claim(), vec![older.clone()], Some("older")),
             (claim(), vec![older.clone(), newer.clone()], Some("newer")),
             (

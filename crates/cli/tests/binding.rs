@@ -158,6 +158,16 @@ async fn pre_bound_claims_selectors_and_release() {
     .await;
 }
 
+/// The class a claim is stored with.
+async fn class_of(api: &Api<PersistentVolumeClaim>, name: &str) -> Option<String> {
+    api.get(name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .storage_class_name
+}
+
 #[tokio::test]
 async fn default_class_and_missing_class() {
     let c = Cluster::start(&[], &[], true).await;
@@ -171,13 +181,7 @@ async fn default_class_and_missing_class() {
     );
     let api: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
     assert_eq!(
-        api.get("defaulted")
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .storage_class_name
-            .as_deref(),
+        class_of(&api, "defaulted").await.as_deref(),
         Some("hostpath")
     );
     c.claim("lost-class", "nope", "1Gi", json!({}), false).await;
@@ -205,13 +209,7 @@ async fn default_class_and_missing_class() {
         .unwrap();
     bound_volume(&c, "before-default").await;
     assert_eq!(
-        api.get("before-default")
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .storage_class_name
-            .as_deref(),
+        class_of(&api, "before-default").await.as_deref(),
         Some("hostpath")
     );
 }
