@@ -4,7 +4,6 @@
 //! reflectors, the driver connection) runs there too and counts as theirs.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,18 +12,16 @@ use sidecar_kit::workqueue::Backoff;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{StackOptions, provisioner_args_for};
+use super::{StackOptions, paths, provisioner_args_for, signal_on};
 
-/// What the controllers need from the stack.
+/// What the controllers need from the stack (its socket and kubeconfig follow from
+/// `options.dir`, [`paths`]).
 pub(super) struct Parts {
     /// Their client, built on their lane.
     pub client: kube::Client,
     pub options: StackOptions,
-    /// The driver's socket.
-    pub socket: String,
     /// The extra nodes' sockets.
     pub node_sockets: Vec<String>,
-    pub kubeconfig: PathBuf,
     pub driver_name: String,
     /// The stack's stop signal.
     pub stop: watch::Receiver<bool>,
@@ -33,10 +30,7 @@ pub(super) struct Parts {
 impl Parts {
     /// Resolves once the stack is asked to stop (or its sender is gone).
     fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut rx = self.stop.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
+        signal_on(self.stop.clone())
     }
 }
 
@@ -45,11 +39,12 @@ impl Parts {
 pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let options = &parts.options;
     let client = &parts.client;
+    let (socket, kubeconfig) = paths(&options.dir);
     let mut tasks = Vec::new();
     if options.attach {
         let argv = [
             vec!["csi-attacher".to_string()],
-            provisioner_args_for(&parts.socket, &parts.kubeconfig),
+            provisioner_args_for(&socket, &kubeconfig),
             vec!["--kube-api-qps=0".to_string()],
         ]
         .concat();
@@ -70,7 +65,7 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         tasks.push(tokio::spawn(
             attach_detach.controller().run(parts.stopped()),
         ));
-        for node_socket in std::iter::once(&parts.socket).chain(parts.node_sockets.iter()) {
+        for node_socket in std::iter::once(&socket).chain(parts.node_sockets.iter()) {
             let agent = stack::node::NodeAgent::start(
                 client.clone(),
                 stack::node::NodeSettings {
@@ -98,7 +93,7 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         )));
     }
     if options.snapshots {
-        let channel = sidecar_kit::csi::connect(&parts.socket)
+        let channel = sidecar_kit::csi::connect(&socket)
             .await
             .context("connect the snapshot controller to the driver")?;
         let controller = stack::snapshots::SnapshotController::new(

@@ -241,9 +241,7 @@ impl Stack {
         let parts = controllers::Parts {
             client: controllers_client,
             options: options.clone(),
-            socket: socket.clone(),
             node_sockets: node_sockets.clone(),
-            kubeconfig: kubeconfig.clone(),
             driver_name: driver_name.clone(),
             stop: stop.subscribe(),
         };
@@ -355,10 +353,12 @@ async fn bind_on(lanes: &Lanes, path: &str) -> anyhow::Result<tokio::net::UnixLi
 
 /// The one stop signal: resolves once `true` is sent (or the sender is gone).
 fn signal(stop: &watch::Sender<bool>) -> impl Future<Output = ()> + Send + 'static {
-    let mut rx = stop.subscribe();
-    async move {
-        let _ = rx.wait_for(|s| *s).await;
-    }
+    signal_on(stop.subscribe())
+}
+
+/// [`signal`] from a receiver of the stop channel.
+async fn signal_on(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
 }
 
 #[cfg(test)]
