@@ -15,6 +15,10 @@ const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
     "storageclass.beta.kubernetes.io/is-default-class",
 ];
 
+/// StorageClasses' key in the store (`group/plural`, as `ResourceType::key` makes it; read on
+/// every claim create, so not looked up in the registry each time).
+pub(crate) const STORAGE_CLASSES: &str = "storage.k8s.io/storageclasses";
+
 /// The beta annotation that names a claim's class (it takes precedence over the spec field).
 const BETA_CLAIM_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 
@@ -70,6 +74,14 @@ mod tests {
             c["metadata"]["annotations"] = json!({ k: v });
         }
         Arc::new(c)
+    }
+
+    #[test]
+    fn the_storage_classes_key_is_the_registrys() {
+        let classes = crate::registry::Registry::default()
+            .find("storage.k8s.io", "v1", "storageclasses")
+            .unwrap();
+        assert_eq!(classes.key(), STORAGE_CLASSES);
     }
 
     const GA: &str = "storageclass.kubernetes.io/is-default-class";

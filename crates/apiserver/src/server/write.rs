@@ -104,14 +104,11 @@ pub(crate) async fn create_object(
     ))
 }
 
-/// The mutating admission kube-apiserver runs by default on a create (of an object, not of a
-/// subresource).
+/// The mutating admission kube-apiserver runs by default on a create. Only objects are created
+/// here: `create` refuses subresources and an apply to a missing object's subresource is a 404.
 fn admit(app: &App, t: &Target, obj: &mut Value) {
-    if t.subresource.is_none() && t.rt.group.is_empty() && t.rt.plural == "persistentvolumeclaims" {
-        let Some(classes) = app.registry.find("storage.k8s.io", "v1", "storageclasses") else {
-            return;
-        };
-        let (classes, _) = app.store.list(&classes.key(), None);
+    if t.rt.group.is_empty() && t.rt.plural == "persistentvolumeclaims" {
+        let (classes, _) = app.store.list(crate::admission::STORAGE_CLASSES, None);
         if let Some(class) = crate::admission::default_storage_class(obj, &classes) {
             tracing::debug!(%class, "DefaultStorageClass: the claim gets the default class");
         }
