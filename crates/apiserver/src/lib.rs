@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod faults;
 pub mod list_versions;
 pub mod listener;
+pub mod local;
 pub mod media;
 pub mod meta_rules;
 pub mod objects;
@@ -108,6 +109,10 @@ pub struct RunningServer {
     app: Arc<server::App>,
     ca_data: String,
     task: tokio::task::JoinHandle<()>,
+    /// What in-process clients are served by ([`RunningServer::local_service`]).
+    router: axum::Router,
+    runtime: tokio::runtime::Handle,
+    stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 impl RunningServer {
@@ -149,6 +154,21 @@ impl RunningServer {
             .app
             .close_watches
             .send((resource.unwrap_or("*").to_string(), rand::random::<u64>()));
+    }
+    /// A client transport for code in this process: requests go to the server's handler on
+    /// its runtime without TCP or TLS, with this server's token and `user_agent` (see
+    /// [`local`]). It refuses requests once the server has stopped.
+    pub fn local_service(
+        &self,
+        user_agent: &str,
+    ) -> Result<local::LocalService, local::LocalError> {
+        local::LocalService::new(
+            self.router.clone(),
+            self.runtime.clone(),
+            self.stopped.clone(),
+            &self.token,
+            user_agent,
+        )
     }
     /// Waits for the server to stop.
     pub async fn join(self) {
@@ -229,12 +249,17 @@ pub async fn serve(
     let router = axum::Router::new()
         .fallback(server::handle)
         .with_state(app.clone());
+    // Stopping is seen by the accept loop and by in-process clients alike.
+    let (stop_tx, stopped) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(listener::accept_loop(
         listener,
         acceptor,
-        router,
+        router.clone(),
         config.listener,
-        shutdown,
+        async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        },
     ));
     tracing::info!(address = %addr, "API server listening");
     Ok(RunningServer {
@@ -244,5 +269,8 @@ pub async fn serve(
         app,
         ca_data,
         task,
+        router,
+        runtime: tokio::runtime::Handle::current(),
+        stopped,
     })
 }

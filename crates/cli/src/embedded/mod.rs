@@ -191,17 +191,17 @@ impl Stack {
         }));
         let client_options = (kubeconfig.display().to_string(), options.user_agent);
         let client = build_client(&client_options).await?;
-        // The controllers' own client, built on their lane: its connections' work is theirs.
-        let controllers_client = match options.separate_lanes {
-            Some(_) => {
-                lanes
-                    .run(Lane::Controllers, async move {
-                        build_client(&client_options).await
-                    })
-                    .await?
-            }
-            None => client.clone(),
-        };
+        // The controllers live in this process: their requests go to the API server's handler
+        // in process (no TCP, no TLS), still with its token, counted under their User-Agent
+        // and served on its lane. The client is built on their lane: its queue is theirs.
+        let local = server
+            .local_service(options.user_agent)
+            .context("the controllers' in-process client")?;
+        let controllers_client = lanes
+            .run(Lane::Controllers, async move {
+                Ok(kube::Client::new(local, "default"))
+            })
+            .await?;
         let driver_name = crate::stack::register(
             &client,
             &socket,
