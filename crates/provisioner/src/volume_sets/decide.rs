@@ -155,9 +155,28 @@ fn size(pv: &PersistentVolume) -> i64 {
         .unwrap_or(0)
 }
 
+/// How many volumes of a set are being made: the names `in_flight` (their CreateVolume or PV
+/// write is under way) or `unseen` (made, their PV not shown by the watch yet) that are not
+/// `members` already. A pass can see one volume in two of these places; it is counted once.
+pub fn being_made<'a>(
+    in_flight: impl IntoIterator<Item = &'a str>,
+    unseen: impl IntoIterator<Item = &'a str>,
+    members: &[&PersistentVolume],
+) -> usize {
+    let mut names: std::collections::BTreeSet<&str> = in_flight.into_iter().collect();
+    names.extend(unseen);
+    for pv in members {
+        if let Some(name) = pv.metadata.name.as_deref() {
+            names.remove(name);
+        }
+    }
+    names.len()
+}
+
 /// The plan for a set with `members` (see [`members`]) and `creating` volumes of it being made
-/// (their CreateVolume is in flight, or their PV is not in the cache yet; they count towards
-/// the maximum and, like members not yet marked Available, towards the minimum).
+/// ([`being_made`]: they count towards the maximum and, like members not yet marked Available,
+/// towards the minimum). Only volumes that exist are deleted for being over the maximum: one
+/// being made holds back creations, and if it lands over the maximum a later pass removes it.
 ///
 /// At most `in_flight` volumes are made at a time (those `creating` included). Only volumes
 /// `deletable` admits are chosen for deletion (the manager deletes through its
@@ -197,7 +216,7 @@ pub fn plan(
         };
     }
     let mut delete = Vec::new();
-    if total > maximum {
+    if staying.len() > maximum {
         let mut candidates: Vec<&&PersistentVolume> = members
             .iter()
             .filter(|pv| available(pv) && deletable(pv))
@@ -210,7 +229,7 @@ pub fn plan(
         });
         delete = candidates
             .into_iter()
-            .take(total - maximum)
+            .take(staying.len() - maximum)
             .map(|pv| pv.metadata.name.clone().unwrap_or_default())
             .collect();
     }

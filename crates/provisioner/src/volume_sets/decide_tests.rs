@@ -4,8 +4,8 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::json;
 
 use super::decide::{
-    DeletionEnd, candidates, deletable_by, deletion_end, invalid, leftovers, members, plan,
-    unfinished,
+    DeletionEnd, being_made, candidates, deletable_by, deletion_end, invalid, leftovers, members,
+    plan, unfinished,
 };
 use super::types::{LABEL_SET, PersistentVolumeSet};
 
@@ -120,6 +120,23 @@ fn a_set_fills_to_its_minimum_one_at_a_time_and_never_past_its_maximum() {
         ),
         // Minimum 0: nothing made.
         (0, 10, vec![], 0, (0, vec![], 0, 0, true)),
+        // At the maximum with one more being made: nothing is deleted for a volume that may
+        // not exist (it was one of these, counted twice, on a loaded machine).
+        (
+            3,
+            3,
+            vec![("1Gi", "Available"); 3],
+            1,
+            (0, vec![], 0, 3, true),
+        ),
+        // Over the maximum by existing volumes, one more being made: only the existing surplus.
+        (
+            1,
+            2,
+            vec![("1Gi", "Available"); 3],
+            1,
+            (0, vec!["pv-0"], 0, 3, true),
+        ),
     ];
     for (i, (min, max, volumes, creating, want)) in cases.into_iter().enumerate() {
         let s = set(min, max);
@@ -366,4 +383,29 @@ fn a_pass_reads_the_volumes_its_selector_or_its_label_names_and_all_when_unlabel
     )
     .unwrap();
     assert_eq!(read(Some(&not_in)), None);
+}
+
+#[test]
+fn a_volume_seen_in_flight_made_and_as_a_member_is_counted_once() {
+    let member = pv("fast-1", "1Gi", "Available", "fast");
+    let other = pv("fast-9", "1Gi", "Available", "fast");
+    let members = [&member, &other];
+    // (in flight, made but unseen) → being made
+    let cases: Vec<(Vec<&str>, Vec<&str>, usize)> = vec![
+        (vec![], vec![], 0),
+        (vec!["fast-2"], vec![], 1),
+        (vec![], vec!["fast-2"], 1),
+        // In flight and noted as made: one volume.
+        (vec!["fast-2"], vec!["fast-2"], 1),
+        // Already a member: not being made any more, wherever else it shows.
+        (vec!["fast-1"], vec!["fast-1"], 0),
+        (vec!["fast-1", "fast-2"], vec!["fast-3"], 2),
+    ];
+    for (i, (in_flight, unseen, want)) in cases.into_iter().enumerate() {
+        assert_eq!(
+            being_made(in_flight.iter().copied(), unseen.iter().copied(), &members),
+            want,
+            "case {i}"
+        );
+    }
 }

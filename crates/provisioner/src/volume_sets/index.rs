@@ -3,9 +3,12 @@
 //! candidates here instead of decoding every PV of the provisioner's compact cache (a pool is
 //! most of its set's volumes, read on every pass).
 //!
-//! A volume the manager makes is counted in flight, then as made, then as a member once its PV
-//! event reaches the index. Both of the last two live under one lock, so a pass sees a volume
-//! in one or the other, never in neither (which would make one volume too many).
+//! A volume the manager makes is counted in flight, then as made (noted before its PV is
+//! written), then as a member once its PV event reaches the index. The last two live under one
+//! lock, so a pass sees a volume in one or the other, never in neither (which would make one
+//! volume too many). A pass may see it both in flight and as made or a member: it counts names
+//! ([`super::decide::being_made`]), not entries. Any event for the volume ends its "made" note:
+//! from then on the watch says whether it exists.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ pub(crate) struct PassView {
     /// The volumes to read; `None`: every cached volume.
     pub(crate) volumes: Option<Vec<Arc<PersistentVolume>>>,
     /// Volumes made for the set that the index does not show yet.
-    pub(crate) unseen: usize,
+    pub(crate) unseen: Vec<String>,
 }
 
 /// The labelled volumes and the volumes made but not seen yet.
@@ -42,6 +45,8 @@ impl VolumeIndex {
     /// A watch event for the volume `name`: a labelled volume is indexed, one that went or lost
     /// its labels is not.
     pub(crate) fn volume_changed(&mut self, name: &str, pv: &PersistentVolume, gone: bool) {
+        // Made volumes are noted before their PV is written, so this event follows the note.
+        self.made.remove(name);
         if !gone && pv.metadata.labels.as_ref().is_some_and(|l| !l.is_empty()) {
             self.labelled.insert(name.to_string(), Arc::new(pv.clone()));
         } else {
@@ -49,9 +54,15 @@ impl VolumeIndex {
         }
     }
 
-    /// Notes a volume made for `set` at `now`: it counts as the set's until the index shows it.
+    /// Notes a volume made for `set` at `now`, before its PV is written: it counts as the set's
+    /// until a watch event for it arrives.
     pub(crate) fn made(&mut self, set: &str, volume: &str, now: Instant) {
         self.made.insert(volume.to_string(), (set.to_string(), now));
+    }
+
+    /// Takes back the note of a volume whose PV could not be written (it is still in flight).
+    pub(crate) fn unmade(&mut self, volume: &str) {
+        self.made.remove(volume);
     }
 
     /// What a pass over the set `name` reads at `now`: the volumes it must read
@@ -70,7 +81,13 @@ impl VolumeIndex {
         self.made.retain(|volume, (_, at)| {
             !labelled.contains_key(volume) && now.saturating_duration_since(*at) < UNSEEN_FOR
         });
-        let unseen = self.made.values().filter(|(of, _)| of == name).count();
+        let mut unseen: Vec<String> = self
+            .made
+            .iter()
+            .filter(|(_, (of, _))| of == name)
+            .map(|(volume, _)| volume.clone())
+            .collect();
+        unseen.sort();
         let volumes = candidates(
             name,
             set,
@@ -127,7 +144,7 @@ mod tests {
     /// reads and the made ones it counts apart.
     fn pass(index: &mut VolumeIndex, now: Instant) -> (Vec<String>, usize) {
         let view = index.view("fast", None, |_| true, now);
-        (names(&view), view.unseen)
+        (names(&view), view.unseen.len())
     }
 
     #[test]
@@ -160,11 +177,38 @@ mod tests {
         let mut index = VolumeIndex::default();
         index.made("fast", "fast-1", now);
         index.made("slow", "slow-1", now);
-        assert_eq!(index.view("fast", None, |_| true, now).unseen, 1);
-        assert_eq!(index.view("slow", None, |_| true, now).unseen, 1);
+        assert_eq!(index.view("fast", None, |_| true, now).unseen, ["fast-1"]);
+        assert_eq!(index.view("slow", None, |_| true, now).unseen, ["slow-1"]);
         let later = now + UNSEEN_FOR;
-        assert_eq!(index.view("fast", None, |_| true, later).unseen, 0);
-        assert_eq!(index.view("slow", None, |_| true, later).unseen, 0);
+        assert!(index.view("fast", None, |_| true, later).unseen.is_empty());
+        assert!(index.view("slow", None, |_| true, later).unseen.is_empty());
+    }
+
+    /// The race a loaded machine showed: the PV's events (made, then deleted by a pass that
+    /// counted it twice) came before the create worker noted it as made. The note is now made
+    /// before the PV is written, and any event ends it; it must not count a volume that is gone.
+    #[test]
+    fn a_made_volume_whose_pv_went_is_not_counted() {
+        let now = Instant::now();
+        let mut index = VolumeIndex::default();
+        index.made("fast", "fast-1", now);
+        watched(&mut index, "fast-1", "fast");
+        index.volume_changed("fast-1", &labelled("fast-1", "fast"), true);
+        assert_eq!(pass(&mut index, now), (Vec::<String>::new(), 0));
+    }
+
+    #[test]
+    fn a_note_taken_back_is_not_counted() {
+        let now = Instant::now();
+        let mut index = VolumeIndex::default();
+        index.made("fast", "fast-1", now);
+        index.made("fast", "fast-2", now);
+        assert_eq!(
+            index.view("fast", None, |_| true, now).unseen,
+            ["fast-1", "fast-2"]
+        );
+        index.unmade("fast-1");
+        assert_eq!(index.view("fast", None, |_| true, now).unseen, ["fast-2"]);
     }
 
     #[test]

@@ -182,9 +182,15 @@ impl SetManager {
         self.index.lock().view(name, set, cached, Instant::now())
     }
 
-    /// Notes a volume made for `set`: it counts as the set's until the index shows it.
+    /// Notes a volume made for `set`, before its PV is written: it counts as the set's until a
+    /// watch event for it arrives.
     pub(crate) fn made(&self, set: &str, volume: &str) {
         self.index.lock().made(set, volume, Instant::now());
+    }
+
+    /// Takes back the note of a volume whose PV could not be written.
+    pub(crate) fn unmade(&self, volume: &str) {
+        self.index.lock().unmade(volume);
     }
 
     /// Sets the gauges of `set`.

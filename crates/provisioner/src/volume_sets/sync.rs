@@ -24,7 +24,7 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::reference;
 use sidecar_kit::workqueue::Next;
 
-use super::decide::{deletable_by, leftovers, members, plan, unfinished};
+use super::decide::{being_made, deletable_by, leftovers, members, plan, unfinished};
 use super::make::{MakeError, member_pv, plan_member, volume_name};
 use super::status::{should_write, status};
 use super::types::{LABEL_SET, PersistentVolumeSet};
@@ -183,7 +183,7 @@ impl Provisioner {
         };
         let set = manager.sets.get(&ObjectRef::new(name));
         // A new volume is in flight, then made, then in the index: read in that order, each
-        // volume is seen at least once (twice at worst, which only delays a creation).
+        // volume is seen at least once; seen twice, it is counted once (by name).
         let pending = self.pool_flights(name);
         // Cached PVs are decoded on each read: the set's candidates come from its own index.
         let view = manager.view(name, set.as_deref(), |volume| {
@@ -214,10 +214,15 @@ impl Provisioner {
             manager.forget(name);
             return Ok(Next::Done);
         };
+        let creating = being_made(
+            pending.iter().map(|(volume, _)| volume.as_str()),
+            view.unseen.iter().map(String::as_str),
+            &members,
+        );
         let decided = plan(
             &set,
             &members,
-            pending.len() + view.unseen,
+            creating,
             self.cfg.volume_set_creates,
             |pv| deletable_by(pv, &self.cfg.caps.name),
         );
@@ -432,12 +437,20 @@ impl Provisioner {
                 });
             }
         };
+        // Noted before the PV is written, so that its watch events (which end the note) come
+        // after the note: a note taken after them would count a volume a pass deleted meanwhile.
+        if let Some(manager) = &self.sets {
+            manager.made(&name, volume);
+        }
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         match api.create(&PostParams::default(), &pv).await {
             Ok(_) => {}
             // An earlier pass wrote it (names are random: nobody else has this one).
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(source) => {
+                if let Some(manager) = &self.sets {
+                    manager.unmade(volume);
+                }
                 return Err(SetError::SavePv {
                     name: volume.to_string(),
                     source,
@@ -445,7 +458,6 @@ impl Provisioner {
             }
         }
         if let Some(manager) = &self.sets {
-            manager.made(&name, volume);
             manager.metrics.created.with_label_values(&[&name]).inc();
         }
         self.settle(volume);
