@@ -83,15 +83,10 @@ async fn a_dynamic_snapshot_is_taken_restored_and_deleted_with_its_content() {
         .unwrap()
         .volume_handle
         .clone();
-    std::fs::write(
-        c.dir
-            .path()
-            .join("driver/volumes")
-            .join(&handle)
-            .join("file.txt"),
-        "snapshot me",
-    )
-    .unwrap();
+    // Written as a pod would (a volume never used gets its directory at its first use).
+    let dir = c.dir.path().join("driver/volumes").join(&handle);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("file.txt"), "snapshot me").unwrap();
     // No class named: the stack's default class for the driver is used.
     let created = create_snapshot(
         &c,

@@ -16,6 +16,14 @@ pub const BYTES_PER_INODE: i64 = 16 * 1024;
 
 const CHUNK: usize = 1 << 20;
 
+/// Makes an empty volume directory `dir` (if it is not there) and makes it durable: the
+/// directory and its entry in `parent` are fsynced.
+pub fn make_empty_dir(dir: &Path, parent: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    File::open(dir)?.sync_all()?;
+    File::open(parent)?.sync_all()
+}
+
 /// Copies a directory tree from `from` into a new directory `to`: regular files (holes kept),
 /// directories, symlinks; permissions kept. `to` must not exist.
 pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {

@@ -23,13 +23,20 @@ struct ContentJob {
     dir: PathBuf,
     parent: PathBuf,
     copy_from: Option<PathBuf>,
+    /// The source is a volume never used ([`crate::state::VolumeRecord::lazy_content`]): if
+    /// its directory is not there, there is nothing to copy.
+    source_unused: bool,
     image_bytes: Option<i64>,
 }
 
 impl ContentJob {
     fn run(self) -> std::io::Result<()> {
         let image = self.dir.join(crate::content::BLOCK_IMAGE);
-        match &self.copy_from {
+        let copy_from = self
+            .copy_from
+            .as_ref()
+            .filter(|from| !self.source_unused || from.exists());
+        match copy_from {
             Some(from) => {
                 crate::content::copy_tree(from, &self.dir)?;
                 if let Some(bytes) = self.image_bytes {
@@ -71,6 +78,19 @@ impl Driver {
                 tracing::debug!(name = %record.name, volume_id = %record.id, "volume exists");
                 (record, self.store.read(|_| ()).1)
             }
+            CreatePlan::New(record) if record.lazy_content => {
+                // Nothing on disk yet: its directory is made when it is first staged or
+                // published (node_stage, node_publish).
+                let seq = match self.store.confirm(&record.id) {
+                    Ok(seq) => seq,
+                    Err(error) => {
+                        self.store.cancel(&record.id);
+                        return Err(error.into());
+                    }
+                };
+                tracing::info!(name = %record.name, volume_id = %record.id, bytes = record.capacity_bytes, node = ?record.node, "volume created");
+                (record, seq)
+            }
             CreatePlan::New(record) => {
                 // The directory (made or copied, and fsynced) exists before the record is
                 // logged: a crash in between leaves a directory no record names, which the next
@@ -82,6 +102,14 @@ impl Driver {
                         None => None,
                         Some(ContentSource::Snapshot(id)) => Some(self.store.snapshot_dir(id)),
                         Some(ContentSource::Volume(id)) => Some(self.store.volume_dir(id)),
+                    },
+                    source_unused: match &record.source {
+                        Some(ContentSource::Volume(id)) => {
+                            self.store
+                                .read(|t| t.get(id).is_some_and(|v| v.lazy_content))
+                                .0
+                        }
+                        None | Some(ContentSource::Snapshot(_)) => false,
                     },
                     image_bytes: record.block.then_some(record.capacity_bytes),
                 };
@@ -126,7 +154,10 @@ impl Driver {
         if removed {
             let dir = self.store.volume_dir(&req.volume_id);
             let outcome = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
-            if let Ok(Err(error)) = outcome {
+            // A volume never used has no directory.
+            if let Ok(Err(error)) = outcome
+                && error.kind() != std::io::ErrorKind::NotFound
+            {
                 tracing::warn!(volume_id = %req.volume_id, %error, "volume directory not removed; the next start removes it");
             }
             tracing::info!(volume_id = %req.volume_id, "volume deleted");

@@ -135,15 +135,16 @@ impl Driver {
                 req.target_path
             )));
         }
-        let dir = self.store.volume_dir(&record.id);
         // A staged mount volume is published from its staging path, as a real driver publishes
         // the filesystem it mounted there; a block volume from its image.
         let source = if record.block {
-            dir.join(crate::content::BLOCK_IMAGE)
+            self.store
+                .volume_dir(&record.id)
+                .join(crate::content::BLOCK_IMAGE)
         } else if self.cfg.features.stage_unstage {
             PathBuf::from(&req.staging_target_path)
         } else {
-            dir
+            self.content_dir(&record).await?
         };
         expose(
             self.bind_mounts,
@@ -161,6 +162,8 @@ impl Driver {
             };
             let mut updated = current.clone();
             updated.targets.insert(path.clone(), wanted.clone());
+            // Its directory exists now: staged first, or made by content_dir.
+            updated.lazy_content = false;
             Ok(((), vec![Change::Put(updated)]))
         })?;
         self.store.wait_durable(seq).await?;

@@ -69,6 +69,30 @@ impl Driver {
         Ok(())
     }
 
+    /// The directory of a mount volume, made first if the volume was created without it
+    /// ([`VolumeRecord::lazy_content`]); the caller then logs the record with
+    /// `lazy_content` cleared. Made durable before any record says it exists.
+    pub(crate) async fn content_dir(&self, record: &VolumeRecord) -> Result<PathBuf> {
+        let dir = self.store.volume_dir(&record.id);
+        if record.lazy_content {
+            let (made, parent) = (dir.clone(), self.store.volumes_dir().to_path_buf());
+            let outcome =
+                tokio::task::spawn_blocking(move || crate::content::make_empty_dir(&made, &parent))
+                    .await;
+            if let Err(detail) = outcome
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                return Err(Error::Filesystem {
+                    action: "create volume directory",
+                    path: dir.display().to_string(),
+                    detail,
+                });
+            }
+        }
+        Ok(dir)
+    }
+
     pub(crate) async fn node_stage(
         &self,
         req: csi::NodeStageVolumeRequest,
@@ -104,7 +128,7 @@ impl Driver {
         }
         let staging = PathBuf::from(&req.staging_target_path);
         if !record.block {
-            let dir = self.store.volume_dir(&record.id);
+            let dir = self.content_dir(&record).await?;
             expose(self.bind_mounts, &dir, &staging, false, false).await?;
         }
         let id = record.id.clone();
@@ -115,6 +139,8 @@ impl Driver {
             };
             let mut updated = current.clone();
             updated.staged.insert(path.clone(), wanted.clone());
+            // Its directory exists now (content_dir).
+            updated.lazy_content = false;
             Ok(((), vec![Change::Put(updated)]))
         })?;
         self.store.wait_durable(seq).await?;

@@ -27,9 +27,10 @@ async fn create_returns_the_volume_and_repeats_are_idempotent() {
     assert_eq!(v.capacity_bytes, 2 * GI);
     assert!(!v.volume_id.is_empty());
     assert_eq!(v.accessible_topology, vec![segment(KEY, "node-1")]);
+    // An empty mount volume is a record only: its directory is made at its first use.
     assert!(
-        h.state_dir().join("volumes").join(&v.volume_id).is_dir(),
-        "the volume is a directory"
+        !h.state_dir().join("volumes").join(&v.volume_id).exists(),
+        "a new mount volume has no directory yet"
     );
 
     let again = c
@@ -58,8 +59,13 @@ async fn concurrent_creates_of_one_name_make_one_volume() {
         let mut c = h.controller();
         let volumes = h.state_dir().join("volumes");
         tasks.push(tokio::spawn(async move {
+            // A block volume: its image is made with it.
+            let request = csi::CreateVolumeRequest {
+                volume_capabilities: vec![block(Mode::SingleNodeWriter)],
+                ..create_request("same", GI)
+            };
             let id = c
-                .create_volume(create_request("same", GI))
+                .create_volume(request)
                 .await
                 .unwrap()
                 .into_inner()
@@ -331,8 +337,25 @@ async fn topology_requirements_place_the_volume_or_exhaust() {
 async fn delete_is_idempotent_and_validated() {
     let h = Harness::start(&[]).await;
     let mut c = h.controller();
+    // A mount volume never used (no directory) deletes like any other.
+    let unused = c
+        .create_volume(create_request("unused", GI))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    c.delete_volume(csi::DeleteVolumeRequest {
+        volume_id: unused.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let v = c
-        .create_volume(create_request("d", GI))
+        .create_volume(csi::CreateVolumeRequest {
+            volume_capabilities: vec![block(Mode::SingleNodeWriter)],
+            ..create_request("d", GI)
+        })
         .await
         .unwrap()
         .into_inner()

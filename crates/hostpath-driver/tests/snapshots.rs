@@ -9,7 +9,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use csi::volume_capability::access_mode::Mode;
 use csi_proto::v1 as csi;
-use harness::{Harness, block, create, create_request, params};
+use harness::{Harness, block, create, create_request, mount, params};
 use tonic::Code;
 
 const MI: i64 = 1 << 20;
@@ -79,6 +79,23 @@ async fn list(h: &Harness, req: csi::ListSnapshotsRequest) -> (Vec<String>, Stri
 
 fn volume_dir(h: &Harness, id: &str) -> std::path::PathBuf {
     h.state_dir().join("volumes").join(id)
+}
+
+/// A mount volume in use: staged on the node, as for a pod (which makes its directory); its
+/// directory, to write content into as the pod would.
+async fn in_use(h: &Harness, id: &str) -> std::path::PathBuf {
+    let staging = h.dir.path().join("staging").join(id);
+    std::fs::create_dir_all(h.dir.path().join("staging")).unwrap();
+    h.node()
+        .node_stage_volume(csi::NodeStageVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(mount(Mode::SingleNodeWriter)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    volume_dir(h, id)
 }
 
 #[tokio::test]
@@ -237,7 +254,7 @@ async fn snapshots_are_made_listed_got_deleted_and_survive_a_restart() {
 async fn restores_and_clones_hold_the_content_of_their_source() {
     let h = Harness::start(&[]).await;
     let source = create(&h, create_request("source", 4 * MI)).await;
-    let dir = volume_dir(&h, &source.volume_id);
+    let dir = in_use(&h, &source.volume_id).await;
     std::fs::create_dir_all(dir.join("sub")).unwrap();
     std::fs::write(dir.join("sub/file.txt"), "before the snapshot").unwrap();
     let snap = snapshot(&h, "snap", &source.volume_id).await;
@@ -334,7 +351,7 @@ async fn group_snapshots_are_made_whole_and_deleted_whole() {
     let mut h = Harness::start(&[]).await;
     let a = create(&h, create_request("a", MI)).await;
     let b = create(&h, create_request("b", MI)).await;
-    std::fs::write(volume_dir(&h, &a.volume_id).join("a.txt"), "from a").unwrap();
+    std::fs::write(in_use(&h, &a.volume_id).await.join("a.txt"), "from a").unwrap();
     let mut groups = csi::group_controller_client::GroupControllerClient::new(h.channel.clone());
     let caps = groups
         .group_controller_get_capabilities(csi::GroupControllerGetCapabilitiesRequest {})
@@ -553,7 +570,7 @@ async fn a_clone_cut_off_by_its_deadline_ends_listed_and_durable() {
     let mut h = Harness::start(&[]).await;
     let source = create(&h, create_request("big", 256 * MI)).await;
     let data: Vec<u8> = (0..96 * MI as usize).map(|i| (i % 251) as u8 + 1).collect();
-    std::fs::write(volume_dir(&h, &source.volume_id).join("data.bin"), &data).unwrap();
+    std::fs::write(in_use(&h, &source.volume_id).await.join("data.bin"), &data).unwrap();
     let mut hurried = tonic::Request::new(from_volume("copy", 256 * MI, &source.volume_id));
     hurried.set_timeout(std::time::Duration::from_millis(5));
     let cut = h.controller().create_volume(hurried).await.unwrap_err();
@@ -600,5 +617,32 @@ async fn a_clone_cut_off_by_its_deadline_ends_listed_and_durable() {
             .unwrap()
             .len(),
         data.len()
+    );
+}
+
+/// An empty mount volume is a record until its first use: a snapshot or a clone of it is
+/// empty, and staging makes its directory durably (it survives a restart as a volume in use).
+#[tokio::test]
+async fn a_volume_never_used_has_no_directory_and_copies_as_empty() {
+    let mut h = Harness::start(&[]).await;
+    let unused = create(&h, create_request("unused", MI)).await;
+    assert!(!volume_dir(&h, &unused.volume_id).exists());
+    let snap = snapshot(&h, "of-unused", &unused.volume_id).await;
+    let restored = create(&h, from_snapshot("restored", MI, &snap.snapshot_id)).await;
+    let restored_dir = volume_dir(&h, &restored.volume_id);
+    assert!(restored_dir.is_dir(), "a restore is made with its content");
+    assert_eq!(std::fs::read_dir(&restored_dir).unwrap().count(), 0);
+    let clone = create(&h, from_volume("clone", MI, &unused.volume_id)).await;
+    let clone_dir = volume_dir(&h, &clone.volume_id);
+    assert!(clone_dir.is_dir(), "a clone is made with its content");
+    assert_eq!(std::fs::read_dir(&clone_dir).unwrap().count(), 0);
+    let second = create(&h, create_request("second", MI)).await;
+    let dir = in_use(&h, &second.volume_id).await;
+    std::fs::write(dir.join("kept.txt"), "in use").unwrap();
+    h.restart().await;
+    assert_eq!(
+        std::fs::read_to_string(volume_dir(&h, &second.volume_id).join("kept.txt")).unwrap(),
+        "in use",
+        "the directory of a volume in use is not an orphan at start"
     );
 }

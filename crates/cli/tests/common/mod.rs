@@ -250,7 +250,9 @@ impl Cluster {
         }
     }
 
-    /// Where the driver keeps a PV's volume.
+    /// Where the driver keeps a PV's volume, for a test to write into as a pod would. A mount
+    /// volume never used has no directory yet (the driver makes it at its first use): it is
+    /// made here, as that first use would.
     pub fn volume_dir(&self, pv: &PersistentVolume) -> std::path::PathBuf {
         let handle = pv
             .spec
@@ -258,7 +260,9 @@ impl Cluster {
             .and_then(|s| s.csi.as_ref())
             .map(|c| c.volume_handle.clone())
             .unwrap();
-        self.dir.path().join("driver/volumes").join(handle)
+        let dir = self.dir.path().join("driver/volumes").join(handle);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     /// Waits until the claim `name` (namespace default) is Bound.

@@ -380,6 +380,7 @@ pub fn plan_create(
                 targets: BTreeMap::new(),
                 source: req.source.clone(),
                 mutable_parameters: req.mutable_parameters.clone(),
+                lazy_content: lazy_content(req),
                 ..VolumeRecord::default()
             }));
         }
@@ -389,6 +390,12 @@ pub fn plan_create(
         req.kind,
         shortfalls.join(", ")
     )))
+}
+
+/// Whether a new volume's directory waits for its first use: an empty mount volume. A block
+/// volume's image and a copy of a snapshot or volume are made at once.
+fn lazy_content(req: &CreateRequest) -> bool {
+    !req.block && req.source.is_none()
 }
 
 /// How an existing volume differs from a repeated request, if it does.

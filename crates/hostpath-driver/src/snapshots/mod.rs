@@ -76,21 +76,34 @@ impl Driver {
     /// Copies each snapshot's source volume into the snapshot's directory; on failure removes
     /// what was copied.
     pub(crate) async fn copy_snapshots(&self, records: &[SnapshotRecord]) -> Result<()> {
+        // A volume never used may have no directory yet: its snapshot is then an empty one.
+        let (never_used, _) = self.store.read(|t| {
+            records
+                .iter()
+                .map(|r| t.get(&r.source_volume_id).is_some_and(|v| v.lazy_content))
+                .collect::<Vec<bool>>()
+        });
         let jobs: Vec<_> = records
             .iter()
-            .map(|r| {
+            .zip(never_used)
+            .map(|(r, never_used)| {
                 (
                     self.store.volume_dir(&r.source_volume_id),
                     self.store.snapshot_dir(&r.id),
+                    never_used,
                 )
             })
             .collect();
         let copied = tokio::task::spawn_blocking(move || {
-            for (index, (from, to)) in jobs.iter().enumerate() {
-                let copied = crate::content::copy_tree(from, to)
-                    .and_then(|()| crate::content::sync_filesystem(to));
+            for (index, (from, to, never_used)) in jobs.iter().enumerate() {
+                let copied = if *never_used && !from.exists() {
+                    std::fs::create_dir(to)
+                } else {
+                    crate::content::copy_tree(from, to)
+                }
+                .and_then(|()| crate::content::sync_filesystem(to));
                 if let Err(error) = copied {
-                    for (_, done) in &jobs[..=index] {
+                    for (_, done, _) in &jobs[..=index] {
                         let _ = std::fs::remove_dir_all(done);
                     }
                     return Err((from.clone(), error.to_string()));

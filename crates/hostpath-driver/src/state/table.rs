@@ -83,6 +83,11 @@ pub struct VolumeRecord {
     /// volume's capacity at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_bytes: Option<i64>,
+    /// An empty mount volume whose directory is made when it is first staged or published
+    /// (CreateVolume then writes nothing to disk but its record). False for volumes made before
+    /// this existed: their directory was made with them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lazy_content: bool,
 }
 
 /// One snapshot: a copy of a volume's content at the time it was taken.
