@@ -101,7 +101,6 @@ pub enum Error {
 }
 
 /// A running server.
-#[derive(Debug)]
 pub struct RunningServer {
     addr: SocketAddr,
     token: String,
@@ -113,6 +112,16 @@ pub struct RunningServer {
     router: axum::Router,
     runtime: tokio::runtime::Handle,
     stopped: tokio::sync::watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for RunningServer {
+    /// Without the token: a server printed for debugging must not hand out its credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningServer")
+            .field("addr", &self.addr)
+            .field("kubeconfig", &self.kubeconfig)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RunningServer {
@@ -249,8 +258,10 @@ pub async fn serve(
     let router = axum::Router::new()
         .fallback(server::handle)
         .with_state(app.clone());
-    // Stopping is seen by the accept loop and by in-process clients alike.
+    // Stopping is seen by the accept loop and by in-process clients alike: the network's
+    // connections close, and so do the in-process clients' watches.
     let (stop_tx, stopped) = tokio::sync::watch::channel(false);
+    let stopping = app.clone();
     let task = tokio::spawn(listener::accept_loop(
         listener,
         acceptor,
@@ -259,6 +270,9 @@ pub async fn serve(
         async move {
             shutdown.await;
             let _ = stop_tx.send(true);
+            let _ = stopping
+                .close_watches
+                .send(("*".to_string(), rand::random::<u64>()));
         },
     ));
     tracing::info!(address = %addr, "API server listening");

@@ -20,7 +20,8 @@ pub enum LocalError {
     /// The server has stopped: as for a network client whose connection is refused.
     #[error("the API server has stopped")]
     Stopped,
-    /// The handler's task ended without an answer (its runtime shut down under it).
+    /// The handler's task ended without an answer: its runtime shut down under it, or it
+    /// panicked.
     #[error("the API server dropped the request: {0}")]
     Dropped(#[source] tokio::task::JoinError),
     /// The token or the User-Agent is not a valid header value.

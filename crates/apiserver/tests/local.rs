@@ -96,3 +96,31 @@ async fn a_user_agent_that_is_no_header_value_is_refused() {
         "invalid User-Agent for an in-process client"
     );
 }
+
+#[tokio::test]
+async fn an_in_process_watch_ends_when_the_server_stops() {
+    let f = common::start().await;
+    let client = kube::Client::new(f.server.local_service("local-test/1.0").unwrap(), "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut events = maps
+        .watch(&WatchParams::default().timeout(290), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let common::Fixture { server, _stop, .. } = f;
+    drop(_stop);
+    server.join().await;
+    let end = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(_)) = events.try_next().await {}
+    })
+    .await;
+    assert!(end.is_ok(), "the watch must end with the server");
+}
+
+#[tokio::test]
+async fn the_server_prints_without_its_token() {
+    let f = common::start().await;
+    let printed = format!("{:?}", f.server);
+    assert!(!printed.contains(f.server.token()), "{printed}");
+    assert!(printed.contains("RunningServer"), "{printed}");
+}

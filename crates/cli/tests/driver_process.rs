@@ -291,8 +291,16 @@ fn acknowledged_volumes_survive_kill_9() {
             let acked = acked.clone();
             workers.push(tokio::spawn(async move {
                 let mut client = csi_proto::v1::controller_client::ControllerClient::new(channel);
+                // Half the workers make block volumes: their image is made with them, before
+                // their record; empty mount volumes get a directory only at first use.
+                let block = w % 2 == 1;
                 for i in 0.. {
-                    let name = format!("k{w}-{i}");
+                    let name = format!("{}{w}-{i}", if block { "b" } else { "k" });
+                    let access_type = if block {
+                        csi_proto::v1::volume_capability::AccessType::Block(Default::default())
+                    } else {
+                        csi_proto::v1::volume_capability::AccessType::Mount(Default::default())
+                    };
                     let req = csi_proto::v1::CreateVolumeRequest {
                         name: name.clone(),
                         capacity_range: Some(csi_proto::v1::CapacityRange {
@@ -303,9 +311,7 @@ fn acknowledged_volumes_survive_kill_9() {
                             access_mode: Some(csi_proto::v1::volume_capability::AccessMode {
                                 mode: 1,
                             }),
-                            access_type: Some(csi_proto::v1::volume_capability::AccessType::Mount(
-                                Default::default(),
-                            )),
+                            access_type: Some(access_type),
                         }],
                         ..Default::default()
                     };
@@ -362,8 +368,8 @@ fn acknowledged_volumes_survive_kill_9() {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), listed.len());
-    // No orphan directory is left: every directory is a listed volume's (these empty mount
-    // volumes, never used, need none).
+    // No orphan directory is left, and every acknowledged block volume has its directory (the
+    // empty mount volumes, never used, need none).
     let volumes_dir = dir.path().join("state/volumes");
     let mut dirs: Vec<String> = std::fs::read_dir(&volumes_dir)
         .unwrap()
@@ -375,6 +381,18 @@ fn acknowledged_volumes_survive_kill_9() {
         dirs.iter().all(|d| unique.contains(d)),
         "an orphan directory was left: {dirs:?} against {unique:?}"
     );
+    let block_acked: Vec<&String> = acked
+        .iter()
+        .filter(|(name, _)| name.starts_with('b'))
+        .map(|(_, id)| id)
+        .collect();
+    assert!(!block_acked.is_empty(), "no block volume was acknowledged");
+    for id in block_acked {
+        assert!(
+            dirs.contains(id),
+            "acknowledged block volume {id} has no directory after kill -9"
+        );
+    }
 }
 
 #[test]

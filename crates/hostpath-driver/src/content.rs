@@ -1,11 +1,12 @@
-//! A volume's content on disk: copying it (snapshots, restores, clones), growing a block image,
-//! and measuring usage for NodeGetVolumeStats. Blocking file I/O only; callers run it on the
+//! A volume's content on disk: making it for CreateVolume ([`ContentJob`]) or at first use
+//! ([`make_empty_dir`]), copying it (snapshots, restores, clones), growing a block image, and
+//! measuring usage for NodeGetVolumeStats. Blocking file I/O only; callers run it on the
 //! blocking pool.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The name of a block volume's image inside its directory.
 pub const BLOCK_IMAGE: &str = "block.img";
@@ -22,6 +23,63 @@ pub fn make_empty_dir(dir: &Path, parent: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     File::open(dir)?.sync_all()?;
     File::open(parent)?.sync_all()
+}
+
+/// Making a new volume's content on disk: an empty directory (with a sparse image for a block
+/// volume) or a copy of a snapshot or volume; then fsynced with its parent, so the directory is
+/// durable before the record that names it.
+pub(crate) struct ContentJob {
+    pub(crate) dir: PathBuf,
+    pub(crate) parent: PathBuf,
+    pub(crate) copy_from: Option<PathBuf>,
+    /// The source is a volume never used ([`crate::state::VolumeRecord::lazy_content`]): if
+    /// its directory is not there, there is nothing to copy.
+    pub(crate) source_unused: bool,
+    pub(crate) image_bytes: Option<i64>,
+}
+
+impl ContentJob {
+    pub(crate) fn run(self) -> std::io::Result<()> {
+        let image = self.dir.join(BLOCK_IMAGE);
+        let copy_from = match &self.copy_from {
+            Some(from) if !nothing_to_copy(from, self.source_unused)? => Some(from),
+            Some(_) | None => None,
+        };
+        match copy_from {
+            Some(from) => {
+                copy_tree(from, &self.dir)?;
+                if let Some(bytes) = self.image_bytes {
+                    grow_image(&image, bytes)?;
+                }
+                // Every copied file, the new directories and their entries, in one flush.
+                return sync_filesystem(&self.dir);
+            }
+            None => {
+                std::fs::create_dir_all(&self.dir)?;
+                if let Some(bytes) = self.image_bytes {
+                    let file = File::create(&image)?;
+                    file.set_len(u64::try_from(bytes).unwrap_or(0))?;
+                    file.sync_all()?;
+                }
+            }
+        }
+        File::open(&self.dir)?.sync_all()?;
+        File::open(&self.parent)?.sync_all()
+    }
+}
+
+/// Whether there is nothing to copy from `from`: its volume was never used
+/// (`source_unused`, [`crate::state::VolumeRecord::lazy_content`]) and its directory is not
+/// there. Only a missing directory counts; any other failure to read it is an error.
+pub fn nothing_to_copy(from: &Path, source_unused: bool) -> std::io::Result<bool> {
+    if !source_unused {
+        return Ok(false);
+    }
+    match std::fs::symlink_metadata(from) {
+        Ok(_) => Ok(false),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(error) => Err(error),
+    }
 }
 
 /// Copies a directory tree from `from` into a new directory `to`: regular files (holes kept),
@@ -141,6 +199,23 @@ fn allocated(meta: &std::fs::Metadata) -> i64 {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_missing_directory_of_a_volume_never_used_is_nothing_to_copy() {
+        let root = tempfile::tempdir().unwrap();
+        let present = root.path().join("present");
+        std::fs::create_dir(&present).unwrap();
+        let missing = root.path().join("missing");
+        // (source, never used) → nothing to copy
+        assert!(!nothing_to_copy(&present, true).unwrap());
+        assert!(nothing_to_copy(&missing, true).unwrap());
+        // A used volume's directory is always copied: its absence is the copy's error.
+        assert!(!nothing_to_copy(&missing, false).unwrap());
+        // Any other failure to look is an error, not an empty copy.
+        let through_a_file = root.path().join("file");
+        std::fs::write(&through_a_file, b"x").unwrap();
+        assert!(nothing_to_copy(&through_a_file.join("below"), true).is_err());
+    }
 
     #[test]
     fn a_tree_is_copied_with_files_links_and_holes() {

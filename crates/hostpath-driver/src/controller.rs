@@ -1,7 +1,6 @@
 //! The CSI Controller service.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use csi::controller_server::Controller;
 use csi::controller_service_capability::rpc::Type as Rpc;
@@ -15,49 +14,6 @@ use crate::plan::{self, CreatePlan};
 use crate::state::{ContentSource, Table};
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
-
-/// Making a new volume's content on disk: an empty directory (with a sparse image for a block
-/// volume) or a copy of a snapshot or volume; then fsynced with its parent, so the directory is
-/// durable before the record that names it.
-struct ContentJob {
-    dir: PathBuf,
-    parent: PathBuf,
-    copy_from: Option<PathBuf>,
-    /// The source is a volume never used ([`crate::state::VolumeRecord::lazy_content`]): if
-    /// its directory is not there, there is nothing to copy.
-    source_unused: bool,
-    image_bytes: Option<i64>,
-}
-
-impl ContentJob {
-    fn run(self) -> std::io::Result<()> {
-        let image = self.dir.join(crate::content::BLOCK_IMAGE);
-        let copy_from = self
-            .copy_from
-            .as_ref()
-            .filter(|from| !self.source_unused || from.exists());
-        match copy_from {
-            Some(from) => {
-                crate::content::copy_tree(from, &self.dir)?;
-                if let Some(bytes) = self.image_bytes {
-                    crate::content::grow_image(&image, bytes)?;
-                }
-                // Every copied file, the new directories and their entries, in one flush.
-                return crate::content::sync_filesystem(&self.dir);
-            }
-            None => {
-                std::fs::create_dir_all(&self.dir)?;
-                if let Some(bytes) = self.image_bytes {
-                    let file = std::fs::File::create(&image)?;
-                    file.set_len(u64::try_from(bytes).unwrap_or(0))?;
-                    file.sync_all()?;
-                }
-            }
-        }
-        std::fs::File::open(&self.dir)?.sync_all()?;
-        std::fs::File::open(&self.parent)?.sync_all()
-    }
-}
 
 impl Driver {
     async fn create(&self, req: csi::CreateVolumeRequest) -> Result<csi::CreateVolumeResponse> {
@@ -81,21 +37,14 @@ impl Driver {
             CreatePlan::New(record) if record.lazy_content => {
                 // Nothing on disk yet: its directory is made when it is first staged or
                 // published (node_stage, node_publish).
-                let seq = match self.store.confirm(&record.id) {
-                    Ok(seq) => seq,
-                    Err(error) => {
-                        self.store.cancel(&record.id);
-                        return Err(error.into());
-                    }
-                };
-                tracing::info!(name = %record.name, volume_id = %record.id, bytes = record.capacity_bytes, node = ?record.node, "volume created");
+                let seq = self.confirm_or_cancel(&record)?;
                 (record, seq)
             }
             CreatePlan::New(record) => {
                 // The directory (made or copied, and fsynced) exists before the record is
                 // logged: a crash in between leaves a directory no record names, which the next
                 // start removes.
-                let job = ContentJob {
+                let job = crate::content::ContentJob {
                     dir: self.store.volume_dir(&record.id),
                     parent: self.store.volumes_dir().to_path_buf(),
                     copy_from: match &record.source {
@@ -128,14 +77,7 @@ impl Driver {
                         detail,
                     });
                 }
-                let seq = match self.store.confirm(&record.id) {
-                    Ok(seq) => seq,
-                    Err(error) => {
-                        self.store.cancel(&record.id);
-                        return Err(error.into());
-                    }
-                };
-                tracing::info!(name = %record.name, volume_id = %record.id, bytes = record.capacity_bytes, node = ?record.node, "volume created");
+                let seq = self.confirm_or_cancel(&record)?;
                 (record, seq)
             }
         };
@@ -145,18 +87,34 @@ impl Driver {
         })
     }
 
+    /// Logs a reserved volume's record (its content, if any, is on disk and durable); a log
+    /// that fails gives the reservation back.
+    fn confirm_or_cancel(&self, record: &crate::state::VolumeRecord) -> Result<u64> {
+        match self.store.confirm(&record.id) {
+            Ok(seq) => {
+                tracing::info!(name = %record.name, volume_id = %record.id, bytes = record.capacity_bytes, node = ?record.node, "volume created");
+                Ok(seq)
+            }
+            Err(error) => {
+                self.store.cancel(&record.id);
+                Err(error.into())
+            }
+        }
+    }
+
     async fn delete(&self, req: csi::DeleteVolumeRequest) -> Result<csi::DeleteVolumeResponse> {
-        let (removed, seq) = self.store.mutate(|table| {
+        let ((removed, never_used), seq) = self.store.mutate(|table| {
+            let never_used = table.get(&req.volume_id).is_some_and(|v| v.lazy_content);
             let changes = plan::plan_delete(table, &req.volume_id)?;
-            Ok::<_, Error>((!changes.is_empty(), changes))
+            Ok::<_, Error>(((!changes.is_empty(), never_used), changes))
         })?;
         self.store.wait_durable(seq).await?;
         if removed {
             let dir = self.store.volume_dir(&req.volume_id);
             let outcome = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
-            // A volume never used has no directory.
+            // A volume never used may have no directory.
             if let Ok(Err(error)) = outcome
-                && error.kind() != std::io::ErrorKind::NotFound
+                && !(never_used && error.kind() == std::io::ErrorKind::NotFound)
             {
                 tracing::warn!(volume_id = %req.volume_id, %error, "volume directory not removed; the next start removes it");
             }

@@ -192,8 +192,9 @@ impl Stack {
         let client_options = (kubeconfig.display().to_string(), options.user_agent);
         let client = build_client(&client_options).await?;
         // The controllers live in this process: their requests go to the API server's handler
-        // in process (no TCP, no TLS), still with its token, counted under their User-Agent
-        // and served on its lane. The client is built on their lane: its queue is theirs.
+        // in process (no TCP, no TLS), still with its token, counted under the stack's
+        // User-Agent and served on its lane. The client is built on their lane: its queue is
+        // theirs.
         let local = server
             .local_service(options.user_agent)
             .context("the controllers' in-process client")?;

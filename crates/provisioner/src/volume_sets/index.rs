@@ -4,11 +4,11 @@
 //! most of its set's volumes, read on every pass).
 //!
 //! A volume the manager makes is counted in flight, then as made (noted before its PV is
-//! written), then as a member once its PV event reaches the index. The last two live under one
-//! lock, so a pass sees a volume in one or the other, never in neither (which would make one
-//! volume too many). A pass may see it both in flight and as made or a member: it counts names
-//! ([`super::decide::being_made`]), not entries. Any event for the volume ends its "made" note:
-//! from then on the watch says whether it exists.
+//! written), then as a member once its PV is both in the index and in the compact cache (a
+//! relist shows it to the index before the cache swaps in the new list). The last two are read
+//! under one lock, so a pass sees a volume in one or the other, never in neither (which would
+//! make one volume too many). A pass may see it both in flight and as made or a member: it
+//! counts names ([`super::decide::being_made`]), not entries. A delete event ends the note.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,8 +45,10 @@ impl VolumeIndex {
     /// A watch event for the volume `name`: a labelled volume is indexed, one that went or lost
     /// its labels is not.
     pub(crate) fn volume_changed(&mut self, name: &str, pv: &PersistentVolume, gone: bool) {
-        // Made volumes are noted before their PV is written, so this event follows the note.
-        self.made.remove(name);
+        // Made volumes are noted before their PV is written, so a delete follows the note.
+        if gone {
+            self.made.remove(name);
+        }
         if !gone && pv.metadata.labels.as_ref().is_some_and(|l| !l.is_empty()) {
             self.labelled.insert(name.to_string(), Arc::new(pv.clone()));
         } else {
@@ -79,7 +81,8 @@ impl VolumeIndex {
     ) -> PassView {
         let labelled = &self.labelled;
         self.made.retain(|volume, (_, at)| {
-            !labelled.contains_key(volume) && now.saturating_duration_since(*at) < UNSEEN_FOR
+            !(labelled.contains_key(volume) && cached(volume))
+                && now.saturating_duration_since(*at) < UNSEEN_FOR
         });
         let mut unseen: Vec<String> = self
             .made
@@ -195,6 +198,19 @@ mod tests {
         watched(&mut index, "fast-1", "fast");
         index.volume_changed("fast-1", &labelled("fast-1", "fast"), true);
         assert_eq!(pass(&mut index, now), (Vec::<String>::new(), 0));
+    }
+
+    /// During a relist the index sees the PV before the compact cache swaps in the new list:
+    /// the note holds until both show it.
+    #[test]
+    fn a_made_volume_counts_until_the_cache_shows_it_too() {
+        let now = Instant::now();
+        let mut index = VolumeIndex::default();
+        index.made("fast", "fast-1", now);
+        watched(&mut index, "fast-1", "fast");
+        let view = index.view("fast", None, |volume| volume != "fast-1", now);
+        assert_eq!((names(&view), view.unseen.len()), (Vec::<String>::new(), 1));
+        assert_eq!(pass(&mut index, now), (vec!["fast-1".into()], 0));
     }
 
     #[test]
