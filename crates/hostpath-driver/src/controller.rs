@@ -8,7 +8,7 @@ use csi_proto::v1 as csi;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::driver::{Driver, now_ms};
+use crate::driver::{Driver, now_ms, on_disk};
 use crate::error::{Error, Result};
 use crate::plan::{self, CreatePlan};
 use crate::state::{ContentSource, Table};
@@ -21,13 +21,14 @@ impl Driver {
         // A repeat of a request still in progress waits for it, then finds its volume.
         let _name = self.creating.lock(&req.name).await;
         let id = uuid::Uuid::new_v4().to_string();
-        let plan = self.store.reserve(|table| {
+        let (plan, source_unused) = self.store.reserve(|table| {
             let plan = plan::plan_create(&self.cfg, table, &parsed, &id, now_ms())?;
             let reserved = match &plan {
                 CreatePlan::New(record) => Some(record.clone()),
                 CreatePlan::Existing(_) => None,
             };
-            Ok::<_, Error>((plan, reserved))
+            let source_unused = plan::copies_unused_volume(table, parsed.source.as_ref());
+            Ok::<_, Error>(((plan, source_unused), reserved))
         })?;
         let (record, seq) = match plan {
             CreatePlan::Existing(record) => {
@@ -52,30 +53,16 @@ impl Driver {
                         Some(ContentSource::Snapshot(id)) => Some(self.store.snapshot_dir(id)),
                         Some(ContentSource::Volume(id)) => Some(self.store.volume_dir(id)),
                     },
-                    source_unused: match &record.source {
-                        Some(ContentSource::Volume(id)) => {
-                            self.store
-                                .read(|t| t.get(id).is_some_and(|v| v.lazy_content))
-                                .0
-                        }
-                        None | Some(ContentSource::Snapshot(_)) => false,
-                    },
+                    source_unused,
                     image_bytes: record.block.then_some(record.capacity_bytes),
                 };
-                let made = tokio::task::spawn_blocking(move || job.run()).await;
-                if let Err(detail) = made
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()))
-                {
+                let dir = self.store.volume_dir(&record.id);
+                let made = on_disk("create volume directory", &dir, move || job.run()).await;
+                if let Err(error) = made {
                     // A partial copy goes before the reservation does.
-                    let dir = self.store.volume_dir(&record.id);
                     let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
                     self.store.cancel(&record.id);
-                    return Err(Error::Filesystem {
-                        action: "create volume directory",
-                        path: self.store.volume_dir(&record.id).display().to_string(),
-                        detail,
-                    });
+                    return Err(error);
                 }
                 let seq = self.confirm_or_cancel(&record)?;
                 (record, seq)
@@ -104,7 +91,7 @@ impl Driver {
 
     async fn delete(&self, req: csi::DeleteVolumeRequest) -> Result<csi::DeleteVolumeResponse> {
         let ((removed, never_used), seq) = self.store.mutate(|table| {
-            let never_used = table.get(&req.volume_id).is_some_and(|v| v.lazy_content);
+            let never_used = plan::never_used(table, &req.volume_id);
             let changes = plan::plan_delete(table, &req.volume_id)?;
             Ok::<_, Error>(((!changes.is_empty(), never_used), changes))
         })?;

@@ -204,6 +204,24 @@ pub async fn bind_mounts_permitted(scratch: &Path) -> bool {
     crate::node::bind_mounts_work(scratch).await
 }
 
+/// Runs blocking file work on the blocking pool. A failure, or a task that died, is
+/// [`Error::Filesystem`] naming `action` and `path`.
+pub(crate) async fn on_disk<T: Send + 'static>(
+    action: &'static str,
+    path: &Path,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+        .map_err(|detail| Error::Filesystem {
+            action,
+            path: path.display().to_string(),
+            detail,
+        })
+}
+
 /// Milliseconds since the epoch.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()

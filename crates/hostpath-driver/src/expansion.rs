@@ -177,18 +177,10 @@ impl Driver {
                 .join(crate::content::BLOCK_IMAGE);
             let bytes = expansion.capacity_bytes;
             let path = image.clone();
-            let grown =
-                tokio::task::spawn_blocking(move || crate::content::grow_image(&path, bytes))
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()));
-            if let Err(detail) = grown {
-                return Err(Error::Filesystem {
-                    action: "grow the block image",
-                    path: image.display().to_string(),
-                    detail,
-                });
-            }
+            crate::driver::on_disk("grow the block image", &image, move || {
+                crate::content::grow_image(&path, bytes)
+            })
+            .await?;
         }
         if expansion.change.is_some() {
             tracing::info!(volume_id = %req.volume_id, bytes = expansion.capacity_bytes, "volume expanded");

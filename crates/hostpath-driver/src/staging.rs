@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use csi_proto::v1 as csi;
 
-use crate::driver::Driver;
+use crate::driver::{Driver, on_disk};
 use crate::error::{Error, Result};
 use crate::node::{BIND, SYMLINK, clear_target, expose};
 use crate::plan;
@@ -76,19 +76,10 @@ impl Driver {
         let dir = self.store.volume_dir(&record.id);
         if record.lazy_content {
             let (made, parent) = (dir.clone(), self.store.volumes_dir().to_path_buf());
-            let outcome =
-                tokio::task::spawn_blocking(move || crate::content::make_empty_dir(&made, &parent))
-                    .await;
-            if let Err(detail) = outcome
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-            {
-                return Err(Error::Filesystem {
-                    action: "create volume directory",
-                    path: dir.display().to_string(),
-                    detail,
-                });
-            }
+            on_disk("create volume directory", &dir, move || {
+                crate::content::make_empty_dir(&made, &parent)
+            })
+            .await?;
         }
         Ok(dir)
     }

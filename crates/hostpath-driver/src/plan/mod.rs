@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::state::{Change, ContentSource, Publication, Table, VolumeRecord};
 
 mod source;
-pub use source::{parse_source, source_size};
+pub use source::{copies_unused_volume, never_used, parse_source, source_size};
 
 /// Parameter selecting the capacity pool.
 pub const KIND_PARAMETER: &str = "kind";

@@ -48,6 +48,20 @@ pub fn parse_source(
 
 /// The size of the source, after checking that it exists, has the request's access type and
 /// fits under the request's limit.
+/// Whether the volume `id` was never used ([`crate::state::VolumeRecord::lazy_content`]): its
+/// directory may not exist, and a copy of it is then empty.
+pub fn never_used(table: &Table, id: &str) -> bool {
+    table.get(id).is_some_and(|v| v.lazy_content)
+}
+
+/// Whether a new volume's content `source` is a volume never used.
+pub fn copies_unused_volume(table: &Table, source: Option<&ContentSource>) -> bool {
+    match source {
+        Some(ContentSource::Volume(id)) => never_used(table, id),
+        None | Some(ContentSource::Snapshot(_)) => false,
+    }
+}
+
 pub fn source_size(table: &Table, source: &ContentSource, req: &CreateRequest) -> Result<i64> {
     let (bytes, block, what, id) = match source {
         ContentSource::Snapshot(id) => {

@@ -541,3 +541,31 @@ fn the_provisioners_marks_come_back_with_the_name_and_do_not_make_a_repeat_confl
         tonic::Code::AlreadyExists
     );
 }
+
+#[test]
+fn a_copy_of_a_volume_never_used_is_known_as_such_and_only_then() {
+    let record = |id: &str, lazy_content: bool| VolumeRecord {
+        id: id.into(),
+        lazy_content,
+        ..VolumeRecord::default()
+    };
+    let table = Table::from_records([record("unused", true), record("used", false)]);
+    let volume = |id: &str| ContentSource::Volume(id.into());
+    // (source, is a volume never used)
+    let cases = [
+        (None, false),
+        (Some(volume("unused")), true),
+        (Some(volume("used")), false),
+        (Some(volume("gone")), false),
+        (Some(ContentSource::Snapshot("unused".into())), false),
+    ];
+    for (i, (source, want)) in cases.into_iter().enumerate() {
+        assert_eq!(
+            copies_unused_volume(&table, source.as_ref()),
+            want,
+            "case {i}"
+        );
+    }
+    assert!(never_used(&table, "unused"));
+    assert!(!never_used(&table, "used"));
+}

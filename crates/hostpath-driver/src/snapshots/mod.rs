@@ -80,7 +80,7 @@ impl Driver {
         let (never_used, _) = self.store.read(|t| {
             records
                 .iter()
-                .map(|r| t.get(&r.source_volume_id).is_some_and(|v| v.lazy_content))
+                .map(|r| crate::plan::never_used(t, &r.source_volume_id))
                 .collect::<Vec<bool>>()
         });
         let jobs: Vec<_> = records
