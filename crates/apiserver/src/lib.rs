@@ -108,8 +108,7 @@ pub struct RunningServer {
     app: Arc<server::App>,
     ca_data: String,
     task: tokio::task::JoinHandle<()>,
-    /// What in-process clients are served by ([`RunningServer::local_service`]).
-    router: axum::Router,
+    /// Where in-process clients are served ([`RunningServer::local_service`]).
     runtime: tokio::runtime::Handle,
     stopped: tokio::sync::watch::Receiver<bool>,
 }
@@ -172,7 +171,7 @@ impl RunningServer {
         user_agent: &str,
     ) -> Result<local::LocalService, local::LocalError> {
         local::LocalService::new(
-            self.router.clone(),
+            router(self.app.clone()),
             self.runtime.clone(),
             self.stopped.clone(),
             &self.token,
@@ -189,6 +188,11 @@ fn random_token() -> String {
     (0..32)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
         .collect()
+}
+
+/// Every request, from the network or in process, goes to [`server::handle`].
+fn router(app: Arc<server::App>) -> axum::Router {
+    axum::Router::new().fallback(server::handle).with_state(app)
 }
 
 /// Starts the server; it stops when `shutdown` resolves.
@@ -255,9 +259,6 @@ pub async fn serve(
             source,
         })?;
     }
-    let router = axum::Router::new()
-        .fallback(server::handle)
-        .with_state(app.clone());
     // Stopping is seen by the accept loop and by in-process clients alike: the network's
     // connections close, and so do the in-process clients' watches.
     let (stop_tx, stopped) = tokio::sync::watch::channel(false);
@@ -265,7 +266,7 @@ pub async fn serve(
     let task = tokio::spawn(listener::accept_loop(
         listener,
         acceptor,
-        router.clone(),
+        router(app.clone()),
         config.listener,
         async move {
             shutdown.await;
@@ -283,7 +284,6 @@ pub async fn serve(
         app,
         ca_data,
         task,
-        router,
         runtime: tokio::runtime::Handle::current(),
         stopped,
     })

@@ -28,7 +28,8 @@ pub const UNSEEN_FOR: Duration = Duration::from_secs(60);
 pub(crate) struct PassView {
     /// The volumes to read; `None`: every cached volume.
     pub(crate) volumes: Option<Vec<Arc<PersistentVolume>>>,
-    /// Volumes made for the set that the index does not show yet.
+    /// The names of volumes made for the set that the index and the cache do not both show
+    /// yet, sorted.
     pub(crate) unseen: Vec<String>,
 }
 
@@ -57,7 +58,7 @@ impl VolumeIndex {
     }
 
     /// Notes a volume made for `set` at `now`, before its PV is written: it counts as the set's
-    /// until a watch event for it arrives.
+    /// until a pass finds its PV in the index and the cache, or its delete event arrives.
     pub(crate) fn made(&mut self, set: &str, volume: &str, now: Instant) {
         self.made.insert(volume.to_string(), (set.to_string(), now));
     }
@@ -69,8 +70,8 @@ impl VolumeIndex {
 
     /// What a pass over the set `name` reads at `now`: the volumes it must read
     /// ([`candidates`]) of those `cached` still holds (a relist drops a volume deleted meanwhile
-    /// without a delete event), `None` meaning every volume; and how many volumes made for the
-    /// set the index does not show yet. Made volumes the index shows, or older than
+    /// without a delete event), `None` meaning every volume; and the volumes made for the set
+    /// that the index and `cached` do not both show yet. Made volumes both show, or older than
     /// [`UNSEEN_FOR`], are forgotten.
     pub(crate) fn view(
         &mut self,
@@ -189,7 +190,8 @@ mod tests {
 
     /// The race a loaded machine showed: the PV's events (made, then deleted by a pass that
     /// counted it twice) came before the create worker noted it as made. The note is now made
-    /// before the PV is written, and any event ends it; it must not count a volume that is gone.
+    /// before the PV is written, and its delete event ends it: a volume that is gone is not
+    /// counted.
     #[test]
     fn a_made_volume_whose_pv_went_is_not_counted() {
         let now = Instant::now();

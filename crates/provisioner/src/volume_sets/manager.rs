@@ -183,7 +183,7 @@ impl SetManager {
     }
 
     /// Notes a volume made for `set`, before its PV is written: it counts as the set's until a
-    /// watch event for it arrives.
+    /// pass finds its PV in the index and the cache, or its delete event arrives.
     pub(crate) fn made(&self, set: &str, volume: &str) {
         self.index.lock().made(set, volume, Instant::now());
     }

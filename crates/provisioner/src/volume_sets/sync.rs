@@ -437,8 +437,8 @@ impl Provisioner {
                 });
             }
         };
-        // Noted before the PV is written, so that its watch events (which end the note) come
-        // after the note: a note taken after them would count a volume a pass deleted meanwhile.
+        // Noted before the PV is written, so that its delete event (which ends the note) comes
+        // after the note: a note taken after it would count a volume a pass deleted meanwhile.
         if let Some(manager) = &self.sets {
             manager.made(&name, volume);
         }
