@@ -1,6 +1,7 @@
 //! A work queue keyed by object: each key is queued at most once and processed by at most one
 //! worker at a time (a change during processing re-queues it once when the worker is done),
-//! with per-key exponential backoff from `start` to `max` that watch events do not bypass.
+//! with per-key exponential backoff from `start` to `max` that watch events do not bypass, and
+//! looks later ([`Next::After`]) that they do.
 
 use parking_lot::Mutex;
 use std::collections::hash_map::Entry;
@@ -20,7 +21,7 @@ pub enum Next {
     Done,
     /// Look again after the key's backoff (it counts as a failure), without logging an error.
     Retry,
-    /// Look again after this long (not a failure).
+    /// Look again after this long (not a failure; a change meanwhile queues the key at once).
     After(Duration),
 }
 
@@ -68,6 +69,25 @@ impl Backoff {
     }
 }
 
+/// Which kind of wait a delayed key is in.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    /// A failure's backoff ([`WorkQueue::retry`]).
+    Backoff,
+    /// A look later ([`WorkQueue::add_after`]).
+    Later,
+}
+
+impl Wait {
+    /// The keys in this kind of wait, with when each wait ends.
+    fn keys<K>(self, state: &mut State<K>) -> &mut HashMap<K, Instant> {
+        match self {
+            Wait::Backoff => &mut state.backoff_until,
+            Wait::Later => &mut state.later_until,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct State<K> {
     queue: VecDeque<K>,
@@ -79,7 +99,10 @@ struct State<K> {
     /// Dirty keys that go to the front when their processing ends.
     urgent: HashSet<K>,
     failures: HashMap<K, u32>,
+    /// Keys waiting out a failure's backoff: a change does not queue them before it ends.
     backoff_until: HashMap<K, Instant>,
+    /// Keys to look at again later ([`Next::After`]): a change queues them at once.
+    later_until: HashMap<K, Instant>,
     /// When each key in progress was taken (for the work metrics).
     started_at: HashMap<K, Instant>,
     shutting_down: bool,
@@ -117,6 +140,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 urgent: HashSet::new(),
                 failures: HashMap::new(),
                 backoff_until: HashMap::new(),
+                later_until: HashMap::new(),
                 started_at: HashMap::new(),
                 shutting_down: false,
             })),
@@ -177,8 +201,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.count_depth(state);
     }
 
-    /// Queues a key because something changed, unless it is waiting out a backoff (the
-    /// delayed retry comes on time; a watch event does not shorten it).
+    /// Queues a key because something changed, unless it is waiting out a failure's backoff
+    /// (the delayed retry comes on time; a watch event does not shorten it). A key waiting to
+    /// be looked at later ([`Next::After`]) is queued at once.
     pub fn add(&self, key: K) {
         let mut state = self.state.lock();
         if state
@@ -208,16 +233,23 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.push_at(&mut state, key, true);
     }
 
-    /// Queues the key after `delay`.
+    /// Looks at the key again after `delay`. This is not a backoff: a change meanwhile
+    /// ([`WorkQueue::add`]) queues the key at once, and what that pass returns replaces the
+    /// wait.
     pub fn add_after(&self, key: K, delay: Duration) {
-        let until = Instant::now() + delay;
-        self.state.lock().backoff_until.insert(key.clone(), until);
+        self.queue_at(key, Instant::now() + delay, Wait::Later);
+    }
+
+    /// Queues the key at `until` unless a newer wait, or handing the key out, replaced it.
+    fn queue_at(&self, key: K, until: Instant, wait: Wait) {
+        wait.keys(&mut self.state.lock()).insert(key.clone(), until);
         let queue = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until(until).await;
             let mut state = queue.state.lock();
-            if state.backoff_until.get(&key) == Some(&until) {
-                state.backoff_until.remove(&key);
+            let waiting = wait.keys(&mut state);
+            if waiting.get(&key) == Some(&until) {
+                waiting.remove(&key);
                 queue.push(&mut state, key);
             }
         });
@@ -240,7 +272,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         if let Some(m) = &self.metrics {
             m.retries.inc();
         }
-        self.add_after(key, delay);
+        self.queue_at(key, Instant::now() + delay, Wait::Backoff);
         (delay, failures)
     }
 
@@ -277,8 +309,10 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                         state.started_at.insert(key.clone(), now);
                     }
                     // Handed out: no longer waiting out a delay (a change seen while it is
-                    // processed must mark it dirty, not be dropped as "the timer will come").
+                    // processed must mark it dirty, not be dropped as "the timer will come"),
+                    // and what this pass returns decides when it comes back.
                     state.backoff_until.remove(&key);
+                    state.later_until.remove(&key);
                     state.processing.insert(key.clone());
                     if !state.queue.is_empty() {
                         self.notify.notify_one();
@@ -443,6 +477,29 @@ mod tests {
             Some("k"),
             "the second change was dropped"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_during_a_look_later_queues_the_key_at_once_and_only_once() {
+        let q = queue();
+        q.add("k");
+        assert_eq!(q.next().await, Some("k"));
+        q.add_after("k", Duration::from_secs(60));
+        q.done(&"k");
+        assert!(q.is_empty());
+        q.add("k");
+        assert_eq!(q.len(), 1, "a change is not held back by a look later");
+        assert_eq!(q.next().await, Some("k"));
+        q.done(&"k");
+        // That pass returned nothing more: the earlier look later does not fire.
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert!(q.is_empty(), "the replaced look later fired");
+        // A look later with no change comes on time.
+        q.add_after("k", Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(4900)).await;
+        assert!(q.is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(q.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
