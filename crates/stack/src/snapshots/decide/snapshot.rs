@@ -1,10 +1,6 @@
-//! Pure decisions of the snapshot controller: from a VolumeSnapshot (or a content) and what it
-//! refers to, the steps to take, in order. The controller carries them out and looks again
-//! when the objects change.
-//!
-//! The protocol is the community snapshot-controller's and csi-snapshotter's: content
-//! `snapcontent-<snapshot uid>`, CSI snapshot name `snapshot-<snapshot uid>`, their finalizers
-//! and annotations, status fields and event reasons.
+//! A VolumeSnapshot's steps: its class, its content (made for a dynamic snapshot, bound for a
+//! pre-provisioned one), its status from the content's, the source claim's protection and its
+//! deletion.
 
 use std::collections::BTreeMap;
 
@@ -12,48 +8,15 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sidecar_kit::events::EventType;
 
-use super::types::{
-    API_VERSION, ContentSource, SnapshotError, SnapshotRef, VolumeSnapshot, VolumeSnapshotClass,
-    VolumeSnapshotContent, VolumeSnapshotContentSpec, VolumeSnapshotContentStatus,
-    VolumeSnapshotStatus,
+use super::{
+    ANN_BEING_DELETED, ANN_DEFAULT_CLASS, ANN_SECRET_NAME, ANN_SECRET_NAMESPACE,
+    FINALIZER_AS_SOURCE, FINALIZER_BOUND, FINALIZER_CLAIM, Outcome, PARAM_SECRET_NAME,
+    PARAM_SECRET_NAMESPACE, Plan, annotation, done, has, rfc3339_from_nanos,
 };
-
-/// On a VolumeSnapshot while a claim may restore from it.
-pub const FINALIZER_AS_SOURCE: &str =
-    "snapshot.storage.kubernetes.io/volumesnapshot-as-source-protection";
-/// On a VolumeSnapshot bound to a content with deletionPolicy Delete.
-pub const FINALIZER_BOUND: &str = "snapshot.storage.kubernetes.io/volumesnapshot-bound-protection";
-/// On a bound VolumeSnapshotContent, until its CSI snapshot is dealt with.
-pub const FINALIZER_CONTENT: &str =
-    "snapshot.storage.kubernetes.io/volumesnapshotcontent-bound-protection";
-/// On a claim being snapshotted.
-pub const FINALIZER_CLAIM: &str = "snapshot.storage.kubernetes.io/pvc-as-source-protection";
-/// On a content whose VolumeSnapshot is being deleted.
-pub const ANN_BEING_DELETED: &str = "snapshot.storage.kubernetes.io/volumesnapshot-being-deleted";
-/// On a content while CreateSnapshot may be running.
-pub const ANN_BEING_CREATED: &str = "snapshot.storage.kubernetes.io/volumesnapshot-being-created";
-/// On the default VolumeSnapshotClass of a driver.
-pub const ANN_DEFAULT_CLASS: &str = "snapshot.storage.kubernetes.io/is-default-class";
-/// The secret DeleteSnapshot uses, on a content.
-pub const ANN_SECRET_NAME: &str = "snapshot.storage.kubernetes.io/deletion-secret-name";
-/// Its namespace.
-pub const ANN_SECRET_NAMESPACE: &str = "snapshot.storage.kubernetes.io/deletion-secret-namespace";
-/// Class parameters naming the CreateSnapshot/DeleteSnapshot secret.
-pub const PARAM_SECRET_NAME: &str = "csi.storage.k8s.io/snapshotter-secret-name";
-/// Its namespace.
-pub const PARAM_SECRET_NAMESPACE: &str = "csi.storage.k8s.io/snapshotter-secret-namespace";
-
-/// Class parameter keys in the reserved prefix that are not passed to the driver.
-const RESERVED: [&str; 8] = [
-    PARAM_SECRET_NAME,
-    PARAM_SECRET_NAMESPACE,
-    "csi.storage.k8s.io/snapshotter-list-secret-name",
-    "csi.storage.k8s.io/snapshotter-list-secret-namespace",
-    "csi.storage.k8s.io/group-snapshotter-secret-name",
-    "csi.storage.k8s.io/group-snapshotter-secret-namespace",
-    "csi.storage.k8s.io/group-snapshotter-get-secret-name",
-    "csi.storage.k8s.io/group-snapshotter-get-secret-namespace",
-];
+use crate::snapshots::types::{
+    API_VERSION, ContentSource, SnapshotError, SnapshotRef, VolumeSnapshot, VolumeSnapshotClass,
+    VolumeSnapshotContent, VolumeSnapshotContentSpec, VolumeSnapshotStatus,
+};
 
 /// One step on a VolumeSnapshot.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,24 +50,6 @@ pub enum SnapshotStep {
     Event(EventType, &'static str, String),
 }
 
-/// What happens after the steps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Nothing more until something changes.
-    Done,
-    /// Look again after a backoff (a failure was reported by the steps, or a wait).
-    Retry,
-}
-
-/// Steps and what follows them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan<S> {
-    /// The steps, in order.
-    pub steps: Vec<S>,
-    /// Then.
-    pub outcome: Outcome,
-}
-
 /// What a VolumeSnapshot refers to, looked up by the controller.
 #[derive(Debug, Clone, Copy)]
 pub struct SnapshotWorld<'a> {
@@ -126,19 +71,6 @@ pub struct SnapshotWorld<'a> {
     pub driver: &'a str,
     /// Now, RFC 3339 (for error times).
     pub now: &'a str,
-}
-
-fn has(meta: &ObjectMeta, finalizer: &str) -> bool {
-    meta.finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == finalizer))
-}
-
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
 }
 
 fn key(snapshot: &VolumeSnapshot) -> String {
@@ -211,13 +143,6 @@ pub fn status_from(
     status
 }
 
-/// Unix nanoseconds as RFC 3339 (seconds precision, UTC).
-pub fn rfc3339_from_nanos(nanos: i64) -> String {
-    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos))
-        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
-        .unwrap_or_default()
-}
-
 fn fail(
     w: &SnapshotWorld<'_>,
     mut steps: Vec<SnapshotStep>,
@@ -244,13 +169,6 @@ fn fail(
     }
 }
 
-fn done(steps: Vec<SnapshotStep>) -> Plan<SnapshotStep> {
-    Plan {
-        steps,
-        outcome: Outcome::Done,
-    }
-}
-
 /// The VolumeSnapshot a claim restores from (its `dataSource`), if any.
 pub fn restores_from(claim: &PersistentVolumeClaim) -> Option<String> {
     claim
@@ -258,7 +176,8 @@ pub fn restores_from(claim: &PersistentVolumeClaim) -> Option<String> {
         .as_ref()
         .and_then(|s| s.data_source.as_ref())
         .filter(|d| {
-            d.kind == "VolumeSnapshot" && d.api_group.as_deref() == Some(super::crds::GROUP)
+            d.kind == "VolumeSnapshot"
+                && d.api_group.as_deref() == Some(crate::snapshots::crds::GROUP)
         })
         .map(|d| d.name.clone())
 }
@@ -662,195 +581,3 @@ fn decide_deletion(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
     // While a Delete content exists, its deletion (a content event) brings the snapshot back.
     done(steps)
 }
-
-/// One step on a VolumeSnapshotContent (the csi-snapshotter's part).
-#[derive(Debug, Clone, PartialEq)]
-pub enum ContentStep {
-    /// Add the content finalizer.
-    AddFinalizer,
-    /// Remove it.
-    RemoveFinalizer,
-    /// CreateSnapshot (marked being-created around the call), then record the answer.
-    CreateSnapshot {
-        /// CSI name: `snapshot-<snapshot uid>`.
-        name: String,
-        /// The volume.
-        source_volume_id: String,
-        /// Class parameters for the driver.
-        parameters: BTreeMap<String, String>,
-    },
-    /// Look up a pre-provisioned snapshot and record it.
-    CheckSnapshot(String),
-    /// DeleteSnapshot, then clear the status.
-    DeleteSnapshot(String),
-    /// Remove the being-created annotation.
-    ClearBeingCreated,
-    /// Record an event on the content.
-    Event(EventType, &'static str, String),
-}
-
-/// What a content refers to.
-#[derive(Debug, Clone, Copy)]
-pub struct ContentWorld<'a> {
-    /// The content.
-    pub content: &'a VolumeSnapshotContent,
-    /// Its class, if it names one that exists.
-    pub class: Option<&'a VolumeSnapshotClass>,
-    /// Whether the VolumeSnapshot it refers to still exists (same uid).
-    pub snapshot_exists: bool,
-    /// The driver this controller serves.
-    pub driver: &'a str,
-}
-
-/// Parameters for CreateSnapshot: the class's, without the secret references; another key in
-/// the reserved `csi.storage.k8s.io/` prefix is an error.
-pub fn snapshot_parameters(
-    class: &VolumeSnapshotClass,
-) -> Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    for (key, value) in class.parameters.clone().unwrap_or_default() {
-        if RESERVED.contains(&key.as_str()) {
-            continue;
-        }
-        if key.starts_with("csi.storage.k8s.io/") {
-            return Err(format!(
-                "found unknown parameter key {key:?} with reserved namespace csi.storage.k8s.io/"
-            ));
-        }
-        out.insert(key, value);
-    }
-    Ok(out)
-}
-
-/// Decides what to do with a content of our driver.
-pub fn decide_content(w: &ContentWorld<'_>) -> Plan<ContentStep> {
-    let c = w.content;
-    let done = |steps| Plan {
-        steps,
-        outcome: Outcome::Done,
-    };
-    if c.spec.driver != w.driver {
-        return done(Vec::new());
-    }
-    let uid = c.spec.volume_snapshot_ref.uid.clone().unwrap_or_default();
-    let status = c.status.clone().unwrap_or_default();
-    let being_created = annotation(&c.metadata, ANN_BEING_CREATED).is_some();
-    if c.metadata.deletion_timestamp.is_some() {
-        // CreateSnapshot may still be running on the driver (its answer was lost): ask again
-        // until it answers, so the snapshot it made is known and can be deleted.
-        if being_created
-            && let (Some(volume), false) = (&c.spec.source.volume_handle, uid.is_empty())
-        {
-            let parameters = w
-                .class
-                .map(snapshot_parameters)
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            return Plan {
-                steps: vec![ContentStep::CreateSnapshot {
-                    name: format!("snapshot-{uid}"),
-                    source_volume_id: volume.clone(),
-                    parameters,
-                }],
-                outcome: Outcome::Retry,
-            };
-        }
-        let unbound_preprovisioned = c.spec.source.snapshot_handle.is_some() && uid.is_empty();
-        let released = annotation(&c.metadata, ANN_BEING_CREATED).is_none()
-            && (annotation(&c.metadata, ANN_BEING_DELETED) == Some("yes") || !w.snapshot_exists);
-        if !(unbound_preprovisioned || released) || !has(&c.metadata, FINALIZER_CONTENT) {
-            return done(Vec::new());
-        }
-        let mut steps = Vec::new();
-        if c.spec.deletion_policy == "Delete"
-            && let Some(handle) = status.snapshot_handle.clone()
-        {
-            steps.push(ContentStep::DeleteSnapshot(handle));
-        }
-        steps.push(ContentStep::RemoveFinalizer);
-        return done(steps);
-    }
-    let mut steps = Vec::new();
-    if !uid.is_empty() && !has(&c.metadata, FINALIZER_CONTENT) {
-        steps.push(ContentStep::AddFinalizer);
-    }
-    if status.ready_to_use == Some(true) {
-        if being_created {
-            // Left by a crash between recording the answer and removing the annotation.
-            steps.push(ContentStep::ClearBeingCreated);
-        }
-        return done(steps);
-    }
-    match (&c.spec.source.volume_handle, &c.spec.source.snapshot_handle) {
-        (Some(volume), None) if !uid.is_empty() => {
-            let Some(class) = w.class else {
-                steps.push(ContentStep::Event(
-                    EventType::Warning,
-                    "SnapshotCreationFailed",
-                    format!(
-                        "Failed to create snapshot: failed to get snapshot class {:?}",
-                        c.spec
-                            .volume_snapshot_class_name
-                            .clone()
-                            .unwrap_or_default()
-                    ),
-                ));
-                return Plan {
-                    steps,
-                    outcome: Outcome::Retry,
-                };
-            };
-            match snapshot_parameters(class) {
-                Ok(parameters) => steps.push(ContentStep::CreateSnapshot {
-                    name: format!("snapshot-{uid}"),
-                    source_volume_id: volume.clone(),
-                    parameters,
-                }),
-                Err(message) => {
-                    steps.push(ContentStep::Event(
-                        EventType::Warning,
-                        "SnapshotCreationFailed",
-                        format!("Failed to create snapshot: {message}"),
-                    ));
-                    return Plan {
-                        steps,
-                        outcome: Outcome::Retry,
-                    };
-                }
-            }
-        }
-        (None, Some(handle)) => steps.push(ContentStep::CheckSnapshot(handle.clone())),
-        _ => {}
-    }
-    done(steps)
-}
-
-/// The content status after a CreateSnapshot or ListSnapshots answer: handle and creation time
-/// are kept once set; the error is cleared once ready.
-pub fn content_status(
-    old: Option<&VolumeSnapshotContentStatus>,
-    handle: &str,
-    ready: bool,
-    created_nanos: i64,
-    size_bytes: i64,
-) -> VolumeSnapshotContentStatus {
-    let mut status = old.cloned().unwrap_or_default();
-    if status.snapshot_handle.is_none() {
-        status.snapshot_handle = Some(handle.to_string());
-    }
-    if status.creation_time.is_none() {
-        status.creation_time = Some(created_nanos);
-    }
-    status.ready_to_use = Some(ready);
-    if size_bytes > 0 {
-        status.restore_size = Some(size_bytes);
-    }
-    if ready {
-        status.error = None;
-    }
-    status
-}
-
-#[cfg(test)]
-#[path = "decide_tests.rs"]
-mod tests;

@@ -6,8 +6,16 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
 use super::*;
-use crate::snapshots::types::{SnapshotSource, VolumeSnapshotSpec};
+use crate::snapshots::types::{
+    API_VERSION, ContentSource, SnapshotError, SnapshotRef, SnapshotSource, VolumeSnapshot,
+    VolumeSnapshotClass, VolumeSnapshotContent, VolumeSnapshotContentSpec,
+    VolumeSnapshotContentStatus, VolumeSnapshotSpec, VolumeSnapshotStatus,
+};
 
 const DRIVER: &str = "hostpath.csi.volstack.dev";
 const NOW: &str = "2026-11-23T10:00:00Z";

@@ -1,0 +1,296 @@
+//! A VolumeSnapshotContent's reconcile: its world from the caches, `decide::decide_content`,
+//! and the steps carried out (CreateSnapshot, ListSnapshots, DeleteSnapshot, its annotations,
+//! status and finalizer).
+
+use super::*;
+
+impl SnapshotController {
+    pub(super) async fn sync_content(&self, name: &str) -> Result<Next, SyncError> {
+        let Some(content) = self.contents.get(&ObjectRef::new(name)) else {
+            return Ok(Next::Done);
+        };
+        let class = content
+            .spec
+            .volume_snapshot_class_name
+            .as_ref()
+            .and_then(|c| self.classes.get(&ObjectRef::new(c)));
+        let r = &content.spec.volume_snapshot_ref;
+        let snapshot_exists = match (&r.namespace, &r.name) {
+            (Some(ns), Some(n)) => self
+                .snapshots
+                .get(&snapshot_key(ns, n))
+                .is_some_and(|s| r.uid.is_none() || s.metadata.uid == r.uid),
+            _ => false,
+        };
+        let plan = decide::decide_content(&ContentWorld {
+            content: &content,
+            class: class.as_deref(),
+            snapshot_exists,
+            driver: &self.settings.driver,
+        });
+        for step in plan.steps {
+            if !self.content_step(&content, step).await? {
+                return Ok(Next::Retry);
+            }
+        }
+        Ok(match plan.outcome {
+            Outcome::Done => Next::Done,
+            Outcome::Retry => Next::Retry,
+        })
+    }
+
+    /// Carries out one step; false when a CSI call failed (reported; retried with backoff).
+    async fn content_step(
+        &self,
+        content: &VolumeSnapshotContent,
+        step: ContentStep,
+    ) -> Result<bool, SyncError> {
+        let name = content.metadata.name.clone().unwrap_or_default();
+        let contents: Api<VolumeSnapshotContent> = Api::all(self.client.clone());
+        let params = PatchParams::default();
+        let controller = || csi::controller_client::ControllerClient::new(self.csi.clone());
+        match step {
+            ContentStep::AddFinalizer => {
+                let patch = add_finalizer(
+                    content.metadata.finalizers.as_deref().unwrap_or_default(),
+                    FINALIZER_CONTENT,
+                    content.metadata.resource_version.as_deref(),
+                );
+                contents
+                    .patch(&name, &params, &json_patch(patch)?)
+                    .await
+                    .map_err(api("add the content finalizer"))?;
+            }
+            ContentStep::RemoveFinalizer => {
+                if let Some(patch) = remove_finalizer(
+                    content.metadata.finalizers.as_deref().unwrap_or_default(),
+                    FINALIZER_CONTENT,
+                ) {
+                    done_if(
+                        contents.patch(&name, &params, &json_patch(patch)?).await,
+                        404,
+                    )
+                    .map_err(api("remove the content finalizer"))?;
+                }
+            }
+            ContentStep::CreateSnapshot {
+                name: csi_name,
+                source_volume_id,
+                parameters,
+            } => {
+                self.annotate(&name, ANN_BEING_CREATED, Some("yes")).await?;
+                let secrets = self.secrets(content).await?;
+                let request = csi::CreateSnapshotRequest {
+                    source_volume_id,
+                    name: csi_name,
+                    secrets,
+                    parameters: parameters.into_iter().collect(),
+                };
+                let mut client = controller();
+                let answer = self
+                    .caller
+                    .call(
+                        "/csi.v1.Controller/CreateSnapshot",
+                        client.create_snapshot(self.caller.request(request)),
+                    )
+                    .await;
+                match answer {
+                    Ok(response) => {
+                        let Some(s) = response.snapshot else {
+                            return Err(SyncError::Invalid(
+                                "CreateSnapshot answered without a snapshot".into(),
+                            ));
+                        };
+                        let created = nanos(s.creation_time.as_ref());
+                        let status = decide::content_status(
+                            content.status.as_ref(),
+                            &s.snapshot_id,
+                            s.ready_to_use,
+                            created,
+                            s.size_bytes,
+                        );
+                        self.content_status(&name, &status).await?;
+                        self.annotate(&name, ANN_BEING_CREATED, None).await?;
+                        if !s.ready_to_use {
+                            // Asked again after the backoff until the driver says ready.
+                            return Ok(false);
+                        }
+                    }
+                    Err(error) => {
+                        self.content_failed(content, "SnapshotCreationFailed", &error)
+                            .await?;
+                        if final_code(error.code) {
+                            self.annotate(&name, ANN_BEING_CREATED, None).await?;
+                        }
+                        return Ok(false);
+                    }
+                }
+            }
+            ContentStep::CheckSnapshot(handle) => {
+                let mut client = controller();
+                let request = csi::ListSnapshotsRequest {
+                    snapshot_id: handle.clone(),
+                    ..Default::default()
+                };
+                let answer = self
+                    .caller
+                    .call(
+                        "/csi.v1.Controller/ListSnapshots",
+                        client.list_snapshots(self.caller.request(request)),
+                    )
+                    .await;
+                let found = match answer {
+                    Ok(r) => r.entries.into_iter().find_map(|e| e.snapshot),
+                    Err(error) => {
+                        self.content_failed(content, "SnapshotContentCheckandUpdateFailed", &error)
+                            .await?;
+                        return Ok(false);
+                    }
+                };
+                let Some(s) = found else {
+                    let error = CallError {
+                        method: "ListSnapshots",
+                        code: tonic::Code::NotFound,
+                        message: format!("snapshot {handle} not found"),
+                    };
+                    self.content_failed(content, "SnapshotContentCheckandUpdateFailed", &error)
+                        .await?;
+                    return Ok(false);
+                };
+                let created = nanos(s.creation_time.as_ref());
+                let status = decide::content_status(
+                    content.status.as_ref(),
+                    &s.snapshot_id,
+                    s.ready_to_use,
+                    created,
+                    s.size_bytes,
+                );
+                self.content_status(&name, &status).await?;
+                if !s.ready_to_use {
+                    return Ok(false);
+                }
+            }
+            ContentStep::DeleteSnapshot(handle) => {
+                let secrets = self.secrets(content).await?;
+                let mut client = controller();
+                let request = csi::DeleteSnapshotRequest {
+                    snapshot_id: handle,
+                    secrets,
+                };
+                let answer = self
+                    .caller
+                    .call(
+                        "/csi.v1.Controller/DeleteSnapshot",
+                        client.delete_snapshot(self.caller.request(request)),
+                    )
+                    .await;
+                if let Err(error) = answer {
+                    self.event(
+                        &reference(content),
+                        EventType::Warning,
+                        "SnapshotDeleteError",
+                        &format!("Failed to delete snapshot: {error}"),
+                    );
+                    return Ok(false);
+                }
+                let cleared = json!([{"op": "add", "path": "/status", "value": {}}]);
+                match contents
+                    .patch_status(&name, &params, &json_patch(cleared)?)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(api("clear the content status")(e)),
+                }
+            }
+            ContentStep::ClearBeingCreated => {
+                self.annotate(&name, ANN_BEING_CREATED, None).await?;
+            }
+            ContentStep::Event(kind, reason, message) => {
+                self.event(&reference(content), kind, reason, &message);
+            }
+        }
+        Ok(true)
+    }
+
+    async fn annotate(
+        &self,
+        content: &str,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<(), SyncError> {
+        Api::<VolumeSnapshotContent>::all(self.client.clone())
+            .patch(
+                content,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+            )
+            .await
+            .map_err(api("annotate the content"))?;
+        Ok(())
+    }
+
+    async fn content_status(
+        &self,
+        content: &str,
+        status: &crate::snapshots::types::VolumeSnapshotContentStatus,
+    ) -> Result<(), SyncError> {
+        let value = serde_json::to_value(status).map_err(|e| SyncError::Invalid(e.to_string()))?;
+        Api::<VolumeSnapshotContent>::all(self.client.clone())
+            .patch_status(
+                content,
+                &PatchParams::default(),
+                &json_patch(json!([{"op": "add", "path": "/status", "value": value}]))?,
+            )
+            .await
+            .map_err(api("update the content status"))?;
+        Ok(())
+    }
+
+    /// Reports a failed CSI call: an event on the content and the error in its status.
+    async fn content_failed(
+        &self,
+        content: &VolumeSnapshotContent,
+        reason: &'static str,
+        error: &CallError,
+    ) -> Result<(), SyncError> {
+        let message = format!("Failed to check and update snapshot content: {error}");
+        let mut status = content.status.clone().unwrap_or_default();
+        if status.error.as_ref().and_then(|e| e.message.as_deref()) == Some(message.as_str()) {
+            // The same failure again: no new event, no status write.
+            return Ok(());
+        }
+        self.event(&reference(content), EventType::Warning, reason, &message);
+        status.ready_to_use = Some(false);
+        status.error = Some(SnapshotError {
+            time: Some(sidecar_kit::vocabulary::now_rfc3339()),
+            message: Some(message),
+        });
+        let name = content.metadata.name.clone().unwrap_or_default();
+        self.content_status(&name, &status).await
+    }
+
+    /// The CreateSnapshot/DeleteSnapshot secret named by the content's annotations.
+    async fn secrets(
+        &self,
+        content: &VolumeSnapshotContent,
+    ) -> Result<HashMap<String, String>, SyncError> {
+        let annotations = content.metadata.annotations.clone().unwrap_or_default();
+        let (Some(name), Some(namespace)) = (
+            annotations.get(ANN_SECRET_NAME),
+            annotations.get(ANN_SECRET_NAMESPACE),
+        ) else {
+            return Ok(HashMap::new());
+        };
+        let secret = Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .get(name)
+            .await
+            .map_err(api("get the snapshotter secret"))?;
+        Ok(secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect())
+    }
+}

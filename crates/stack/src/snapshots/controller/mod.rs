@@ -1,0 +1,317 @@
+//! The snapshot controller's I/O on the shared runtime: watches of snapshots, contents,
+//! classes, claims and volumes feed two queues; a reconcile builds the world of one object,
+//! asks `decide` for the steps and carries them out (API patches, CSI calls, events).
+//!
+//! - `snapshot`: a VolumeSnapshot's reconcile and its steps;
+//! - `content`: a VolumeSnapshotContent's reconcile, its steps and the CSI calls.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use csi_proto::v1 as csi;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde_json::{Value, json};
+use sidecar_kit::csi::{CallError, Caller};
+use sidecar_kit::events::{EventType, Recorder};
+use sidecar_kit::runtime::Controller;
+use sidecar_kit::vocabulary::reference;
+use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
+use tonic::transport::Channel;
+
+mod content;
+mod snapshot;
+
+use super::decide::{
+    self, ANN_BEING_CREATED, ANN_BEING_DELETED, ANN_SECRET_NAME, ANN_SECRET_NAMESPACE, ContentStep,
+    ContentWorld, FINALIZER_CLAIM, FINALIZER_CONTENT, Outcome, SnapshotStep, SnapshotWorld,
+};
+use super::types::{SnapshotError, VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent};
+
+/// Why a step failed; retried with the key's backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// An API write or read failed.
+    #[error("failed to {step}: {source}")]
+    Api {
+        /// The step.
+        step: &'static str,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// A CSI call failed (reported in an event and the content's status).
+    #[error(transparent)]
+    Csi(#[from] CallError),
+    /// A step was decided but cannot be carried out (a bad object).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn api(step: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
+    move |source| SyncError::Api { step, source }
+}
+
+/// An API answer where `code` (404: already gone, 409: already there) means the step is done.
+fn done_if<T>(result: Result<T, kube::Error>, code: u16) -> Result<(), kube::Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == code => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct SnapshotSettings {
+    /// The driver served (contents of other drivers are left alone).
+    pub driver: String,
+    /// Deadline of each CSI call.
+    pub timeout: Duration,
+    /// Retry backoff.
+    pub backoff: Backoff,
+    /// Workers per queue.
+    pub workers: usize,
+}
+
+/// The snapshot controller for one driver.
+pub struct SnapshotController {
+    client: kube::Client,
+    csi: Channel,
+    caller: Caller,
+    settings: SnapshotSettings,
+    recorder: Recorder,
+    watches: Watches,
+    snapshots: Store<VolumeSnapshot>,
+    contents: Store<VolumeSnapshotContent>,
+    classes: Store<VolumeSnapshotClass>,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    snapshot_queue: WorkQueue<ObjectRef<VolumeSnapshot>>,
+    content_queue: WorkQueue<String>,
+}
+
+impl std::fmt::Debug for SnapshotController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotController")
+            .field("driver", &self.settings.driver)
+            .finish_non_exhaustive()
+    }
+}
+
+fn snapshot_key(namespace: &str, name: &str) -> ObjectRef<VolumeSnapshot> {
+    ObjectRef::new(name).within(namespace)
+}
+
+impl SnapshotController {
+    /// Starts the watches; [`SnapshotController::controller`] runs the workers.
+    pub fn new(
+        client: kube::Client,
+        csi: Channel,
+        settings: SnapshotSettings,
+        metrics: Option<sidecar_kit::metrics::Metrics>,
+    ) -> Arc<Self> {
+        let mut snapshot_queue = WorkQueue::new(settings.backoff);
+        let mut content_queue = WorkQueue::new(settings.backoff);
+        if let Some(m) = &metrics {
+            snapshot_queue = snapshot_queue.with_metrics(QueueMetrics::new(m, "snapshots"));
+            content_queue = content_queue.with_metrics(QueueMetrics::new(m, "contents"));
+        }
+        let watches = Watches::default();
+        let q = snapshot_queue.clone();
+        let snapshots = watches.reflect(Api::<VolumeSnapshot>::all(client.clone()), move |event| {
+            each(event, |s| q.add(ObjectRef::from_obj(s)));
+        });
+        let (cq, sq) = (content_queue.clone(), snapshot_queue.clone());
+        let contents = watches.reflect(
+            Api::<VolumeSnapshotContent>::all(client.clone()),
+            move |event| {
+                each(event, |c| {
+                    if let Some(name) = &c.metadata.name {
+                        cq.add(name.clone());
+                    }
+                    let r = &c.spec.volume_snapshot_ref;
+                    if let (Some(ns), Some(name)) = (&r.namespace, &r.name) {
+                        sq.add(snapshot_key(ns, name));
+                    }
+                });
+            },
+        );
+        let classes = watches.reflect(Api::<VolumeSnapshotClass>::all(client.clone()), |_| {});
+        // A claim restoring from a snapshot, or being snapshotted, brings the snapshot back.
+        let q = snapshot_queue.clone();
+        let snapshot_cache = snapshots.clone();
+        let claims = watches.reflect(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            move |event| {
+                each(event, |claim| {
+                    let ns = claim.metadata.namespace.clone().unwrap_or_default();
+                    if let Some(name) = decide::restores_from(claim) {
+                        q.add(snapshot_key(&ns, &name));
+                    }
+                    let claim_name = claim.metadata.name.as_deref();
+                    for s in snapshot_cache.state() {
+                        if s.metadata.namespace.as_deref() == Some(ns.as_str())
+                            && s.spec.source.persistent_volume_claim_name.as_deref() == claim_name
+                        {
+                            q.add(ObjectRef::from_obj(s.as_ref()));
+                        }
+                    }
+                });
+            },
+        );
+        let volumes = watches.reflect(Api::<PersistentVolume>::all(client.clone()), |_| {});
+        let caller = Caller::new(&settings.driver, settings.timeout, metrics);
+        let recorder = Recorder::new(
+            client.clone(),
+            "snapshot-controller",
+            sidecar_kit::vocabulary::hostname(),
+        );
+        Arc::new(SnapshotController {
+            client,
+            csi,
+            caller,
+            settings,
+            recorder,
+            watches,
+            snapshots,
+            contents,
+            classes,
+            claims,
+            volumes,
+            snapshot_queue,
+            content_queue,
+        })
+    }
+
+    /// The controller: waits for its caches, then runs the snapshot and content workers.
+    pub fn controller(self: Arc<Self>) -> Controller {
+        let (snapshots, contents) = (self.clone(), self.clone());
+        Controller::new("snapshot-controller")
+            .watches(&self.watches)
+            .wait_for(&self.snapshots)
+            .wait_for(&self.contents)
+            .wait_for(&self.classes)
+            .wait_for(&self.claims)
+            .wait_for(&self.volumes)
+            .reconcile(
+                "snapshot",
+                self.snapshot_queue.clone(),
+                self.settings.workers,
+                move |key| {
+                    let this = snapshots.clone();
+                    async move { this.sync_snapshot(&key).await }
+                },
+            )
+            .reconcile(
+                "content",
+                self.content_queue.clone(),
+                self.settings.workers,
+                move |key| {
+                    let this = contents.clone();
+                    async move { this.sync_content(&key).await }
+                },
+            )
+    }
+
+    fn event(
+        &self,
+        object: &k8s_openapi::api::core::v1::ObjectReference,
+        kind: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        self.recorder.record(object, kind, reason, message);
+    }
+}
+
+/// Codes after which the driver is not working on the snapshot any more (the being-created
+/// annotation may go); for the others it may still be.
+fn final_code(code: tonic::Code) -> bool {
+    !matches!(
+        code,
+        tonic::Code::Cancelled
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Unavailable
+            | tonic::Code::ResourceExhausted
+            | tonic::Code::Aborted
+    )
+}
+
+/// A snapshot's creation time in Unix nanoseconds; now when the driver gave none.
+fn nanos(time: Option<&prost_types::Timestamp>) -> i64 {
+    time.map(|t| t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos))
+        .filter(|n| *n > 0)
+        .unwrap_or_else(now_nanos)
+}
+
+fn now_nanos() -> i64 {
+    k8s_openapi::jiff::Timestamp::now()
+        .as_nanosecond()
+        .try_into()
+        .unwrap_or(i64::MAX)
+}
+
+fn json_patch(value: Value) -> Result<Patch<()>, SyncError> {
+    serde_json::from_value(value)
+        .map(Patch::Json)
+        .map_err(|e| SyncError::Invalid(e.to_string()))
+}
+
+/// A JSON patch adding a finalizer. Creating the list replaces whatever list the object has
+/// now, so that is tested against the resourceVersion the empty list was seen at.
+fn add_finalizer(finalizers: &[String], finalizer: &str, resource_version: Option<&str>) -> Value {
+    if finalizers.is_empty() {
+        let mut ops = Vec::new();
+        if let Some(rv) = resource_version {
+            ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+        }
+        ops.push(json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}));
+        Value::Array(ops)
+    } else {
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}])
+    }
+}
+
+/// A JSON patch removing a finalizer, tested so a concurrent change is not overwritten.
+fn remove_finalizer(finalizers: &[String], finalizer: &str) -> Option<Value> {
+    let index = finalizers.iter().position(|f| f == finalizer)?;
+    Some(json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
+        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+    ]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finalizer_patches_create_append_and_remove_by_tested_index() {
+        assert_eq!(
+            add_finalizer(&[], "f", Some("7")),
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["f"]},
+            ])
+        );
+        let list = vec!["a".to_string(), "f".to_string()];
+        assert_eq!(
+            add_finalizer(&list, "g", Some("7")),
+            json!([{"op": "add", "path": "/metadata/finalizers/-", "value": "g"}])
+        );
+        assert_eq!(
+            remove_finalizer(&list, "f"),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers/1", "value": "f"},
+                {"op": "remove", "path": "/metadata/finalizers/1"},
+            ]))
+        );
+        assert_eq!(remove_finalizer(&list, "x"), None);
+        assert!(final_code(tonic::Code::InvalidArgument));
+        assert!(!final_code(tonic::Code::Unavailable));
+    }
+}
