@@ -140,6 +140,39 @@ pub fn check_timeout_and_retries(
     Ok(())
 }
 
+/// client-go's `JitterFactor`: the renew deadline must exceed the retry period by this factor.
+const LEADER_ELECTION_JITTER: f64 = 1.2;
+
+/// Checks the leader election's durations as client-go's `NewLeaderElector` does (upstream
+/// panics on the first two; we refuse to start with the flag's name): the lease outlasts the
+/// renew deadline, which outlasts 1.2 retry periods, and none is zero.
+pub fn check_leader_election(
+    lease: Duration,
+    renew: Duration,
+    retry: Duration,
+) -> Result<(), CommonFlagError> {
+    let refuse = |flag, reason| Err(CommonFlagError { flag, reason });
+    if lease.is_zero() {
+        return refuse("--leader-election-lease-duration", "must be greater than 0");
+    }
+    if retry.is_zero() {
+        return refuse("--leader-election-retry-period", "must be greater than 0");
+    }
+    if renew >= lease {
+        return refuse(
+            "--leader-election-renew-deadline",
+            "must be shorter than --leader-election-lease-duration",
+        );
+    }
+    if renew.as_secs_f64() <= retry.as_secs_f64() * LEADER_ELECTION_JITTER {
+        return refuse(
+            "--leader-election-renew-deadline",
+            "must be longer than 1.2 times --leader-election-retry-period (client-go's jitter factor)",
+        );
+    }
+    Ok(())
+}
+
 impl CommonArgs {
     /// Checks the shared flags; returns the HTTP address to serve, if any.
     pub fn validate(&self) -> Result<Option<String>, CommonFlagError> {
@@ -156,14 +189,12 @@ impl CommonArgs {
         if !self.metrics_path.starts_with('/') {
             return refuse("--metrics-path", "must start with /");
         }
-        if self.leader_election
-            && (self.leader_election_renew_deadline >= self.leader_election_lease_duration
-                || self.leader_election_retry_period >= self.leader_election_renew_deadline)
-        {
-            return refuse(
-                "--leader-election-renew-deadline",
-                "must be shorter than --leader-election-lease-duration and longer than --leader-election-retry-period",
-            );
+        if self.leader_election {
+            check_leader_election(
+                self.leader_election_lease_duration,
+                self.leader_election_renew_deadline,
+                self.leader_election_retry_period,
+            )?;
         }
         Ok([&self.http_endpoint, &self.metrics_address]
             .into_iter()
@@ -183,5 +214,42 @@ impl CommonArgs {
             labels: self.leader_election_labels.iter().cloned().collect(),
             release_on_exit,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leader_election_durations_follow_client_go() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let rows: [(Duration, Duration, Duration, Option<&str>); 8] = [
+            // Upstream's defaults.
+            (s(15), s(10), s(5), None),
+            (s(3), s(2), ms(500), None),
+            (s(15), s(15), s(5), Some("--leader-election-renew-deadline")),
+            (s(15), s(20), s(5), Some("--leader-election-renew-deadline")),
+            // 10 s is not more than 1.2 × 9 s: a renewal would have one retry at most.
+            (s(15), s(10), s(9), Some("--leader-election-renew-deadline")),
+            (
+                s(15),
+                ms(1200),
+                s(1),
+                Some("--leader-election-renew-deadline"),
+            ),
+            (s(0), s(10), s(5), Some("--leader-election-lease-duration")),
+            (s(15), s(10), s(0), Some("--leader-election-retry-period")),
+        ];
+        for (lease, renew, retry, refused) in rows {
+            let got = check_leader_election(lease, renew, retry)
+                .err()
+                .map(|e| e.flag);
+            assert_eq!(
+                got, refused,
+                "lease {lease:?} renew {renew:?} retry {retry:?}"
+            );
+        }
     }
 }

@@ -371,14 +371,21 @@ impl Elector {
         let mut leading = tokio::spawn(lead(stop_rx));
         // As client-go: renew every retry period; every call, and the whole renewal, must finish
         // within the renew deadline counted from the last successful renewal, or leadership
-        // is lost.
+        // is lost. The wait between tries ends at that deadline too: a leader whose renewals
+        // fail fast stops at the deadline, not a retry period after it (client-go stops a
+        // retry period plus the renew deadline after its last renewal, which with its
+        // defaults is the lease duration itself).
         let mut last_renew = tokio::time::Instant::now();
         let outcome = loop {
+            let deadline = last_renew + self.config.renew_deadline;
+            let wake = (tokio::time::Instant::now() + retry).min(deadline);
             tokio::select! {
-                () = tokio::time::sleep(retry) => {}
+                () = tokio::time::sleep_until(wake) => {}
                 () = &mut shutdown => break Ok(()),
             }
-            let deadline = last_renew + self.config.renew_deadline;
+            if tokio::time::Instant::now() >= deadline {
+                break Err(ElectionError::Lost(self.config.renew_deadline));
+            }
             match self.attempt(deadline).await {
                 Ok(true) => {
                     last_renew = tokio::time::Instant::now();

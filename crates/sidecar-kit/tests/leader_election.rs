@@ -142,3 +142,62 @@ async fn a_lease_renewed_by_a_skewed_clock_is_respected_for_its_duration_from_ob
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_leader_whose_renewals_fail_at_once_stops_at_its_renew_deadline() {
+    let (server, client, _stop) = server().await;
+    // Renew deadline 2 s, retry period 1.9 s: the renewal 1.9 s after the last one fails at
+    // once and leaves 0.1 s. The leader must stop at the deadline, not after sleeping
+    // another retry period (3.8 s after its last renewal).
+    let elector = Elector::new(
+        client.clone(),
+        config(
+            "me",
+            10,
+            Duration::from_secs(2),
+            Duration::from_millis(1900),
+        ),
+    );
+    let status = elector.status();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    let run = tokio::spawn(elector.run(
+        move |_stop| async move {
+            let _guard = Dropped(flag);
+            std::future::pending::<()>().await;
+        },
+        std::future::pending::<()>(),
+    ));
+    while !status.is_leader() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rules = serde_json::from_value(json!([
+        {"resource": "leases", "verb": "*", "error": 500}
+    ]))
+    .unwrap();
+    server.set_faults(rules);
+    let outcome = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the leader kept leading while its renewals failed")
+        .unwrap();
+    let stopped_at = k8s_openapi::jiff::Timestamp::now();
+    assert!(
+        matches!(outcome, Err(ElectionError::Lost(_))),
+        "{outcome:?}"
+    );
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the leader's work was not stopped"
+    );
+    server.set_faults(Vec::new());
+    let lease = Api::<Lease>::namespaced(client, "default")
+        .get("election")
+        .await
+        .unwrap();
+    let renewed = lease.spec.and_then(|s| s.renew_time).unwrap().0;
+    let after = stopped_at.duration_since(renewed).as_secs_f64();
+    assert!(
+        after < 3.3,
+        "the leader stopped {after:.2} s after its last renewal; its renew deadline is 2 s"
+    );
+}
