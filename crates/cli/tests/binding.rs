@@ -264,3 +264,49 @@ async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn binding_keeps_kubectls_last_applied_configuration() {
+    // The PV controller writes claims and volumes back whole: an annotation missing from its
+    // cache would be removed by the write, and `kubectl apply` would lose its three-way merge.
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    let c = Cluster::start(&[], &[], true).await;
+    c.apply_cluster::<StorageClass>(
+        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
+    )
+    .await;
+    let mut pv = static_pv("pv-applied", "1Gi", "manual");
+    pv["metadata"]["annotations"] = json!({LAST_APPLIED: "{\"kind\":\"PersistentVolume\"}"});
+    c.apply_cluster::<PersistentVolume>(pv).await;
+    c.apply::<PersistentVolumeClaim>(json!({
+        "metadata": {"name": "applied", "annotations": {LAST_APPLIED: "{\"kind\":\"PersistentVolumeClaim\"}"}},
+        "spec": {"storageClassName": "manual", "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .await;
+    assert_eq!(bound_volume(&c, "applied").await, "pv-applied");
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let pv = pvs.get("pv-applied").await.unwrap();
+    assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Bound"));
+    assert_eq!(
+        pv.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(LAST_APPLIED)
+            .map(String::as_str),
+        Some("{\"kind\":\"PersistentVolume\"}"),
+        "the volume's last-applied configuration was removed by the bind"
+    );
+    let claim = claims.get("applied").await.unwrap();
+    assert_eq!(
+        claim
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get(LAST_APPLIED)
+            .map(String::as_str),
+        Some("{\"kind\":\"PersistentVolumeClaim\"}"),
+        "the claim's last-applied configuration was removed by the bind"
+    );
+}

@@ -107,7 +107,9 @@ impl PvController {
         let volume_queue: WorkQueue<String> = WorkQueue::new(backoff);
         let index = Arc::new(ClaimRefIndex::default());
         let (q, vq, by_claim) = (claim_queue.clone(), volume_queue.clone(), index.clone());
-        let claims = watches.reflect(
+        // Claims and volumes are written back whole (updates): their caches keep every
+        // annotation, so a write does not remove kubectl's last-applied configuration.
+        let claims = watches.reflect_for_updates(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             move |e| {
                 each(e, |c| {
@@ -132,22 +134,24 @@ impl PvController {
         );
         // A volume change may complete or free a claim's binding.
         let (vq, cq, by_claim) = (volume_queue.clone(), claim_queue.clone(), index.clone());
-        let volumes = watches.reflect(Api::<PersistentVolume>::all(client.clone()), move |e| {
-            match e {
-                kube::runtime::watcher::Event::Apply(v)
-                | kube::runtime::watcher::Event::InitApply(v) => by_claim.apply(v),
-                kube::runtime::watcher::Event::Delete(v) => by_claim.delete(v),
-                kube::runtime::watcher::Event::Init | kube::runtime::watcher::Event::InitDone => {}
-            }
-            each(e, |v| {
-                if let Some(name) = &v.metadata.name {
-                    vq.add(name.clone());
+        let volumes =
+            watches.reflect_for_updates(Api::<PersistentVolume>::all(client.clone()), move |e| {
+                match e {
+                    kube::runtime::watcher::Event::Apply(v)
+                    | kube::runtime::watcher::Event::InitApply(v) => by_claim.apply(v),
+                    kube::runtime::watcher::Event::Delete(v) => by_claim.delete(v),
+                    kube::runtime::watcher::Event::Init
+                    | kube::runtime::watcher::Event::InitDone => {}
                 }
-                if let Some((ns, name)) = claim_named_by(v) {
-                    cq.add(ObjectRef::new(&name).within(&ns));
-                }
+                each(e, |v| {
+                    if let Some(name) = &v.metadata.name {
+                        vq.add(name.clone());
+                    }
+                    if let Some((ns, name)) = claim_named_by(v) {
+                        cq.add(ObjectRef::new(&name).within(&ns));
+                    }
+                });
             });
-        });
         // Any class change may change the default class: every unbound claim looks again.
         let q = claim_queue.clone();
         let classes = watches.reflect_classes(

@@ -16,12 +16,21 @@ use serde::de::DeserializeOwned;
 
 use crate::compact::CompactStore;
 
-/// Removes what no decision reads, so memory grows slowly with the number of objects.
+/// Removes what no decision reads, so memory grows slowly with the number of objects: the
+/// field ownership and kubectl's last-applied configuration. A controller that writes such an
+/// object back whole (an update) would remove that annotation: it uses
+/// [`Watches::reflect_for_updates`].
 pub fn trim<K: ResourceExt>(obj: &mut K) {
-    obj.managed_fields_mut().clear();
+    drop_field_ownership(obj);
     if let Some(a) = obj.meta_mut().annotations.as_mut() {
         a.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+}
+
+/// Drops `metadata.managedFields`. An update that sends it empty keeps the object's field
+/// ownership (in kube-apiserver and ours), so an object without it can be written back whole.
+fn drop_field_ownership<K: ResourceExt>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
 }
 
 /// The watches a controller started. They stop together with it ([`Watches::stop`], called
@@ -74,6 +83,24 @@ impl Watches {
                 }
             });
         })
+    }
+
+    /// Like [`Watches::reflect`], for a controller that writes the objects it caches back whole
+    /// (updates, not patches): only the field ownership is dropped, and every annotation is
+    /// kept, so a write does not remove kubectl's last-applied configuration.
+    pub fn reflect_for_updates<K, F>(&self, api: Api<K>, on_event: F) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
+        let (store, writer) = reflector::store();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(drop_field_ownership::<K>)
+            .reflect(writer);
+        self.spawn_events(stream, on_event);
+        store
     }
 
     /// Like [`Watches::reflect`], with a kind-specific `shrink` that also drops fields no
