@@ -419,11 +419,6 @@ fn claim(obj: &Value, old: Option<&Value>) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether a write's `managedFields` asks to clear the field ownership: `[{}]`.
-fn resets_managed_fields(list: &[Value]) -> bool {
-    matches!(list, [Value::Object(entry)] if entry.is_empty())
-}
-
 /// The object an update stores: immutable metadata kept, status or spec taken from the right
 /// side of the status subresource, generation bumped when the spec changes.
 pub fn merge_update(
@@ -463,14 +458,13 @@ pub fn merge_update(
             }
         }
     }
-    // Field ownership stays unless the write sets it, as in kube-apiserver: none or an empty
-    // list keeps it (a client that does not know the field, or drops it from its cache, never
-    // strips it), a list of one empty entry clears it, any other list replaces it.
+    // Field ownership stays unless the write sets it (server-side apply does; an empty list
+    // clears it, as in kube-apiserver).
     match meta.get("managedFields") {
-        Some(Value::Array(list)) if resets_managed_fields(list) => {
+        Some(Value::Array(list)) if list.is_empty() => {
             meta.remove("managedFields");
         }
-        Some(Value::Array(list)) if !list.is_empty() => {}
+        Some(Value::Array(_)) => {}
         _ => match cm.get("managedFields") {
             Some(v) => {
                 meta.insert("managedFields".into(), v.clone());
