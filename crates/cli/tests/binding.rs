@@ -278,15 +278,26 @@ async fn binding_keeps_kubectls_last_applied_configuration() {
     let mut pv = static_pv("pv-applied", "1Gi", "manual");
     pv["metadata"]["annotations"] = json!({LAST_APPLIED: "{\"kind\":\"PersistentVolume\"}"});
     c.apply_cluster::<PersistentVolume>(pv).await;
-    c.apply::<PersistentVolumeClaim>(json!({
+    // The claim is server-side applied: its field ownership must survive the binding too
+    // (the controller's caches leave it out; an empty list would clear it).
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": "applied", "annotations": {LAST_APPLIED: "{\"kind\":\"PersistentVolumeClaim\"}"}},
         "spec": {"storageClassName": "manual", "accessModes": ["ReadWriteOnce"],
                  "resources": {"requests": {"storage": "1Gi"}}}
     }))
-    .await;
+    .unwrap();
+    claims
+        .patch(
+            "applied",
+            &PatchParams::apply("admin"),
+            &Patch::Apply(&claim),
+        )
+        .await
+        .unwrap();
     assert_eq!(bound_volume(&c, "applied").await, "pv-applied");
     let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
     let pv = pvs.get("pv-applied").await.unwrap();
     assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Bound"));
     assert_eq!(
@@ -308,5 +319,16 @@ async fn binding_keeps_kubectls_last_applied_configuration() {
             .map(String::as_str),
         Some("{\"kind\":\"PersistentVolumeClaim\"}"),
         "the claim's last-applied configuration was removed by the bind"
+    );
+    let managers: Vec<String> = claim
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.iter().any(|m| m == "admin"),
+        "the claim's field ownership was cleared by the bind: {managers:?}"
     );
 }

@@ -27,10 +27,12 @@ pub fn trim<K: ResourceExt>(obj: &mut K) {
     }
 }
 
-/// Drops `metadata.managedFields`. An update that sends it empty keeps the object's field
-/// ownership (in kube-apiserver and ours), so an object without it can be written back whole.
+/// Drops `metadata.managedFields`: the field is left out, not emptied. An update that leaves
+/// it out keeps the object's field ownership; one that sends an empty list clears it
+/// (kube-apiserver's field manager, and ours), so an object written back whole must not carry
+/// `[]`.
 fn drop_field_ownership<K: ResourceExt>(obj: &mut K) {
-    obj.managed_fields_mut().clear();
+    obj.meta_mut().managed_fields = None;
 }
 
 /// The watches a controller started. They stop together with it ([`Watches::stop`], called
