@@ -438,7 +438,13 @@ pub fn record_update(old: &Value, new: &mut Value, manager: &str, api_version: &
             entry
         })
         .collect();
-    new["metadata"]["managedFields"] = Value::Array(list);
+    // Nobody owns anything any more: the field goes, as kube-apiserver leaves it out.
+    match new["metadata"].as_object_mut() {
+        Some(meta) if list.is_empty() => {
+            meta.remove("managedFields");
+        }
+        _ => new["metadata"]["managedFields"] = Value::Array(list),
+    }
 }
 
 /// The field manager of a request that is not an apply: `fieldManager`, else the program name
@@ -638,6 +644,29 @@ mod tests {
             "kubectl-edit"
         );
         assert_eq!(update_manager(Some("mine"), Some("kubectl/v1")), "mine");
+    }
+
+    #[test]
+    fn an_update_that_removes_every_owned_field_leaves_no_field_ownership() {
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "m"}, "data": {"k": "v"}});
+        let live = decide(&json!({}), &config, "alice", "v1", false).object;
+        assert_eq!(managers(&live).len(), 1);
+        let mut emptied = live.clone();
+        if let Some(meta) = emptied["metadata"].as_object_mut() {
+            meta.remove("name");
+        }
+        if let Some(object) = emptied.as_object_mut() {
+            object.remove("data");
+            object.remove("apiVersion");
+            object.remove("kind");
+        }
+        record_update(&live, &mut emptied, "editor", "v1");
+        assert!(
+            emptied["metadata"].get("managedFields").is_none(),
+            "{}",
+            emptied["metadata"]
+        );
     }
 
     #[test]
