@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use sidecar_kit::leader::{ElectionConfig, ElectionError, Elector};
+use sidecar_kit::leader::{ElectionConfig, ElectionError, Elector, LeaderStatus};
 
 async fn server() -> (
     apiserver::RunningServer,
@@ -53,6 +53,32 @@ impl Drop for Dropped {
     }
 }
 
+/// Runs `elector` until it leads, with work that ignores the stop signal (like a write stuck
+/// in a slow API call); returns its status, whether the work was stopped (dropped), and the
+/// run.
+async fn lead_with_stubborn_work(
+    elector: Elector,
+) -> (
+    LeaderStatus,
+    Arc<AtomicBool>,
+    tokio::task::JoinHandle<Result<(), ElectionError>>,
+) {
+    let status = elector.status();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    let run = tokio::spawn(elector.run(
+        move |_stop| async move {
+            let _guard = Dropped(flag);
+            std::future::pending::<()>().await;
+        },
+        std::future::pending::<()>(),
+    ));
+    while !status.is_leader() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (status, stopped, run)
+}
+
 #[tokio::test]
 async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline() {
     let (server, client, _stop) = server().await;
@@ -62,20 +88,7 @@ async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline()
         client,
         config("me", 8, Duration::from_secs(1), Duration::from_millis(200)),
     );
-    let status = elector.status();
-    let stopped = Arc::new(AtomicBool::new(false));
-    let flag = stopped.clone();
-    let run = tokio::spawn(elector.run(
-        move |_stop| async move {
-            // Work that ignores the stop signal, like a write stuck in a slow API call.
-            let _guard = Dropped(flag);
-            std::future::pending::<()>().await;
-        },
-        std::future::pending::<()>(),
-    ));
-    while !status.is_leader() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (status, stopped, run) = lead_with_stubborn_work(elector).await;
     let rules = serde_json::from_value(json!([
         {"resource": "leases", "verb": "*", "latency_ms": 60_000}
     ]))
@@ -159,19 +172,7 @@ async fn a_leader_whose_renewals_fail_at_once_stops_at_its_renew_deadline() {
             Duration::from_millis(1600),
         ),
     );
-    let status = elector.status();
-    let stopped = Arc::new(AtomicBool::new(false));
-    let flag = stopped.clone();
-    let run = tokio::spawn(elector.run(
-        move |_stop| async move {
-            let _guard = Dropped(flag);
-            std::future::pending::<()>().await;
-        },
-        std::future::pending::<()>(),
-    ));
-    while !status.is_leader() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (status, stopped, run) = lead_with_stubborn_work(elector).await;
     let rules = serde_json::from_value(json!([
         {"resource": "leases", "verb": "*", "error": 500}
     ]))
@@ -182,6 +183,7 @@ async fn a_leader_whose_renewals_fail_at_once_stops_at_its_renew_deadline() {
         .expect("the leader kept leading while its renewals failed")
         .unwrap();
     let stopped_at = k8s_openapi::jiff::Timestamp::now();
+    assert!(!status.is_leader());
     assert!(
         matches!(outcome, Err(ElectionError::Lost(_))),
         "{outcome:?}"
