@@ -101,15 +101,7 @@ impl SnapshotController {
                                 "CreateSnapshot answered without a snapshot".into(),
                             ));
                         };
-                        let created = nanos(s.creation_time.as_ref());
-                        let status = decide::content_status(
-                            content.status.as_ref(),
-                            &s.snapshot_id,
-                            s.ready_to_use,
-                            created,
-                            s.size_bytes,
-                        );
-                        self.content_status(&name, &status).await?;
+                        self.record_snapshot(content, &name, &s).await?;
                         self.annotate(&name, ANN_BEING_CREATED, None).await?;
                         if !s.ready_to_use {
                             // Asked again after the backoff until the driver says ready.
@@ -157,15 +149,7 @@ impl SnapshotController {
                         .await?;
                     return Ok(false);
                 };
-                let created = nanos(s.creation_time.as_ref());
-                let status = decide::content_status(
-                    content.status.as_ref(),
-                    &s.snapshot_id,
-                    s.ready_to_use,
-                    created,
-                    s.size_bytes,
-                );
-                self.content_status(&name, &status).await?;
+                self.record_snapshot(content, &name, &s).await?;
                 if !s.ready_to_use {
                     return Ok(false);
                 }
@@ -292,5 +276,23 @@ impl SnapshotController {
             .into_iter()
             .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
             .collect())
+    }
+
+    /// Writes the content's status from the driver's snapshot (CreateSnapshot's or
+    /// ListSnapshots' answer).
+    async fn record_snapshot(
+        &self,
+        content: &VolumeSnapshotContent,
+        name: &str,
+        snapshot: &csi::Snapshot,
+    ) -> Result<(), SyncError> {
+        let status = decide::content_status(
+            content.status.as_ref(),
+            &snapshot.snapshot_id,
+            snapshot.ready_to_use,
+            nanos(snapshot.creation_time.as_ref()),
+            snapshot.size_bytes,
+        );
+        self.content_status(name, &status).await
     }
 }
