@@ -53,16 +53,16 @@ impl Drop for Dropped {
     }
 }
 
-/// Runs `elector` until it leads, with work that ignores the stop signal (like a write stuck
-/// in a slow API call); returns its status, whether the work was stopped (dropped), and the
-/// run.
-async fn lead_with_stubborn_work(
-    elector: Elector,
-) -> (
+/// A leader under test: its status, whether its work was stopped (dropped), and its run.
+type Leading = (
     LeaderStatus,
     Arc<AtomicBool>,
     tokio::task::JoinHandle<Result<(), ElectionError>>,
-) {
+);
+
+/// Runs `elector` until it leads, with work that ignores the stop signal (like a write stuck
+/// in a slow API call).
+async fn lead_with_stubborn_work(elector: Elector) -> Leading {
     let status = elector.status();
     let stopped = Arc::new(AtomicBool::new(false));
     let flag = stopped.clone();
@@ -79,26 +79,17 @@ async fn lead_with_stubborn_work(
     (status, stopped, run)
 }
 
-#[tokio::test]
-async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline() {
-    let (server, client, _stop) = server().await;
-    // Lease 8 s, renew deadline 1 s: the leader must stop before its lease could expire for
-    // the other replicas (8 s after its last renewal), which is the safety property itself.
-    let elector = Elector::new(
-        client,
-        config("me", 8, Duration::from_secs(1), Duration::from_millis(200)),
-    );
-    let (status, stopped, run) = lead_with_stubborn_work(elector).await;
-    let rules = serde_json::from_value(json!([
-        {"resource": "leases", "verb": "*", "latency_ms": 60_000}
-    ]))
-    .unwrap();
-    server.set_faults(rules);
-    let hung_at = tokio::time::Instant::now();
-    // The renew call hangs for a minute; the leader must give up well before that.
+/// Makes every lease call meet `fault` and waits for the leader to lose: its run ends with
+/// `Lost`, its work was stopped and its status says it does not lead.
+async fn lose_under(
+    server: &apiserver::RunningServer,
+    fault: serde_json::Value,
+    (status, stopped, run): Leading,
+) {
+    server.set_faults(serde_json::from_value(json!([fault])).unwrap());
     let outcome = tokio::time::timeout(Duration::from_secs(30), run)
         .await
-        .expect("the leader kept leading while its renewals hung")
+        .expect("the leader kept leading while its renewals failed")
         .unwrap();
     assert!(
         matches!(outcome, Err(ElectionError::Lost(_))),
@@ -109,6 +100,26 @@ async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline()
         "the leader's work was not stopped"
     );
     assert!(!status.is_leader());
+}
+
+#[tokio::test]
+async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline() {
+    let (server, client, _stop) = server().await;
+    // Lease 8 s, renew deadline 1 s: the leader must stop before its lease could expire for
+    // the other replicas (8 s after its last renewal), which is the safety property itself.
+    let elector = Elector::new(
+        client,
+        config("me", 8, Duration::from_secs(1), Duration::from_millis(200)),
+    );
+    let leading = lead_with_stubborn_work(elector).await;
+    let hung_at = tokio::time::Instant::now();
+    // The renew call hangs for a minute; the leader must give up well before that.
+    lose_under(
+        &server,
+        json!({"resource": "leases", "verb": "*", "latency_ms": 60_000}),
+        leading,
+    )
+    .await;
     let took = hung_at.elapsed();
     assert!(
         took < Duration::from_secs(8),
@@ -172,26 +183,14 @@ async fn a_leader_whose_renewals_fail_at_once_stops_at_its_renew_deadline() {
             Duration::from_millis(1600),
         ),
     );
-    let (status, stopped, run) = lead_with_stubborn_work(elector).await;
-    let rules = serde_json::from_value(json!([
-        {"resource": "leases", "verb": "*", "error": 500}
-    ]))
-    .unwrap();
-    server.set_faults(rules);
-    let outcome = tokio::time::timeout(Duration::from_secs(30), run)
-        .await
-        .expect("the leader kept leading while its renewals failed")
-        .unwrap();
+    let leading = lead_with_stubborn_work(elector).await;
+    lose_under(
+        &server,
+        json!({"resource": "leases", "verb": "*", "error": 500}),
+        leading,
+    )
+    .await;
     let stopped_at = k8s_openapi::jiff::Timestamp::now();
-    assert!(!status.is_leader());
-    assert!(
-        matches!(outcome, Err(ElectionError::Lost(_))),
-        "{outcome:?}"
-    );
-    assert!(
-        stopped.load(Ordering::SeqCst),
-        "the leader's work was not stopped"
-    );
     server.set_faults(Vec::new());
     let lease = Api::<Lease>::namespaced(client, "default")
         .get("election")
