@@ -27,13 +27,7 @@ const BETA_CLAIM_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 /// class among `classes`: the newest by creation time, then the first by name. No default, no
 /// change. Returns the class set, if any.
 pub fn default_storage_class(claim: &mut Value, classes: &[Arc<Value>]) -> Option<String> {
-    let annotated = claim["metadata"]["annotations"]
-        .as_object()
-        .is_some_and(|a| a.contains_key(BETA_CLAIM_CLASS));
-    let named = claim["spec"]
-        .get("storageClassName")
-        .is_some_and(|c| !c.is_null());
-    if annotated || named {
+    if chooses_its_class(claim) {
         return None;
     }
     let chosen = classes
@@ -54,6 +48,18 @@ pub fn default_storage_class(claim: &mut Value, classes: &[Arc<Value>]) -> Optio
     spec.as_object_mut()?
         .insert("storageClassName".into(), json!(chosen));
     Some(chosen)
+}
+
+/// Whether a claim chose its class itself (`spec.storageClassName`, even `""`, or the beta
+/// annotation): admission then leaves it alone, and need not look at the classes.
+pub fn chooses_its_class(claim: &Value) -> bool {
+    let annotated = claim["metadata"]["annotations"]
+        .as_object()
+        .is_some_and(|a| a.contains_key(BETA_CLAIM_CLASS));
+    let named = claim["spec"]
+        .get("storageClassName")
+        .is_some_and(|c| !c.is_null());
+    annotated || named
 }
 
 fn is_default(class: &Value) -> bool {

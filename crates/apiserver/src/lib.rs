@@ -158,10 +158,7 @@ impl RunningServer {
     }
     /// Closes every open watch (of one resource, or all); clients re-list or resume.
     pub fn close_watches(&self, resource: Option<&str>) {
-        let _ = self
-            .app
-            .close_watches
-            .send((resource.unwrap_or("*").to_string(), rand::random::<u64>()));
+        self.app.close_open_watches(resource.unwrap_or("*"));
     }
     /// A client transport for code in this process: requests go to the server's handler on
     /// its runtime without TCP or TLS, with this server's token and `user_agent` (see
@@ -271,9 +268,7 @@ pub async fn serve(
         async move {
             shutdown.await;
             let _ = stop_tx.send(true);
-            let _ = stopping
-                .close_watches
-                .send(("*".to_string(), rand::random::<u64>()));
+            stopping.close_open_watches("*");
         },
     ));
     tracing::info!(address = %addr, "API server listening");

@@ -215,11 +215,19 @@ pub(crate) async fn on_disk<T: Send + 'static>(
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()))
-        .map_err(|detail| Error::Filesystem {
-            action,
-            path: path.display().to_string(),
-            detail,
-        })
+        .map_err(fs_error(action, path))
+}
+
+/// [`Error::Filesystem`] naming `action` and `path`, from the failure's text.
+pub(crate) fn fs_error<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(String) -> Error + 'a {
+    move |detail| Error::Filesystem {
+        action,
+        path: path.display().to_string(),
+        detail,
+    }
 }
 
 /// Milliseconds since the epoch.

@@ -9,7 +9,7 @@ use csi::node_service_capability::rpc::Type as NodeRpc;
 use csi_proto::v1 as csi;
 use tonic::{Request, Response, Status};
 
-use crate::driver::Driver;
+use crate::driver::{Driver, fs_error};
 use crate::error::{Error, Result};
 use crate::state::{Change, NodeTarget};
 
@@ -52,14 +52,6 @@ async fn run(program: &str, args: &[&str]) -> std::result::Result<(), String> {
             args.join(" "),
             String::from_utf8_lossy(&output.stderr).trim()
         ))
-    }
-}
-
-fn fs_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(String) -> Error + 'a {
-    move |detail| Error::Filesystem {
-        action,
-        path: path.display().to_string(),
-        detail,
     }
 }
 

@@ -392,12 +392,8 @@ impl Elector {
                     self.status.renewed();
                 }
                 Ok(false) => break Err(ElectionError::Lost(self.config.renew_deadline)),
-                Err(error) => {
-                    tracing::warn!(%error, "failed to renew the leader lease");
-                    if tokio::time::Instant::now() >= deadline {
-                        break Err(ElectionError::Lost(self.config.renew_deadline));
-                    }
-                }
+                // Tried again at the next turn, or lost there if the deadline has come.
+                Err(error) => tracing::warn!(%error, "failed to renew the leader lease"),
             }
         };
         self.status.leading.store(false, Ordering::SeqCst);

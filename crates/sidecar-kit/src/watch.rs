@@ -96,13 +96,12 @@ impl Watches {
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
         F: Fn(&watcher::Event<K>) + Send + 'static,
     {
-        let (store, writer) = reflector::store();
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(drop_field_ownership::<K>)
-            .reflect(writer);
-        self.spawn_events(stream, on_event);
-        store
+        self.reflect_modified(
+            api,
+            watcher::Config::default(),
+            drop_field_ownership::<K>,
+            on_event,
+        )
     }
 
     /// Like [`Watches::reflect`], with a kind-specific `shrink` that also drops fields no
@@ -133,13 +132,35 @@ impl Watches {
         S: Fn(&mut K) + Send + 'static,
         F: Fn(&watcher::Event<K>) + Send + 'static,
     {
+        self.reflect_modified(
+            api,
+            config,
+            move |obj: &mut K| {
+                trim(obj);
+                shrink(obj);
+            },
+            on_event,
+        )
+    }
+
+    /// A reflector whose objects pass through `modify` before the store and `on_event` see them.
+    fn reflect_modified<K, M, F>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        modify: M,
+        on_event: F,
+    ) -> Store<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        M: FnMut(&mut K) + Send + 'static,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
         let (store, writer) = reflector::store();
         let stream = watcher(api, config)
             .default_backoff()
-            .modify(move |obj: &mut K| {
-                trim(obj);
-                shrink(obj);
-            })
+            .modify(modify)
             .reflect(writer);
         self.spawn_events(stream, on_event);
         store

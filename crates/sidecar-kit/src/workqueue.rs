@@ -242,10 +242,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Queues the key at `until` unless a newer wait, or handing the key out, replaced it.
     fn queue_at(&self, key: K, until: Instant, wait: Wait) {
-        wait.keys(&mut self.state.lock()).insert(key.clone(), until);
-        if let Wait::Backoff = wait {
-            // The backoff's end queues the key: an earlier look later must not cut it short.
-            self.state.lock().later_until.remove(&key);
+        {
+            let mut state = self.state.lock();
+            wait.keys(&mut state).insert(key.clone(), until);
+            if let Wait::Backoff = wait {
+                // The backoff's end queues the key: an earlier look later must not cut it short.
+                state.later_until.remove(&key);
+            }
         }
         let queue = self.clone();
         tokio::spawn(async move {

@@ -218,13 +218,21 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
     }
 }
 
+impl App {
+    /// Closes every open watch of `resource` (`*`: all), network and in-process alike;
+    /// clients re-list or resume.
+    pub fn close_open_watches(&self, resource: &str) {
+        let _ = self
+            .close_watches
+            .send((resource.to_string(), rand::random::<u64>()));
+    }
+}
+
 /// `/debug/faults`: GET shows the rules, POST `{"rules": [...]}` replaces them, DELETE clears
 /// them, POST `?closeWatches=RESOURCE|*` closes open watches.
 fn fault_admin(app: &App, method: &Method, query: &Query, body: &Bytes) -> Response {
     if let Some(resource) = query.get("closeWatches") {
-        let _ = app
-            .close_watches
-            .send((resource.to_string(), rand::random::<u64>()));
+        app.close_open_watches(resource);
         return json_response(StatusCode::OK, &json!({"closed": resource}));
     }
     match method.as_str() {

@@ -107,7 +107,11 @@ pub(crate) async fn create_object(
 /// The mutating admission kube-apiserver runs by default on a create. Only objects are created
 /// here: `create` refuses subresources and an apply to a missing object's subresource is a 404.
 fn admit(app: &App, t: &Target, obj: &mut Value) {
-    if t.rt.group.is_empty() && t.rt.plural == "persistentvolumeclaims" {
+    // Most claims name their class: the classes are listed only for those that do not.
+    if t.rt.group.is_empty()
+        && t.rt.plural == "persistentvolumeclaims"
+        && !crate::admission::chooses_its_class(obj)
+    {
         let (classes, _) = app.store.list(crate::admission::STORAGE_CLASSES, None);
         if let Some(class) = crate::admission::default_storage_class(obj, &classes) {
             tracing::debug!(%class, "DefaultStorageClass: the claim gets the default class");
