@@ -96,15 +96,15 @@ impl Driver {
             .collect();
         let copied = tokio::task::spawn_blocking(move || {
             for (index, (from, to, never_used)) in jobs.iter().enumerate() {
-                let copied = crate::content::nothing_to_copy(from, *never_used)
-                    .and_then(|empty| {
-                        if empty {
-                            std::fs::create_dir(to)
-                        } else {
-                            crate::content::copy_tree(from, to)
-                        }
-                    })
-                    .and_then(|()| crate::content::sync_filesystem(to));
+                let copied = crate::content::nothing_to_copy(from, *never_used).and_then(|empty| {
+                    if empty {
+                        // Only the new directory and its parent need flushing.
+                        crate::content::make_empty_dir(to, to.parent().unwrap_or(to))
+                    } else {
+                        crate::content::copy_tree(from, to)
+                            .and_then(|()| crate::content::sync_filesystem(to))
+                    }
+                });
                 if let Err(error) = copied {
                     for (_, done, _) in &jobs[..=index] {
                         let _ = std::fs::remove_dir_all(done);
