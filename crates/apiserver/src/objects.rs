@@ -374,9 +374,31 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         ("storage.k8s.io", "csistoragecapacities") => rules::storage_capacity(obj),
         ("coordination.k8s.io", "leases") => rules::lease(obj),
         ("events.k8s.io", "events") => rules::event(obj),
+        ("apiextensions.k8s.io", "customresourcedefinitions") if old.is_none() => {
+            approved_group(obj)
+        }
         _ => Ok(()),
     };
     checked.or_else(invalid)
+}
+
+/// The annotation a definition in a group of the Kubernetes project must carry.
+pub const API_APPROVED: &str = "api-approved.kubernetes.io";
+
+/// A CustomResourceDefinition of a group of the Kubernetes project (`k8s.io`,
+/// `kubernetes.io` and their subdomains) names its API review, as kube-apiserver requires.
+fn approved_group(obj: &Value) -> Result<(), String> {
+    let group = obj["spec"]["group"].as_str().unwrap_or_default();
+    let protected = ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|d| group == *d || group.ends_with(&format!(".{d}")));
+    let approval = obj["metadata"]["annotations"][API_APPROVED].as_str();
+    if protected && approval.is_none_or(str::is_empty) {
+        return Err(format!(
+            "metadata.annotations[{API_APPROVED}]: Required value: protected groups must have approval annotation \"{API_APPROVED}\", see https://github.com/kubernetes/enhancements/pull/1111"
+        ));
+    }
+    Ok(())
 }
 
 /// A PersistentVolumeClaim: its spec, and what may change after creation.

@@ -106,3 +106,25 @@ async fn custom_resources_are_refused_when_their_schema_says_so() {
     .await;
     assert!(ok && out == "2", "{out} {err}");
 }
+
+/// A definition in a group of the Kubernetes project must name its API review, as
+/// kube-apiserver requires: the snapshot definitions were refused there for lacking it.
+#[tokio::test]
+async fn a_definition_in_a_protected_group_needs_the_approval_annotation() {
+    let f = start().await;
+    let protected = CRD
+        .replace("pools.example.volstack.dev", "pools.example.k8s.io")
+        .replace("\"example.volstack.dev\"", "\"example.k8s.io\"");
+    let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&protected)).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"metadata.annotations[api-approved.kubernetes.io]: Required value: protected groups must have approval annotation "api-approved.kubernetes.io", see https://github.com/kubernetes/enhancements/pull/1111"#),
+        "{err}"
+    );
+    let approved = protected.replace(
+        r#""metadata": {"name": "pools.example.k8s.io"}"#,
+        r#""metadata": {"name": "pools.example.k8s.io", "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/1111"}}"#,
+    );
+    let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&approved)).await;
+    assert!(ok, "{err}");
+}

@@ -14,6 +14,28 @@ pub fn has(meta: &ObjectMeta, finalizer: &str) -> bool {
         .is_some_and(|list| list.iter().any(|f| f == finalizer))
 }
 
+/// Adds `finalizer` to an object read live (for [`crate::update::update_live`]); false when it
+/// is there already.
+pub fn add(meta: &mut ObjectMeta, finalizer: &str) -> bool {
+    if has(meta, finalizer) {
+        return false;
+    }
+    meta.finalizers
+        .get_or_insert_default()
+        .push(finalizer.to_string());
+    true
+}
+
+/// Removes every `finalizer` entry from an object read live; false when there is none.
+pub fn remove(meta: &mut ObjectMeta, finalizer: &str) -> bool {
+    let Some(list) = meta.finalizers.as_mut() else {
+        return false;
+    };
+    let before = list.len();
+    list.retain(|f| f != finalizer);
+    list.len() != before
+}
+
 /// The operations adding `finalizer`, or None when it is there already.
 pub fn add_ops(meta: &ObjectMeta, finalizer: &str) -> Option<Vec<Value>> {
     match &meta.finalizers {
@@ -71,6 +93,33 @@ mod tests {
             resource_version: Some("7".into()),
             finalizers: finalizers.map(|f| f.iter().map(|s| s.to_string()).collect()),
             ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn live_edits_add_once_and_remove_every_entry() {
+        const F: &str = "f";
+        // (finalizers before, after add and whether it changed, after remove and whether it changed)
+        type Case<'a> = (
+            Option<&'a [&'a str]>,
+            (&'a [&'a str], bool),
+            (&'a [&'a str], bool),
+        );
+        let cases: Vec<Case> = vec![
+            (None, (&[F], true), (&[], false)),
+            (Some(&[]), (&[F], true), (&[], false)),
+            (Some(&["o"]), (&["o", F], true), (&["o"], false)),
+            (Some(&["o", F]), (&["o", F], false), (&["o"], true)),
+            (Some(&[F, "o", F]), (&[F, "o", F], false), (&["o"], true)),
+        ];
+        let list = |m: &ObjectMeta| m.finalizers.clone().unwrap_or_default();
+        for (before, (added, add_changed), (removed, remove_changed)) in cases {
+            let mut m = meta(before);
+            assert_eq!(add(&mut m, F), add_changed, "{before:?}");
+            assert_eq!(list(&m), added, "{before:?}");
+            let mut m = meta(before);
+            assert_eq!(remove(&mut m, F), remove_changed, "{before:?}");
+            assert_eq!(list(&m), removed, "{before:?}");
         }
     }
 

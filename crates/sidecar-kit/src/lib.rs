@@ -26,6 +26,7 @@ pub mod recoverable;
 pub mod runtime;
 pub mod secrets;
 pub mod selectors;
+pub mod update;
 pub mod vocabulary;
 pub mod watch;
 pub mod workqueue;

@@ -138,10 +138,7 @@ mod tests {
         .join("\n");
         let found = refusals(&log, |u| u.starts_with("system:serviceaccount:"));
         assert_eq!(
-            found
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>(),
+            found.iter().map(ToString::to_string).collect::<Vec<_>>(),
             [
                 "system:serviceaccount:default:csi-provisioner cannot patch persistentvolumeclaims default/src",
                 "system:serviceaccount:default:csi-attacher cannot patch storage.k8s.io/volumeattachments/status /va",

@@ -141,8 +141,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let archive = dir.path().join("tool.gz");
-        let mut encoder =
-            flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder.write_all(b"#!/bin/sh\necho hi\n").unwrap();
         std::fs::write(&archive, encoder.finish().unwrap()).unwrap();
         let target = dir.path().join("tool");

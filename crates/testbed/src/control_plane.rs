@@ -288,7 +288,11 @@ impl ControlPlane {
 
     /// A token of the ServiceAccount `namespace/name` (which must exist) from the TokenRequest
     /// API, valid for a day.
-    pub async fn service_account_token(&self, namespace: &str, name: &str) -> Result<String, Error> {
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, Error> {
         let accounts: Api<ServiceAccount> = Api::namespaced(self.admin().await?, namespace);
         let request = TokenRequest {
             spec: TokenRequestSpec {

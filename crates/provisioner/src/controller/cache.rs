@@ -1,9 +1,7 @@
 //! The stores the provisioner's decisions read (fed by `sidecar_kit::watch`).
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{
-    CSINode, StorageClass, VolumeAttachment, VolumeAttributesClass,
-};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::runtime::reflector::Store;
 use sidecar_kit::compact::CompactStore;
 
@@ -22,8 +20,6 @@ pub struct Caches {
     pub nodes: Store<Node>,
     /// VolumeAttachments (only with PUBLISH_UNPUBLISH_VOLUME).
     pub attachments: Store<VolumeAttachment>,
-    /// VolumeAttributesClasses (only with the gate).
-    pub vacs: Store<VolumeAttributesClass>,
 }
 
 /// Drops what the provisioner never reads of a claim: its status but the phase (a clone's

@@ -12,10 +12,12 @@ use std::sync::Arc;
 
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::VolumeAttributesClass;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::csi::{CallError, go_code_name};
 use sidecar_kit::events::EventType;
+use sidecar_kit::update::{Updated, update_live};
 
 use super::InFlight;
 use super::data_sources::Resolved;
@@ -46,6 +48,9 @@ pub enum ClaimError {
     /// No change: the VolumeAttributesClass may appear.
     #[error("volumeattributesclass {0:?} not found")]
     VacNotFound(String),
+    /// Reading the claim's VolumeAttributesClass failed; nothing changed, retried.
+    #[error("failed to get the volumeattributesclass: {0}")]
+    VacLookup(#[source] kube::Error),
     /// Final: the claim or class is invalid as it stands.
     #[error(transparent)]
     Plan(#[from] ProvisionError),
@@ -63,6 +68,9 @@ pub enum ClaimError {
     /// Adding or removing the cloning-protection finalizer failed.
     #[error("failed to update the cloning-protection finalizer: {0}")]
     CloneFinalizer(#[source] kube::Error),
+    /// The clone's source claim was deleted before it could be protected.
+    #[error("the source claim {0} of the clone no longer exists")]
+    CloneSourceGone(String),
     /// No change: the node or its CSINode may appear.
     #[error(transparent)]
     Topology(#[from] TopologyError),
@@ -136,10 +144,12 @@ impl ClaimError {
         match self {
             ClaimError::ClassNotFound(_)
             | ClaimError::VacNotFound(_)
+            | ClaimError::VacLookup(_)
             | ClaimError::Plan(_)
             | ClaimError::DataSource(_)
             | ClaimError::SourceLookup { .. }
             | ClaimError::CloneFinalizer(_)
+            | ClaimError::CloneSourceGone(_)
             | ClaimError::Topology(_)
             | ClaimError::NodeNotFound(_)
             | ClaimError::Secret { .. }
@@ -267,11 +277,14 @@ impl Provisioner {
             .as_ref()
             .and_then(|s| s.volume_attributes_class_name.clone())
             .filter(|n| !n.is_empty());
+        // Read live, as upstream does: only claims that name a class need it (and only they
+        // need the `get` rule), so nothing waits for a watch of every class.
         let vac = match vac_name {
             Some(name) if self.cfg.volume_attributes_class => Some(
-                self.caches
-                    .vacs
-                    .get(&ObjectRef::new(&name))
+                Api::<VolumeAttributesClass>::all(self.client.clone())
+                    .get_opt(&name)
+                    .await
+                    .map_err(ClaimError::VacLookup)?
                     .ok_or(ClaimError::VacNotFound(name))?,
             ),
             _ => None,
@@ -281,7 +294,7 @@ impl Provisioner {
             &self.cfg.options,
             claim,
             &class,
-            vac.as_deref(),
+            vac.as_ref(),
         )?;
         let topology = self.topology_for(claim, &class, selected.as_deref())?;
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
@@ -461,24 +474,33 @@ impl Provisioner {
         }
     }
 
+    /// Removes the selected node so the scheduler picks another. The claim is read live and
+    /// written back whole (`update`, as upstream's RBAC grants: the cached claim is trimmed);
+    /// only the node this decision was about is removed, not one chosen since.
     async fn reschedule(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
-        // A patch of that one annotation, at the version decided on: the cached claim is
-        // trimmed (labels and more are dropped), so writing it back whole would erase them.
-        let patch = serde_json::json!({"metadata": {
-            "resourceVersion": claim.metadata.resource_version,
-            "annotations": {ANN_SELECTED_NODE: null},
-        }});
-        api.patch(
-            &name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
+        let decided = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_SELECTED_NODE))
+            .cloned();
+        let result = update_live(&api, &name, |live| {
+            let annotations = live.metadata.annotations.get_or_insert_default();
+            if decided.is_some() && annotations.get(ANN_SELECTED_NODE) == decided.as_ref() {
+                annotations.remove(ANN_SELECTED_NODE);
+                true
+            } else {
+                false
+            }
+        })
         .await
         .map_err(ClaimError::Reschedule)?;
-        tracing::info!("removed the selected node so the scheduler picks another");
+        if matches!(result, Updated::Written(_)) {
+            tracing::info!("removed the selected node so the scheduler picks another");
+        }
         Ok(())
     }
 

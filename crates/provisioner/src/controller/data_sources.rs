@@ -5,17 +5,19 @@
 
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 use sidecar_kit::events::EventType;
+use sidecar_kit::finalizers;
+use sidecar_kit::update::{Updated, update_live};
 use sidecar_kit::workqueue::Next;
 
 use super::claims::{ClaimError, reference};
 use super::{ClaimKey, Provisioner};
 use crate::decide::data_source::{
     CloningProtection, SNAPSHOT_GROUP, SourceKind, SourceRef, clone_source, clones_pending,
-    cloning_protection, granted, kind_of, protect_source, snapshot_source, source_of,
+    cloning_protection, granted, kind_of, snapshot_source, source_of,
 };
 
 /// What a claim's data source means for its CreateVolume.
@@ -223,27 +225,28 @@ impl Provisioner {
         })
     }
 
-    /// Adds the cloning-protection finalizer to a clone's source claim (before CreateVolume).
+    /// Adds the cloning-protection finalizer to a clone's source claim (before CreateVolume):
+    /// read live and written back whole (`update`, as upstream's RBAC grants; the cached claim
+    /// is trimmed).
     pub(crate) async fn protect_clone_source(&self, key: &ClaimKey) -> Result<(), ClaimError> {
+        let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
         let Some(source) = self.caches.claims.get(key) else {
             return Ok(());
         };
-        let Some(patch) = protect_source(&source) else {
+        if finalizers::has(&source.metadata, finalizer) {
             return Ok(());
-        };
+        }
         let namespace = key.namespace().unwrap_or_default();
-        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
-            .patch(
-                key.name(),
-                &PatchParams::default(),
-                &Patch::<()>::Json(
-                    serde_json::from_value(patch)
-                        .map_err(|e| ClaimError::CloneFinalizer(kube::Error::SerdeError(e)))?,
-                ),
-            )
-            .await
-            .map_err(ClaimError::CloneFinalizer)?;
-        Ok(())
+        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
+        match update_live(&api, key.name(), |claim| {
+            finalizers::add(&mut claim.metadata, finalizer)
+        })
+        .await
+        .map_err(ClaimError::CloneFinalizer)?
+        {
+            Updated::Written(_) | Updated::Unchanged(_) => Ok(()),
+            Updated::Gone => Err(ClaimError::CloneSourceGone(key.to_string())),
+        }
     }
 
     /// The cloning-protection controller's reconcile: a source claim being deleted loses its
@@ -279,26 +282,19 @@ impl Provisioner {
                 tracing::debug!(claim = %key, "cloning in progress; keeping the cloning-protection finalizer");
                 Ok(Next::Retry)
             }
-            CloningProtection::Release(patch) => {
+            CloningProtection::Release => {
                 let namespace = key.namespace().unwrap_or_default();
-                let patch = serde_json::from_value(patch)
-                    .map_err(|e| ClaimError::CloneFinalizer(kube::Error::SerdeError(e)))?;
-                let result =
-                    Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
-                        .patch(
-                            key.name(),
-                            &PatchParams::default(),
-                            &Patch::<()>::Json(patch),
-                        )
-                        .await;
-                match result {
-                    Ok(_) => {
-                        tracing::info!(claim = %key, "cloning-protection finalizer removed");
-                        Ok(Next::Done)
-                    }
-                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(Next::Done),
-                    Err(error) => Err(ClaimError::CloneFinalizer(error)),
+                let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
+                let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
+                let result = update_live(&api, key.name(), |claim| {
+                    finalizers::remove(&mut claim.metadata, finalizer)
+                })
+                .await
+                .map_err(ClaimError::CloneFinalizer)?;
+                if matches!(result, Updated::Written(_)) {
+                    tracing::info!(claim = %key, "cloning-protection finalizer removed");
                 }
+                Ok(Next::Done)
             }
         }
     }

@@ -24,9 +24,7 @@ use parking_lot::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{
-    CSINode, StorageClass, VolumeAttachment, VolumeAttributesClass,
-};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::Api;
 use kube::runtime::watcher;
 use sidecar_kit::events::Recorder;
@@ -268,11 +266,6 @@ impl Provisioner {
         } else {
             empty()
         };
-        let vacs = if cfg.volume_attributes_class {
-            watches.reflect(Api::<VolumeAttributesClass>::all(client.clone()), |_| {})
-        } else {
-            empty()
-        };
         let csi_calls =
             sidecar_kit::csi::Caller::new(&cfg.caps.name, cfg.timeout, Some(metrics.clone()));
         let capacity = match capacity {
@@ -298,7 +291,6 @@ impl Provisioner {
                 csinodes,
                 nodes,
                 attachments,
-                vacs,
             },
             claims: claims_q,
             volumes: volumes_q,
@@ -373,7 +365,6 @@ impl Provisioner {
             .wait_for(&c.csinodes)
             .wait_for(&c.nodes)
             .wait_for(&c.attachments)
-            .wait_for(&c.vacs)
             .start_with(async move {
                 recover.recover().await;
                 true

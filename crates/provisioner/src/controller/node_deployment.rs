@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::selectors::{Labels, affinity_allows, allowed_topologies_admit};
+use sidecar_kit::update::{Updated, update_live};
 use sidecar_kit::workqueue::Next;
 
 use super::{ClaimKey, Provisioner};
@@ -94,8 +95,8 @@ impl Provisioner {
     }
 
     /// One step of taking a claim: wait out this node's delay, check the class admits the node
-    /// and the node has room, then set the selected node with the claim's resourceVersion as a
-    /// precondition (another node that was faster makes it fail; then this node backs off).
+    /// and the node has room, then set the selected node on the claim read live, unless a node
+    /// was chosen meanwhile (another node that was faster keeps it).
     async fn try_to_take(
         &self,
         node: &NodeDeployment,
@@ -150,29 +151,38 @@ impl Provisioner {
         if !self.has_room(node, claim, class).await {
             return backoff("not enough capacity");
         }
-        let patch = serde_json::json!({
-            "metadata": {
-                "resourceVersion": claim.metadata.resource_version,
-                "annotations": { ANN_SELECTED_NODE: node.name },
-            }
-        });
+        // Read live and written back whole (`update`, as upstream's RBAC grants; the cached
+        // claim is trimmed): the node is set only while no node has been chosen and no volume
+        // bound, so a faster node's take is never overwritten.
         let api: Api<PersistentVolumeClaim> =
             Api::namespaced(self.client.clone(), key.namespace().unwrap_or(""));
-        match api
-            .patch(key.name(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
+        let taken = update_live(&api, key.name(), |live| {
+            let unbound = live
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none_or(str::is_empty);
+            let annotations = live.metadata.annotations.get_or_insert_default();
+            if !unbound || annotations.contains_key(ANN_SELECTED_NODE) {
+                return false;
+            }
+            annotations.insert(ANN_SELECTED_NODE.to_string(), node.name.clone());
+            true
+        })
+        .await;
+        match taken {
+            Ok(Updated::Written(_)) => {
                 tracing::info!(claim = %key, node = %node.name, "took the claim for this node");
                 self.takes.lock().remove(&key);
                 // The watch brings the claim back with the annotation; then it is ours.
                 Next::Done
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => backoff("changed meanwhile"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {
+            Ok(Updated::Unchanged(_) | Updated::Gone) => {
+                // Another node took it first, or it was bound or deleted meanwhile.
                 self.takes.lock().remove(&key);
                 Next::Done
             }
+            Err(kube::Error::Api(status)) if status.code == 409 => backoff("changed meanwhile"),
             Err(error) => backoff(&format!("selecting node {:?} failed: {error}", node.name)),
         }
     }

@@ -601,15 +601,15 @@ pub fn cloned_claim(claim: &PersistentVolumeClaim) -> Option<(String, String)> {
 }
 
 /// What the cloning-protection controller does with a source claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloningProtection {
     /// Nothing: not being deleted, or without the finalizer.
     Nothing,
     /// Clones are still provisioned from it: look again later.
     Wait,
-    /// Remove the finalizer: a JSON patch (tested against the resourceVersion it was decided
-    /// on, so a concurrent change is not overwritten).
-    Release(Value),
+    /// Remove the finalizer (from the claim read live, written back with `update`, as
+    /// upstream's RBAC grants).
+    Release,
 }
 
 /// Decides the cloning-protection finalizer of a claim being deleted. `pending` is asked only
@@ -620,14 +620,10 @@ pub fn cloning_protection(
     claim: &PersistentVolumeClaim,
     pending: impl FnOnce(&str, &str) -> bool,
 ) -> CloningProtection {
-    let finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
-    let Some(index) = finalizers
-        .iter()
-        .position(|f| f == sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER)
-    else {
-        return CloningProtection::Nothing;
-    };
-    if claim.metadata.deletion_timestamp.is_none() {
+    let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
+    if !sidecar_kit::finalizers::has(&claim.metadata, finalizer)
+        || claim.metadata.deletion_timestamp.is_none()
+    {
         return CloningProtection::Nothing;
     }
     let name = claim.metadata.name.as_deref().unwrap_or_default();
@@ -635,28 +631,7 @@ pub fn cloning_protection(
     if pending(namespace, name) {
         return CloningProtection::Wait;
     }
-    CloningProtection::Release(serde_json::json!([
-        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER},
-        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-    ]))
-}
-
-/// The JSON patch that adds the cloning-protection finalizer to a source claim before its
-/// clone's CreateVolume, or None when it is there already.
-pub fn protect_source(source: &PersistentVolumeClaim) -> Option<Value> {
-    let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
-    match &source.metadata.finalizers {
-        Some(list) if list.iter().any(|f| f == finalizer) => None,
-        Some(list) if !list.is_empty() => Some(serde_json::json!([
-            {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
-        ])),
-        // Creating the list replaces whatever list the claim has now: only at the version
-        // the empty list was seen at.
-        _ => Some(serde_json::json!([
-            {"op": "test", "path": "/metadata/resourceVersion", "value": source.metadata.resource_version},
-            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
-        ])),
-    }
+    CloningProtection::Release
 }
 
 /// Go's strconv.ParseBool.

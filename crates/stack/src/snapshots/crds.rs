@@ -50,7 +50,12 @@ fn crd(d: Definition) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{}.{GROUP}", d.plural)},
+        // A group of the Kubernetes project names its API review (kube-apiserver refuses the
+        // definition otherwise); the value is the one external-snapshotter's v1 CRDs carry.
+        "metadata": {
+            "name": format!("{}.{GROUP}", d.plural),
+            "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-csi/external-snapshotter/pull/814"},
+        },
         "spec": {
             "group": GROUP,
             "names": {
