@@ -2,6 +2,8 @@
 //! own verbosity flag, `RUST_LOG` overriding it, and the chatty HTTP/2 and client crates kept at
 //! warnings.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Logging flags of `volstack` (every subcommand).
@@ -35,6 +37,12 @@ pub fn level_of_klog_v(v: u8) -> &'static str {
     }
 }
 
+/// Whether text logs carry colour codes: only on a terminal, and not with `NO_COLOR` set (a
+/// file or a pipe gets plain text).
+pub fn colours(stderr_is_terminal: bool, no_color: bool) -> bool {
+    stderr_is_terminal && !no_color
+}
+
 /// Installs the global subscriber: `format` is `text` or `json`, `level` one of the above.
 pub fn init(format: &str, level: &str) -> anyhow::Result<()> {
     let filter = match std::env::var("RUST_LOG") {
@@ -43,8 +51,10 @@ pub fn init(format: &str, level: &str) -> anyhow::Result<()> {
             "{level},h2=warn,tower=warn,hyper=warn,kube_client=warn"
         )),
     };
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours(std::io::stderr().is_terminal(), no_color))
         .with_writer(std::io::stderr);
     let result = if format == "json" {
         builder.json().flatten_event(true).try_init()
@@ -57,6 +67,14 @@ pub fn init(format: &str, level: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_codes_only_on_a_terminal_without_no_color() {
+        assert!(colours(true, false));
+        assert!(!colours(true, true));
+        assert!(!colours(false, false));
+        assert!(!colours(false, true));
+    }
 
     #[test]
     fn each_flag_maps_to_its_level() {

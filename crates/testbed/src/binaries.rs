@@ -53,8 +53,12 @@ impl Binaries {
     /// unpacked name carries the archive's size and modification time). Safe to call from
     /// several tests and processes at once (a file lock, then an atomic rename).
     pub fn locate() -> Result<Binaries, Error> {
-        let source = source_dir();
-        let dir = unpack_dir();
+        Binaries::locate_in(&source_dir(), &unpack_dir())
+    }
+
+    /// [`Binaries::locate`] with the archives in `source`, unpacked into `dir`.
+    pub fn locate_in(source: &Path, dir: &Path) -> Result<Binaries, Error> {
+        let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let lock_path = dir.join(".lock");
         let lock = File::create(&lock_path).map_err(io("create", &lock_path))?;
@@ -124,6 +128,29 @@ pub(crate) fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Erro
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_binary_is_an_error_naming_where_it_was_looked_for() {
+        let empty = tempfile::tempdir().unwrap();
+        let unpacked = tempfile::tempdir().unwrap();
+        let error = Binaries::locate_in(empty.path(), unpacked.path()).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            matches!(
+                error,
+                Error::Missing {
+                    program: "etcd",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&empty.path().join("etcd.gz").display().to_string()),
+            "{text}"
+        );
+        assert!(text.contains("../shared/kube/bin"), "{text}");
+    }
 
     #[test]
     fn a_changed_archive_gets_a_new_stamp() {

@@ -424,6 +424,14 @@ impl Bed {
             .plane
             .refusals(|user| user.starts_with("system:serviceaccount:default:csi-"));
         let logs = self.logs();
+        // Written to files, our logs are plain text (no terminal colour codes).
+        for process in std::iter::once(&self.driver).chain(&self.sidecars) {
+            assert!(
+                !process.log().contains('\u{1b}'),
+                "{}'s log has colour codes",
+                process.name()
+            );
+        }
         for sidecar in &mut self.sidecars {
             sidecar.kill();
         }

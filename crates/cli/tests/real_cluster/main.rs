@@ -6,6 +6,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod attach;
 mod bed;
+mod capacity;
 mod data_sources;
+mod leader;
+mod node_deployment;
 mod provisioning;
+mod upstream_rbac;
+mod volume_sets;
