@@ -16,15 +16,19 @@ pub fn is_health(path: &str) -> bool {
     matches!(first, "healthz" | "readyz" | "livez")
 }
 
-/// Whether the request carries `Authorization: Bearer <token>`.
-pub fn authorized(headers: &HeaderMap, token: &str) -> bool {
-    let presented = headers
+/// The token of `Authorization: Bearer <token>` ("" when there is none).
+pub fn bearer(headers: &HeaderMap) -> &str {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
-        .unwrap_or("");
-    constant_time_eq(presented.as_bytes(), token.as_bytes())
+        .unwrap_or("")
+}
+
+/// Whether the request carries `Authorization: Bearer <token>`.
+pub fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    constant_time_eq(bearer(headers).as_bytes(), token.as_bytes())
 }
 
 /// Compares without an early exit, so the time taken does not tell how much matched.

@@ -42,7 +42,7 @@ pub fn aggregated_response(body: &Value) -> Response {
 }
 
 fn verbs(t: &ResourceType) -> Value {
-    if crate::reviews::is_review(&t.group, &t.plural) {
+    if crate::auth::reviews::is_review(&t.group, &t.plural) {
         json!(["create"])
     } else {
         json!([
@@ -88,6 +88,9 @@ pub fn aggregated(app: &App, core: bool) -> Value {
         }
         if t.scale.is_some() {
             subresources.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));
+        }
+        if t.group.is_empty() && t.plural == "serviceaccounts" {
+            subresources.push(json!({"subresource": "token", "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}, "verbs": ["create"]}));
         }
         if !subresources.is_empty() {
             resource["subresources"] = json!(subresources);
@@ -182,6 +185,9 @@ pub fn resource_list(app: &App, group: &str, version: &str) -> Response {
         }
         if t.scale.is_some() {
             resources.push(json!({"name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
+        }
+        if t.group.is_empty() && t.plural == "serviceaccounts" {
+            resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
         }
     }
     let gv = if group.is_empty() {

@@ -9,6 +9,7 @@
 pub mod access;
 mod admission;
 pub mod apply;
+pub mod auth;
 pub mod change;
 pub mod claim_rules;
 pub mod discovery;
@@ -21,9 +22,9 @@ pub mod meta_rules;
 pub mod objects;
 pub mod patch;
 pub mod protobuf;
+mod rbac_rules;
 mod record;
 pub mod registry;
-pub mod reviews;
 pub mod schema;
 pub mod selectors;
 pub mod server;
@@ -53,6 +54,8 @@ pub struct Config {
     pub kubeconfig_path: Option<PathBuf>,
     /// The bearer token; None makes a random one (kept in `data_dir` across restarts).
     pub token: Option<String>,
+    /// Tokens of other users (`--token-auth-file`; the embedded stack's components).
+    pub static_tokens: Vec<auth::tokens::StaticToken>,
     /// Changes kept for watch resumption.
     pub history: usize,
     /// Bytes of changed objects kept for watch resumption.
@@ -70,6 +73,7 @@ impl Default for Config {
             data_dir: None,
             kubeconfig_path: None,
             token: None,
+            static_tokens: Vec::new(),
             history: 100_000,
             history_bytes: 128 << 20,
             log: durable_log::Options {
@@ -167,13 +171,42 @@ impl RunningServer {
         &self,
         user_agent: &str,
     ) -> Result<local::LocalService, local::LocalError> {
+        self.local_service_with(user_agent, &self.token)
+    }
+
+    /// [`RunningServer::local_service`] presenting `token` (another user's).
+    pub fn local_service_with(
+        &self,
+        user_agent: &str,
+        token: &str,
+    ) -> Result<local::LocalService, local::LocalError> {
         local::LocalService::new(
             router(self.app.clone()),
             self.runtime.clone(),
             self.stopped.clone(),
-            &self.token,
+            token,
             user_agent,
         )
+    }
+
+    /// A token of the ServiceAccount `namespace/name` (which must exist) valid for
+    /// `seconds`, as the TokenRequest API issues it.
+    pub fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        seconds: i64,
+    ) -> Result<String, status::ApiError> {
+        let answer = server::token_request_for(
+            &self.app,
+            namespace,
+            name,
+            serde_json::json!({"spec": {"expirationSeconds": seconds}}),
+        )?;
+        Ok(answer["status"]["token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
     }
     /// Waits for the server to stop.
     pub async fn join(self) {
@@ -187,6 +220,32 @@ fn random_token() -> String {
         .collect()
 }
 
+/// A random secret kept in `<data_dir>/<file>` (0600, made on first use), or a new one each
+/// start without a data directory.
+fn secret(data_dir: Option<&std::path::Path>, file: &str) -> Result<String, Error> {
+    let Some(dir) = data_dir else {
+        return Ok(random_token());
+    };
+    let path = dir.join(file);
+    if let Ok(text) = std::fs::read_to_string(&path)
+        && !text.trim().is_empty()
+    {
+        return Ok(text.trim().to_string());
+    }
+    let made = random_token();
+    durable_log::files::create_private_dir(dir).map_err(|source| Error::Io {
+        action: format!("create {}", dir.display()),
+        source,
+    })?;
+    durable_log::files::write_private_atomic(&path, made.as_bytes()).map_err(|source| {
+        Error::Io {
+            action: format!("write {}", path.display()),
+            source,
+        }
+    })?;
+    Ok(made)
+}
+
 /// Every request, from the network or in process, goes to [`server::handle`].
 fn router(app: Arc<server::App>) -> axum::Router {
     axum::Router::new().fallback(server::handle).with_state(app)
@@ -197,30 +256,14 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunningServer, Error> {
-    let token = match (&config.token, &config.data_dir) {
-        (Some(t), _) => t.clone(),
-        (None, Some(dir)) => {
-            let path = dir.join("token");
-            match std::fs::read_to_string(&path) {
-                Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
-                _ => {
-                    let t = random_token();
-                    durable_log::files::create_private_dir(dir).map_err(|source| Error::Io {
-                        action: format!("create {}", dir.display()),
-                        source,
-                    })?;
-                    durable_log::files::write_private_atomic(&path, t.as_bytes()).map_err(
-                        |source| Error::Io {
-                            action: format!("write {}", path.display()),
-                            source,
-                        },
-                    )?;
-                    t
-                }
-            }
-        }
-        (None, None) => random_token(),
+    let token = match &config.token {
+        Some(t) => t.clone(),
+        None => secret(config.data_dir.as_deref(), "token")?,
     };
+    // ServiceAccount tokens stay valid across restarts: their key is kept with the data.
+    let signing_key = secret(config.data_dir.as_deref(), "serviceaccount-signing.key")?;
+    let authenticator =
+        auth::tokens::Authenticator::new(&token, &config.static_tokens, signing_key.as_bytes());
     let data_dir = config.data_dir.clone();
     let history = store::HistoryLimits {
         count: config.history,
@@ -235,7 +278,7 @@ pub async fn serve(
         action: "open the store".into(),
         source: std::io::Error::other(e.to_string()),
     })??;
-    let app = server::new_app(store, token.clone()).await?;
+    let app = server::new_app(store, token.clone(), authenticator).await?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|source| Error::Io {

@@ -192,19 +192,30 @@ pub fn prepare_create(
         name = format!("{prefix}{suffix}");
         meta.insert("name".into(), json!(name));
     }
-    let valid = if rt.plural == "namespaces" {
-        is_dns_label(&name)
+    if rt.group == "rbac.authorization.k8s.io" {
+        // RBAC objects are named as path segments (`system:basic-user`).
+        if let Some(why) = path_segment_error(&name) {
+            return Err(ApiError::invalid(
+                &rt.kind,
+                &name,
+                &format!("metadata.name: Invalid value: {name:?}: {why}"),
+            ));
+        }
     } else {
-        is_dns_subdomain(&name)
-    };
-    if !valid {
-        return Err(ApiError::invalid(
-            &rt.kind,
-            &name,
-            &format!(
-                "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-            ),
-        ));
+        let valid = if rt.plural == "namespaces" {
+            is_dns_label(&name)
+        } else {
+            is_dns_subdomain(&name)
+        };
+        if !valid {
+            return Err(ApiError::invalid(
+                &rt.kind,
+                &name,
+                &format!(
+                    "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+                ),
+            ));
+        }
     }
     if rt.namespaced {
         match meta.get("namespace").and_then(Value::as_str) {
@@ -377,9 +388,27 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         ("apiextensions.k8s.io", "customresourcedefinitions") if old.is_none() => {
             approved_group(obj)
         }
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
+            crate::rbac_rules::role(obj, rt.namespaced)
+        }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            crate::rbac_rules::binding(obj, old, rt.namespaced)
+        }
         _ => Ok(()),
     };
     checked.or_else(invalid)
+}
+
+/// Why a name cannot be a path segment (kube-apiserver's ValidatePathSegmentName), if it
+/// cannot.
+fn path_segment_error(name: &str) -> Option<String> {
+    if name == "." || name == ".." {
+        return Some(format!("may not be '{name}'"));
+    }
+    ["/", "%"]
+        .iter()
+        .find(|c| name.contains(*c))
+        .map(|c| format!("may not contain '{c}'"))
 }
 
 /// The annotation a definition in a group of the Kubernetes project must carry.

@@ -131,7 +131,12 @@ struct Core {
     visible: tokio::sync::watch::Sender<u64>,
     history_cap: usize,
     history_budget: usize,
+    /// Told of every change as it becomes visible (under the store's lock: it must be quick).
+    observer: std::sync::OnceLock<Observer>,
 }
+
+/// What [`Store::observe`] is given.
+pub type Observer = Box<dyn Fn(&Change) + Send + Sync>;
 
 /// The store.
 pub struct Store {
@@ -195,6 +200,7 @@ impl Store {
             visible: tokio::sync::watch::Sender::new(0),
             history_cap: history.count,
             history_budget: history.bytes,
+            observer: std::sync::OnceLock::new(),
         });
         let Some(dir) = data_dir else {
             return Ok(Store { core, log: None });
@@ -236,6 +242,13 @@ impl Store {
             core,
             log: Some(log),
         })
+    }
+
+    /// Tells `observer` of every change as it becomes visible, before any reader or watcher
+    /// can see it (a write's answer comes after). Called under the store's lock: it must only
+    /// note the change. Only the first observer is kept.
+    pub fn observe(&self, observer: Observer) {
+        let _ = self.core.observer.set(observer);
     }
 
     /// The current (visible, durable) resourceVersion.
@@ -533,6 +546,9 @@ fn publish(core: &Core, inner: &mut Inner, durable: u64) {
             inner.overlay.remove(&key);
         }
         inner.visible_rv = change.rv;
+        if let Some(observer) = core.observer.get() {
+            observer(&change);
+        }
         core.visible.send_replace(change.rv);
         inner
             .history

@@ -539,6 +539,8 @@ fn prost_fields(debug: &str) -> BTreeSet<String> {
                 .map(|(name, _)| name.trim().trim_start_matches("r#").to_string())
         })
         .filter(|n| !n.is_empty() && !n.contains('}'))
+        // The proto field of Go's `UID` (JSON `uid`) is `uID`, which prost names `u_id`.
+        .map(|n| if n == "u_id" { "uid".to_string() } else { n })
         .collect()
 }
 
@@ -549,6 +551,7 @@ fn the_table_has_every_field_of_the_messages_it_covers_whole() {
     use k8s_pb::api::coordination::v1 as coordination;
     use k8s_pb::api::core::v1 as core;
     use k8s_pb::api::events::v1 as events;
+    use k8s_pb::api::rbac::v1 as rbac;
     use k8s_pb::api::storage::v1 as storage;
     let schema = apiserver::protobuf::schema::Schema::builtin();
     macro_rules! whole {
@@ -594,6 +597,18 @@ fn the_table_has_every_field_of_the_messages_it_covers_whole() {
         "SelfSubjectAccessReviewSpec" => authz::SelfSubjectAccessReviewSpec,
         "ResourceAttributes" => authz::ResourceAttributes, "NonResourceAttributes" => authz::NonResourceAttributes,
         "SubjectAccessReviewStatus" => authz::SubjectAccessReviewStatus,
+        "SubjectAccessReview" => authz::SubjectAccessReview, "SubjectAccessReviewSpec" => authz::SubjectAccessReviewSpec,
+        "SelfSubjectRulesReview" => authz::SelfSubjectRulesReview,
+        "SelfSubjectRulesReviewSpec" => authz::SelfSubjectRulesReviewSpec,
+        "SubjectRulesReviewStatus" => authz::SubjectRulesReviewStatus,
+        "ResourceRule" => authz::ResourceRule, "NonResourceRule" => authz::NonResourceRule,
+        "authentication.TokenRequest" => authn::TokenRequest,
+        "authentication.TokenRequestSpec" => authn::TokenRequestSpec,
+        "authentication.TokenRequestStatus" => authn::TokenRequestStatus,
+        "BoundObjectReference" => authn::BoundObjectReference,
+        "Role" => rbac::Role, "ClusterRole" => rbac::ClusterRole, "AggregationRule" => rbac::AggregationRule,
+        "PolicyRule" => rbac::PolicyRule, "RoleBinding" => rbac::RoleBinding,
+        "ClusterRoleBinding" => rbac::ClusterRoleBinding, "Subject" => rbac::Subject, "RoleRef" => rbac::RoleRef,
         "Deployment" => k8s_pb::api::apps::v1::Deployment, "DeploymentSpec" => k8s_pb::api::apps::v1::DeploymentSpec,
         "DeploymentStatus" => k8s_pb::api::apps::v1::DeploymentStatus,
         "StatefulSet" => k8s_pb::api::apps::v1::StatefulSet, "StatefulSetSpec" => k8s_pb::api::apps::v1::StatefulSetSpec,

@@ -352,7 +352,8 @@ async fn install_reference_grants(c: &Cluster) {
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "referencegrants.gateway.networking.k8s.io"},
+        "metadata": {"name": "referencegrants.gateway.networking.k8s.io",
+                     "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/2466"}},
         "spec": {
             "group": "gateway.networking.k8s.io",
             "names": {"kind": "ReferenceGrant", "listKind": "ReferenceGrantList", "plural": "referencegrants", "singular": "referencegrant"},

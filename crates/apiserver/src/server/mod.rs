@@ -16,6 +16,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::access;
+use crate::auth::attributes::{self, Attributes};
+use crate::auth::policy::User;
+use crate::auth::{impersonation, reviews};
 use crate::discovery;
 use crate::media::{self, Format};
 use crate::objects::{self, merge_update, prepare_create, validate};
@@ -34,6 +37,7 @@ mod read;
 mod respond;
 mod routing;
 pub mod scale;
+mod token;
 mod write;
 
 use delete::{delete, delete_collection};
@@ -44,6 +48,8 @@ use respond::{check_accept, json_body, negotiate, parse_body, to_protobuf};
 pub(crate) use respond::{json_response, wants_table, written_response};
 pub(crate) use routing::{Query, Target};
 use routing::{Route, route, verb_of};
+use token::token_request;
+pub(crate) use token::token_request as token_request_for;
 pub(crate) use write::{apply_update, create_object};
 use write::{commit, create, patch, refresh_crds, update};
 
@@ -58,6 +64,8 @@ pub struct App {
     pub registry: Registry,
     /// Bearer token.
     pub token: String,
+    /// Who may ask for what.
+    pub auth: crate::auth::Auth,
     /// Requests by (verb, resource, code, client).
     pub requests: Mutex<BTreeMap<(String, String, u16, String), u64>>,
     /// Address clients use (discovery).
@@ -76,11 +84,20 @@ impl std::fmt::Debug for App {
 
 pub(crate) type Shared = Arc<App>;
 
-/// The single handler: authenticates (before routing, so every path answers alike without the
-/// token), routes, counts.
+/// The single handler: authenticates (before routing, so every path answers alike without a
+/// token), applies impersonation, authorizes with RBAC, routes, counts.
 pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
     let path = request.uri().path().to_string();
-    if !access::is_health(&path) && !access::authorized(request.headers(), &app.token) {
+    let health = access::is_health(&path);
+    let user = app
+        .auth
+        .authenticate(access::bearer(request.headers()), &app.store);
+    let Some(user) = user else {
+        if health {
+            let query = Query::parse(request.uri().query());
+            let (_, _, response) = dispatch(&app, request, &query, None).await;
+            return response;
+        }
         count(&app, "", String::new(), 401, access::UNAUTHENTICATED);
         let mut response = ApiError::unauthorized().into_response();
         // An unauthenticated client does not keep its connection.
@@ -89,12 +106,51 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
             header::HeaderValue::from_static("close"),
         );
         return response;
-    }
+    };
     let client = access::client_label(request.headers());
-    let (verb, resource, response) = dispatch(&app, request).await;
+    let query = Query::parse(request.uri().query());
+    let attributes = attributes::of_request(
+        request.method().as_str(),
+        &path,
+        query.get("fieldSelector"),
+        query.flag("watch"),
+    );
+    let allowed = impersonate(&app, user, request.headers()).and_then(|user| {
+        app.auth
+            .authorize(&app.store, &user, &attributes)
+            .map(|_| user)
+    });
+    let user = match allowed {
+        Ok(user) => user,
+        Err(error) => {
+            let (verb, resource) = match &attributes {
+                Attributes::Resource(r) => (
+                    verb_of(request.method(), !r.name.is_empty(), query.flag("watch")),
+                    r.resource.clone(),
+                ),
+                Attributes::NonResource { .. } => ("", String::new()),
+            };
+            count(&app, verb, resource, error.code, &client);
+            return error.into_response();
+        }
+    };
+    let (verb, resource, response) = crate::auth::REQUESTER
+        .scope(user.clone(), dispatch(&app, request, &query, Some(&user)))
+        .await;
     let code = response.status().as_u16();
     count(&app, verb, resource, code, &client);
     response
+}
+
+/// The user a request is served as: its maker, or whom it impersonates when its maker may.
+fn impersonate(app: &App, user: User, headers: &HeaderMap) -> Result<User, ApiError> {
+    let Some(requested) = impersonation::requested(headers)? else {
+        return Ok(user);
+    };
+    for check in impersonation::checks(&requested) {
+        app.auth.authorize(&app.store, &user, &check)?;
+    }
+    Ok(impersonation::impersonated(&requested))
 }
 
 /// Counts a request; clients beyond the first [`access::MAX_CLIENT_LABELS`] share one label.
@@ -114,10 +170,15 @@ fn count(app: &App, verb: &str, resource: String, code: u16, client: &str) {
     *counts.entry(key).or_default() += 1;
 }
 
-async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Response) {
+/// Serves an authorized request (`user` None only for an unauthenticated health check).
+async fn dispatch(
+    app: &Shared,
+    request: Request,
+    query: &Query,
+    user: Option<&User>,
+) -> (&'static str, String, Response) {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let query = Query::parse(request.uri().query());
     let headers = request.headers().clone();
     let route = match route(&app.registry, &path) {
         Ok(r) => r,
@@ -141,7 +202,7 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
     };
     match route {
         Route::Health => ("", String::new(), health(app, &path)),
-        Route::Faults => ("", String::new(), fault_admin(app, &method, &query, &body)),
+        Route::Faults => ("", String::new(), fault_admin(app, &method, query, &body)),
         Route::Version => (
             "GET",
             String::new(),
@@ -204,8 +265,11 @@ async fn dispatch(app: &Shared, request: Request) -> (&'static str, String, Resp
                 Ok(body) => body,
                 Err(error) => return (verb, resource, error.into_response()),
             };
+            let Some(user) = user else {
+                return ("", String::new(), ApiError::unauthorized().into_response());
+            };
             let (verb, result) =
-                object_request(app, &method, *target, &query, &headers, body).await;
+                object_request(app, &method, *target, query, &headers, body, user).await;
             let response = result.unwrap_or_else(IntoResponse::into_response);
             let response = match accept.preferred {
                 Format::Protobuf if verb != "WATCH" && !wants_table(&headers) => {
@@ -312,10 +376,29 @@ async fn object_request(
     query: &Query,
     headers: &HeaderMap,
     body: Bytes,
+    user: &User,
 ) -> (&'static str, Result<Response, ApiError>) {
     let ns = t.namespace.clone().unwrap_or_default();
     let rt = t.rt.clone();
     let key = rt.key();
+    // A ServiceAccount's token subresource (TokenRequest) supports create only.
+    if t.subresource.as_deref() == Some("token") {
+        return match (method.as_str(), t.name.clone()) {
+            ("POST", Some(name)) => (
+                "CREATE",
+                parse_body(&body).and_then(|request| {
+                    token_request(app, &ns, &name, request)
+                        .map(|answer| json_response(StatusCode::CREATED, &answer))
+                }),
+            ),
+            _ => (
+                "",
+                Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource: {method} on serviceaccounts/token"
+                ))),
+            ),
+        };
+    }
     // A Pod's binding subresource supports create only.
     if t.subresource.as_deref() == Some("binding") {
         return match (method.as_str(), t.name.clone()) {
@@ -352,12 +435,14 @@ async fn object_request(
             ))),
         );
     }
-    if crate::reviews::is_review(&rt.group, &rt.plural) {
+    if reviews::is_review(&rt.group, &rt.plural) {
         return match (method.as_str(), t.name.is_none()) {
             ("POST", true) => (
                 "CREATE",
                 parse_body(&body)
-                    .and_then(|request| crate::reviews::answer(&rt, Some(request)))
+                    .and_then(|request| {
+                        reviews::answer(&rt, Some(request), user, &app.auth.policy(&app.store))
+                    })
                     .map(|review| json_response(StatusCode::CREATED, &review)),
             ),
             _ => (
@@ -427,13 +512,20 @@ async fn object_request(
     }
 }
 
-/// Builds the application state with the built-in namespaces, and returns once they are
-/// durable and visible (a client that connects first must find `default`).
-pub async fn new_app(store: Store, token: String) -> Result<Shared, StoreError> {
+/// Builds the application state with the built-in namespaces and the default RBAC policy,
+/// and returns once they are durable and visible (a client that connects first must find
+/// `default`, and be allowed what the defaults allow).
+pub async fn new_app(
+    store: Store,
+    token: String,
+    authenticator: crate::auth::tokens::Authenticator,
+) -> Result<Shared, StoreError> {
+    let auth = crate::auth::Auth::new(authenticator, &store);
     let app = Arc::new(App {
         store,
         registry: Registry::default(),
         token,
+        auth,
         requests: Mutex::new(BTreeMap::new()),
         address: Mutex::new(None),
         faults: Mutex::new(Vec::new()),
@@ -456,8 +548,31 @@ pub async fn new_app(store: Store, token: String) -> Result<Shared, StoreError> 
             last = last.max(rv);
         }
     }
+    for (key, default) in crate::auth::bootstrap::defaults() {
+        last = last.max(write_default(&app, key, &default)?);
+    }
     app.store.wait_durable(last).await?;
     Ok(app)
+}
+
+/// Makes or restores one default RBAC object ([`crate::auth::bootstrap::reconcile`]); the
+/// resourceVersion written (0: none).
+fn write_default(app: &App, key: &str, default: &Value) -> Result<u64, StoreError> {
+    let name = default["metadata"]["name"].as_str().unwrap_or_default();
+    let plural = key.rsplit('/').next().unwrap_or_default();
+    let Some(rt) = app.registry.find("rbac.authorization.k8s.io", "v1", plural) else {
+        return Ok(0);
+    };
+    let (_, rv) = app.store.write(key, "", name, |current, _| {
+        let Some(mut next) = crate::auth::bootstrap::reconcile(default, current) else {
+            return Ok::<_, StoreError>(Write2::Keep);
+        };
+        if current.is_none() && prepare_create(&rt, "", &mut next).is_err() {
+            return Ok(Write2::Keep);
+        }
+        Ok(Write2::Put(next))
+    })?;
+    Ok(rv)
 }
 
 /// The field manager of a plain update or patch: `fieldManager`, else the User-Agent.

@@ -144,6 +144,7 @@ pub(crate) fn route(registry: &Registry, path: &str) -> Result<Route, ApiError> 
     if let Some(sub) = &target.subresource
         && !(sub == "status" && target.rt.status)
         && !(sub == "binding" && target.rt.group.is_empty() && target.rt.plural == "pods")
+        && !(sub == "token" && target.rt.group.is_empty() && target.rt.plural == "serviceaccounts")
         && !(sub == "scale" && target.rt.scale.is_some())
     {
         return Err(ApiError::no_route(path));

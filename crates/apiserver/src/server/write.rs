@@ -65,6 +65,7 @@ pub(crate) async fn create_object(
         obj["metadata"]["managedFields"] = managed;
     }
     validate(&t.rt, &obj, None)?;
+    crate::auth::escalation::check(&app.auth, &app.store, &t.rt, &ns, &obj)?;
     namespace_active(app, &t.rt, &ns)?;
     if query.get("dryRun") == Some("All") {
         if app.store.get(&t.rt.key(), &ns, &name).is_some() {
@@ -149,6 +150,8 @@ pub(crate) async fn apply_update(
             incoming["metadata"]["name"]
         )));
     }
+    // Checked before the store's lock is taken (the policy may have to be read from it).
+    crate::auth::escalation::check(&app.auth, &app.store, &rt, &ns, &incoming)?;
     let wanted_rv = incoming["metadata"]["resourceVersion"]
         .as_str()
         .unwrap_or("")

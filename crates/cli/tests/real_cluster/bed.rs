@@ -223,14 +223,6 @@ impl Bed {
         }
     }
 
-    /// Whether the sidecar started as `name` has exited.
-    pub fn exited(&mut self, name: &str) -> bool {
-        self.sidecars
-            .iter_mut()
-            .find(|p| p.name() == name)
-            .is_some_and(|p| p.exited().is_some())
-    }
-
     /// Every log of ours and the end of the control plane's controllers' logs, for a
     /// failure's message.
     pub fn logs(&self) -> String {

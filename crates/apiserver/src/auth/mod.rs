@@ -1,0 +1,168 @@
+//! Who may ask for what, as kube-apiserver decides it: bearer tokens name a user
+//! ([`tokens`]), `Impersonate-*` headers switch to another when allowed ([`impersonation`]),
+//! and RBAC decides every request ([`policy`], [`rules`]) from the Roles, ClusterRoles and
+//! bindings stored here (the defaults kube-apiserver makes are made at start, [`bootstrap`]).
+//! Members of `system:masters` may do everything. Writes of RBAC objects cannot grant more
+//! than their writer holds ([`escalation`]). The reviews (`kubectl auth whoami`, `can-i`,
+//! `can-i --list`) answer from the same decisions ([`reviews`]).
+
+pub mod attributes;
+pub mod bootstrap;
+pub mod escalation;
+pub mod impersonation;
+pub mod policy;
+pub mod reviews;
+pub mod rules;
+pub mod tokens;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::change::Change;
+use crate::status::ApiError;
+use crate::store::Store;
+use attributes::Attributes;
+use policy::{Policy, User};
+use tokens::{Authenticator, Identity};
+
+/// The storage keys of the RBAC objects (a change to any recompiles the policy).
+pub const CLUSTER_ROLES: &str = "rbac.authorization.k8s.io/clusterroles";
+/// Roles.
+pub const ROLES: &str = "rbac.authorization.k8s.io/roles";
+/// ClusterRoleBindings.
+pub const CLUSTER_ROLE_BINDINGS: &str = "rbac.authorization.k8s.io/clusterrolebindings";
+/// RoleBindings.
+pub const ROLE_BINDINGS: &str = "rbac.authorization.k8s.io/rolebindings";
+/// ServiceAccounts (their tokens are checked against them).
+pub const SERVICE_ACCOUNTS: &str = "/serviceaccounts";
+
+tokio::task_local! {
+    /// The user a request is served for, set around its handling: the writes of RBAC objects
+    /// check it ([`escalation`]). Writes the server makes itself run without it.
+    pub static REQUESTER: User;
+}
+
+/// Authentication and authorization state.
+#[derive(Debug)]
+pub struct Auth {
+    /// Tokens.
+    pub authenticator: Authenticator,
+    /// Bumped by the store's observer on every change of an RBAC object.
+    generation: Arc<AtomicU64>,
+    /// The policy and the generation it was compiled at.
+    policy: RwLock<(u64, Arc<Policy>)>,
+}
+
+impl Auth {
+    /// Authorization over the objects of `store` (it tells this of their changes).
+    pub fn new(authenticator: Authenticator, store: &Store) -> Auth {
+        let generation = Arc::new(AtomicU64::new(1));
+        let bump = generation.clone();
+        store.observe(Box::new(move |change: &Change| {
+            if matches!(
+                change.resource.as_str(),
+                CLUSTER_ROLES | ROLES | CLUSTER_ROLE_BINDINGS | ROLE_BINDINGS
+            ) {
+                bump.fetch_add(1, Ordering::Release);
+            }
+        }));
+        Auth {
+            authenticator,
+            generation,
+            // Generation 0 is never current: the first use compiles.
+            policy: RwLock::new((0, Arc::new(Policy::default()))),
+        }
+    }
+
+    /// The user a bearer token stands for, if any (a ServiceAccount's token only while the
+    /// account exists with the uid it was issued for).
+    pub fn authenticate(&self, token: &str, store: &Store) -> Option<User> {
+        match self.authenticator.identify(token, now())? {
+            Identity::User(user) => Some(user),
+            Identity::ServiceAccount(claims) => {
+                let account = store.get(SERVICE_ACCOUNTS, &claims.namespace, &claims.name)?;
+                let uid = account["metadata"]["uid"].as_str().unwrap_or_default();
+                (uid == claims.uid)
+                    .then(|| User::service_account(&claims.namespace, &claims.name, uid))
+            }
+        }
+    }
+
+    /// The policy in force (compiled again after any RBAC change).
+    pub fn policy(&self, store: &Store) -> Arc<Policy> {
+        let generation = self.generation.load(Ordering::Acquire);
+        {
+            let current = self.policy.read();
+            if current.0 == generation {
+                return current.1.clone();
+            }
+        }
+        let list = |resource| store.list(resource, None).0;
+        let compiled = Arc::new(Policy::compile(
+            &list(CLUSTER_ROLES),
+            &list(ROLES),
+            &list(CLUSTER_ROLE_BINDINGS),
+            &list(ROLE_BINDINGS),
+        ));
+        {
+            let mut current = self.policy.write();
+            // A newer compile may have raced this one: keep the newest.
+            if current.0 < generation {
+                *current = (generation, compiled.clone());
+            }
+        }
+        write_aggregated(store, &compiled);
+        compiled
+    }
+
+    /// The binding that allows `user` the request (`system:masters` for its members), or
+    /// kube-apiserver's 403.
+    pub fn authorize(
+        &self,
+        store: &Store,
+        user: &User,
+        attributes: &Attributes,
+    ) -> Result<String, ApiError> {
+        if user.is_master() {
+            return Ok(format!("{} is in {}", user.name, policy::MASTERS));
+        }
+        self.policy(store)
+            .allowed_by(user, attributes)
+            .ok_or_else(|| attributes::forbidden(&user.name, attributes, ""))
+    }
+}
+
+/// Writes into each aggregated ClusterRole the rules it holds, as kube-controller-manager's
+/// aggregation controller does (so `kubectl get clusterrole -o yaml` shows them). A write
+/// changes the policy's generation: the next request compiles again and finds nothing to write.
+fn write_aggregated(store: &Store, policy: &Policy) {
+    for (name, rules) in policy.aggregated() {
+        let wanted = if rules.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::Value::Array(rules.clone())
+        };
+        let written = store.write(CLUSTER_ROLES, "", name, |current, _| {
+            Ok::<_, crate::store::StoreError>(match current {
+                Some(role) if role["rules"] != wanted => {
+                    let mut next = role.clone();
+                    next["rules"] = wanted.clone();
+                    crate::store::Write2::Put(next)
+                }
+                _ => crate::store::Write2::Keep,
+            })
+        });
+        if let Err(error) = written {
+            tracing::warn!(%error, role = %name, "failed to write an aggregated ClusterRole's rules");
+        }
+    }
+}
+
+/// Now, in Unix seconds.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
