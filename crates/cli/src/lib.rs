@@ -7,6 +7,7 @@ pub mod bench;
 pub mod chart;
 pub mod embedded;
 pub mod logging;
+pub mod manifests;
 pub mod stack;
 
 /// Resolves on SIGINT or SIGTERM.

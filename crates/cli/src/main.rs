@@ -7,6 +7,7 @@ mod faults;
 use cli::logging;
 use cli::stack;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 /// mimalloc instead of glibc's malloc for the umbrella binary, which runs the API server, the
@@ -78,6 +79,11 @@ struct ApiserverArgs {
     /// Time a client has to complete the TLS handshake (Go duration).
     #[arg(long, default_value = "10s", value_parser = sidecar_kit::duration::parse_go_duration)]
     tls_handshake_timeout: std::time::Duration,
+    /// Users and their tokens, in kube-apiserver's format: one `token,user,uid,"group1,group2"`
+    /// per line. RBAC decides what they may do; the kubeconfig's own token is the
+    /// administrator's (group system:masters).
+    #[arg(long)]
+    token_auth_file: Option<std::path::PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -147,7 +153,17 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         listener.max_connections = max;
     }
     listener.handshake = args.tls_handshake_timeout;
+    let static_tokens = match &args.token_auth_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--token-auth-file: read {}", path.display()))?;
+            apiserver::auth::tokens::parse_token_file(&text)
+                .with_context(|| format!("--token-auth-file {}", path.display()))?
+        }
+        None => Vec::new(),
+    };
     let config = apiserver::Config {
+        static_tokens,
         bind: args.bind,
         data_dir: args.data_dir,
         kubeconfig_path: Some(args.kubeconfig.clone()),

@@ -57,7 +57,9 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     durable_log::files::create_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
     let (first, extra_nodes) = node_names(&args.node, args.nodes);
-    let (socket, kubeconfig) = crate::embedded::paths(&data_dir);
+    let (socket, _) = crate::embedded::paths(&data_dir);
+    // The provisioner runs as its ServiceAccount, with the RBAC of deploy/kubernetes.
+    let kubeconfig = crate::embedded::identities::kubeconfig_path(&data_dir, "csi-provisioner");
     let mut prov_argv = vec!["csi-provisioner".to_string()];
     prov_argv.extend(crate::embedded::provisioner_args_for(&socket, &kubeconfig));
     // Capacity is published per node for WaitForFirstConsumer classes; the scheduler reads it.
@@ -100,7 +102,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     .await?;
     let given: Vec<String> = prov_argv.iter().skip(1).cloned().collect();
     let env = provisioner::runner::ProcessEnv {
-        namespace: Some("kube-system".into()),
+        namespace: Some(crate::embedded::identities::NAMESPACE.into()),
         ..Default::default()
     };
     let provisioner_task = tokio::spawn({

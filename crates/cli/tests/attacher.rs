@@ -41,7 +41,7 @@ impl Env {
         options.extra_nodes = vec!["node-2".into()];
         options.pv_controller = None;
         let stack = cli::embedded::Stack::start(options).await.unwrap();
-        let mut args = stack.provisioner_args();
+        let mut args = stack.attacher_args();
         args.extend(
             [
                 "--retry-interval-start=100ms",
@@ -610,7 +610,6 @@ async fn it_leads_through_upstreams_lease_and_serves_upstreams_metrics() {
         &["--enable-attach"],
         &[
             "--leader-election",
-            "--leader-election-namespace=default",
             &format!("--http-endpoint=127.0.0.1:{port}"),
         ],
     )
@@ -619,7 +618,7 @@ async fn it_leads_through_upstreams_lease_and_serves_upstreams_metrics() {
     env.attach("va-m", "pv-m", "node-1", &[]).await;
     env.wait_attached("va-m").await;
     let lease =
-        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(env.client(), "default")
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(env.client(), "kube-system")
             .get("external-attacher-leader-hostpath-csi-volstack-dev")
             .await
             .unwrap();

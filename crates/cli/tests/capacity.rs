@@ -474,7 +474,16 @@ async fn objects_are_owned_by_the_level_of_the_provisioners_pod_asked_for() {
         ("Deployment", "csi-provisioner", deployment.as_str())
     );
     assert_eq!(refs[0].controller, Some(true));
-    // A level above the chain: the provisioner stops with upstream's words.
+    // A level above the chain: the provisioner stops with upstream's words. Walking past the
+    // ReplicaSet reads the Deployment, which the manifests' rules (upstream's) do not grant:
+    // a user asking for that level grants it, as here.
+    let grant: Vec<serde_json::Value> = cli::manifests::parse(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: owners, namespace: kube-system}\nrules: [{apiGroups: [apps], resources: [deployments], verbs: [get]}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: owners, namespace: kube-system}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: owners}\nsubjects: [{kind: ServiceAccount, name: csi-provisioner, namespace: kube-system}]\n",
+    )
+    .unwrap();
+    cli::manifests::apply(&cluster.client, &grant)
+        .await
+        .unwrap();
     cluster.kill_provisioner();
     for arg in cluster.provisioner_args.iter_mut() {
         if arg == "--capacity-ownerref-level=2" {

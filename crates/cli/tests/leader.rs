@@ -14,7 +14,7 @@ use kube::api::Api;
 use serde_json::json;
 
 async fn holder(c: &Cluster) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(c.client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(c.client.clone(), "kube-system");
     leases
         .get_opt("hostpath-csi-volstack-dev")
         .await
@@ -27,7 +27,6 @@ async fn holder(c: &Cluster) -> Option<String> {
 async fn a_standby_takes_over_within_a_retry_period_after_sigterm() {
     let election = [
         "--leader-election",
-        "--leader-election-namespace=default",
         "--leader-election-lease-duration=15s",
         "--leader-election-renew-deadline=10s",
         "--leader-election-retry-period=1s",
@@ -71,7 +70,7 @@ async fn a_standby_takes_over_within_a_retry_period_after_sigterm() {
         "takeover took {took:?}: the lease was not released (upstream waits out the 15 s lease)"
     );
     // Exactly one handover: the standby waited while the lease was held.
-    let transitions = Api::<Lease>::namespaced(c.client.clone(), "default")
+    let transitions = Api::<Lease>::namespaced(c.client.clone(), "kube-system")
         .get("hostpath-csi-volstack-dev")
         .await
         .unwrap()

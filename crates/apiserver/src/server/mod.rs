@@ -123,6 +123,7 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
     let user = match allowed {
         Ok(user) => user,
         Err(error) => {
+            tracing::debug!(%client, reason = %error.message, "request refused");
             let (verb, resource) = match &attributes {
                 Attributes::Resource(r) => (
                     verb_of(request.method(), !r.name.is_empty(), query.flag("watch")),

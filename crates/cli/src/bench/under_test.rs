@@ -109,7 +109,11 @@ pub(super) fn command_line(
         bail!("{flag} is empty");
     }
     let program = words.remove(0);
-    words.extend(stack.provisioner_args());
+    // Each sidecar under its own ServiceAccount, with the RBAC of deploy/kubernetes.
+    words.extend(match own {
+        "csi-attacher" => stack.attacher_args(),
+        _ => stack.provisioner_args(),
+    });
     Ok((program, words, command))
 }
 

@@ -12,13 +12,66 @@ use sidecar_kit::workqueue::Backoff;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::identities::{self, Component, Identities};
+use super::lanes::{Lane, Lanes};
 use super::{StackOptions, paths, provisioner_args_for, signal_on};
+
+/// A client of each in-process controller, under its own identity.
+pub(super) struct Clients {
+    pv_controller: kube::Client,
+    controller_manager: kube::Client,
+    scheduler: kube::Client,
+    snapshots: kube::Client,
+    /// The node agents', in the order of the nodes (the driver's own first).
+    nodes: Vec<kube::Client>,
+}
+
+impl Clients {
+    /// Builds the clients on the controllers' lane (their queues are theirs) for the
+    /// components' identities; `nodes` are the stack's nodes, the driver's own first.
+    pub(super) async fn new(
+        server: &apiserver::RunningServer,
+        identities: &Identities,
+        nodes: &[String],
+        user_agent: &str,
+        lanes: &Lanes,
+    ) -> anyhow::Result<Clients> {
+        let service = |component: &Component| -> anyhow::Result<apiserver::local::LocalService> {
+            server
+                .local_service_with(user_agent, identities.token(component)?)
+                .with_context(|| format!("the in-process client of {component:?}"))
+        };
+        let services = (
+            service(&Component::PvController)?,
+            service(&Component::ControllerManager)?,
+            service(&Component::Scheduler)?,
+            service(&Component::SnapshotController)?,
+            nodes
+                .iter()
+                .map(|n| service(&Component::Node(n.clone())))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        );
+        lanes
+            .run(Lane::Controllers, async move {
+                let (pv, manager, scheduler, snapshots, nodes) = services;
+                let client = |s| kube::Client::new(s, identities::NAMESPACE);
+                Ok(Clients {
+                    pv_controller: client(pv),
+                    controller_manager: client(manager),
+                    scheduler: client(scheduler),
+                    snapshots: client(snapshots),
+                    nodes: nodes.into_iter().map(client).collect(),
+                })
+            })
+            .await
+    }
+}
 
 /// What the controllers need from the stack (its socket and kubeconfig follow from
 /// `options.dir`, [`paths`]).
 pub(super) struct Parts {
-    /// Their client, built on their lane.
-    pub client: kube::Client,
+    /// Their clients, built on their lane.
+    pub clients: Clients,
     pub options: StackOptions,
     /// The extra nodes' sockets.
     pub node_sockets: Vec<String>,
@@ -38,10 +91,11 @@ impl Parts {
 /// their tasks.
 pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let options = &parts.options;
-    let client = &parts.client;
-    let (socket, kubeconfig) = paths(&options.dir);
+    let clients = &parts.clients;
+    let (socket, _) = paths(&options.dir);
     let mut tasks = Vec::new();
     if options.attach {
+        let kubeconfig = identities::kubeconfig_path(&options.dir, "csi-attacher");
         let argv = [
             vec!["csi-attacher".to_string()],
             provisioner_args_for(&socket, &kubeconfig),
@@ -58,14 +112,16 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         }));
     }
     if options.kubelet {
-        let protection = pv_controller::protection::ProtectionController::new(client.clone());
+        let manager = &clients.controller_manager;
+        let protection = pv_controller::protection::ProtectionController::new(manager.clone());
         tasks.push(tokio::spawn(protection.controller().run(parts.stopped())));
         let attach_detach =
-            pv_controller::attach_detach::AttachDetachController::new(client.clone());
+            pv_controller::attach_detach::AttachDetachController::new(manager.clone());
         tasks.push(tokio::spawn(
             attach_detach.controller().run(parts.stopped()),
         ));
-        for node_socket in std::iter::once(&socket).chain(parts.node_sockets.iter()) {
+        let sockets = std::iter::once(&socket).chain(parts.node_sockets.iter());
+        for (node_socket, client) in sockets.zip(&clients.nodes) {
             let agent = stack::node::NodeAgent::start(
                 client.clone(),
                 stack::node::NodeSettings {
@@ -79,13 +135,16 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         }
     }
     if options.scheduler {
-        let scheduler = stack::scheduler::Scheduler::new(client.clone());
+        let scheduler = stack::scheduler::Scheduler::new(clients.scheduler.clone());
         tasks.push(tokio::spawn(scheduler.controller().run(parts.stopped())));
     }
     if let Some((workers, backoff)) = options.pv_controller {
         // With the nodes' side, the node agents recycle CSI volumes.
-        let controller =
-            pv_controller::controller::PvController::new(client.clone(), backoff, options.kubelet);
+        let controller = pv_controller::controller::PvController::new(
+            clients.pv_controller.clone(),
+            backoff,
+            options.kubelet,
+        );
         tasks.push(tokio::spawn(controller.run_with(
             workers,
             options.orphan_resync,
@@ -97,7 +156,7 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
             .await
             .context("connect the snapshot controller to the driver")?;
         let controller = stack::snapshots::SnapshotController::new(
-            client.clone(),
+            clients.snapshots.clone(),
             channel,
             stack::snapshots::SnapshotSettings {
                 driver: parts.driver_name.clone(),

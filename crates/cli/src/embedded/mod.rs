@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 mod controllers;
+pub mod identities;
 pub mod lanes;
 
 use lanes::{Lane, Lanes};
@@ -103,6 +104,8 @@ pub struct Stack {
     pub driver_name: String,
     /// The sockets of the extra nodes (in the order of `StackOptions::extra_nodes`).
     pub node_sockets: Vec<String>,
+    /// Where its state lives.
+    pub dir: PathBuf,
     stop: watch::Sender<bool>,
     /// The API server stops last, after everything that talks to it.
     server_stop: watch::Sender<bool>,
@@ -123,20 +126,6 @@ impl Stack {
             Some(workers) => Lanes::separate(workers)?,
             None => Lanes::shared(),
         };
-        let config = apiserver::Config {
-            bind: options.bind,
-            data_dir: options.durable.then(|| dir.join("apiserver")),
-            kubeconfig_path: Some(kubeconfig.clone()),
-            ..Default::default()
-        };
-        let server_stopped = signal(&server_stop);
-        let server = lanes
-            .run(Lane::ApiServer, async move {
-                apiserver::serve(config, server_stopped)
-                    .await
-                    .context("start the API server")
-            })
-            .await?;
         let mut argv = vec![
             "driver".to_string(),
             format!("--endpoint=unix://{socket}"),
@@ -152,10 +141,28 @@ impl Stack {
                 .iter()
                 .map(|n| format!("--extra-node={n}")),
         );
-        let config = DriverCli::try_parse_from(argv)?.args.into_config()?;
+        let driver_config = DriverCli::try_parse_from(argv)?.args.into_config()?;
+        // The driver's own node first, then the extra ones (the order of the node sockets).
+        let nodes: Vec<String> = driver_config.nodes.iter().map(|n| n.id.clone()).collect();
+        let static_tokens = identities::static_tokens(&nodes);
+        let config = apiserver::Config {
+            bind: options.bind,
+            data_dir: options.durable.then(|| dir.join("apiserver")),
+            kubeconfig_path: Some(kubeconfig.clone()),
+            static_tokens: static_tokens.iter().map(|(_, t)| t.clone()).collect(),
+            ..Default::default()
+        };
+        let server_stopped = signal(&server_stop);
+        let server = lanes
+            .run(Lane::ApiServer, async move {
+                apiserver::serve(config, server_stopped)
+                    .await
+                    .context("start the API server")
+            })
+            .await?;
         let driver = lanes
             .run(Lane::Driver, async move {
-                hostpath_driver::Driver::open(config)
+                hostpath_driver::Driver::open(driver_config)
                     .await
                     .context("start the CSI driver")
             })
@@ -191,18 +198,17 @@ impl Stack {
         }));
         let client_options = (kubeconfig.display().to_string(), options.user_agent);
         let client = build_client(&client_options).await?;
+        // Every component under its own identity, with the RBAC of deploy/kubernetes.
+        let identities = identities::Identities::establish(&server, &client, dir, &static_tokens)
+            .await
+            .context("give the stack's components their identities")?;
         // The controllers live in this process: their requests go to the API server's handler
-        // in process (no TCP, no TLS), still with its token, counted under the stack's
-        // User-Agent and served on its lane. The client is built on their lane: its queue is
-        // theirs.
-        let local = server
-            .local_service(options.user_agent)
-            .context("the controllers' in-process client")?;
-        let controllers_client = lanes
-            .run(Lane::Controllers, async move {
-                Ok(kube::Client::new(local, "default"))
-            })
-            .await?;
+        // in process (no TCP, no TLS), each with its own token, counted under the stack's
+        // User-Agent and served on its lane. The clients are built on their lane: their
+        // queues are theirs.
+        let clients =
+            controllers::Clients::new(&server, &identities, &nodes, options.user_agent, &lanes)
+                .await?;
         let driver_name = crate::stack::register(
             &client,
             &socket,
@@ -240,7 +246,7 @@ impl Stack {
         // Built on their lane: the watches and connections they start at construction are
         // theirs, not the caller's.
         let parts = controllers::Parts {
-            client: controllers_client,
+            clients,
             options: options.clone(),
             node_sockets: node_sockets.clone(),
             driver_name: driver_name.clone(),
@@ -258,6 +264,7 @@ impl Stack {
             socket,
             driver_name,
             node_sockets,
+            dir: dir.clone(),
             stop,
             server_stop,
             tasks,
@@ -265,9 +272,32 @@ impl Stack {
         })
     }
 
-    /// The flags that point a provisioner at this stack (`--csi-address`, `--kubeconfig`).
+    /// The flags that point a provisioner at this stack (`--csi-address`, `--kubeconfig` of
+    /// the ServiceAccount `kube-system/csi-provisioner`).
     pub fn provisioner_args(&self) -> Vec<String> {
-        provisioner_args_for(&self.socket, &self.kubeconfig)
+        provisioner_args_for(&self.socket, &self.sidecar_kubeconfig("csi-provisioner"))
+    }
+
+    /// The flags that point an attacher at this stack (`--kubeconfig` of the ServiceAccount
+    /// `kube-system/csi-attacher`).
+    pub fn attacher_args(&self) -> Vec<String> {
+        provisioner_args_for(&self.socket, &self.sidecar_kubeconfig("csi-attacher"))
+    }
+
+    /// The kubeconfig of a sidecar's ServiceAccount (`csi-provisioner`, `csi-attacher`).
+    pub fn sidecar_kubeconfig(&self, sidecar: &str) -> PathBuf {
+        identities::kubeconfig_path(&self.dir, sidecar)
+    }
+
+    /// Requests answered 403 so far, by (verb, resource, client): a component without a rule
+    /// it needs.
+    pub fn refusals(&self) -> Vec<(String, String, String, u64)> {
+        self.server
+            .request_counts()
+            .into_iter()
+            .filter(|((_, _, code, _), _)| *code == 403)
+            .map(|((verb, resource, _, client), n)| (verb, resource, client, n))
+            .collect()
     }
 
     /// Resolves when the stack is asked to stop (for what the caller runs beside it).
@@ -323,11 +353,14 @@ pub fn paths(dir: &std::path::Path) -> (String, PathBuf) {
     )
 }
 
-/// The flags that point a provisioner at a stack's socket and kubeconfig.
+/// The flags that point a sidecar at a stack's socket and kubeconfig, with its Leases (leader
+/// election, the provisioner's intent log) in the namespace its Role grants them in (without
+/// the flag, a sidecar outside a Pod uses `default`).
 pub fn provisioner_args_for(socket: &str, kubeconfig: &std::path::Path) -> Vec<String> {
     vec![
         format!("--csi-address={socket}"),
         format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--leader-election-namespace={}", identities::NAMESPACE),
     ]
 }
 
