@@ -11,34 +11,22 @@ use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
-use crate::bed::{Bed, Setup};
+use crate::bed::{Bed, Setup, manifest};
 use crate::provisioning::{pod, scheduled};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-/// A Deployment whose Pod never runs (no Node matches it): kube-controller-manager makes its
-/// ReplicaSet and Pod, whose name the provisioner is given as POD_NAME, as the downward API
-/// would.
+/// The Deployment of `deploy/kubernetes/storage-capacity.yaml`, applied unchanged: its Pods
+/// never run (no kubelet), but kube-controller-manager makes their ReplicaSet and the Pods,
+/// one of which the provisioner is told it is (POD_NAME), as the downward API would.
 async fn owner_chain(bed: &Bed) -> String {
-    bed.create::<Deployment>(
-        "default",
-        json!({
-            "metadata": {"name": "csi-provisioner"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "csi-provisioner"}},
-                "template": {
-                    "metadata": {"labels": {"app": "csi-provisioner"}},
-                    "spec": {
-                        "serviceAccountName": "csi-provisioner",
-                        "nodeSelector": {"example.com/never": "true"},
-                        "containers": [{"name": "csi-provisioner", "image": "volstack/csi-provisioner:latest"}],
-                    },
-                },
-            },
-        }),
-    )
-    .await;
+    bed.plane
+        .kubectl(&[
+            "apply",
+            "-f",
+            &manifest("storage-capacity.yaml").display().to_string(),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
     let pods: Api<Pod> = Api::namespaced(bed.admin.clone(), "default");
     bed.until_some("the Deployment's Pod", WAIT, || async {
         pods.list(&ListParams::default().labels("app=csi-provisioner"))
