@@ -26,6 +26,40 @@ pub struct ApiBenchArgs {
     /// Keep everything in memory instead of fsyncing a log.
     #[arg(long)]
     pub in_memory: bool,
+    /// Run the clients as a ServiceAccount a Role allows configmaps (every request decided by
+    /// RBAC) instead of the administrator (group system:masters, allowed without a look at the
+    /// rules).
+    #[arg(long)]
+    pub service_account: bool,
+}
+
+/// The clients' kubeconfig: the administrator's, or with `service_account` a ServiceAccount's
+/// token whose Role grants what the benchmark does.
+async fn clients_kubeconfig(
+    server: &apiserver::RunningServer,
+    service_account: bool,
+) -> anyhow::Result<String> {
+    let admin = server.kubeconfig();
+    if !service_account {
+        return Ok(admin);
+    }
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&admin)?,
+        &Default::default(),
+    )
+    .await?;
+    let rbac = crate::manifests::parse(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: bench, namespace: default}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: bench, namespace: default}\nrules: [{apiGroups: [\"\"], resources: [configmaps], verbs: [create, list, watch]}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: bench, namespace: default}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: bench}\nsubjects: [{kind: ServiceAccount, name: bench, namespace: default}]\n",
+    )?;
+    crate::manifests::apply(&kube::Client::try_from(config)?, &rbac).await?;
+    let token = server
+        .service_account_token("default", "bench", 3600)
+        .map_err(|e| anyhow::anyhow!("issue the benchmark's token: {}", e.message))?;
+    Ok(apiserver::server::kubeconfig(
+        server.local_addr(),
+        &token,
+        server.ca_data(),
+    ))
 }
 
 /// Runs the benchmark.
@@ -43,7 +77,9 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
         },
     )
     .await?;
-    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig())?;
+    let kc = kube::config::Kubeconfig::from_yaml(
+        &clients_kubeconfig(&server, args.service_account).await?,
+    )?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let mut watchers = Vec::new();
     let start_rv = "1".to_string();
@@ -118,6 +154,14 @@ pub async fn run(args: ApiBenchArgs) -> anyhow::Result<()> {
             "in memory"
         } else {
             "durable: fsynced write-ahead log"
+        }
+    );
+    println!(
+        "clients: {}",
+        if args.service_account {
+            "a ServiceAccount, every request decided by RBAC"
+        } else {
+            "the administrator (system:masters)"
         }
     );
     println!(
