@@ -14,5 +14,6 @@ mod data_sources;
 mod leader;
 mod node_deployment;
 mod provisioning;
+mod tables;
 mod upstream_rbac;
 mod volume_sets;

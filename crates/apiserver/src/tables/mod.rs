@@ -8,12 +8,8 @@ use serde_json::{Value, json};
 use crate::objects;
 use crate::registry::{PrinterColumn, ResourceType};
 
-fn age(obj: &Value) -> String {
-    since(&obj["metadata"]["creationTimestamp"])
-}
-
 /// Time since an RFC 3339 timestamp, as kubectl shows ages (`45s`, `12m`, `3h`, `2d`).
-fn since(timestamp: &Value) -> String {
+pub(crate) fn since(timestamp: &Value) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -30,196 +26,9 @@ fn since(timestamp: &Value) -> String {
     }
 }
 
-fn modes(v: &Value) -> String {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(|m| match m {
-                    "ReadWriteOnce" => "RWO",
-                    "ReadOnlyMany" => "ROX",
-                    "ReadWriteMany" => "RWX",
-                    "ReadWriteOncePod" => "RWOP",
-                    other => other,
-                })
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default()
-}
+mod columns;
 
-fn s(v: &Value) -> String {
-    v.as_str().unwrap_or("").to_string()
-}
-
-/// A boolean cell as Go prints it (`true`/`false`; unset is false).
-fn flag(v: &Value) -> String {
-    v.as_bool().unwrap_or(false).to_string()
-}
-
-/// The items of a list joined by commas, or None for an empty or missing list.
-fn joined(v: &Value, each: impl Fn(&Value) -> String) -> Option<String> {
-    let items: Vec<String> = v.as_array()?.iter().map(each).collect();
-    (!items.is_empty()).then(|| items.join(","))
-}
-
-/// One column: its name and how a cell is read from an object.
-type Column = (&'static str, fn(&Value) -> String);
-
-fn name(o: &Value) -> String {
-    s(&o["metadata"]["name"])
-}
-
-fn phase(o: &Value) -> String {
-    s(&o["status"]["phase"])
-}
-
-/// The columns kube-apiserver shows for a resource (priority 0), each with its cell.
-fn columns(group: &str, plural: &str) -> Vec<Column> {
-    match (group, plural) {
-        ("", "persistentvolumeclaims") => vec![
-            ("Name", name),
-            ("Status", phase),
-            ("Volume", |o| s(&o["spec"]["volumeName"])),
-            ("Capacity", |o| s(&o["status"]["capacity"]["storage"])),
-            ("Access Modes", |o| modes(&o["status"]["accessModes"])),
-            ("StorageClass", |o| s(&o["spec"]["storageClassName"])),
-            ("Age", age),
-        ],
-        ("", "persistentvolumes") => vec![
-            ("Name", name),
-            ("Capacity", |o| s(&o["spec"]["capacity"]["storage"])),
-            ("Access Modes", |o| modes(&o["spec"]["accessModes"])),
-            ("Reclaim Policy", |o| {
-                s(&o["spec"]["persistentVolumeReclaimPolicy"])
-            }),
-            ("Status", phase),
-            ("Claim", |o| {
-                let claim = &o["spec"]["claimRef"];
-                if claim.is_null() {
-                    String::new()
-                } else {
-                    format!("{}/{}", s(&claim["namespace"]), s(&claim["name"]))
-                }
-            }),
-            ("StorageClass", |o| s(&o["spec"]["storageClassName"])),
-            ("Age", age),
-        ],
-        ("storage.k8s.io", "storageclasses") => vec![
-            ("Name", name),
-            ("Provisioner", |o| s(&o["provisioner"])),
-            ("ReclaimPolicy", |o| s(&o["reclaimPolicy"])),
-            ("VolumeBindingMode", |o| s(&o["volumeBindingMode"])),
-            ("Age", age),
-        ],
-        // kube-apiserver's event columns of priority 0, as `kubectl get events` shows them.
-        ("", "events") => vec![
-            ("Last Seen", |o| {
-                let last = [
-                    &o["lastTimestamp"],
-                    &o["eventTime"],
-                    &o["metadata"]["creationTimestamp"],
-                ]
-                .into_iter()
-                .find(|t| t.is_string())
-                .unwrap_or(&Value::Null);
-                since(last)
-            }),
-            ("Type", |o| s(&o["type"])),
-            ("Reason", |o| s(&o["reason"])),
-            ("Object", |o| {
-                let object = &o["involvedObject"];
-                format!(
-                    "{}/{}",
-                    s(&object["kind"]).to_lowercase(),
-                    s(&object["name"])
-                )
-            }),
-            ("Message", |o| s(&o["message"])),
-        ],
-        ("storage.k8s.io", "volumeattachments") => vec![
-            ("Name", name),
-            ("Attacher", |o| s(&o["spec"]["attacher"])),
-            ("PV", |o| s(&o["spec"]["source"]["persistentVolumeName"])),
-            ("Node", |o| s(&o["spec"]["nodeName"])),
-            ("Attached", |o| flag(&o["status"]["attached"])),
-            ("Age", age),
-        ],
-        ("storage.k8s.io", "csidrivers") => vec![
-            ("Name", name),
-            ("AttachRequired", |o| flag(&o["spec"]["attachRequired"])),
-            ("PodInfoOnMount", |o| flag(&o["spec"]["podInfoOnMount"])),
-            ("StorageCapacity", |o| flag(&o["spec"]["storageCapacity"])),
-            ("TokenRequests", |o| {
-                joined(&o["spec"]["tokenRequests"], |t| s(&t["audience"]))
-                    .unwrap_or_else(|| "<unset>".into())
-            }),
-            ("RequiresRepublish", |o| {
-                flag(&o["spec"]["requiresRepublish"])
-            }),
-            ("Modes", |o| {
-                joined(&o["spec"]["volumeLifecycleModes"], s).unwrap_or_else(|| "<none>".into())
-            }),
-            ("Age", age),
-        ],
-        ("storage.k8s.io", "csinodes") => vec![
-            ("Name", name),
-            ("Drivers", |o| {
-                o["spec"]["drivers"]
-                    .as_array()
-                    .map_or(0, Vec::len)
-                    .to_string()
-            }),
-            ("Age", age),
-        ],
-        ("storage.k8s.io", "csistoragecapacities") => vec![
-            ("Name", name),
-            ("StorageClassName", |o| s(&o["storageClassName"])),
-            ("Capacity", |o| {
-                o["capacity"].as_str().unwrap_or("<unset>").to_string()
-            }),
-        ],
-        ("storage.k8s.io", "volumeattributesclasses") => vec![
-            ("Name", name),
-            ("DriverName", |o| s(&o["driverName"])),
-            ("Age", age),
-        ],
-        ("coordination.k8s.io", "leases") => vec![
-            ("Name", name),
-            ("Holder", |o| s(&o["spec"]["holderIdentity"])),
-            ("Age", age),
-        ],
-        ("", "namespaces") => vec![("Name", name), ("Status", phase), ("Age", age)],
-        // Ready counts the container statuses that say so (the node agent reports them once the
-        // Pod's volumes are ready). The node is shown without `-o wide` (kube-apiserver gives it
-        // priority 1): where a Pod went is what matters here.
-        ("", "pods") => vec![
-            ("Name", name),
-            ("Ready", |o| {
-                let containers = o["spec"]["containers"].as_array().map_or(0, Vec::len);
-                let ready = o["status"]["containerStatuses"]
-                    .as_array()
-                    .map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
-                format!("{ready}/{containers}")
-            }),
-            ("Status", |o| {
-                o["status"]["phase"]
-                    .as_str()
-                    .unwrap_or("Pending")
-                    .to_string()
-            }),
-            ("Restarts", |_| "0".to_string()),
-            ("Age", age),
-            ("Node", |o| {
-                o["spec"]["nodeName"]
-                    .as_str()
-                    .unwrap_or("<none>")
-                    .to_string()
-            }),
-        ],
-        _ => vec![("Name", name), ("Age", age)],
-    }
-}
+use columns::{Column, columns};
 
 /// A printer column's cell: the value at its JSONPath (`.a.b.c`; keys only), dates as ages.
 fn printer_cell(object: &Value, column: &PrinterColumn) -> String {
@@ -235,16 +44,16 @@ fn printer_cell(object: &Value, column: &PrinterColumn) -> String {
     }
 }
 
-/// A Table answer: column (name, type) headers and each item's cells.
+/// A Table answer: column (name, type, priority) headers and each item's cells.
 fn render(
-    headers: &[(&str, &str)],
+    headers: &[(&str, &str, u8)],
     items: &[Arc<Value>],
-    cells: impl Fn(&Value) -> Vec<String>,
+    cells: impl Fn(&Value) -> Vec<Value>,
     rv: u64,
 ) -> Value {
     let column_definitions: Vec<Value> = headers
         .iter()
-        .map(|(name, kind)| json!({"name": name, "type": kind, "format": if *name == "Name" { "name" } else { "" }, "description": "", "priority": 0}))
+        .map(|(name, kind, priority)| json!({"name": name, "type": kind, "format": if *name == "Name" { "name" } else { "" }, "description": "", "priority": priority}))
         .collect();
     let rows: Vec<Value> = items
         .iter()
@@ -257,26 +66,30 @@ fn render(
 /// or kube-apiserver's columns for a built-in kind.
 pub(crate) fn table(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value {
     if !rt.printer_columns.is_empty() {
-        let headers: Vec<(&str, &str)> = std::iter::once(("Name", "string"))
+        let headers: Vec<(&str, &str, u8)> = std::iter::once(("Name", "string", 0))
             .chain(
                 rt.printer_columns
                     .iter()
-                    .map(|c| (c.name.as_str(), c.kind.as_str())),
+                    .map(|c| (c.name.as_str(), c.kind.as_str(), 0)),
             )
             .collect();
         let cells = |o: &Value| {
-            std::iter::once(name(o))
+            std::iter::once(columns::name(o))
                 .chain(rt.printer_columns.iter().map(|c| printer_cell(o, c)))
+                .map(Value::String)
                 .collect()
         };
         return render(&headers, items, cells, rv);
     }
-    let columns = columns(&rt.group, &rt.plural);
-    let headers: Vec<(&str, &str)> = columns.iter().map(|(c, _)| (*c, "string")).collect();
+    let columns: Vec<Column> = columns(&rt.group, &rt.plural);
+    let headers: Vec<(&str, &str, u8)> = columns
+        .iter()
+        .map(|c| (c.name, c.kind, c.priority))
+        .collect();
     render(
         &headers,
         items,
-        |o| columns.iter().map(|(_, cell)| cell(o)).collect(),
+        |o| columns.iter().map(|c| (c.cell)(o)).collect(),
         rv,
     )
 }
@@ -302,7 +115,10 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .map(|c| c.as_str().unwrap().to_string())
+            .map(|c| match c {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
             .collect();
         (columns, cells)
     }
@@ -324,7 +140,9 @@ mod tests {
                 "Capacity",
                 "Access Modes",
                 "StorageClass",
-                "Age"
+                "VolumeAttributesClass",
+                "Age",
+                "VolumeMode"
             ]
         );
         assert_eq!(
@@ -373,7 +191,7 @@ mod tests {
             json!({"metadata": {"name": "n"}, "spec": {"drivers": [{"name": "d"}]}}),
         );
         assert_eq!(&cells[..2], ["n", "1"]);
-        // A Pod shows where it went (or <none> while it waits for a node).
+        // A Pod's node is a wide column (or <none> while it waits for one).
         let (columns, cells) = render(
             "",
             "pods",
@@ -381,19 +199,41 @@ mod tests {
         );
         assert_eq!(
             columns,
-            ["Name", "Ready", "Status", "Restarts", "Age", "Node"]
+            [
+                "Name",
+                "Ready",
+                "Status",
+                "Restarts",
+                "Age",
+                "IP",
+                "Node",
+                "Nominated Node",
+                "Readiness Gates"
+            ]
         );
         assert_eq!(
             [&cells[..4], &cells[5..]].concat(),
-            ["web", "0/1", "Pending", "0", "node-3"]
+            [
+                "web", "0/1", "Pending", "0", "<none>", "node-3", "<none>", "<none>"
+            ]
         );
         let (_, cells) = render("", "pods", json!({"metadata": {"name": "w"}, "spec": {}}));
-        assert_eq!(cells[5], "<none>");
-        let (columns, cells) = render("", "configmaps", json!({"metadata": {"name": "c"}}));
-        assert_eq!(
-            (columns, cells[0].as_str()),
-            (vec!["Name".to_string(), "Age".to_string()], "c")
+        assert_eq!(cells[6], "<none>");
+        let (columns, cells) = render(
+            "",
+            "configmaps",
+            json!({"metadata": {"name": "c"}, "data": {"a": "1"}}),
         );
+        assert_eq!(columns, ["Name", "Data", "Age"]);
+        assert_eq!(&cells[..2], ["c", "1"]);
+        // A kind without a printer of its own: the name and when it was made.
+        let (columns, cells) = render(
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            json!({"metadata": {"name": "r", "creationTimestamp": "2026-11-20T10:00:00Z"}}),
+        );
+        assert_eq!(columns, ["Name", "Created At"]);
+        assert_eq!(cells, ["r", "2026-11-20T10:00:00Z"]);
     }
 
     #[test]
