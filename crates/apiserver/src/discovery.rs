@@ -222,12 +222,13 @@ pub fn openapi_root(app: &App) -> Value {
 pub fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
     let mut paths = serde_json::Map::new();
     let param = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
-    for t in app
+    let types: Vec<ResourceType> = app
         .registry
         .all()
         .into_iter()
         .filter(|t| t.group == group && t.version == version)
-    {
+        .collect();
+    for t in &types {
         let prefix = if group.is_empty() {
             format!("/api/{version}")
         } else {
@@ -255,7 +256,8 @@ pub fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
         paths.insert(item, json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
         paths.insert(collection, json!({"get": op("list"), "post": op("post")}));
     }
-    json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.34.0"}, "paths": paths, "components": {"schemas": {}}})
+    let schemas = crate::openapi::schemas(group, version, &types);
+    json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.34.0"}, "paths": paths, "components": {"schemas": schemas}})
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod local;
 pub mod media;
 pub mod meta_rules;
 pub mod objects;
+pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 mod rbac_rules;

@@ -53,7 +53,13 @@ pub struct Auth {
     generation: Arc<AtomicU64>,
     /// The policy and the generation it was compiled at.
     policy: RwLock<(u64, Arc<Policy>)>,
+    /// ServiceAccount tokens already verified (their signature is checked once, not on every
+    /// request; expiry and the account are checked on every request).
+    verified: RwLock<std::collections::HashMap<String, tokens::AccountClaims>>,
 }
+
+/// Verified tokens remembered before the memory is cleared.
+const VERIFIED_REMEMBERED: usize = 4096;
 
 impl Auth {
     /// Authorization over the objects of `store` (it tells this of their changes).
@@ -73,21 +79,38 @@ impl Auth {
             generation,
             // Generation 0 is never current: the first use compiles.
             policy: RwLock::new((0, Arc::new(Policy::default()))),
+            verified: RwLock::new(std::collections::HashMap::new()),
         }
     }
 
     /// The user a bearer token stands for, if any (a ServiceAccount's token only while the
     /// account exists with the uid it was issued for).
     pub fn authenticate(&self, token: &str, store: &Store) -> Option<User> {
-        match self.authenticator.identify(token, now())? {
-            Identity::User(user) => Some(user),
-            Identity::ServiceAccount(claims) => {
-                let account = store.get(SERVICE_ACCOUNTS, &claims.namespace, &claims.name)?;
-                let uid = account["metadata"]["uid"].as_str().unwrap_or_default();
-                (uid == claims.uid)
-                    .then(|| User::service_account(&claims.namespace, &claims.name, uid))
-            }
+        let now = now();
+        // The administrator first: the common case of the embedded tools, without a lookup.
+        if self.authenticator.is_admin(token) {
+            return Some(tokens::admin());
         }
+        let remembered = self.verified.read().get(token).cloned();
+        let claims = match remembered {
+            Some(claims) if claims.expires > now => claims,
+            _ => match self.authenticator.identify(token, now)? {
+                Identity::User(user) => return Some(user),
+                Identity::ServiceAccount(claims) => {
+                    let mut verified = self.verified.write();
+                    if verified.len() >= VERIFIED_REMEMBERED {
+                        verified.retain(|_, c| c.expires > now);
+                    }
+                    if verified.len() < VERIFIED_REMEMBERED {
+                        verified.insert(token.to_string(), claims.clone());
+                    }
+                    claims
+                }
+            },
+        };
+        let account = store.get(SERVICE_ACCOUNTS, &claims.namespace, &claims.name)?;
+        let uid = account["metadata"]["uid"].as_str().unwrap_or_default();
+        (uid == claims.uid).then(|| User::service_account(&claims.namespace, &claims.name, uid))
     }
 
     /// The policy in force (compiled again after any RBAC change).

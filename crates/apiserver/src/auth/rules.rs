@@ -89,14 +89,18 @@ impl Rule {
         if !self.api_groups.iter().any(|g| g == "*" || *g == r.group) {
             return false;
         }
-        let combined = if r.subresource.is_empty() {
-            r.resource.clone()
-        } else {
-            format!("{}/{}", r.resource, r.subresource)
+        // `res/sub` compared in place: this runs for every rule of every request.
+        let names_it = |res: &str| {
+            if r.subresource.is_empty() {
+                return res == r.resource;
+            }
+            res.strip_prefix(r.resource.as_str())
+                .and_then(|rest| rest.strip_prefix('/'))
+                == Some(r.subresource.as_str())
         };
         let resource = self.resources.iter().any(|res| {
             res == "*"
-                || *res == combined
+                || names_it(res)
                 || (!r.subresource.is_empty()
                     && res.strip_prefix("*/") == Some(r.subresource.as_str()))
         });

@@ -176,12 +176,17 @@ impl Authenticator {
         }
     }
 
+    /// Whether `token` is the server's own (compared in constant time).
+    pub fn is_admin(&self, token: &str) -> bool {
+        !token.is_empty() && constant_time_eq(token.as_bytes(), self.admin_token.as_bytes())
+    }
+
     /// Who `token` is, if anyone (a ServiceAccount token's account is checked by the caller).
     pub fn identify(&self, token: &str, now: i64) -> Option<Identity> {
         if token.is_empty() {
             return None;
         }
-        if constant_time_eq(token.as_bytes(), self.admin_token.as_bytes()) {
+        if self.is_admin(token) {
             return Some(Identity::User(admin()));
         }
         if let Some(user) = self.static_tokens.get(&hash(token)) {
