@@ -36,6 +36,15 @@ async fn ok(f: &Fixture, args: &[&str], stdin: Option<&str>) -> String {
     out
 }
 
+/// kubectl with another user's token.
+async fn kubectl_as(f: &Fixture, token: &str, args: &[&str]) -> (bool, String, String) {
+    let token = format!("--token={token}");
+    let args: Vec<&str> = std::iter::once(token.as_str())
+        .chain(args.iter().copied())
+        .collect();
+    kubectl(f, &args, None).await
+}
+
 async fn token_of(f: &Fixture, account: &str) -> String {
     ok(f, &["create", "token", account, "--duration=1h"], None)
         .await
@@ -48,41 +57,23 @@ async fn a_service_account_may_do_what_its_role_grants_and_gets_kube_apiservers_
     let f = common::start().await;
     ok(&f, &["apply", "-f", "-"], Some(SETUP)).await;
     let token = token_of(&f, "reader").await;
-    let as_reader = |args: &[&str]| {
-        let mut all = vec![format!("--token={token}")];
-        all.extend(args.iter().map(|s| s.to_string()));
-        all
-    };
-    let args = as_reader(&["get", "pvc"]);
-    let (allowed, _, err) = kubectl(
-        &f,
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        None,
-    )
-    .await;
+    let (allowed, _, err) = kubectl_as(&f, &token, &["get", "pvc"]).await;
     assert!(allowed, "{err}");
-    let args = as_reader(&["get", "nodes"]);
-    let (allowed, _, err) = kubectl(
-        &f,
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        None,
-    )
-    .await;
+    let (allowed, _, err) = kubectl_as(&f, &token, &["get", "nodes"]).await;
     assert!(!allowed);
     assert!(
         err.contains(r#"nodes is forbidden: User "system:serviceaccount:default:reader" cannot list resource "nodes" in API group "" at the cluster scope"#),
         "{err}"
     );
-    let args = as_reader(&[
-        "auth",
-        "whoami",
-        "-o",
-        "jsonpath={.status.userInfo.username}",
-    ]);
-    let who = ok(
+    let (_, who, _) = kubectl_as(
         &f,
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        None,
+        &token,
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
     )
     .await;
     assert_eq!(who, "system:serviceaccount:default:reader");
@@ -98,15 +89,9 @@ async fn a_service_account_may_do_what_its_role_grants_and_gets_kube_apiservers_
         .sum();
     assert!(refused >= 1);
 
-    // A token outlives nothing: the account deleted, its token is refused.
+    // A token does not outlive its account: the account deleted, its token is refused.
     ok(&f, &["delete", "serviceaccount", "reader"], None).await;
-    let args = as_reader(&["get", "pvc"]);
-    let (allowed, _, err) = kubectl(
-        &f,
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        None,
-    )
-    .await;
+    let (allowed, _, err) = kubectl_as(&f, &token, &["get", "pvc"]).await;
     assert!(!allowed && err.contains("Unauthorized"), "{err}");
 }
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::attributes::{Attributes, ResourceAttributes};
 use super::policy::{Policy, User};
-use super::rules::Rule;
+use super::rules::{Rule, strings};
 use crate::registry::ResourceType;
 use crate::status::ApiError;
 
@@ -73,18 +73,6 @@ pub fn answer(
         meta.insert("creationTimestamp".into(), Value::Null);
     }
     Ok(request)
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn user_info(user: &User) -> Value {

@@ -28,7 +28,8 @@ pub struct Rule {
     pub non_resource_urls: Vec<String>,
 }
 
-fn strings(value: &Value) -> Vec<String> {
+/// The strings of a JSON list (anything else: none).
+pub(crate) fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
         .map(|a| {

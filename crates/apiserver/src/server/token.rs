@@ -44,15 +44,7 @@ pub(crate) fn token_request(
             "may not specify a duration larger than 2^32 seconds",
         ));
     }
-    let mut audiences: Vec<String> = spec["audiences"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut audiences = crate::auth::rules::strings(&spec["audiences"]);
     if audiences.is_empty() {
         audiences.push(ISSUER.to_string());
     }

@@ -5,8 +5,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use crate::bed::{Bed, Setup, manifest};
@@ -35,19 +33,12 @@ async fn kube_controller_managers_attachments_are_attached_and_detached_by_our_a
     let mut on_node = pod("app", "data", None);
     on_node["spec"]["nodeName"] = json!("node-1");
     bed.create::<Pod>("default", on_node).await;
-    let attachments: Api<VolumeAttachment> = Api::all(bed.admin.clone());
     let attached = bed
         .until_some("the volume attached to node-1", WAIT, || async {
-            attachments
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .find(|va| {
-                    va.spec.source.persistent_volume_name.as_deref() == Some(name.as_str())
-                        && va.status.as_ref().is_some_and(|s| s.attached)
-                })
+            bed.attachments().await.into_iter().find(|va| {
+                va.spec.source.persistent_volume_name.as_deref() == Some(name.as_str())
+                    && va.status.as_ref().is_some_and(|s| s.attached)
+            })
         })
         .await;
     assert_eq!(attached.spec.node_name, "node-1");
@@ -60,15 +51,7 @@ async fn kube_controller_managers_attachments_are_attached_and_detached_by_our_a
     );
 
     delete_pod(&bed, "app").await;
-    bed.until("the attachment detached and deleted", WAIT, || async {
-        attachments
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    })
-    .await;
+    bed.no_attachments(WAIT).await;
     bed.delete_claim("data", WAIT).await;
     bed.until("the driver's volumes deleted", WAIT, || async {
         bed.driver_volumes().await.is_empty()

@@ -251,6 +251,7 @@ impl Bed {
             .unwrap_or_default()
     }
 
+    /// A namespaced object made from JSON as the administrator.
     pub async fn create<K>(&self, namespace: &str, value: Value) -> K
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -260,13 +261,10 @@ impl Bed {
             + std::fmt::Debug,
         K::DynamicType: Default,
     {
-        let object: K = serde_json::from_value(value).unwrap();
-        Api::<K>::namespaced(self.admin.clone(), namespace)
-            .create(&PostParams::default(), &object)
-            .await
-            .unwrap_or_else(|e| panic!("create {object:?}: {e}"))
+        made(Api::namespaced(self.admin.clone(), namespace), value).await
     }
 
+    /// A cluster-scoped object made from JSON as the administrator.
     pub async fn create_cluster<K>(&self, value: Value) -> K
     where
         K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
@@ -276,11 +274,7 @@ impl Bed {
             + std::fmt::Debug,
         K::DynamicType: Default,
     {
-        let object: K = serde_json::from_value(value).unwrap();
-        Api::<K>::all(self.admin.clone())
-            .create(&PostParams::default(), &object)
-            .await
-            .unwrap_or_else(|e| panic!("create {object:?}: {e}"))
+        made(Api::all(self.admin.clone()), value).await
     }
 
     /// A StorageClass of the driver; `extra` is merged into it.
@@ -340,6 +334,23 @@ impl Bed {
         let pvs: Api<PersistentVolume> = Api::all(self.admin.clone());
         self.until(&format!("volume {volume} deleted"), timeout, || async {
             pvs.get_opt(&volume).await.unwrap().is_none()
+        })
+        .await;
+    }
+
+    /// The VolumeAttachments of the cluster.
+    pub async fn attachments(&self) -> Vec<k8s_openapi::api::storage::v1::VolumeAttachment> {
+        Api::<k8s_openapi::api::storage::v1::VolumeAttachment>::all(self.admin.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Waits until no VolumeAttachment is left (each detached and deleted).
+    pub async fn no_attachments(&self, timeout: Duration) {
+        self.until("every attachment detached and deleted", timeout, || async {
+            self.attachments().await.is_empty()
         })
         .await;
     }
@@ -438,6 +449,16 @@ impl Bed {
                 .join("\n")
         );
     }
+}
+
+async fn made<K>(api: Api<K>, value: Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(value).unwrap();
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("create {object:?}: {e}"))
 }
 
 fn tail(log: &str, n: usize) -> String {

@@ -93,6 +93,42 @@ pub async fn driver_snapshot(bed: &Bed, volume: &str, name: &str) -> String {
         .snapshot_id
 }
 
+/// Claims `src` (Bound) and its clone `copy` of `class`; a pre-provisioned snapshot `snap` of
+/// `src`'s volume, and the claim `restored` of `restore_class` restoring it (not waited for).
+pub async fn clone_and_restore(bed: &Bed, class: &str, restore_class: &str) {
+    bed.claim("src", class, "1Gi", json!({})).await;
+    let source = bed.bound("src", WAIT).await;
+    bed.claim(
+        "copy",
+        class,
+        "1Gi",
+        json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}}}),
+    )
+    .await;
+    bed.bound("copy", WAIT).await;
+    let handle = source.spec.unwrap().csi.unwrap().volume_handle;
+    let snapshot = driver_snapshot(bed, &handle, "snap-of-src").await;
+    pre_provisioned_snapshot(bed, "snap", &snapshot).await;
+    bed.claim(
+        "restored",
+        restore_class,
+        "1Gi",
+        json!({"spec": {"dataSource": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"}}}),
+    )
+    .await;
+}
+
+/// Deletes the claims of [`clone_and_restore`] and waits until the driver holds no volume.
+pub async fn delete_all(bed: &Bed) {
+    for claim in ["copy", "restored", "src"] {
+        bed.delete_claim(claim, WAIT).await;
+    }
+    bed.until("the driver's volumes deleted", WAIT, || async {
+        bed.driver_volumes().await.is_empty()
+    })
+    .await;
+}
+
 fn finalizers(claim: Option<PersistentVolumeClaim>) -> Vec<String> {
     claim
         .and_then(|c| c.metadata.finalizers)
@@ -106,39 +142,15 @@ async fn a_clone_and_a_restore_from_a_snapshot_are_provisioned_under_the_manifes
     bed.provisioner("csi-provisioner", &[], &[]).await;
     bed.class("fast", json!({"volumeBindingMode": "Immediate"}))
         .await;
-    bed.claim("src", "fast", "1Gi", json!({})).await;
-    let source = bed.bound("src", WAIT).await;
-
-    bed.claim(
-        "copy",
-        "fast",
-        "1Gi",
-        json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}}}),
-    )
-    .await;
-    bed.bound("copy", WAIT).await;
+    clone_and_restore(&bed, "fast", "fast").await;
     // The source is protected (it loses the finalizer when it is deleted and no clone of it is
     // pending: at the end of the test).
     assert!(
         finalizers(bed.get_claim("src").await).contains(&CLONING_PROTECTION.to_string()),
         "the source claim has the cloning-protection finalizer"
     );
-
-    let handle = source.spec.unwrap().csi.unwrap().volume_handle;
-    let snapshot = driver_snapshot(&bed, &handle, "snap-of-src").await;
-    pre_provisioned_snapshot(&bed, "snap", &snapshot).await;
-    bed.claim(
-        "restored",
-        "fast",
-        "1Gi",
-        json!({"spec": {"dataSource": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"}}}),
-    )
-    .await;
     bed.bound("restored", WAIT).await;
-
-    for claim in ["copy", "restored", "src"] {
-        bed.delete_claim(claim, WAIT).await;
-    }
+    delete_all(&bed).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(bed.admin.clone(), "default");
     bed.until("every claim gone", WAIT, || async {
         claims
@@ -147,10 +159,6 @@ async fn a_clone_and_a_restore_from_a_snapshot_are_provisioned_under_the_manifes
             .unwrap()
             .items
             .is_empty()
-    })
-    .await;
-    bed.until("the driver's volumes deleted", WAIT, || async {
-        bed.driver_volumes().await.is_empty()
     })
     .await;
     bed.finish().await;

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::storage::v1::{CSIStorageCapacity, VolumeAttachment};
+use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use crate::bed::{Bed, Setup, fixture};
-use crate::data_sources::{driver_snapshot, pre_provisioned_snapshot};
+use crate::data_sources::{clone_and_restore, delete_all};
 use crate::provisioning::{delete_pod, pod};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -67,56 +67,19 @@ async fn every_upstream_feature_works_under_the_go_sidecars_rbac_exactly() {
     })
     .await;
 
-    bed.claim("src", "fast", "1Gi", json!({})).await;
-    let source = bed.bound("src", WAIT).await;
-    bed.claim(
-        "copy",
-        "fast",
-        "1Gi",
-        json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}}}),
-    )
-    .await;
-    bed.bound("copy", WAIT).await;
-    let handle = source.spec.unwrap().csi.unwrap().volume_handle;
-    let snapshot = driver_snapshot(&bed, &handle, "snap-of-src").await;
-    pre_provisioned_snapshot(&bed, "snap", &snapshot).await;
-    bed.claim(
-        "restored",
-        "late",
-        "1Gi",
-        json!({"spec": {"dataSource": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"}}}),
-    )
-    .await;
+    clone_and_restore(&bed, "fast", "late").await;
     bed.create::<Pod>("default", pod("user", "restored", None))
         .await;
     bed.bound("restored", WAIT).await;
-    let attachments: Api<VolumeAttachment> = Api::all(bed.admin.clone());
     bed.until("the restored volume attached", WAIT, || async {
-        attachments
-            .list(&ListParams::default())
+        bed.attachments()
             .await
-            .unwrap()
-            .items
             .iter()
             .any(|va| va.status.as_ref().is_some_and(|s| s.attached))
     })
     .await;
     delete_pod(&bed, "user").await;
-    bed.until("the attachment gone", WAIT, || async {
-        attachments
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    })
-    .await;
-    for claim in ["copy", "restored", "src"] {
-        bed.delete_claim(claim, WAIT).await;
-    }
-    bed.until("the driver's volumes deleted", WAIT, || async {
-        bed.driver_volumes().await.is_empty()
-    })
-    .await;
+    bed.no_attachments(WAIT).await;
+    delete_all(&bed).await;
     bed.finish().await;
 }
