@@ -105,3 +105,32 @@ async fn running_out_of_file_descriptors_pauses_accepting_instead_of_spinning() 
         }
     }
 }
+
+/// `--token-auth-file` that cannot be read, or is not kube-apiserver's format, stops the start
+/// with a message naming the flag (and the line).
+#[test]
+fn a_bad_token_file_stops_the_start_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("tokens.csv");
+    std::fs::write(&broken, "good,alice,1\nonly-two,fields\n").unwrap();
+    for (file, words) in [
+        (dir.path().join("missing.csv"), "--token-auth-file: read"),
+        (broken, "line 2"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_volstack"))
+            .args([
+                "apiserver",
+                "--bind=127.0.0.1:0",
+                &format!("--kubeconfig={}", dir.path().join("kc").display()),
+                &format!("--token-auth-file={}", file.display()),
+            ])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--token-auth-file") && stderr.contains(words),
+            "{stderr}"
+        );
+    }
+}
