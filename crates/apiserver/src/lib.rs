@@ -33,6 +33,7 @@ pub mod status;
 pub mod storage_rules;
 pub mod store;
 mod tables;
+pub mod time;
 pub mod tls;
 mod watch;
 

@@ -71,27 +71,12 @@ pub fn rfc3339(secs: u64) -> String {
     format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
 }
 
-/// Seconds since the epoch from `YYYY-MM-DDTHH:MM:SSZ` (for ages in tables).
+/// Seconds since the epoch of an RFC 3339 time (for ages in tables); None for anything else,
+/// whatever its bytes.
 pub fn parse_rfc3339(text: &str) -> Option<u64> {
-    let b = text.as_bytes();
-    if b.len() < 20 {
-        return None;
-    }
-    let num = |s: &str| s.parse::<i64>().ok();
-    let (y, mo, d) = (num(&text[0..4])?, num(&text[5..7])?, num(&text[8..10])?);
-    let (h, mi, s) = (
-        num(&text[11..13])?,
-        num(&text[14..16])?,
-        num(&text[17..19])?,
-    );
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = if mo > 2 { mo - 3 } else { mo + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + s).ok()
+    crate::time::parse(text, false)
+        .ok()
+        .and_then(|(secs, _)| u64::try_from(secs).ok())
 }
 
 /// A DNS-1123 label.
@@ -361,6 +346,18 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
 }
 
 /// Validations clients rely on (422 with the field path), with kube-apiserver's messages.
+/// What kube-apiserver refuses while it decodes an object (before validation, a 400): a time
+/// that does not parse.
+pub fn decodes(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    crate::protobuf::times::check(&rt.api_version(), &rt.kind, obj).map_err(|error| {
+        ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}",
+            kind = rt.kind,
+            version = rt.version
+        ))
+    })
+}
+
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     use crate::storage_rules as rules;
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::schema::{Cardinality, Field, Kind, Message, Schema};
 use super::wire::{self, Reader, WireError};
-use crate::objects::{parse_rfc3339, rfc3339};
+use crate::objects::rfc3339;
 
 /// Why a message and a JSON object could not be converted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -362,33 +362,7 @@ fn format_time(seconds: i64, nanos: i64, micro: bool) -> Value {
 
 /// Seconds and nanoseconds of an RFC 3339 time (`Z` or a numeric offset, any fraction).
 pub fn parse_time(text: &str) -> Option<(i64, i64)> {
-    let base = i64::try_from(parse_rfc3339(text)?).ok()?;
-    let rest = text.get(19..)?;
-    let (fraction, zone) = match rest.strip_prefix('.') {
-        Some(r) => {
-            let digits = r.bytes().take_while(u8::is_ascii_digit).count();
-            (&r[..digits], &r[digits..])
-        }
-        None => ("", rest),
-    };
-    let mut nanos = 0i64;
-    for (i, d) in fraction.bytes().take(9).enumerate() {
-        nanos += i64::from(d - b'0') * 10i64.pow(8 - i as u32);
-    }
-    let offset = match zone.as_bytes() {
-        [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let digit = |b: u8| b.is_ascii_digit().then(|| i64::from(b - b'0'));
-            let minutes = (digit(*h1)? * 10 + digit(*h2)?) * 60 + digit(*m1)? * 10 + digit(*m2)?;
-            if *sign == b'+' {
-                minutes * 60
-            } else {
-                -minutes * 60
-            }
-        }
-        _ => return None,
-    };
-    Some((base - offset, nanos))
+    crate::time::parse(text, false).ok()
 }
 
 /// Encodes a JSON object as `message`. `skip` names top-level keys that travel elsewhere

@@ -8,6 +8,7 @@
 
 pub mod convert;
 pub mod schema;
+pub mod times;
 pub mod wire;
 
 use serde_json::{Map, Value};

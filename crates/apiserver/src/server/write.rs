@@ -64,6 +64,7 @@ pub(crate) async fn create_object(
     if let Some(managed) = managed_fields {
         obj["metadata"]["managedFields"] = managed;
     }
+    objects::decodes(&t.rt, &obj)?;
     validate(&t.rt, &obj, None)?;
     crate::auth::escalation::check(&app.auth, &app.store, &t.rt, &ns, &obj)?;
     namespace_active(app, &t.rt, &ns)?;
@@ -150,6 +151,7 @@ pub(crate) async fn apply_update(
             incoming["metadata"]["name"]
         )));
     }
+    objects::decodes(&rt, &incoming)?;
     // Checked before the store's lock is taken (the policy may have to be read from it).
     crate::auth::escalation::check(&app.auth, &app.store, &rt, &ns, &incoming)?;
     let wanted_rv = incoming["metadata"]["resourceVersion"]
