@@ -58,6 +58,14 @@ pub(crate) fn read_frames(bytes: &[u8]) -> Result<Frames<'_>, FrameError> {
         let len = u32_at(rest, 0) as usize;
         let crc = u32_at(rest, 4);
         let Some(end) = HEADER.checked_add(len).filter(|end| *end <= rest.len()) else {
+            // A frame cut short by a crash is the last one: nothing valid follows its header.
+            // A length that was damaged instead runs past frames that were acknowledged.
+            if valid_frame_in(&rest[HEADER..]) {
+                return Err(FrameError::Corrupt {
+                    offset: at,
+                    what: "a frame's length runs past the end of the file but whole frames follow it",
+                });
+            }
             break;
         };
         let payload = &rest[HEADER..end];
@@ -76,6 +84,20 @@ pub(crate) fn read_frames(bytes: &[u8]) -> Result<Frames<'_>, FrameError> {
     Ok(Frames {
         payloads,
         good_len: at,
+    })
+}
+
+/// Whether a whole frame (a non-empty payload whose checksum matches) starts anywhere in
+/// `bytes`. Only read when a frame runs past the end of a file, so at most the size of the one
+/// torn frame is searched.
+fn valid_frame_in(bytes: &[u8]) -> bool {
+    (0..bytes.len().saturating_sub(HEADER - 1)).any(|start| {
+        let rest = &bytes[start..];
+        let len = u32_at(rest, 0) as usize;
+        HEADER
+            .checked_add(len)
+            .filter(|end| len > 0 && *end <= rest.len())
+            .is_some_and(|end| crc32fast::hash(&rest[HEADER..end]) == u32_at(rest, 4))
     })
 }
 
@@ -262,6 +284,29 @@ mod tests {
                 what: "checksum mismatch with data after it"
             })
         );
+    }
+
+    #[test]
+    fn a_damaged_length_with_whole_frames_after_it_is_an_error_not_a_tail() {
+        let mut file = log_frame(&[(1, b"first")]);
+        let bad_at = file.len();
+        let mut damaged = log_frame(&[(2, b"its length is damaged")]);
+        damaged[3] = 0x7f;
+        file.extend(damaged);
+        file.extend(log_frame(&[(3, b"acknowledged later")]));
+        assert_eq!(
+            read_frames(&file),
+            Err(FrameError::Corrupt {
+                offset: bad_at,
+                what: "a frame's length runs past the end of the file but whole frames follow it"
+            })
+        );
+        // The same damage on the last frame, nothing after it: a torn tail, cut.
+        let mut last = log_frame(&[(1, b"first")]);
+        let mut torn = log_frame(&[(2, b"its length is damaged")]);
+        torn[3] = 0x7f;
+        last.extend(torn);
+        assert_eq!(read_frames(&last).map(|f| f.good_len), Ok(bad_at));
     }
 
     #[test]
