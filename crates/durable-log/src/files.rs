@@ -44,19 +44,55 @@ pub fn open_private_append(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Writes `bytes` to `path` atomically: a 0600 temporary file, fsync, rename, fsync the directory.
-/// A failure before the rename removes the temporary file.
+/// Tries at a fresh temporary name before giving up (a name is taken only by chance or by
+/// someone else's doing).
+const TEMPORARY_ATTEMPTS: usize = 16;
+
+/// A name no one can guess: `<name>.<random>.tmp`, from the process's hashing keys (seeded by
+/// the operating system) and a counter.
+fn temporary_name(path: &Path) -> PathBuf {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{:016x}.tmp", hasher.finish()));
+    path.with_file_name(name)
+}
+
+/// Creates a new 0600 file at a fresh temporary name beside `path`; never opens what is
+/// already there (a file, or a link someone planted: `O_CREAT|O_EXCL` does not follow it).
+fn create_temporary(path: &Path) -> io::Result<(PathBuf, File)> {
+    let mut last = io::Error::other("no temporary name was tried");
+    for _ in 0..TEMPORARY_ATTEMPTS {
+        let tmp = temporary_name(path);
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((tmp, file)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => last = error,
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last)
+}
+
+/// Writes `bytes` to `path` atomically: a new 0600 temporary file at a name no one can guess
+/// or plant, fsync, rename, fsync the directory. A failure before the rename removes the
+/// temporary file.
 pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    let written = create_private_file(&tmp).and_then(|mut file| {
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    });
+    let (tmp, mut file) = create_temporary(path)?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| fs::rename(&tmp, path));
     if let Err(error) = written {
         let _ = fs::remove_file(&tmp);
         return Err(error);
@@ -147,8 +183,57 @@ mod tests {
         fs::create_dir(&target).unwrap();
         fs::write(target.join("inside"), b"x").unwrap();
         assert!(write_private_atomic(&target, b"data").is_err());
-        assert!(!root.path().join("snapshot.tmp").exists());
+        let left: Vec<_> = fs::read_dir(root.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            left,
+            [std::ffi::OsString::from("snapshot")],
+            "no temporary file left"
+        );
         assert!(target.join("inside").exists());
+    }
+
+    /// Someone who may write in the directory plants the old fixed temporary name as a file
+    /// and as a link to a file of theirs: the write never opens either, and what it writes
+    /// goes only to the target, private.
+    #[test]
+    fn a_planted_temporary_file_or_link_is_never_opened() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path();
+        let theirs = dir.join("theirs");
+        fs::write(&theirs, b"").unwrap();
+        fs::set_permissions(&theirs, fs::Permissions::from_mode(0o666)).unwrap();
+        std::os::unix::fs::symlink(&theirs, dir.join("kubeconfig.tmp")).unwrap();
+        fs::write(dir.join("token.tmp"), b"planted").unwrap();
+        write_private_atomic(&dir.join("kubeconfig"), b"token: secret").unwrap();
+        write_private_atomic(&dir.join("token"), b"secret").unwrap();
+        assert_eq!(
+            fs::read(&theirs).unwrap(),
+            b"",
+            "the link's target was not written"
+        );
+        assert_eq!(fs::read(dir.join("token.tmp")).unwrap(), b"planted");
+        assert_eq!(fs::read(dir.join("kubeconfig")).unwrap(), b"token: secret");
+        let mode = fs::metadata(dir.join("kubeconfig"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn temporary_names_differ_each_time() {
+        let path = Path::new("/x/kubeconfig");
+        let a = temporary_name(path);
+        let b = temporary_name(path);
+        assert_ne!(a, b);
+        assert!(
+            a.to_string_lossy().starts_with("/x/kubeconfig.")
+                && a.to_string_lossy().ends_with(".tmp")
+        );
     }
 
     #[test]
