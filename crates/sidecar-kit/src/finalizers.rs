@@ -1,6 +1,7 @@
 //! JSON patches (RFC 6902) that add or remove one finalizer without clobbering finalizers other
-//! controllers add meanwhile: adding appends to an existing list, creating the list is guarded
-//! by the resourceVersion it was seen at, and removing tests the entry at its index first. A
+//! controllers add meanwhile: adding appends to an existing list after testing it is the list
+//! that was seen, creating the list is guarded by the resourceVersion it was seen at, and
+//! removing tests the entry at its index first. A
 //! patch that no longer fits (the list changed) fails with a conflict and is retried from the
 //! new object.
 
@@ -36,11 +37,14 @@ pub fn remove(meta: &mut ObjectMeta, finalizer: &str) -> bool {
     list.len() != before
 }
 
-/// The operations adding `finalizer`, or None when it is there already.
+/// The operations adding `finalizer`, or None when it is there already. Appending tests the
+/// list as it was seen first: a writer that added the same finalizer meanwhile makes the patch
+/// fail instead of listing it twice.
 pub fn add_ops(meta: &ObjectMeta, finalizer: &str) -> Option<Vec<Value>> {
     match &meta.finalizers {
         Some(list) if list.iter().any(|f| f == finalizer) => None,
         Some(list) if !list.is_empty() => Some(vec![
+            json!({"op": "test", "path": "/metadata/finalizers", "value": list}),
             json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}),
         ]),
         // Creating the list replaces whatever list the object has now: only at the version
@@ -123,6 +127,42 @@ mod tests {
         }
     }
 
+    /// Two writers that saw the same list both add the finalizer: the second patch fails
+    /// (its test no longer holds) instead of listing the finalizer twice.
+    #[tokio::test]
+    async fn two_writers_adding_the_same_finalizer_list_it_once() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::{Api, Patch, PatchParams, PostParams};
+        let server = apiserver::serve(apiserver::Config::default(), std::future::pending())
+            .await
+            .unwrap();
+        let client = kube::Client::new(server.local_service("finalizers-test").unwrap(), "default");
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let made: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "m", "finalizers": ["other"]}}))
+                .unwrap();
+        let seen = api.create(&PostParams::default(), &made).await.unwrap();
+        let ops = add_ops(&seen.metadata, "example.com/f").unwrap();
+        let first = api
+            .patch(
+                "m",
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch(ops.clone()).unwrap()),
+            )
+            .await;
+        assert!(first.is_ok(), "{first:?}");
+        let second = api
+            .patch(
+                "m",
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch(ops).unwrap()),
+            )
+            .await;
+        assert!(second.is_err(), "the second add is refused: {second:?}");
+        let list = api.get("m").await.unwrap().metadata.finalizers.unwrap();
+        assert_eq!(list, ["other", "example.com/f"]);
+    }
+
     #[test]
     fn adding_appends_or_creates_the_list_at_the_version_seen_and_removing_tests_the_index() {
         const F: &str = "external-attacher/x";
@@ -147,7 +187,10 @@ mod tests {
             ),
             (
                 Some(&["other"]),
-                Some(json!([{"op": "add", "path": "/metadata/finalizers/-", "value": F}])),
+                Some(json!([
+                    {"op": "test", "path": "/metadata/finalizers", "value": ["other"]},
+                    {"op": "add", "path": "/metadata/finalizers/-", "value": F},
+                ])),
                 None,
             ),
             (

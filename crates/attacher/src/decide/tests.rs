@@ -137,7 +137,10 @@ fn an_attach_protects_the_volume_and_the_attachment_before_publishing() {
         a.protect_volume,
         Some((
             "pv-1".into(),
-            vec![json!({"op": "add", "path": "/metadata/finalizers/-", "value": F})]
+            vec![
+                json!({"op": "test", "path": "/metadata/finalizers", "value": ["kubernetes.io/pv-protection"]}),
+                json!({"op": "add", "path": "/metadata/finalizers/-", "value": F}),
+            ]
         ))
     );
     assert_eq!(
