@@ -169,7 +169,7 @@ pub async fn apply(client: &kube::Client, objects: &[Value]) -> Result<(), Manif
             .map_err(|e| failed(kube::Error::SerdeError(e)))?;
         match api.create(&PostParams::default(), &wanted).await {
             Ok(_) => continue,
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {}
             Err(error) => return Err(failed(error)),
         }
         let current = api.get(&name).await.map_err(failed)?;

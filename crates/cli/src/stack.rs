@@ -188,8 +188,8 @@ pub async fn register(
         },
     };
     let drivers = Api::<CSIDriver>::all(client.clone());
-    if let Err(kube::Error::Api(s)) = drivers.create(&PostParams::default(), &driver).await
-        && s.code == 409
+    if let Err(error) = drivers.create(&PostParams::default(), &driver).await
+        && sidecar_kit::api_errors::is_already_exists(&error)
     {
         // storageCapacity may change (an earlier `up` without it); attachRequired is immutable,
         // so a stack made without attach keeps it.
@@ -298,7 +298,7 @@ where
 {
     match api.create(&PostParams::default(), obj).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

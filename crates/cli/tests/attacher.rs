@@ -651,3 +651,54 @@ async fn http_get(port: u16, path: &str) -> String {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default()
 }
+
+/// A write that conflicts (the object changed meanwhile) is not a failure: the attacher looks
+/// again at once, as the PV controller does, instead of backing off and counting a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_writes_are_looked_at_again_not_backed_off() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = Env::start(
+        &["--enable-attach"],
+        &[&format!("--http-endpoint=127.0.0.1:{port}")],
+    )
+    .await;
+    // Every other write of a VolumeAttachment (its finalizer, its status) answered 409.
+    env.stack.server.set_faults(vec![
+        serde_json::from_value(json!({"resource": "volumeattachments", "verb": "PATCH", "error": 409, "probability": 0.5})).unwrap(),
+    ]);
+    for i in 0..6 {
+        env.volume(&format!("pv-c{i}"), json!({})).await;
+        env.attach(&format!("va-c{i}"), &format!("pv-c{i}"), "node-1", &[])
+            .await;
+    }
+    for i in 0..6 {
+        env.wait_attached(&format!("va-c{i}")).await;
+    }
+    env.stack.server.set_faults(Vec::new());
+    let conflicts: u64 = env
+        .stack
+        .server
+        .request_counts()
+        .iter()
+        .filter(|((verb, resource, code, _), _)| {
+            verb == "PATCH" && resource == "volumeattachments" && *code == 409
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(conflicts > 0, "the faults were injected");
+    let page = http_get(port, "/metrics").await;
+    let retries: f64 = page
+        .lines()
+        .filter(|l| l.starts_with("workqueue_retries_total{name=\"csi-attacher-va\"}"))
+        .filter_map(|l| l.rsplit(' ').next())
+        .filter_map(|n| n.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        retries, 0.0,
+        "{conflicts} conflicts counted as failures:\n{page}"
+    );
+}

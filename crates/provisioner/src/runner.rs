@@ -127,7 +127,7 @@ async fn check_volume_sets(args: &ProvisionerArgs, client: &kube::Client) -> Res
         kube::Api::all(client.clone());
     match api.list(&kube::api::ListParams::default().limit(1)).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(RunError::VolumeSets(
+        Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Err(RunError::VolumeSets(
             "the CustomResourceDefinition persistentvolumesets.storage.volstack.dev is not installed (kubectl apply -f deploy/kubernetes/persistentvolumeset-crd.json)".into(),
         )),
         Err(error) => Err(RunError::VolumeSets(format!(

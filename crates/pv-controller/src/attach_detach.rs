@@ -248,7 +248,7 @@ impl AttachDetachController {
                 Ok(_) => {
                     tracing::info!(attachment = %w.name, volume = %w.volume, node = %w.node, "VolumeAttachment created")
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {}
                 Err(source) => {
                     return Err(AttachDetachError::Create {
                         name: w.name,
@@ -264,7 +264,7 @@ impl AttachDetachController {
                 Ok(_) => {
                     tracing::info!(attachment = %name, node, "VolumeAttachment deleted: no Pod on the node uses the volume")
                 }
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {}
                 Err(source) => return Err(AttachDetachError::Delete { name, source }),
             }
         }

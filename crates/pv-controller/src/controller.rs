@@ -73,7 +73,7 @@ use sidecar_kit::vocabulary::{hostname, reference};
 use sidecar_kit::watch::{Watches, each};
 
 /// How soon an object whose write conflicted is looked at again.
-const CONFLICT_RETRY: Duration = Duration::from_millis(100);
+const CONFLICT_RETRY: Duration = sidecar_kit::api_errors::CHANGED_LOOK_AGAIN;
 
 /// A write that conflicted lost a race with another writer (the pvc-protection finalizer, the
 /// provisioner, another claim binding the volume): the object is looked at again shortly from
@@ -82,10 +82,9 @@ const CONFLICT_RETRY: Duration = Duration::from_millis(100);
 fn after_conflict(result: Result<(), SyncError>) -> Result<Next, SyncError> {
     match result {
         Ok(()) => Ok(Next::Done),
-        Err(SyncError::Write {
-            source: kube::Error::Api(status),
-            action,
-        }) if status.code == 409 => {
+        Err(SyncError::Write { source, action })
+            if sidecar_kit::api_errors::is_conflict(&source) =>
+        {
             tracing::debug!(action, "write conflicted; looking again at the new version");
             Ok(Next::After(CONFLICT_RETRY))
         }

@@ -155,9 +155,16 @@ where
         .await
     {
         Ok(_) => Ok(Next::Done),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Next::Done),
+        Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(Next::Done),
         // Changed meanwhile: the watch brings the new object.
-        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => Ok(Next::Retry),
+        Err(error)
+            if sidecar_kit::api_errors::after_write(
+                &error,
+                sidecar_kit::api_errors::Write::Tested,
+            ) == sidecar_kit::api_errors::AfterWrite::Changed =>
+        {
+            Ok(Next::Retry)
+        }
         Err(source) => Err(ProtectionError::Write {
             action,
             object: object.to_string(),

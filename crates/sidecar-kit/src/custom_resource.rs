@@ -47,7 +47,7 @@ pub async fn install(
             serde_json::from_value(definition).map_err(kube::Error::SerdeError)?;
         match api.create(&Default::default(), &crd).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) if crate::api_errors::is_already_exists(&error) => {}
             Err(error) => return Err(error),
         }
     }

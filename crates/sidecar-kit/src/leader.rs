@@ -249,7 +249,7 @@ impl Elector {
     async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
         let existing = match self.api.get(&self.config.name).await {
             Ok(lease) => Some(lease),
-            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(error) if crate::api_errors::is_not_found(&error) => None,
             Err(e) => return Err(e),
         };
         let current = existing.as_ref().and_then(|l| l.spec.as_ref());
@@ -282,7 +282,7 @@ impl Elector {
                         self.observe(written.spec.as_ref());
                         Ok(true)
                     }
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(error) if crate::api_errors::is_already_exists(&error) => Ok(false),
                     Err(e) => Err(e),
                 }
             }
@@ -298,7 +298,7 @@ impl Elector {
                         self.observe(written.spec.as_ref());
                         Ok(true)
                     }
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(error) if crate::api_errors::is_conflict(&error) => Ok(false),
                     Err(e) => Err(e),
                 }
             }

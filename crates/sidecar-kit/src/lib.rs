@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api_errors;
 pub mod compact;
 pub mod csi;
 pub mod custom_resource;

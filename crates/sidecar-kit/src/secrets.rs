@@ -62,7 +62,7 @@ pub async fn fetch(
     };
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let found = api.get(name).await.map_err(|e| match e {
-        kube::Error::Api(s) if s.code == 404 => fail("not found".into()),
+        e if crate::api_errors::is_not_found(&e) => fail("not found".into()),
         other => fail(other.to_string()),
     })?;
     let mut out = HashMap::new();

@@ -41,8 +41,8 @@ where
         }
         match api.replace(name, &PostParams::default(), &object).await {
             Ok(written) => return Ok(Updated::Written(written)),
-            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Updated::Gone),
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < CONFLICT_RETRIES => {
+            Err(error) if crate::api_errors::is_not_found(&error) => return Ok(Updated::Gone),
+            Err(error) if crate::api_errors::is_conflict(&error) && attempt < CONFLICT_RETRIES => {
                 attempt += 1;
             }
             Err(error) => return Err(error),

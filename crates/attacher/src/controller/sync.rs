@@ -10,6 +10,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
+use sidecar_kit::api_errors;
 use sidecar_kit::csi::CallError;
 use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::{now_rfc3339 as now, reference};
@@ -107,12 +108,33 @@ pub enum SyncError {
 
 /// Whether an API error means the object changed under a guarded patch (a `test` op or a
 /// precondition failed): look again at the new object rather than count a failure.
-fn changed_meanwhile(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.code == 409 || s.code == 422)
+fn not_found(error: &kube::Error) -> bool {
+    api_errors::is_not_found(error)
 }
 
-fn not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.code == 404)
+/// What became of a write: done, a step for the queue (the object gone or changed meanwhile,
+/// by the shared table), or an error for the caller to report.
+enum Wrote {
+    Done,
+    Next(Next),
+    Failed(kube::Error),
+}
+
+impl Wrote {
+    /// `result` of a write guarded as `write`; `gone`: the step when the object is gone (None:
+    /// as if written).
+    fn of(result: Result<(), kube::Error>, write: api_errors::Write, gone: Option<Next>) -> Wrote {
+        let Err(error) = result else {
+            return Wrote::Done;
+        };
+        if gone.is_none() && not_found(&error) {
+            return Wrote::Done;
+        }
+        match api_errors::next_after(error, write, gone.unwrap_or(Next::Done)) {
+            Ok(next) => Wrote::Next(next),
+            Err(error) => Wrote::Failed(error),
+        }
+    }
 }
 
 /// Holds a VolumeAttachment's name in the busy set while a worker handles it.
@@ -196,20 +218,23 @@ impl Attacher {
             .map(|va| va.metadata.resource_version)
     }
 
+    /// Writes a finalizer patch (guarded by its `test` operations); `gone` as in [`Wrote::of`].
     async fn json_patch<K>(
         &self,
         api: Api<K>,
         name: &str,
         ops: Vec<Value>,
-    ) -> Result<(), SyncErrorOrApi>
+        gone: Option<Next>,
+    ) -> Result<Wrote, SyncError>
     where
         K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        let patch = sidecar_kit::finalizers::patch(ops).map_err(SyncErrorOrApi::Patch)?;
-        api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        let patch = sidecar_kit::finalizers::patch(ops)?;
+        let result = api
+            .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
-            .map(|_| ())
-            .map_err(SyncErrorOrApi::Api)
+            .map(|_| ());
+        Ok(Wrote::of(result, api_errors::Write::Tested, gone))
     }
 
     /// Records a failure in the status (and an event, once per message) and returns it.
@@ -282,13 +307,14 @@ impl Attacher {
         match self.plan_for(&va, force).await {
             Plan::Nothing => Ok(Next::Done),
             Plan::MarkAttached => {
-                match self
+                let written = self
                     .write_status(name, &status::attached(&Default::default()))
                     .await
-                {
-                    Ok(_) => Ok(Next::Done),
-                    Err(e) if not_found(&e) => Ok(Next::Done),
-                    Err(source) => Err(SyncError::Status {
+                    .map(drop);
+                match Wrote::of(written, api_errors::Write::Plain, Some(Next::Done)) {
+                    Wrote::Done => Ok(Next::Done),
+                    Wrote::Next(next) => Ok(next),
+                    Wrote::Failed(source) => Err(SyncError::Status {
                         name: name.to_string(),
                         source,
                     }),
@@ -314,30 +340,26 @@ impl Attacher {
         let name = va.metadata.name.clone().unwrap_or_default();
         if let Some((pv, ops)) = plan.protect_volume {
             let api: Api<PersistentVolume> = Api::all(self.client.clone());
-            match self.json_patch(api, &pv, ops).await {
-                Ok(()) => {}
-                Err(SyncErrorOrApi::Api(e)) if changed_meanwhile(&e) => return Ok(Next::Retry),
-                Err(SyncErrorOrApi::Api(source)) => {
+            match self.json_patch(api, &pv, ops, Some(Next::Retry)).await? {
+                Wrote::Done => {}
+                Wrote::Next(next) => return Ok(next),
+                Wrote::Failed(source) => {
                     let message = format!("could not add PersistentVolume finalizer: {source}");
                     let error = SyncError::ProtectVolume { pv, source };
                     return self.failed(va, false, message, None, error).await;
                 }
-                Err(SyncErrorOrApi::Patch(e)) => return Err(e.into()),
             }
         }
         if let Some(ops) = plan.protect_attachment {
             let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-            match self.json_patch(api, &name, ops).await {
-                Ok(()) => {}
-                Err(SyncErrorOrApi::Api(e)) if changed_meanwhile(&e) || not_found(&e) => {
-                    return Ok(Next::Retry);
-                }
-                Err(SyncErrorOrApi::Api(source)) => {
+            match self.json_patch(api, &name, ops, Some(Next::Done)).await? {
+                Wrote::Done => {}
+                Wrote::Next(next) => return Ok(next),
+                Wrote::Failed(source) => {
                     let message = format!("could not save VolumeAttachment: {source}");
                     let error = SyncError::ProtectAttachment { name, source };
                     return self.failed(va, false, message, None, error).await;
                 }
-                Err(SyncErrorOrApi::Patch(e)) => return Err(e.into()),
             }
         }
         let secrets = match self.secrets(va, false, plan.publish.secret.as_ref()).await {
@@ -359,8 +381,12 @@ impl Attacher {
                     }
                     Ok(None) => {}
                     // Deleted meanwhile: the detach has the finalizer to work with.
-                    Err(e) if not_found(&e) => {}
-                    Err(source) => return Err(SyncError::Status { name, source }),
+                    Err(e) => match Wrote::of(Err(e), api_errors::Write::Plain, None) {
+                        Wrote::Done => {}
+                        // Changed meanwhile: publish again (idempotent) and write anew.
+                        Wrote::Next(next) => return Ok(next),
+                        Wrote::Failed(source) => return Err(SyncError::Status { name, source }),
+                    },
                 }
                 self.forced.lock().remove(&name);
                 tracing::info!(attachment = %name, volume = %plan.publish.volume_id, node = %va.spec.node_name, "attached");
@@ -416,25 +442,24 @@ impl Attacher {
         }
         if let Some(ops) = plan.release {
             let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-            match self.json_patch(api, name, ops).await {
-                Ok(()) => {}
-                Err(SyncErrorOrApi::Api(e)) if not_found(&e) => {}
-                // Changed meanwhile: detach again (idempotent) from the new object.
-                Err(SyncErrorOrApi::Api(e)) if changed_meanwhile(&e) => return Ok(Next::Retry),
-                Err(SyncErrorOrApi::Api(source)) => {
+            // Changed meanwhile: detach again (idempotent) from the new object.
+            match self.json_patch(api, name, ops, None).await? {
+                Wrote::Done => {}
+                Wrote::Next(next) => return Ok(next),
+                Wrote::Failed(source) => {
                     return Err(SyncError::ReleaseAttachment {
                         name: name.to_string(),
                         source,
                     });
                 }
-                Err(SyncErrorOrApi::Patch(e)) => return Err(e.into()),
             }
         }
         if plan.write_status {
-            match self.write_status(name, &status::detached()).await {
-                Ok(_) => {}
-                Err(e) if not_found(&e) => {}
-                Err(source) => {
+            let written = self.write_status(name, &status::detached()).await.map(drop);
+            match Wrote::of(written, api_errors::Write::Plain, None) {
+                Wrote::Done => {}
+                Wrote::Next(next) => return Ok(next),
+                Wrote::Failed(source) => {
                     return Err(SyncError::Status {
                         name: name.to_string(),
                         source,
@@ -462,21 +487,13 @@ impl Attacher {
             return Ok(Next::Done);
         };
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        match self.json_patch(api, name, ops).await {
-            Ok(()) => Ok(Next::Done),
-            Err(SyncErrorOrApi::Api(e)) if not_found(&e) => Ok(Next::Done),
-            Err(SyncErrorOrApi::Api(e)) if changed_meanwhile(&e) => Ok(Next::Retry),
-            Err(SyncErrorOrApi::Api(source)) => Err(SyncError::ReleaseVolume {
+        match self.json_patch(api, name, ops, Some(Next::Done)).await? {
+            Wrote::Done => Ok(Next::Done),
+            Wrote::Next(next) => Ok(next),
+            Wrote::Failed(source) => Err(SyncError::ReleaseVolume {
                 pv: name.to_string(),
                 source,
             }),
-            Err(SyncErrorOrApi::Patch(e)) => Err(e.into()),
         }
     }
-}
-
-/// A JSON patch that failed to build or to apply.
-enum SyncErrorOrApi {
-    Patch(serde_json::Error),
-    Api(kube::Error),
 }

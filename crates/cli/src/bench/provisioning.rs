@@ -326,7 +326,7 @@ pub(super) async fn create_claim(
     for attempt in 0..5 {
         match claims.create(&PostParams::default(), &pvc).await {
             Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+            Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => return Ok(()),
             Err(e) if attempt == 4 => return Err(e.into()),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }

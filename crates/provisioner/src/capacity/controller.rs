@@ -522,7 +522,7 @@ impl CapacityTracker {
                     .await
                 {
                     Ok(updated) => self.remember_written(item, updated),
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
+                    Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {
                         // Deleted meanwhile: forget it; the delete event queues the item.
                         self.forget_written(item, &name);
                         self.items.add_now(item.clone());
@@ -533,7 +533,7 @@ impl CapacityTracker {
             Action::Delete(name) => {
                 match api.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {}
                     Err(source) => return Err(failed("delete")(source)),
                 }
                 self.forget_written(item, &name);

@@ -460,7 +460,7 @@ impl Provisioner {
         // future 3.5 KB larger for every worker.
         match api.create(&PostParams::default(), pv).await.map(drop) {
             Ok(()) => return Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {}
             Err(source) => return Err(ClaimError::SavePv { name, source }),
         }
         let existing = api.get(&name).await.map_err(|source| ClaimError::SavePv {

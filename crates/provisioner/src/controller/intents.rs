@@ -462,7 +462,11 @@ impl IntentLog {
                     self.written_shard(index, stored, &records, &removed);
                     return Ok(version);
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                Err(error)
+                    if sidecar_kit::api_errors::is_conflict(&error)
+                        || sidecar_kit::api_errors::is_already_exists(&error)
+                        || sidecar_kit::api_errors::is_not_found(&error) =>
+                {
                     // Someone else wrote it (or it was removed): read it again and merge.
                     lease = self
                         .api

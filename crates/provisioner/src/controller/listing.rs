@@ -152,7 +152,7 @@ impl Listing {
                 };
                 match api.create(&PostParams::default(), &new).await {
                     Ok(made) => made,
-                    Err(kube::Error::Api(status)) if status.code == 409 => {
+                    Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {
                         api.get(name).await.map_err(failed(name, "read"))?
                     }
                     Err(source) => return Err(failed(name, "create")(source)),
@@ -224,7 +224,7 @@ impl Listing {
             .await
         {
             Ok(written) => written,
-            Err(kube::Error::Api(status)) if status.code == 409 => {
+            Err(error) if sidecar_kit::api_errors::is_conflict(&error) => {
                 // Written by someone else meanwhile: the retry starts from what is stored.
                 let stored = self
                     .api
@@ -232,7 +232,7 @@ impl Listing {
                     .await
                     .map_err(failed(&self.name, "read"))?;
                 self.last.lock().0 = stored;
-                return Err(failed(&self.name, "write")(kube::Error::Api(status)));
+                return Err(failed(&self.name, "write")(error));
             }
             Err(source) => return Err(failed(&self.name, "write")(source)),
         };

@@ -182,7 +182,9 @@ impl Provisioner {
                 self.takes.lock().remove(&key);
                 Next::Done
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => backoff("changed meanwhile"),
+            Err(error) if sidecar_kit::api_errors::is_conflict(&error) => {
+                backoff("changed meanwhile")
+            }
             Err(error) => backoff(&format!("selecting node {:?} failed: {error}", node.name)),
         }
     }

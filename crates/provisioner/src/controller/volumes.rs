@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
+use sidecar_kit::api_errors;
 use sidecar_kit::events::EventType;
 use sidecar_kit::workqueue::Next;
 
@@ -160,7 +161,7 @@ impl Provisioner {
                     let api: Api<PersistentVolume> = Api::all(self.client.clone());
                     match api.delete(name, &DeleteParams::default()).await {
                         Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {
+                        Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {
                             remember(&self.finished, name);
                             return Ok(());
                         }
@@ -190,7 +191,7 @@ impl Provisioner {
             if attempt > 0 {
                 current = match api.get(&name).await {
                     Ok(pv) => pv,
-                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                    Err(error) if sidecar_kit::api_errors::is_not_found(&error) => return Ok(()),
                     Err(source) => {
                         return Err(VolumeError::Api {
                             action: "read",
@@ -213,8 +214,13 @@ impl Provisioner {
                 .await
             {
                 Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => continue,
+                Err(error) if sidecar_kit::api_errors::is_not_found(&error) => return Ok(()),
+                Err(error)
+                    if api_errors::after_write(&error, api_errors::Write::Tested)
+                        == api_errors::AfterWrite::Changed =>
+                {
+                    continue;
+                }
                 Err(source) => {
                     return Err(VolumeError::Api {
                         action: "remove the finalizer of",

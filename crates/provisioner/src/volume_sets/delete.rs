@@ -128,7 +128,7 @@ impl Provisioner {
             .await
         {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(()),
             Err(source) => Err(finalize(source)),
         }
     }

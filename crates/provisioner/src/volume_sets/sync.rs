@@ -446,7 +446,7 @@ impl Provisioner {
         match api.create(&PostParams::default(), &pv).await {
             Ok(_) => {}
             // An earlier pass wrote it (names are random: nobody else has this one).
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {}
             Err(source) => {
                 if let Some(manager) = &self.sets {
                     manager.unmade(volume);

@@ -71,7 +71,7 @@ impl NodeAgent {
             .await
         {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(()),
             Err(source) => Err(NodeError::Api {
                 action: "mark the pod running",
                 source,
@@ -189,7 +189,12 @@ impl NodeAgent {
                 tracing::info!(pod = %format!("{namespace}/{name}"), "pod volumes torn down; pod deleted");
                 Ok(())
             }
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(error)
+                if sidecar_kit::api_errors::is_not_found(&error)
+                    || sidecar_kit::api_errors::is_conflict(&error) =>
+            {
+                Ok(())
+            }
             Err(source) => Err(NodeError::Api {
                 action: "delete the pod",
                 source,

@@ -269,7 +269,9 @@ impl Scheduler {
                     {
                         Ok(_) => {}
                         // Changed meanwhile: the watch brings the new claim and a new pass.
-                        Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Next::Retry),
+                        Err(error) if sidecar_kit::api_errors::is_conflict(&error) => {
+                            return Ok(Next::Retry);
+                        }
                         Err(source) => {
                             return Err(ScheduleError::SelectNode {
                                 claim,
@@ -302,7 +304,9 @@ impl Scheduler {
                     .await
                 {
                     Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Next::Done),
+                    Err(error) if sidecar_kit::api_errors::is_conflict(&error) => {
+                        return Ok(Next::Done);
+                    }
                     Err(source) => {
                         return Err(ScheduleError::Bind {
                             pod: key.to_string(),

@@ -196,7 +196,7 @@ pub async fn install_default_class(
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => Ok(()),
         Err(error) => Err(error),
     }
 }

@@ -68,7 +68,7 @@ impl SnapshotController {
                 ) {
                     done_if(
                         contents.patch(&name, &params, &json_patch(patch)?).await,
-                        404,
+                        sidecar_kit::api_errors::is_not_found,
                     )
                     .map_err(api("remove the content finalizer"))?;
                 }
@@ -183,7 +183,7 @@ impl SnapshotController {
                     .await
                 {
                     Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {}
                     Err(e) => return Err(api("clear the content status")(e)),
                 }
             }

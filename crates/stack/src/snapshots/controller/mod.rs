@@ -55,11 +55,15 @@ fn api(step: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
     move |source| SyncError::Api { step, source }
 }
 
-/// An API answer where `code` (404: already gone, 409: already there) means the step is done.
-fn done_if<T>(result: Result<T, kube::Error>, code: u16) -> Result<(), kube::Error> {
+/// An API answer where an error `done` names (`api_errors::is_not_found`: already gone,
+/// `is_already_exists`: already there) means the step is done.
+fn done_if<T>(
+    result: Result<T, kube::Error>,
+    done: fn(&kube::Error) -> bool,
+) -> Result<(), kube::Error> {
     match result {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == code => Ok(()),
+        Err(error) if done(&error) => Ok(()),
         Err(error) => Err(error),
     }
 }

@@ -101,7 +101,7 @@ impl SnapshotController {
             }
             SnapshotStep::CreateContent(content) => {
                 let created = contents.create(&PostParams::default(), &content).await;
-                if let Err(e) = done_if(created, 409) {
+                if let Err(e) = done_if(created, sidecar_kit::api_errors::is_already_exists) {
                     let message = format!("Failed to create snapshot content with error {e}");
                     self.event(
                         &reference(snapshot),
@@ -148,7 +148,7 @@ impl SnapshotController {
             }
             SnapshotStep::DeleteContent(content) => {
                 let deleted = contents.delete(&content, &DeleteParams::default()).await;
-                if let Err(e) = done_if(deleted, 404) {
+                if let Err(e) = done_if(deleted, sidecar_kit::api_errors::is_not_found) {
                     let message = format!("Failed to delete snapshot content: {e}");
                     self.event(
                         &reference(snapshot),
@@ -195,7 +195,7 @@ impl SnapshotController {
                 claims
                     .patch(claim, &PatchParams::default(), &json_patch(patch)?)
                     .await,
-                404,
+                sidecar_kit::api_errors::is_not_found,
             )
             .map_err(api("update the claim's snapshot finalizer"))?;
         }
