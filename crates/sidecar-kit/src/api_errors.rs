@@ -131,18 +131,18 @@ pub enum Write {
 pub fn after_write(error: &kube::Error, write: Write) -> AfterWrite {
     if is_not_found(error) {
         AfterWrite::Gone
-    } else if is_conflict(error) || is_already_exists(error) || is_gone(error) {
-        AfterWrite::Changed
-    } else if is_invalid(error) && write == Write::Tested {
+    } else if is_conflict(error)
+        || is_already_exists(error)
+        || is_gone(error)
+        || (is_invalid(error) && write == Write::Tested)
+    {
         AfterWrite::Changed
     } else if is_throttled(error) {
         AfterWrite::Later(retry_after(error))
     } else if is_unavailable(error) {
         AfterWrite::Later(None)
-    } else if status(error).is_some() {
-        AfterWrite::Refused
     } else {
-        // Not an answer of the server (decoding, building the request): as a refusal.
+        // Refused by the server, or not an answer of it (decoding, building the request).
         AfterWrite::Refused
     }
 }
