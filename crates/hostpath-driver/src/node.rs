@@ -55,28 +55,18 @@ async fn run(program: &str, args: &[&str]) -> std::result::Result<(), String> {
     }
 }
 
-/// True when `path` is a mount point listed in /proc/self/mountinfo.
-fn is_mount_point(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let wanted = path.to_string_lossy();
-    info.lines()
-        .any(|line| line.split(' ').nth(4) == Some(&*wanted))
+use sidecar_kit::mounts::is_mount_point;
+
+/// Whether `target` shows `source` now: a mount point (bind) or a link to it (symlink). After
+/// a reboot, or an unmount behind the driver's back, a recorded target may show nothing.
+pub(crate) fn exposed(how: &str, source: &Path, target: &Path) -> bool {
+    match how {
+        BIND => is_mount_point(target),
+        _ => std::fs::read_link(target).is_ok_and(|link| link == source),
+    }
 }
 
 impl Driver {
-    /// Whether another volume than `id` is published or staged at `path`.
-    pub(crate) fn path_of_another(&self, id: &str, path: &str) -> bool {
-        self.store
-            .read(|t| {
-                t.iter().any(|v| {
-                    v.id != id && (v.targets.contains_key(path) || v.staged.contains_key(path))
-                })
-            })
-            .0
-    }
-
     async fn node_publish(
         &self,
         req: csi::NodePublishVolumeRequest,
@@ -107,14 +97,37 @@ impl Driver {
             block: record.block,
             how: if self.bind_mounts { BIND } else { SYMLINK }.to_string(),
         };
+        // A staged mount volume is published from its staging path, as a real driver publishes
+        // the filesystem it mounted there; a block volume from its image.
+        let source = if record.block {
+            self.store
+                .volume_dir(&record.id)
+                .join(crate::content::BLOCK_IMAGE)
+        } else if self.cfg.features.stage_unstage {
+            PathBuf::from(&req.staging_target_path)
+        } else {
+            self.content_dir(&record).await?
+        };
         if let Some(existing) = record.targets.get(&req.target_path) {
-            if existing.readonly == wanted.readonly && existing.block == wanted.block {
-                return Ok(csi::NodePublishVolumeResponse {});
+            if existing.readonly != wanted.readonly || existing.block != wanted.block {
+                return Err(Error::PublishConflict(format!(
+                    "volume {:?} is already published at {:?} with readonly={}",
+                    record.id, req.target_path, existing.readonly
+                )));
             }
-            return Err(Error::PublishConflict(format!(
-                "volume {:?} is already published at {:?} with readonly={}",
-                record.id, req.target_path, existing.readonly
-            )));
+            // Recorded: published again only if the target no longer shows the volume.
+            if !exposed(&existing.how, &source, &target) {
+                tracing::warn!(volume_id = %record.id, target = %req.target_path, "a published target shows nothing (a reboot or an unmount); publishing it again");
+                expose(
+                    existing.how == BIND,
+                    &source,
+                    &target,
+                    record.block,
+                    req.readonly,
+                )
+                .await?;
+            }
+            return Ok(csi::NodePublishVolumeResponse {});
         }
         let (other, _) = self.store.read(|t| {
             t.iter()
@@ -127,25 +140,8 @@ impl Driver {
                 req.target_path
             )));
         }
-        // A staged mount volume is published from its staging path, as a real driver publishes
-        // the filesystem it mounted there; a block volume from its image.
-        let source = if record.block {
-            self.store
-                .volume_dir(&record.id)
-                .join(crate::content::BLOCK_IMAGE)
-        } else if self.cfg.features.stage_unstage {
-            PathBuf::from(&req.staging_target_path)
-        } else {
-            self.content_dir(&record).await?
-        };
-        expose(
-            self.bind_mounts,
-            &source,
-            &target,
-            record.block,
-            req.readonly,
-        )
-        .await?;
+        // Recorded before anything is put at the target: what NodeUnpublishVolume may undo is
+        // only ever what the driver put there for this volume.
         let id = record.id.clone();
         let path = req.target_path.clone();
         let ((), seq) = self.store.mutate(|table| {
@@ -159,8 +155,35 @@ impl Driver {
             Ok(((), vec![Change::Put(updated)]))
         })?;
         self.store.wait_durable(seq).await?;
+        if let Err(error) = expose(
+            self.bind_mounts,
+            &source,
+            &target,
+            record.block,
+            req.readonly,
+        )
+        .await
+        {
+            self.forget_target(&record.id, &req.target_path).await;
+            return Err(error);
+        }
         tracing::info!(volume_id = %record.id, target = %req.target_path, how = %wanted.how, "volume published");
         Ok(csi::NodePublishVolumeResponse {})
+    }
+
+    /// Removes a target from a volume's record (best effort: a publish that failed).
+    async fn forget_target(&self, id: &str, path: &str) {
+        let forgotten = self.store.mutate(|table| {
+            let Some(current) = table.get(id) else {
+                return Ok(((), Vec::new()));
+            };
+            let mut updated = current.clone();
+            updated.targets.remove(path);
+            Ok::<_, Error>(((), vec![Change::Put(updated)]))
+        });
+        if let Ok(((), seq)) = forgotten {
+            let _ = self.store.wait_durable(seq).await;
+        }
     }
 
     async fn node_unpublish(
@@ -175,12 +198,10 @@ impl Driver {
         }
         let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
         let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
-        // Clean up whatever is at the target even if the table does not list it (a crash
-        // between publishing and recording it), unless it is another volume's.
-        if !self.path_of_another(&record.id, &req.target_path) {
-            clear_target(&PathBuf::from(&req.target_path), false).await?;
-        }
+        // Only a target recorded for this volume is touched (it is recorded before anything is
+        // put there); any other path is left as it is, whatever it holds.
         if record.targets.contains_key(&req.target_path) {
+            clear_target(&PathBuf::from(&req.target_path), false).await?;
             let id = record.id.clone();
             let ((), seq) = self.store.mutate(|table| {
                 let Some(current) = table.get(&id) else {

@@ -9,7 +9,7 @@ use csi_proto::v1 as csi;
 
 use crate::driver::{Driver, on_disk};
 use crate::error::{Error, Result};
-use crate::node::{BIND, SYMLINK, clear_target, expose};
+use crate::node::{BIND, SYMLINK, clear_target, expose, exposed};
 use crate::plan;
 use crate::state::{Change, StagedTarget, VolumeRecord};
 
@@ -106,22 +106,28 @@ impl Driver {
             }
             .to_string(),
         };
-        if let Some(existing) = record.staged.get(&req.staging_target_path) {
-            if existing.block == wanted.block {
-                return Ok(csi::NodeStageVolumeResponse {});
-            }
-            return Err(Error::PublishConflict(format!(
-                "volume {:?} is already staged at {:?} as a {} volume",
-                record.id,
-                req.staging_target_path,
-                if existing.block { "block" } else { "mount" }
-            )));
-        }
         let staging = PathBuf::from(&req.staging_target_path);
-        if !record.block {
-            let dir = self.content_dir(&record).await?;
-            expose(self.bind_mounts, &dir, &staging, false, false).await?;
+        if let Some(existing) = record.staged.get(&req.staging_target_path) {
+            if existing.block != wanted.block {
+                return Err(Error::PublishConflict(format!(
+                    "volume {:?} is already staged at {:?} as a {} volume",
+                    record.id,
+                    req.staging_target_path,
+                    if existing.block { "block" } else { "mount" }
+                )));
+            }
+            // Recorded: staged again only if the path no longer shows the volume.
+            if !record.block {
+                let dir = self.content_dir(&record).await?;
+                if !exposed(&existing.how, &dir, &staging) {
+                    tracing::warn!(volume_id = %record.id, staging = %req.staging_target_path, "a staged path shows nothing (a reboot or an unmount); staging it again");
+                    expose(existing.how == BIND, &dir, &staging, false, false).await?;
+                }
+            }
+            return Ok(csi::NodeStageVolumeResponse {});
         }
+        // Recorded before anything is put at the path: what NodeUnstageVolume may undo is only
+        // ever what the driver put there for this volume.
         let id = record.id.clone();
         let path = req.staging_target_path.clone();
         let ((), seq) = self.store.mutate(|table| {
@@ -130,13 +136,47 @@ impl Driver {
             };
             let mut updated = current.clone();
             updated.staged.insert(path.clone(), wanted.clone());
-            // Its directory exists now (content_dir).
-            updated.lazy_content = false;
             Ok(((), vec![Change::Put(updated)]))
         })?;
         self.store.wait_durable(seq).await?;
+        if !record.block {
+            let exposed = match self.content_dir(&record).await {
+                Ok(dir) => expose(self.bind_mounts, &dir, &staging, false, false).await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = exposed {
+                self.forget_staging(&record.id, &req.staging_target_path)
+                    .await;
+                return Err(error);
+            }
+            // Its directory exists now (content_dir).
+            let ((), seq) = self.store.mutate(|table| {
+                let Some(current) = table.get(&id) else {
+                    return Ok(((), Vec::new()));
+                };
+                let mut updated = current.clone();
+                updated.lazy_content = false;
+                Ok::<_, Error>(((), vec![Change::Put(updated)]))
+            })?;
+            self.store.wait_durable(seq).await?;
+        }
         tracing::info!(volume_id = %record.id, staging = %req.staging_target_path, how = %wanted.how, "volume staged");
         Ok(csi::NodeStageVolumeResponse {})
+    }
+
+    /// Removes a staging path from a volume's record (best effort: a stage that failed).
+    async fn forget_staging(&self, id: &str, path: &str) {
+        let forgotten = self.store.mutate(|table| {
+            let Some(current) = table.get(id) else {
+                return Ok(((), Vec::new()));
+            };
+            let mut updated = current.clone();
+            updated.staged.remove(path);
+            Ok::<_, Error>(((), vec![Change::Put(updated)]))
+        });
+        if let Ok(((), seq)) = forgotten {
+            let _ = self.store.wait_durable(seq).await;
+        }
     }
 
     pub(crate) async fn node_unstage(
@@ -151,22 +191,19 @@ impl Driver {
             return Err(Error::Missing("staging_target_path"));
         }
         let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
-        if let Some(target) = record.as_ref().and_then(|r| r.targets.keys().next()) {
+        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+        if let Some(target) = record.targets.keys().next() {
             return Err(Error::InUse {
                 id: req.volume_id.clone(),
                 detail: format!("still published at {target:?}"),
             });
         }
-        // Clean up whatever is at the staging path even if the table does not list it (a
-        // crash between staging and recording it; a volume deleted meanwhile), unless another
-        // volume uses it; kubelet removes the directory itself.
-        if !record.as_ref().is_some_and(|r| r.block)
-            && !self.path_of_another(&req.volume_id, &req.staging_target_path)
-        {
-            clear_target(&PathBuf::from(&req.staging_target_path), true).await?;
-        }
-        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
-        if record.staged.contains_key(&req.staging_target_path) {
+        // Only a path recorded for this volume is touched (it is recorded before anything is
+        // put there); kubelet removes the directory itself.
+        if let Some(staged) = record.staged.get(&req.staging_target_path) {
+            if !staged.block {
+                clear_target(&PathBuf::from(&req.staging_target_path), true).await?;
+            }
             let id = record.id.clone();
             let ((), seq) = self.store.mutate(|table| {
                 let Some(current) = table.get(&id) else {

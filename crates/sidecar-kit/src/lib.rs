@@ -1,6 +1,6 @@
-//! What every controller of the project shares: the CSI connection and Kubernetes quantities.
-//! (Work queue, leader election, event recorder and the HTTP endpoint join it as the
-//! controllers that need them land.)
+//! What every controller of the project shares: the CSI connection, the controller runtime
+//! (reflectors, work queue, backoff, leader election, shutdown), the event recorder, the HTTP
+//! endpoint, the API server's error vocabulary, Kubernetes quantities and the host's mount table.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +19,7 @@ pub mod key;
 pub mod kubeclient;
 pub mod leader;
 pub mod metrics;
+pub mod mounts;
 pub mod process;
 pub mod pv_csi;
 pub mod quantity;
