@@ -97,11 +97,21 @@ fn a_pod_gets_its_volume_its_files_outlive_it_and_its_claim_waits_for_it() {
     let first = mount(dir, "app");
     std::fs::write(first.join("hello.txt"), "written by a person\n").unwrap();
 
-    // A restart: the node finds what it set up; the Pod stays Running.
+    // A restart after a reboot: the mounts are gone (the tests run as root, so the driver
+    // bind-mounts) and the records still say "published"; the node finds the lost mounts and
+    // mounts them again, and the Pod sees its file instead of a plain directory.
     stop(up1);
+    unmount_under(&dir.join("state"));
+    assert!(
+        !first.join("hello.txt").exists(),
+        "the volume was a mount, gone with the reboot"
+    );
     let up2 = up(dir);
     wait_ready(dir, "app");
-    assert!(first.join("hello.txt").exists());
+    wait_for("the volume mounted again after the reboot", WAIT, || {
+        first.join("hello.txt").exists()
+    });
+    assert!(sidecar_kit::mounts::is_mount_point(&first));
 
     kubectl(dir, &["delete", "pod", "app", "--timeout=60s"], None);
     assert!(!first.exists(), "unpublished before the Pod went");

@@ -5,6 +5,7 @@
 //! so a target with a space in it, a trailing slash or a symlinked parent is recognised as
 //! mounted.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// A mountinfo field with its octal escapes decoded.
@@ -50,21 +51,46 @@ pub fn as_mounted(path: &Path) -> PathBuf {
     })
 }
 
-/// Whether `path` shows a volume the way a node plugin shows one: a mount point, or (the
-/// reference driver without the right to mount) a symbolic link. A plain directory shows
-/// nothing: whatever was mounted there is gone.
+/// The mount points of the host at one instant: read once, asked about many paths (a node
+/// with a thousand volumes reads the table once per pass, not once per volume).
+#[derive(Debug, Clone, Default)]
+pub struct MountTable(HashSet<PathBuf>);
+
+impl MountTable {
+    /// The table now; `None` when `/proc/self/mountinfo` cannot be read (no check is possible).
+    pub fn read() -> Option<MountTable> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        Some(MountTable::parse(&info))
+    }
+
+    /// A table from a mountinfo text.
+    pub fn parse(mountinfo: &str) -> MountTable {
+        MountTable(mount_points(mountinfo).into_iter().collect())
+    }
+
+    /// Whether `path` is a mount point in this table.
+    pub fn is_mount_point(&self, path: &Path) -> bool {
+        self.0.contains(&as_mounted(path))
+    }
+
+    /// Whether `path` shows a volume the way a node plugin shows one: a mount point, or (the
+    /// reference driver without the right to mount) a symbolic link. A plain directory shows
+    /// nothing: whatever was mounted there is gone.
+    pub fn shows_a_volume(&self, path: &Path) -> bool {
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+            || self.is_mount_point(path)
+    }
+}
+
+/// [`MountTable::shows_a_volume`] against the table now (a table that cannot be read shows
+/// nothing).
 pub fn shows_a_volume(path: &Path) -> bool {
-    is_mount_point(path)
-        || std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+    MountTable::read().is_some_and(|t| t.shows_a_volume(path))
 }
 
 /// Whether `path` is a mount point now.
 pub fn is_mount_point(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let wanted = as_mounted(path);
-    mount_points(&info).iter().any(|p| *p == wanted)
+    MountTable::read().is_some_and(|t| t.is_mount_point(path))
 }
 
 #[cfg(test)]
@@ -109,5 +135,28 @@ mod tests {
             PathBuf::from("/no/such/dir")
         );
         assert_eq!(as_mounted(Path::new("/")), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn a_table_shows_mount_points_and_links_and_not_plain_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let canonical = std::fs::canonicalize(dir.path()).unwrap();
+        let mounted = canonical.join("with space");
+        let plain = canonical.join("plain");
+        std::fs::create_dir(&mounted).unwrap();
+        std::fs::create_dir(&plain).unwrap();
+        let link = canonical.join("link");
+        std::os::unix::fs::symlink(&plain, &link).unwrap();
+        let escaped = mounted.display().to_string().replace(' ', "\\040");
+        let table = MountTable::parse(&format!("36 35 98:0 / {escaped} rw - ext4 /dev/root rw\n"));
+        assert!(table.is_mount_point(&mounted));
+        assert!(table.is_mount_point(&mounted.join("")), "a trailing slash");
+        assert!(table.shows_a_volume(&mounted));
+        assert!(table.shows_a_volume(&link), "a link shows its volume");
+        assert!(
+            !table.shows_a_volume(&plain),
+            "a plain directory shows nothing"
+        );
+        assert!(!MountTable::default().shows_a_volume(&mounted));
     }
 }

@@ -53,16 +53,15 @@ pub fn up_with(dir: &Path, extra: &[&str]) -> Up {
     Up(child, dir.to_path_buf())
 }
 
-/// Unmounts every mount point under `dir`, deepest first.
+/// Unmounts every mount point under `dir`, deepest first (as a reboot would).
 pub fn unmount_under(dir: &Path) {
     let Ok(dir) = dir.canonicalize() else { return };
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let mut points: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split(' ').nth(1))
-        .filter(|p| Path::new(p).starts_with(&dir))
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<std::path::PathBuf> = sidecar_kit::mounts::mount_points(&info)
+        .into_iter()
+        .filter(|p| p.starts_with(&dir))
         .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    points.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
     for point in points {
         let _ = Command::new("umount").arg("-l").arg(point).status();
     }

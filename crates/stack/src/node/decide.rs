@@ -81,6 +81,24 @@ pub struct VolumeData {
     /// Whether the call succeeded (false: in flight, or failed).
     #[serde(default)]
     pub done: bool,
+    /// Whether the path showed a volume (a mount point or a link) right after the call: only
+    /// then is a path that shows nothing later a lost mount (a driver may stage without
+    /// mounting anything).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mounted: bool,
+}
+
+/// The records whose volume was shown at `path_of(dir)` when set up and is no longer (a reboot,
+/// an unmount behind the node's back): set up again, or a Pod writes into a plain directory.
+pub fn lost_mounts(
+    records: &[(PathBuf, VolumeData)],
+    path_of: impl Fn(&Path) -> PathBuf,
+    shows: impl Fn(&Path) -> bool,
+) -> Vec<&(PathBuf, VolumeData)> {
+    records
+        .iter()
+        .filter(|(dir, data)| data.done && data.mounted && !shows(&path_of(dir)))
+        .collect()
 }
 
 pub use sidecar_kit::secrets::SecretRef;

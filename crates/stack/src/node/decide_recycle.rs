@@ -33,6 +33,9 @@ pub enum RecycleStep {
     Scrub(Box<Scrub>),
     /// It cannot be recycled: the reason (an event says it; it stays Released).
     Refuse(String),
+    /// Something else uses its volume handle (another PersistentVolume, or a Pod on this node):
+    /// scrubbing would wipe a volume in use. An event says who; looked at again later.
+    InUse(String),
 }
 
 /// How to reach a volume's contents.
@@ -54,17 +57,58 @@ pub struct Scrub {
     pub publish_secret: Option<SecretRef>,
 }
 
+/// What else uses `pv`'s volume handle: the other PersistentVolumes of the same driver naming
+/// it (a duplicated static PV) and the Pod volumes recorded on this node with it.
+pub fn handle_users<'a>(
+    pv: &PersistentVolume,
+    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
+    published: &[(std::path::PathBuf, super::decide::VolumeData)],
+) -> Vec<String> {
+    let Some(source) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
+        return Vec::new();
+    };
+    let same =
+        |driver: &str, handle: &str| driver == source.driver && handle == source.volume_handle;
+    let mut users: Vec<String> = volumes
+        .into_iter()
+        .filter(|other| other.metadata.name != pv.metadata.name)
+        .filter(|other| {
+            other
+                .spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| same(&c.driver, &c.volume_handle))
+        })
+        .map(|other| {
+            format!(
+                "PersistentVolume {:?}",
+                other.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    users.sort();
+    users.extend(
+        published
+            .iter()
+            .filter(|(_, data)| same(&data.driver_name, &data.volume_handle))
+            .map(|(dir, _)| format!("the Pod volume at {}", dir.display())),
+    );
+    users
+}
+
 /// Whether `pv` is a Released volume with reclaim policy `Recycle` (worth a look).
 pub fn may_recycle(pv: &PersistentVolume) -> bool {
     phase(pv) == "Released" && pv_reclaim_policy(pv) == "Recycle"
 }
 
-/// The step for `pv` on node `node` (labels `labels`) of driver `driver`.
+/// The step for `pv` on node `node` (labels `labels`) of driver `driver`; `users` names what
+/// else uses the same volume handle (other PersistentVolumes, Pod volumes on this node).
 pub fn recycle_step(
     pv: &PersistentVolume,
     driver: &str,
     node: &str,
     labels: &BTreeMap<String, String>,
+    users: &[String],
 ) -> RecycleStep {
     let Some(spec) = pv.spec.as_ref() else {
         return RecycleStep::Ignore;
@@ -90,6 +134,13 @@ pub fn recycle_step(
                 RecycleStep::NotHere
             };
         }
+    }
+    if !users.is_empty() {
+        return RecycleStep::InUse(format!(
+            "volume handle {:?} is also used by {}: scrubbing it would wipe a volume in use; the volume stays Released",
+            source.volume_handle,
+            users.join(", ")
+        ));
     }
     if spec.volume_mode.as_deref() == Some("Block") {
         return RecycleStep::Refuse(
@@ -148,7 +199,7 @@ mod tests {
     fn released_recycle_volumes_are_taken_by_one_node_that_reaches_them() {
         let z1: BTreeMap<String, String> = [("zone".to_string(), "z1".to_string())].into();
         let z2: BTreeMap<String, String> = [("zone".to_string(), "z2".to_string())].into();
-        let step = |v: &PersistentVolume, labels| recycle_step(v, "d", "node-1", labels);
+        let step = |v: &PersistentVolume, labels| recycle_step(v, "d", "node-1", labels, &[]);
         // (volume, labels) → step
         let table: Vec<(PersistentVolume, &BTreeMap<String, String>, RecycleStep)> = vec![
             (pv("Bound", "Recycle", json!({})), &z1, RecycleStep::Ignore),
@@ -210,5 +261,62 @@ mod tests {
             json!({"spec": {"volumeMode": "Block"}, "metadata": {"annotations": {ANN_RECYCLING_NODE: "node-1"}}}),
         );
         assert!(matches!(step(&block, &z1), RecycleStep::Refuse(why) if why.contains("block")));
+    }
+
+    #[test]
+    fn a_handle_another_volume_or_a_pod_uses_is_never_scrubbed() {
+        use super::super::decide::VolumeData;
+        let mine = pv("Released", "Recycle", taken_by("node-1"));
+        let named = |name: &str, csi: serde_json::Value| {
+            pv(
+                "Bound",
+                "Retain",
+                json!({"metadata": {"name": name}, "spec": {"csi": csi}}),
+            )
+        };
+        let duplicate = named("static-copy", json!({"volumeHandle": "h1"}));
+        let other_handle = named("other", json!({"volumeHandle": "h2"}));
+        let other_driver = named("elsewhere", json!({"driver": "e", "volumeHandle": "h1"}));
+        let record = |driver: &str, handle: &str| {
+            (
+                std::path::PathBuf::from(format!("/pods/u/{driver}-{handle}")),
+                VolumeData {
+                    driver_name: driver.into(),
+                    volume_handle: handle.into(),
+                    spec_vol_id: "pv-x".into(),
+                    node_name: "node-1".into(),
+                    done: true,
+                    mounted: true,
+                },
+            )
+        };
+        // (other volumes, Pod volumes on the node) → users
+        let cases: Vec<(Vec<&PersistentVolume>, Vec<_>, Vec<&str>)> = vec![
+            (vec![&mine, &other_handle, &other_driver], vec![], vec![]),
+            (
+                vec![&mine, &duplicate],
+                vec![],
+                vec!["PersistentVolume \"static-copy\""],
+            ),
+            (
+                vec![&mine],
+                vec![record("d", "h1"), record("d", "h2"), record("e", "h1")],
+                vec!["the Pod volume at /pods/u/d-h1"],
+            ),
+        ];
+        let z1: BTreeMap<String, String> = [("zone".to_string(), "z1".to_string())].into();
+        for (i, (volumes, published, want)) in cases.into_iter().enumerate() {
+            let users = handle_users(&mine, volumes, &published);
+            assert_eq!(users, want, "case {i}");
+            let step = recycle_step(&mine, "d", "node-1", &z1, &users);
+            match step {
+                RecycleStep::Scrub(_) => assert!(users.is_empty(), "case {i}: scrubbed in use"),
+                RecycleStep::InUse(why) => {
+                    assert!(!users.is_empty(), "case {i}");
+                    assert!(why.contains(&users[0]) && why.contains("\"h1\""), "{why}");
+                }
+                other => panic!("case {i}: {other:?}"),
+            }
+        }
     }
 }

@@ -282,6 +282,7 @@ fn paths_status_and_volumes_in_use_follow_kubelet() {
         spec_vol_id: "pv".into(),
         node_name: "n1".into(),
         done: true,
+        mounted: true,
     };
     assert_eq!(
         volumes_in_use([&rec("b"), &rec("a"), &rec("a")]),
@@ -333,5 +334,38 @@ fn a_waiting_pod_hears_why_after_ten_seconds_once_per_reason() {
             want,
             "{waited:?} {last:?} {reason}"
         );
+    }
+}
+
+#[test]
+fn only_a_volume_that_was_shown_and_is_no_longer_is_a_lost_mount() {
+    let rec = |done: bool, mounted: bool| VolumeData {
+        driver_name: D.into(),
+        volume_handle: "h".into(),
+        spec_vol_id: "pv".into(),
+        node_name: "n1".into(),
+        done,
+        mounted,
+    };
+    // (record, whether its path shows a volume now, lost)
+    let cases = [
+        (rec(true, true), true, false),
+        (rec(true, true), false, true),
+        (rec(true, false), false, false), // the driver never mounted anything there
+        (rec(false, true), false, false), // in flight: its own sync finishes it
+        (rec(false, false), false, false),
+    ];
+    for (i, (data, shows, lost)) in cases.into_iter().enumerate() {
+        let dir = PathBuf::from(format!("/p/{i}"));
+        let records = vec![(dir.clone(), data.clone())];
+        let found = lost_mounts(
+            &records,
+            |d| d.join("mount"),
+            |p| {
+                assert_eq!(p, dir.join("mount"), "asked about the record's path");
+                shows
+            },
+        );
+        assert_eq!(found.len(), usize::from(lost), "{data:?} shows={shows}");
     }
 }

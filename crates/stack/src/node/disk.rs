@@ -113,6 +113,7 @@ mod tests {
             spec_vol_id: pv.into(),
             node_name: "n".into(),
             done: false,
+            mounted: false,
         }
     }
 

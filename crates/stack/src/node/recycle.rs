@@ -20,7 +20,10 @@ use sidecar_kit::vocabulary::reference;
 use sidecar_kit::workqueue::Next;
 
 use super::NodeAgent;
-use super::decide_recycle::{ANN_RECYCLING_NODE, RecycleStep, Scrub, recycle_step};
+use super::decide_recycle::{ANN_RECYCLING_NODE, RecycleStep, Scrub, handle_users, recycle_step};
+
+/// A volume whose handle something else uses is looked at again this often.
+const IN_USE_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why a recycling step failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +47,14 @@ pub enum RecycleError {
         /// Why.
         source: std::io::Error,
     },
+    /// NodePublishVolume answered, but its target shows no volume.
+    #[error(
+        "NodePublishVolume succeeded but {path} shows no volume (not a mount point, not a link): nothing was scrubbed"
+    )]
+    NotShown {
+        /// The target.
+        path: String,
+    },
     /// An API write (taking the volume, clearing its claim).
     #[error("failed to {action}: {source}")]
     Api {
@@ -55,6 +66,18 @@ pub enum RecycleError {
     /// The volume cannot be recycled.
     #[error("{0}")]
     Refused(String),
+}
+
+/// Removes the contents of the volume published at `target`, after checking that `target`
+/// shows a volume: a driver that answered NodePublishVolume without mounting anything leaves a
+/// plain directory, and "scrubbing" it would return the volume with its data.
+fn scrub_target(target: &Path) -> Result<(), RecycleError> {
+    if !sidecar_kit::mounts::shows_a_volume(target) {
+        return Err(RecycleError::NotShown {
+            path: target.display().to_string(),
+        });
+    }
+    remove_contents(target)
 }
 
 /// Removes everything inside `dir` (not `dir` itself; a symlink is removed, not followed).
@@ -87,7 +110,10 @@ impl NodeAgent {
             .get(&ObjectRef::new(&self.node))
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
-        match recycle_step(&pv, &self.driver, &self.node, &labels) {
+        let volumes = self.volumes.state();
+        let published = super::disk::published(&self.paths);
+        let users = handle_users(&pv, volumes.iter().map(AsRef::as_ref), &published);
+        match recycle_step(&pv, &self.driver, &self.node, &labels, &users) {
             RecycleStep::Ignore | RecycleStep::NotHere => Ok(Next::Done),
             RecycleStep::Take => {
                 self.take(&pv).await?;
@@ -96,6 +122,11 @@ impl NodeAgent {
             RecycleStep::Refuse(why) => {
                 self.recycle_failed(&pv, &why);
                 Ok(Next::Done)
+            }
+            RecycleStep::InUse(why) => {
+                // Nothing tells this volume when the other user goes: look again later.
+                self.recycle_failed(&pv, &why);
+                Ok(Next::After(IN_USE_RETRY))
             }
             RecycleStep::Scrub(scrub) => match self.scrub(&scrub).await {
                 Ok(()) => {
@@ -248,7 +279,22 @@ impl NodeAgent {
             )
             .await
             .map_err(call("NodePublishVolume"))?;
-        remove_contents(&target)?;
+        let scrubbed = scrub_target(&target);
+        if scrubbed.is_err() {
+            // Undo what was set up, keeping the reason.
+            let request = csi::NodeUnpublishVolumeRequest {
+                volume_id: scrub.handle.clone(),
+                target_path: target.display().to_string(),
+            };
+            let _ = self
+                .calls
+                .call(
+                    "/csi.v1.Node/NodeUnpublishVolume",
+                    node.node_unpublish_volume(self.calls.request(request)),
+                )
+                .await;
+        }
+        scrubbed?;
         let request = csi::NodeUnpublishVolumeRequest {
             volume_id: scrub.handle.clone(),
             target_path: target.display().to_string(),
@@ -319,5 +365,27 @@ mod tests {
         );
         let missing = remove_contents(&tmp.path().join("missing")).unwrap_err();
         assert!(missing.to_string().contains("missing"), "{missing}");
+    }
+
+    #[test]
+    fn a_target_that_shows_no_volume_is_never_scrubbed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let plain = tmp.path().join("mount");
+        std::fs::create_dir(&plain).unwrap();
+        std::fs::write(plain.join("tenant-data"), b"x").unwrap();
+        let refused = scrub_target(&plain).unwrap_err();
+        assert!(
+            refused.to_string().contains("nothing was scrubbed"),
+            "{refused}"
+        );
+        assert!(plain.join("tenant-data").exists());
+        // The reference driver without the right to mount shows a volume by a link.
+        let volume = tmp.path().join("volume");
+        std::fs::create_dir(&volume).unwrap();
+        std::fs::write(volume.join("tenant-data"), b"x").unwrap();
+        let link = tmp.path().join("linked");
+        std::os::unix::fs::symlink(&volume, &link).unwrap();
+        scrub_target(&link).unwrap();
+        assert_eq!(std::fs::read_dir(&volume).unwrap().count(), 0);
     }
 }

@@ -20,13 +20,16 @@ use super::{NodeAgent, NodeError, disk};
 use sidecar_kit::vocabulary::now_rfc3339 as now;
 
 impl NodeAgent {
-    fn record(&self, volume: &PodVolume, done: bool) -> VolumeData {
+    /// The record of a volume: before the call (`done` false), or after it, with whether
+    /// `path` shows the volume then.
+    fn record(&self, volume: &PodVolume, done: Option<&Path>) -> VolumeData {
         VolumeData {
             driver_name: volume.driver.clone(),
             volume_handle: volume.handle.clone(),
             spec_vol_id: volume.pv.clone(),
             node_name: self.node.clone(),
-            done,
+            done: done.is_some(),
+            mounted: done.is_some_and(sidecar_kit::mounts::shows_a_volume),
         }
     }
 
@@ -87,7 +90,7 @@ impl NodeAgent {
             let target = self.paths.staging_target(&volume.driver, &volume.handle);
             staging_target = target.display().to_string();
             if !disk::read(&dir).is_some_and(|r| r.done) {
-                disk::write(&dir, &self.record(volume, false))?;
+                disk::write(&dir, &self.record(volume, None))?;
                 // In use before the first call (the attach/detach controller waits for it).
                 self.report_in_use().await?;
                 reported = true;
@@ -118,23 +121,24 @@ impl NodeAgent {
                         pv: volume.pv.clone(),
                         source,
                     })?;
-                disk::write(&dir, &self.record(volume, true))?;
+                disk::write(&dir, &self.record(volume, Some(&target)))?;
             }
         }
         let dir = self.paths.pod_volume(uid, &volume.pv);
         if disk::read(&dir).is_some_and(|r| r.done) {
             return Ok(());
         }
-        disk::write(&dir, &self.record(volume, false))?;
+        disk::write(&dir, &self.record(volume, None))?;
         if !reported {
             self.report_in_use().await?;
         }
         let secrets = self.secrets(volume.publish_secret.as_ref()).await?;
+        let target = self.paths.target(uid, &volume.pv);
         let request = csi::NodePublishVolumeRequest {
             volume_id: volume.handle.clone(),
             publish_context: volume.publish_context.clone(),
             staging_target_path: staging_target,
-            target_path: self.paths.target(uid, &volume.pv).display().to_string(),
+            target_path: target.display().to_string(),
             volume_capability: Some(volume.capability.clone()),
             readonly: volume.readonly,
             secrets,
@@ -151,7 +155,7 @@ impl NodeAgent {
                 pv: volume.pv.clone(),
                 source,
             })?;
-        disk::write(&dir, &self.record(volume, true))?;
+        disk::write(&dir, &self.record(volume, Some(&target)))?;
         Ok(())
     }
 
@@ -264,6 +268,7 @@ impl NodeAgent {
     /// What is on disk against the Pods: volumes of Pods that are gone are torn down, stages
     /// nothing needs are undone, and Pods whose volumes are missing are set up again.
     pub(super) async fn sweep(&self) -> Result<Next, NodeError> {
+        self.forget_lost_mounts()?;
         let pods = self.pods.state();
         let known: HashMap<String, ObjectRef<Pod>> = pods
             .iter()
@@ -290,6 +295,35 @@ impl NodeAgent {
         self.unstage_unneeded().await?;
         self.report_in_use().await?;
         Ok(Next::Done)
+    }
+
+    /// Marks the records whose volume is no longer shown (after a reboot, or an unmount behind
+    /// the node's back) as not done, so the Pod's sync (which the sweep asks for) stages and
+    /// publishes again: kubelet's reconstruction. The mount table is read once per pass.
+    fn forget_lost_mounts(&self) -> Result<(), NodeError> {
+        let Some(table) = sidecar_kit::mounts::MountTable::read() else {
+            return Ok(());
+        };
+        let shows = |path: &Path| table.shows_a_volume(path);
+        let staged = if self.stage_unstage {
+            disk::staged(&self.paths, &self.driver)
+        } else {
+            Vec::new()
+        };
+        let published = disk::published(&self.paths);
+        let lost = decide::lost_mounts(&staged, |d| d.join("globalmount"), shows)
+            .into_iter()
+            .chain(decide::lost_mounts(&published, |d| d.join("mount"), shows));
+        for (dir, data) in lost {
+            tracing::warn!(volume = %data.spec_vol_id, path = %dir.display(), "the volume is no longer mounted (a reboot, or an unmount behind the node's back): setting it up again");
+            let again = VolumeData {
+                done: false,
+                mounted: false,
+                ..data.clone()
+            };
+            disk::write(dir, &again)?;
+        }
+        Ok(())
     }
 
     /// Writes `status.volumesInUse` from the records on disk when it changed.
