@@ -8,6 +8,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
+
 /// The name of a block volume's image inside its directory.
 pub const BLOCK_IMAGE: &str = "block.img";
 
@@ -84,32 +87,92 @@ pub fn nothing_to_copy(from: &Path, source_unused: bool) -> std::io::Result<bool
 
 /// Copies a directory tree from `from` into a new directory `to`: regular files (holes kept),
 /// directories, symlinks; permissions kept. `to` must not exist.
+///
+/// The source is a volume its tenant writes to while it is copied, so nothing is opened by
+/// path: each entry is looked at (`lstat`) and then opened relative to its directory's handle
+/// with `O_NOFOLLOW` (`openat`), and the handle is checked to be what was looked at. An entry
+/// swapped for a symlink in between fails the copy instead of reading outside the volume.
 pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    let source = open_dir_at(CWD, from)?;
     std::fs::create_dir(to)?;
-    std::fs::set_permissions(to, std::fs::metadata(from)?.permissions())?;
-    for entry in std::fs::read_dir(from)? {
+    let target = open_dir_at(CWD, to)?;
+    copy_dir_at(&source, &target)
+}
+
+fn open_dir_at<P: rustix::path::Arg>(dir: impl AsFd, name: P) -> std::io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(dir, name, flags, Mode::empty())?)
+}
+
+/// Copies the entries of the open directory `source` into the open (new) directory `target`.
+fn copy_dir_at(source: &OwnedFd, target: &OwnedFd) -> std::io::Result<()> {
+    let meta = rustix::fs::fstat(source)?;
+    rustix::fs::fchmod(target, Mode::from_raw_mode(meta.st_mode))?;
+    for entry in rustix::fs::Dir::read_from(source)? {
         let entry = entry?;
-        let kind = entry.file_type()?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
-        } else if kind.is_file() {
-            copy_sparse(&entry.path(), &target)?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
         }
-        // Sockets, fifos and devices are not volume content; they are not copied.
+        let seen = rustix::fs::statat(source, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        copy_entry_at(source, name, FileType::from_raw_mode(seen.st_mode), target)?;
     }
     Ok(())
+}
+
+/// Copies the entry `name` of `source`, seen as a `seen`, into `target`. What is opened is
+/// opened without following a link and checked to still be a `seen`.
+fn copy_entry_at(
+    source: &OwnedFd,
+    name: &std::ffi::CStr,
+    seen: FileType,
+    target: &OwnedFd,
+) -> std::io::Result<()> {
+    let changed = || {
+        std::io::Error::other(format!(
+            "{} changed while it was copied; copy it again",
+            name.to_string_lossy()
+        ))
+    };
+    match seen {
+        FileType::Directory => {
+            let from = open_dir_at(source, name)?;
+            rustix::fs::mkdirat(target, name, Mode::RWXU)?;
+            let to = open_dir_at(target, name)?;
+            copy_dir_at(&from, &to)
+        }
+        FileType::Symlink => {
+            let link = rustix::fs::readlinkat(source, name, Vec::new())?;
+            Ok(rustix::fs::symlinkat(link.as_c_str(), target, name)?)
+        }
+        FileType::RegularFile => {
+            // O_NONBLOCK: an entry swapped for a fifo does not block the open.
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+            let from = rustix::fs::openat(source, name, flags, Mode::empty())?;
+            let meta = rustix::fs::fstat(&from)?;
+            if FileType::from_raw_mode(meta.st_mode) != FileType::RegularFile {
+                return Err(changed());
+            }
+            let flags =
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let mode = Mode::from_raw_mode(meta.st_mode);
+            let to = rustix::fs::openat(target, name, flags, mode)?;
+            copy_sparse_open(File::from(from), File::from(to))
+        }
+        // Sockets, fifos and devices are not volume content; they are not copied.
+        _ => Ok(()),
+    }
 }
 
 /// Copies one file, leaving holes where the source reads as zeros (a mostly empty 1 GiB block
 /// image stays mostly unallocated). Not synced: [`sync_filesystem`] makes a whole copy durable
 /// at once.
 pub fn copy_sparse(from: &Path, to: &Path) -> std::io::Result<()> {
-    let mut source = File::open(from)?;
+    copy_sparse_open(File::open(from)?, File::create(to)?)
+}
+
+fn copy_sparse_open(mut source: File, mut target: File) -> std::io::Result<()> {
     let meta = source.metadata()?;
-    let mut target = File::create(to)?;
     target.set_permissions(meta.permissions())?;
     let mut buffer = vec![0u8; CHUNK];
     loop {
@@ -168,27 +231,50 @@ pub struct Usage {
     pub inodes: i64,
 }
 
-/// Measures a directory tree without following symlinks.
+/// Measures a directory tree without following symlinks (each directory is opened relative to
+/// its parent's handle with `O_NOFOLLOW`, so one swapped for a link is not measured through).
 pub fn usage(dir: &Path) -> std::io::Result<Usage> {
     let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Ok(Usage {
+            bytes: allocated(&meta),
+            inodes: 1,
+        });
+    }
+    usage_at(&open_dir_at(CWD, dir)?)
+}
+
+fn usage_at(dir: &OwnedFd) -> std::io::Result<Usage> {
     let mut total = Usage {
-        bytes: allocated(&meta),
+        bytes: allocated_raw(&rustix::fs::fstat(dir)?),
         inodes: 1,
     };
-    if meta.is_dir() {
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                let below = usage(&entry.path())?;
-                total.bytes += below.bytes;
-                total.inodes += below.inodes;
-            } else {
-                total.bytes += allocated(&std::fs::symlink_metadata(entry.path())?);
-                total.inodes += 1;
-            }
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let meta = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(meta.st_mode) == FileType::Directory {
+            let below = usage_at(&open_dir_at(dir, name)?)?;
+            total.bytes += below.bytes;
+            total.inodes += below.inodes;
+        } else {
+            total.bytes += allocated_raw(&meta);
+            total.inodes += 1;
         }
     }
     Ok(total)
+}
+
+fn allocated_raw(meta: &rustix::fs::Stat) -> i64 {
+    i64::try_from(
+        u64::try_from(meta.st_blocks)
+            .unwrap_or(0)
+            .saturating_mul(512),
+    )
+    .unwrap_or(i64::MAX)
 }
 
 fn allocated(meta: &std::fs::Metadata) -> i64 {
@@ -256,6 +342,43 @@ mod tests {
             copied.blocks() * 512
         );
         assert!(copy_tree(&from, &to).is_err(), "the target must be new");
+    }
+
+    #[test]
+    fn an_entry_swapped_for_a_link_after_it_was_looked_at_is_never_followed() {
+        // The race is reproduced by handing the copy the type seen before the swap: a
+        // directory or a file that is now a symlink to a directory outside the volume.
+        let root = tempfile::tempdir().unwrap();
+        let outside = root.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"another tenant's data").unwrap();
+        let from = root.path().join("from");
+        std::fs::create_dir(&from).unwrap();
+        std::os::unix::fs::symlink(&outside, from.join("was-a-dir")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), from.join("was-a-file")).unwrap();
+        let to = root.path().join("to");
+        std::fs::create_dir(&to).unwrap();
+        let source = open_dir_at(CWD, &from).unwrap();
+        let target = open_dir_at(CWD, &to).unwrap();
+        for (name, seen) in [
+            (c"was-a-dir", FileType::Directory),
+            (c"was-a-file", FileType::RegularFile),
+        ] {
+            let error = copy_entry_at(&source, name, seen, &target).unwrap_err();
+            // A link opened with O_NOFOLLOW: ELOOP, or ENOTDIR when a directory was asked for.
+            let refused = [rustix::io::Errno::LOOP, rustix::io::Errno::NOTDIR]
+                .map(|e| Some(e.raw_os_error()));
+            assert!(refused.contains(&error.raw_os_error()), "{name:?}: {error}");
+        }
+        assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0, "nothing copied");
+        // The copy's source itself is never followed either.
+        let linked = root.path().join("linked");
+        std::os::unix::fs::symlink(&outside, &linked).unwrap();
+        assert!(copy_tree(&linked, &root.path().join("to2")).is_err());
+        assert!(!root.path().join("to2").exists());
+        // Measuring does not go through a link.
+        let used = usage(&from).unwrap();
+        assert_eq!(used.inodes, 3, "the directory and two links");
     }
 
     #[test]
