@@ -1,17 +1,30 @@
 //! Accepting connections without letting unauthenticated clients exhaust the server: a limit
-//! on open connections below the process's file limit, a deadline for the TLS handshake, for
-//! the first request of a connection (HTTP/1 and HTTP/2 alike: a client that completes the
-//! handshake and then says nothing is cut off) and for each request's headers, and a pause
-//! after accept errors (running out of file descriptors must not turn the loop into a spin).
+//! on open connections below the process's file limit, a deadline for the TLS handshake and for
+//! each request's headers, and a pause after accept errors (running out of file descriptors
+//! must not turn the loop into a spin).
+//!
+//! A connection is *unauthenticated* until a response on it carries [`Authenticated`] (the
+//! handler marks every response to a request with a valid token). Unauthenticated connections
+//! (which every connection is at first) hold at most [`Limits::unauthenticated`] slots, the
+//! oldest making way for a new one, and live at most [`Limits::unauthenticated_life`] from
+//! accept: health checks without a token, or clients that say nothing, cannot keep the slots
+//! kubectl needs. Any connection, HTTP/1 or HTTP/2, with no request in flight for
+//! [`Limits::idle`] is closed (a watch's stream is a request in flight).
 
+use std::collections::VecDeque;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper::body::{Body, Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::sync::Semaphore;
+use parking_lot::Mutex;
+use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::time::Instant;
 
 /// Connection limits.
 #[derive(Debug, Clone, Copy)]
@@ -20,22 +33,40 @@ pub struct Limits {
     pub max_connections: usize,
     /// Time a client has to complete the TLS handshake.
     pub handshake: Duration,
-    /// Time a client has to send a request's headers (and, after the handshake, its first
-    /// request).
+    /// Time a client has to send a request's headers.
     pub headers: Duration,
+    /// Most connections without an authenticated request at once (a new one closes the
+    /// oldest).
+    pub unauthenticated: usize,
+    /// Time from accept a connection has to make an authenticated request.
+    pub unauthenticated_life: Duration,
+    /// Time a connection with no request in flight is kept (kube-apiserver's 90 s, which
+    /// client-go's keep-alive pool matches).
+    pub idle: Duration,
 }
 
 impl Limits {
     /// 4096 connections, or fewer when the open-file limit is lower (a quarter of it is kept
-    /// for the log, watches' peers and health checks), 10 s handshakes, 30 s headers.
+    /// for the log, watches' peers and health checks), a quarter of them for unauthenticated
+    /// ones living 15 s, 10 s handshakes, 30 s headers, 90 s idle.
     pub fn for_this_process() -> Limits {
         let files = open_file_limit().unwrap_or(1024);
+        let max_connections =
+            (files.saturating_sub(files / 4).saturating_sub(16)).clamp(8, 4096) as usize;
         Limits {
-            max_connections: (files.saturating_sub(files / 4).saturating_sub(16)).clamp(8, 4096)
-                as usize,
+            max_connections,
             handshake: Duration::from_secs(10),
             headers: Duration::from_secs(30),
+            unauthenticated: Limits::unauthenticated_share(max_connections),
+            unauthenticated_life: Duration::from_secs(15),
+            idle: Duration::from_secs(90),
         }
+    }
+
+    /// The slots unauthenticated connections may hold out of `max_connections`: a quarter, at
+    /// least one.
+    pub fn unauthenticated_share(max_connections: usize) -> usize {
+        (max_connections / 4).max(1)
     }
 }
 
@@ -44,6 +75,134 @@ fn open_file_limit() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = text.lines().find(|l| l.starts_with("Max open files"))?;
     line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// A response extension the handler sets on the answer to a request with a valid token: its
+/// connection is no longer unauthenticated.
+#[derive(Debug, Clone, Copy)]
+pub struct Authenticated;
+
+/// The unauthenticated connections, oldest first, each with the sender that closes it.
+#[derive(Debug, Default)]
+struct Pending {
+    queue: Mutex<VecDeque<(u64, oneshot::Sender<()>)>>,
+}
+
+impl Pending {
+    /// Adds connection `id`; when `limit` are pending already, the oldest is told to close.
+    fn add(&self, id: u64, limit: usize) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let mut queue = self.queue.lock();
+        while queue.len() >= limit.max(1) {
+            if let Some((_, evict)) = queue.pop_front() {
+                let _ = evict.send(());
+            }
+        }
+        queue.push_back((id, tx));
+        rx
+    }
+
+    /// Connection `id` authenticated or closed.
+    fn remove(&self, id: u64) {
+        self.queue.lock().retain(|(other, _)| *other != id);
+    }
+}
+
+/// What a connection's watchdog knows about it.
+#[derive(Debug)]
+struct Activity {
+    authenticated: AtomicBool,
+    in_flight: AtomicUsize,
+    last: Mutex<Instant>,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            authenticated: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            last: Mutex::new(Instant::now()),
+            changed: Notify::new(),
+        }
+    }
+
+    fn started(&self) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        *self.last.lock() = Instant::now();
+    }
+
+    fn finished(&self) {
+        *self.last.lock() = Instant::now();
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.changed.notify_one();
+    }
+
+    fn authenticate(&self) {
+        if !self.authenticated.swap(true, Ordering::SeqCst) {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Resolves when the connection has been unauthenticated past `life` from `accepted`, or
+    /// idle (nothing in flight) for `idle`.
+    async fn expired(&self, accepted: Instant, life: Duration, idle: Duration) -> &'static str {
+        loop {
+            let notified = self.changed.notified();
+            let deadline = if !self.authenticated.load(Ordering::SeqCst) {
+                accepted + life
+            } else if self.in_flight.load(Ordering::SeqCst) == 0 {
+                *self.last.lock() + idle
+            } else {
+                // Busy: nothing expires until a request finishes.
+                notified.await;
+                continue;
+            };
+            if Instant::now() >= deadline {
+                return if self.authenticated.load(Ordering::SeqCst) {
+                    "idle"
+                } else {
+                    "unauthenticated"
+                };
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+}
+
+/// A response body that tells its connection's [`Activity`] when it is done (dropped).
+struct Tracked<B> {
+    inner: B,
+    activity: Arc<Activity>,
+}
+
+impl<B> Drop for Tracked<B> {
+    fn drop(&mut self) {
+        self.activity.finished();
+    }
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Accepts until `shutdown`; then closes every connection.
@@ -56,6 +215,8 @@ pub async fn accept_loop(
 ) {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let pending = Arc::new(Pending::default());
+    let ids = AtomicU64::new(0);
     let mut pause = Duration::from_millis(10);
     tokio::pin!(shutdown);
     loop {
@@ -83,59 +244,120 @@ pub async fn accept_loop(
             }
         };
         let _ = tcp.set_nodelay(true);
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        let mut evicted = pending.add(id, limits.unauthenticated);
         let acceptor = acceptor.clone();
         let router = router.clone();
         let stop = stop_rx.clone();
+        let pending = pending.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let Ok(Ok(tls)) = tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await
-            else {
-                return;
+            let accepted = Instant::now();
+            let handshake = tokio::time::timeout(limits.handshake, acceptor.accept(tcp));
+            let tls = tokio::select! {
+                tls = handshake => tls,
+                Ok(()) = &mut evicted => {
+                    pending.remove(id);
+                    return;
+                }
             };
-            serve_connection(tls, router, limits, stop).await;
+            if let Ok(Ok(tls)) = tls {
+                let on_authenticated = pending.clone();
+                let connection = Connection {
+                    router,
+                    limits,
+                    accepted,
+                    evicted,
+                    on_authenticated: Box::new(move || on_authenticated.remove(id)),
+                };
+                connection.serve(tls, stop).await;
+            }
+            pending.remove(id);
         });
     }
     let _ = stop_tx.send(true);
 }
 
-/// Serves one connection until it closes, the server stops, or it sends no request within
-/// `limits.headers` of being handed over.
-async fn serve_connection<I>(
-    io: I,
+/// One accepted connection and what ends it.
+struct Connection {
     router: axum::Router,
     limits: Limits,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let asked = Arc::new(AtomicBool::new(false));
-    let inner = TowerToHyperService::new(router);
-    let flag = asked.clone();
-    let service = hyper::service::service_fn(move |request| {
-        flag.store(true, Ordering::Relaxed);
-        hyper::service::Service::call(&inner, request)
-    });
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.headers);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(Duration::from_secs(20));
-    let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    let silent = async {
-        tokio::time::sleep(limits.headers).await;
-        if asked.load(Ordering::Relaxed) {
-            std::future::pending::<()>().await;
+    accepted: Instant,
+    /// Fires when newer unauthenticated connections need its slot.
+    evicted: oneshot::Receiver<()>,
+    /// Called once, when a response on it is [`Authenticated`].
+    on_authenticated: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Connection {
+    /// Serves until the connection closes, the server stops, it is evicted or expires.
+    async fn serve<I>(self, io: I, mut stop: tokio::sync::watch::Receiver<bool>)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            router,
+            limits,
+            accepted,
+            mut evicted,
+            on_authenticated,
+        } = self;
+        let activity = Arc::new(Activity::new());
+        let inner = TowerToHyperService::new(router);
+        let on_authenticated = Arc::new(on_authenticated);
+        let tracker = activity.clone();
+        let service = hyper::service::service_fn(move |request| {
+            tracker.started();
+            let answer = hyper::service::Service::call(&inner, request);
+            let tracker = tracker.clone();
+            let on_authenticated = on_authenticated.clone();
+            async move {
+                // Counted from the request until its body is done, whatever happens between.
+                let guard = Tracked {
+                    inner: (),
+                    activity: tracker.clone(),
+                };
+                let response = answer.await?;
+                if response.extensions().get::<Authenticated>().is_some()
+                    && !tracker.authenticated.load(Ordering::SeqCst)
+                {
+                    tracker.authenticate();
+                    on_authenticated();
+                }
+                let response = response.map(|body| Tracked {
+                    inner: body,
+                    activity: tracker.clone(),
+                });
+                // The body's guard has taken over.
+                tracker.started();
+                drop(guard);
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.headers);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Some(Duration::from_secs(30)))
+            .keep_alive_timeout(Duration::from_secs(20));
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        let expired = activity.expired(accepted, limits.unauthenticated_life, limits.idle);
+        let still_unauthenticated = async {
+            if (&mut evicted).await.is_err() {
+                // The sender went with authentication: never evicted.
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = connection => {}
+            _ = stop.wait_for(|s| *s) => {}
+            why = expired => tracing::debug!(why, "closing a connection"),
+            () = still_unauthenticated => tracing::debug!("closing the oldest unauthenticated connection for a new one"),
         }
-    };
-    tokio::select! {
-        _ = connection => {}
-        _ = stop.wait_for(|s| *s) => {}
-        () = silent => tracing::debug!("closing a connection that sent no request in time"),
     }
 }
 
@@ -143,78 +365,228 @@ async fn serve_connection<I>(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn limits() -> Limits {
         Limits {
             max_connections: 8,
             handshake: Duration::from_secs(1),
             headers: Duration::from_secs(5),
+            unauthenticated: 2,
+            unauthenticated_life: Duration::from_secs(5),
+            idle: Duration::from_secs(20),
         }
     }
 
+    /// `/healthz` answers anyone; `/authed` answers as the handler does a request with a
+    /// valid token; `/watch` is authenticated and its body never ends.
     fn router() -> axum::Router {
-        axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }))
+        use axum::response::IntoResponse;
+        let authed = |response: axum::response::Response| {
+            let mut response = response;
+            response.extensions_mut().insert(Authenticated);
+            response
+        };
+        axum::Router::new()
+            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            .route(
+                "/authed",
+                axum::routing::get(move || async move { authed("yes".into_response()) }),
+            )
+            .route(
+                "/watch",
+                axum::routing::get(move || async move {
+                    let never = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
+                    authed(axum::body::Body::from_stream(never).into_response())
+                }),
+            )
     }
 
-    /// A connection served in the background; resolves when the server lets it go.
+    /// A connection served in the background, and the sender that evicts it; the task
+    /// resolves when the server lets the connection go.
     fn serve(
         server_side: tokio::io::DuplexStream,
     ) -> (
         tokio::sync::watch::Sender<bool>,
+        oneshot::Sender<()>,
         tokio::task::JoinHandle<()>,
     ) {
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(serve_connection(server_side, router(), limits(), stopped));
-        (stop, task)
+        let (evict, evicted) = oneshot::channel();
+        let connection = Connection {
+            router: router(),
+            limits: limits(),
+            accepted: Instant::now(),
+            evicted,
+            on_authenticated: Box::new(|| {}),
+        };
+        let task = tokio::spawn(connection.serve(server_side, stopped));
+        (stop, evict, task)
+    }
+
+    async fn get(client: &mut tokio::io::DuplexStream, path: &str) -> String {
+        client
+            .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = vec![0u8; 512];
+        let n = client.read(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer[..n]).into_owned()
+    }
+
+    async fn closed_within(task: tokio::task::JoinHandle<()>, within: Duration, what: &str) {
+        tokio::time::timeout(within, task)
+            .await
+            .unwrap_or_else(|_| panic!("{what}"))
+            .unwrap();
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_client_that_never_sends_a_request_is_cut_off() {
         // Nothing at all after the handshake.
         let (_client, server) = tokio::io::duplex(4096);
-        let (_stop, task) = serve(server);
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("a silent connection must be closed")
-            .unwrap();
+        let (_stop, _evict, task) = serve(server);
+        closed_within(
+            task,
+            Duration::from_secs(60),
+            "a silent connection must be closed",
+        )
+        .await;
         // HTTP/2: the preface, then silence (the HTTP/1 header timeout does not apply).
         let (mut client, server) = tokio::io::duplex(4096);
-        let (_stop, task) = serve(server);
-        use tokio::io::AsyncWriteExt;
+        let (_stop, _evict, task) = serve(server);
         client
             .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
             .await
             .unwrap();
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("an HTTP/2 connection without a request must be closed")
-            .unwrap();
+        let what = "an HTTP/2 connection without a request must be closed";
+        closed_within(task, Duration::from_secs(60), what).await;
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_client_that_asks_is_answered_and_kept() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn unauthenticated_health_checks_do_not_keep_a_connection() {
+        // Health checks every 2 s, each within HTTP/1's header limit: the connection is still
+        // closed when its unauthenticated life (5 s) is over.
         let (mut client, server) = tokio::io::duplex(4096);
-        let (stop, task) = serve(server);
-        // Requests at 0 s and 4 s; at 8 s the connection is past the 5 s first-request
-        // deadline but not idle for 5 s (HTTP/1's own idle limit): it must still be open.
+        let (_stop, _evict, task) = serve(server);
+        let started = Instant::now();
+        while !task.is_finished() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "an unauthenticated connection that keeps asking must still be closed"
+            );
+            let answer = get(&mut client, "/healthz").await;
+            assert!(
+                answer.is_empty() || answer.starts_with("HTTP/1.1 200"),
+                "{answer}"
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        assert!(
+            started.elapsed() >= Duration::from_secs(5),
+            "not before its life is over"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_authenticated_client_is_kept_past_the_unauthenticated_life_until_it_is_idle() {
+        let (mut client, server) = tokio::io::duplex(4096);
+        let (_stop, _evict, task) = serve(server);
+        // Requests at 0 s and 4 s; at 8 s the connection is past its unauthenticated life
+        // and not idle for 20 s: it must still be open.
         for _ in 0..2 {
-            client
-                .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-                .await
-                .unwrap();
-            let mut answer = vec![0u8; 256];
-            let n = client.read(&mut answer).await.unwrap();
-            let text = String::from_utf8_lossy(&answer[..n]);
-            assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+            let answer = get(&mut client, "/authed").await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
             tokio::time::sleep(Duration::from_secs(4)).await;
         }
         assert!(
             !task.is_finished(),
-            "a connection that asked is not cut off"
+            "a connection that authenticated is kept"
         );
-        stop.send(true).unwrap();
-        task.await.unwrap();
+        // Idle HTTP/1 closes at the header limit (5 s here) or the idle limit, whichever comes
+        // first.
+        closed_within(
+            task,
+            Duration::from_secs(60),
+            "an idle connection must be closed",
+        )
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http2_connections_close_when_idle_and_not_while_a_watch_streams() {
+        use http_body_util::BodyExt;
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (_stop, _evict, task) = serve(server);
+        let (mut sender, connection) =
+            hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .handshake::<_, http_body_util::Empty<bytes::Bytes>>(TokioIo::new(client))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let request = |path: &str| {
+            hyper::Request::get(format!("http://x{path}"))
+                .body(http_body_util::Empty::new())
+                .unwrap()
+        };
+        let answer = sender.send_request(request("/authed")).await.unwrap();
+        assert_eq!(
+            answer.into_body().collect().await.unwrap().to_bytes(),
+            "yes"
+        );
+        // A watch: its stream is a request in flight, for much longer than the idle limit.
+        let watch = sender.send_request(request("/watch")).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert!(
+            !task.is_finished(),
+            "a streaming watch keeps its connection"
+        );
+        // Once it ends, the connection is idle and closed.
+        drop(watch);
+        closed_within(
+            task,
+            Duration::from_secs(60),
+            "an idle HTTP/2 connection must be closed",
+        )
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_evicted_connection_closes() {
+        let (mut client, server) = tokio::io::duplex(4096);
+        let (_stop, evict, task) = serve(server);
+        assert!(
+            get(&mut client, "/healthz")
+                .await
+                .starts_with("HTTP/1.1 200")
+        );
+        evict.send(()).unwrap();
+        closed_within(
+            task,
+            Duration::from_secs(1),
+            "an evicted connection must close",
+        )
+        .await;
+    }
+
+    #[test]
+    fn new_unauthenticated_connections_close_the_oldest_beyond_the_share() {
+        let pending = Pending::default();
+        let mut first = pending.add(1, 2);
+        let mut second = pending.add(2, 2);
+        pending.remove(2); // authenticated
+        let mut third = pending.add(3, 2);
+        assert!(first.try_recv().is_err(), "two pending: room for the third");
+        assert!(matches!(
+            second.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        ));
+        let _fourth = pending.add(4, 2);
+        assert_eq!(first.try_recv(), Ok(()), "the oldest makes way");
+        assert!(third.try_recv().is_err());
+        assert_eq!(Limits::unauthenticated_share(8), 2);
+        assert_eq!(Limits::unauthenticated_share(1), 1);
     }
 
     #[test]
@@ -223,5 +595,6 @@ mod tests {
         let files = open_file_limit().unwrap_or(1024);
         assert!((limits.max_connections as u64) < files.max(16));
         assert!(limits.max_connections >= 8);
+        assert!(limits.unauthenticated < limits.max_connections);
     }
 }

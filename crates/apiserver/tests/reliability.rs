@@ -419,6 +419,7 @@ async fn idle_connections_cannot_take_the_server_away_from_health_checks() {
             max_connections: 8,
             handshake: Duration::from_millis(500),
             headers: Duration::from_secs(1),
+            ..apiserver::listener::Limits::for_this_process()
         },
         ..Default::default()
     })
@@ -438,6 +439,57 @@ async fn idle_connections_cannot_take_the_server_away_from_health_checks() {
     .expect("healthz never answered");
     assert_eq!((code, body.as_str()), (200, "ok"));
     drop(idle);
+}
+
+#[tokio::test]
+async fn health_checks_without_a_token_cannot_keep_the_slots_an_authenticated_client_needs() {
+    // Eight clients without a token, each on its own kept-alive connection, asking /healthz
+    // every 200 ms (well under the 30 s header limit that closes idle HTTP/1 connections),
+    // against --max-connections 8: before, they held every slot and kubectl waited forever.
+    let s = start(apiserver::Config {
+        listener: apiserver::listener::Limits {
+            max_connections: 8,
+            unauthenticated: apiserver::listener::Limits::unauthenticated_share(8),
+            ..apiserver::listener::Limits::for_this_process()
+        },
+        ..Default::default()
+    })
+    .await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut holders = Vec::new();
+    for _ in 0..8 {
+        let anonymous = client_for(&s.server, false).await;
+        let stop = stop.clone();
+        holders.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let request = http::Request::get("/healthz").body(Vec::new()).unwrap();
+                // Answered, or cut off to make room: either way it asks again.
+                let _ = anonymous.request_text(request).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A client with a token gets in within the deadline (a try cut off while it was still
+    // unauthenticated by a burst of new connections is tried again, as client-go does).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let fresh = client_for(&s.server, true).await;
+        let api: Api<ConfigMap> = Api::namespaced(fresh, "default");
+        match tokio::time::timeout(Duration::from_secs(5), api.list(&ListParams::default())).await {
+            Ok(Ok(_)) => break,
+            Ok(Err(error)) => eprintln!("try failed: {error}"),
+            Err(_) => eprintln!("try timed out"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an authenticated client never got a connection slot"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for holder in holders {
+        holder.await.unwrap();
+    }
 }
 
 #[tokio::test]

@@ -73,7 +73,9 @@ struct ApiserverArgs {
     #[arg(long, default_value = "volstack.kubeconfig")]
     kubeconfig: std::path::PathBuf,
     /// Most connections open at once (default: below the process's open-file limit, at most
-    /// 4096); further clients wait in the kernel's backlog.
+    /// 4096); further clients wait in the kernel's backlog. A quarter of them (at least one)
+    /// may be connections that have made no request with a valid token yet: a new one closes
+    /// the oldest, and each lives at most 15 s.
     #[arg(long)]
     max_connections: Option<usize>,
     /// Time a client has to complete the TLS handshake (Go duration).
@@ -151,6 +153,7 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     if let Some(max) = args.max_connections {
         anyhow::ensure!(max > 0, "--max-connections must be at least 1");
         listener.max_connections = max;
+        listener.unauthenticated = apiserver::listener::Limits::unauthenticated_share(max);
     }
     listener.handshake = args.tls_handshake_timeout;
     let static_tokens = match &args.token_auth_file {

@@ -132,7 +132,7 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
                 Attributes::NonResource { .. } => ("", String::new()),
             };
             count(&app, verb, resource, error.code, &client);
-            return error.into_response();
+            return authenticated(error.into_response());
         }
     };
     let (verb, resource, response) = crate::auth::REQUESTER
@@ -140,6 +140,14 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
         .await;
     let code = response.status().as_u16();
     count(&app, verb, resource, code, &client);
+    authenticated(response)
+}
+
+/// Marks the answer to a request with a valid token: its connection keeps its slot.
+fn authenticated(mut response: Response) -> Response {
+    response
+        .extensions_mut()
+        .insert(crate::listener::Authenticated);
     response
 }
 
