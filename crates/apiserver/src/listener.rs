@@ -3,8 +3,8 @@
 //! each request's headers, and a pause after accept errors (running out of file descriptors
 //! must not turn the loop into a spin).
 //!
-//! A connection is *unauthenticated* until a response on it carries [`Authenticated`] (the
-//! handler marks every response to a request with a valid token). Unauthenticated connections
+//! A connection is *unauthenticated* until the handler finds a request on it with a valid token
+//! and says so through [`Authenticated`]. Unauthenticated connections
 //! (which every connection is at first) hold at most [`Limits::unauthenticated`] slots, the
 //! oldest making way for a new one, and live at most [`Limits::unauthenticated_life`] from
 //! accept: health checks without a token, or clients that say nothing, cannot keep the slots
@@ -77,10 +77,29 @@ fn open_file_limit() -> Option<u64> {
     line.split_whitespace().nth(3)?.parse().ok()
 }
 
-/// A response extension the handler sets on the answer to a request with a valid token: its
-/// connection is no longer unauthenticated.
-#[derive(Debug, Clone, Copy)]
-pub struct Authenticated;
+/// A request extension the listener sets: the handler calls [`Authenticated::mark`] as soon as
+/// it has found the request's token valid (before it is served: a slow first request still
+/// counts), and the connection is no longer unauthenticated.
+#[derive(Clone)]
+pub struct Authenticated {
+    activity: Arc<Activity>,
+    on_authenticated: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Authenticated {
+    /// The connection made a request with a valid token.
+    pub fn mark(&self) {
+        if self.activity.authenticate() {
+            (self.on_authenticated)();
+        }
+    }
+}
+
+impl std::fmt::Debug for Authenticated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticated").finish_non_exhaustive()
+    }
+}
 
 /// The unauthenticated connections, oldest first, each with the sender that closes it.
 #[derive(Debug, Default)]
@@ -138,10 +157,13 @@ impl Activity {
         self.changed.notify_one();
     }
 
-    fn authenticate(&self) {
-        if !self.authenticated.swap(true, Ordering::SeqCst) {
+    /// Whether this call authenticated it (false: it was already).
+    fn authenticate(&self) -> bool {
+        let first = !self.authenticated.swap(true, Ordering::SeqCst);
+        if first {
             self.changed.notify_one();
         }
+        first
     }
 
     /// Resolves when the connection has been unauthenticated past `life` from `accepted`, or
@@ -268,7 +290,7 @@ pub async fn accept_loop(
                     limits,
                     accepted,
                     evicted,
-                    on_authenticated: Box::new(move || on_authenticated.remove(id)),
+                    on_authenticated: Arc::new(move || on_authenticated.remove(id)),
                 };
                 connection.serve(tls, stop).await;
             }
@@ -285,8 +307,8 @@ struct Connection {
     accepted: Instant,
     /// Fires when newer unauthenticated connections need its slot.
     evicted: oneshot::Receiver<()>,
-    /// Called once, when a response on it is [`Authenticated`].
-    on_authenticated: Box<dyn Fn() + Send + Sync>,
+    /// Called once, when a request on it is [`Authenticated`].
+    on_authenticated: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl Connection {
@@ -304,27 +326,23 @@ impl Connection {
         } = self;
         let activity = Arc::new(Activity::new());
         let inner = TowerToHyperService::new(router);
-        let on_authenticated = Arc::new(on_authenticated);
+        let mark = Authenticated {
+            activity: activity.clone(),
+            on_authenticated,
+        };
         let tracker = activity.clone();
-        let service = hyper::service::service_fn(move |request| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
             tracker.started();
+            request.extensions_mut().insert(mark.clone());
+            // Counted from the request until its body is done, whatever happens between.
+            let guard = Tracked {
+                inner: (),
+                activity: tracker.clone(),
+            };
             let answer = hyper::service::Service::call(&inner, request);
             let tracker = tracker.clone();
-            let on_authenticated = on_authenticated.clone();
             async move {
-                // Counted from the request until its body is done, whatever happens between.
-                let guard = Tracked {
-                    inner: (),
-                    activity: tracker.clone(),
-                };
-                let response = answer.await?;
-                if response.extensions().get::<Authenticated>().is_some()
-                    && !tracker.authenticated.load(Ordering::SeqCst)
-                {
-                    tracker.authenticate();
-                    on_authenticated();
-                }
-                let response = response.map(|body| Tracked {
+                let response = answer.await?.map(|body| Tracked {
                     inner: body,
                     activity: tracker.clone(),
                 });
@@ -378,26 +396,27 @@ mod tests {
         }
     }
 
-    /// `/healthz` answers anyone; `/authed` answers as the handler does a request with a
-    /// valid token; `/watch` is authenticated and its body never ends.
+    /// `/healthz` answers anyone; `/authed` marks its connection as the handler does for a
+    /// request with a valid token; `/watch` too, and its body never ends.
     fn router() -> axum::Router {
-        use axum::response::IntoResponse;
-        let authed = |response: axum::response::Response| {
-            let mut response = response;
-            response.extensions_mut().insert(Authenticated);
-            response
+        let authed = |request: &axum::extract::Request| {
+            request.extensions().get::<Authenticated>().unwrap().mark();
         };
         axum::Router::new()
             .route("/healthz", axum::routing::get(|| async { "ok" }))
             .route(
                 "/authed",
-                axum::routing::get(move || async move { authed("yes".into_response()) }),
+                axum::routing::get(move |request: axum::extract::Request| async move {
+                    authed(&request);
+                    "yes"
+                }),
             )
             .route(
                 "/watch",
-                axum::routing::get(move || async move {
+                axum::routing::get(move |request: axum::extract::Request| async move {
+                    authed(&request);
                     let never = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
-                    authed(axum::body::Body::from_stream(never).into_response())
+                    axum::body::Body::from_stream(never)
                 }),
             )
     }
@@ -418,7 +437,7 @@ mod tests {
             limits: limits(),
             accepted: Instant::now(),
             evicted,
-            on_authenticated: Box::new(|| {}),
+            on_authenticated: Arc::new(|| {}),
         };
         let task = tokio::spawn(connection.serve(server_side, stopped));
         (stop, evict, task)

@@ -107,6 +107,10 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
         );
         return response;
     };
+    // A valid token: its connection keeps its slot (see the listener).
+    if let Some(connection) = request.extensions().get::<crate::listener::Authenticated>() {
+        connection.mark();
+    }
     let client = access::client_label(request.headers());
     let query = Query::parse(request.uri().query());
     let attributes = attributes::of_request(
@@ -132,7 +136,7 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
                 Attributes::NonResource { .. } => ("", String::new()),
             };
             count(&app, verb, resource, error.code, &client);
-            return authenticated(error.into_response());
+            return error.into_response();
         }
     };
     let (verb, resource, response) = crate::auth::REQUESTER
@@ -140,14 +144,6 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
         .await;
     let code = response.status().as_u16();
     count(&app, verb, resource, code, &client);
-    authenticated(response)
-}
-
-/// Marks the answer to a request with a valid token: its connection keeps its slot.
-fn authenticated(mut response: Response) -> Response {
-    response
-        .extensions_mut()
-        .insert(crate::listener::Authenticated);
     response
 }
 
