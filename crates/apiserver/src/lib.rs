@@ -162,6 +162,11 @@ impl RunningServer {
     pub fn set_faults(&self, rules: Vec<faults::FaultRule>) {
         *self.app.faults.lock() = rules;
     }
+    /// Seeds the draws that decide whether a fault with a probability fires: the same seed
+    /// and the same requests in the same order fire the same faults.
+    pub fn set_fault_seed(&self, seed: u64) {
+        *self.app.fault_draws.lock() = rand::SeedableRng::seed_from_u64(seed);
+    }
     /// Closes every open watch (of one resource, or all); clients re-list or resume.
     pub fn close_watches(&self, resource: Option<&str>) {
         self.app.close_open_watches(resource.unwrap_or("*"));

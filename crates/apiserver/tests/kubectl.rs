@@ -6,7 +6,7 @@ mod common;
 
 use common::{Fixture, kubectl, start};
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const CLAIM: &str = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n";
@@ -126,30 +126,56 @@ async fn kubectl_works_against_the_server() {
 
 #[tokio::test]
 async fn kubectl_get_watch_streams_changes() {
+    use std::io::BufRead;
     let f = start().await;
-    let kubeconfig = f.kubeconfig.clone();
-    let watcher = std::thread::spawn(move || {
-        Command::new("timeout")
-            .args([
-                "4",
-                "kubectl",
-                &format!("--kubeconfig={}", kubeconfig.display()),
-                "get",
-                "pvc",
-                "-w",
-            ])
-            .output()
-            .unwrap()
-    });
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let first = CLAIM.replace("name: data", "name: first");
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&first)).await;
+    assert!(ok, "{err}");
+    let mut watcher = Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", f.kubeconfig.display()))
+        .args(["get", "pvc", "-w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Every line kubectl prints, from either stream, as it comes.
+    // (The server runs on this test's thread: waiting here must not block it.)
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    for stream in [
+        Box::new(watcher.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(watcher.stderr.take().unwrap()),
+    ] {
+        let tx = lines_tx.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let mut seen = Vec::new();
+    let mut wait_for_line = async |what: &str, wanted: &dyn Fn(&str) -> bool| {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match tokio::time::timeout_at(deadline, lines.recv()).await {
+                Ok(Some(line)) if wanted(&line) => return line,
+                Ok(Some(line)) => seen.push(line),
+                Ok(None) => panic!("kubectl exited before it printed {what}; it printed {seen:?}"),
+                Err(_) => panic!("kubectl never printed {what}; it printed {seen:?}"),
+            }
+        }
+    };
+    // The list (of one claim) is printed: a claim created now can only come through the
+    // watch.
+    wait_for_line("the listed claim", &|l| l.starts_with("first ")).await;
     let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(CLAIM)).await;
     assert!(ok, "{err}");
-    let out = watcher.join().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("data"),
-        "the watch printed the new claim: {text}"
-    );
+    let line = wait_for_line("the new claim", &|l| l.starts_with("data ")).await;
+    assert!(line.contains("Pending"), "{line}");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
 }
 
 #[tokio::test]

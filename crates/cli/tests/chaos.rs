@@ -2,7 +2,9 @@
 //! killed with SIGKILL at random moments, the driver fails about 20% of calls and the API
 //! server fails PV creates and Lease updates (500) and PV patches (409) 10% of the time; in one
 //! variant half of the claims clone a claim or restore a snapshot. Each run takes under ten
-//! seconds here, so all run in CI; `cargo test -p cli --test chaos -- --nocapture` prints the
+//! seconds here, so all run in CI. Every random choice (kills, pauses, the driver's and the API
+//! server's fault draws) comes from one seed, printed at the start; `CHAOS_SEED=N` replays it
+//! (the order of concurrent calls still varies). `cargo test -p cli --test chaos -- --nocapture` prints the
 //! figures.
 
 #![allow(clippy::unwrap_used)]
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use common::Cluster;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams};
+use rand::Rng;
 use serde_json::json;
 
 /// Half of the claims copy something: a quarter clone a source claim, a quarter restore a
@@ -109,6 +112,9 @@ async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool, reco
     if copies {
         copy_sources(&c).await;
     }
+    let mut rng = c.seed_chaos(&format!(
+        "chaos (replicas {replicas}, pv controller {pv_controller}, copies {copies}, {recovery})"
+    ));
     c.faults("CreateVolume=error:UNAVAILABLE:0.1:after\nDeleteVolume=error:DEADLINE_EXCEEDED:0.1\n*=error:UNAVAILABLE:0.05\n");
     c.stack.server.set_faults(
         serde_json::from_value(json!([
@@ -153,10 +159,10 @@ async fn run_chaos_with(replicas: usize, pv_controller: bool, copies: bool, reco
                     .unwrap();
             }
         }
-        if rand::random::<f64>() < 0.04 {
+        if rng.random::<f64>() < 0.04 {
             c.kill_provisioner();
             kills += 1;
-            tokio::time::sleep(Duration::from_millis(rand::random_range(0..300))).await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
             c.start_provisioner();
         }
         if c.ensure_running() {

@@ -14,6 +14,7 @@ use common::Cluster;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use provisioner::volume_sets::types::{LABEL_SET, PersistentVolumeSet};
+use rand::Rng;
 use serde_json::json;
 
 const FLAGS: [&str; 1] = ["--enable-volume-sets"];
@@ -291,6 +292,7 @@ async fn sets_under_chaos(recovery: &str) {
     )
     .await;
     c.class("pool", json!({})).await;
+    let mut rng = c.seed_chaos("volume set chaos");
     c.faults("CreateVolume=error:UNAVAILABLE:0.2:after\nDeleteVolume=error:DEADLINE_EXCEEDED:0.2\n*=error:UNAVAILABLE:0.05\n");
     make_set(&c, "chaos", 8, 12, "1Mi").await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
@@ -306,10 +308,10 @@ async fn sets_under_chaos(recovery: &str) {
                 .delete(&format!("c-{}", round - 5), &DeleteParams::default())
                 .await;
         }
-        if rand::random::<f64>() < 0.3 {
+        if rng.random::<f64>() < 0.3 {
             c.kill_provisioner();
             kills += 1;
-            tokio::time::sleep(Duration::from_millis(rand::random_range(0..200))).await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..200))).await;
             c.start_provisioner();
         }
         c.ensure_running();

@@ -69,7 +69,8 @@ pub struct DriverArgs {
     #[arg(long, value_enum, default_value_t = PublishMode::Auto)]
     pub publish_mode: PublishMode,
     /// Fault to inject, METHOD=RULE[,RULE..] with RULE one of latency:DURATION,
-    /// error:CODE[:PROBABILITY][:after], hang (repeatable; METHOD `*` matches every method).
+    /// error:CODE[:PROBABILITY][:after], hang (repeatable; METHOD `*` matches every method);
+    /// `seed=N` seeds the draws of the probabilities, so a run can be replayed.
     #[arg(long = "fault", value_name = "METHOD=RULES")]
     pub faults: Vec<String>,
     /// A secret a method requires, METHOD:KEY=VALUE (repeatable): calls of METHOD whose

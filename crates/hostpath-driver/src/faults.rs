@@ -58,6 +58,8 @@ pub struct FaultRule {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FaultSet {
     rules: BTreeMap<String, FaultRule>,
+    /// `seed=N`: the draws of the probabilities start from this seed (a run can be replayed).
+    seed: Option<u64>,
 }
 
 impl FaultSet {
@@ -66,15 +68,23 @@ impl FaultSet {
         lines: impl IntoIterator<Item = &'a str>,
     ) -> Result<Self, FaultParseError> {
         let mut rules = BTreeMap::new();
+        let mut seed = None;
         for line in lines {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
+            if let Some(value) = line.strip_prefix("seed=") {
+                seed = Some(value.trim().parse::<u64>().map_err(|_| FaultParseError {
+                    rule: line.to_string(),
+                    reason: "seed must be an unsigned integer".to_string(),
+                })?);
+                continue;
+            }
             let (method, rule) = parse_rule(line)?;
             rules.insert(method, rule);
         }
-        Ok(FaultSet { rules })
+        Ok(FaultSet { rules, seed })
     }
 
     /// The rule for a method: its own, else the `*` rule.
@@ -163,6 +173,15 @@ pub struct Faults {
     file: Option<PathBuf>,
     cache: Mutex<FileCache>,
     hang_poll: Duration,
+    draws: Mutex<Draws>,
+}
+
+/// The draws that decide whether an error with a probability fires, and the seed they
+/// started from (None: from the OS).
+#[derive(Debug)]
+struct Draws {
+    seed: Option<u64>,
+    rng: rand::rngs::StdRng,
 }
 
 #[derive(Debug, Default)]
@@ -188,7 +207,36 @@ impl Faults {
             file,
             cache: Mutex::new(FileCache::default()),
             hang_poll,
+            draws: Mutex::new(Draws {
+                seed: None,
+                rng: rand::SeedableRng::from_os_rng(),
+            }),
         }
+    }
+
+    /// The seed of the faults in force (the control file's while it exists, else the flags').
+    fn seed(&self) -> Option<u64> {
+        if self.file.is_some()
+            && let Some(set) = &self.cache.lock().set
+        {
+            return set.seed;
+        }
+        self.from_flags.seed
+    }
+
+    /// The next draw in [0, 1): a new seed starts the sequence again.
+    fn draw(&self) -> f64 {
+        use rand::Rng;
+        let seed = self.seed();
+        let mut draws = self.draws.lock();
+        if draws.seed != seed {
+            draws.seed = seed;
+            draws.rng = match seed {
+                Some(seed) => rand::SeedableRng::seed_from_u64(seed),
+                None => rand::SeedableRng::from_os_rng(),
+            };
+        }
+        draws.rng.random::<f64>()
     }
 
     /// The rule currently in force for a method.
@@ -245,7 +293,7 @@ impl Faults {
         let Some(error) = rule.error else {
             return Ok(Injection::Proceed);
         };
-        if error.probability < 1.0 && rand::random::<f64>() >= error.probability {
+        if error.probability < 1.0 && self.draw() >= error.probability {
             return Ok(Injection::Proceed);
         }
         let status = tonic::Status::new(
@@ -386,6 +434,33 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(matches!(result, Ok(Injection::Proceed)));
+    }
+
+    #[tokio::test]
+    async fn a_seed_replays_the_same_faults() {
+        let run = |lines: &'static [&'static str]| async move {
+            let faults = Faults::new(
+                FaultSet::parse_lines(lines.iter().copied()).unwrap(),
+                None,
+                Duration::from_millis(5),
+            );
+            let mut fired = Vec::new();
+            for _ in 0..64 {
+                fired.push(faults.inject("CreateVolume").await.is_err());
+            }
+            fired
+        };
+        let seeded = &["seed=42", "CreateVolume=error:INTERNAL:0.5"];
+        let first = run(seeded).await;
+        assert_eq!(
+            run(seeded).await,
+            first,
+            "the same seed fires the same faults"
+        );
+        assert!(first.contains(&true) && first.contains(&false), "{first:?}");
+        let other = run(&["seed=43", "CreateVolume=error:INTERNAL:0.5"]).await;
+        assert_ne!(other, first, "another seed, other faults");
+        assert!(FaultSet::parse_lines(["seed=x"]).is_err());
     }
 
     #[tokio::test]

@@ -1,4 +1,7 @@
-//! Leader election against our API server with injected latency: client-go's semantics.
+//! Leader election: client-go's semantics. The bounds in time (a leader stops within its renew
+//! deadline, a skewed holder's lease is respected for its duration) are checked in paused time
+//! against an in-memory Lease endpoint, so a busy machine cannot make them pass or fail; one
+//! test runs the same election against our API server with a hanging lease call.
 
 #![allow(clippy::unwrap_used)]
 
@@ -6,30 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, PostParams};
-use serde_json::json;
+use kube::api::Api;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
 use sidecar_kit::leader::{ElectionConfig, ElectionError, Elector, LeaderStatus};
-
-async fn server() -> (
-    apiserver::RunningServer,
-    kube::Client,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = apiserver::serve(apiserver::Config::default(), async {
-        let _ = rx.await;
-    })
-    .await
-    .unwrap();
-    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    config.default_retry = false;
-    let client = kube::Client::try_from(config).unwrap();
-    (server, client, stop)
-}
+use tokio::time::Instant;
 
 fn config(identity: &str, lease: u64, renew: Duration, retry: Duration) -> ElectionConfig {
     ElectionConfig {
@@ -41,6 +28,108 @@ fn config(identity: &str, lease: u64, renew: Duration, retry: Duration) -> Elect
         retry_period: retry,
         labels: Default::default(),
         release_on_exit: false,
+    }
+}
+
+/// What the in-memory Lease endpoint does with a call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Answer {
+    /// Serve it.
+    Serve,
+    /// Never answer.
+    Hang,
+    /// 500 at once.
+    Fail,
+}
+
+/// One Lease, `default/election`, served as the API server does (get, create, replace with a
+/// resourceVersion check), with the instant of each successful write.
+#[derive(Default)]
+struct LeaseEndpoint {
+    lease: Mutex<Option<Value>>,
+    version: Mutex<u64>,
+    answer: Mutex<Option<Answer>>,
+    writes: Mutex<Vec<Instant>>,
+}
+
+const COLLECTION: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+
+fn status(code: u16, reason: &str) -> (u16, Value) {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                      "reason": reason, "code": code, "message": reason});
+    (code, body)
+}
+
+impl LeaseEndpoint {
+    fn set(&self, answer: Answer) {
+        *self.answer.lock() = Some(answer);
+    }
+
+    fn serve(&self, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+        let item = format!("{COLLECTION}/election");
+        let mut lease = self.lease.lock();
+        let written = |object: &mut Value, version: &mut u64| {
+            *version += 1;
+            object["metadata"]["resourceVersion"] = json!(version.to_string());
+            object["apiVersion"] = json!("coordination.k8s.io/v1");
+            object["kind"] = json!("Lease");
+            self.writes.lock().push(Instant::now());
+            object.clone()
+        };
+        match (method, path) {
+            ("GET", p) if p == item => match lease.as_ref() {
+                Some(object) => (200, object.clone()),
+                None => status(404, "NotFound"),
+            },
+            ("POST", p) if p == COLLECTION => {
+                if lease.is_some() {
+                    return status(409, "AlreadyExists");
+                }
+                let mut object: Value = serde_json::from_slice(body).unwrap();
+                let stored = written(&mut object, &mut self.version.lock());
+                *lease = Some(stored.clone());
+                (201, stored)
+            }
+            ("PUT", p) if p == item => {
+                let mut object: Value = serde_json::from_slice(body).unwrap();
+                let current = lease
+                    .as_ref()
+                    .map(|l| l["metadata"]["resourceVersion"].clone());
+                if current != Some(object["metadata"]["resourceVersion"].clone()) {
+                    return status(409, "Conflict");
+                }
+                let stored = written(&mut object, &mut self.version.lock());
+                *lease = Some(stored.clone());
+                (200, stored)
+            }
+            _ => status(404, "NotFound"),
+        }
+    }
+
+    /// A client whose every request this endpoint answers.
+    fn client(self: &Arc<Self>) -> kube::Client {
+        let endpoint = self.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let endpoint = endpoint.clone();
+            async move {
+                let method = request.method().to_string();
+                let path = request.uri().path().to_string();
+                let body = request.into_body().collect().await.unwrap().to_bytes();
+                let answer = endpoint.answer.lock().unwrap_or(Answer::Serve);
+                let (code, value) = match answer {
+                    Answer::Serve => endpoint.serve(&method, &path, &body),
+                    Answer::Fail => status(500, "InternalError"),
+                    Answer::Hang => std::future::pending().await,
+                };
+                let response = http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(value.to_string())))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        kube::Client::new(service, "default")
     }
 }
 
@@ -60,6 +149,18 @@ type Leading = (
     tokio::task::JoinHandle<Result<(), ElectionError>>,
 );
 
+/// Waits until `status` leads, failing after `within` (of the test's clock).
+async fn wait_to_lead(status: &LeaderStatus, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !status.is_leader() {
+        assert!(
+            Instant::now() < deadline,
+            "did not become leader within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Runs `elector` until it leads, with work that ignores the stop signal (like a write stuck
 /// in a slow API call).
 async fn lead_with_stubborn_work(elector: Elector) -> Leading {
@@ -73,21 +174,14 @@ async fn lead_with_stubborn_work(elector: Elector) -> Leading {
         },
         std::future::pending::<()>(),
     ));
-    while !status.is_leader() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_to_lead(&status, Duration::from_secs(60)).await;
     (status, stopped, run)
 }
 
-/// Makes every lease call meet `fault` and waits for the leader to lose: its run ends with
-/// `Lost`, its work was stopped and its status says it does not lead.
-async fn lose_under(
-    server: &apiserver::RunningServer,
-    fault: serde_json::Value,
-    (status, stopped, run): Leading,
-) {
-    server.set_faults(serde_json::from_value(json!([fault])).unwrap());
-    let outcome = tokio::time::timeout(Duration::from_secs(30), run)
+/// Waits for the leader to lose: its run ends with `Lost`, its work was stopped and its status
+/// says it does not lead.
+async fn lose((status, stopped, run): Leading, within: Duration) {
+    let outcome = tokio::time::timeout(within, run)
         .await
         .expect("the leader kept leading while its renewals failed")
         .unwrap();
@@ -102,80 +196,35 @@ async fn lose_under(
     assert!(!status.is_leader());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_leader_whose_renewals_hang_stops_its_work_within_the_renew_deadline() {
-    let (server, client, _stop) = server().await;
-    // Lease 8 s, renew deadline 1 s: the leader must stop before its lease could expire for
-    // the other replicas (8 s after its last renewal), which is the safety property itself.
+    let endpoint = Arc::new(LeaseEndpoint::default());
+    // Lease 8 s, renew deadline 1 s: the leader must stop within 1 s of its last renewal,
+    // before its lease could expire for the other replicas (8 s after it).
     let elector = Elector::new(
-        client,
+        endpoint.client(),
         config("me", 8, Duration::from_secs(1), Duration::from_millis(200)),
     );
     let leading = lead_with_stubborn_work(elector).await;
-    let hung_at = tokio::time::Instant::now();
-    // The renew call hangs for a minute; the leader must give up well before that.
-    lose_under(
-        &server,
-        json!({"resource": "leases", "verb": "*", "latency_ms": 60_000}),
-        leading,
-    )
-    .await;
-    let took = hung_at.elapsed();
+    endpoint.set(Answer::Hang);
+    lose(leading, Duration::from_secs(60)).await;
+    let last_renewal = *endpoint.writes.lock().last().unwrap();
+    let took = last_renewal.elapsed();
     assert!(
-        took < Duration::from_secs(8),
-        "the leader stopped {took:?} after its renewals hung: another replica could have led by then"
+        took <= Duration::from_secs(1),
+        "the leader stopped {took:?} after its last renewal; its renew deadline is 1 s"
     );
 }
 
-#[tokio::test]
-async fn a_lease_renewed_by_a_skewed_clock_is_respected_for_its_duration_from_observation() {
-    let (_server, client, _stop) = server().await;
-    // The holder's clock is an hour behind: its renewTime looks expired to ours.
-    let renewed =
-        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
-    let lease: Lease = serde_json::from_value(json!({
-        "metadata": {"name": "election"},
-        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 2,
-                 "acquireTime": renewed.to_string(), "renewTime": renewed.to_string(),
-                 "leaseTransitions": 0}
-    }))
-    .unwrap();
-    Api::<Lease>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &lease)
-        .await
-        .unwrap();
-    let elector = Elector::new(
-        client,
-        config("me", 2, Duration::from_secs(1), Duration::from_millis(100)),
-    );
-    let status = elector.status();
-    let started = tokio::time::Instant::now();
-    let _run = tokio::spawn(elector.run(
-        |_stop| async move {
-            std::future::pending::<()>().await;
-        },
-        std::future::pending::<()>(),
-    ));
-    while !status.is_leader() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // It may only take over once it has itself seen the record unchanged for 2 s.
-    assert!(
-        started.elapsed() >= Duration::from_secs(2),
-        "took over after {:?}",
-        started.elapsed()
-    );
-}
-
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_leader_whose_renewals_fail_at_once_stops_at_its_renew_deadline() {
-    let (server, client, _stop) = server().await;
+    let endpoint = Arc::new(LeaseEndpoint::default());
     // Renew deadline 2 s, retry period 1.6 s (client-go accepts it: 2 > 1.2 × 1.6): the
     // renewal 1.6 s after the last one fails at once and leaves 0.4 s. The leader must stop
     // at the deadline, not after sleeping another retry period (3.2 s after its last
     // renewal).
     let elector = Elector::new(
-        client.clone(),
+        endpoint.client(),
         config(
             "me",
             10,
@@ -184,22 +233,85 @@ async fn a_leader_whose_renewals_fail_at_once_stops_at_its_renew_deadline() {
         ),
     );
     let leading = lead_with_stubborn_work(elector).await;
-    lose_under(
-        &server,
-        json!({"resource": "leases", "verb": "*", "error": 500}),
-        leading,
-    )
-    .await;
-    let stopped_at = k8s_openapi::jiff::Timestamp::now();
-    server.set_faults(Vec::new());
+    endpoint.set(Answer::Fail);
+    lose(leading, Duration::from_secs(60)).await;
+    let last_renewal = *endpoint.writes.lock().last().unwrap();
+    let after = last_renewal.elapsed();
+    assert!(
+        after <= Duration::from_secs(2),
+        "the leader stopped {after:?} after its last renewal; its renew deadline is 2 s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_renewed_by_a_skewed_clock_is_respected_for_its_duration_from_observation() {
+    let endpoint = Arc::new(LeaseEndpoint::default());
+    // The holder's clock is an hour behind: its renewTime looks expired to ours.
+    let renewed =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
+    *endpoint.lease.lock() = Some(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "election", "namespace": "default", "resourceVersion": "1"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 2,
+                 "acquireTime": renewed.to_string(), "renewTime": renewed.to_string(),
+                 "leaseTransitions": 0}
+    }));
+    let elector = Elector::new(
+        endpoint.client(),
+        config("me", 2, Duration::from_secs(1), Duration::from_millis(100)),
+    );
+    let status = elector.status();
+    let started = Instant::now();
+    let _run = tokio::spawn(elector.run(
+        |_stop| async move {
+            std::future::pending::<()>().await;
+        },
+        std::future::pending::<()>(),
+    ));
+    wait_to_lead(&status, Duration::from_secs(60)).await;
+    // It may only take over once it has itself seen the record unchanged for 2 s.
+    let waited = *endpoint.writes.lock().first().unwrap() - started;
+    assert!(
+        waited >= Duration::from_secs(2),
+        "took over after {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn against_our_api_server_a_hanging_lease_call_does_not_keep_a_leader_leading() {
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = apiserver::serve(apiserver::Config::default(), async {
+        let _ = rx.await;
+    })
+    .await
+    .unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
+    let mut config_ = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    config_.default_retry = false;
+    let client = kube::Client::try_from(config_).unwrap();
+    let elector = Elector::new(
+        client.clone(),
+        config("me", 8, Duration::from_secs(1), Duration::from_millis(200)),
+    );
+    let leading = lead_with_stubborn_work(elector).await;
     let lease = Api::<Lease>::namespaced(client, "default")
         .get("election")
         .await
         .unwrap();
-    let renewed = lease.spec.and_then(|s| s.renew_time).unwrap().0;
-    let after = stopped_at.duration_since(renewed).as_secs_f64();
-    assert!(
-        after < 2.8,
-        "the leader stopped {after:.2} s after its last renewal; its renew deadline is 2 s"
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("me")
     );
+    // Every lease call now takes an hour: a leader that waited for its renewal would still
+    // lead when the test gives up; one that keeps to its deadline has stopped.
+    server.set_faults(
+        serde_json::from_value(
+            json!([{"resource": "leases", "verb": "*", "latency_ms": 3_600_000}]),
+        )
+        .unwrap(),
+    );
+    lose(leading, Duration::from_secs(120)).await;
+    let _ = stop.send(());
 }

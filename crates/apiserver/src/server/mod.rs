@@ -72,6 +72,9 @@ pub struct App {
     pub address: Mutex<Option<SocketAddr>>,
     /// Injected faults (empty: none).
     pub faults: Mutex<Vec<crate::faults::FaultRule>>,
+    /// The draws that decide whether a fault with a probability fires (seedable, so a chaos
+    /// run can be replayed).
+    pub fault_draws: Mutex<rand::rngs::StdRng>,
     /// Bumped to close open watches: (resource or `*`, nonce).
     pub close_watches: tokio::sync::watch::Sender<(String, u64)>,
 }
@@ -252,9 +255,10 @@ async fn dispatch(
             let resource = target.rt.plural.clone();
             let verb = verb_of(&method, target.name.is_some(), query.flag("watch"));
             let rules = app.faults.lock().clone();
-            if let Some(injection) =
-                crate::faults::decide(&rules, &resource, verb, rand::random::<f64>())
-            {
+            if let Some(injection) = crate::faults::decide(&rules, &resource, verb, {
+                use rand::Rng;
+                app.fault_draws.lock().random::<f64>()
+            }) {
                 if injection.latency_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(injection.latency_ms)).await;
                 }
@@ -534,6 +538,7 @@ pub async fn new_app(
         requests: Mutex::new(BTreeMap::new()),
         address: Mutex::new(None),
         faults: Mutex::new(Vec::new()),
+        fault_draws: Mutex::new(rand::SeedableRng::from_os_rng()),
         close_watches: tokio::sync::watch::channel((String::new(), 0)).0,
     });
     refresh_crds(&app);

@@ -23,8 +23,23 @@ pub struct Cluster {
     pub provisioner_args: Vec<String>,
     /// Environment of the provisioner process (NAMESPACE, POD_NAME, NODE_NAME).
     pub provisioner_env: Vec<(String, String)>,
+    /// The chaos seed, written into the driver's fault file (see [`Cluster::seed_chaos`]).
+    fault_seed: std::sync::Mutex<Option<u64>>,
     /// Last: removed after everything using it has stopped.
     pub dir: tempfile::TempDir,
+}
+
+/// The seed of a chaos run: `CHAOS_SEED` when set, else a new one; printed with how to
+/// replay it.
+pub fn chaos_seed(test: &str) -> u64 {
+    let seed = match std::env::var("CHAOS_SEED") {
+        Ok(text) => text
+            .parse()
+            .expect("CHAOS_SEED must be an unsigned integer"),
+        Err(_) => rand::random(),
+    };
+    eprintln!("{test}: seed {seed} (replay with CHAOS_SEED={seed})");
+    seed
 }
 
 impl Drop for Cluster {
@@ -79,6 +94,7 @@ impl Cluster {
             provisioner: None,
             provisioner_args: args,
             provisioner_env: vec![("NAMESPACE".into(), "kube-system".into())],
+            fault_seed: std::sync::Mutex::new(None),
         };
         cluster.start_provisioner();
         cluster
@@ -137,9 +153,25 @@ impl Cluster {
         std::fs::read_to_string(self.dir.path().join("provisioner.log")).unwrap_or_default()
     }
 
-    /// Replaces the driver's fault control file.
+    /// Replaces the driver's fault control file (seeded when the run is:
+    /// [`Cluster::seed_chaos`]).
     pub fn faults(&self, text: &str) {
-        write_faults(self.dir.path(), text);
+        match *self.fault_seed.lock().unwrap() {
+            Some(seed) if !text.is_empty() => {
+                write_faults(self.dir.path(), &format!("seed={seed}\n{text}"))
+            }
+            _ => write_faults(self.dir.path(), text),
+        }
+    }
+
+    /// Seeds every random choice of a chaos run: the driver's and the API server's fault
+    /// draws, and the returned generator for the test's own choices. The seed is
+    /// `CHAOS_SEED` when set (to replay a run), else a new one; it is printed either way.
+    pub fn seed_chaos(&self, test: &str) -> rand::rngs::StdRng {
+        let seed = chaos_seed(test);
+        self.stack.server.set_fault_seed(seed);
+        *self.fault_seed.lock().unwrap() = Some(seed);
+        rand::SeedableRng::seed_from_u64(seed)
     }
 
     pub async fn driver_volumes(&self) -> usize {

@@ -361,22 +361,40 @@ mod tests {
         assert_eq!(worded.state().len(), 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn ready_once_the_first_list_is_in() {
+        // Paused time: a wait that times out here does so because nothing could make it
+        // resolve, not because the machine was slow.
+        let not_ready = |store: &CompactStore<PersistentVolume>| {
+            let store = store.clone();
+            async move {
+                tokio::time::timeout(std::time::Duration::from_secs(1), store.wait_until_ready())
+                    .await
+                    .is_err()
+            }
+        };
         let (store, mut writer) = CompactStore::<PersistentVolume>::new();
         let waiting = tokio::spawn({
             let store = store.clone();
             async move { store.wait_until_ready().await }
         });
+        assert!(not_ready(&store).await, "ready before any list");
         writer.apply(&watcher::Event::Init);
+        writer.apply(&watcher::Event::InitApply(PersistentVolume::default()));
+        assert!(
+            not_ready(&store).await,
+            "ready in the middle of the first list"
+        );
+        assert!(
+            !waiting.is_finished(),
+            "a waiter let through before the list"
+        );
         writer.apply(&watcher::Event::InitDone);
         tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
             .await
             .expect("ready after the list")
             .expect("the waiter ran");
         // Once ready, a later waiter resolves at once.
-        tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_until_ready())
-            .await
-            .expect("still ready");
+        assert!(!not_ready(&store).await, "still ready");
     }
 }
