@@ -290,3 +290,28 @@ fn the_pool_scenario_serves_every_claim_from_the_warm_pool() {
     assert!(r["dynamic"]["p50_ms"].as_f64().unwrap() >= 200.0, "{r}");
     assert_eq!(r["create_volume_latency_ms"], 200);
 }
+
+#[test]
+fn the_attach_scenario_writes_its_results_where_output_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("mine.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
+        .current_dir(dir.path())
+        .args(["bench", "--scenarios=attach", "--attachments=10"])
+        .arg(format!("--output={}", output.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
+    assert!(results.is_object(), "{results}");
+    assert!(
+        !dir.path().join("bench-attach.json").exists(),
+        "--output is not ignored for attach"
+    );
+}

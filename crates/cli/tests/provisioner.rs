@@ -602,18 +602,14 @@ async fn crash_with_a_volume_in_flight(mode: &str, restarted: &str) -> (Cluster,
     (c, foreign)
 }
 
-/// A log without its terminal colour sequences (`ESC [ ... m`).
-fn without_colours(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(|c| *c == 'm');
-        } else {
-            out.push(c);
-        }
-    }
-    out
+/// A log written to a file, checked to carry no terminal colour sequences (`ESC [ ... m`):
+/// colours are for terminals only.
+fn plain_log(log: &str) -> String {
+    assert!(
+        !log.contains('\u{1b}'),
+        "a log written to a file carries colour codes: {log}"
+    );
+    log.to_string()
 }
 
 /// A volume marked as another cluster's (the recoverable-volumes convention), for a claim
@@ -676,7 +672,7 @@ async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume
 async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume_with_listed_volumes()
  {
     let (c, foreign) = crash_with_a_volume_in_flight("list-volumes", "list-volumes").await;
-    let log = without_colours(&c.provisioner_log());
+    let log = plain_log(&c.provisioner_log());
     assert!(
         log.contains("the claim of a listed volume is gone"),
         "the restart found the volume among the driver's: {log}"
@@ -718,7 +714,7 @@ async fn a_switch_either_way_after_a_crash_finishes_what_the_other_way_left() {
         ("intent-log", "list-volumes"),
     ] {
         let (c, _) = crash_with_a_volume_in_flight(before, after).await;
-        let log = without_colours(&c.provisioner_log());
+        let log = plain_log(&c.provisioner_log());
         let found = if before == "list-volumes" {
             "the claim of a listed volume is gone"
         } else {
@@ -760,7 +756,7 @@ async fn a_listed_volume_whose_claim_stays_becomes_its_pv_and_the_marks_stay_off
             .all(|k| !sidecar_kit::recoverable::is_mark(k)),
         "{attributes:?}"
     );
-    assert!(without_colours(&c.provisioner_log()).contains(TOOK_BACK_ONE));
+    assert!(plain_log(&c.provisioner_log()).contains(TOOK_BACK_ONE));
 }
 
 #[tokio::test]
@@ -817,7 +813,7 @@ async fn a_volume_in_flight_when_a_retained_one_settles_is_still_taken_back() {
         vec![handle],
         "the retained one stays"
     );
-    assert!(without_colours(&c.provisioner_log()).contains(TOOK_BACK_ONE));
+    assert!(plain_log(&c.provisioner_log()).contains(TOOK_BACK_ONE));
 }
 
 /// What the provisioner logs when its start-up listing took back one volume.
@@ -891,7 +887,7 @@ async fn retained_volumes_whose_pv_and_claim_are_deleted_are_never_taken_back() 
     c.kill_provisioner();
     c.start_provisioner();
     c.wait_until("the restart's listing", T, || async {
-        without_colours(&c.provisioner_log())
+        plain_log(&c.provisioner_log())
             .matches("listed the driver's volumes: took back this cluster's without a PV volumes=0")
             .count()
             == 2

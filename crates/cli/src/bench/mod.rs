@@ -17,11 +17,13 @@ mod observe;
 mod pool;
 mod progress;
 mod provisioning;
+mod results;
 mod summary;
 mod under_test;
 mod views;
 
 use provisioning::{create_claims, delete_claims, driver_count, wait, warm_up};
+use results::{Results, results_path, write_results};
 use under_test::{provisioner_command, stack_options, start_provisioner};
 
 /// The provisioning scenarios, run by [`provisioning::scenario_run`].
@@ -72,9 +74,12 @@ pub struct BenchArgs {
     /// Claims created at once by the benchmark's clients.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
-    /// Where to write the JSON results.
-    #[arg(long, default_value = "bench-results.json")]
-    pub output: PathBuf,
+    /// Where to write the JSON results (default: bench-results.json, and each of attach, pool
+    /// and capacity in its own default file). When the run has one kind of results they all go
+    /// here; with several, the provisioning scenarios' go here and attach's, pool's and
+    /// capacity's next to it, as F-attach.json and so on, unless their own flag names a file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
     /// capacity: nodes (registered as objects; one driver process stands for all).
     #[arg(long, default_value_t = 2000)]
     pub capacity_nodes: usize,
@@ -100,9 +105,10 @@ pub struct BenchArgs {
     /// capacity: how long publishing every object may take.
     #[arg(long, default_value = "10m", value_parser = sidecar_kit::duration::parse_go_duration)]
     pub capacity_timeout: Duration,
-    /// capacity: where to write its JSON results.
-    #[arg(long, default_value = "bench-capacity.json")]
-    pub capacity_output: PathBuf,
+    /// capacity: where to write its JSON results (default: see --output, else
+    /// bench-capacity.json).
+    #[arg(long)]
+    pub capacity_output: Option<PathBuf>,
     /// attach: the attacher under test, as a command line (default: our csi-attacher). The
     /// benchmark appends --csi-address, --kubeconfig and QPS flags that lift the limits.
     #[arg(long)]
@@ -114,9 +120,9 @@ pub struct BenchArgs {
     /// attach: VolumeAttachments created (and deleted) at once.
     #[arg(long, default_value_t = 1000)]
     pub attachments: usize,
-    /// attach: where to write its JSON results.
-    #[arg(long, default_value = "bench-attach.json")]
-    pub attach_output: PathBuf,
+    /// attach: where to write its JSON results (default: see --output, else bench-attach.json).
+    #[arg(long)]
+    pub attach_output: Option<PathBuf>,
     /// pool: Available volumes the warm pool keeps (its maximum is this plus the claims).
     #[arg(long, default_value_t = 1000)]
     pub pool_minimum: usize,
@@ -127,9 +133,9 @@ pub struct BenchArgs {
     /// pool: CreateVolume calls in flight for the set (`--volume-set-creates`).
     #[arg(long, default_value_t = 10)]
     pub pool_creates: u32,
-    /// pool: where to write its JSON results.
-    #[arg(long, default_value = "bench-pool.json")]
-    pub pool_output: PathBuf,
+    /// pool: where to write its JSON results (default: see --output, else bench-pool.json).
+    #[arg(long)]
+    pub pool_output: Option<PathBuf>,
 }
 
 /// The figures of one run of a provisioning scenario (what `--output` holds, one per run).
@@ -307,7 +313,7 @@ async fn run_checked(args: &BenchArgs) -> anyhow::Result<()> {
             let report = attach::run(args).await?;
             attach::print(&report);
             wrong |= !report.correct();
-            write_results(&args.attach_output, &report)?;
+            write_results(&results_path(args, Results::Attach), &report)?;
             continue;
         }
         if scenario == "pool" {
@@ -320,13 +326,13 @@ async fn run_checked(args: &BenchArgs) -> anyhow::Result<()> {
             let report = pool::run(args).await?;
             pool::print(&report);
             wrong |= !report.correct();
-            write_results(&args.pool_output, &report)?;
+            write_results(&results_path(args, Results::Pool), &report)?;
             continue;
         }
         if scenario == "capacity" {
             let reports = capacity::run(args).await?;
             wrong |= reports.iter().any(|r| !r.correct());
-            write_results(&args.capacity_output, &reports)?;
+            write_results(&results_path(args, Results::Capacity), &reports)?;
             continue;
         }
         let mut runs = Vec::new();
@@ -349,19 +355,11 @@ async fn run_checked(args: &BenchArgs) -> anyhow::Result<()> {
         reports.extend(runs);
     }
     if !reports.is_empty() {
-        write_results(&args.output, &reports)?;
+        write_results(&results_path(args, Results::Provisioning), &reports)?;
     }
     if wrong || reports.iter().any(|r| !r.correct) {
         bail!("a scenario ended in a wrong state: its figures do not count");
     }
-    Ok(())
-}
-
-/// Writes a scenario's results as JSON to `path` and says so.
-fn write_results(path: &std::path::Path, results: &impl serde::Serialize) -> anyhow::Result<()> {
-    std::fs::write(path, serde_json::to_string_pretty(results)?)
-        .with_context(|| format!("write {}", path.display()))?;
-    println!("results written to {}", path.display());
     Ok(())
 }
 
