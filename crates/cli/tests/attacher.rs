@@ -601,11 +601,7 @@ async fn hung_detaches_do_not_hold_up_attaches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn it_leads_through_upstreams_lease_and_serves_upstreams_metrics() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let env = Env::start(
         &["--enable-attach"],
         &[
@@ -656,11 +652,7 @@ async fn http_get(port: u16, path: &str) -> String {
 /// again at once, as the PV controller does, instead of backing off and counting a retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_writes_are_looked_at_again_not_backed_off() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let env = Env::start(
         &["--enable-attach"],
         &[&format!("--http-endpoint=127.0.0.1:{port}")],

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Cluster, DRIVER};
+use common::{Cluster, DRIVER, free_port};
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use kube::api::{Api, DeleteParams, ListParams};
@@ -69,14 +69,6 @@ async fn wait_published(cluster: &Cluster, want: &[(&str, &str, &str)]) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn register_node(cluster: &Cluster, name: &str) {

@@ -516,11 +516,7 @@ async fn metrics_use_upstream_names() {
     let c = Cluster::start(&[], &["--http-endpoint=127.0.0.1:0"], false).await;
     drop(c);
     // The bound port is only in the log; use a fixed free port instead.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let c = Cluster::start(&[], &[&format!("--http-endpoint=127.0.0.1:{port}")], false).await;
     c.class("plain", json!({})).await;
     let claim = c.claim("m", "plain", "1Gi", json!({}), true).await;
@@ -894,6 +890,65 @@ async fn retained_volumes_whose_pv_and_claim_are_deleted_are_never_taken_back() 
     })
     .await;
     assert_eq!(c.driver_volumes().await, 2, "both volumes are kept");
+}
+
+/// A crash while a claim's volume is in flight, and the claim bound to another volume before the
+/// restart (a pool's, or one a person made): the volume made for it is deleted and its record
+/// dropped. Before, the bound claim was skipped and both stayed for ever.
+#[tokio::test]
+async fn a_volume_in_flight_for_a_claim_bound_elsewhere_meanwhile_is_deleted_after_a_crash() {
+    let mut c = Cluster::start(
+        &[],
+        &["--timeout=500ms", "--in-flight-recovery=intent-log"],
+        false,
+    )
+    .await;
+    c.class("plain", json!({})).await;
+    // The driver makes the volume but answers UNAVAILABLE: the provisioner must assume it exists.
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    c.claim("victim", "plain", "1Gi", json!({}), true).await;
+    c.wait_event("victim", "ProvisioningFailed", "Unavailable")
+        .await;
+    assert_eq!(c.driver_volumes().await, 1);
+    c.kill_provisioner();
+    // While it is down, the claim is bound to a volume someone made by hand.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let uid = claims.get("victim").await.unwrap().metadata.uid.unwrap();
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "by-hand"},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "plain",
+            "claimRef": {"namespace": "default", "name": "victim", "uid": uid},
+            "csi": {"driver": DRIVER, "volumeHandle": "made-by-hand"}
+        }
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(c.client.clone())
+        .create(&Default::default(), &pv)
+        .await
+        .unwrap();
+    claims
+        .patch(
+            "victim",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"volumeName": "by-hand"}})),
+        )
+        .await
+        .unwrap();
+    c.faults("");
+    c.start_provisioner();
+    c.wait_until(
+        "the volume made for the claim deleted and its record dropped",
+        T,
+        || async { c.driver_volumes().await == 0 && intent_volumes(&c).await.is_empty() },
+    )
+    .await;
+    assert!(
+        c.provisioner_log()
+            .contains("recovered in-flight volumes from the intent log"),
+        "the restart found the volume in the log"
+    );
 }
 
 /// Names of the volumes the intent log records.

@@ -335,18 +335,27 @@ async fn sets_under_chaos(recovery: &str) {
             .collect();
         let ids: BTreeSet<String> = c.driver_volume_ids().await.into_iter().collect();
         let available = m.iter().filter(|pv| phase(pv) == "Available").count();
+        let deleting: Vec<&str> = all
+            .iter()
+            .filter(|pv| pv.metadata.deletion_timestamp.is_some())
+            .filter_map(|pv| pv.metadata.name.as_deref())
+            .collect();
+        let intents: Vec<String> = c
+            .intent_shards()
+            .await
+            .into_iter()
+            .flat_map(|(_, v)| v)
+            .collect();
         let settled = ids == handles
-            && all
-                .iter()
-                .all(|pv| pv.metadata.deletion_timestamp.is_none())
+            && deleting.is_empty()
             && (available >= 8 || m.len() == 12)
-            && c.intent_shards().await.iter().all(|(_, v)| v.is_empty());
+            && intents.is_empty();
         if settled {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "not settled: driver {ids:?}, PVs {handles:?}, {} members, {available} Available\n{}",
+            "not settled: driver {ids:?}, PVs {handles:?}, being deleted {deleting:?}, intents {intents:?}, {} members, {available} Available\n{}",
             m.len(),
             c.provisioner_log()
         );

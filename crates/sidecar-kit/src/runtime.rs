@@ -7,7 +7,7 @@
 //! later) or an error (retried after backoff). The queue gives each key to one worker at a
 //! time, isolates panics, wraps each call in a span and counts `workqueue_*` metrics.
 //!
-//! ```ignore
+//! ```text
 //! Controller::new("persistentvolume-controller")
 //!     .wait_for(&claims)
 //!     .reconcile("claim", claim_queue, workers, move |key| sync_claim(key))

@@ -29,6 +29,15 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
 }
 
+/// A port free on loopback now (for a flag that needs one before the process starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The seed of a chaos run: `CHAOS_SEED` when set, else a new one; printed with how to
 /// replay it.
 pub fn chaos_seed(test: &str) -> u64 {

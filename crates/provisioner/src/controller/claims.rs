@@ -24,7 +24,8 @@ use super::data_sources::Resolved;
 use super::node_deployment::Gate;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
-    ANN_SELECTED_NODE, ClaimDecision, decide_claim, selected_node, waits_for_node,
+    ANN_SELECTED_NODE, ClaimDecision, InFlightFate, decide_claim, in_flight_fate, selected_node,
+    waits_for_node,
 };
 use crate::decide::classify::{
     CreateOutcome, DeleteOutcome, classify_create, classify_delete, may_reschedule,
@@ -168,6 +169,10 @@ impl ClaimError {
 
 pub(crate) use sidecar_kit::vocabulary::reference;
 
+/// A claim bound to a volume in flight whose PV the cache has not shown yet is looked at again
+/// this soon.
+const PV_AWAITED: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Provisioner {
     /// One pass over a claim; the runtime logs a failure and retries it after the key's
     /// backoff.
@@ -178,16 +183,34 @@ impl Provisioner {
             .get(key)
             .filter(|c| c.metadata.deletion_timestamp.is_none());
         let live_uid = live.as_ref().and_then(|c| c.metadata.uid.clone());
-        let orphans: Vec<(String, InFlight)> = self
+        let bound_to = live
+            .as_ref()
+            .and_then(|c| c.spec.as_ref()?.volume_name.clone());
+        let fates: Vec<(String, InFlight, InFlightFate)> = self
             .inflight
             .lock()
             .iter()
-            .filter(|(_, f)| &f.claim == key && Some(&f.claim_uid) != live_uid.as_ref())
-            .map(|(n, f)| (n.clone(), f.clone()))
+            .filter(|(_, f)| &f.claim == key)
+            .map(|(n, f)| {
+                let fate = in_flight_fate(
+                    n,
+                    Some(&f.claim_uid) == live_uid.as_ref(),
+                    bound_to.as_deref(),
+                    self.caches.volumes.contains(&ObjectRef::new(n)),
+                );
+                (n.clone(), f.clone(), fate)
+            })
             .collect();
-        for (name, flight) in orphans {
-            // Boxed (as the large steps of `provision_claim`): rare, and 7 KB inline.
-            Box::pin(self.clean_up(&name, &flight)).await?;
+        let mut pv_awaited = false;
+        for (name, flight, fate) in fates {
+            match fate {
+                // Boxed (as the large steps of `provision_claim`): rare, and 7 KB inline.
+                InFlightFate::CleanUp => Box::pin(self.clean_up(&name, &flight)).await?,
+                InFlightFate::Settle => self.settle(&name),
+                InFlightFate::Keep => {
+                    pv_awaited |= bound_to.as_deref().is_some_and(|b| !b.is_empty());
+                }
+            }
         }
         let Some(claim) = live else {
             self.topology.forget(key);
@@ -199,6 +222,11 @@ impl Provisioner {
             ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => {
                 self.topology.forget(key);
                 self.takes.lock().remove(key);
+                // Bound to a volume still in flight here whose PV is not cached yet: look
+                // again, to drop the record once it is.
+                if pv_awaited {
+                    return Ok(Next::After(PV_AWAITED));
+                }
                 return Ok(Next::Done);
             }
         };

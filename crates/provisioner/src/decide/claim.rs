@@ -133,6 +133,36 @@ fn to_bytes(text: &str) -> Result<i64, SizeError> {
     }
 }
 
+/// What a claim's pass does with a volume in flight for that claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InFlightFate {
+    /// Nothing will use it: delete the volume (or settle it if its PV exists).
+    CleanUp,
+    /// Its PV exists and the claim is bound to it: drop the record.
+    Settle,
+    /// The claim's provisioning finishes it (or its PV is not seen yet).
+    Keep,
+}
+
+/// The fate of in-flight volume `volume` of a claim: `same_claim` when the claim that put it in
+/// flight still exists (same uid, not being deleted), `bound_to` the volume the claim is bound
+/// to, `pv_seen` whether `volume`'s PV is in the cache. A claim bound to another volume (a
+/// pool's, or one a person made) while this one was being made will never use it: left alone,
+/// it would stay in flight, and in the driver, for ever.
+pub fn in_flight_fate(
+    volume: &str,
+    same_claim: bool,
+    bound_to: Option<&str>,
+    pv_seen: bool,
+) -> InFlightFate {
+    match bound_to.filter(|b| !b.is_empty()) {
+        _ if !same_claim => InFlightFate::CleanUp,
+        Some(bound) if bound != volume => InFlightFate::CleanUp,
+        Some(_) if pv_seen => InFlightFate::Settle,
+        Some(_) | None => InFlightFate::Keep,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -243,5 +273,28 @@ mod tests {
             requested_bytes(&claim("c").size("2Gi").limit("1Gi").build()),
             Err(SizeError::LimitBelowRequest { .. })
         ));
+    }
+
+    #[test]
+    fn a_volume_in_flight_for_a_claim_bound_elsewhere_is_cleaned_up() {
+        use InFlightFate::*;
+        // (same claim, bound to, PV seen) → fate of "pvc-1"
+        let cases = [
+            (false, None, false, CleanUp),
+            (false, Some("pvc-1"), true, CleanUp),
+            (true, None, false, Keep),
+            (true, Some(""), false, Keep),
+            (true, Some("pool-7"), false, CleanUp),
+            (true, Some("pool-7"), true, CleanUp),
+            (true, Some("pvc-1"), true, Settle),
+            (true, Some("pvc-1"), false, Keep),
+        ];
+        for (same, bound, seen, want) in cases {
+            assert_eq!(
+                in_flight_fate("pvc-1", same, bound, seen),
+                want,
+                "{same} {bound:?} {seen}"
+            );
+        }
     }
 }

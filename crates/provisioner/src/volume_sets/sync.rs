@@ -348,6 +348,9 @@ impl Provisioner {
         match self.finish_member(&set, volume, &flight).await {
             Ok(()) => {
                 manager.creation_succeeded(&name);
+                // The set's pass that the new PV's event started may have run while this volume
+                // was still in flight (busy: no status written); one more pass sees it at rest.
+                manager.queue.add(name);
                 Ok(Next::Done)
             }
             Err(error) => {
