@@ -67,8 +67,9 @@ pub struct Attacher {
     attach_queue: WorkQueue<String>,
     detach_queue: WorkQueue<String>,
     volume_queue: WorkQueue<String>,
-    /// VolumeAttachments the reconcile found the driver disagreeing with.
-    forced: Mutex<HashSet<String>>,
+    /// VolumeAttachments the reconcile found the driver disagreeing with, with the
+    /// resourceVersion it judged (see [`crate::decide::reconcile::force_stands`]).
+    forced: Mutex<HashMap<String, Option<String>>>,
     /// VolumeAttachments a worker of either queue is handling (one at a time per name).
     busy: Mutex<HashSet<String>>,
     /// What each VolumeAttachment looked like when last queued (see
@@ -168,7 +169,7 @@ impl Attacher {
                 attach_queue,
                 detach_queue,
                 volume_queue,
-                forced: Mutex::new(HashSet::new()),
+                forced: Mutex::new(HashMap::new()),
                 busy: Mutex::new(HashSet::new()),
                 seen: Mutex::new(HashMap::new()),
                 marked: Mutex::new(HashMap::new()),

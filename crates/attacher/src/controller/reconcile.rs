@@ -48,9 +48,17 @@ impl Attacher {
             &self.cfg.driver.name,
             &published,
         );
+        let judged: HashMap<&str, Option<String>> = attachments
+            .iter()
+            .map(|va| {
+                let name = va.metadata.name.as_deref().unwrap_or_default();
+                (name, va.metadata.resource_version.clone())
+            })
+            .collect();
         for name in found {
             tracing::info!(attachment = %name, "reconcile: the driver disagrees with status.attached; syncing again");
-            self.forced.lock().insert(name.clone());
+            let version = judged.get(name.as_str()).cloned().flatten();
+            self.forced.lock().insert(name.clone(), version);
             if let Some(va) = self.attachment(&name) {
                 self.route(&va, true);
             }

@@ -18,7 +18,7 @@ use sidecar_kit::workqueue::Next;
 
 use super::Attacher;
 use crate::decide::attach::{self, Plan, World};
-use crate::decide::{self, status, volume};
+use crate::decide::{self, reconcile, status, volume};
 
 /// How soon a VolumeAttachment held by the other queue's worker is looked at again.
 const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
@@ -170,6 +170,24 @@ impl Attacher {
         decide::ours(&va, &self.cfg.driver.name).then_some(va)
     }
 
+    /// Whether this sync of `va` runs with the force the reconcile asked for; a judgement
+    /// that no longer stands is dropped (the next pass judges again).
+    fn forced(&self, va: &VolumeAttachment) -> bool {
+        let name = va.metadata.name.as_deref().unwrap_or_default();
+        let pending = self.marked.lock().contains_key(name);
+        let mut forced = self.forced.lock();
+        let Some(judged) = forced.get(name) else {
+            return false;
+        };
+        let current = va.metadata.resource_version.as_deref();
+        if reconcile::force_stands(judged.as_deref(), current, pending) {
+            return true;
+        }
+        tracing::debug!(attachment = %name, "the reconcile judged a version since replaced; syncing without force");
+        forced.remove(name);
+        false
+    }
+
     async fn plan_for(&self, va: &VolumeAttachment, force: bool) -> Plan {
         let mut pv = match &va.spec.source.persistent_volume_name {
             Some(name) => self
@@ -299,7 +317,7 @@ impl Attacher {
             self.detach_queue.add_now(name.to_string());
             return Ok(Next::Done);
         }
-        let force = self.forced.lock().contains(name);
+        let force = self.forced(&va);
         if !force && !decide::attached(&va) && self.marked.lock().contains_key(name) {
             // Attached by us; the cache is behind (its event will bring the key back).
             return Ok(Next::Done);
@@ -413,7 +431,7 @@ impl Attacher {
             self.attach_queue.add_now(name.to_string());
             return Ok(Next::Done);
         }
-        let force = self.forced.lock().contains(name);
+        let force = self.forced(&va);
         let plan = match self.plan_for(&va, force).await {
             Plan::Detach(plan) => plan,
             Plan::DetachFailed(message) => {

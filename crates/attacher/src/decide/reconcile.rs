@@ -14,6 +14,16 @@ use super::attached;
 /// The driver's view: volume id → ids of the nodes it is published to.
 pub type Published = HashMap<String, HashSet<String>>;
 
+/// Whether a forced sync still stands when its worker runs: the reconcile judged the version
+/// `judged` against the driver, and the cache now holds `current`. A judgement on a version
+/// the cache has since replaced, or made while our own status write had not reached the cache
+/// (`own_write_pending`), compared the driver with a stale object (an attach in flight looks
+/// like drift: published, not yet marked attached). The sync then goes on without force and
+/// the next pass judges again.
+pub fn force_stands(judged: Option<&str>, current: Option<&str>, own_write_pending: bool) -> bool {
+    !own_write_pending && judged.is_some() && judged == current
+}
+
 /// The names of the VolumeAttachments of `driver` to sync again with force. Those whose volume
 /// or node cannot be resolved are skipped (their normal sync reports why).
 pub fn drift<'a>(

@@ -477,6 +477,28 @@ fn the_reconcile_forces_the_attachments_the_driver_disagrees_with() {
 }
 
 #[test]
+fn a_forced_sync_stands_only_on_the_version_it_judged_with_no_own_write_pending() {
+    // (judged, current, own write pending) -> force
+    let rows = [
+        (Some("5"), Some("5"), false, true),
+        // An attach in flight: the pass saw the object before our status write reached the
+        // cache; the driver already had the volume published.
+        (Some("5"), Some("5"), true, false),
+        // The object changed since the pass judged it (our status write, someone's edit).
+        (Some("5"), Some("7"), false, false),
+        (Some("5"), None, false, false),
+        (None, None, false, false),
+    ];
+    for (judged, current, pending, want) in rows {
+        assert_eq!(
+            reconcile::force_stands(judged, current, pending),
+            want,
+            "judged {judged:?}, current {current:?}, own write pending {pending}"
+        );
+    }
+}
+
+#[test]
 fn status_writes_are_upstreams() {
     let ctx = [("devicePath".to_string(), "/dev/x".to_string())].into();
     assert_eq!(
