@@ -34,7 +34,7 @@ impl ChangeKind {
 pub struct Change {
     /// Its resourceVersion.
     pub rv: u64,
-    /// Kind.
+    /// Added, modified or deleted, as a watch event says.
     pub kind: ChangeKind,
     /// Resource key (`group/plural`).
     pub resource: String,

@@ -99,9 +99,9 @@ pub enum Error {
     /// Binding or writing files failed.
     #[error("failed to {action}: {source}")]
     Io {
-        /// What.
+        /// What was being done (as the message says it).
         action: String,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
 }

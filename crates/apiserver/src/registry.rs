@@ -7,13 +7,13 @@ use parking_lot::RwLock;
 pub struct ResourceType {
     /// API group ("" for core).
     pub group: String,
-    /// Version.
+    /// The version served (`v1`, `v1beta1`).
     pub version: String,
     /// Plural (URL) name.
     pub plural: String,
     /// Singular name.
     pub singular: String,
-    /// Kind.
+    /// The kind (`PersistentVolumeClaim`).
     pub kind: String,
     /// Namespaced or cluster scoped.
     pub namespaced: bool,
@@ -32,7 +32,7 @@ pub struct ResourceType {
 /// A column a CustomResourceDefinition declares for tables (`additionalPrinterColumns`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrinterColumn {
-    /// Header.
+    /// The column's header, as `kubectl get` prints it.
     pub name: String,
     /// OpenAPI type: string, integer, number, boolean or date.
     pub kind: String,

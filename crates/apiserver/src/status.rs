@@ -11,7 +11,7 @@ pub struct ApiError {
     pub code: u16,
     /// Reason (`NotFound`, `Conflict`, ...).
     pub reason: &'static str,
-    /// Message.
+    /// The Status message a client prints.
     pub message: String,
     /// details.name.
     pub name: Option<String>,

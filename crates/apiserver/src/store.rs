@@ -22,14 +22,15 @@ use durable_log::{Log, LogError, Options};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use self::limits::etcd_size;
+pub use self::limits::{MAX_DEPTH, MAX_OBJECT_BYTES, depth};
 pub use crate::change::{Change, ChangeKind};
 use crate::record::{self, decode, encode, snapshot_entries};
 
+mod limits;
+
 /// How long a request naming a resourceVersion the store has not reached waits for it.
 pub const FUTURE_VERSION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Deepest object accepted (levels of objects and arrays). serde_json reads back 127.
-pub const MAX_DEPTH: usize = 100;
 
 /// What [`Store::write_change`] did.
 #[derive(Debug)]
@@ -147,19 +148,6 @@ pub struct Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").finish_non_exhaustive()
-    }
-}
-
-/// etcd's default `--max-request-bytes` (1.5 MiB): a real cluster cannot store a larger
-/// object, so neither does this server (our own controllers must notice).
-pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
-
-/// The size an object takes in etcd: kube-apiserver stores built-in kinds as protobuf and
-/// custom resources as JSON.
-fn etcd_size(object: &Value) -> usize {
-    match crate::protobuf::encode_object(object) {
-        Ok(bytes) => bytes.len(),
-        Err(_) => serde_json::to_vec(object).map_or(usize::MAX, |v| v.len()),
     }
 }
 
@@ -577,26 +565,6 @@ fn objects_of(inner: &Inner, resource: &str, namespace: Option<&str>) -> Vec<Arc
         .take_while(|(k, _)| k.starts_with(&prefix))
         .map(|(_, v)| v.clone())
         .collect()
-}
-
-/// Levels of objects and arrays, counted without recursion.
-pub fn depth(value: &Value) -> usize {
-    let mut deepest = 0;
-    let mut stack = vec![(value, 1usize)];
-    while let Some((v, level)) = stack.pop() {
-        match v {
-            Value::Object(map) => {
-                deepest = deepest.max(level);
-                stack.extend(map.values().map(|c| (c, level + 1)));
-            }
-            Value::Array(items) => {
-                deepest = deepest.max(level);
-                stack.extend(items.iter().map(|c| (c, level + 1)));
-            }
-            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
-        }
-    }
-    deepest
 }
 
 #[cfg(test)]

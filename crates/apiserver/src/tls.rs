@@ -27,11 +27,11 @@ pub enum TlsError {
     /// Reading or writing the files failed.
     #[error("failed to {action} {path}: {source}")]
     Io {
-        /// What.
+        /// What was being done (read, write).
         action: &'static str,
-        /// File.
+        /// The certificate or key file.
         path: String,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// rustls refused the configuration.

@@ -64,7 +64,7 @@ pub const FEATURE_GATES: [(&str, bool); 2] = [
 pub struct FlagError {
     /// The flag.
     pub flag: &'static str,
-    /// Why.
+    /// What is wrong with the value.
     pub reason: String,
 }
 

@@ -43,7 +43,7 @@ pub enum ChartError {
     ReadFont {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -64,7 +64,7 @@ pub enum ChartError {
     Write {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },

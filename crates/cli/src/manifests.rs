@@ -38,7 +38,7 @@ pub enum ManifestError {
         kind: String,
         /// Its name.
         name: String,
-        /// Why.
+        /// The API server's answer.
         source: kube::Error,
     },
 }

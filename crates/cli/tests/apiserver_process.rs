@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/poll.rs"]
+mod poll;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,19 +43,18 @@ async fn running_out_of_file_descriptors_pauses_accepting_instead_of_spinning() 
             .unwrap(),
     );
     let pid = child.0.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        if let Ok(text) = std::fs::read_to_string(&kubeconfig)
-            && text.contains("server:")
-        {
-            break text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server never wrote its kubeconfig"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let text = poll::poll_for(
+        "the server's kubeconfig",
+        Duration::from_secs(30),
+        String::new,
+        || async {
+            std::fs::read_to_string(&kubeconfig)
+                .ok()
+                .filter(|text| text.contains("server:"))
+                .ok_or_else(String::new)
+        },
+    )
+    .await;
     let address = text
         .lines()
         .find_map(|l| l.trim().strip_prefix("server: https://"))

@@ -220,20 +220,23 @@ impl Env {
     /// Waits for an attach (or detach) error containing `words`; returns the whole error.
     async fn wait_error(&self, name: &str, detach: bool, words: &str) -> Value {
         let field = if detach { "detachError" } else { "attachError" };
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let status = serde_json::to_value(self.va(name).await.and_then(|v| v.status)).unwrap();
-            let error = status[field].clone();
-            if error["message"].as_str().is_some_and(|m| m.contains(words)) {
-                return error;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {field} with {words:?} on {name}: {error}\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let what = format!("{field} with {words:?} on {name}");
+        common::poll_for(
+            &what,
+            WAIT,
+            || self.log(),
+            || async {
+                let status =
+                    serde_json::to_value(self.va(name).await.and_then(|v| v.status)).unwrap();
+                let error = status[field].clone();
+                if error["message"].as_str().is_some_and(|m| m.contains(words)) {
+                    Ok(error)
+                } else {
+                    Err(error.to_string())
+                }
+            },
+        )
+        .await
     }
 
     fn writes(&self) -> u64 {

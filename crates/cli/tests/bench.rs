@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/poll.rs"]
+mod poll;
+
 /// Runs `volstack bench` with `args`; fails the test with its output unless it succeeds.
 fn bench(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_volstack"))
@@ -159,17 +162,10 @@ fn gone(pid: u32) -> bool {
 
 /// The first child of `pid`, waited for.
 fn first_child(pid: u32) -> u32 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        if let Some(p) = children(pid).into_iter().next() {
-            return p;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{pid} started no child"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let what = format!("a child of {pid}");
+    poll::poll_blocking(&what, std::time::Duration::from_secs(120), || {
+        children(pid).into_iter().next().ok_or_else(String::new)
+    })
 }
 
 #[test]
@@ -225,14 +221,14 @@ fn an_interrupted_benchmark_stops_the_provisioner_it_started() {
         );
         assert!(gone(started), "{started} outlived the benchmark");
         // The wrapped provisioner was signalled with its wrapper; it may take a moment to exit.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !gone(provisioner) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the provisioner {provisioner} outlived the benchmark"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        let what = format!("the provisioner {provisioner} to exit after the benchmark");
+        poll::poll_blocking(&what, std::time::Duration::from_secs(60), || {
+            if gone(provisioner) {
+                Ok(())
+            } else {
+                Err("running".into())
+            }
+        });
         assert!(
             !dir.path().join("r.json").exists(),
             "no figures from a cut run"

@@ -24,18 +24,15 @@ fn static_pv(name: &str, size: &str, class: &str) -> serde_json::Value {
 
 async fn bound_volume(c: &Cluster, claim: &str) -> String {
     let api: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
+    let what = format!("{claim} Bound");
+    common::poll_for(&what, T, String::new, || async {
         let pvc = api.get(claim).await.unwrap();
-        if pvc.status.and_then(|s| s.phase).as_deref() == Some("Bound") {
-            return pvc.spec.unwrap().volume_name.unwrap();
+        match pvc.status.and_then(|s| s.phase).as_deref() {
+            Some("Bound") => Ok(pvc.spec.unwrap().volume_name.unwrap()),
+            phase => Err(format!("phase {phase:?}")),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{claim} never Bound"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -62,21 +59,12 @@ async fn the_smallest_matching_volume_is_bound_and_racing_claims_get_one_each() 
     // can never bind it. Wait for that, then for the winner to be Bound and the loser to be
     // told there is no volume for it.
     let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    let winner = {
-        let deadline = tokio::time::Instant::now() + T;
-        loop {
-            let pv = pvs.get("pv-big").await.unwrap();
-            let named = pv.spec.and_then(|s| s.claim_ref).and_then(|r| r.name);
-            if let Some(name) = named {
-                break name;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "pv-big never claimed"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
+    let winner = common::poll_for("pv-big claimed", T, String::new, || async {
+        let pv = pvs.get("pv-big").await.unwrap();
+        let named = pv.spec.and_then(|s| s.claim_ref).and_then(|r| r.name);
+        named.ok_or_else(String::new)
+    })
+    .await;
     let loser = if winner == "race-a" {
         "race-b"
     } else {

@@ -52,23 +52,25 @@ async fn wait_published(cluster: &Cluster, want: &[(&str, &str, &str)]) {
         .iter()
         .map(|(c, n, q)| ((c.to_string(), n.to_string()), q.to_string()))
         .collect();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let have: BTreeMap<(String, String), String> = published(cluster)
-            .await
-            .into_iter()
-            .map(|(k, (_, q, _))| (k, q))
-            .collect();
-        if have == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "published {have:?}, want {want:?}\n{}",
-            cluster.provisioner_log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("published {want:?}");
+    common::poll_for(
+        &what,
+        WAIT,
+        || cluster.provisioner_log(),
+        || async {
+            let have: BTreeMap<(String, String), String> = published(cluster)
+                .await
+                .into_iter()
+                .map(|(k, (_, q, _))| (k, q))
+                .collect();
+            if have == want {
+                Ok(())
+            } else {
+                Err(format!("{have:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 async fn register_node(cluster: &Cluster, name: &str) {
@@ -263,11 +265,17 @@ async fn capacity_needs_get_capacity_and_says_so_at_start_up() {
         })
         .await;
     let mut cluster = cluster;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cluster.exited() {
-        assert!(tokio::time::Instant::now() < deadline, "still running");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::poll_for("the provisioner to exit", WAIT, String::new, || {
+        let exited = cluster.exited();
+        async move {
+            if exited {
+                Ok(())
+            } else {
+                Err("still running".into())
+            }
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

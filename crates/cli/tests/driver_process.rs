@@ -2,6 +2,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/poll.rs"]
+mod poll;
+
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -37,11 +40,18 @@ fn start_driver(dir: &Path, extra: &[&str]) -> Driver {
         .spawn()
         .unwrap();
     let driver = Driver { child, endpoint };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while csi(&driver.endpoint, &["probe"]).status.code() != Some(0) {
-        assert!(Instant::now() < deadline, "driver did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll::poll_blocking(
+        "the driver to answer Probe",
+        Duration::from_secs(20),
+        || {
+            let code = csi(&driver.endpoint, &["probe"]).status.code();
+            if code == Some(0) {
+                Ok(())
+            } else {
+                Err(format!("exit code {code:?}"))
+            }
+        },
+    );
     driver
 }
 

@@ -48,18 +48,21 @@ async fn create_snapshot(c: &Cluster, name: &str, source: serde_json::Value) -> 
 
 async fn wait_ready(c: &Cluster, name: &str) -> VolumeSnapshot {
     let api = Api::<VolumeSnapshot>::namespaced(c.client.clone(), "default");
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let s = api.get(name).await.unwrap();
-        if s.status.as_ref().and_then(|st| st.ready_to_use) == Some(true) {
-            return s;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} never became ready: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("{name} ready to use");
+    common::poll_for(
+        &what,
+        T,
+        || c.provisioner_log(),
+        || async {
+            let s = api.get(name).await.unwrap();
+            if s.status.as_ref().and_then(|st| st.ready_to_use) == Some(true) {
+                Ok(s)
+            } else {
+                Err(format!("{:?}", s.status))
+            }
+        },
+    )
+    .await
 }
 
 async fn bound_source(c: &Cluster) -> k8s_openapi::api::core::v1::PersistentVolume {

@@ -90,7 +90,7 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     }
 }
 
-/// Tuning.
+/// How the log batches, syncs and compacts.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
     /// Compaction is wanted once the current log holds this many bytes, or twice the last

@@ -193,9 +193,9 @@ pub enum Error {
         "invalid mutable parameter {key}={value:?}: iops takes 1 to 1000000, tier takes standard or premium"
     )]
     InvalidMutableParameter {
-        /// Key.
+        /// The parameter's name.
         key: String,
-        /// Value.
+        /// The value given.
         value: String,
     },
     /// A create of this name is still being made (by a request that is no longer waiting).

@@ -26,13 +26,13 @@ pub enum Feature {
 /// Which optional features are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Features {
-    /// Snapshots.
+    /// CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS (and the group controller).
     pub snapshots: bool,
-    /// Clones.
+    /// CLONE_VOLUME.
     pub clones: bool,
-    /// Expansion.
+    /// EXPAND_VOLUME, on the controller and on the node.
     pub expansion: bool,
-    /// Staging.
+    /// STAGE_UNSTAGE_VOLUME: NodeStageVolume before NodePublishVolume.
     pub stage_unstage: bool,
     /// Volume statistics.
     pub volume_stats: bool,

@@ -139,7 +139,7 @@ pub enum FlagError {
     Invalid {
         /// The flag.
         flag: &'static str,
-        /// Why.
+        /// What is wrong with the value.
         reason: String,
     },
 }

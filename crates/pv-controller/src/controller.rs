@@ -33,9 +33,9 @@ pub enum SyncError {
     /// An API write failed (a conflict means someone else changed the object first).
     #[error("failed to {action}: {source}")]
     Write {
-        /// What.
+        /// What was being written (as the message says it).
         action: &'static str,
-        /// Why.
+        /// The API server's error.
         source: kube::Error,
     },
     /// The claim must wait (class missing...); retried with backoff.
@@ -71,6 +71,7 @@ impl std::fmt::Debug for PvController {
 
 use sidecar_kit::vocabulary::{hostname, reference};
 use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::watch_index::Feed;
 
 /// How soon an object whose write conflicted is looked at again.
 const CONFLICT_RETRY: Duration = sidecar_kit::api_errors::CHANGED_LOOK_AGAIN;
@@ -133,15 +134,10 @@ impl PvController {
         );
         // A volume change may complete or free a claim's binding.
         let (vq, cq, by_claim) = (volume_queue.clone(), claim_queue.clone(), index.clone());
+        let feed = Feed::default();
         let volumes =
             watches.reflect_for_updates(Api::<PersistentVolume>::all(client.clone()), move |e| {
-                match e {
-                    kube::runtime::watcher::Event::Apply(v)
-                    | kube::runtime::watcher::Event::InitApply(v) => by_claim.apply(v),
-                    kube::runtime::watcher::Event::Delete(v) => by_claim.delete(v),
-                    kube::runtime::watcher::Event::Init
-                    | kube::runtime::watcher::Event::InitDone => {}
-                }
+                feed.event(e, &*by_claim);
                 each(e, |v| {
                     if let Some(name) = &v.metadata.name {
                         vq.add(name.clone());

@@ -5,9 +5,11 @@
 //! naming it) instead of every volume.
 
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
+use sidecar_kit::key::ObjectKey;
+use sidecar_kit::watch_index::{WatchIndex, listed};
 
 /// `namespace/name` of a claim.
 pub type ClaimName = (String, String);
@@ -97,6 +99,21 @@ impl ClaimRefIndex {
             .collect()
     }
 
+    /// Keeps only the volumes `keep` holds (the end of a re-list).
+    fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut maps = self.maps.lock();
+        let gone: Vec<String> = maps
+            .claim_of
+            .keys()
+            .chain(maps.unbound.iter())
+            .filter(|name| !keep(name))
+            .cloned()
+            .collect();
+        for name in gone {
+            Self::unlink(&mut maps, &name);
+        }
+    }
+
     /// Volumes indexed (for tests and metrics).
     pub fn len(&self) -> usize {
         self.maps.lock().claim_of.len()
@@ -105,6 +122,20 @@ impl ClaimRefIndex {
     /// Whether no volume names a claim.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl WatchIndex<PersistentVolume> for ClaimRefIndex {
+    fn apply(&self, pv: &PersistentVolume) {
+        ClaimRefIndex::apply(self, pv);
+    }
+
+    fn delete(&self, pv: &PersistentVolume) {
+        ClaimRefIndex::delete(self, pv);
+    }
+
+    fn reset(&self, keep: &HashSet<ObjectKey>) {
+        self.retain(|name| listed(keep, None, name));
     }
 }
 
@@ -174,5 +205,23 @@ mod tests {
         index.delete(&pv("free", Some(("ns", "c9"))));
         assert!(index.is_empty());
         assert!(index.candidates_for("ns", "c9").is_empty());
+    }
+
+    #[test]
+    fn a_relist_forgets_volumes_deleted_while_the_watch_was_away() {
+        use kube::runtime::watcher::Event;
+        let (feed, index) = (
+            sidecar_kit::watch_index::Feed::default(),
+            ClaimRefIndex::default(),
+        );
+        feed.event(&Event::Apply(pv("gone", Some(("ns", "c1")))), &index);
+        feed.event(&Event::Apply(pv("gone-free", None)), &index);
+        feed.event(&Event::Apply(pv("kept", Some(("ns", "c1")))), &index);
+        feed.event(&Event::Init, &index);
+        feed.event(&Event::InitApply(pv("kept", Some(("ns", "c1")))), &index);
+        feed.event(&Event::InitDone, &index);
+        assert_eq!(index.volumes_of("ns", "c1"), vec!["kept"]);
+        assert_eq!(index.candidates_for("ns", "c1"), vec!["kept"]);
+        assert_eq!(index.len(), 1);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use serde_json::Value;
+use sidecar_kit::patch_ops::Op;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
@@ -27,9 +27,6 @@ pub enum ProtectionError {
         /// The API error.
         source: kube::Error,
     },
-    /// A patch built by a decision did not parse (a bug).
-    #[error("invalid patch: {0}")]
-    Patch(#[from] serde_json::Error),
 }
 
 /// The running controllers.
@@ -144,12 +141,12 @@ async fn apply<K>(
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let (action, ops): (&'static str, Vec<Value>) = match plan {
+    let (action, ops): (&'static str, Vec<Op>) = match plan {
         Protection::Keep => return Ok(Next::Done),
         Protection::Add(ops) => ("add", ops),
         Protection::Release(ops) => ("remove", ops),
     };
-    let patch = sidecar_kit::finalizers::patch(ops)?;
+    let patch = sidecar_kit::patch_ops::patch(ops);
     match api
         .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
         .await

@@ -6,7 +6,9 @@
 //! new object.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::{Value, json};
+use serde_json::json;
+
+use crate::patch_ops::{self, Op};
 
 /// Whether `meta` lists `finalizer`.
 pub fn has(meta: &ObjectMeta, finalizer: &str) -> bool {
@@ -40,57 +42,50 @@ pub fn remove(meta: &mut ObjectMeta, finalizer: &str) -> bool {
 /// The operations adding `finalizer`, or None when it is there already. Appending tests the
 /// list as it was seen first: a writer that added the same finalizer meanwhile makes the patch
 /// fail instead of listing it twice.
-pub fn add_ops(meta: &ObjectMeta, finalizer: &str) -> Option<Vec<Value>> {
+pub fn add_ops(meta: &ObjectMeta, finalizer: &str) -> Option<Vec<Op>> {
     match &meta.finalizers {
         Some(list) if list.iter().any(|f| f == finalizer) => None,
         Some(list) if !list.is_empty() => Some(vec![
-            json!({"op": "test", "path": "/metadata/finalizers", "value": list}),
-            json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}),
+            patch_ops::test(&["metadata", "finalizers"], list.clone()),
+            patch_ops::add(&["metadata", "finalizers", "-"], finalizer),
         ]),
         // Creating the list replaces whatever list the object has now: only at the version
         // the empty list was seen at.
         _ => Some(vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version}),
-            json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
+            patch_ops::test_version(meta),
+            patch_ops::add(&["metadata", "finalizers"], vec![finalizer.to_string()]),
         ]),
     }
 }
 
 /// The operations removing `finalizer`, or None when it is not there.
-pub fn remove_ops(meta: &ObjectMeta, finalizer: &str) -> Option<Vec<Value>> {
+pub fn remove_ops(meta: &ObjectMeta, finalizer: &str) -> Option<Vec<Op>> {
     let index = meta
         .finalizers
         .as_ref()?
         .iter()
-        .position(|f| f == finalizer)?;
+        .position(|f| f == finalizer)?
+        .to_string();
     Some(vec![
-        json!({"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer}),
-        json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
+        patch_ops::test(&["metadata", "finalizers", &index], finalizer),
+        patch_ops::remove(&["metadata", "finalizers", &index]),
     ])
 }
 
 /// The operation setting one annotation (the map is created when the object has none).
-pub fn annotation_op(meta: &ObjectMeta, key: &str, value: &str) -> Value {
+pub fn annotation_op(meta: &ObjectMeta, key: &str, value: &str) -> Op {
     if meta.annotations.is_none() {
-        return json!({"op": "add", "path": "/metadata/annotations", "value": {key: value}});
+        return patch_ops::add(&["metadata", "annotations"], json!({key: value}));
     }
-    json!({"op": "add", "path": format!("/metadata/annotations/{}", pointer_escape(key)), "value": value})
-}
-
-/// A JSON pointer segment (RFC 6901): `~` as `~0`, `/` as `~1`.
-pub fn pointer_escape(segment: &str) -> String {
-    segment.replace('~', "~0").replace('/', "~1")
-}
-
-/// A patch value from operations.
-pub fn patch(ops: Vec<Value>) -> Result<json_patch::Patch, serde_json::Error> {
-    serde_json::from_value(Value::Array(ops))
+    patch_ops::add(&["metadata", "annotations", key], value)
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::patch_ops::patch;
+    use serde_json::Value;
 
     fn meta(finalizers: Option<&[&str]>) -> ObjectMeta {
         ObjectMeta {
@@ -147,16 +142,12 @@ mod tests {
             .patch(
                 "m",
                 &PatchParams::default(),
-                &Patch::<()>::Json(patch(ops.clone()).unwrap()),
+                &Patch::<()>::Json(patch(ops.clone())),
             )
             .await;
         assert!(first.is_ok(), "{first:?}");
         let second = api
-            .patch(
-                "m",
-                &PatchParams::default(),
-                &Patch::<()>::Json(patch(ops).unwrap()),
-            )
+            .patch("m", &PatchParams::default(), &Patch::<()>::Json(patch(ops)))
             .await;
         assert!(second.is_err(), "the second add is refused: {second:?}");
         let list = api.get("m").await.unwrap().metadata.finalizers.unwrap();
@@ -204,8 +195,9 @@ mod tests {
         ];
         for (list, add, remove) in cases {
             let m = meta(list);
-            assert_eq!(add_ops(&m, F).map(Value::Array), add, "{list:?}");
-            assert_eq!(remove_ops(&m, F).map(Value::Array), remove, "{list:?}");
+            let json = |ops: Vec<Op>| serde_json::to_value(ops).unwrap();
+            assert_eq!(add_ops(&m, F).map(json), add, "{list:?}");
+            assert_eq!(remove_ops(&m, F).map(json), remove, "{list:?}");
             assert_eq!(has(&m, F), list.is_some_and(|l| l.contains(&F)));
         }
     }
@@ -213,16 +205,19 @@ mod tests {
     #[test]
     fn an_annotation_is_added_to_the_map_or_creates_it() {
         let mut m = meta(None);
+        let json = |op: Op| serde_json::to_value(op).unwrap();
         assert_eq!(
-            annotation_op(&m, "csi.alpha.kubernetes.io/node-id", "n1"),
+            json(annotation_op(&m, "csi.alpha.kubernetes.io/node-id", "n1")),
             json!({"op": "add", "path": "/metadata/annotations", "value": {"csi.alpha.kubernetes.io/node-id": "n1"}})
         );
         m.annotations = Some(Default::default());
         assert_eq!(
-            annotation_op(&m, "csi.alpha.kubernetes.io/node-id", "n1"),
+            json(annotation_op(&m, "csi.alpha.kubernetes.io/node-id", "n1")),
             json!({"op": "add", "path": "/metadata/annotations/csi.alpha.kubernetes.io~1node-id", "value": "n1"})
         );
-        assert!(patch(vec![annotation_op(&m, "a~b", "v")]).is_ok());
-        assert_eq!(pointer_escape("a~b/c"), "a~0b~1c");
+        assert_eq!(
+            json(annotation_op(&m, "a~b", "v")),
+            json!({"op": "add", "path": "/metadata/annotations/a~0b", "value": "v"})
+        );
     }
 }

@@ -114,7 +114,7 @@ pub struct CommonArgs {
 pub struct CommonFlagError {
     /// The flag.
     pub flag: &'static str,
-    /// Why.
+    /// What is wrong with the value.
     pub reason: &'static str,
 }
 

@@ -33,7 +33,7 @@ pub enum HttpError {
     Bind {
         /// Address.
         address: String,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
 }

@@ -17,7 +17,7 @@ pub enum ClientError {
     Kubeconfig {
         /// The file.
         path: String,
-        /// Why.
+        /// What kube-rs found wrong with the file.
         source: kube::config::KubeconfigError,
     },
     /// No configuration found.

@@ -20,6 +20,7 @@ pub mod kubeclient;
 pub mod leader;
 pub mod metrics;
 pub mod mounts;
+pub mod patch_ops;
 pub mod process;
 pub mod pv_csi;
 pub mod quantity;
@@ -28,7 +29,10 @@ pub mod recoverable;
 pub mod runtime;
 pub mod secrets;
 pub mod selectors;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod update;
 pub mod vocabulary;
 pub mod watch;
+pub mod watch_index;
 pub mod workqueue;

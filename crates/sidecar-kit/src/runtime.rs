@@ -111,7 +111,9 @@ impl Controller {
         self
     }
 
-    /// `workers` workers handle the keys of `queue` with `reconcile`.
+    /// `workers` workers handle the keys of `queue` with `reconcile`. A queue added here is
+    /// always served: `workers` below one starts one (a queue that must not run is not added;
+    /// the flags that set these counts refuse zero).
     pub fn reconcile<K, F, Fut, E>(
         mut self,
         what: &'static str,

@@ -30,11 +30,11 @@ impl SecretRef {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("failed to load secret \"{namespace}/{name}\": {reason}")]
 pub struct SecretError {
-    /// Namespace.
+    /// The Secret's namespace.
     pub namespace: String,
-    /// Name.
+    /// The Secret's name.
     pub name: String,
-    /// Why.
+    /// Why it could not be read (missing, forbidden, a value that is not UTF-8).
     pub reason: String,
 }
 

@@ -28,7 +28,7 @@ pub enum Error {
         "failed to find {program} at {path} ({source}); the real control plane's binaries live in ../shared/kube/bin (or set VOLSTACK_KUBE_BIN)"
     )]
     Missing {
-        /// Which.
+        /// The binary looked for (`kube-apiserver`, `etcd`, ...).
         program: &'static str,
         /// Where it was looked for.
         path: PathBuf,
@@ -42,7 +42,7 @@ pub enum Error {
         action: &'static str,
         /// Its file.
         path: PathBuf,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// Key or certificate generation failed.
@@ -51,7 +51,7 @@ pub enum Error {
     /// A process of the control plane exited while it was starting.
     #[error("{program} exited ({status}) while the control plane started:\n{log}")]
     Exited {
-        /// Which.
+        /// The binary that exited.
         program: String,
         /// How.
         status: String,

@@ -29,11 +29,11 @@ use tokens::{Authenticator, Identity};
 
 /// The storage keys of the RBAC objects (a change to any recompiles the policy).
 pub const CLUSTER_ROLES: &str = "rbac.authorization.k8s.io/clusterroles";
-/// Roles.
+/// The resource key of Roles in the store.
 pub const ROLES: &str = "rbac.authorization.k8s.io/roles";
-/// ClusterRoleBindings.
+/// The resource key of ClusterRoleBindings in the store.
 pub const CLUSTER_ROLE_BINDINGS: &str = "rbac.authorization.k8s.io/clusterrolebindings";
-/// RoleBindings.
+/// The resource key of RoleBindings in the store.
 pub const ROLE_BINDINGS: &str = "rbac.authorization.k8s.io/rolebindings";
 /// ServiceAccounts (their tokens are checked against them).
 pub const SERVICE_ACCOUNTS: &str = "/serviceaccounts";
@@ -47,7 +47,7 @@ tokio::task_local! {
 /// Authentication and authorization state.
 #[derive(Debug)]
 pub struct Auth {
-    /// Tokens.
+    /// Who a bearer token is (static tokens and ServiceAccount tokens).
     pub authenticator: Authenticator,
     /// Bumped by the store's observer on every change of an RBAC object.
     generation: Arc<AtomicU64>,

@@ -42,9 +42,9 @@ pub enum ProtobufError {
     /// The server has no protobuf form for this kind (custom resources are JSON only).
     #[error("{kind} in {api_version} is served as JSON only")]
     Unsupported {
-        /// apiVersion.
+        /// The apiVersion asked for.
         api_version: String,
-        /// kind.
+        /// The kind asked for.
         kind: String,
     },
     /// The object is not a JSON object with apiVersion and kind.

@@ -176,7 +176,7 @@ pub enum SchemaError {
     /// A field names a message the table does not have.
     #[error("{message}.{field} names the unknown message {target}")]
     ResolveMessage {
-        /// Where.
+        /// The message whose field names the unknown message.
         message: String,
         /// Which field.
         field: String,
@@ -186,7 +186,7 @@ pub enum SchemaError {
     /// Two fields of a message share a number or a name.
     #[error("{message} has two fields numbered {number} or named {field}")]
     CheckDuplicate {
-        /// Where.
+        /// The message with the duplicate.
         message: String,
         /// The number.
         number: u32,

@@ -58,9 +58,9 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// Shared state of the handlers.
 pub struct App {
-    /// Objects.
+    /// Every object, durable.
     pub store: Store,
-    /// Types.
+    /// The kinds served, built-in and custom.
     pub registry: Registry,
     /// Bearer token.
     pub token: String,

@@ -1,13 +1,26 @@
-//! The attacher's CSI calls. Requests are logged at debug level without their secrets, cut to
-//! `--max-grpc-log-length`.
+//! The attacher's CSI calls ([`DriverCalls`]: the connection, the calls' timeout and metrics,
+//! the logging and paging flags). Requests are logged at debug level without their secrets,
+//! cut to `--max-grpc-log-length`.
 
 use std::collections::HashMap;
 
 use csi_proto::v1 as csi;
 use sidecar_kit::csi::CallError;
 
-use super::Attacher;
+use sidecar_kit::csi::Caller;
+use tonic::transport::Channel;
+
 use crate::decide::attach::{Detach, Publish};
+
+/// The driver as the attacher calls it.
+pub(super) struct DriverCalls {
+    channel: Channel,
+    calls: Caller,
+    /// Longest logged gRPC message (-1: no limit).
+    max_log_length: i32,
+    /// ListVolumes page size (0: the driver's).
+    max_entries: i32,
+}
 
 /// `text` cut to `max` bytes (at a character boundary; -1: no limit).
 pub fn cut(text: String, max: i32) -> String {
@@ -24,7 +37,21 @@ pub fn cut(text: String, max: i32) -> String {
     format!("{}...", &text[..end])
 }
 
-impl Attacher {
+impl DriverCalls {
+    pub(super) fn new(
+        channel: Channel,
+        calls: Caller,
+        max_log_length: i32,
+        max_entries: i32,
+    ) -> Self {
+        DriverCalls {
+            channel,
+            calls,
+            max_log_length,
+            max_entries,
+        }
+    }
+
     fn client(&self) -> csi::controller_client::ControllerClient<tonic::transport::Channel> {
         csi::controller_client::ControllerClient::new(self.channel.clone())
     }
@@ -43,7 +70,7 @@ impl Attacher {
             secrets: HashMap::new(),
             volume_context: publish.context.clone(),
         };
-        tracing::debug!(request = %cut(format!("{request:?}"), self.cfg.max_log_length), "ControllerPublishVolume");
+        tracing::debug!(request = %cut(format!("{request:?}"), self.max_log_length), "ControllerPublishVolume");
         request.secrets = secrets;
         let mut client = self.client();
         let response = self
@@ -67,7 +94,7 @@ impl Attacher {
             node_id: detach.node_id.clone(),
             secrets: HashMap::new(),
         };
-        tracing::debug!(request = %cut(format!("{request:?}"), self.cfg.max_log_length), "ControllerUnpublishVolume");
+        tracing::debug!(request = %cut(format!("{request:?}"), self.max_log_length), "ControllerUnpublishVolume");
         request.secrets = secrets;
         let mut client = self.client();
         self.calls
@@ -86,7 +113,7 @@ impl Attacher {
         let mut token = String::new();
         loop {
             let request = csi::ListVolumesRequest {
-                max_entries: self.cfg.max_entries,
+                max_entries: self.max_entries,
                 starting_token: token.clone(),
             };
             let page = self

@@ -19,9 +19,11 @@ use kube::runtime::watcher;
 use parking_lot::Mutex;
 use sidecar_kit::csi::Caller;
 use sidecar_kit::events::Recorder;
+use sidecar_kit::key::ObjectKey;
 use sidecar_kit::metrics::Metrics;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::watch_index::{Feed, WatchIndex, listed};
 use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
 
@@ -55,8 +57,7 @@ pub struct Settings {
 /// The running attacher.
 pub struct Attacher {
     client: kube::Client,
-    channel: Channel,
-    calls: Caller,
+    driver: calls::DriverCalls,
     cfg: Settings,
     finalizer: String,
     recorder: Recorder,
@@ -75,6 +76,9 @@ pub struct Attacher {
     /// What each VolumeAttachment looked like when last queued (see
     /// [`decide::fingerprint`]).
     seen: Mutex<HashMap<String, u64>>,
+    /// Feeds `seen`, `forced` and `marked` from the watch of VolumeAttachments (a re-list
+    /// drops the names it no longer shows).
+    attachment_feed: Feed,
     /// VolumeAttachments marked attached whose new version the cache has not shown yet, with
     /// the resourceVersion written: until it arrives a cached "not attached" is stale, not a
     /// reason to publish and write again.
@@ -158,8 +162,12 @@ impl Attacher {
             Attacher {
                 recorder,
                 client,
-                channel,
-                calls,
+                driver: calls::DriverCalls::new(
+                    channel,
+                    calls,
+                    cfg.max_log_length,
+                    cfg.max_entries,
+                ),
                 cfg,
                 finalizer,
                 watches,
@@ -172,6 +180,7 @@ impl Attacher {
                 forced: Mutex::new(HashMap::new()),
                 busy: Mutex::new(HashSet::new()),
                 seen: Mutex::new(HashMap::new()),
+                attachment_feed: Feed::default(),
                 marked: Mutex::new(HashMap::new()),
             }
         })
@@ -241,37 +250,7 @@ impl Attacher {
     }
 
     fn on_attachment(&self, event: &watcher::Event<VolumeAttachment>) {
-        match event {
-            watcher::Event::Delete(va) => {
-                let name = va.metadata.name.clone().unwrap_or_default();
-                self.seen.lock().remove(&name);
-                self.forced.lock().remove(&name);
-                self.marked.lock().remove(&name);
-                if let Some(pv) = &va.spec.source.persistent_volume_name {
-                    self.volume_queue.add(pv.clone());
-                }
-            }
-            watcher::Event::Apply(va) | watcher::Event::InitApply(va) => {
-                if !decide::ours(va, &self.cfg.driver.name) {
-                    return;
-                }
-                let name = va.metadata.name.clone().unwrap_or_default();
-                {
-                    let mut marked = self.marked.lock();
-                    if marked
-                        .get(&name)
-                        .is_some_and(|rv| va.metadata.resource_version.as_ref() == Some(rv))
-                    {
-                        marked.remove(&name);
-                    }
-                }
-                let print = decide::fingerprint(va);
-                if self.seen.lock().insert(name, print) != Some(print) {
-                    self.route(va, false);
-                }
-            }
-            watcher::Event::Init | watcher::Event::InitDone => {}
-        }
+        self.attachment_feed.event(event, self);
     }
 
     /// A CSINode changed: attachments to its node that wait for it are tried again.
@@ -323,4 +302,57 @@ fn shrink_volume(pv: &mut PersistentVolume) {
     }
     pv.metadata.labels = None;
     pv.metadata.annotations = None;
+}
+
+/// What the attacher remembers per VolumeAttachment, fed by its watch.
+impl WatchIndex<VolumeAttachment> for Attacher {
+    fn apply(&self, va: &VolumeAttachment) {
+        if !decide::ours(va, &self.cfg.driver.name) {
+            return;
+        }
+        let name = va.metadata.name.clone().unwrap_or_default();
+        {
+            let mut marked = self.marked.lock();
+            if marked
+                .get(&name)
+                .is_some_and(|rv| va.metadata.resource_version.as_ref() == Some(rv))
+            {
+                marked.remove(&name);
+            }
+        }
+        let print = decide::fingerprint(va);
+        if self.seen.lock().insert(name, print) != Some(print) {
+            self.route(va, false);
+        }
+    }
+
+    fn delete(&self, va: &VolumeAttachment) {
+        let name = va.metadata.name.clone().unwrap_or_default();
+        self.seen.lock().remove(&name);
+        self.forced.lock().remove(&name);
+        self.marked.lock().remove(&name);
+        if let Some(pv) = &va.spec.source.persistent_volume_name {
+            self.volume_queue.add(pv.clone());
+        }
+    }
+
+    /// Attachments deleted while the watch was away are forgotten, and every PV being deleted
+    /// is looked at again (one of them may have lost its last attachment).
+    fn reset(&self, keep: &HashSet<ObjectKey>) {
+        let kept = |name: &String| listed(keep, None, name);
+        let before = self.seen.lock().len();
+        self.seen.lock().retain(|name, _| kept(name));
+        self.forced.lock().retain(|name, _| kept(name));
+        self.marked.lock().retain(|name, _| kept(name));
+        if self.seen.lock().len() == before {
+            return;
+        }
+        for pv in self.volumes.state() {
+            if pv.metadata.deletion_timestamp.is_some()
+                && let Some(name) = &pv.metadata.name
+            {
+                self.volume_queue.add(name.clone());
+            }
+        }
+    }
 }

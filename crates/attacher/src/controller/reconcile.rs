@@ -15,7 +15,8 @@ use crate::decide::reconcile::drift;
 impl Attacher {
     /// One pass, bounded by `--timeout`.
     pub(super) async fn reconcile_pass(self: &Arc<Self>) {
-        let published = match tokio::time::timeout(self.cfg.timeout, self.published()).await {
+        let published = match tokio::time::timeout(self.cfg.timeout, self.driver.published()).await
+        {
             Ok(Ok(published)) => published,
             Ok(Err(error)) => {
                 tracing::warn!(%error, "reconcile: failed to ListVolumes");

@@ -13,6 +13,7 @@ use serde_json::Value;
 use sidecar_kit::api_errors;
 use sidecar_kit::csi::CallError;
 use sidecar_kit::events::EventType;
+use sidecar_kit::patch_ops::{self, Op};
 use sidecar_kit::vocabulary::{now_rfc3339 as now, reference};
 use sidecar_kit::workqueue::Next;
 
@@ -31,7 +32,7 @@ pub enum SyncError {
     AttachRefused {
         /// The VolumeAttachment.
         name: String,
-        /// Why.
+        /// Why the attach cannot be tried (also written to `status.attachError`).
         message: String,
     },
     /// The detach cannot be tried.
@@ -39,7 +40,7 @@ pub enum SyncError {
     DetachRefused {
         /// The VolumeAttachment.
         name: String,
-        /// Why.
+        /// Why the detach cannot be tried (also written to `status.detachError`).
         message: String,
     },
     /// Adding the finalizer to the PV failed.
@@ -101,9 +102,6 @@ pub enum SyncError {
         /// The API error.
         source: kube::Error,
     },
-    /// A patch built by a decision did not parse (a bug).
-    #[error("invalid patch: {0}")]
-    Patch(#[from] serde_json::Error),
 }
 
 /// Whether an API error means the object changed under a guarded patch (a `test` op or a
@@ -135,6 +133,13 @@ impl Wrote {
             Err(error) => Wrote::Failed(error),
         }
     }
+}
+
+/// Which half of the lifecycle failed: its error goes to `attachError` or `detachError`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Attach,
+    Detach,
 }
 
 /// Holds a VolumeAttachment's name in the busy set while a worker handles it.
@@ -241,68 +246,51 @@ impl Attacher {
         &self,
         api: Api<K>,
         name: &str,
-        ops: Vec<Value>,
+        ops: Vec<Op>,
         gone: Option<Next>,
-    ) -> Result<Wrote, SyncError>
+    ) -> Wrote
     where
         K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        let patch = sidecar_kit::finalizers::patch(ops)?;
         let result = api
-            .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch_ops::patch(ops)),
+            )
             .await
             .map(|_| ());
-        Ok(Wrote::of(result, api_errors::Write::Tested, gone))
+        Wrote::of(result, api_errors::Write::Tested, gone)
     }
 
-    /// Records a failure in the status (and an event, once per message) and returns it.
+    /// Records a failure of `side` in the status (and an event, once per message) and
+    /// returns it.
     async fn failed(
         &self,
         va: &VolumeAttachment,
-        detach: bool,
+        side: Side,
         message: String,
         code: Option<tonic::Code>,
         error: SyncError,
     ) -> Result<Next, SyncError> {
         let name = va.metadata.name.clone().unwrap_or_default();
-        let patch = if detach {
-            status::detach_error(&now(), &message)
-        } else {
-            let code = code
-                .filter(|_| self.cfg.options.error_codes)
-                .map(|c| c as i32);
-            status::attach_error(&now(), &message, code)
+        let (patch, reason) = match side {
+            Side::Attach => {
+                let code = code
+                    .filter(|_| self.cfg.options.error_codes)
+                    .map(|c| c as i32);
+                (status::attach_error(&now(), &message, code), "AttachFailed")
+            }
+            Side::Detach => (status::detach_error(&now(), &message), "DetachFailed"),
         };
         if let Err(source) = self.write_status(&name, &patch).await
             && !not_found(&source)
         {
             tracing::warn!(attachment = %name, error = %source, "failed to save the error in the status");
         }
-        let reason = if detach {
-            "DetachFailed"
-        } else {
-            "AttachFailed"
-        };
         self.recorder
             .record(&reference(va), EventType::Warning, reason, &message);
         Err(error)
-    }
-
-    /// The Secret a call needs; when it cannot be read, the failure is recorded (status and
-    /// event) and the sync's result is returned instead.
-    async fn secrets(
-        &self,
-        va: &VolumeAttachment,
-        detach: bool,
-        secret: Option<&attach::SecretRef>,
-    ) -> Result<std::collections::HashMap<String, String>, Result<Next, SyncError>> {
-        match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
-            Ok(secrets) => Ok(secrets),
-            Err(e) => {
-                let message = e.to_string();
-                Err(self.failed(va, detach, message, None, e.into()).await)
-            }
-        }
     }
 
     /// The attach queue's reconcile.
@@ -343,7 +331,7 @@ impl Attacher {
                     name: name.to_string(),
                     message: message.clone(),
                 };
-                self.failed(&va, false, message, None, error).await
+                self.failed(&va, Side::Attach, message, None, error).await
             }
             Plan::Detach(_) | Plan::DetachFailed(_) => {
                 // Being deleted meanwhile (the trivial driver never gets here).
@@ -358,33 +346,37 @@ impl Attacher {
         let name = va.metadata.name.clone().unwrap_or_default();
         if let Some((pv, ops)) = plan.protect_volume {
             let api: Api<PersistentVolume> = Api::all(self.client.clone());
-            match self.json_patch(api, &pv, ops, Some(Next::Retry)).await? {
+            match self.json_patch(api, &pv, ops, Some(Next::Retry)).await {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
                     let message = format!("could not add PersistentVolume finalizer: {source}");
                     let error = SyncError::ProtectVolume { pv, source };
-                    return self.failed(va, false, message, None, error).await;
+                    return self.failed(va, Side::Attach, message, None, error).await;
                 }
             }
         }
         if let Some(ops) = plan.protect_attachment {
             let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-            match self.json_patch(api, &name, ops, Some(Next::Done)).await? {
+            match self.json_patch(api, &name, ops, Some(Next::Done)).await {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
                     let message = format!("could not save VolumeAttachment: {source}");
                     let error = SyncError::ProtectAttachment { name, source };
-                    return self.failed(va, false, message, None, error).await;
+                    return self.failed(va, Side::Attach, message, None, error).await;
                 }
             }
         }
-        let secrets = match self.secrets(va, false, plan.publish.secret.as_ref()).await {
+        let secret = plan.publish.secret.as_ref();
+        let secrets = match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
             Ok(secrets) => secrets,
-            Err(failed) => return failed,
+            Err(e) => {
+                let message = e.to_string();
+                return self.failed(va, Side::Attach, message, None, e.into()).await;
+            }
         };
-        match self.publish(&plan.publish, secrets).await {
+        match self.driver.publish(&plan.publish, secrets).await {
             Ok(context) => {
                 match self.write_status(&name, &status::attached(&context)).await {
                     Ok(Some(version)) => {
@@ -414,7 +406,7 @@ impl Attacher {
                 let message = status::grpc_message(&source);
                 let code = Some(source.code);
                 let error = SyncError::Publish { name, source };
-                self.failed(va, false, message, code, error).await
+                self.failed(va, Side::Attach, message, code, error).await
             }
         }
     }
@@ -439,29 +431,35 @@ impl Attacher {
                     name: name.to_string(),
                     message: message.clone(),
                 };
-                return self.failed(&va, true, message, None, error).await;
+                return self.failed(&va, Side::Detach, message, None, error).await;
             }
             Plan::MarkAttached | Plan::Attach(_) | Plan::AttachFailed(_) | Plan::Nothing => {
                 self.forced.lock().remove(name);
                 return Ok(Next::Done);
             }
         };
-        let secrets = match self.secrets(&va, true, plan.secret.as_ref()).await {
-            Ok(secrets) => secrets,
-            Err(failed) => return failed,
-        };
-        if let Err(source) = self.unpublish(&plan, secrets).await {
+        let secrets =
+            match sidecar_kit::secrets::fetch_ref(&self.client, plan.secret.as_ref()).await {
+                Ok(secrets) => secrets,
+                Err(e) => {
+                    let message = e.to_string();
+                    return self
+                        .failed(&va, Side::Detach, message, None, e.into())
+                        .await;
+                }
+            };
+        if let Err(source) = self.driver.unpublish(&plan, secrets).await {
             let message = status::grpc_message(&source);
             let error = SyncError::Unpublish {
                 name: name.to_string(),
                 source,
             };
-            return self.failed(&va, true, message, None, error).await;
+            return self.failed(&va, Side::Detach, message, None, error).await;
         }
         if let Some(ops) = plan.release {
             let api: Api<VolumeAttachment> = Api::all(self.client.clone());
             // Changed meanwhile: detach again (idempotent) from the new object.
-            match self.json_patch(api, name, ops, None).await? {
+            match self.json_patch(api, name, ops, None).await {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
@@ -505,7 +503,7 @@ impl Attacher {
             return Ok(Next::Done);
         };
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        match self.json_patch(api, name, ops, Some(Next::Done)).await? {
+        match self.json_patch(api, name, ops, Some(Next::Done)).await {
             Wrote::Done => Ok(Next::Done),
             Wrote::Next(next) => Ok(next),
             Wrote::Failed(source) => Err(SyncError::ReleaseVolume {

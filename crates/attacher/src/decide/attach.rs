@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeSpec};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
-use serde_json::Value;
 use sidecar_kit::finalizers;
+use sidecar_kit::patch_ops::Op;
 use sidecar_kit::pv_csi::{self, VolumeSpecError};
 
 use super::{ANN_NODE_ID, DriverView, Options, attached, deleting, finalizer};
@@ -38,11 +38,11 @@ pub struct Publish {
 pub struct Attach {
     /// The PV and the JSON patch adding our finalizer, when it lacks it (before any publish,
     /// so the PV outlives the attachment and the detach can read it).
-    pub protect_volume: Option<(String, Vec<Value>)>,
+    pub protect_volume: Option<(String, Vec<Op>)>,
     /// The JSON patch adding our finalizer and the node-id annotation to the
     /// VolumeAttachment, when either is missing (before the publish, so a deletion waits for
     /// the detach).
-    pub protect_attachment: Option<Vec<Value>>,
+    pub protect_attachment: Option<Vec<Op>>,
     /// The call.
     pub publish: Publish,
 }
@@ -57,7 +57,7 @@ pub struct Detach {
     /// `controllerPublishSecretRef`.
     pub secret: Option<SecretRef>,
     /// The JSON patch removing our finalizer, when it is there.
-    pub release: Option<Vec<Value>>,
+    pub release: Option<Vec<Op>>,
     /// Whether `status` is written afterwards (`attached: false`): not when removing our
     /// finalizer lets the object go (nobody would read it; upstream's write gets a 404).
     pub write_status: bool,
@@ -70,9 +70,9 @@ pub enum Plan {
     Nothing,
     /// A driver without PUBLISH_UNPUBLISH_VOLUME: write `attached: true`, no finalizers.
     MarkAttached,
-    /// Attach.
+    /// Protect the volume and the attachment, then ControllerPublishVolume and the status.
     Attach(Attach),
-    /// Detach.
+    /// ControllerUnpublishVolume, then the finalizer and the status.
     Detach(Detach),
     /// The attach cannot be tried: the message goes to `attachError`, retried with backoff.
     AttachFailed(String),
@@ -89,7 +89,7 @@ pub struct World<'a> {
     pub csinode: Option<&'a CSINode>,
     /// The driver.
     pub driver: &'a DriverView,
-    /// Flags.
+    /// What the attacher's flags change in a plan.
     pub options: &'a Options,
 }
 

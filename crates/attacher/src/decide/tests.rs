@@ -133,23 +133,24 @@ fn an_attach_protects_the_volume_and_the_attachment_before_publishing() {
     let Plan::Attach(a) = plan(&va(&[], false), world, false) else {
         panic!("an attach")
     };
+    let json = |ops: Vec<sidecar_kit::patch_ops::Op>| serde_json::to_value(ops).unwrap();
     assert_eq!(
-        a.protect_volume,
+        a.protect_volume.map(|(pv, ops)| (pv, json(ops))),
         Some((
             "pv-1".into(),
-            vec![
-                json!({"op": "test", "path": "/metadata/finalizers", "value": ["kubernetes.io/pv-protection"]}),
-                json!({"op": "add", "path": "/metadata/finalizers/-", "value": F}),
-            ]
+            json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": ["kubernetes.io/pv-protection"]},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": F},
+            ])
         ))
     );
     assert_eq!(
-        a.protect_attachment,
-        Some(vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "3"}),
-            json!({"op": "add", "path": "/metadata/finalizers", "value": [F]}),
-            json!({"op": "add", "path": "/metadata/annotations", "value": {ANN_NODE_ID: "n1"}}),
-        ])
+        a.protect_attachment.map(json),
+        Some(json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "3"},
+            {"op": "add", "path": "/metadata/finalizers", "value": [F]},
+            {"op": "add", "path": "/metadata/annotations", "value": {ANN_NODE_ID: "n1"}},
+        ]))
     );
     let p2 = &a.publish;
     assert_eq!(
@@ -424,11 +425,11 @@ fn the_volume_finalizer_goes_once_the_volume_is_deleted_and_no_attachment_names_
     p.metadata.deletion_timestamp = Some(time());
     assert_eq!(volume::release(&p, F, true), None, "still named");
     assert_eq!(
-        volume::release(&p, F, false),
-        Some(vec![
-            json!({"op": "test", "path": "/metadata/finalizers/1", "value": F}),
-            json!({"op": "remove", "path": "/metadata/finalizers/1"}),
-        ])
+        volume::release(&p, F, false).map(|ops| serde_json::to_value(ops).unwrap()),
+        Some(json!([
+            {"op": "test", "path": "/metadata/finalizers/1", "value": F},
+            {"op": "remove", "path": "/metadata/finalizers/1"},
+        ]))
     );
     p.metadata.finalizers = None;
     assert_eq!(volume::release(&p, F, false), None, "not ours");

@@ -20,7 +20,7 @@ pub struct Placement {
     /// Block access type instead of mount.
     #[arg(long)]
     pub block: bool,
-    /// Read-only.
+    /// Publish the volume read-only.
     #[arg(long)]
     pub readonly: bool,
 }

@@ -3,7 +3,10 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod poll;
 pub mod up;
+
+pub use poll::{poll_blocking, poll_for, poll_until};
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -276,19 +279,14 @@ impl Cluster {
         claim: &PersistentVolumeClaim,
         timeout: Duration,
     ) -> PersistentVolume {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if let Some(pv) = self.pv_for(claim).await {
-                return pv;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no PV for {:?}\n{}",
-                claim.metadata.name,
-                self.provisioner_log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let what = format!("a PV for {:?}", claim.metadata.name);
+        poll_for(
+            &what,
+            timeout,
+            || self.provisioner_log(),
+            || async { self.pv_for(claim).await.ok_or_else(String::new) },
+        )
+        .await
     }
 
     /// Where the driver keeps a PV's volume, for a test to write into as a pod would. A mount
@@ -337,22 +335,22 @@ impl Cluster {
 
     /// Waits for an event with `reason` on `name` whose message contains `words`.
     pub async fn wait_event(&self, name: &str, reason: &str, words: &str) -> String {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        loop {
-            let events = self.events_for(name).await;
-            if let Some((_, m)) = events
-                .iter()
-                .find(|(r, m)| r == reason && m.contains(words))
-            {
-                return m.clone();
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {reason} event containing {words:?} for {name}; events: {events:?}\n{}",
-                self.provisioner_log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let what = format!("a {reason} event containing {words:?} for {name}");
+        let timeout = Duration::from_secs(15);
+        poll_for(
+            &what,
+            timeout,
+            || self.provisioner_log(),
+            || async {
+                let events = self.events_for(name).await;
+                events
+                    .iter()
+                    .find(|(r, m)| r == reason && m.contains(words))
+                    .map(|(_, m)| m.clone())
+                    .ok_or_else(|| format!("events {events:?}"))
+            },
+        )
+        .await
     }
 
     pub async fn wait_until<F, Fut>(&self, what: &str, timeout: Duration, f: F)
@@ -417,28 +415,6 @@ pub fn write_faults(dir: &std::path::Path, text: &str) {
     let tmp = dir.join("faults.tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, dir.join("faults")).unwrap();
-}
-
-/// Polls `f` every 50 ms until it holds; after `timeout` the test fails with `what` and
-/// `context()` (a process's log).
-pub async fn poll_until<F, Fut>(
-    what: &str,
-    timeout: Duration,
-    context: impl Fn() -> String,
-    mut f: F,
-) where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !f().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            context()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 pub fn merge(target: &mut Value, patch: &Value) {

@@ -42,14 +42,14 @@ pub fn up_with(dir: &Path, extra: &[&str]) -> Up {
         .stderr(log)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(dir.join("up.log"))
-        .unwrap_or_default()
-        .contains("volstack is up")
-    {
-        assert!(Instant::now() < deadline, "volstack up did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    super::poll_blocking("volstack up to come up", Duration::from_secs(30), || {
+        let log = std::fs::read_to_string(dir.join("up.log")).unwrap_or_default();
+        if log.contains("volstack is up") {
+            Ok(())
+        } else {
+            Err(String::new())
+        }
+    });
     Up(child, dir.to_path_buf())
 }
 
@@ -73,14 +73,17 @@ pub fn stop(mut up: Up) {
         .arg(up.0.id().to_string())
         .status()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while up.0.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "volstack up did not stop on Ctrl-C"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    super::poll_blocking(
+        "volstack up to stop on Ctrl-C",
+        Duration::from_secs(20),
+        || {
+            if up.0.try_wait().unwrap().is_some() {
+                Ok(())
+            } else {
+                Err("running".into())
+            }
+        },
+    );
     // Stopped as a person stops it: what its Pods have mounted stays for the next `up`.
     up.1 = std::path::PathBuf::new();
 }

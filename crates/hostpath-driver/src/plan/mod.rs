@@ -11,9 +11,11 @@ use sidecar_kit::recoverable;
 
 use crate::config::{DriverConfig, KnownNode};
 use crate::error::{Error, Result};
-use crate::state::{Change, ContentSource, Publication, Table, VolumeRecord};
+use crate::state::{Change, ContentSource, Table, VolumeRecord};
 
+mod publish;
 mod source;
+pub use publish::{PublishRequest, parse_publish, plan_publish, plan_unpublish};
 pub use source::{copies_unused_volume, never_used, parse_source, source_size};
 
 /// Parameter selecting the capacity pool.
@@ -532,129 +534,6 @@ pub fn plan_delete(table: &Table, id: &str) -> Result<Vec<Change>> {
         });
     }
     Ok(vec![Change::Delete(id.to_string())])
-}
-
-/// A validated ControllerPublishVolume request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublishRequest {
-    /// Volume id.
-    pub volume_id: String,
-    /// Node id.
-    pub node_id: String,
-    /// Capability.
-    pub capability: Capability,
-    /// Read-only.
-    pub readonly: bool,
-}
-
-/// Validates ControllerPublishVolume.
-pub fn parse_publish(
-    cfg: &DriverConfig,
-    req: &csi::ControllerPublishVolumeRequest,
-) -> Result<PublishRequest> {
-    if req.volume_id.is_empty() {
-        return Err(Error::Missing("volume_id"));
-    }
-    if req.node_id.is_empty() {
-        return Err(Error::Missing("node_id"));
-    }
-    let cap = req
-        .volume_capability
-        .as_ref()
-        .ok_or(Error::Missing("volume_capability"))?;
-    Ok(PublishRequest {
-        volume_id: req.volume_id.clone(),
-        node_id: req.node_id.clone(),
-        capability: check_capability(cfg, cap)?,
-        readonly: req.readonly,
-    })
-}
-
-/// Decides ControllerPublishVolume: the changes to make (none when already published the same
-/// way) or the CSI error.
-pub fn plan_publish(
-    cfg: &DriverConfig,
-    table: &Table,
-    req: &PublishRequest,
-) -> Result<Vec<Change>> {
-    let record = table
-        .get(&req.volume_id)
-        .ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
-    if !cfg.nodes.iter().any(|n| n.id == req.node_id) {
-        return Err(Error::NodeNotFound(req.node_id.clone()));
-    }
-    if record.block != req.capability.block {
-        return Err(Error::Capability(format!(
-            "volume {:?} is a {} volume",
-            record.id,
-            if record.block { "block" } else { "mount" }
-        )));
-    }
-    let wanted = Publication {
-        readonly: req.readonly,
-        access_mode: req.capability.mode as i32,
-    };
-    if let Some(existing) = record.published.get(&req.node_id) {
-        if *existing == wanted {
-            return Ok(Vec::new());
-        }
-        return Err(Error::PublishConflict(format!(
-            "volume {:?} is already published to node {:?} with readonly={} and mode {}",
-            record.id,
-            req.node_id,
-            existing.readonly,
-            Mode::try_from(existing.access_mode).map_or("UNKNOWN", |m| m.as_str_name())
-        )));
-    }
-    if let Some(home) = &record.node
-        && home != &req.node_id
-    {
-        return Err(Error::Precondition(format!(
-            "volume {:?} lives on node {home:?} and is not accessible from node {:?}",
-            record.id, req.node_id
-        )));
-    }
-    if let Some(other) = record.published.keys().next()
-        && single_node(req.capability.mode)
-    {
-        return Err(Error::Precondition(format!(
-            "volume {:?} is already published to node {other:?} and mode {} allows one node",
-            record.id,
-            req.capability.mode.as_str_name()
-        )));
-    }
-    if cfg.max_volumes_per_node > 0
-        && table.attached(&req.node_id) as i64 >= cfg.max_volumes_per_node
-    {
-        return Err(Error::AttachLimit {
-            node: req.node_id.clone(),
-            limit: cfg.max_volumes_per_node,
-        });
-    }
-    let mut updated = record.clone();
-    updated.published.insert(req.node_id.clone(), wanted);
-    Ok(vec![Change::Put(updated)])
-}
-
-/// Decides ControllerUnpublishVolume: unknown volumes and nodes are already unpublished; an
-/// empty node id unpublishes from every node.
-pub fn plan_unpublish(table: &Table, volume_id: &str, node_id: &str) -> Result<Vec<Change>> {
-    if volume_id.is_empty() {
-        return Err(Error::Missing("volume_id"));
-    }
-    let Some(record) = table.get(volume_id) else {
-        return Ok(Vec::new());
-    };
-    let mut updated = record.clone();
-    if node_id.is_empty() {
-        updated.published.clear();
-    } else {
-        updated.published.remove(node_id);
-    }
-    if updated == *record {
-        return Ok(Vec::new());
-    }
-    Ok(vec![Change::Put(updated)])
 }
 
 /// Is `token` a ListVolumes token of ours? Tokens are the id of the last volume returned.

@@ -9,7 +9,7 @@
 //! a segment, a new node or class, an object someone deleted) is queued at once, ahead of the
 //! polls that are not due.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,10 +20,11 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use parking_lot::Mutex;
-use prometheus::IntGauge;
 use sidecar_kit::csi::{CallError, Caller};
+use sidecar_kit::key::ObjectKey;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::watch::{Watches, each, empty};
+use sidecar_kit::watch_index::{Feed, WatchIndex, listed};
 use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
 
@@ -31,6 +32,7 @@ use super::decide::{
     Action, Item, LABEL_DRIVER, LABEL_MANAGED_BY, Segment, Template, Wanted, affinity_segments,
     item_of, items, next_poll, ours, reconcile, segments, stale_items, tracked_classes,
 };
+use super::gauges::Gauges;
 
 /// Settings of the capacity controller.
 #[derive(Debug, Clone)]
@@ -75,38 +77,6 @@ pub enum CapacityError {
     },
 }
 
-/// The three gauges upstream exports (no labels).
-#[derive(Clone)]
-struct Gauges {
-    goal: IntGauge,
-    current: IntGauge,
-    obsolete: IntGauge,
-}
-
-impl Gauges {
-    fn register(metrics: &sidecar_kit::metrics::Metrics) -> Result<Gauges, prometheus::Error> {
-        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
-            let g = IntGauge::new(name, help)?;
-            metrics.registry.register(Box::new(g.clone()))?;
-            Ok(g)
-        };
-        Ok(Gauges {
-            goal: gauge(
-                "csistoragecapacities_desired_goal",
-                "[ALPHA] Number of CSIStorageCapacity objects that are supposed to be managed automatically.",
-            )?,
-            current: gauge(
-                "csistoragecapacities_desired_current",
-                "[ALPHA] Number of CSIStorageCapacity objects that exist and are supposed to be managed automatically.",
-            )?,
-            obsolete: gauge(
-                "csistoragecapacities_obsolete",
-                "[ALPHA] Number of CSIStorageCapacity objects that exist and will be deleted automatically. Objects that exist and may need an update are not considered obsolete and therefore not included in this value.",
-            )?,
-        })
-    }
-}
-
 /// The running capacity controller.
 pub struct CapacityTracker {
     settings: CapacitySettings,
@@ -128,6 +98,8 @@ pub struct CapacityTracker {
     /// Names of the cached objects of each item (a sync reads its item's objects without a
     /// scan of all of them).
     index: Mutex<HashMap<Item, BTreeSet<String>>>,
+    /// Feeds `index` from the watch of objects (a re-list resets it).
+    object_feed: Feed,
     started: tokio::time::Instant,
     gauges: Gauges,
 }
@@ -195,6 +167,11 @@ impl CapacityTracker {
                 Api::<Node>::all(reader.clone()),
                 shrink_node,
                 move |event| {
+                    if matches!(event, watcher::Event::Init) {
+                        // A re-list: every node it shows counts as changed (one recomputation),
+                        // so a node deleted while the watch was away is noticed.
+                        seen.lock().clear();
+                    }
                     each(event, |node| {
                         use std::hash::{Hash, Hasher};
                         let name = node.metadata.name.clone().unwrap_or_default();
@@ -249,6 +226,7 @@ impl CapacityTracker {
                 wanted: Mutex::new(BTreeSet::new()),
                 written: Mutex::new(HashMap::new()),
                 index: Mutex::new(HashMap::new()),
+                object_feed: Feed::default(),
                 started: tokio::time::Instant::now(),
                 gauges,
             }
@@ -305,42 +283,63 @@ impl CapacityTracker {
     }
 
     fn on_object_event(&self, event: &watcher::Event<CSIStorageCapacity>) {
-        let deleted = matches!(event, watcher::Event::Delete(_));
-        if matches!(event, watcher::Event::Init) {
-            self.index.lock().clear();
-        }
-        each(event, |object| {
-            let item = item_of(object);
-            let name = object.metadata.name.clone().unwrap_or_default();
-            {
-                let mut index = self.index.lock();
-                if deleted {
-                    if let Some(names) = index.get_mut(&item) {
-                        names.remove(&name);
-                        if names.is_empty() {
-                            index.remove(&item);
-                        }
+        self.object_feed.event(event, self);
+    }
+
+    /// The watch showed `object` (`deleted`: its delete event).
+    fn object_seen(&self, object: &CSIStorageCapacity, deleted: bool) {
+        let item = item_of(object);
+        let name = object.metadata.name.clone().unwrap_or_default();
+        {
+            let mut index = self.index.lock();
+            if deleted {
+                if let Some(names) = index.get_mut(&item) {
+                    names.remove(&name);
+                    if names.is_empty() {
+                        index.remove(&item);
                     }
-                } else {
-                    index.entry(item.clone()).or_default().insert(name);
                 }
+            } else {
+                index.entry(item.clone()).or_default().insert(name);
             }
+        }
+        {
+            let mut written = self.written.lock();
+            if let Some(mine) = written.get(&item)
+                && mine.metadata.name == object.metadata.name
+                && (deleted || resource_version(object) >= resource_version(mine))
             {
-                let mut written = self.written.lock();
-                if let Some(mine) = written.get(&item)
-                    && mine.metadata.name == object.metadata.name
-                    && (deleted || resource_version(object) >= resource_version(mine))
-                {
-                    written.remove(&item);
+                written.remove(&item);
+            }
+        }
+        let wanted = self.wanted.lock().contains(&item);
+        // Someone deleted an object still wanted: make it again. An object for an item not
+        // wanted: delete it. Our own writes need nothing.
+        if deleted == wanted {
+            self.items.add_first(item);
+        }
+    }
+
+    /// The end of a re-list of objects: those it did not show were deleted while the watch
+    /// was away; the wanted items among theirs are made again.
+    fn objects_listed(&self, keep: &HashSet<ObjectKey>) {
+        let namespace = self.settings.template.namespace.as_str();
+        let mut emptied = Vec::new();
+        {
+            let mut index = self.index.lock();
+            index.retain(|item, names| {
+                let before = names.len();
+                names.retain(|name| listed(keep, Some(namespace), name));
+                if names.len() < before {
+                    emptied.push(item.clone());
                 }
-            }
-            let wanted = self.wanted.lock().contains(&item);
-            // Someone deleted an object still wanted: make it again. An object for an item not
-            // wanted: delete it. Our own writes need nothing.
-            if deleted == wanted {
-                self.items.add_first(item);
-            }
-        });
+                !names.is_empty()
+            });
+        }
+        let wanted = self.wanted.lock();
+        for item in emptied.into_iter().filter(|item| wanted.contains(item)) {
+            self.items.add_first(item);
+        }
     }
 
     /// Works out the wanted items from the classes and the topology; new items are synced at
@@ -572,21 +571,20 @@ impl CapacityTracker {
         // Lock order: wanted, then index (nothing takes them the other way round).
         let wanted = self.wanted.lock();
         let index = self.index.lock();
-        let current = wanted.iter().filter(|i| index.contains_key(i)).count();
-        // Objects, not items: a second object of a wanted item is obsolete too.
-        let obsolete: usize = index
-            .iter()
-            .map(|(item, names)| {
-                if wanted.contains(item) {
-                    names.len().saturating_sub(1)
-                } else {
-                    names.len()
-                }
-            })
-            .sum();
-        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-        self.gauges.goal.set(n(wanted.len()));
-        self.gauges.current.set(n(current));
-        self.gauges.obsolete.set(n(obsolete));
+        self.gauges.set(&wanted, &index);
+    }
+}
+
+impl WatchIndex<CSIStorageCapacity> for CapacityTracker {
+    fn apply(&self, object: &CSIStorageCapacity) {
+        self.object_seen(object, false);
+    }
+
+    fn delete(&self, object: &CSIStorageCapacity) {
+        self.object_seen(object, true);
+    }
+
+    fn reset(&self, keep: &HashSet<ObjectKey>) {
+        self.objects_listed(keep);
     }
 }

@@ -81,7 +81,7 @@ pub fn tracked_classes<'a>(
 pub struct Wanted {
     /// Class name.
     pub class: String,
-    /// Segment.
+    /// The topology segment the capacity is for (empty: the driver has no topology).
     pub segment: Segment,
     /// `available_capacity` in bytes.
     pub capacity: i64,
@@ -142,7 +142,7 @@ pub fn ours(object: &CSIStorageCapacity, template: &Template) -> bool {
 pub struct Item {
     /// Class name.
     pub class: String,
-    /// Segment.
+    /// The topology segment (empty: the driver has no topology).
     pub segment: Segment,
 }
 

@@ -24,9 +24,9 @@ pub enum OwnerError {
     Get {
         /// Kind read.
         kind: String,
-        /// Namespace.
+        /// The owner's namespace.
         namespace: String,
-        /// Name.
+        /// The owner's name.
         name: String,
         /// The API error.
         source: Box<kube::Error>,
@@ -40,9 +40,9 @@ pub enum OwnerError {
         api_version: String,
         /// Kind of the object.
         kind: String,
-        /// Name.
+        /// The object's name.
         name: String,
-        /// Namespace.
+        /// The object's namespace.
         namespace: String,
     },
     /// An owner reference names an apiVersion that does not parse.

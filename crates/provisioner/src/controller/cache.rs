@@ -12,7 +12,7 @@ pub struct Caches {
     pub claims: CompactStore<PersistentVolumeClaim>,
     /// Volumes (kept as JSON).
     pub volumes: CompactStore<PersistentVolume>,
-    /// Classes.
+    /// StorageClasses (a claim's class, read by name).
     pub classes: Store<StorageClass>,
     /// CSINodes (only with topology).
     pub csinodes: Store<CSINode>,

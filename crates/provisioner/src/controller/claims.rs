@@ -30,148 +30,51 @@ use crate::decide::claim::{
 use crate::decide::classify::{
     CreateOutcome, DeleteOutcome, classify_create, classify_delete, may_reschedule,
 };
-use crate::decide::data_source::DataSourceError;
 use crate::decide::provision::{
-    ProvisionError, ResponseError, build_pv, check_content_source, create_request, made_for_claim,
-    plan_provision,
+    ProvisionPlan, build_pv, check_content_source, create_request, made_for_claim, plan_provision,
 };
 use crate::decide::secrets::SecretRef;
-use crate::decide::topology::TopologyError;
+use crate::decide::topology::Requirement;
 use sidecar_kit::workqueue::Next;
 
-/// Why a claim was not provisioned this time. Every variant is retried with backoff; the
-/// comment says which upstream class it belongs to.
-#[derive(Debug, thiserror::Error)]
-pub enum ClaimError {
-    /// No change: the class may appear.
-    #[error("storageclass.storage.k8s.io {0:?} not found")]
-    ClassNotFound(String),
-    /// No change: the VolumeAttributesClass may appear.
-    #[error("volumeattributesclass {0:?} not found")]
-    VacNotFound(String),
-    /// Reading the claim's VolumeAttributesClass failed; nothing changed, retried.
-    #[error("failed to get the volumeattributesclass: {0}")]
-    VacLookup(#[source] kube::Error),
-    /// Final: the claim or class is invalid as it stands.
-    #[error(transparent)]
-    Plan(#[from] ProvisionError),
-    /// The data source cannot be used (yet): retried, the source may become ready.
-    #[error(transparent)]
-    DataSource(#[from] DataSourceError),
-    /// Looking up the data source failed.
-    #[error("error getting {what} from api server: {source}")]
-    SourceLookup {
-        /// What was looked up.
-        what: &'static str,
-        /// API error.
-        source: kube::Error,
-    },
-    /// Adding or removing the cloning-protection finalizer failed.
-    #[error("failed to update the cloning-protection finalizer: {0}")]
-    CloneFinalizer(#[source] kube::Error),
-    /// The clone's source claim was deleted before it could be protected.
-    #[error("the source claim {0} of the clone no longer exists")]
-    CloneSourceGone(String),
-    /// No change: the node or its CSINode may appear.
-    #[error(transparent)]
-    Topology(#[from] TopologyError),
-    /// No change: the selected node is unknown.
-    #[error("selected node {0:?} not found")]
-    NodeNotFound(String),
-    /// No change: the secret may appear.
-    #[error("failed to get secret {namespace}/{name}: {reason}")]
-    Secret {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// Why (never the content).
-        reason: String,
-    },
-    /// CreateVolume failed; the outcome says what that means.
-    #[error("rpc error: code = {code} desc = {message}")]
-    Create {
-        /// Go code name.
-        code: &'static str,
-        /// Driver message.
-        message: String,
-        /// Classification.
-        outcome: CreateOutcome,
-    },
-    /// The driver's answer was unusable; the volume was deleted again.
-    #[error(transparent)]
-    Response(#[from] ResponseError),
-    /// The PV could not be saved; the volume stays recorded.
-    #[error("failed to save PersistentVolume {name:?}: {source}")]
-    SavePv {
-        /// PV name.
-        name: String,
-        /// API error.
-        source: kube::Error,
-    },
-    /// A PV with our name exists for another claim.
-    #[error("PersistentVolume {0:?} already exists for another claim")]
-    PvConflict(String),
-    /// Removing the selected-node annotation failed.
-    #[error("failed to reschedule: {0}")]
-    Reschedule(kube::Error),
-    /// The intent could not be recorded; no CreateVolume was sent.
-    #[error("failed to record the in-flight volume: {0}")]
-    Intent(#[source] super::intents::IntentError),
-    /// Reading the PV or the claim of a listed volume before deleting it failed.
-    #[error("failed to read the {what} of a listed volume before deleting it: {source}")]
-    Recheck {
-        /// The kind read.
-        what: &'static str,
-        /// API error.
-        source: kube::Error,
-    },
-    /// A CSI call of the clean-up failed.
-    #[error(transparent)]
-    Csi(#[from] CallError),
-    /// Cleaning up after a deleted claim failed; retried.
-    #[error("failed to delete volume {name:?} of a deleted claim: {source}")]
-    Cleanup {
-        /// Volume name.
-        name: String,
-        /// Why.
-        source: Box<ClaimError>,
-    },
-}
-
-impl ClaimError {
-    /// Whether the user should hear about it in a `ProvisioningFailed` event.
-    fn event_worthy(&self) -> bool {
-        match self {
-            ClaimError::ClassNotFound(_)
-            | ClaimError::VacNotFound(_)
-            | ClaimError::VacLookup(_)
-            | ClaimError::Plan(_)
-            | ClaimError::DataSource(_)
-            | ClaimError::SourceLookup { .. }
-            | ClaimError::CloneFinalizer(_)
-            | ClaimError::CloneSourceGone(_)
-            | ClaimError::Topology(_)
-            | ClaimError::NodeNotFound(_)
-            | ClaimError::Secret { .. }
-            | ClaimError::Create { .. }
-            | ClaimError::Response(_)
-            | ClaimError::PvConflict(_) => true,
-            ClaimError::SavePv { .. }
-            | ClaimError::Reschedule(_)
-            | ClaimError::Cleanup { .. }
-            | ClaimError::Csi(_)
-            | ClaimError::Intent(_)
-            | ClaimError::Recheck { .. } => false,
-        }
-    }
-}
-
+pub use super::claim_error::ClaimError;
 pub(crate) use sidecar_kit::vocabulary::reference;
 
 /// A claim bound to a volume in flight whose PV the cache has not shown yet is looked at again
 /// this soon.
 const PV_AWAITED: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a provisioning pass did (for the metrics: only a provisioned volume is counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Provisioned {
+    /// A PV was saved.
+    Volume,
+    /// Nothing yet: the PV exists already, or the claim waits (the scheduler, a populator).
+    NotNow,
+}
+
+/// A claim's progress through [`Provisioner::provision_claim`]: what [`Provisioner::prepare`]
+/// found, read by the steps after it.
+struct Provisioning {
+    class_name: String,
+    /// The claim's UID.
+    uid: String,
+    /// The PV's (and the volume's) name.
+    pv_name: String,
+    /// The node the scheduler selected, for a late-binding claim.
+    selected: Option<String>,
+    plan: ProvisionPlan,
+    /// The topology requirement sent (computed once per claim and node).
+    topology: Option<Requirement>,
+    /// The provisioner secret's data.
+    secrets: HashMap<String, String>,
+    /// CreateVolume without secrets.
+    request: csi::CreateVolumeRequest,
+    /// Whether the volume is copied from a source (the answer must say so).
+    copying: bool,
+    /// The clone's source claim, protected before CreateVolume.
+    protect: Option<ClaimKey>,
+}
 
 impl Provisioner {
     /// One pass over a claim; the runtime logs a failure and retries it after the key's
@@ -187,18 +90,17 @@ impl Provisioner {
             .as_ref()
             .and_then(|c| c.spec.as_ref()?.volume_name.clone());
         let fates: Vec<(String, InFlight, InFlightFate)> = self
-            .inflight
-            .lock()
-            .iter()
-            .filter(|(_, f)| &f.claim == key)
+            .ledger
+            .of_claim(key)
+            .into_iter()
             .map(|(n, f)| {
                 let fate = in_flight_fate(
-                    n,
+                    &n,
                     Some(&f.claim_uid) == live_uid.as_ref(),
                     bound_to.as_deref(),
-                    self.caches.volumes.contains(&ObjectRef::new(n)),
+                    self.caches.volumes.contains(&ObjectRef::new(&n)),
                 );
-                (n.clone(), f.clone(), fate)
+                (n, f, fate)
             })
             .collect();
         let mut pv_awaited = false;
@@ -206,7 +108,7 @@ impl Provisioner {
             match fate {
                 // Boxed (as the large steps of `provision_claim`): rare, and 7 KB inline.
                 InFlightFate::CleanUp => Box::pin(self.clean_up(&name, &flight)).await?,
-                InFlightFate::Settle => self.settle(&name),
+                InFlightFate::Settle => self.ledger.settle(&name),
                 InFlightFate::Keep => {
                     pv_awaited |= bound_to.as_deref().is_some_and(|b| !b.is_empty());
                 }
@@ -236,7 +138,7 @@ impl Provisioner {
         let started = std::time::Instant::now();
         let result = self.provision_claim(&claim, &class_name).await;
         match &result {
-            Ok(true) => {
+            Ok(Provisioned::Volume) => {
                 self.metrics
                     .provision_total
                     .with_label_values(&[class_name.as_str(), ""])
@@ -246,7 +148,7 @@ impl Provisioner {
                     .with_label_values(&[class_name.as_str(), ""])
                     .observe(started.elapsed().as_secs_f64());
             }
-            Ok(false) => {}
+            Ok(Provisioned::NotNow) => {}
             Err(_) => self
                 .metrics
                 .provision_failed
@@ -269,20 +171,47 @@ impl Provisioner {
         result
     }
 
-    /// Its steps that wait (the API, the driver) are boxed: a future is as large as its
-    /// largest step (the CSI call's alone is 6 KB), and each of 100 workers held 14.7 KB
-    /// when they were inline (2.6 KB with them boxed).
+    /// Provisions one claim, step by step over a [`Provisioning`]: the checks that may end
+    /// the pass early ([`Self::prepare`]), the clone source's protection, the in-flight entry
+    /// and intent record, CreateVolume and its classification, the PV built from the answer,
+    /// then saved and announced.
+    ///
+    /// Each step is boxed, and so is what it carries: a future is as large as its largest
+    /// step (the CSI call's alone is 6 KB), and each of 100 workers held 14.7 KB when the steps
+    /// were inline (2.6 KB with them boxed).
     async fn provision_claim(
         &self,
         claim: &Arc<PersistentVolumeClaim>,
         class_name: &str,
-    ) -> Result<bool, ClaimError> {
+    ) -> Result<Provisioned, ClaimError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let pv_name = self.cfg.options.naming.pv_name(&uid);
         if self.caches.volumes.contains(&ObjectRef::new(&pv_name)) {
-            self.settle(&pv_name);
-            return Ok(false);
+            self.ledger.settle(&pv_name);
+            return Ok(Provisioned::NotNow);
         }
+        let Some(p) = Box::pin(self.prepare(claim, class_name, uid, pv_name)).await? else {
+            return Ok(Provisioned::NotNow);
+        };
+        if let Some(source) = &p.protect {
+            Box::pin(self.protect_clone_source(source)).await?;
+        }
+        let request = Box::pin(self.open_flight(claim, &p)).await?;
+        let volume = Box::pin(self.create(claim, &p, request)).await?;
+        let pv = Box::pin(self.build(claim, &p, volume)).await?;
+        Box::pin(self.finish(claim, &p, &pv)).await?;
+        Ok(Provisioned::Volume)
+    }
+
+    /// Everything CreateVolume needs, or None when the claim must wait (for the scheduler, or
+    /// for a populator).
+    async fn prepare(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class_name: &str,
+        uid: String,
+        pv_name: String,
+    ) -> Result<Option<Box<Provisioning>>, ClaimError> {
         let class = self
             .caches
             .classes
@@ -290,33 +219,15 @@ impl Provisioner {
             .ok_or_else(|| ClaimError::ClassNotFound(class_name.to_string()))?;
         if waits_for_node(claim, &class) {
             tracing::debug!("waiting for the scheduler to select a node");
-            return Ok(false);
+            return Ok(None);
         }
         let (content_source, protect) =
             match Box::pin(self.resolve_data_source(claim, class_name)).await? {
                 Resolved::Empty => (None, None),
-                Resolved::Populator => return Ok(false),
+                Resolved::Populator => return Ok(None),
                 Resolved::Copy { source, protect } => (Some(source), protect),
             };
-        let copying = content_source.is_some();
-        let selected = selected_node(claim).map(str::to_string);
-        let vac_name = claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_attributes_class_name.clone())
-            .filter(|n| !n.is_empty());
-        // Read live, as upstream does: only claims that name a class need it (and only they
-        // need the `get` rule), so nothing waits for a watch of every class.
-        let vac = match vac_name {
-            Some(name) if self.cfg.volume_attributes_class => Some(
-                Api::<VolumeAttributesClass>::all(self.client.clone())
-                    .get_opt(&name)
-                    .await
-                    .map_err(ClaimError::VacLookup)?
-                    .ok_or(ClaimError::VacNotFound(name))?,
-            ),
-            _ => None,
-        };
+        let vac = self.attributes_class(claim).await?;
         let plan = plan_provision(
             &self.cfg.caps,
             &self.cfg.options,
@@ -324,64 +235,124 @@ impl Provisioner {
             &class,
             vac.as_ref(),
         )?;
+        let selected = selected_node(claim).map(str::to_string);
         let topology = self.topology_for(claim, &class, selected.as_deref())?;
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
+        let copying = content_source.is_some();
         let mut request = create_request(&plan, HashMap::new(), topology.as_ref());
         request.volume_content_source = content_source;
-        if let Some(source) = &protect {
-            Box::pin(self.protect_clone_source(source)).await?;
+        Ok(Some(Box::new(Provisioning {
+            class_name: class_name.to_string(),
+            uid,
+            pv_name,
+            selected,
+            plan,
+            topology,
+            secrets,
+            request,
+            copying,
+            protect,
+        })))
+    }
+
+    /// The claim's VolumeAttributesClass, read live as upstream does: only claims that name a
+    /// class need it (and only they need the `get` rule), so nothing waits for a watch of
+    /// every class.
+    async fn attributes_class(
+        &self,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<Option<VolumeAttributesClass>, ClaimError> {
+        let name = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_attributes_class_name.clone())
+            .filter(|n| !n.is_empty());
+        match name {
+            Some(name) if self.cfg.volume_attributes_class => Ok(Some(
+                Api::<VolumeAttributesClass>::all(self.client.clone())
+                    .get_opt(&name)
+                    .await
+                    .map_err(ClaimError::VacLookup)?
+                    .ok_or(ClaimError::VacNotFound(name))?,
+            )),
+            _ => Ok(None),
         }
+    }
+
+    /// Puts the volume in the in-flight ledger and, with the intent log, records it durably;
+    /// returns the request to send (marked, with listed volumes).
+    async fn open_flight(
+        &self,
+        claim: &PersistentVolumeClaim,
+        p: &Provisioning,
+    ) -> Result<csi::CreateVolumeRequest, ClaimError> {
         let flight = InFlight {
             claim: super::claim_key(claim),
-            claim_uid: uid.clone(),
-            request,
-            secret: plan.provisioner_secret.clone(),
+            claim_uid: p.uid.clone(),
+            request: p.request.clone(),
+            secret: p.plan.provisioner_secret.clone(),
             listed: None,
             serial: None,
         };
         let record = self.intent_log().map(|_| flight.record());
-        let request = self.fly(&pv_name, flight);
+        let request = self.ledger.open(&p.pv_name, flight, self.listing.get());
         if let (Some(log), Some(record)) = (self.intent_log(), record) {
-            log.record(&pv_name, record)
+            log.record(&p.pv_name, record)
                 .await
                 .map_err(ClaimError::Intent)?;
         }
-        let mut full = request;
-        full.secrets = secrets.clone();
-        tracing::info!(volume = %pv_name, class = class_name, "calling CreateVolume");
-        let created = Box::pin(self.create_volume(full)).await;
-        let volume = match created {
-            Ok(volume) => volume,
-            Err(error) => {
-                let outcome = classify_create(
-                    Err(error.code),
-                    may_reschedule(selected.is_some(), topology.is_some()),
-                );
-                match outcome {
-                    CreateOutcome::InBackground
-                    | CreateOutcome::Conflict
-                    | CreateOutcome::Created => {}
-                    CreateOutcome::Final => {
-                        self.settle(&pv_name);
-                        self.capacity_changed(class_name, topology.as_ref());
-                    }
-                    CreateOutcome::Reschedule => {
-                        self.settle(&pv_name);
-                        self.capacity_changed(class_name, topology.as_ref());
-                        Box::pin(self.reschedule(claim)).await?;
-                    }
-                }
-                return Err(ClaimError::Create {
-                    code: go_code_name(error.code),
-                    message: error.message,
-                    outcome,
-                });
-            }
+        Ok(request)
+    }
+
+    /// CreateVolume with the secrets; a failure is classified: final ones and reschedules
+    /// settle the entry (a reschedule also hands the claim back to the scheduler), the others
+    /// keep it for the next pass.
+    async fn create(
+        &self,
+        claim: &PersistentVolumeClaim,
+        p: &Provisioning,
+        mut request: csi::CreateVolumeRequest,
+    ) -> Result<Option<csi::Volume>, ClaimError> {
+        request.secrets = p.secrets.clone();
+        tracing::info!(volume = %p.pv_name, class = p.class_name, "calling CreateVolume");
+        let error = match Box::pin(self.create_volume(request)).await {
+            Ok(volume) => return Ok(volume),
+            Err(error) => error,
         };
+        let outcome = classify_create(
+            Err(error.code),
+            may_reschedule(p.selected.is_some(), p.topology.is_some()),
+        );
+        match outcome {
+            CreateOutcome::InBackground | CreateOutcome::Conflict | CreateOutcome::Created => {}
+            CreateOutcome::Final => {
+                self.ledger.settle(&p.pv_name);
+                self.capacity_changed(&p.class_name, p.topology.as_ref());
+            }
+            CreateOutcome::Reschedule => {
+                self.ledger.settle(&p.pv_name);
+                self.capacity_changed(&p.class_name, p.topology.as_ref());
+                Box::pin(self.reschedule(claim)).await?;
+            }
+        }
+        Err(ClaimError::Create {
+            code: go_code_name(error.code),
+            message: error.message,
+            outcome,
+        })
+    }
+
+    /// The PV from the driver's answer; an answer that cannot be used is deleted at once.
+    async fn build(
+        &self,
+        claim: &PersistentVolumeClaim,
+        p: &Provisioning,
+        volume: Option<csi::Volume>,
+    ) -> Result<Box<PersistentVolume>, ClaimError> {
         let identity = self.cfg.identity.clone();
-        let built = check_content_source(copying, volume.as_ref()).and_then(|()| {
+        let built = check_content_source(p.copying, volume.as_ref()).and_then(|()| {
             build_pv(
-                &plan,
+                &p.plan,
                 &self.cfg.caps,
                 &self.cfg.options,
                 claim,
@@ -390,31 +361,41 @@ impl Provisioner {
             )
             .map(Box::new)
         });
-        let pv = match built {
-            Ok(pv) => pv,
+        match built {
+            Ok(pv) => Ok(pv),
             Err(error) => {
-                Box::pin(self.discard(&pv_name, volume.as_ref(), secrets)).await;
-                return Err(ClaimError::Response(error));
+                Box::pin(self.discard(&p.pv_name, volume.as_ref(), p.secrets.clone())).await;
+                Err(ClaimError::Response(error))
             }
-        };
-        Box::pin(self.save_pv(&pv, &uid)).await?;
-        self.settle(&pv_name);
-        self.retained(&pv);
+        }
+    }
+
+    /// Saves the PV, settles the entry, and tells whoever follows: the settled mark, capacity,
+    /// the topology cache, the claim's events.
+    async fn finish(
+        &self,
+        claim: &Arc<PersistentVolumeClaim>,
+        p: &Provisioning,
+        pv: &PersistentVolume,
+    ) -> Result<(), ClaimError> {
+        Box::pin(self.save_pv(pv, &p.uid)).await?;
+        self.ledger.settle(&p.pv_name);
+        self.retained(pv);
         if let Some(capacity) = &self.capacity {
             capacity.volume_changed(
-                class_name,
+                &p.class_name,
                 pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
             );
         }
         self.topology.forget(&super::claim_key(claim));
-        tracing::info!(volume = %pv_name, "volume provisioned");
+        tracing::info!(volume = %p.pv_name, "volume provisioned");
         self.recorder.record(
             &reference(&**claim),
             EventType::Normal,
             "ProvisioningSucceeded",
-            &format!("Successfully provisioned volume {pv_name}"),
+            &format!("Successfully provisioned volume {}", p.pv_name),
         );
-        Ok(true)
+        Ok(())
     }
 
     /// Deletes a volume whose answer cannot be used (no PV will name it) and settles its
@@ -437,7 +418,7 @@ impl Provisioner {
         {
             return;
         }
-        self.settle(name);
+        self.ledger.settle(name);
     }
 
     /// CreateVolume.

@@ -15,9 +15,10 @@ use sidecar_kit::workqueue::Next;
 
 use super::claims::{ClaimError, reference};
 use super::{ClaimKey, Provisioner};
+use crate::decide::cloning::{CloningProtection, clones_pending, cloning_protection};
 use crate::decide::data_source::{
-    CloningProtection, SNAPSHOT_GROUP, SourceKind, SourceRef, clone_source, clones_pending,
-    cloning_protection, granted, kind_of, snapshot_source, source_of,
+    SNAPSHOT_GROUP, SourceKind, SourceRef, clone_source, granted, kind_of, snapshot_source,
+    source_of,
 };
 
 /// What a claim's data source means for its CreateVolume.
@@ -210,19 +211,12 @@ impl Provisioner {
     /// Whether this claim's CreateVolume was sent before (its volume is in the intent log).
     fn already_sent(&self, claim: &PersistentVolumeClaim) -> bool {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        self.inflight
-            .lock()
-            .contains_key(&self.cfg.options.naming.pv_name(&uid))
+        self.ledger.contains(&self.cfg.options.naming.pv_name(&uid))
     }
 
     /// Whether a CreateVolume copying the volume `handle` is in flight.
     fn copying_from(&self, handle: &str) -> bool {
-        self.inflight.lock().values().any(|f| {
-            matches!(
-                f.request.volume_content_source.as_ref().and_then(|s| s.r#type.as_ref()),
-                Some(csi::volume_content_source::Type::Volume(v)) if v.volume_id == handle
-            )
-        })
+        self.ledger.copying_from(handle)
     }
 
     /// Adds the cloning-protection finalizer to a clone's source claim (before CreateVolume):

@@ -64,7 +64,7 @@ impl Provisioner {
     pub(crate) async fn clean_up(&self, name: &str, flight: &InFlight) -> Result<(), ClaimError> {
         if self.caches.volumes.contains(&ObjectRef::new(name)) {
             // The PV exists: the deletion path owns the volume now.
-            self.settle(name);
+            self.ledger.settle(name);
             return Ok(());
         }
         let cleanup_error = |source: ClaimError| ClaimError::Cleanup {
@@ -98,7 +98,7 @@ impl Provisioner {
         match self.create_volume(request).await {
             Ok(volume) => {
                 let Some(id) = volume.map(|v| v.volume_id).filter(|id| !id.is_empty()) else {
-                    self.settle(name);
+                    self.ledger.settle(name);
                     return Ok(());
                 };
                 if let Err(error) = self.delete_volume_call(&id, secrets).await
@@ -106,7 +106,7 @@ impl Provisioner {
                 {
                     return Err(cleanup_error(ClaimError::Csi(error)));
                 }
-                self.settle(name);
+                self.ledger.settle(name);
                 tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
                 Ok(())
             }
@@ -115,27 +115,15 @@ impl Provisioner {
                     Err(cleanup_error(ClaimError::Csi(error)))
                 }
                 CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
-                    self.settle(name);
+                    self.ledger.settle(name);
                     Ok(())
                 }
             },
         }
     }
 
-    /// The volume has a PV or certainly does not exist: drop its in-flight record.
-    pub(crate) fn settle(&self, volume: &str) {
-        self.inflight.lock().remove(volume);
-        if let Some(log) = self.intents.get() {
-            log.forget(volume);
-        }
-    }
-
     /// Volumes recorded as possibly existing without a PV (for tests and metrics).
     pub fn in_flight(&self) -> BTreeMap<String, String> {
-        self.inflight
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.claim.to_string()))
-            .collect()
+        self.ledger.summary()
     }
 }

@@ -37,9 +37,9 @@ pub enum IntentError {
     /// API failure.
     #[error("failed to {action} the intent log: {source}")]
     Api {
-        /// What.
+        /// What was being done to the intent log (read, write).
         action: &'static str,
-        /// Why.
+        /// The API server's error.
         source: kube::Error,
     },
     /// A shard's annotation does not parse: nothing is overwritten.

@@ -4,6 +4,7 @@
 //! leaks a volume.
 
 mod cache;
+mod claim_error;
 mod claim_topology;
 mod claims;
 mod data_sources;
@@ -11,6 +12,7 @@ pub mod driver;
 mod in_flight;
 mod intent_record;
 pub mod intents;
+mod ledger;
 mod listing;
 pub mod node_deployment;
 mod recovery;
@@ -37,6 +39,7 @@ use cache::Caches;
 pub use claims::ClaimError;
 pub use in_flight::InFlight;
 use sidecar_kit::watch::{Watches, each as for_each, empty};
+use sidecar_kit::watch_index::Feed;
 
 /// Settings of the controller.
 #[derive(Debug, Clone)]
@@ -85,7 +88,7 @@ pub struct ControllerConfig {
 /// The capacity controller's inputs (`--enable-capacity`): its settings and the client its
 /// writes go through (`--kube-api-capacity-qps`/`-burst`).
 pub struct CapacityInput {
-    /// Settings.
+    /// The capacity controller's flags.
     pub settings: crate::capacity::controller::CapacitySettings,
     /// The rate-limited client.
     pub writer: kube::Client,
@@ -110,16 +113,13 @@ pub struct Provisioner {
     pub(crate) metrics: sidecar_kit::metrics::Metrics,
     /// The watches feeding the caches (stopped with the controller).
     pub(crate) watches: Watches,
-    /// Volumes that may exist without a PV yet, by PV name.
-    pub(crate) inflight: Mutex<HashMap<String, InFlight>>,
+    /// Volumes that may exist without a PV yet, and their intent log.
+    pub(crate) ledger: ledger::Ledger,
     /// Volume handles DeleteVolume already removed, so a retry of the API steps (or a stale
     /// cache) never calls DeleteVolume twice (upstream issue 1235).
     pub(crate) deleted_handles: Mutex<HashMap<String, std::time::Instant>>,
     /// PVs whose deletion this process finished; later cache events for them are stale.
     pub(crate) finished: Mutex<HashMap<String, std::time::Instant>>,
-    /// The durable record of in-flight volumes (opened when the workers start; with listed
-    /// volumes only its earlier records are finished and forgotten).
-    pub(crate) intents: std::sync::OnceLock<Arc<intents::IntentLog>>,
     /// With listed volumes: the Lease holding this cluster's identity, this start's epoch and
     /// the settled mark (started before the workers run).
     pub(crate) listing: std::sync::OnceLock<listing::Listing>,
@@ -187,8 +187,7 @@ impl Provisioner {
                         if pvc.metadata.deletion_timestamp.is_some() {
                             cloning.add(claim_key(pvc));
                         }
-                        if let Some((namespace, source)) =
-                            crate::decide::data_source::cloned_claim(pvc)
+                        if let Some((namespace, source)) = crate::decide::cloning::cloned_claim(pvc)
                         {
                             cloning.add(ClaimKey::new(Some(&namespace), &source));
                         }
@@ -214,20 +213,20 @@ impl Provisioner {
             labels_and_size: sets.is_some(),
         };
         let on_volume = sets.clone();
+        let feed = Feed::default();
         let volumes = watches.reflect_compact(
             Api::<PersistentVolume>::all(client.clone()),
             &words,
             move |pv: &mut PersistentVolume| cache::shrink_volume(pv, keep),
             move |event| {
-                let gone = matches!(event, watcher::Event::Delete(_));
                 for_each(event, |pv| {
                     if let Some(name) = &pv.metadata.name {
                         q.add(name.clone());
                     }
-                    if let Some(sets) = &on_volume {
-                        sets.volume_changed(pv, gone);
-                    }
                 });
+                if let Some(sets) = &on_volume {
+                    feed.event(event, &**sets);
+                }
             },
         );
         // A class that appears or changes may unblock the claims of that class.
@@ -298,9 +297,8 @@ impl Provisioner {
             recorder,
             metrics,
             watches,
-            inflight: Mutex::new(HashMap::new()),
+            ledger: ledger::Ledger::default(),
             deleted_handles: Mutex::new(HashMap::new()),
-            intents: std::sync::OnceLock::new(),
             listing: std::sync::OnceLock::new(),
             settled: WorkQueue::new(Backoff {
                 start: Duration::from_millis(100),
@@ -322,11 +320,6 @@ impl Provisioner {
         let (recover, claims, volumes) = (self.clone(), self.clone(), self.clone());
         let settled = self.clone();
         let cloning = self.clone();
-        let cloning_workers = if self.cfg.caps.clone_volume {
-            self.cfg.cloning_workers
-        } else {
-            0
-        };
         let controller = Controller::new("csi-provisioner").watches(&self.watches);
         let controller = match &self.capacity {
             Some(capacity) => capacity.attach(controller),
@@ -358,7 +351,7 @@ impl Provisioner {
             }
             None => controller,
         };
-        controller
+        let controller = controller
             .wait_for(&c.claims)
             .wait_for(&c.volumes)
             .wait_for(&c.classes)
@@ -385,15 +378,19 @@ impl Provisioner {
             .reconcile("settled-mark", self.settled.clone(), 1, move |_| {
                 let this = settled.clone();
                 async move { this.write_settled().await }
-            })
-            .reconcile(
-                "cloning-protection",
-                self.cloning.clone(),
-                cloning_workers,
-                move |key| {
-                    let this = cloning.clone();
-                    async move { this.sync_clone_source(&key).await }
-                },
-            )
+            });
+        // Cloning protection only runs for a driver that clones (its queue is fed only then).
+        if !self.cfg.caps.clone_volume {
+            return controller;
+        }
+        controller.reconcile(
+            "cloning-protection",
+            self.cloning.clone(),
+            self.cfg.cloning_workers,
+            move |key| {
+                let this = cloning.clone();
+                async move { this.sync_clone_source(&key).await }
+            },
+        )
     }
 }

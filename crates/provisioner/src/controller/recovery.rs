@@ -21,7 +21,7 @@ use super::intents::IntentLog;
 use super::listing::{Found, Listing, ListingError};
 use super::{ClaimError, ClaimKey, InFlight, Provisioner};
 use crate::decide::classify::{DeleteOutcome, classify_delete};
-use crate::decide::recovery::{self, Listed, Owner, Recovery, Settled};
+use crate::decide::recovery::{self, Listed, Recovery, Settled};
 use crate::decide::secrets::SecretRef;
 
 /// Entries asked for per ListVolumes page.
@@ -96,7 +96,7 @@ impl Provisioner {
                 "recovered in-flight volumes from the intent log"
             );
         }
-        self.intents.get_or_init(|| log);
+        self.ledger.keep_intents(log);
         loop {
             match self.take_back_listed().await {
                 Ok(Some(taken)) => {
@@ -120,7 +120,7 @@ impl Provisioner {
     fn take_back(&self, volume: String, flight: InFlight) {
         let queue_set = flight.pool().is_some() && self.sets.is_some();
         let (claim, set_volume) = (flight.claim.clone(), volume.clone());
-        self.inflight.lock().insert(volume, flight);
+        self.ledger.take_back(volume, flight);
         match &self.sets {
             Some(sets) if queue_set => sets.creates.add_now(set_volume),
             // Without the set manager, the claim path deletes a set's volume (no claim has it).
@@ -188,7 +188,7 @@ impl Provisioner {
                     continue;
                 }
                 let known = self.caches.volumes.contains(&ObjectRef::new(&listed.name))
-                    || self.inflight.lock().contains_key(&listed.name);
+                    || self.ledger.contains(&listed.name);
                 if !known {
                     let (name, flight) = InFlight::listed(listed);
                     self.take_back(name, flight);
@@ -207,41 +207,9 @@ impl Provisioner {
 
     /// The intent log, when each CreateVolume is recorded in it first.
     pub(crate) fn intent_log(&self) -> Option<&IntentLog> {
-        self.intents
-            .get()
+        self.ledger
+            .intents()
             .filter(|_| self.cfg.recovery == Recovery::IntentLog)
-            .map(|log| &**log)
-    }
-
-    /// Puts a volume in flight before its CreateVolume and returns the request to send: with
-    /// listed volumes, marked with this cluster's identity, the volume's serial (the one it
-    /// was first asked for with, when it is in flight already: the driver keeps the first
-    /// marks), the claim (or set) and the secret's reference. The serial is taken under the
-    /// in-flight table's lock, so what is written as settled never includes it while it may
-    /// exist.
-    pub(crate) fn fly(&self, volume: &str, mut flight: InFlight) -> csi::CreateVolumeRequest {
-        let mut table = self.inflight.lock();
-        // Started only with listed volumes.
-        if let Some(listing) = self.listing.get() {
-            let serial = table
-                .get(volume)
-                .and_then(|f| f.serial)
-                .unwrap_or_else(|| listing.take_serial());
-            recovery::mark(
-                &mut flight.request.parameters,
-                &Owner {
-                    cluster: &listing.found.identity,
-                    serial,
-                    claim: &flight.claim,
-                    claim_uid: &flight.claim_uid,
-                    secret: flight.secret.as_ref(),
-                },
-            );
-            flight.serial = Some(serial);
-        }
-        let request = flight.request.clone();
-        table.insert(volume.to_string(), flight);
-        request
     }
 
     /// The settled mark's queue: writes what is settled when it changed (after a PV that outlives its
@@ -250,13 +218,7 @@ impl Provisioner {
         let Some(listing) = self.listing.get() else {
             return Ok(sidecar_kit::workqueue::Next::Done);
         };
-        let settled = {
-            let table = self.inflight.lock();
-            Settled::now(
-                table.values().filter_map(|f| f.serial),
-                listing.next_serial(),
-            )
-        };
+        let settled = Settled::now(self.ledger.serials(), listing.next_serial());
         if listing.settle(&settled).await? {
             tracing::debug!(
                 settled = %settled.mark,
@@ -293,7 +255,7 @@ impl Provisioner {
             .map_err(recheck("PersistentVolume"))?
             .is_some()
         {
-            self.settle(name);
+            self.ledger.settle(name);
             return Ok(());
         }
         if let Some(namespace) = flight.claim.namespace() {
@@ -323,7 +285,7 @@ impl Provisioner {
         {
             return Err(ClaimError::Csi(error));
         }
-        self.settle(name);
+        self.ledger.settle(name);
         tracing::info!(
             volume = name,
             volume_id,

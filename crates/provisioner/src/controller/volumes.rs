@@ -26,18 +26,15 @@ pub enum VolumeError {
     /// The deletion secret could not be read.
     #[error(transparent)]
     Secret(Box<super::claims::ClaimError>),
-    /// The finalizer-removal patch could not be built.
-    #[error("failed to build the finalizer patch: {0}")]
-    Patch(#[source] serde_json::Error),
     /// The driver did not delete the volume.
     #[error(transparent)]
     Driver(#[from] sidecar_kit::csi::CallError),
     /// The PV could not be deleted or its finalizer removed.
     #[error("failed to {action} PersistentVolume: {source}")]
     Api {
-        /// What.
+        /// What was being done to the PV (read, delete, remove the finalizer of).
         action: &'static str,
-        /// Why.
+        /// The API server's error.
         source: kube::Error,
     },
 }
@@ -74,10 +71,7 @@ impl Provisioner {
                 Ok(Next::Retry)
             }
             Err(
-                error @ (VolumeError::Secret(_)
-                | VolumeError::Patch(_)
-                | VolumeError::Driver(_)
-                | VolumeError::Api { .. }),
+                error @ (VolumeError::Secret(_) | VolumeError::Driver(_) | VolumeError::Api { .. }),
             ) => Err(error),
         }
     }
@@ -200,15 +194,11 @@ impl Provisioner {
                     }
                 };
             }
-            let finalizers = current.metadata.finalizers.clone().unwrap_or_default();
-            let Some(index) = finalizers.iter().position(|f| f == PV_FINALIZER) else {
+            let Some(ops) = sidecar_kit::finalizers::remove_ops(&current.metadata, PV_FINALIZER)
+            else {
                 return Ok(());
             };
-            let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-                {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": PV_FINALIZER},
-                {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-            ]))
-            .map_err(VolumeError::Patch)?;
+            let patch = sidecar_kit::patch_ops::patch(ops);
             match api
                 .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
                 .await

@@ -19,9 +19,9 @@ pub const ALLOW_VOLUME_MODE_CHANGE: &str =
 /// The object a claim names as its data source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRef {
-    /// Kind.
+    /// `kind` of the reference (`PersistentVolumeClaim`, `VolumeSnapshot`, a populator's).
     pub kind: String,
-    /// Name.
+    /// `name` of the reference.
     pub name: String,
     /// Namespace (the claim's unless `dataSourceRef.namespace` says otherwise).
     pub namespace: String,
@@ -101,15 +101,15 @@ pub enum SourceCheck {
         "error getting PVC {name} (namespace {namespace:?}) from api server: persistentvolumeclaims {name:?} not found"
     )]
     ClaimMissing {
-        /// Name.
+        /// The source claim's name.
         name: String,
-        /// Namespace.
+        /// The source claim's namespace.
         namespace: String,
     },
     /// The source claim is not Bound.
     #[error("the PVC DataSource {name} must have a status of Bound.  Got {phase}")]
     ClaimNotBound {
-        /// Name.
+        /// The source claim's name.
         name: String,
         /// Its phase.
         phase: String,
@@ -567,71 +567,6 @@ pub fn snapshot_source(
             },
         )),
     })
-}
-
-/// Whether a claim in `namespace` still clones `source`: it names it in `dataSource` (kind
-/// PersistentVolumeClaim) and is Pending (or has no phase yet). Upstream's cloning-protection
-/// controller looks only at `dataSource`, in the same namespace.
-pub fn clones_pending<'a>(
-    source: &str,
-    namespace: &str,
-    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
-) -> bool {
-    claims.into_iter().any(|c| {
-        let names_source = cloned_claim(c).is_some_and(|(_, name)| name == source);
-        let pending = c
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p == "Pending");
-        c.metadata.namespace.as_deref() == Some(namespace) && names_source && pending
-    })
-}
-
-/// The claim a claim clones, as (namespace, name): its `dataSource` of kind
-/// PersistentVolumeClaim, in its own namespace (what upstream's cloning protection follows).
-pub fn cloned_claim(claim: &PersistentVolumeClaim) -> Option<(String, String)> {
-    let source = claim.spec.as_ref()?.data_source.as_ref()?;
-    (source.kind == "PersistentVolumeClaim").then(|| {
-        (
-            claim.metadata.namespace.clone().unwrap_or_default(),
-            source.name.clone(),
-        )
-    })
-}
-
-/// What the cloning-protection controller does with a source claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloningProtection {
-    /// Nothing: not being deleted, or without the finalizer.
-    Nothing,
-    /// Clones are still provisioned from it: look again later.
-    Wait,
-    /// Remove the finalizer (from the claim read live, written back with `update`, as
-    /// upstream's RBAC grants).
-    Release,
-}
-
-/// Decides the cloning-protection finalizer of a claim being deleted. `pending` is asked only
-/// then (it looks at every claim): whether a clone of it is Pending, or a CreateVolume copying
-/// its volume may still be in flight (the intent log holds one whose content source is the
-/// claim's volume, even if the clone's claim is gone); the source stays until that is done.
-pub fn cloning_protection(
-    claim: &PersistentVolumeClaim,
-    pending: impl FnOnce(&str, &str) -> bool,
-) -> CloningProtection {
-    let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
-    if !sidecar_kit::finalizers::has(&claim.metadata, finalizer)
-        || claim.metadata.deletion_timestamp.is_none()
-    {
-        return CloningProtection::Nothing;
-    }
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-    if pending(namespace, name) {
-        return CloningProtection::Wait;
-    }
-    CloningProtection::Release
 }
 
 /// Go's strconv.ParseBool.

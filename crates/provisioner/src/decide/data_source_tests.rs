@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::*;
+use crate::decide::cloning::{CloningProtection, cloned_claim, clones_pending, cloning_protection};
 use crate::decide::testing::{claim, pv};
 
 const DRIVER: &str = "hostpath.csi.volstack.dev";

@@ -3,6 +3,7 @@
 
 pub mod claim;
 pub mod classify;
+pub mod cloning;
 pub mod data_source;
 pub mod delete;
 pub mod names;

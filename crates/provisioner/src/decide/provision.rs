@@ -88,7 +88,7 @@ pub enum ProvisionError {
     /// The class names another provisioner.
     #[error("StorageClass {class:?} names provisioner {provisioner:?}, not this driver")]
     WrongProvisioner {
-        /// Class.
+        /// The class's name.
         class: String,
         /// Its provisioner.
         provisioner: String,

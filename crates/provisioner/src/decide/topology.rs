@@ -50,9 +50,9 @@ pub enum TopologyError {
     /// The selected node lacks a topology label.
     #[error("selected node {node:?} has no label {key:?}, a topology key of this driver")]
     MissingLabel {
-        /// Node.
+        /// The node the scheduler selected.
         node: String,
-        /// Key.
+        /// The topology key the node lacks.
         key: String,
     },
     /// The selected node is outside the class's allowedTopologies.

@@ -6,8 +6,7 @@
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use serde_json::json;
-use sidecar_kit::finalizers;
+use sidecar_kit::{finalizers, patch_ops};
 
 use super::decide::{DeletionEnd, deletion_end};
 use super::make::SET_FINALIZER;
@@ -31,11 +30,9 @@ impl Provisioner {
             volume: volume.clone(),
             source,
         };
-        let mut ops = vec![json!({
-            "op": "test", "path": "/metadata/resourceVersion", "value": pv.metadata.resource_version,
-        })];
+        let mut ops = vec![patch_ops::test_version(&pv.metadata)];
         ops.extend(finalizers::add_ops(&pv.metadata, SET_FINALIZER).unwrap_or_default());
-        let patch = finalizers::patch(ops).map_err(|e| take_out(kube::Error::SerdeError(e)))?;
+        let patch = patch_ops::patch(ops);
         let held = api
             .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
@@ -113,15 +110,15 @@ impl Provisioner {
         if kept.len() == pv.metadata.finalizers.as_ref().map_or(0, Vec::len) {
             return Ok(());
         }
-        let ops = vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": pv.metadata.resource_version}),
-            json!({"op": "replace", "path": "/metadata/finalizers", "value": kept}),
-        ];
+        let kept: Vec<String> = kept.into_iter().cloned().collect();
+        let patch = patch_ops::patch(vec![
+            patch_ops::test_version(&pv.metadata),
+            patch_ops::replace(&["metadata", "finalizers"], kept),
+        ]);
         let finalize = |source| SetError::Finalize {
             volume: volume.clone(),
             source,
         };
-        let patch = finalizers::patch(ops).map_err(|e| finalize(kube::Error::SerdeError(e)))?;
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         match api
             .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))

@@ -57,6 +57,14 @@ impl VolumeIndex {
         }
     }
 
+    /// The end of a re-list: labelled volumes for which `kept` does not hold were deleted
+    /// while the watch was away and are forgotten. Returns how many.
+    pub(crate) fn reset(&mut self, kept: impl Fn(&str) -> bool) -> usize {
+        let before = self.labelled.len();
+        self.labelled.retain(|name, _| kept(name));
+        before - self.labelled.len()
+    }
+
     /// Notes a volume made for `set` at `now`, before its PV is written: it counts as the set's
     /// until a pass finds its PV in the index and the cache, or its delete event arrives.
     pub(crate) fn made(&mut self, set: &str, volume: &str, now: Instant) {
@@ -244,5 +252,18 @@ mod tests {
         assert_eq!(pass(&mut index, now).0, vec!["fast-1".to_string()]);
         let view = index.view("fast", None, |volume| volume != "fast-1", now);
         assert!(names(&view).is_empty());
+    }
+
+    #[test]
+    fn a_relist_forgets_labelled_volumes_deleted_while_the_watch_was_away() {
+        let now = Instant::now();
+        let mut index = VolumeIndex::default();
+        watched(&mut index, "fast-1", "fast");
+        watched(&mut index, "fast-2", "fast");
+        assert_eq!(index.reset(|name| name == "fast-2"), 1);
+        // `view` also filters by the compact cache; here the cache shows everything, so only
+        // the reset can have dropped fast-1.
+        assert_eq!(pass(&mut index, now), (vec!["fast-2".into()], 0));
+        assert_eq!(index.reset(|_| true), 0);
     }
 }

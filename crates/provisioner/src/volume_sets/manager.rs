@@ -3,7 +3,7 @@
 //! index does not show yet), and its metrics. What a pass does is in `sync.rs`.
 
 use sidecar_kit::vocabulary::pv_phase as phase;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -11,7 +11,9 @@ use kube::Api;
 use kube::runtime::reflector::Store;
 use parking_lot::Mutex;
 use prometheus::{IntCounterVec, IntGaugeVec, Opts};
+use sidecar_kit::key::ObjectKey;
 use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::watch_index::{WatchIndex, listed};
 use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
 
 use super::decide::{available, is_member};
@@ -172,6 +174,21 @@ impl SetManager {
         }
     }
 
+    /// The end of a re-list of volumes: those it did not show are forgotten, and every set is
+    /// looked at again when one of them was labelled.
+    fn volumes_listed(&self, keep: &HashSet<ObjectKey>) {
+        let kept = |name: &str| listed(keep, None, name);
+        let forgotten = self.index.lock().reset(kept);
+        self.phases.lock().retain(|name, _| kept(name));
+        if forgotten > 0 {
+            for set in self.sets.state() {
+                if let Some(name) = &set.metadata.name {
+                    self.queue.add(name.clone());
+                }
+            }
+        }
+    }
+
     /// What a pass over the set `name` reads ([`VolumeIndex::view`]).
     pub(crate) fn view(
         &self,
@@ -244,5 +261,19 @@ impl SetManager {
         for state in ["total", "available", "bound", "released"] {
             let _ = self.metrics.volumes.remove_label_values(&[set, state]);
         }
+    }
+}
+
+impl WatchIndex<PersistentVolume> for SetManager {
+    fn apply(&self, pv: &PersistentVolume) {
+        self.volume_changed(pv, false);
+    }
+
+    fn delete(&self, pv: &PersistentVolume) {
+        self.volume_changed(pv, true);
+    }
+
+    fn reset(&self, keep: &HashSet<ObjectKey>) {
+        self.volumes_listed(keep);
     }
 }

@@ -64,7 +64,7 @@ pub enum SetError {
     Response {
         /// The volume.
         volume: String,
-        /// Why.
+        /// What is wrong with the driver's answer.
         source: ResponseError,
     },
     /// Writing the PV failed.
@@ -72,7 +72,7 @@ pub enum SetError {
     SavePv {
         /// The PV.
         name: String,
-        /// Why.
+        /// The API server's error.
         source: kube::Error,
     },
     /// Undoing an in-flight volume of a deleted set failed.
@@ -80,7 +80,7 @@ pub enum SetError {
     Undo {
         /// The volume.
         volume: String,
-        /// Why.
+        /// Why DeleteVolume, or the secret it needs, failed.
         source: Box<crate::controller::ClaimError>,
     },
     /// Taking a volume out of the pool failed (a claim may have bound it meanwhile).
@@ -88,7 +88,7 @@ pub enum SetError {
     TakeOut {
         /// The volume.
         volume: String,
-        /// Why.
+        /// The API server's error.
         source: kube::Error,
     },
     /// DeleteVolume failed.
@@ -96,7 +96,7 @@ pub enum SetError {
     Delete {
         /// The volume.
         volume: String,
-        /// Why.
+        /// The driver's error.
         source: sidecar_kit::csi::CallError,
     },
     /// The DeleteVolume secret.
@@ -104,7 +104,7 @@ pub enum SetError {
     DeleteSecret {
         /// The volume.
         volume: String,
-        /// Why.
+        /// Why the secret could not be read.
         source: Box<crate::controller::ClaimError>,
     },
     /// Removing the finalizer of a deleted volume failed.
@@ -112,7 +112,7 @@ pub enum SetError {
     Finalize {
         /// The volume.
         volume: String,
-        /// Why.
+        /// The API server's error.
         source: kube::Error,
     },
     /// Writing the status failed.
@@ -120,7 +120,7 @@ pub enum SetError {
     Status {
         /// The set.
         set: String,
-        /// Why.
+        /// The API server's error.
         source: kube::Error,
     },
 }
@@ -257,12 +257,7 @@ impl Provisioner {
 
     /// The set's volumes that may exist without a PV.
     fn pool_flights(&self, set: &str) -> Vec<(String, InFlight)> {
-        self.inflight
-            .lock()
-            .iter()
-            .filter(|(_, f)| f.pool() == Some(set))
-            .map(|(n, f)| (n.clone(), f.clone()))
-            .collect()
+        self.ledger.of_pool(set)
     }
 
     async fn write_status(
@@ -307,7 +302,7 @@ impl Provisioner {
             listed: None,
             serial: None,
         };
-        self.fly(&volume, flight);
+        self.ledger.open(&volume, flight, self.listing.get());
         if let Some(manager) = &self.sets {
             manager.creates.add(volume);
         }
@@ -321,7 +316,7 @@ impl Provisioner {
         let Some(manager) = self.sets.as_ref() else {
             return Ok(Next::Done);
         };
-        let Some(flight) = self.inflight.lock().get(volume).cloned() else {
+        let Some(flight) = self.ledger.get(volume) else {
             return Ok(Next::Done);
         };
         let Some(name) = flight.pool().map(str::to_string) else {
@@ -382,7 +377,7 @@ impl Provisioner {
     ) -> Result<(), SetError> {
         let name = set.metadata.name.clone().unwrap_or_default();
         if self.caches.volumes.contains(&ObjectRef::new(volume)) {
-            self.settle(volume);
+            self.ledger.settle(volume);
             return Ok(());
         }
         if let Some(log) = self.intent_log() {
@@ -400,7 +395,7 @@ impl Provisioner {
             Err(error) => {
                 let outcome = classify_create(Err(error.code), false);
                 match outcome {
-                    CreateOutcome::Final | CreateOutcome::Reschedule => self.settle(volume),
+                    CreateOutcome::Final | CreateOutcome::Reschedule => self.ledger.settle(volume),
                     CreateOutcome::InBackground
                     | CreateOutcome::Conflict
                     | CreateOutcome::Created => {}
@@ -463,7 +458,7 @@ impl Provisioner {
         if let Some(manager) = &self.sets {
             manager.metrics.created.with_label_values(&[&name]).inc();
         }
-        self.settle(volume);
+        self.ledger.settle(volume);
         self.retained(&pv);
         tracing::info!(set = %name, volume, "volume made for the set");
         Ok(())

@@ -21,7 +21,7 @@ pub struct PersistentVolumeSet {
     /// `PersistentVolumeSet`.
     #[serde(default)]
     pub kind: String,
-    /// Metadata.
+    /// `metadata`.
     #[serde(default)]
     pub metadata: ObjectMeta,
     /// What the set keeps.

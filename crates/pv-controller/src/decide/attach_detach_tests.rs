@@ -6,47 +6,32 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use serde_json::json;
 
+use sidecar_kit::testing;
+
 use super::attach_detach::{World, actions, unique_name, wanted};
 use super::protection::{self, PV_PROTECTION, PVC_PROTECTION, Protection};
 
 const D: &str = "hostpath.csi.volstack.dev";
 
 fn pod(name: &str, node: &str, phase: &str, claims: &[&str]) -> Pod {
-    let volumes: Vec<_> = claims
+    claims
         .iter()
-        .map(|c| json!({"name": format!("v-{c}"), "persistentVolumeClaim": {"claimName": c}}))
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}], "volumes": volumes},
-        "status": {"phase": phase},
-    }))
-    .unwrap()
+        .fold(testing::pod(name).node(node).phase(phase), |p, c| {
+            p.claim(&format!("v-{c}"), c, false)
+        })
+        .build()
 }
 
 fn claim(name: &str, volume: &str) -> PersistentVolumeClaim {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"volumeName": volume},
-    }))
-    .unwrap()
+    testing::claim(name, volume)
 }
 
 fn pv(name: &str, driver: &str) -> PersistentVolume {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"csi": {"driver": driver, "volumeHandle": format!("h-{name}")}},
-        "status": {"phase": "Bound"},
-    }))
-    .unwrap()
+    testing::csi_volume(name, driver).phase("Bound").build()
 }
 
 fn va(name: &str, node: &str, volume: &str) -> VolumeAttachment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"attacher": D, "nodeName": node, "source": {"persistentVolumeName": volume}},
-    }))
-    .unwrap()
+    testing::attachment(name, D, node, volume).build()
 }
 
 #[test]
@@ -58,10 +43,7 @@ fn attachments_follow_the_pods_that_use_attachable_volumes() {
         claim("pending", ""),
     ];
     let volumes_list = [pv("pv1", D), pv("pv2", D), pv("pv3", "noattach.example")];
-    let no_attach: CSIDriver = serde_json::from_value(json!({
-        "metadata": {"name": "noattach.example"}, "spec": {"attachRequired": false}
-    }))
-    .unwrap();
+    let no_attach: CSIDriver = testing::csi_driver("noattach.example", false, false);
     let claims: HashMap<_, _> = claims_list
         .iter()
         .map(|c| {
@@ -136,7 +118,7 @@ fn claims_and_volumes_are_protected_while_in_use() {
     let mut c = claim("c1", "pv1");
     let added = protection::claim(&c, []);
     assert!(
-        matches!(added, Protection::Add(ref ops) if ops.last().unwrap()["value"] == json!([PVC_PROTECTION])),
+        matches!(added, Protection::Add(ref ops) if serde_json::to_value(ops.last().unwrap()).unwrap()["value"] == json!([PVC_PROTECTION])),
         "{added:?}"
     );
     c.metadata.finalizers = Some(vec![PVC_PROTECTION.into()]);

@@ -55,7 +55,7 @@ pub enum ClaimAction {
 /// What to do with a volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VolumeAction {
-    /// Nothing.
+    /// Nothing to write: the volume is as it should be.
     Nothing,
     /// Set the phase.
     SetPhase(&'static str),

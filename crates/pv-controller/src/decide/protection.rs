@@ -6,8 +6,8 @@
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::Value;
 use sidecar_kit::finalizers;
+use sidecar_kit::patch_ops::Op;
 
 /// The claim finalizer.
 pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
@@ -17,12 +17,12 @@ pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
 /// What to write to one object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Protection {
-    /// Nothing.
+    /// Nothing to write.
     Keep,
     /// Add the finalizer (JSON patch operations).
-    Add(Vec<Value>),
+    Add(Vec<Op>),
     /// Remove it: the object is being deleted and nothing uses it.
-    Release(Vec<Value>),
+    Release(Vec<Op>),
 }
 
 fn decide(meta: &ObjectMeta, finalizer: &str, in_use: bool) -> Protection {

@@ -18,7 +18,7 @@ pub enum CodecError {
     UnknownToken {
         /// The byte.
         byte: u8,
-        /// Where.
+        /// Its offset in the encoded object.
         offset: usize,
     },
     /// A UUID token without its 16 bytes.

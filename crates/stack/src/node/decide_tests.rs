@@ -5,62 +5,45 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
-use serde_json::json;
+
+use sidecar_kit::testing;
 
 use super::decide::*;
 
 const D: &str = "hostpath.csi.volstack.dev";
 
 fn pod(node: &str, claims: &[(&str, bool)]) -> Pod {
-    let volumes: Vec<_> = claims
+    claims
         .iter()
-        .map(
-            |(c, ro)| json!({"name": c, "persistentVolumeClaim": {"claimName": c, "readOnly": ro}}),
-        )
-        .chain(std::iter::once(json!({"name": "scratch", "emptyDir": {}})))
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {"name": "app", "namespace": "default", "uid": "u1"},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}], "volumes": volumes},
-        "status": {"phase": "Pending"},
-    }))
-    .unwrap()
+        .fold(testing::pod("app").uid("u1").node(node), |p, (c, ro)| {
+            p.claim(c, c, *ro)
+        })
+        .empty_dir("scratch")
+        .build()
 }
 
 fn claim(name: &str, volume: &str) -> PersistentVolumeClaim {
-    serde_json::from_value(
-        json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"volumeName": volume}}),
-    )
-    .unwrap()
+    testing::claim(name, volume)
 }
 
 fn pv(name: &str, driver: &str) -> PersistentVolume {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "csi": {
-                "driver": driver, "volumeHandle": format!("h-{name}"),
-                "volumeAttributes": {"kind": "fast"},
-                "nodeStageSecretRef": {"name": "stage", "namespace": "ns"},
-                "nodePublishSecretRef": {"name": "pub", "namespace": "ns"},
-            },
-        },
-    }))
-    .unwrap()
+    testing::csi_volume(name, driver)
+        .access_modes(&["ReadWriteOnce"])
+        .attribute("kind", "fast")
+        .stage_secret("stage", "ns")
+        .publish_secret("pub", "ns")
+        .build()
 }
 
 fn driver(attach: bool, pod_info: bool) -> CSIDriver {
-    serde_json::from_value(json!({"metadata": {"name": D}, "spec": {"attachRequired": attach, "podInfoOnMount": pod_info}})).unwrap()
+    testing::csi_driver(D, attach, pod_info)
 }
 
 fn va(handle: &str, node: &str, attached: bool) -> VolumeAttachment {
-    serde_json::from_value(json!({
-        "metadata": {"name": sidecar_kit::pv_csi::attachment_name(handle, D, node)},
-        "spec": {"attacher": D, "nodeName": node, "source": {"persistentVolumeName": "x"}},
-        "status": {"attached": attached, "attachmentMetadata": {"devicePath": "/dev/x"}},
-    }))
-    .unwrap()
+    let name = sidecar_kit::pv_csi::attachment_name(handle, D, node);
+    testing::attachment(&name, D, node, "x")
+        .attached(attached, &[("devicePath", "/dev/x")])
+        .build()
 }
 
 struct Objects {

@@ -18,9 +18,9 @@ const RECORD: &str = "vol_data.json";
 pub struct DiskError {
     /// What failed.
     pub action: &'static str,
-    /// Where.
+    /// The file or directory.
     pub path: String,
-    /// Why.
+    /// The operating system's error.
     pub source: io::Error,
 }
 

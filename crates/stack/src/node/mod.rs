@@ -96,7 +96,7 @@ pub enum NodeError {
     /// An API write (Pod status, Pod deletion, Node status).
     #[error("failed to {action}: {source}")]
     Api {
-        /// What.
+        /// What was being written (as the message says it).
         action: &'static str,
         /// The API error.
         source: kube::Error,
@@ -106,7 +106,7 @@ pub enum NodeError {
     Recycle {
         /// The PV.
         pv: String,
-        /// Why.
+        /// The recycling step that failed.
         source: recycle::RecycleError,
     },
 }
@@ -243,7 +243,9 @@ impl NodeAgent {
             on_node,
             |_: &mut Pod| {},
             move |e| {
-                if let watcher::Event::Delete(_) = e {
+                // A Pod deleted, or perhaps deleted while the watch was away (a re-list ended):
+                // its volumes are torn down by the sweep.
+                if matches!(e, watcher::Event::Delete(_) | watcher::Event::InitDone) {
                     q.add(NodeKey::Sweep);
                 }
                 each(e, |pod| q.add(NodeKey::Pod(ObjectRef::from_obj(pod))));

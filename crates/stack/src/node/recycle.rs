@@ -12,12 +12,11 @@ use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
-use serde_json::json;
 use sidecar_kit::csi::CallError;
 use sidecar_kit::events::EventType;
-use sidecar_kit::finalizers;
 use sidecar_kit::vocabulary::reference;
 use sidecar_kit::workqueue::Next;
+use sidecar_kit::{finalizers, patch_ops};
 
 use super::NodeAgent;
 use super::decide_recycle::{ANN_RECYCLING_NODE, RecycleStep, Scrub, handle_users, recycle_step};
@@ -36,7 +35,7 @@ pub enum RecycleError {
     Call {
         /// The call.
         step: &'static str,
-        /// Why.
+        /// The driver's error.
         source: CallError,
     },
     /// Removing the contents.
@@ -44,7 +43,7 @@ pub enum RecycleError {
     Scrub {
         /// The directory.
         path: String,
-        /// Why.
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// NodePublishVolume answered, but its target shows no volume.
@@ -58,9 +57,9 @@ pub enum RecycleError {
     /// An API write (taking the volume, clearing its claim).
     #[error("failed to {action}: {source}")]
     Api {
-        /// What.
+        /// What was being written (as the message says it).
         action: &'static str,
-        /// Why.
+        /// The API server's error.
         source: kube::Error,
     },
     /// The volume cannot be recycled.
@@ -160,7 +159,7 @@ impl NodeAgent {
     /// Writes this node into the PV, at the version seen: one node takes it.
     async fn take(&self, pv: &PersistentVolume) -> Result<(), RecycleError> {
         let ops = vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": pv.metadata.resource_version}),
+            patch_ops::test_version(&pv.metadata),
             finalizers::annotation_op(&pv.metadata, ANN_RECYCLING_NODE, &self.node),
         ];
         self.patch(pv, ops, "take the volume for recycling").await
@@ -169,9 +168,9 @@ impl NodeAgent {
     /// Clears the claim reference and the taker: the PV controller makes it Available.
     async fn release(&self, pv: &PersistentVolume) -> Result<(), RecycleError> {
         let ops = vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": pv.metadata.resource_version}),
-            json!({"op": "remove", "path": "/spec/claimRef"}),
-            json!({"op": "remove", "path": format!("/metadata/annotations/{}", finalizers::pointer_escape(ANN_RECYCLING_NODE))}),
+            patch_ops::test_version(&pv.metadata),
+            patch_ops::remove(&["spec", "claimRef"]),
+            patch_ops::remove(&["metadata", "annotations", ANN_RECYCLING_NODE]),
         ];
         self.patch(pv, ops, "clear the claim of the recycled volume")
             .await
@@ -180,14 +179,11 @@ impl NodeAgent {
     async fn patch(
         &self,
         pv: &PersistentVolume,
-        ops: Vec<serde_json::Value>,
+        ops: Vec<patch_ops::Op>,
         action: &'static str,
     ) -> Result<(), RecycleError> {
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        let patch = finalizers::patch(ops).map_err(|e| RecycleError::Api {
-            action,
-            source: kube::Error::SerdeError(e),
-        })?;
+        let patch = patch_ops::patch(ops);
         api.patch(
             pv.metadata.name.as_deref().unwrap_or_default(),
             &PatchParams::default(),

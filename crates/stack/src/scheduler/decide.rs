@@ -11,9 +11,7 @@ use sidecar_kit::quantity::parse_bytes;
 use sidecar_kit::selectors::{
     Labels, affinity_allows, allowed_topologies_admit, label_selector_matches,
 };
-
-/// The annotation the scheduler puts on a late-binding claim.
-pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+pub use sidecar_kit::vocabulary::ANN_SELECTED_NODE;
 
 /// Why a node does not fit (kube-scheduler's words).
 pub const AFFINITY_CONFLICT: &str = "node(s) had volume node affinity conflict";

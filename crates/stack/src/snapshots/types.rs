@@ -22,7 +22,7 @@ pub struct VolumeSnapshotClass {
     /// `VolumeSnapshotClass`.
     #[serde(default)]
     pub kind: String,
-    /// Metadata.
+    /// `metadata`.
     #[serde(default)]
     pub metadata: ObjectMeta,
     /// The CSI driver.
@@ -74,7 +74,7 @@ pub struct SnapshotError {
     /// When.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
-    /// What.
+    /// `message`: what failed, as the controller or the driver said it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -110,13 +110,13 @@ pub struct VolumeSnapshot {
     /// `VolumeSnapshot`.
     #[serde(default)]
     pub kind: String,
-    /// Metadata.
+    /// `metadata`.
     #[serde(default)]
     pub metadata: ObjectMeta,
-    /// Spec.
+    /// `spec`: the source and the class.
     #[serde(default)]
     pub spec: VolumeSnapshotSpec,
-    /// Status.
+    /// `status`: the bound content, readiness, size, error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<VolumeSnapshotStatus>,
 }
@@ -151,10 +151,10 @@ pub struct SnapshotRef {
     /// `VolumeSnapshot`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// Name.
+    /// `name` of the VolumeSnapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Namespace.
+    /// `namespace` of the VolumeSnapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// UID (empty until bound, for pre-provisioned contents).
@@ -220,13 +220,13 @@ pub struct VolumeSnapshotContent {
     /// `VolumeSnapshotContent`.
     #[serde(default)]
     pub kind: String,
-    /// Metadata.
+    /// `metadata`.
     #[serde(default)]
     pub metadata: ObjectMeta,
-    /// Spec.
+    /// `spec`: the driver, the source, the deletion policy, the snapshot it belongs to.
     #[serde(default)]
     pub spec: VolumeSnapshotContentSpec,
-    /// Status.
+    /// `status`: the handle, readiness, size, error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<VolumeSnapshotContentStatus>,
 }

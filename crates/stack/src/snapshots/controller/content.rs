@@ -2,6 +2,8 @@
 //! and the steps carried out (CreateSnapshot, ListSnapshots, DeleteSnapshot, its annotations,
 //! status and finalizer).
 
+use std::collections::BTreeMap;
+
 use super::*;
 
 impl SnapshotController {
@@ -48,18 +50,18 @@ impl SnapshotController {
         let name = content.metadata.name.clone().unwrap_or_default();
         let contents: Api<VolumeSnapshotContent> = Api::all(self.client.clone());
         let params = PatchParams::default();
-        let controller = || csi::controller_client::ControllerClient::new(self.csi.clone());
         match step {
             ContentStep::AddFinalizer => {
-                let patch = add_finalizer(
+                if let Some(ops) = add_finalizer(
                     content.metadata.finalizers.as_deref().unwrap_or_default(),
                     FINALIZER_CONTENT,
                     content.metadata.resource_version.as_deref(),
-                );
-                contents
-                    .patch(&name, &params, &json_patch(patch)?)
-                    .await
-                    .map_err(api("add the content finalizer"))?;
+                ) {
+                    contents
+                        .patch(&name, &params, &json_patch(ops))
+                        .await
+                        .map_err(api("add the content finalizer"))?;
+                }
             }
             ContentStep::RemoveFinalizer => {
                 if let Some(patch) = remove_finalizer(
@@ -67,7 +69,7 @@ impl SnapshotController {
                     FINALIZER_CONTENT,
                 ) {
                     done_if(
-                        contents.patch(&name, &params, &json_patch(patch)?).await,
+                        contents.patch(&name, &params, &json_patch(patch)).await,
                         sidecar_kit::api_errors::is_not_found,
                     )
                     .map_err(api("remove the content finalizer"))?;
@@ -78,114 +80,15 @@ impl SnapshotController {
                 source_volume_id,
                 parameters,
             } => {
-                self.annotate(&name, ANN_BEING_CREATED, Some("yes")).await?;
-                let secrets = self.secrets(content).await?;
-                let request = csi::CreateSnapshotRequest {
-                    source_volume_id,
-                    name: csi_name,
-                    secrets,
-                    parameters: parameters.into_iter().collect(),
-                };
-                let mut client = controller();
-                let answer = self
-                    .caller
-                    .call(
-                        "/csi.v1.Controller/CreateSnapshot",
-                        client.create_snapshot(self.caller.request(request)),
-                    )
+                return self
+                    .create_snapshot(content, csi_name, source_volume_id, parameters)
                     .await;
-                match answer {
-                    Ok(response) => {
-                        let Some(s) = response.snapshot else {
-                            return Err(SyncError::Invalid(
-                                "CreateSnapshot answered without a snapshot".into(),
-                            ));
-                        };
-                        self.record_snapshot(content, &name, &s).await?;
-                        self.annotate(&name, ANN_BEING_CREATED, None).await?;
-                        if !s.ready_to_use {
-                            // Asked again after the backoff until the driver says ready.
-                            return Ok(false);
-                        }
-                    }
-                    Err(error) => {
-                        self.content_failed(content, "SnapshotCreationFailed", &error)
-                            .await?;
-                        if final_code(error.code) {
-                            self.annotate(&name, ANN_BEING_CREATED, None).await?;
-                        }
-                        return Ok(false);
-                    }
-                }
             }
             ContentStep::CheckSnapshot(handle) => {
-                let mut client = controller();
-                let request = csi::ListSnapshotsRequest {
-                    snapshot_id: handle.clone(),
-                    ..Default::default()
-                };
-                let answer = self
-                    .caller
-                    .call(
-                        "/csi.v1.Controller/ListSnapshots",
-                        client.list_snapshots(self.caller.request(request)),
-                    )
-                    .await;
-                let found = match answer {
-                    Ok(r) => r.entries.into_iter().find_map(|e| e.snapshot),
-                    Err(error) => {
-                        self.content_failed(content, "SnapshotContentCheckandUpdateFailed", &error)
-                            .await?;
-                        return Ok(false);
-                    }
-                };
-                let Some(s) = found else {
-                    let error = CallError {
-                        method: "ListSnapshots",
-                        code: tonic::Code::NotFound,
-                        message: format!("snapshot {handle} not found"),
-                    };
-                    self.content_failed(content, "SnapshotContentCheckandUpdateFailed", &error)
-                        .await?;
-                    return Ok(false);
-                };
-                self.record_snapshot(content, &name, &s).await?;
-                if !s.ready_to_use {
-                    return Ok(false);
-                }
+                return self.check_snapshot(content, handle).await;
             }
             ContentStep::DeleteSnapshot(handle) => {
-                let secrets = self.secrets(content).await?;
-                let mut client = controller();
-                let request = csi::DeleteSnapshotRequest {
-                    snapshot_id: handle,
-                    secrets,
-                };
-                let answer = self
-                    .caller
-                    .call(
-                        "/csi.v1.Controller/DeleteSnapshot",
-                        client.delete_snapshot(self.caller.request(request)),
-                    )
-                    .await;
-                if let Err(error) = answer {
-                    self.event(
-                        &reference(content),
-                        EventType::Warning,
-                        "SnapshotDeleteError",
-                        &format!("Failed to delete snapshot: {error}"),
-                    );
-                    return Ok(false);
-                }
-                let cleared = json!([{"op": "add", "path": "/status", "value": {}}]);
-                match contents
-                    .patch_status(&name, &params, &json_patch(cleared)?)
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {}
-                    Err(e) => return Err(api("clear the content status")(e)),
-                }
+                return self.delete_snapshot(content, handle).await;
             }
             ContentStep::ClearBeingCreated => {
                 self.annotate(&name, ANN_BEING_CREATED, None).await?;
@@ -193,6 +96,145 @@ impl SnapshotController {
             ContentStep::Event(kind, reason, message) => {
                 self.event(&reference(content), kind, reason, &message);
             }
+        }
+        Ok(true)
+    }
+
+    /// CreateSnapshot, marked as being created while in flight; false when the driver failed
+    /// or the snapshot is not ready yet (asked again after the backoff).
+    async fn create_snapshot(
+        &self,
+        content: &VolumeSnapshotContent,
+        csi_name: String,
+        source_volume_id: String,
+        parameters: BTreeMap<String, String>,
+    ) -> Result<bool, SyncError> {
+        let name = content.metadata.name.clone().unwrap_or_default();
+        let controller = || csi::controller_client::ControllerClient::new(self.csi.clone());
+        self.annotate(&name, ANN_BEING_CREATED, Some("yes")).await?;
+        let secrets = self.secrets(content).await?;
+        let request = csi::CreateSnapshotRequest {
+            source_volume_id,
+            name: csi_name,
+            secrets,
+            parameters: parameters.into_iter().collect(),
+        };
+        let mut client = controller();
+        let answer = self
+            .caller
+            .call(
+                "/csi.v1.Controller/CreateSnapshot",
+                client.create_snapshot(self.caller.request(request)),
+            )
+            .await;
+        match answer {
+            Ok(response) => {
+                let Some(s) = response.snapshot else {
+                    return Err(SyncError::Invalid(
+                        "CreateSnapshot answered without a snapshot".into(),
+                    ));
+                };
+                self.record_snapshot(content, &name, &s).await?;
+                self.annotate(&name, ANN_BEING_CREATED, None).await?;
+                if !s.ready_to_use {
+                    // Asked again after the backoff until the driver says ready.
+                    return Ok(false);
+                }
+            }
+            Err(error) => {
+                self.content_failed(content, "SnapshotCreationFailed", &error)
+                    .await?;
+                if final_code(error.code) {
+                    self.annotate(&name, ANN_BEING_CREATED, None).await?;
+                }
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// ListSnapshots for a pre-provisioned or created snapshot; false until it is ready.
+    async fn check_snapshot(
+        &self,
+        content: &VolumeSnapshotContent,
+        handle: String,
+    ) -> Result<bool, SyncError> {
+        let name = content.metadata.name.clone().unwrap_or_default();
+        let controller = || csi::controller_client::ControllerClient::new(self.csi.clone());
+        let mut client = controller();
+        let request = csi::ListSnapshotsRequest {
+            snapshot_id: handle.clone(),
+            ..Default::default()
+        };
+        let answer = self
+            .caller
+            .call(
+                "/csi.v1.Controller/ListSnapshots",
+                client.list_snapshots(self.caller.request(request)),
+            )
+            .await;
+        let found = match answer {
+            Ok(r) => r.entries.into_iter().find_map(|e| e.snapshot),
+            Err(error) => {
+                self.content_failed(content, "SnapshotContentCheckandUpdateFailed", &error)
+                    .await?;
+                return Ok(false);
+            }
+        };
+        let Some(s) = found else {
+            let error = CallError {
+                method: "ListSnapshots",
+                code: tonic::Code::NotFound,
+                message: format!("snapshot {handle} not found"),
+            };
+            self.content_failed(content, "SnapshotContentCheckandUpdateFailed", &error)
+                .await?;
+            return Ok(false);
+        };
+        self.record_snapshot(content, &name, &s).await?;
+        if !s.ready_to_use {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// DeleteSnapshot, then the content's status cleared; false when the driver failed.
+    async fn delete_snapshot(
+        &self,
+        content: &VolumeSnapshotContent,
+        handle: String,
+    ) -> Result<bool, SyncError> {
+        let name = content.metadata.name.clone().unwrap_or_default();
+        let contents: Api<VolumeSnapshotContent> = Api::all(self.client.clone());
+        let params = PatchParams::default();
+        let controller = || csi::controller_client::ControllerClient::new(self.csi.clone());
+        let secrets = self.secrets(content).await?;
+        let mut client = controller();
+        let request = csi::DeleteSnapshotRequest {
+            snapshot_id: handle,
+            secrets,
+        };
+        let answer = self
+            .caller
+            .call(
+                "/csi.v1.Controller/DeleteSnapshot",
+                client.delete_snapshot(self.caller.request(request)),
+            )
+            .await;
+        if let Err(error) = answer {
+            self.event(
+                &reference(content),
+                EventType::Warning,
+                "SnapshotDeleteError",
+                &format!("Failed to delete snapshot: {error}"),
+            );
+            return Ok(false);
+        }
+        let cleared = json_patch(vec![patch_ops::add(&["status"], json!({}))]);
+        match contents.patch_status(&name, &params, &cleared).await {
+            Ok(_) => {}
+            Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {}
+            Err(e) => return Err(api("clear the content status")(e)),
         }
         Ok(true)
     }
@@ -219,13 +261,8 @@ impl SnapshotController {
         content: &str,
         status: &crate::snapshots::types::VolumeSnapshotContentStatus,
     ) -> Result<(), SyncError> {
-        let value = serde_json::to_value(status).map_err(|e| SyncError::Invalid(e.to_string()))?;
         Api::<VolumeSnapshotContent>::all(self.client.clone())
-            .patch_status(
-                content,
-                &PatchParams::default(),
-                &json_patch(json!([{"op": "add", "path": "/status", "value": value}]))?,
-            )
+            .patch_status(content, &PatchParams::default(), &status_patch(status)?)
             .await
             .map_err(api("update the content status"))?;
         Ok(())

@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use serde_json::{Value, json};
+use serde_json::json;
 use sidecar_kit::csi::{CallError, Caller};
 use sidecar_kit::events::{EventType, Recorder};
+use sidecar_kit::patch_ops::{self, Op};
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::vocabulary::reference;
 use sidecar_kit::watch::{Watches, each};
@@ -68,7 +70,7 @@ fn done_if<T>(
     }
 }
 
-/// Settings.
+/// How the snapshot controller runs (workers, backoff, resync).
 #[derive(Debug, Clone)]
 pub struct SnapshotSettings {
     /// The driver served (contents of other drivers are left alone).
@@ -259,56 +261,67 @@ fn now_nanos() -> i64 {
         .unwrap_or(i64::MAX)
 }
 
-fn json_patch(value: Value) -> Result<Patch<()>, SyncError> {
-    serde_json::from_value(value)
-        .map(Patch::Json)
-        .map_err(|e| SyncError::Invalid(e.to_string()))
+/// A JSON patch request of `ops`.
+fn json_patch(ops: Vec<Op>) -> Patch<()> {
+    Patch::Json(patch_ops::patch(ops))
 }
 
-/// A JSON patch adding a finalizer. Creating the list replaces whatever list the object has
-/// now, so that is tested against the resourceVersion the empty list was seen at.
-fn add_finalizer(finalizers: &[String], finalizer: &str, resource_version: Option<&str>) -> Value {
-    if finalizers.is_empty() {
-        let mut ops = Vec::new();
-        if let Some(rv) = resource_version {
-            ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
-        }
-        ops.push(json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}));
-        Value::Array(ops)
-    } else {
-        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}])
-    }
+/// The status of an object replaced by `status` (a status patch).
+fn status_patch(status: impl serde::Serialize) -> Result<Patch<()>, SyncError> {
+    let value = serde_json::to_value(status).map_err(|e| SyncError::Invalid(e.to_string()))?;
+    Ok(json_patch(vec![patch_ops::add(&["status"], value)]))
 }
 
-/// A JSON patch removing a finalizer, tested so a concurrent change is not overwritten.
-fn remove_finalizer(finalizers: &[String], finalizer: &str) -> Option<Value> {
-    let index = finalizers.iter().position(|f| f == finalizer)?;
-    Some(json!([
-        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
-        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-    ]))
+/// The operations adding `finalizer` to an object listing `finalizers` at `resource_version`
+/// (as [`sidecar_kit::finalizers::add_ops`]), or None when it is listed already.
+fn add_finalizer(
+    finalizers: &[String],
+    finalizer: &str,
+    resource_version: Option<&str>,
+) -> Option<Vec<Op>> {
+    let meta = ObjectMeta {
+        finalizers: Some(finalizers.to_vec()),
+        resource_version: resource_version.map(str::to_string),
+        ..ObjectMeta::default()
+    };
+    sidecar_kit::finalizers::add_ops(&meta, finalizer)
+}
+
+/// The operations removing `finalizer`, tested at its index, or None when it is not listed.
+fn remove_finalizer(finalizers: &[String], finalizer: &str) -> Option<Vec<Op>> {
+    let meta = ObjectMeta {
+        finalizers: Some(finalizers.to_vec()),
+        ..ObjectMeta::default()
+    };
+    sidecar_kit::finalizers::remove_ops(&meta, finalizer)
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn finalizer_patches_create_append_and_remove_by_tested_index() {
+        let json = |ops: Option<Vec<Op>>| ops.map(|ops| serde_json::to_value(ops).unwrap());
         assert_eq!(
-            add_finalizer(&[], "f", Some("7")),
-            json!([
+            json(add_finalizer(&[], "f", Some("7"))),
+            Some(json!([
                 {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
                 {"op": "add", "path": "/metadata/finalizers", "value": ["f"]},
-            ])
+            ]))
         );
         let list = vec!["a".to_string(), "f".to_string()];
         assert_eq!(
-            add_finalizer(&list, "g", Some("7")),
-            json!([{"op": "add", "path": "/metadata/finalizers/-", "value": "g"}])
+            json(add_finalizer(&list, "g", Some("7"))),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": ["a", "f"]},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": "g"},
+            ]))
         );
+        assert_eq!(json(add_finalizer(&list, "f", Some("7"))), None);
         assert_eq!(
-            remove_finalizer(&list, "f"),
+            json(remove_finalizer(&list, "f")),
             Some(json!([
                 {"op": "test", "path": "/metadata/finalizers/1", "value": "f"},
                 {"op": "remove", "path": "/metadata/finalizers/1"},

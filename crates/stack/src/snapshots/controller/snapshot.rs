@@ -67,17 +67,18 @@ impl SnapshotController {
         match step {
             SnapshotStep::AddFinalizer(f) => {
                 let rv = snapshot.metadata.resource_version.as_deref();
-                let patch = add_finalizer(finalizers, f, rv);
-                snapshots
-                    .patch(&name, &params, &json_patch(patch)?)
-                    .await
-                    .map_err(api("add a snapshot finalizer"))?;
-                finalizers.push(f.to_string());
+                if let Some(ops) = add_finalizer(finalizers, f, rv) {
+                    snapshots
+                        .patch(&name, &params, &json_patch(ops))
+                        .await
+                        .map_err(api("add a snapshot finalizer"))?;
+                    finalizers.push(f.to_string());
+                }
             }
             SnapshotStep::RemoveFinalizer(f) => {
                 if let Some(patch) = remove_finalizer(finalizers, f) {
                     snapshots
-                        .patch(&name, &params, &json_patch(patch)?)
+                        .patch(&name, &params, &json_patch(patch))
                         .await
                         .map_err(api("remove a snapshot finalizer"))?;
                     finalizers.retain(|x| x != f);
@@ -123,14 +124,8 @@ impl SnapshotController {
                     .map_err(api("bind the snapshot content"))?;
             }
             SnapshotStep::SetStatus(status) => {
-                let value =
-                    serde_json::to_value(&status).map_err(|e| SyncError::Invalid(e.to_string()))?;
                 snapshots
-                    .patch_status(
-                        &name,
-                        &params,
-                        &json_patch(json!([{"op": "add", "path": "/status", "value": value}]))?,
-                    )
+                    .patch_status(&name, &params, &status_patch(&status)?)
                     .await
                     .map_err(api("update the snapshot status"))?;
             }
@@ -180,11 +175,11 @@ impl SnapshotController {
         let list = cached.metadata.finalizers.clone().unwrap_or_default();
         let has = list.iter().any(|f| f == FINALIZER_CLAIM);
         let patch = match (protect, has) {
-            (true, false) => Some(add_finalizer(
+            (true, false) => add_finalizer(
                 &list,
                 FINALIZER_CLAIM,
                 cached.metadata.resource_version.as_deref(),
-            )),
+            ),
             (false, true) => remove_finalizer(&list, FINALIZER_CLAIM),
             (true, true) | (false, false) => None,
         };
@@ -193,7 +188,7 @@ impl SnapshotController {
                 Api::namespaced(self.client.clone(), namespace);
             done_if(
                 claims
-                    .patch(claim, &PatchParams::default(), &json_patch(patch)?)
+                    .patch(claim, &PatchParams::default(), &json_patch(patch))
                     .await,
                 sidecar_kit::api_errors::is_not_found,
             )

@@ -12,6 +12,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 mod content;
+mod dynamic;
 mod snapshot;
 
 pub use content::{ContentStep, ContentWorld, content_status, decide_content, snapshot_parameters};

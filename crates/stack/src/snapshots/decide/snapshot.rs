@@ -2,20 +2,16 @@
 //! pre-provisioned one), its status from the content's, the source claim's protection and its
 //! deletion.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sidecar_kit::events::EventType;
 
+use super::dynamic::{Dynamic, dynamic};
 use super::{
-    ANN_BEING_DELETED, ANN_DEFAULT_CLASS, ANN_SECRET_NAME, ANN_SECRET_NAMESPACE,
-    FINALIZER_AS_SOURCE, FINALIZER_BOUND, FINALIZER_CLAIM, Outcome, PARAM_SECRET_NAME,
-    PARAM_SECRET_NAMESPACE, Plan, annotation, done, has, rfc3339_from_nanos,
+    ANN_BEING_DELETED, FINALIZER_AS_SOURCE, FINALIZER_BOUND, FINALIZER_CLAIM, Outcome, Plan,
+    annotation, done, has, rfc3339_from_nanos,
 };
 use crate::snapshots::types::{
-    API_VERSION, ContentSource, SnapshotError, SnapshotRef, VolumeSnapshot, VolumeSnapshotClass,
-    VolumeSnapshotContent, VolumeSnapshotContentSpec, VolumeSnapshotStatus,
+    SnapshotError, VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent, VolumeSnapshotStatus,
 };
 
 /// One step on a VolumeSnapshot.
@@ -73,7 +69,7 @@ pub struct SnapshotWorld<'a> {
     pub now: &'a str,
 }
 
-fn key(snapshot: &VolumeSnapshot) -> String {
+pub(super) fn key(snapshot: &VolumeSnapshot) -> String {
     format!(
         "{}/{}",
         snapshot.metadata.namespace.as_deref().unwrap_or_default(),
@@ -107,7 +103,7 @@ pub fn wanted_content(snapshot: &VolumeSnapshot) -> String {
 
 /// Whether a content's reference points back at this snapshot (name, namespace, and uid when
 /// `uid_required` or the content has one).
-fn points_back(
+pub(super) fn points_back(
     content: &VolumeSnapshotContent,
     snapshot: &VolumeSnapshot,
     uid_required: bool,
@@ -143,7 +139,7 @@ pub fn status_from(
     status
 }
 
-fn fail(
+pub(super) fn fail(
     w: &SnapshotWorld<'_>,
     mut steps: Vec<SnapshotStep>,
     reason: &'static str,
@@ -249,7 +245,7 @@ pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
     if !has(&w.snapshot.metadata, FINALIZER_AS_SOURCE) {
         steps.push(SnapshotStep::AddFinalizer(FINALIZER_AS_SOURCE));
     }
-    let content = match (content_source, claim_name) {
+    let (mut steps, content) = match (content_source, claim_name) {
         (Some(name), _) => {
             let Some(content) = w.content else {
                 return fail(
@@ -290,11 +286,11 @@ pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
                 });
                 return done(steps);
             }
-            content
+            (steps, content)
         }
-        (None, Some(claim_name)) => match dynamic(w, claim_name, &mut steps) {
-            Ok(content) => content,
-            Err(plan) => return plan,
+        (None, Some(claim_name)) => match dynamic(w, claim_name, steps) {
+            Dynamic::Bound(steps, content) => (steps, content),
+            Dynamic::Ends(plan) => return plan,
         },
         (None, None) => return done(steps),
     };
@@ -331,204 +327,6 @@ pub fn decide_snapshot(w: &SnapshotWorld<'_>) -> Plan<SnapshotStep> {
         steps.push(SnapshotStep::ReleaseClaim(claim_name.to_string()));
     }
     done(steps)
-}
-
-/// A dynamic snapshot: its class, its claim and volume, its content (made when missing).
-fn dynamic<'a>(
-    w: &SnapshotWorld<'a>,
-    claim_name: &str,
-    steps: &mut Vec<SnapshotStep>,
-) -> Result<&'a VolumeSnapshotContent, Plan<SnapshotStep>> {
-    let class_name = match w.snapshot.spec.volume_snapshot_class_name.as_deref() {
-        Some(name) => name.to_string(),
-        None => {
-            let driver = w
-                .volume
-                .and_then(|v| v.spec.as_ref())
-                .and_then(|s| s.csi.as_ref())
-                .map(|c| c.driver.as_str());
-            let defaults: Vec<&&VolumeSnapshotClass> = w
-                .classes
-                .iter()
-                .filter(|c| {
-                    annotation(&c.metadata, ANN_DEFAULT_CLASS) == Some("true")
-                        && Some(c.driver.as_str()) == driver
-                })
-                .collect();
-            let message = match defaults.as_slice() {
-                [one] => {
-                    steps.push(SnapshotStep::SetClass(
-                        one.metadata.name.clone().unwrap_or_default(),
-                    ));
-                    return Err(done(std::mem::take(steps)));
-                }
-                [] => "cannot find default snapshot class".to_string(),
-                many => format!("{} default snapshot classes were found", many.len()),
-            };
-            return Err(fail(
-                w,
-                std::mem::take(steps),
-                "SetDefaultSnapshotClassFailed",
-                message,
-            ));
-        }
-    };
-    if let Some(content) = w.content {
-        if !points_back(content, w.snapshot, true) {
-            return Err(fail(
-                w,
-                std::mem::take(steps),
-                "SnapshotContentMisbound",
-                format!(
-                    "VolumeSnapshotContent {} is bound to a different snapshot",
-                    content.metadata.name.as_deref().unwrap_or_default()
-                ),
-            ));
-        }
-        return Ok(content);
-    }
-    let creation_failed = |steps: &mut Vec<SnapshotStep>, detail: String| {
-        Err(fail(
-            w,
-            std::mem::take(steps),
-            "SnapshotContentCreationFailed",
-            format!("Failed to create snapshot content with error {detail}"),
-        ))
-    };
-    let Some(class) = w
-        .classes
-        .iter()
-        .find(|c| c.metadata.name.as_deref() == Some(class_name.as_str()))
-    else {
-        return Err(fail(
-            w,
-            std::mem::take(steps),
-            "GetSnapshotClassFailed",
-            format!(
-                "Failed to get snapshot class with error volumesnapshotclass.snapshot.storage.k8s.io {class_name:?} not found"
-            ),
-        ));
-    };
-    let namespace = w.snapshot.metadata.namespace.as_deref().unwrap_or_default();
-    let Some(claim) = w.claim else {
-        return creation_failed(
-            steps,
-            format!(
-                "failed to get input parameters to create snapshot {}: persistentvolumeclaim {claim_name:?} not found",
-                key(w.snapshot)
-            ),
-        );
-    };
-    if claim.metadata.deletion_timestamp.is_some() {
-        return creation_failed(
-            steps,
-            format!(
-                "cannot add finalizer on claim {namespace}/{claim_name} for snapshot {} because it is being deleted",
-                key(w.snapshot)
-            ),
-        );
-    }
-    if !has(&claim.metadata, FINALIZER_CLAIM) {
-        steps.push(SnapshotStep::ProtectClaim(claim_name.to_string()));
-    }
-    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    if !bound {
-        return creation_failed(
-            steps,
-            format!(
-                "the PVC {claim_name} is not yet bound to a PV, will not attempt to take a snapshot"
-            ),
-        );
-    }
-    let volume_name = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.clone())
-        .unwrap_or_default();
-    let Some(volume) = w
-        .volume
-        .filter(|v| v.metadata.name.as_deref() == Some(volume_name.as_str()))
-    else {
-        return creation_failed(steps, "claim in dataSource not bound or invalid".into());
-    };
-    let spec = volume.spec.clone().unwrap_or_default();
-    let refers_back = spec.claim_ref.as_ref().is_some_and(|r| {
-        r.name == claim.metadata.name
-            && r.namespace == claim.metadata.namespace
-            && (r.uid.is_none() || r.uid == claim.metadata.uid)
-    });
-    if !refers_back {
-        return creation_failed(steps, "claim in dataSource not bound or invalid".into());
-    }
-    let Some(csi) = spec.csi.as_ref() else {
-        return creation_failed(
-            steps,
-            format!("cannot find CSI PersistentVolumeSource for volume {volume_name}"),
-        );
-    };
-    let mut annotations = BTreeMap::new();
-    let params = class.parameters.clone().unwrap_or_default();
-    if let (Some(name), Some(ns)) = (
-        params.get(PARAM_SECRET_NAME),
-        params.get(PARAM_SECRET_NAMESPACE),
-    ) {
-        let content = content_name(w.snapshot);
-        let snapshot_name = w.snapshot.metadata.name.as_deref().unwrap_or_default();
-        let expand = |template: &str| {
-            template
-                .replace("${volumesnapshotcontent.name}", &content)
-                .replace("${volumesnapshot.namespace}", namespace)
-                .replace("${volumesnapshot.name}", snapshot_name)
-        };
-        annotations.insert(ANN_SECRET_NAME.to_string(), expand(name));
-        annotations.insert(ANN_SECRET_NAMESPACE.to_string(), expand(ns));
-    }
-    let content = VolumeSnapshotContent {
-        api_version: API_VERSION.into(),
-        kind: "VolumeSnapshotContent".into(),
-        metadata: ObjectMeta {
-            name: Some(content_name(w.snapshot)),
-            annotations: (!annotations.is_empty()).then_some(annotations),
-            ..Default::default()
-        },
-        spec: VolumeSnapshotContentSpec {
-            deletion_policy: class.deletion_policy.clone(),
-            driver: class.driver.clone(),
-            source: ContentSource {
-                volume_handle: Some(csi.volume_handle.clone()),
-                snapshot_handle: None,
-            },
-            source_volume_mode: Some(
-                spec.volume_mode
-                    .clone()
-                    .unwrap_or_else(|| "Filesystem".into()),
-            ),
-            volume_snapshot_class_name: Some(class_name.clone()),
-            volume_snapshot_ref: SnapshotRef {
-                api_version: Some(API_VERSION.into()),
-                kind: Some("VolumeSnapshot".into()),
-                name: w.snapshot.metadata.name.clone(),
-                namespace: w.snapshot.metadata.namespace.clone(),
-                uid: w.snapshot.metadata.uid.clone(),
-                resource_version: w.snapshot.metadata.resource_version.clone(),
-            },
-        },
-        status: None,
-    };
-    let mut status = w.snapshot.status.clone().unwrap_or_default();
-    status.bound_volume_snapshot_content_name = content.metadata.name.clone();
-    status.ready_to_use = Some(false);
-    steps.push(SnapshotStep::CreateContent(Box::new(content)));
-    steps.push(SnapshotStep::Event(
-        EventType::Normal,
-        "CreatingSnapshot",
-        format!(
-            "Waiting for a snapshot {} to be created by the CSI driver.",
-            key(w.snapshot)
-        ),
-    ));
-    steps.push(SnapshotStep::SetStatus(status));
-    Err(done(std::mem::take(steps)))
 }
 
 /// A VolumeSnapshot being deleted: its content goes too (deletionPolicy Delete) or stays

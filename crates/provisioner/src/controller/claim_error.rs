@@ -1,0 +1,136 @@
+//! Why a claim was not provisioned this time, and which failures are worth an event.
+
+use sidecar_kit::csi::CallError;
+
+use crate::decide::classify::CreateOutcome;
+use crate::decide::data_source::DataSourceError;
+use crate::decide::provision::{ProvisionError, ResponseError};
+use crate::decide::topology::TopologyError;
+
+/// Why a claim was not provisioned this time. Every variant is retried with backoff; the
+/// comment says which upstream class it belongs to.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// No change: the class may appear.
+    #[error("storageclass.storage.k8s.io {0:?} not found")]
+    ClassNotFound(String),
+    /// No change: the VolumeAttributesClass may appear.
+    #[error("volumeattributesclass {0:?} not found")]
+    VacNotFound(String),
+    /// Reading the claim's VolumeAttributesClass failed; nothing changed, retried.
+    #[error("failed to get the volumeattributesclass: {0}")]
+    VacLookup(#[source] kube::Error),
+    /// Final: the claim or class is invalid as it stands.
+    #[error(transparent)]
+    Plan(#[from] ProvisionError),
+    /// The data source cannot be used (yet): retried, the source may become ready.
+    #[error(transparent)]
+    DataSource(#[from] DataSourceError),
+    /// Looking up the data source failed.
+    #[error("error getting {what} from api server: {source}")]
+    SourceLookup {
+        /// What was looked up.
+        what: &'static str,
+        /// API error.
+        source: kube::Error,
+    },
+    /// Adding or removing the cloning-protection finalizer failed.
+    #[error("failed to update the cloning-protection finalizer: {0}")]
+    CloneFinalizer(#[source] kube::Error),
+    /// The clone's source claim was deleted before it could be protected.
+    #[error("the source claim {0} of the clone no longer exists")]
+    CloneSourceGone(String),
+    /// No change: the node or its CSINode may appear.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// No change: the selected node is unknown.
+    #[error("selected node {0:?} not found")]
+    NodeNotFound(String),
+    /// No change: the secret may appear.
+    #[error("failed to get secret {namespace}/{name}: {reason}")]
+    Secret {
+        /// The Secret's namespace, after templates.
+        namespace: String,
+        /// The Secret's name, after templates.
+        name: String,
+        /// Why (never the content).
+        reason: String,
+    },
+    /// CreateVolume failed; the outcome says what that means.
+    #[error("rpc error: code = {code} desc = {message}")]
+    Create {
+        /// Go code name.
+        code: &'static str,
+        /// Driver message.
+        message: String,
+        /// Whether it is final, retried, or rescheduled (`decide::classify`).
+        outcome: CreateOutcome,
+    },
+    /// The driver's answer was unusable; the volume was deleted again.
+    #[error(transparent)]
+    Response(#[from] ResponseError),
+    /// The PV could not be saved; the volume stays recorded.
+    #[error("failed to save PersistentVolume {name:?}: {source}")]
+    SavePv {
+        /// PV name.
+        name: String,
+        /// API error.
+        source: kube::Error,
+    },
+    /// A PV with our name exists for another claim.
+    #[error("PersistentVolume {0:?} already exists for another claim")]
+    PvConflict(String),
+    /// Removing the selected-node annotation failed.
+    #[error("failed to reschedule: {0}")]
+    Reschedule(kube::Error),
+    /// The intent could not be recorded; no CreateVolume was sent.
+    #[error("failed to record the in-flight volume: {0}")]
+    Intent(#[source] super::intents::IntentError),
+    /// Reading the PV or the claim of a listed volume before deleting it failed.
+    #[error("failed to read the {what} of a listed volume before deleting it: {source}")]
+    Recheck {
+        /// The kind read.
+        what: &'static str,
+        /// API error.
+        source: kube::Error,
+    },
+    /// A CSI call of the clean-up failed.
+    #[error(transparent)]
+    Csi(#[from] CallError),
+    /// Cleaning up after a deleted claim failed; retried.
+    #[error("failed to delete volume {name:?} of a deleted claim: {source}")]
+    Cleanup {
+        /// Volume name.
+        name: String,
+        /// Why the volume could not be deleted.
+        source: Box<ClaimError>,
+    },
+}
+
+impl ClaimError {
+    /// Whether the user should hear about it in a `ProvisioningFailed` event.
+    pub(super) fn event_worthy(&self) -> bool {
+        match self {
+            ClaimError::ClassNotFound(_)
+            | ClaimError::VacNotFound(_)
+            | ClaimError::VacLookup(_)
+            | ClaimError::Plan(_)
+            | ClaimError::DataSource(_)
+            | ClaimError::SourceLookup { .. }
+            | ClaimError::CloneFinalizer(_)
+            | ClaimError::CloneSourceGone(_)
+            | ClaimError::Topology(_)
+            | ClaimError::NodeNotFound(_)
+            | ClaimError::Secret { .. }
+            | ClaimError::Create { .. }
+            | ClaimError::Response(_)
+            | ClaimError::PvConflict(_) => true,
+            ClaimError::SavePv { .. }
+            | ClaimError::Reschedule(_)
+            | ClaimError::Cleanup { .. }
+            | ClaimError::Csi(_)
+            | ClaimError::Intent(_)
+            | ClaimError::Recheck { .. } => false,
+        }
+    }
+}
