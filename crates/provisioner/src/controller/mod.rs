@@ -15,14 +15,13 @@ pub mod intents;
 mod ledger;
 mod listing;
 pub mod node_deployment;
+mod recent;
 mod recovery;
 mod topology_cache;
 mod volumes;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
@@ -117,9 +116,9 @@ pub struct Provisioner {
     pub(crate) ledger: ledger::Ledger,
     /// Volume handles DeleteVolume already removed, so a retry of the API steps (or a stale
     /// cache) never calls DeleteVolume twice (upstream issue 1235).
-    pub(crate) deleted_handles: Mutex<HashMap<String, std::time::Instant>>,
+    pub(crate) deleted_handles: recent::Recent,
     /// PVs whose deletion this process finished; later cache events for them are stale.
-    pub(crate) finished: Mutex<HashMap<String, std::time::Instant>>,
+    pub(crate) finished: recent::Recent,
     /// With listed volumes: the Lease holding this cluster's identity, this start's epoch and
     /// the settled mark (started before the workers run).
     pub(crate) listing: std::sync::OnceLock<listing::Listing>,
@@ -298,13 +297,13 @@ impl Provisioner {
             metrics,
             watches,
             ledger: ledger::Ledger::default(),
-            deleted_handles: Mutex::new(HashMap::new()),
+            deleted_handles: recent::Recent::default(),
             listing: std::sync::OnceLock::new(),
             settled: WorkQueue::new(Backoff {
                 start: Duration::from_millis(100),
                 max: Duration::from_secs(30),
             }),
-            finished: Mutex::new(HashMap::new()),
+            finished: recent::Recent::default(),
             topology: topology_cache::TopologyCache::default(),
             capacity,
             takes: node_deployment::Takes::default(),

@@ -39,27 +39,6 @@ pub enum VolumeError {
     },
 }
 
-const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(600);
-
-fn remembered(
-    map: &parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
-    key: &str,
-) -> bool {
-    let map = map.lock();
-    map.get(key).is_some_and(|at| at.elapsed() < REMEMBER_FOR)
-}
-
-fn remember(
-    map: &parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
-    key: &str,
-) {
-    let mut map = map.lock();
-    if map.len() > 10_000 {
-        map.retain(|_, at| at.elapsed() < REMEMBER_FOR);
-    }
-    map.insert(key.to_string(), std::time::Instant::now());
-}
-
 impl Provisioner {
     /// One pass over a PV: done, or looked at again after the key's backoff (a failure, or a
     /// VolumeAttachment that must go first).
@@ -80,7 +59,7 @@ impl Provisioner {
         let Some(pv) = self.caches.volumes.get(&ObjectRef::new(name)) else {
             return Ok(());
         };
-        if remembered(&self.finished, name) {
+        if self.finished.contains(name) {
             return Ok(());
         }
         // A PV kept at its deletion (its policy set at creation, or changed since): its volume
@@ -112,7 +91,7 @@ impl Provisioner {
                     .as_ref()
                     .and_then(|s| s.storage_class_name.clone())
                     .unwrap_or_default();
-                if !remembered(&self.deleted_handles, &volume_handle) {
+                if !self.deleted_handles.contains(&volume_handle) {
                     let secret = match secret {
                         Some(recorded) => recorded,
                         None => self.class_secret(&pv),
@@ -138,7 +117,7 @@ impl Provisioner {
                         );
                         return Err(VolumeError::Driver(error));
                     }
-                    remember(&self.deleted_handles, &volume_handle);
+                    self.deleted_handles.remember(&volume_handle);
                     if let Some(capacity) = &self.capacity {
                         capacity.volume_changed(
                             &class,
@@ -156,7 +135,7 @@ impl Provisioner {
                     match api.delete(name, &DeleteParams::default()).await {
                         Ok(_) => {}
                         Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {
-                            remember(&self.finished, name);
+                            self.finished.remember(name);
                             return Ok(());
                         }
                         Err(source) => {
@@ -168,7 +147,7 @@ impl Provisioner {
                     }
                 }
                 self.remove_finalizer(&pv).await?;
-                remember(&self.finished, name);
+                self.finished.remember(name);
                 Ok(())
             }
         }
