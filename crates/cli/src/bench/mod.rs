@@ -152,6 +152,10 @@ struct Report {
     latency_p50_ms: f64,
     latency_p99_ms: f64,
     seconds_to_all_deleted: f64,
+    /// Claims Bound per second in the first and the second half of the claims (by count).
+    bound_rate_halves: (f64, f64),
+    /// PVs deleted per second in the first and the second half of the deletions.
+    deleted_rate_halves: (f64, f64),
     peak_rss_mib: f64,
     rss_per_1000_volumes_mib: f64,
     /// The provisioner's, from the first claim to the last deletion.
@@ -440,8 +444,16 @@ fn print_report(r: &Report) {
         r.latency_p50_ms, r.latency_p99_ms
     );
     println!(
+        "  bound per second           first half {:.0}, second half {:.0}",
+        r.bound_rate_halves.0, r.bound_rate_halves.1
+    );
+    println!(
         "  all deleted after          {:>10.2} s",
         r.seconds_to_all_deleted
+    );
+    println!(
+        "  deleted per second         first half {:.0}, second half {:.0}",
+        r.deleted_rate_halves.0, r.deleted_rate_halves.1
     );
     println!("  provisioner peak RSS       {:>10.1} MiB", r.peak_rss_mib);
     println!(

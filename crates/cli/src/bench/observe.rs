@@ -24,6 +24,8 @@ pub(super) struct Observers {
     seen_at: Times,
     bound: Times,
     deleted: Arc<AtomicUsize>,
+    /// When each benchmark PV's delete event came.
+    deleted_at: Arc<Mutex<Vec<Instant>>>,
     peak: Arc<Mutex<f64>>,
     tasks: Background,
 }
@@ -37,10 +39,12 @@ impl Observers {
             seen_at: Arc::default(),
             bound: Arc::default(),
             deleted: Arc::default(),
+            deleted_at: Arc::default(),
             peak: Arc::new(Mutex::new(0.0)),
             tasks: Background::default(),
         };
-        let (seen, deleted) = (o.seen_at.clone(), o.deleted.clone());
+        let (seen, deleted, deleted_at) =
+            (o.seen_at.clone(), o.deleted.clone(), o.deleted_at.clone());
         o.tasks.spawn(async move {
             let stream = watch(pvs);
             futures::pin_mut!(stream);
@@ -57,6 +61,7 @@ impl Observers {
                     watcher::Event::Delete(pv) => {
                         if pv.claim().is_some_and(|n| n.starts_with("bench-")) {
                             deleted.fetch_add(1, Ordering::Relaxed);
+                            deleted_at.lock().push(Instant::now());
                         }
                     }
                     watcher::Event::Init | watcher::Event::InitDone => {}
@@ -126,6 +131,18 @@ impl Observers {
     /// Seconds from `started` to each benchmark claim's binding, sorted.
     pub(super) fn bound_times(&self, started: Instant) -> Vec<f64> {
         since(&self.bound, started)
+    }
+
+    /// Seconds from `started` to each benchmark PV's deletion, sorted.
+    pub(super) fn deleted_times(&self, started: Instant) -> Vec<f64> {
+        let mut out: Vec<f64> = self
+            .deleted_at
+            .lock()
+            .iter()
+            .map(|t| t.saturating_duration_since(started).as_secs_f64())
+            .collect();
+        out.sort_by(|a, b| a.total_cmp(b));
+        out
     }
 
     /// Seconds from `started` to each benchmark claim's PV appearing, sorted.

@@ -178,6 +178,7 @@ pub(super) async fn scenario_run(
         .await
         .is_ok();
     let to_deleted = delete_started.elapsed();
+    let deleted_rate_halves = super::summary::half_rates(&observers.deleted_times(delete_started));
     if !gone_ok {
         problems.push("PVs or driver volumes left after deletion".into());
     }
@@ -208,6 +209,8 @@ pub(super) async fn scenario_run(
         latency_p50_ms: percentile(&latencies, 0.5),
         latency_p99_ms: percentile(&latencies, 0.99),
         seconds_to_all_deleted: to_deleted.as_secs_f64(),
+        bound_rate_halves: super::summary::half_rates(&bound_times),
+        deleted_rate_halves,
         peak_rss_mib: peak_rss,
         rss_per_1000_volumes_mib: (rss_rest - rss_before).max(0.0) / n.max(1) as f64 * 1000.0,
         cpu_seconds: cpu.get(CPU_PROVISIONER).copied().unwrap_or(0.0),

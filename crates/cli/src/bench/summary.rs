@@ -13,7 +13,27 @@ pub(super) fn figures(r: &Report) -> Vec<Figure> {
         ("volumes per second".into(), r.volumes_per_second, "/s"),
         ("claim-to-PV latency p50".into(), r.latency_p50_ms, "ms"),
         ("claim-to-PV latency p99".into(), r.latency_p99_ms, "ms"),
+        (
+            "bound per second, first half".into(),
+            r.bound_rate_halves.0,
+            "/s",
+        ),
+        (
+            "bound per second, second half".into(),
+            r.bound_rate_halves.1,
+            "/s",
+        ),
         ("all deleted after".into(), r.seconds_to_all_deleted, "s"),
+        (
+            "deleted per second, first half".into(),
+            r.deleted_rate_halves.0,
+            "/s",
+        ),
+        (
+            "deleted per second, second half".into(),
+            r.deleted_rate_halves.1,
+            "/s",
+        ),
         ("provisioner peak RSS".into(), r.peak_rss_mib, "MiB"),
         ("provisioner CPU".into(), r.cpu_seconds, "s"),
         (
@@ -99,6 +119,26 @@ pub(super) fn print(runs: &[Report]) {
     }
 }
 
+/// Events per second in the first and the second half of `times` (seconds since the phase
+/// began, sorted): the first half runs from the start to its last event, the second from there
+/// to the last event. Zeros when there are fewer than two events.
+pub(super) fn half_rates(times: &[f64]) -> (f64, f64) {
+    let n = times.len();
+    if n < 2 {
+        return (0.0, 0.0);
+    }
+    let mid = n / 2;
+    let (at_mid, last) = (times[mid - 1], times[n - 1]);
+    let rate = |count: usize, seconds: f64| {
+        if seconds > 0.0 {
+            count as f64 / seconds
+        } else {
+            0.0
+        }
+    };
+    (rate(mid, at_mid), rate(n - mid, last - at_mid))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +164,18 @@ mod tests {
         let summary = summarize(&runs);
         let bound = summary.iter().find(|s| s.0 == "all Bound after");
         assert_eq!(bound.map(|s| s.2), Some((2.0, 1.0, 3.0)));
+    }
+
+    #[test]
+    fn half_rates_split_the_events_by_count() {
+        // 4 events: the first two by 1 s (2/s), the last two in the 3 s after (2 in 3 s).
+        let (first, second) = half_rates(&[0.5, 1.0, 2.0, 4.0]);
+        assert!((first - 2.0).abs() < 1e-9, "{first}");
+        assert!((second - 2.0 / 3.0).abs() < 1e-9, "{second}");
+        // A slowdown shows as a lower second half.
+        let (first, second) = half_rates(&[0.1, 0.2, 0.3, 10.3]);
+        assert!(second < first);
+        assert_eq!(half_rates(&[1.0]), (0.0, 0.0));
+        assert_eq!(half_rates(&[]), (0.0, 0.0));
     }
 }
