@@ -10,8 +10,7 @@
 //! a few at a time. Their writes yield to every other request under the client's QPS limit
 //! ([`crate::ratelimit`]), so a worker never waits behind an event.
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
+use crate::recent::Recent;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -63,10 +62,9 @@ pub struct Recorder {
     dropped: AtomicU64,
     component: String,
     host: String,
-    window: Duration,
-    /// When each (object UID, type, reason, message) was last written, by a hash of it: 8
-    /// bytes a key instead of four strings (10,000 volumes kept about 3 MB of them).
-    recent: Mutex<HashMap<u64, tokio::time::Instant>>,
+    /// The (object UID, type, reason, message) written in the last ten minutes, by a hash of
+    /// it: 8 bytes a key instead of four strings (10,000 volumes kept about 3 MB of them).
+    recent: Recent<u64>,
     /// The hasher of `recent`'s keys (random keys, as std's maps).
     keys: std::collections::hash_map::RandomState,
 }
@@ -94,8 +92,7 @@ impl Recorder {
             dropped: AtomicU64::new(0),
             component: component.into(),
             host: host.into(),
-            window: Duration::from_secs(600),
-            recent: Mutex::new(HashMap::new()),
+            recent: Recent::new(Duration::from_secs(600)),
             keys: std::collections::hash_map::RandomState::new(),
         }
     }
@@ -109,20 +106,8 @@ impl Recorder {
             reason,
             message,
         ));
-        {
-            let mut recent = self.recent.lock();
-            let now = tokio::time::Instant::now();
-            if recent
-                .get(&key)
-                .is_some_and(|at| now.duration_since(*at) < self.window)
-            {
-                return;
-            }
-            if recent.len() > 10_000 {
-                let window = self.window;
-                recent.retain(|_, at| now.duration_since(*at) < window);
-            }
-            recent.insert(key, now);
+        if !self.recent.first_time(key) {
+            return;
         }
         let event = self.build(object, kind, reason, message, Timestamp::now());
         let json = match serde_json::to_vec(&event) {

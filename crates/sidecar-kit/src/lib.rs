@@ -25,6 +25,7 @@ pub mod process;
 pub mod pv_csi;
 pub mod quantity;
 pub mod ratelimit;
+pub mod recent;
 pub mod recoverable;
 pub mod runtime;
 pub mod secrets;

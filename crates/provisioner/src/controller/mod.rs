@@ -15,7 +15,6 @@ pub mod intents;
 mod ledger;
 mod listing;
 pub mod node_deployment;
-mod recent;
 mod recovery;
 mod topology_cache;
 mod volumes;
@@ -29,6 +28,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::Api;
 use kube::runtime::watcher;
 use sidecar_kit::events::Recorder;
+use sidecar_kit::recent::Recent;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
@@ -93,6 +93,10 @@ pub struct CapacityInput {
     pub writer: kube::Client,
 }
 
+/// How long the names of deleted handles and finished PVs are remembered (a retry or a stale
+/// cache event within it does not delete again).
+const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Claim queue key.
 pub type ClaimKey = sidecar_kit::key::ObjectKey;
 
@@ -116,9 +120,9 @@ pub struct Provisioner {
     pub(crate) ledger: ledger::Ledger,
     /// Volume handles DeleteVolume already removed, so a retry of the API steps (or a stale
     /// cache) never calls DeleteVolume twice (upstream issue 1235).
-    pub(crate) deleted_handles: recent::Recent,
+    pub(crate) deleted_handles: Recent<String>,
     /// PVs whose deletion this process finished; later cache events for them are stale.
-    pub(crate) finished: recent::Recent,
+    pub(crate) finished: Recent<String>,
     /// With listed volumes: the Lease holding this cluster's identity, this start's epoch and
     /// the settled mark (started before the workers run).
     pub(crate) listing: std::sync::OnceLock<listing::Listing>,
@@ -297,13 +301,13 @@ impl Provisioner {
             metrics,
             watches,
             ledger: ledger::Ledger::default(),
-            deleted_handles: recent::Recent::default(),
+            deleted_handles: Recent::new(REMEMBER_FOR),
             listing: std::sync::OnceLock::new(),
             settled: WorkQueue::new(Backoff {
                 start: Duration::from_millis(100),
                 max: Duration::from_secs(30),
             }),
-            finished: recent::Recent::default(),
+            finished: Recent::new(REMEMBER_FOR),
             topology: topology_cache::TopologyCache::default(),
             capacity,
             takes: node_deployment::Takes::default(),

@@ -117,7 +117,7 @@ impl Provisioner {
                         );
                         return Err(VolumeError::Driver(error));
                     }
-                    self.deleted_handles.remember(&volume_handle);
+                    self.deleted_handles.remember(volume_handle.clone());
                     if let Some(capacity) = &self.capacity {
                         capacity.volume_changed(
                             &class,
@@ -135,7 +135,7 @@ impl Provisioner {
                     match api.delete(name, &DeleteParams::default()).await {
                         Ok(_) => {}
                         Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {
-                            self.finished.remember(name);
+                            self.finished.remember(name.to_string());
                             return Ok(());
                         }
                         Err(source) => {
@@ -147,7 +147,7 @@ impl Provisioner {
                     }
                 }
                 self.remove_finalizer(&pv).await?;
-                self.finished.remember(name);
+                self.finished.remember(name.to_string());
                 Ok(())
             }
         }
