@@ -17,7 +17,7 @@ use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
 use crate::decide::binder::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
-    ANN_STORAGE_PROVISIONER, ClaimAction, VolumeAction, decide_claim, decide_volume,
+    ANN_STORAGE_PROVISIONER, ClaimAction, ClaimSource, VolumeAction, decide_claim, decide_volume,
 };
 use crate::decide::binder::{claim_is_gone, left_to_node_recyclers, named_volumes};
 
@@ -41,6 +41,17 @@ pub enum SyncError {
     /// The claim must wait (class missing...); retried with backoff.
     #[error("{0}")]
     Waiting(String),
+    /// The claim a volume is bound to could not be read from the API server (the volume is
+    /// not released on the cache's word alone).
+    #[error("failed to read claim {claim} of volume {volume}: {source}")]
+    ReadClaim {
+        /// `namespace/name` of the claim.
+        claim: String,
+        /// The volume.
+        volume: String,
+        /// The API server's error.
+        source: kube::Error,
+    },
 }
 
 /// The controller.
@@ -418,6 +429,25 @@ impl PvController {
         Ok(())
     }
 
+    /// The claim `pv`'s claimRef names, read from the API server (none when it is gone).
+    async fn read_named_claim(
+        &self,
+        pv: &PersistentVolume,
+    ) -> Result<Vec<PersistentVolumeClaim>, SyncError> {
+        let Some((namespace, name)) = claim_named_by(pv) else {
+            return Ok(Vec::new());
+        };
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
+        match claims.get_opt(&name).await {
+            Ok(found) => Ok(found.into_iter().collect()),
+            Err(source) => Err(SyncError::ReadClaim {
+                claim: format!("{namespace}/{name}"),
+                volume: pv.metadata.name.clone().unwrap_or_default(),
+                source,
+            }),
+        }
+    }
+
     async fn sync_volume(&self, name: &str) -> Result<(), SyncError> {
         let Some(pv) = self.volumes.get(&ObjectRef::new(name)) else {
             return Ok(());
@@ -428,7 +458,14 @@ impl PvController {
             .into_iter()
             .collect();
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
-        match decide_volume(&pv, &named) {
+        let mut action = decide_volume(&pv, &named, ClaimSource::Cache);
+        if action == VolumeAction::ReadClaimLive {
+            // As kube-controller-manager: the cache may lag; the server decides.
+            let live = self.read_named_claim(&pv).await?;
+            action = decide_volume(&pv, &live, ClaimSource::Server);
+        }
+        match action {
+            VolumeAction::ReadClaimLive => Ok(()),
             VolumeAction::Nothing => Ok(()),
             VolumeAction::SetPhase(phase) => {
                 let mut updated = (*pv).clone();

@@ -65,6 +65,20 @@ pub enum VolumeAction {
     CannotDelete(String),
     /// Released with policy Recycle: scrub and make Available again.
     Recycle,
+    /// The claim the volume is bound to is missing from the cache, or the cache holds a claim
+    /// of that name with another UID: read it from the API server before releasing (a lagging
+    /// claim watch must not release a volume whose claim exists), then decide again with what
+    /// the server said ([`ClaimSource::Server`]).
+    ReadClaimLive,
+}
+
+/// Where the claims a volume is decided on come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimSource {
+    /// The informer cache, which may lag behind the server.
+    Cache,
+    /// A read from the API server.
+    Server,
 }
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -369,10 +383,12 @@ pub fn claim_is_gone(pv: &PersistentVolume, claim: Option<&PersistentVolumeClaim
     bound_by_uid && bound_claim(claim_ref, claim).is_none()
 }
 
-/// Decides a volume. `claims` are all claims (the decision looks up the one its claimRef names).
+/// Decides a volume. `claims` are all claims (the decision looks up the one its claimRef names),
+/// as `source` read them: a volume is released only once the server says its claim is gone.
 pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
     pv: &PersistentVolume,
     claims: &[P],
+    source: ClaimSource,
 ) -> VolumeAction {
     let current = phase(pv);
     let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
@@ -400,7 +416,10 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
         }
         None => {
             if current != "Released" && current != "Failed" {
-                return VolumeAction::SetPhase("Released");
+                return match source {
+                    ClaimSource::Cache => VolumeAction::ReadClaimLive,
+                    ClaimSource::Server => VolumeAction::SetPhase("Released"),
+                };
             }
             if current == "Failed" {
                 return VolumeAction::Nothing;

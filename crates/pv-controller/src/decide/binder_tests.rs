@@ -21,7 +21,7 @@ fn dc(
 }
 
 fn dv(pv: &PersistentVolume, claims: &[PersistentVolumeClaim]) -> VolumeAction {
-    decide_volume(pv, claims)
+    decide_volume(pv, claims, ClaimSource::Server)
 }
 
 fn claim(name: &str, class: Option<&str>, size: &str) -> PersistentVolumeClaim {
@@ -343,9 +343,27 @@ fn volumes_move_through_their_phases() {
     let mut replaced = c.clone();
     replaced.metadata.uid = Some("another-uid".into());
     assert_eq!(
-        dv(&v, &[replaced]),
+        dv(&v, &[replaced.clone()]),
         VolumeAction::SetPhase("Released"),
         "same name, new claim"
+    );
+    // From the cache, neither releases: the claim is read from the server first.
+    for cached in [vec![], vec![replaced]] {
+        assert_eq!(
+            decide_volume(&v, &cached, ClaimSource::Cache),
+            VolumeAction::ReadClaimLive,
+            "{cached:?}"
+        );
+    }
+    let released = with_phase(v.clone(), "Released");
+    assert_eq!(
+        decide_volume(
+            &released,
+            &[] as &[PersistentVolumeClaim],
+            ClaimSource::Cache
+        ),
+        VolumeAction::Nothing,
+        "released already: nothing to read"
     );
 }
 

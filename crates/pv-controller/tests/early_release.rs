@@ -1,0 +1,140 @@
+//! A lagging claim watch must not release a volume whose claim exists (issue 33): the PV
+//! controller reads the claim from the API server before it marks a volume Released, as
+//! kube-controller-manager does.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use apiserver::faults::FaultRule;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
+use kube::api::PostParams;
+use pv_controller::controller::{PvController, default_backoff};
+use serde_json::json;
+
+const CLIENT: &str = "pv-controller-test";
+
+fn phase(pv: &PersistentVolume) -> String {
+    pv.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
+}
+
+/// Polls `f` every 50 ms until it gives a value; fails the test after `timeout`.
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = f().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
+    let server = apiserver::serve(apiserver::Config::default(), std::future::pending())
+        .await
+        .unwrap();
+    let admin = kube::Client::new(server.local_service("test-admin").unwrap(), "default");
+    let client = kube::Client::new(server.local_service(CLIENT).unwrap(), "default");
+    let controller = PvController::new(client, default_backoff(), false);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(4, async {
+        let _ = stopped.await;
+    }));
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+    let pvs: Api<PersistentVolume> = Api::all(admin.clone());
+
+    // The controller is running (its first claim is bound by it); then its claim watch lags:
+    // it is closed and may come back only after 5 s.
+    let warm: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "warm"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                 "storageClassName": "", "volumeName": "pv-warm"},
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &warm).await.unwrap();
+    wait_for(
+        "the controller to see the first claim",
+        Duration::from_secs(30),
+        || async {
+            let counts = server.request_counts();
+            counts
+                .keys()
+                .any(|(_, resource, _, client)| {
+                    resource == "persistentvolumeclaims" && client.starts_with(CLIENT)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    server.set_faults(vec![FaultRule {
+        resource: "persistentvolumeclaims".into(),
+        verb: "WATCH".into(),
+        latency_ms: 5_000,
+        error: None,
+        probability: 1.0,
+    }]);
+    server.close_watches(Some("persistentvolumeclaims"));
+
+    // A claim and the volume bound to it appear while the claim watch is away.
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                 "storageClassName": "", "volumeName": "pv-data"},
+    }))
+    .unwrap();
+    let claim = claims.create(&PostParams::default(), &claim).await.unwrap();
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-data"},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+            "hostPath": {"path": "/tmp/pv-data"},
+            "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "default", "name": "data",
+                         "uid": claim.metadata.uid.clone().unwrap()},
+        },
+    }))
+    .unwrap();
+    pvs.create(&PostParams::default(), &pv).await.unwrap();
+
+    // The controller decides the volume from its (lagging) cache, which lacks the claim: the
+    // phase it writes says what it concluded.
+    let decided = wait_for(
+        "the controller to give pv-data a phase",
+        Duration::from_secs(30),
+        || async {
+            let pv = pvs.get("pv-data").await.unwrap();
+            let phase = phase(&pv);
+            (!phase.is_empty() && phase != "Pending").then_some(phase)
+        },
+    )
+    .await;
+    assert_eq!(
+        decided, "Bound",
+        "the claim exists on the server: the volume must not be released"
+    );
+    let read_live = server
+        .request_counts()
+        .iter()
+        .filter(|((verb, resource, _, client), _)| {
+            verb == "GET" && resource == "persistentvolumeclaims" && client.starts_with(CLIENT)
+        })
+        .map(|(_, n)| *n)
+        .sum::<u64>();
+    assert!(read_live >= 1, "the claim was read from the server");
+    server.set_faults(Vec::new());
+    let _ = stop.send(());
+    running.await.unwrap();
+}
