@@ -1,22 +1,25 @@
-//! Keys remembered for a while (a window), forgotten oldest first in constant time per key:
-//! the provisioner's deleted volume handles and finished PVs, the event recorder's recent
-//! events. Remembering 100,000 keys within a window and scanning all of them on each insert
-//! (as a `retain` beyond a size did, in both places) made a storm of 100,000 claims quadratic.
+//! Keys remembered for a while (a window): the provisioner's deleted volume handles and
+//! finished PVs, the event recorder's recent events. Expired keys are dropped by a scan that
+//! runs only when the map has doubled since the last one, so each insert costs constant time
+//! on average. (A scan on every insert beyond 10,000 keys, with nothing old enough to drop
+//! within the window, made a storm of 100,000 claims quadratic in both places.)
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+/// Fewest keys before the first scan.
+const FIRST_SCAN: usize = 10_000;
+
 #[derive(Debug)]
 struct Inner<K> {
     /// When each key was last remembered.
     at: HashMap<K, Instant>,
-    /// The same keys in the order they were remembered (a key remembered again appears twice;
-    /// the older entry is skipped when it expires).
-    order: VecDeque<(Instant, K)>,
+    /// The size at which the next scan for expired keys runs.
+    scan_at: usize,
 }
 
 /// Keys remembered for `window`.
@@ -26,14 +29,14 @@ pub struct Recent<K> {
     inner: Mutex<Inner<K>>,
 }
 
-impl<K: Hash + Eq + Clone> Recent<K> {
+impl<K: Hash + Eq> Recent<K> {
     /// Nothing remembered yet; keys are forgotten `window` after they were last remembered.
     pub fn new(window: Duration) -> Self {
         Recent {
             window,
             inner: Mutex::new(Inner {
                 at: HashMap::new(),
-                order: VecDeque::new(),
+                scan_at: FIRST_SCAN,
             }),
         }
     }
@@ -42,9 +45,7 @@ impl<K: Hash + Eq + Clone> Recent<K> {
     pub fn remember(&self, key: K) {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        self.expire(&mut inner, now);
-        inner.at.insert(key.clone(), now);
-        inner.order.push_back((now, key));
+        self.insert(&mut inner, key, now);
     }
 
     /// Whether `key` was remembered less than the window ago.
@@ -72,13 +73,20 @@ impl<K: Hash + Eq + Clone> Recent<K> {
         {
             return false;
         }
-        self.expire(&mut inner, now);
-        inner.at.insert(key.clone(), now);
-        inner.order.push_back((now, key));
+        self.insert(&mut inner, key, now);
         true
     }
 
-    /// Keys remembered now.
+    /// Forgets `key` before its window ends (what it guarded against cannot happen any more).
+    pub fn forget<Q>(&self, key: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.inner.lock().at.remove(key);
+    }
+
+    /// Keys remembered now (expired ones included until the next scan).
     pub fn len(&self) -> usize {
         self.inner.lock().at.len()
     }
@@ -88,18 +96,14 @@ impl<K: Hash + Eq + Clone> Recent<K> {
         self.len() == 0
     }
 
-    fn expire(&self, inner: &mut Inner<K>, now: Instant) {
-        while let Some((at, _)) = inner.order.front() {
-            if now.saturating_duration_since(*at) < self.window {
-                break;
-            }
-            let Some((at, key)) = inner.order.pop_front() else {
-                break;
-            };
-            // Remembered again since: the newer entry stays.
-            if inner.at.get(&key) == Some(&at) {
-                inner.at.remove(&key);
-            }
+    fn insert(&self, inner: &mut Inner<K>, key: K, now: Instant) {
+        inner.at.insert(key, now);
+        if inner.at.len() >= inner.scan_at {
+            let window = self.window;
+            inner
+                .at
+                .retain(|_, at| now.saturating_duration_since(*at) < window);
+            inner.scan_at = FIRST_SCAN.max(inner.at.len() * 2);
         }
     }
 }
@@ -123,11 +127,39 @@ mod tests {
         tokio::time::advance(Duration::from_secs(301)).await;
         recent.remember("c".into());
         assert!(recent.contains("b"), "renewed 301 s ago");
-        assert_eq!(recent.len(), 2, "a expired and was dropped when c came");
         tokio::time::advance(Duration::from_secs(600)).await;
         recent.remember("d".into());
-        assert_eq!(recent.len(), 1);
         assert!(!recent.contains("b") && !recent.contains("c") && recent.contains("d"));
+        recent.forget("d");
+        assert!(!recent.contains("d"), "forgotten on purpose");
+    }
+
+    /// Expired keys go in a scan that runs when the map has doubled: a map that keeps filling
+    /// within the window is scanned a logarithmic number of times, not on every insert.
+    #[tokio::test(start_paused = true)]
+    async fn expired_keys_are_dropped_by_scans_when_the_map_doubles() {
+        let recent: Recent<u32> = Recent::new(Duration::from_secs(10));
+        for k in 0..(FIRST_SCAN as u32 - 1) {
+            recent.remember(k);
+        }
+        assert_eq!(recent.len(), FIRST_SCAN - 1);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        recent.remember(u32::MAX);
+        assert_eq!(
+            recent.len(),
+            1,
+            "the scan at the threshold dropped the expired keys"
+        );
+        assert_eq!(recent.inner.lock().scan_at, FIRST_SCAN);
+        for k in 0..(3 * FIRST_SCAN as u32) {
+            recent.remember(k);
+        }
+        assert_eq!(
+            recent.len(),
+            3 * FIRST_SCAN + 1,
+            "nothing expired within the window"
+        );
+        assert!(recent.inner.lock().scan_at > 3 * FIRST_SCAN);
     }
 
     #[tokio::test(start_paused = true)]

@@ -120,9 +120,9 @@ pub struct Provisioner {
     pub(crate) ledger: ledger::Ledger,
     /// Volume handles DeleteVolume already removed, so a retry of the API steps (or a stale
     /// cache) never calls DeleteVolume twice (upstream issue 1235).
-    pub(crate) deleted_handles: Recent<String>,
+    pub(crate) deleted_handles: Arc<Recent<String>>,
     /// PVs whose deletion this process finished; later cache events for them are stale.
-    pub(crate) finished: Recent<String>,
+    pub(crate) finished: Arc<Recent<String>>,
     /// With listed volumes: the Lease holding this cluster's identity, this start's epoch and
     /// the settled mark (started before the workers run).
     pub(crate) listing: std::sync::OnceLock<listing::Listing>,
@@ -217,11 +217,25 @@ impl Provisioner {
         };
         let on_volume = sets.clone();
         let feed = Feed::default();
+        let deleted_handles: Arc<Recent<String>> = Arc::new(Recent::new(REMEMBER_FOR));
+        let finished: Arc<Recent<String>> = Arc::new(Recent::new(REMEMBER_FOR));
+        let (handles_seen, finished_seen) = (deleted_handles.clone(), finished.clone());
         let volumes = watches.reflect_compact(
             Api::<PersistentVolume>::all(client.clone()),
             &words,
             move |pv: &mut PersistentVolume| cache::shrink_volume(pv, keep),
             move |event| {
+                if let watcher::Event::Delete(pv) = event {
+                    // Gone from the cache: no stale event of it can come any more, so what
+                    // guarded its deletion against one is forgotten (memory stays at the
+                    // deletions in progress, not at every deletion of the last ten minutes).
+                    if let Some(name) = &pv.metadata.name {
+                        finished_seen.forget(name.as_str());
+                    }
+                    if let Some(handle) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+                        handles_seen.forget(handle.volume_handle.as_str());
+                    }
+                }
                 for_each(event, |pv| {
                     if let Some(name) = &pv.metadata.name {
                         q.add(name.clone());
@@ -301,13 +315,13 @@ impl Provisioner {
             metrics,
             watches,
             ledger: ledger::Ledger::default(),
-            deleted_handles: Recent::new(REMEMBER_FOR),
+            deleted_handles,
             listing: std::sync::OnceLock::new(),
             settled: WorkQueue::new(Backoff {
                 start: Duration::from_millis(100),
                 max: Duration::from_secs(30),
             }),
-            finished: Recent::new(REMEMBER_FOR),
+            finished,
             topology: topology_cache::TopologyCache::default(),
             capacity,
             takes: node_deployment::Takes::default(),
