@@ -97,6 +97,9 @@ pub struct CapacityInput {
 /// cache event within it does not delete again).
 const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// Volume queue key: a PV's name.
+pub type VolumeKey = sidecar_kit::key::ObjectKey;
+
 /// Claim queue key.
 pub type ClaimKey = sidecar_kit::key::ObjectKey;
 
@@ -109,7 +112,9 @@ pub struct Provisioner {
     pub(crate) cfg: ControllerConfig,
     pub(crate) caches: Caches,
     pub(crate) claims: WorkQueue<ClaimKey>,
-    pub(crate) volumes: WorkQueue<String>,
+    /// PVs to look at, keyed by name (one shared 16-byte key per queued PV: a deletion burst
+    /// queues 100,000 of them).
+    pub(crate) volumes: WorkQueue<VolumeKey>,
     /// Source claims whose cloning-protection finalizer may go (only with CLONE_VOLUME).
     pub(crate) cloning: WorkQueue<ClaimKey>,
     pub(crate) recorder: Recorder,
@@ -166,7 +171,7 @@ impl Provisioner {
         // Upstream names its queues "claims" and "volumes" (the `workqueue_*` name label).
         let claims_q: WorkQueue<ClaimKey> =
             WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "claims"));
-        let volumes_q: WorkQueue<String> =
+        let volumes_q: WorkQueue<VolumeKey> =
             WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "volumes"));
         let cloning_q: WorkQueue<ClaimKey> = WorkQueue::new(cfg.backoff)
             .with_metrics(QueueMetrics::new(&metrics, "cloning-protection"));
@@ -238,7 +243,7 @@ impl Provisioner {
                 }
                 for_each(event, |pv| {
                     if let Some(name) = &pv.metadata.name {
-                        q.add(name.clone());
+                        q.add(VolumeKey::cluster(name));
                     }
                 });
                 if let Some(sets) = &on_volume {
@@ -276,7 +281,7 @@ impl Provisioner {
                 if let watcher::Event::Delete(va) = event
                     && let Some(pv) = va.spec.source.persistent_volume_name.clone()
                 {
-                    q.add_now(pv);
+                    q.add_now(VolumeKey::cluster(&pv));
                 }
             })
         } else {
@@ -389,7 +394,7 @@ impl Provisioner {
                 self.cfg.workers,
                 move |key| {
                     let this = volumes.clone();
-                    async move { this.sync_volume(&key).await }
+                    async move { this.sync_volume(key.name()).await }
                 },
             )
             .reconcile("settled-mark", self.settled.clone(), 1, move |_| {
