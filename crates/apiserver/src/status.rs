@@ -97,18 +97,32 @@ impl ApiError {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
     }
-    /// 404 for an object.
-    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+    /// An error about the object `name` of `group`/`plural`: `message` is given the resource
+    /// as kube-apiserver names it (`plural` or `plural.group`), and the details name the object.
+    fn about_object(
+        code: u16,
+        reason: &'static str,
+        group: &str,
+        plural: &str,
+        name: &str,
+        message: impl FnOnce(&str) -> String,
+    ) -> Self {
         let resource = if group.is_empty() {
             plural.to_string()
         } else {
             format!("{plural}.{group}")
         };
-        let mut e = Self::new(404, "NotFound", format!("{resource} \"{name}\" not found"));
+        let mut e = Self::new(code, reason, message(&resource));
         e.name = Some(name.into());
         e.kind = Some(plural.into());
         e.group = Some(group.into());
         e
+    }
+    /// 404 for an object.
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        Self::about_object(404, "NotFound", group, plural, name, |resource| {
+            format!("{resource} \"{name}\" not found")
+        })
     }
     /// 404 for a path.
     pub fn no_route(path: &str) -> Self {
@@ -124,37 +138,15 @@ impl ApiError {
     }
     /// 409 AlreadyExists.
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
-        let resource = if group.is_empty() {
-            plural.to_string()
-        } else {
-            format!("{plural}.{group}")
-        };
-        let mut e = Self::new(
-            409,
-            "AlreadyExists",
-            format!("{resource} \"{name}\" already exists"),
-        );
-        e.name = Some(name.into());
-        e.kind = Some(plural.into());
-        e.group = Some(group.into());
-        e
+        Self::about_object(409, "AlreadyExists", group, plural, name, |resource| {
+            format!("{resource} \"{name}\" already exists")
+        })
     }
     /// 409 Conflict.
     pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
-        let resource = if group.is_empty() {
-            plural.to_string()
-        } else {
-            format!("{plural}.{group}")
-        };
-        let mut e = Self::new(
-            409,
-            "Conflict",
-            format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
-        );
-        e.name = Some(name.into());
-        e.kind = Some(plural.into());
-        e.group = Some(group.into());
-        e
+        Self::about_object(409, "Conflict", group, plural, name, |resource| {
+            format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}")
+        })
     }
     /// 409 for a read-modify-write that kept losing to concurrent changes.
     pub fn keeps_changing(group: &str, plural: &str, name: &str) -> Self {

@@ -144,28 +144,28 @@ impl WatchIndex<PersistentVolume> for ClaimRefIndex {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-    use serde_json::json;
 
     fn pv(name: &str, claim: Option<(&str, &str)>) -> PersistentVolume {
-        let claim_ref = claim.map(|(ns, n)| json!({"namespace": ns, "name": n, "uid": "u"}));
-        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"claimRef": claim_ref}}))
-            .unwrap()
+        let volume = sidecar_kit::testing::volume(name);
+        match claim {
+            Some((ns, n)) => volume.claim_ref(ns, n, Some("u")).build(),
+            None => volume.build(),
+        }
     }
 
     #[test]
     fn a_claim_is_missing_when_absent_or_replaced() {
         let named = pv("v", Some(("ns", "c1")));
         let claim = |uid: &str| -> PersistentVolumeClaim {
-            serde_json::from_value(
-                json!({"metadata": {"name": "c1", "namespace": "ns", "uid": uid}}),
-            )
-            .unwrap()
+            let mut c = sidecar_kit::testing::claim("c1", "");
+            c.metadata.namespace = Some("ns".into());
+            c.metadata.uid = Some(uid.into());
+            c
         };
         // Pre-bound by name only (no UID): waiting for its claim, never "missing".
-        let pre_bound: PersistentVolume = serde_json::from_value(
-            json!({"metadata": {"name": "p"}, "spec": {"claimRef": {"namespace": "ns", "name": "c1"}}}),
-        )
-        .unwrap();
+        let pre_bound = sidecar_kit::testing::volume("p")
+            .claim_ref("ns", "c1", None)
+            .build();
         let cases = [
             (&named, None, true),
             (&named, Some(claim("u")), false),

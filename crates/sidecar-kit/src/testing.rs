@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Container, EmptyDirVolumeSource, PersistentVolume,
+    CSIPersistentVolumeSource, Container, EmptyDirVolumeSource, ObjectReference, PersistentVolume,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
     PersistentVolumeSpec, PersistentVolumeStatus, Pod, PodSpec, PodStatus, SecretReference, Volume,
 };
@@ -101,6 +101,15 @@ pub fn claim(name: &str, volume: &str) -> PersistentVolumeClaim {
     }
 }
 
+/// A volume without a source (for decisions that read only its claimRef and phase).
+pub fn volume(name: &str) -> VolumeBuilder {
+    VolumeBuilder(PersistentVolume {
+        metadata: meta(name, None),
+        spec: Some(PersistentVolumeSpec::default()),
+        status: None,
+    })
+}
+
 /// A CSI volume of `driver` with the handle `h-<name>`.
 pub fn csi_volume(name: &str, driver: &str) -> VolumeBuilder {
     VolumeBuilder(PersistentVolume {
@@ -134,6 +143,17 @@ impl VolumeBuilder {
         self.0.status = Some(PersistentVolumeStatus {
             phase: Some(phase.into()),
             ..PersistentVolumeStatus::default()
+        });
+        self
+    }
+    /// `spec.claimRef` to `namespace/name`, with `uid` when given (without: pre-bound by name).
+    pub fn claim_ref(mut self, namespace: &str, name: &str, uid: Option<&str>) -> Self {
+        self.spec().claim_ref = Some(ObjectReference {
+            kind: Some("PersistentVolumeClaim".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            uid: uid.map(str::to_string),
+            ..ObjectReference::default()
         });
         self
     }
