@@ -22,23 +22,17 @@ fn phase(pv: &PersistentVolume) -> String {
         .unwrap_or_default()
 }
 
-/// Polls `f` every 50 ms until it gives a value; fails the test after `timeout`.
+/// Polls `f` until it gives a value; fails the test after `timeout`.
 async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = f().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    sidecar_kit::testing::poll_for(what, timeout, String::new, || {
+        let value = f();
+        async move { value.await.ok_or_else(String::new) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

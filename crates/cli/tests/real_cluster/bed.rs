@@ -383,25 +383,22 @@ impl Bed {
         .await
     }
 
-    /// Polls `f` every 100 ms until it gives a value; after `timeout` the test fails with our
-    /// logs.
+    /// Polls `f` until it gives a value; after `timeout` the test fails with our logs.
     pub async fn until_some<T, F, Fut>(&self, what: &str, timeout: Duration, mut f: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if let Some(value) = f().await {
-                return value;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        sidecar_kit::testing::poll_for(
+            what,
+            timeout,
+            || self.logs(),
+            || {
+                let value = f();
+                async move { value.await.ok_or_else(String::new) }
+            },
+        )
+        .await
     }
 
     /// A custom resource (or any kind kube's typed structs lack) from JSON.
