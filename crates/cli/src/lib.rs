@@ -37,6 +37,7 @@ pub fn sidecar_main<F, Fut, E>(
     name: &str,
     logging_format: &str,
     verbosity: u8,
+    klog: &sidecar_kit::klog::KlogArgs,
     run: F,
 ) -> std::process::ExitCode
 where
@@ -44,9 +45,21 @@ where
     Fut: std::future::Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    if let Err(error) = logging::init(logging_format, logging::level_of_klog_v(verbosity)) {
+    let destination = klog.destination(name);
+    if let Err(error) = logging::init_to(
+        logging_format,
+        logging::level_of_klog_v(verbosity),
+        &destination,
+    ) {
         eprintln!("{name}: {error:#}");
         return std::process::ExitCode::FAILURE;
+    }
+    let ignored = klog.without_effect();
+    if !ignored.is_empty() {
+        tracing::warn!(
+            flags = %ignored.join(", "),
+            "klog flags accepted for compatibility; they have no effect here"
+        );
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

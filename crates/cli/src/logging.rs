@@ -4,7 +4,20 @@
 
 use std::io::IsTerminal;
 
+use sidecar_kit::klog::LogDestination;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+
+/// Opens a log file for appending (created 0600, as klog's are private to the process's user).
+fn open_log(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("failed to open the log file {}: {e}", path.display()))
+}
 
 /// Logging flags of `volstack` (every subcommand).
 #[derive(Debug, Clone, clap::Args)]
@@ -45,6 +58,12 @@ pub fn colours(stderr_is_terminal: bool, no_color: bool) -> bool {
 
 /// Installs the global subscriber: `format` is `text` or `json`, `level` one of the above.
 pub fn init(format: &str, level: &str) -> anyhow::Result<()> {
+    init_to(format, level, &LogDestination::Stderr)
+}
+
+/// [`init`] writing to `destination` (klog's `-logtostderr=false` with `-log_dir` or
+/// `-log_file`, `-alsologtostderr`). A file is opened for appending, created 0600.
+pub fn init_to(format: &str, level: &str, destination: &LogDestination) -> anyhow::Result<()> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => EnvFilter::try_new(spec)?,
         _ => EnvFilter::new(format!(
@@ -52,10 +71,25 @@ pub fn init(format: &str, level: &str) -> anyhow::Result<()> {
         )),
     };
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let (writer, terminal) = match destination {
+        LogDestination::Stderr => (
+            BoxMakeWriter::new(std::io::stderr),
+            std::io::stderr().is_terminal(),
+        ),
+        LogDestination::File { path, also_stderr } => {
+            let file = open_log(path)?;
+            let writer = if *also_stderr {
+                BoxMakeWriter::new(std::sync::Mutex::new(file).and(std::io::stderr))
+            } else {
+                BoxMakeWriter::new(std::sync::Mutex::new(file))
+            };
+            (writer, false)
+        }
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(colours(std::io::stderr().is_terminal(), no_color))
-        .with_writer(std::io::stderr);
+        .with_ansi(colours(terminal, no_color))
+        .with_writer(writer);
     let result = if format == "json" {
         builder.json().flatten_event(true).try_init()
     } else {

@@ -94,7 +94,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         pv_controller: Some((8, pv_controller::controller::default_backoff())),
         extra_nodes,
         // The scheduler checks capacity only when the provisioner publishes it.
-        storage_capacity: prov_args.enable_capacity,
+        storage_capacity: prov_args.capacity().on(),
         attach: args.attach,
         kubelet: true,
         ..StackOptions::new(data_dir.clone(), "volstack-up/0.1")

@@ -70,10 +70,14 @@ pub struct ProvisionerArgs {
     /// Feature gates, NAME=true|false,...
     #[arg(long, default_value = "", value_parser = gates)]
     pub feature_gates: GateList,
-    /// Publish CSIStorageCapacity objects (needs the NAMESPACE env variable, and POD_NAME
-    /// unless --capacity-ownerref-level=-1).
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
-    pub enable_capacity: bool,
+    /// Publish CSIStorageCapacity objects (needs the NAMESPACE or POD_NAMESPACE env variable,
+    /// and POD_NAME unless --capacity-ownerref-level=-1). Also `central` (= true) and
+    /// `immediate-binding` (= true with --capacity-for-immediate-binding), the older forms.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = capacity_mode)]
+    pub enable_capacity: CapacityMode,
+    /// The oldest form of --enable-capacity: `central` enables it.
+    #[arg(long, hide = true, default_value = "")]
+    pub capacity_controller_deployment_mode: String,
     /// Owner of CSIStorageCapacity objects.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub capacity_ownerref_level: i32,
@@ -215,6 +219,15 @@ impl ProvisionerArgs {
         }
         let gates = resolve_gates(&FEATURE_GATES, &self.feature_gates)
             .map_err(|reason| invalid("--feature-gates", reason))?;
+        match self.capacity_controller_deployment_mode.as_str() {
+            "" | "central" => {}
+            _ => {
+                return Err(invalid(
+                    "--capacity-controller-deployment-mode",
+                    "only \"central\" is supported; the current flag is --enable-capacity",
+                ));
+            }
+        }
         if self.cloning_protection_threads == 0 {
             return Err(invalid(
                 "--cloning-protection-threads",
@@ -252,7 +265,7 @@ impl ProvisionerArgs {
             "--node-deployment-max-delay",
         ];
         let mut inert = vec!["--snapshot-orphan-sweep-interval"];
-        if !self.enable_capacity {
+        if !self.capacity().on() {
             inert.extend(CAPACITY);
         }
         if !self.node_deployment {
@@ -269,6 +282,58 @@ impl ProvisionerArgs {
     }
 }
 
+/// `--enable-capacity`: off, on, or on for classes with immediate binding too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapacityMode {
+    /// No CSIStorageCapacity objects.
+    Off,
+    /// Objects for classes with late binding (`true`, or the older `central`).
+    On,
+    /// Also for classes with immediate binding (the older `immediate-binding`).
+    WithImmediateBinding,
+}
+
+impl CapacityMode {
+    /// Whether capacity is published at all.
+    pub fn on(self) -> bool {
+        self != CapacityMode::Off
+    }
+}
+
+/// clap's parser of `--enable-capacity`: a Go boolean, or an older form of the seed's README.
+fn capacity_mode(text: &str) -> Result<CapacityMode, String> {
+    match text {
+        "central" => Ok(CapacityMode::On),
+        "immediate-binding" => Ok(CapacityMode::WithImmediateBinding),
+        other => go_bool(other)
+            .map(|on| {
+                if on {
+                    CapacityMode::On
+                } else {
+                    CapacityMode::Off
+                }
+            })
+            .map_err(|e| format!("{e}; expected true, false, central or immediate-binding")),
+    }
+}
+
+impl ProvisionerArgs {
+    /// Capacity as the flags ask for it, the older forms included.
+    pub fn capacity(&self) -> CapacityMode {
+        if self.enable_capacity == CapacityMode::Off
+            && self.capacity_controller_deployment_mode == "central"
+        {
+            return CapacityMode::On;
+        }
+        self.enable_capacity
+    }
+
+    /// Whether classes with immediate binding get capacity objects too.
+    pub fn capacity_for_immediate_binding(&self) -> bool {
+        self.capacity_for_immediate_binding || self.capacity() == CapacityMode::WithImmediateBinding
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -280,6 +345,50 @@ mod tests {
         let argv = std::iter::once("csi-provisioner".to_string())
             .chain(args.iter().map(|s| s.to_string()));
         ProvisionerArgs::try_parse_from(sidecar_kit::goflags::normalize_args(argv))
+    }
+
+    #[test]
+    fn the_older_capacity_flag_forms_of_the_seed_are_accepted() {
+        // (flags, capacity, immediate binding)
+        let rows: [(&[&str], CapacityMode, bool); 7] = [
+            (&[], CapacityMode::Off, false),
+            (&["--enable-capacity"], CapacityMode::On, false),
+            (&["--enable-capacity=central"], CapacityMode::On, false),
+            (
+                &["--enable-capacity=immediate-binding"],
+                CapacityMode::WithImmediateBinding,
+                true,
+            ),
+            (
+                &["--enable-capacity", "--capacity-for-immediate-binding"],
+                CapacityMode::On,
+                true,
+            ),
+            (
+                &["-capacity-controller-deployment-mode=central"],
+                CapacityMode::On,
+                false,
+            ),
+            (&["--enable-capacity=false"], CapacityMode::Off, false),
+        ];
+        for (flags, capacity, immediate) in rows {
+            let a = parse(flags).unwrap();
+            assert_eq!(a.capacity(), capacity, "{flags:?}");
+            assert_eq!(a.capacity_for_immediate_binding(), immediate, "{flags:?}");
+            assert!(a.validate().is_ok(), "{flags:?}");
+        }
+        let e = parse(&["--enable-capacity=local"]).unwrap_err().to_string();
+        assert!(e.contains("central or immediate-binding"), "{e}");
+        let refused = parse(&["--capacity-controller-deployment-mode=local"])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("--capacity-controller-deployment-mode")
+                && refused.contains("--enable-capacity"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub enum RunError {
 /// What the provisioner reads from its environment (set by the Pod's downward API upstream).
 #[derive(Debug, Clone, Default)]
 pub struct ProcessEnv {
-    /// `NAMESPACE`: where CSIStorageCapacity objects go.
+    /// `NAMESPACE` (else `POD_NAMESPACE`): where CSIStorageCapacity objects go.
     pub namespace: Option<String>,
     /// `POD_NAME`: the start of the owner chain.
     pub pod_name: Option<String>,
@@ -68,9 +68,15 @@ pub struct ProcessEnv {
 impl ProcessEnv {
     /// Reads the three variables (empty counts as unset).
     pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The same from `get` (the environment, or a test's table).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
+        let var = |name: &str| get(name).filter(|v| !v.is_empty());
         ProcessEnv {
-            namespace: var("NAMESPACE"),
+            // The seed's deployment sets POD_NAMESPACE; upstream's code reads NAMESPACE.
+            namespace: var("NAMESPACE").or_else(|| var("POD_NAMESPACE")),
             pod_name: var("POD_NAME"),
             node_name: var("NODE_NAME"),
         }
@@ -146,7 +152,7 @@ async fn capacity_input(
     node: Option<&NodeDeployment>,
     user_agent: &str,
 ) -> Result<Option<CapacityInput>, RunError> {
-    if !args.enable_capacity {
+    if !args.capacity().on() {
         return Ok(None);
     }
     if !caps.get_capacity {
@@ -193,7 +199,7 @@ async fn capacity_input(
             },
             poll_interval: args.capacity_poll_interval,
             workers: args.capacity_threads as usize,
-            immediate_binding: args.capacity_for_immediate_binding,
+            immediate_binding: args.capacity_for_immediate_binding(),
             timeout: args.timeout,
             backoff: Backoff {
                 start: args.retry_interval_start,
@@ -351,5 +357,29 @@ mod tests {
             managed_by_node(&"n".repeat(81)),
             "the hash tells them apart"
         );
+    }
+
+    #[test]
+    fn the_namespace_comes_from_namespace_else_pod_namespace() {
+        fn env(pairs: &[(&str, &str)]) -> ProcessEnv {
+            ProcessEnv::from_lookup(|name| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            })
+        }
+        // (variables, namespace)
+        type Vars<'a> = &'a [(&'a str, &'a str)];
+        let rows: [(Vars, Option<&str>); 5] = [
+            (&[("NAMESPACE", "a")], Some("a")),
+            (&[("POD_NAMESPACE", "b")], Some("b")),
+            (&[("NAMESPACE", "a"), ("POD_NAMESPACE", "b")], Some("a")),
+            (&[("NAMESPACE", ""), ("POD_NAMESPACE", "b")], Some("b")),
+            (&[], None),
+        ];
+        for (vars, want) in rows {
+            assert_eq!(env(vars).namespace.as_deref(), want, "{vars:?}");
+        }
     }
 }

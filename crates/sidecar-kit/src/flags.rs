@@ -106,6 +106,9 @@ pub struct CommonArgs {
     /// Log format: text or json.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub logging_format: String,
+    /// klog's flags, accepted as the Go sidecars accept them.
+    #[command(flatten)]
+    pub klog: crate::klog::KlogArgs,
 }
 
 /// A refused value of a shared flag: the flag and why.

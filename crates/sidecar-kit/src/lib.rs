@@ -16,6 +16,7 @@ pub mod flags;
 pub mod goflags;
 pub mod http;
 pub mod key;
+pub mod klog;
 pub mod kubeclient;
 pub mod leader;
 pub mod metrics;

@@ -12,7 +12,8 @@ fn main() -> std::process::ExitCode {
         Err(error) => error.exit(),
     };
     let (format, verbosity) = (args.common.logging_format.clone(), args.common.verbosity);
-    cli::sidecar_main("csi-attacher", &format, verbosity, || {
+    let klog = args.common.klog.clone();
+    cli::sidecar_main("csi-attacher", &format, verbosity, &klog, || {
         attacher::runner::run(args, cli::shutdown_signal())
     })
 }

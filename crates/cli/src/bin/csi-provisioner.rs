@@ -15,9 +15,14 @@ fn main() -> std::process::ExitCode {
     let given: Vec<String> = argv.iter().skip(1).cloned().collect();
     let env = provisioner::runner::ProcessEnv::from_env();
     let (format, verbosity) = (args.common.logging_format.clone(), args.common.verbosity);
-    cli::sidecar_main("csi-provisioner", &format, verbosity, || async move {
-        provisioner::runner::run(args, &given, &env, cli::shutdown_signal()).await
-    })
+    let klog = args.common.klog.clone();
+    cli::sidecar_main(
+        "csi-provisioner",
+        &format,
+        verbosity,
+        &klog,
+        || async move { provisioner::runner::run(args, &given, &env, cli::shutdown_signal()).await },
+    )
 }
 
 /// One glibc malloc arena instead of up to eight per core, unless `MALLOC_ARENA_MAX` is set:

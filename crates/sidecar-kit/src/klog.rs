@@ -1,0 +1,209 @@
+//! klog's command-line flags, which the Go sidecars accept (their README: "all glog / klog
+//! arguments are supported") and deployments pass (`-logtostderr`, `-alsologtostderr`,
+//! `-log_dir`, `-stderrthreshold`...). Each is accepted; those with a meaning here choose where
+//! logs go, the others are named in a warning at start-up instead of stopping the process.
+
+use std::path::PathBuf;
+
+use crate::flags::go_bool;
+
+/// klog's flags (hidden from `--help`: they exist for compatibility).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct KlogArgs {
+    /// klog: log to standard error instead of files (klog's default: true).
+    #[arg(long = "logtostderr", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = go_bool)]
+    pub logtostderr: bool,
+    /// klog: log to standard error as well as files.
+    #[arg(long = "alsologtostderr", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub alsologtostderr: bool,
+    /// klog: write log files in this directory (with -logtostderr=false).
+    #[arg(long = "log_dir", hide = true, default_value = "")]
+    pub log_dir: String,
+    /// klog: write logs to this file (with -logtostderr=false).
+    #[arg(long = "log_file", hide = true, default_value = "")]
+    pub log_file: String,
+    /// klog: largest log file in MB (no effect here).
+    #[arg(long = "log_file_max_size", hide = true, default_value = "")]
+    pub log_file_max_size: String,
+    /// klog: severity at or above which logs also go to stderr (no effect here).
+    #[arg(long = "stderrthreshold", hide = true, default_value = "")]
+    pub stderrthreshold: String,
+    /// klog: no header prefixes (no effect here).
+    #[arg(long = "skip_headers", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub skip_headers: bool,
+    /// klog: no headers in log files (no effect here).
+    #[arg(long = "skip_log_headers", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub skip_log_headers: bool,
+    /// klog: each severity only in its own file (no effect here).
+    #[arg(long = "one_output", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub one_output: bool,
+    /// klog: the file's directory in headers (no effect here).
+    #[arg(long = "add_dir_header", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub add_dir_header: bool,
+    /// klog: a stack trace at file:line (no effect here).
+    #[arg(long = "log_backtrace_at", hide = true, default_value = "")]
+    pub log_backtrace_at: String,
+    /// klog: per-file verbosity (no effect here; RUST_LOG sets per-module levels).
+    #[arg(long = "vmodule", hide = true, default_value = "")]
+    pub vmodule: String,
+    /// component-base: how often logs are flushed (no effect here: every line is written at once).
+    #[arg(long = "log-flush-frequency", hide = true, default_value = "")]
+    pub log_flush_frequency: String,
+}
+
+/// Where logs go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogDestination {
+    /// Standard error.
+    Stderr,
+    /// A file (appended to), and standard error too when `also_stderr`.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// `-alsologtostderr`.
+        also_stderr: bool,
+    },
+}
+
+impl KlogArgs {
+    /// Where `program`'s logs go, as klog decides it: standard error unless
+    /// `-logtostderr=false`; then `-log_file`, else `<log_dir>/<program>.log` (klog names its
+    /// files by program, host, user and severity; one file here), else standard error (klog
+    /// would write to the temporary directory).
+    pub fn destination(&self, program: &str) -> LogDestination {
+        if self.logtostderr {
+            return LogDestination::Stderr;
+        }
+        let path = if !self.log_file.is_empty() {
+            PathBuf::from(&self.log_file)
+        } else if !self.log_dir.is_empty() {
+            PathBuf::from(&self.log_dir).join(format!("{program}.log"))
+        } else {
+            return LogDestination::Stderr;
+        };
+        LogDestination::File {
+            path,
+            also_stderr: self.alsologtostderr,
+        }
+    }
+
+    /// The flags given that change nothing here, for one warning at start-up.
+    pub fn without_effect(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut given = |set: bool, flag: &'static str| {
+            if set {
+                out.push(flag);
+            }
+        };
+        given(!self.log_file_max_size.is_empty(), "-log_file_max_size");
+        given(!self.stderrthreshold.is_empty(), "-stderrthreshold");
+        given(self.skip_headers, "-skip_headers");
+        given(self.skip_log_headers, "-skip_log_headers");
+        given(self.one_output, "-one_output");
+        given(self.add_dir_header, "-add_dir_header");
+        given(!self.log_backtrace_at.is_empty(), "-log_backtrace_at");
+        given(!self.vmodule.is_empty(), "-vmodule");
+        given(
+            !self.log_flush_frequency.is_empty(),
+            "--log-flush-frequency",
+        );
+        // Files named while logs go to stderr: klog ignores them too, say so.
+        given(
+            self.logtostderr && !(self.log_dir.is_empty() && self.log_file.is_empty()),
+            "-log_dir/-log_file (with -logtostderr=true)",
+        );
+        given(
+            self.logtostderr && self.alsologtostderr,
+            "-alsologtostderr (with -logtostderr=true)",
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Args {
+        #[command(flatten)]
+        klog: KlogArgs,
+    }
+
+    fn parse(flags: &[&str]) -> KlogArgs {
+        let argv = std::iter::once("bin".to_string()).chain(flags.iter().map(|s| s.to_string()));
+        Args::try_parse_from(crate::goflags::normalize_args(argv))
+            .unwrap()
+            .klog
+    }
+
+    #[test]
+    fn klog_flags_are_accepted_in_go_syntax() {
+        let k = parse(&[
+            "-alsologtostderr",
+            "-logtostderr=false",
+            "-log_dir=/var/log/csi",
+            "-stderrthreshold=INFO",
+            "-vmodule=foo=5",
+            "-skip_headers",
+            "--log-flush-frequency=5s",
+        ]);
+        assert!(!k.logtostderr && k.alsologtostderr && k.skip_headers);
+        assert_eq!(
+            k.destination("csi-provisioner"),
+            LogDestination::File {
+                path: PathBuf::from("/var/log/csi/csi-provisioner.log"),
+                also_stderr: true
+            }
+        );
+        assert_eq!(
+            k.without_effect(),
+            [
+                "-stderrthreshold",
+                "-skip_headers",
+                "-vmodule",
+                "--log-flush-frequency"
+            ]
+        );
+    }
+
+    #[test]
+    fn logs_go_where_klog_sends_them() {
+        // (flags, destination)
+        let file = |p: &str, also| LogDestination::File {
+            path: PathBuf::from(p),
+            also_stderr: also,
+        };
+        let rows = [
+            (vec![], LogDestination::Stderr),
+            (vec!["-logtostderr"], LogDestination::Stderr),
+            (vec!["-log_dir=/d"], LogDestination::Stderr),
+            (vec!["-logtostderr=false"], LogDestination::Stderr),
+            (
+                vec!["-logtostderr=false", "-log_dir=/d"],
+                file("/d/p.log", false),
+            ),
+            (
+                vec!["-logtostderr=false", "-log_dir=/d", "-log_file=/f.log"],
+                file("/f.log", false),
+            ),
+            (
+                vec!["-logtostderr=false", "-log_file=/f.log", "-alsologtostderr"],
+                file("/f.log", true),
+            ),
+        ];
+        for (flags, want) in rows {
+            assert_eq!(parse(&flags).destination("p"), want, "{flags:?}");
+        }
+        assert_eq!(
+            parse(&["-log_dir=/d", "-alsologtostderr"]).without_effect(),
+            [
+                "-log_dir/-log_file (with -logtostderr=true)",
+                "-alsologtostderr (with -logtostderr=true)"
+            ]
+        );
+        assert!(parse(&[]).without_effect().is_empty());
+    }
+}
