@@ -66,10 +66,14 @@ fn the_benchmark_runs_and_checks_its_end_state() {
     assert_eq!(storm["scenario"], "storm");
     assert_eq!(storm["correct"], true);
     assert_eq!(storm["claims"], 20);
-    assert!(
-        storm["writes_per_deleted_volume"].as_f64().unwrap() <= 2.0 + 1e-9,
-        "{storm}"
-    );
+    // Two writes per deleted volume (the DELETE and the finalizer's removal), plus a repeat
+    // when the finalizer patch's test found the list changed meanwhile (the pv-protection
+    // controller removes its own finalizer at about the same moment; the patch is tried again
+    // from the object read anew). How often that happens depends on timing (once in 20
+    // volumes in a full run beside other tests): the benchmark's figures measure it; this
+    // bound only catches a write added for every volume.
+    let per_deleted = storm["writes_per_deleted_volume"].as_f64().unwrap();
+    assert!((2.0 - 1e-9..=2.5).contains(&per_deleted), "{storm}");
     // Requests are counted by verb and resource.
     let per = &storm["requests_per_provisioned_volume"];
     let pvs = per["CREATE persistentvolumes"].as_f64().unwrap();
