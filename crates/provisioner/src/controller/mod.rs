@@ -3,6 +3,7 @@
 //! writes). State lives in the cluster; see `claims` for how a crash or a deleted claim never
 //! leaks a volume.
 
+mod attachments;
 mod cache;
 mod claim_error;
 mod claim_topology;
@@ -123,6 +124,8 @@ pub struct Provisioner {
     pub(crate) watches: Watches,
     /// Volumes that may exist without a PV yet, and their intent log.
     pub(crate) ledger: ledger::Ledger,
+    /// The VolumeAttachments naming each PV (a PV's volume is deleted once none does).
+    pub(crate) attached: Arc<attachments::AttachmentsByVolume>,
     /// Volume handles DeleteVolume already removed, so a retry of the API steps (or a stale
     /// cache) never calls DeleteVolume twice (upstream issue 1235).
     pub(crate) deleted_handles: Arc<Recent<String>>,
@@ -275,9 +278,12 @@ impl Provisioner {
         } else {
             (empty(), empty())
         };
+        let attached = Arc::new(attachments::AttachmentsByVolume::default());
         let attachments = if cfg.caps.publish_unpublish {
             let q = volumes_q.clone();
+            let (feed, index) = (Feed::default(), attached.clone());
             watches.reflect(Api::<VolumeAttachment>::all(client.clone()), move |event| {
+                feed.event(event, &*index);
                 if let watcher::Event::Delete(va) = event
                     && let Some(pv) = va.spec.source.persistent_volume_name.clone()
                 {
@@ -320,6 +326,7 @@ impl Provisioner {
             metrics,
             watches,
             ledger: ledger::Ledger::default(),
+            attached,
             deleted_handles,
             listing: std::sync::OnceLock::new(),
             settled: WorkQueue::new(Backoff {

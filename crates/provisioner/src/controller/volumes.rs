@@ -77,14 +77,9 @@ impl Provisioner {
                 secret,
             } => {
                 if self.cfg.caps.publish_unpublish
-                    && let Some(va) =
-                        self.caches.attachments.state().iter().find(|va| {
-                            va.spec.source.persistent_volume_name.as_deref() == Some(name)
-                        })
+                    && let Some(va) = self.attached.naming(name)
                 {
-                    return Err(VolumeError::Attached(
-                        va.metadata.name.clone().unwrap_or_default(),
-                    ));
+                    return Err(VolumeError::Attached(va));
                 }
                 let class = pv
                     .spec
