@@ -3,8 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/poll.rs"]
-mod poll;
+use sidecar_kit::testing as poll;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

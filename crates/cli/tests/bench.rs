@@ -3,8 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/poll.rs"]
-mod poll;
+use sidecar_kit::testing as poll;
 
 /// Runs `volstack bench` with `args`; fails the test with its output unless it succeeds.
 fn bench(args: &[&str]) -> String {

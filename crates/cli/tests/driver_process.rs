@@ -2,8 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/poll.rs"]
-mod poll;
+use sidecar_kit::testing as poll;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

@@ -34,35 +34,6 @@ pub fn claim_named_by(pv: &PersistentVolume) -> Option<ClaimName> {
 }
 
 impl ClaimRefIndex {
-    /// A volume was added or changed.
-    pub fn apply(&self, pv: &PersistentVolume) {
-        let Some(name) = pv.metadata.name.clone() else {
-            return;
-        };
-        let claim = claim_named_by(pv);
-        let mut maps = self.maps.lock();
-        Self::unlink(&mut maps, &name);
-        match claim {
-            Some(claim) => {
-                maps.by_claim
-                    .entry(claim.clone())
-                    .or_default()
-                    .insert(name.clone());
-                maps.claim_of.insert(name, claim);
-            }
-            None => {
-                maps.unbound.insert(name);
-            }
-        }
-    }
-
-    /// A volume was deleted.
-    pub fn delete(&self, pv: &PersistentVolume) {
-        if let Some(name) = &pv.metadata.name {
-            Self::unlink(&mut self.maps.lock(), name);
-        }
-    }
-
     fn unlink(maps: &mut Maps, volume: &str) {
         maps.unbound.remove(volume);
         if let Some(old) = maps.claim_of.remove(volume)
@@ -99,21 +70,6 @@ impl ClaimRefIndex {
             .collect()
     }
 
-    /// Keeps only the volumes `keep` holds (the end of a re-list).
-    fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let mut maps = self.maps.lock();
-        let gone: Vec<String> = maps
-            .claim_of
-            .keys()
-            .chain(maps.unbound.iter())
-            .filter(|name| !keep(name))
-            .cloned()
-            .collect();
-        for name in gone {
-            Self::unlink(&mut maps, &name);
-        }
-    }
-
     /// Volumes indexed (for tests and metrics).
     pub fn len(&self) -> usize {
         self.maps.lock().claim_of.len()
@@ -126,16 +82,48 @@ impl ClaimRefIndex {
 }
 
 impl WatchIndex<PersistentVolume> for ClaimRefIndex {
+    /// A volume was added or changed.
     fn apply(&self, pv: &PersistentVolume) {
-        ClaimRefIndex::apply(self, pv);
+        let Some(name) = pv.metadata.name.clone() else {
+            return;
+        };
+        let claim = claim_named_by(pv);
+        let mut maps = self.maps.lock();
+        Self::unlink(&mut maps, &name);
+        match claim {
+            Some(claim) => {
+                maps.by_claim
+                    .entry(claim.clone())
+                    .or_default()
+                    .insert(name.clone());
+                maps.claim_of.insert(name, claim);
+            }
+            None => {
+                maps.unbound.insert(name);
+            }
+        }
     }
 
+    /// A volume was deleted.
     fn delete(&self, pv: &PersistentVolume) {
-        ClaimRefIndex::delete(self, pv);
+        if let Some(name) = &pv.metadata.name {
+            Self::unlink(&mut self.maps.lock(), name);
+        }
     }
 
+    /// The end of a re-list: volumes it did not show are dropped.
     fn reset(&self, keep: &HashSet<ObjectKey>) {
-        self.retain(|name| listed(keep, None, name));
+        let mut maps = self.maps.lock();
+        let gone: Vec<String> = maps
+            .claim_of
+            .keys()
+            .chain(maps.unbound.iter())
+            .filter(|name| !listed(keep, None, name))
+            .cloned()
+            .collect();
+        for name in gone {
+            Self::unlink(&mut maps, &name);
+        }
     }
 }
 

@@ -3,10 +3,9 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-pub mod poll;
 pub mod up;
 
-pub use poll::{poll_blocking, poll_for, poll_until};
+pub use sidecar_kit::testing::{poll_blocking, poll_for, poll_until};
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
