@@ -156,13 +156,17 @@ pub fn api_groups(app: &App) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub fn resource_list(app: &App, group: &str, version: &str) -> Response {
-    let types: Vec<ResourceType> = app
-        .registry
+/// The types served under one group and version.
+fn types_of(app: &App, group: &str, version: &str) -> Vec<ResourceType> {
+    app.registry
         .all()
         .into_iter()
         .filter(|t| t.group == group && t.version == version)
-        .collect();
+        .collect()
+}
+
+pub fn resource_list(app: &App, group: &str, version: &str) -> Response {
+    let types = types_of(app, group, version);
     if types.is_empty() {
         return ApiError::no_route(&format!("{group}/{version}")).into_response();
     }
@@ -222,12 +226,7 @@ pub fn openapi_root(app: &App) -> Value {
 pub fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
     let mut paths = serde_json::Map::new();
     let param = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
-    let types: Vec<ResourceType> = app
-        .registry
-        .all()
-        .into_iter()
-        .filter(|t| t.group == group && t.version == version)
-        .collect();
+    let types = types_of(app, group, version);
     for t in &types {
         let prefix = if group.is_empty() {
             format!("/api/{version}")

@@ -11,6 +11,7 @@ use tracing::Instrument;
 use crate::driver::{Driver, now_ms, on_disk};
 use crate::error::{Error, Result};
 use crate::plan::{self, CreatePlan};
+use crate::snapshots;
 use crate::state::{ContentSource, Table};
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
@@ -140,7 +141,7 @@ impl Driver {
                 volume: Some(plan::to_csi_volume(&self.cfg, record)),
                 status: with_status.then(|| csi::list_volumes_response::VolumeStatus {
                     published_node_ids: record.published.keys().cloned().collect(),
-                    volume_condition: self.controller_condition(record),
+                    volume_condition: crate::stats::controller_condition(self, record),
                 }),
             })
             .collect();
@@ -173,7 +174,7 @@ impl Driver {
             volume: Some(plan::to_csi_volume(&self.cfg, &record)),
             status: Some(csi::controller_get_volume_response::VolumeStatus {
                 published_node_ids: record.published.keys().cloned().collect(),
-                volume_condition: self.controller_condition(&record),
+                volume_condition: crate::stats::controller_condition(self, &record),
             }),
         })
     }
@@ -505,7 +506,7 @@ impl Controller for Driver {
         let this = self.clone();
         self.call(
             "CreateSnapshot",
-            self.detached(async move { this.make_snapshot(req).await }),
+            self.detached(async move { snapshots::make_snapshot(&this, req).await }),
         )
         .instrument(span)
         .await
@@ -518,7 +519,7 @@ impl Controller for Driver {
         let (this, req) = (self.clone(), request.into_inner());
         self.call(
             "DeleteSnapshot",
-            self.detached(async move { this.remove_snapshot(req).await }),
+            self.detached(async move { snapshots::remove_snapshot(&this, req).await }),
         )
         .await
     }
@@ -527,16 +528,22 @@ impl Controller for Driver {
         &self,
         request: Request<csi::ListSnapshotsRequest>,
     ) -> Reply<csi::ListSnapshotsResponse> {
-        self.call("ListSnapshots", self.snapshot_page(request.into_inner()))
-            .await
+        self.call(
+            "ListSnapshots",
+            snapshots::snapshot_page(self, request.into_inner()),
+        )
+        .await
     }
 
     async fn get_snapshot(
         &self,
         request: Request<csi::GetSnapshotRequest>,
     ) -> Reply<csi::GetSnapshotResponse> {
-        self.call("GetSnapshot", self.find_snapshot(request.into_inner()))
-            .await
+        self.call(
+            "GetSnapshot",
+            snapshots::find_snapshot(self, request.into_inner()),
+        )
+        .await
     }
 
     async fn controller_expand_volume(
@@ -545,7 +552,7 @@ impl Controller for Driver {
     ) -> Reply<csi::ControllerExpandVolumeResponse> {
         self.call(
             "ControllerExpandVolume",
-            self.controller_expand(request.into_inner()),
+            crate::expansion::controller_expand(self, request.into_inner()),
         )
         .await
     }
@@ -562,7 +569,10 @@ impl Controller for Driver {
         &self,
         request: Request<csi::ControllerModifyVolumeRequest>,
     ) -> Reply<csi::ControllerModifyVolumeResponse> {
-        self.call("ControllerModifyVolume", self.modify(request.into_inner()))
-            .await
+        self.call(
+            "ControllerModifyVolume",
+            crate::modify::modify(self, request.into_inner()),
+        )
+        .await
     }
 }

@@ -2,7 +2,7 @@
 //! and the server that puts them on a unix socket.
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,7 +17,7 @@ use tracing::Instrument;
 use crate::config::{DriverConfig, PublishMode};
 use crate::error::Error;
 use crate::faults::{Faults, Injection};
-use crate::state::{Store, StoreError};
+use crate::state::{Store, StoreError, VolumeRecord};
 
 /// Why the driver could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +63,46 @@ impl std::fmt::Debug for Driver {
 pub const LOG_THREAD: &str = "csi-driver-log";
 
 impl Driver {
+    /// A volume's record, or NOT_FOUND.
+    pub(crate) fn volume(&self, volume_id: &str) -> crate::error::Result<VolumeRecord> {
+        let (record, _) = self.store.read(|t| t.get(volume_id).cloned());
+        record.ok_or_else(|| Error::VolumeNotFound(volume_id.to_string()))
+    }
+
+    /// Whether this node may use the volume: it lives here and (with attach on) is
+    /// ControllerPublished here.
+    pub(crate) fn check_local(&self, record: &VolumeRecord) -> crate::error::Result<()> {
+        let me = &self.cfg.node.id;
+        if record.node.as_ref().is_some_and(|home| home != me) {
+            return Err(Error::Precondition(format!(
+                "volume {:?} lives on node {:?}, not on this node {me:?}",
+                record.id, record.node
+            )));
+        }
+        if self.cfg.enable_attach && !record.published.contains_key(me) {
+            return Err(Error::Precondition(format!(
+                "volume {:?} is not ControllerPublished to node {me:?}",
+                record.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// The directory of a mount volume, made first if the volume was created without it
+    /// ([`VolumeRecord::lazy_content`]); the caller then logs the record with
+    /// `lazy_content` cleared. Made durable before any record says it exists.
+    pub(crate) async fn content_dir(&self, record: &VolumeRecord) -> crate::error::Result<PathBuf> {
+        let dir = self.store.volume_dir(&record.id);
+        if record.lazy_content {
+            let (made, parent) = (dir.clone(), self.store.volumes_dir().to_path_buf());
+            on_disk("create volume directory", &dir, move || {
+                crate::content::make_empty_dir(&made, &parent)
+            })
+            .await?;
+        }
+        Ok(dir)
+    }
+
     /// Opens the state directory and prepares the services.
     pub async fn open(cfg: DriverConfig) -> Result<Driver, ServeError> {
         let dir = cfg.state_dir.clone();

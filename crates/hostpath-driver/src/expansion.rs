@@ -158,53 +158,51 @@ pub fn plan_node_expand(
     Ok((vec![Change::Put(grown)], record.capacity_bytes))
 }
 
-impl Driver {
-    pub(crate) async fn controller_expand(
-        &self,
-        req: csi::ControllerExpandVolumeRequest,
-    ) -> Result<csi::ControllerExpandVolumeResponse> {
-        served(self.cfg.features.expansion, "ControllerExpandVolume")?;
-        let (expansion, seq) = self.store.mutate(|table| {
-            let expansion = plan_controller_expand(&self.cfg, table, &req)?;
-            let changes = expansion.change.clone().into_iter().collect();
-            Ok::<_, Error>((expansion, changes))
-        })?;
-        self.store.wait_durable(seq).await?;
-        if expansion.block {
-            let image = self
-                .store
-                .volume_dir(&req.volume_id)
-                .join(crate::content::BLOCK_IMAGE);
-            let bytes = expansion.capacity_bytes;
-            let path = image.clone();
-            crate::driver::on_disk("grow the block image", &image, move || {
-                crate::content::grow_image(&path, bytes)
-            })
-            .await?;
-        }
-        if expansion.change.is_some() {
-            tracing::info!(volume_id = %req.volume_id, bytes = expansion.capacity_bytes, "volume expanded");
-        }
-        Ok(csi::ControllerExpandVolumeResponse {
-            capacity_bytes: expansion.capacity_bytes,
-            node_expansion_required: expansion.node_expansion_required,
+pub(crate) async fn controller_expand(
+    driver: &Driver,
+    req: csi::ControllerExpandVolumeRequest,
+) -> Result<csi::ControllerExpandVolumeResponse> {
+    served(driver.cfg.features.expansion, "ControllerExpandVolume")?;
+    let (expansion, seq) = driver.store.mutate(|table| {
+        let expansion = plan_controller_expand(&driver.cfg, table, &req)?;
+        let changes = expansion.change.clone().into_iter().collect();
+        Ok::<_, Error>((expansion, changes))
+    })?;
+    driver.store.wait_durable(seq).await?;
+    if expansion.block {
+        let image = driver
+            .store
+            .volume_dir(&req.volume_id)
+            .join(crate::content::BLOCK_IMAGE);
+        let bytes = expansion.capacity_bytes;
+        let path = image.clone();
+        crate::driver::on_disk("grow the block image", &image, move || {
+            crate::content::grow_image(&path, bytes)
         })
+        .await?;
     }
+    if expansion.change.is_some() {
+        tracing::info!(volume_id = %req.volume_id, bytes = expansion.capacity_bytes, "volume expanded");
+    }
+    Ok(csi::ControllerExpandVolumeResponse {
+        capacity_bytes: expansion.capacity_bytes,
+        node_expansion_required: expansion.node_expansion_required,
+    })
+}
 
-    pub(crate) async fn node_expand(
-        &self,
-        req: csi::NodeExpandVolumeRequest,
-    ) -> Result<csi::NodeExpandVolumeResponse> {
-        served(self.cfg.features.expansion, "NodeExpandVolume")?;
-        let (capacity, seq) = self.store.mutate(|table| {
-            let (changes, capacity) = plan_node_expand(table, &req)?;
-            Ok::<_, Error>((capacity, changes))
-        })?;
-        self.store.wait_durable(seq).await?;
-        Ok(csi::NodeExpandVolumeResponse {
-            capacity_bytes: capacity,
-        })
-    }
+pub(crate) async fn node_expand(
+    driver: &Driver,
+    req: csi::NodeExpandVolumeRequest,
+) -> Result<csi::NodeExpandVolumeResponse> {
+    served(driver.cfg.features.expansion, "NodeExpandVolume")?;
+    let (capacity, seq) = driver.store.mutate(|table| {
+        let (changes, capacity) = plan_node_expand(table, &req)?;
+        Ok::<_, Error>((capacity, changes))
+    })?;
+    driver.store.wait_durable(seq).await?;
+    Ok(csi::NodeExpandVolumeResponse {
+        capacity_bytes: capacity,
+    })
 }
 
 #[cfg(test)]

@@ -58,22 +58,20 @@ pub fn plan_modify(table: &Table, req: &csi::ControllerModifyVolumeRequest) -> R
     Ok(vec![Change::Put(modified)])
 }
 
-impl Driver {
-    pub(crate) async fn modify(
-        &self,
-        req: csi::ControllerModifyVolumeRequest,
-    ) -> Result<csi::ControllerModifyVolumeResponse> {
-        crate::features::served(self.cfg.features.modify, "ControllerModifyVolume")?;
-        let (changed, seq) = self.store.mutate(|table| {
-            let changes = plan_modify(table, &req)?;
-            Ok::<_, Error>((!changes.is_empty(), changes))
-        })?;
-        self.store.wait_durable(seq).await?;
-        if changed {
-            tracing::info!(volume_id = %req.volume_id, "volume modified");
-        }
-        Ok(csi::ControllerModifyVolumeResponse {})
+pub(crate) async fn modify(
+    driver: &Driver,
+    req: csi::ControllerModifyVolumeRequest,
+) -> Result<csi::ControllerModifyVolumeResponse> {
+    crate::features::served(driver.cfg.features.modify, "ControllerModifyVolume")?;
+    let (changed, seq) = driver.store.mutate(|table| {
+        let changes = plan_modify(table, &req)?;
+        Ok::<_, Error>((!changes.is_empty(), changes))
+    })?;
+    driver.store.wait_durable(seq).await?;
+    if changed {
+        tracing::info!(volume_id = %req.volume_id, "volume modified");
     }
+    Ok(csi::ControllerModifyVolumeResponse {})
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use tonic::{Request, Response, Status};
 
 use crate::driver::{Driver, fs_error};
 use crate::error::{Error, Result};
-use crate::state::{Change, NodeTarget};
+use crate::plan;
+use crate::state::{Change, NodeTarget, VolumeRecord};
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
 
@@ -67,6 +68,36 @@ pub(crate) fn exposed(how: &str, source: &Path, target: &Path) -> bool {
 }
 
 impl Driver {
+    /// The checks NodeStageVolume and NodePublishVolume share: the volume id and the path
+    /// (`path`: its field name and value) given, a valid capability, the volume known and of the
+    /// requested access type (else the error `mismatch` makes), and usable on this node.
+    pub(crate) fn node_volume(
+        &self,
+        volume_id: &str,
+        path: (&'static str, &str),
+        cap: Option<&csi::VolumeCapability>,
+        mismatch: fn(String) -> Error,
+    ) -> Result<VolumeRecord> {
+        if volume_id.is_empty() {
+            return Err(Error::Missing("volume_id"));
+        }
+        if path.1.is_empty() {
+            return Err(Error::Missing(path.0));
+        }
+        let cap = cap.ok_or(Error::Missing("volume_capability"))?;
+        let checked = plan::check_capability(&self.cfg, cap)?;
+        let record = self.volume(volume_id)?;
+        if record.block != checked.block {
+            return Err(mismatch(format!(
+                "volume {:?} is a {} volume",
+                record.id,
+                if record.block { "block" } else { "mount" }
+            )));
+        }
+        self.check_local(&record)?;
+        Ok(record)
+    }
+
     async fn node_publish(
         &self,
         req: csi::NodePublishVolumeRequest,
@@ -329,7 +360,7 @@ impl Node for Driver {
         let req = request.into_inner();
         self.call("NodeStageVolume", async move {
             self.cfg.check_secrets("NodeStageVolume", &req.secrets)?;
-            self.node_stage(req).await
+            crate::staging::node_stage(self, req).await
         })
         .await
     }
@@ -338,8 +369,11 @@ impl Node for Driver {
         &self,
         request: Request<csi::NodeUnstageVolumeRequest>,
     ) -> Reply<csi::NodeUnstageVolumeResponse> {
-        self.call("NodeUnstageVolume", self.node_unstage(request.into_inner()))
-            .await
+        self.call(
+            "NodeUnstageVolume",
+            crate::staging::node_unstage(self, request.into_inner()),
+        )
+        .await
     }
 
     async fn node_publish_volume(
@@ -371,7 +405,7 @@ impl Node for Driver {
     ) -> Reply<csi::NodeGetVolumeStatsResponse> {
         self.call(
             "NodeGetVolumeStats",
-            self.volume_stats(request.into_inner()),
+            crate::stats::volume_stats(self, request.into_inner()),
         )
         .await
     }
@@ -380,8 +414,11 @@ impl Node for Driver {
         &self,
         request: Request<csi::NodeExpandVolumeRequest>,
     ) -> Reply<csi::NodeExpandVolumeResponse> {
-        self.call("NodeExpandVolume", self.node_expand(request.into_inner()))
-            .await
+        self.call(
+            "NodeExpandVolume",
+            crate::expansion::node_expand(self, request.into_inner()),
+        )
+        .await
     }
 
     async fn node_get_capabilities(

@@ -71,88 +71,86 @@ pub fn usage_figures(record: &VolumeRecord, measured: &Measured) -> Vec<csi::Vol
     }
 }
 
-impl Driver {
-    pub(crate) async fn volume_stats(
-        &self,
-        req: csi::NodeGetVolumeStatsRequest,
-    ) -> Result<csi::NodeGetVolumeStatsResponse> {
-        crate::features::served(self.cfg.features.volume_stats, "NodeGetVolumeStats")?;
-        if req.volume_id.is_empty() {
-            return Err(Error::Missing("volume_id"));
-        }
-        if req.volume_path.is_empty() {
-            return Err(Error::Missing("volume_path"));
-        }
-        let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
-        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
-        if !record.targets.contains_key(&req.volume_path)
-            && !record.staged.contains_key(&req.volume_path)
-        {
-            return Err(Error::NotAtPath {
-                id: record.id.clone(),
-                path: req.volume_path.clone(),
-            });
-        }
-        let dir = self.store.volume_dir(&record.id);
-        let block = record.block;
-        let measured = tokio::task::spawn_blocking(move || {
-            if block {
-                match std::fs::metadata(dir.join(BLOCK_IMAGE)) {
-                    Ok(meta) => Measured::Image(i64::try_from(meta.len()).unwrap_or(i64::MAX)),
-                    Err(e) => Measured::Missing(e.to_string()),
-                }
-            } else {
-                match crate::content::usage(&dir) {
-                    Ok(used) => Measured::Directory(used),
-                    Err(e) => Measured::Missing(e.to_string()),
-                }
+pub(crate) async fn volume_stats(
+    driver: &Driver,
+    req: csi::NodeGetVolumeStatsRequest,
+) -> Result<csi::NodeGetVolumeStatsResponse> {
+    crate::features::served(driver.cfg.features.volume_stats, "NodeGetVolumeStats")?;
+    if req.volume_id.is_empty() {
+        return Err(Error::Missing("volume_id"));
+    }
+    if req.volume_path.is_empty() {
+        return Err(Error::Missing("volume_path"));
+    }
+    let (record, _) = driver.store.read(|t| t.get(&req.volume_id).cloned());
+    let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+    if !record.targets.contains_key(&req.volume_path)
+        && !record.staged.contains_key(&req.volume_path)
+    {
+        return Err(Error::NotAtPath {
+            id: record.id.clone(),
+            path: req.volume_path.clone(),
+        });
+    }
+    let dir = driver.store.volume_dir(&record.id);
+    let block = record.block;
+    let measured = tokio::task::spawn_blocking(move || {
+        if block {
+            match std::fs::metadata(dir.join(BLOCK_IMAGE)) {
+                Ok(meta) => Measured::Image(i64::try_from(meta.len()).unwrap_or(i64::MAX)),
+                Err(e) => Measured::Missing(e.to_string()),
             }
-        })
-        .await
-        .unwrap_or_else(|e| Measured::Missing(e.to_string()));
-        Ok(csi::NodeGetVolumeStatsResponse {
-            usage: usage_figures(&record, &measured),
-            volume_condition: self
-                .cfg
-                .features
-                .volume_condition
-                .then(|| condition(&record, &measured)),
-        })
-    }
-
-    /// The condition reported by ListVolumes and ControllerGetVolume (when VOLUME_CONDITION is
-    /// on): whether the volume's directory or image is there.
-    pub(crate) fn controller_condition(
-        &self,
-        record: &VolumeRecord,
-    ) -> Option<csi::VolumeCondition> {
-        if !self.cfg.features.volume_condition {
-            return None;
-        }
-        if record.lazy_content {
-            // Never used: its directory is made on first use, so none is expected yet.
-            return Some(csi::VolumeCondition {
-                abnormal: false,
-                message: "volume is healthy".into(),
-            });
-        }
-        let dir = self.store.volume_dir(&record.id);
-        let path = if record.block {
-            dir.join(BLOCK_IMAGE)
         } else {
-            dir
-        };
-        Some(match std::fs::symlink_metadata(&path) {
-            Ok(_) => csi::VolumeCondition {
-                abnormal: false,
-                message: "volume is healthy".into(),
-            },
-            Err(e) => csi::VolumeCondition {
-                abnormal: true,
-                message: format!("volume content {} is missing: {e}", path.display()),
-            },
-        })
+            match crate::content::usage(&dir) {
+                Ok(used) => Measured::Directory(used),
+                Err(e) => Measured::Missing(e.to_string()),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Measured::Missing(e.to_string()));
+    Ok(csi::NodeGetVolumeStatsResponse {
+        usage: usage_figures(&record, &measured),
+        volume_condition: driver
+            .cfg
+            .features
+            .volume_condition
+            .then(|| condition(&record, &measured)),
+    })
+}
+
+/// The condition reported by ListVolumes and ControllerGetVolume (when VOLUME_CONDITION is
+/// on): whether the volume's directory or image is there.
+pub(crate) fn controller_condition(
+    driver: &Driver,
+    record: &VolumeRecord,
+) -> Option<csi::VolumeCondition> {
+    if !driver.cfg.features.volume_condition {
+        return None;
     }
+    if record.lazy_content {
+        // Never used: its directory is made on first use, so none is expected yet.
+        return Some(csi::VolumeCondition {
+            abnormal: false,
+            message: "volume is healthy".into(),
+        });
+    }
+    let dir = driver.store.volume_dir(&record.id);
+    let path = if record.block {
+        dir.join(BLOCK_IMAGE)
+    } else {
+        dir
+    };
+    Some(match std::fs::symlink_metadata(&path) {
+        Ok(_) => csi::VolumeCondition {
+            abnormal: false,
+            message: "volume is healthy".into(),
+        },
+        Err(e) => csi::VolumeCondition {
+            abnormal: true,
+            message: format!("volume content {} is missing: {e}", path.display()),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -286,27 +286,28 @@ impl Elector {
                     Err(e) => Err(e),
                 }
             }
-            Some(mut lease) => {
-                lease.spec = Some(spec);
-                lease.metadata.managed_fields = None;
-                match self
-                    .api
-                    .replace(&self.config.name, &PostParams::default(), &lease)
-                    .await
-                {
-                    Ok(written) => {
-                        self.observe(written.spec.as_ref());
-                        Ok(true)
-                    }
-                    Err(error) if crate::api_errors::is_conflict(&error) => Ok(false),
-                    Err(e) => Err(e),
+            Some(lease) => match self.replace(lease, spec).await {
+                Ok(written) => {
+                    self.observe(written.spec.as_ref());
+                    Ok(true)
                 }
-            }
+                Err(error) if crate::api_errors::is_conflict(&error) => Ok(false),
+                Err(e) => Err(e),
+            },
         }
     }
 
+    /// Writes `spec` over the lease as it was read (a conflict if it changed meanwhile).
+    async fn replace(&self, mut lease: Lease, spec: LeaseSpec) -> Result<Lease, kube::Error> {
+        lease.spec = Some(spec);
+        lease.metadata.managed_fields = None;
+        self.api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+    }
+
     async fn release(&self) {
-        let Ok(mut lease) = self.api.get(&self.config.name).await else {
+        let Ok(lease) = self.api.get(&self.config.name).await else {
             return;
         };
         let holds = lease
@@ -326,13 +327,7 @@ impl Elector {
                 .unwrap_or(&LeaseSpec::default()),
             Timestamp::now(),
         );
-        lease.spec = Some(spec);
-        lease.metadata.managed_fields = None;
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-        {
+        match self.replace(lease, spec).await {
             Ok(_) => tracing::info!(lease = %self.config.name, "released the leader lease"),
             Err(error) => tracing::warn!(%error, "failed to release the leader lease"),
         }

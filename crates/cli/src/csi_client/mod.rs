@@ -61,15 +61,8 @@ pub enum CsiCommand {
     },
     /// ListVolumes, one page or all pages.
     List {
-        /// max_entries (0: driver's choice).
-        #[arg(long, default_value_t = 0)]
-        max_entries: i32,
-        /// starting_token from a previous page.
-        #[arg(long, default_value = "")]
-        starting_token: String,
-        /// Follow next_token until the last page.
-        #[arg(long)]
-        all: bool,
+        #[command(flatten)]
+        paging: Paging,
     },
     /// GetCapacity.
     Capacity {
@@ -271,11 +264,7 @@ pub async fn run(args: CsiArgs) -> anyhow::Result<()> {
             )?;
             json!({"deleted": volume_id})
         }
-        CsiCommand::List {
-            max_entries,
-            starting_token,
-            all,
-        } => list(&channel, timeout, max_entries, starting_token, all).await?,
+        CsiCommand::List { paging } => list(&channel, timeout, paging).await?,
         CsiCommand::Capacity {
             parameters,
             topology,
@@ -513,42 +502,69 @@ fn volume_json(v: &csi::Volume) -> Value {
     })
 }
 
-async fn list(
-    channel: &Channel,
-    timeout: Duration,
+/// Which page of a list to ask for, and whether to follow the pages after it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Paging {
+    /// max_entries (0: driver's choice).
+    #[arg(long, default_value_t = 0)]
     max_entries: i32,
-    mut token: String,
+    /// starting_token from a previous page.
+    #[arg(long, default_value = "")]
+    starting_token: String,
+    /// Follow next_token until the last page.
+    #[arg(long)]
     all: bool,
-) -> anyhow::Result<Value> {
-    let mut volumes = Vec::new();
-    loop {
-        let request = csi::ListVolumesRequest {
-            max_entries,
-            starting_token: token.clone(),
-        };
-        let r = grpc(
-            controller(channel)
-                .list_volumes(with_timeout(request, timeout))
-                .await,
-        )?;
-        for entry in &r.entries {
-            let mut v = entry
-                .volume
-                .as_ref()
-                .map(volume_json)
-                .unwrap_or(Value::Null);
-            if let (Some(status), Some(obj)) = (&entry.status, v.as_object_mut()) {
-                obj.insert(
-                    "published_node_ids".into(),
-                    json!(status.published_node_ids),
-                );
+}
+
+impl Paging {
+    /// Asks for pages with `page(max_entries, token)` (its entries and next token) from the
+    /// starting token, one page or, with `--all`, until the last; returns the entries and the
+    /// token after the last page asked for.
+    async fn collect<F, Fut>(self, mut page: F) -> anyhow::Result<(Vec<Value>, String)>
+    where
+        F: FnMut(i32, String) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<(Vec<Value>, String)>>,
+    {
+        let (mut entries, mut token) = (Vec::new(), self.starting_token);
+        loop {
+            let (more, next) = page(self.max_entries, token).await?;
+            entries.extend(more);
+            token = next;
+            if !self.all || token.is_empty() {
+                return Ok((entries, token));
             }
-            volumes.push(v);
-        }
-        token = r.next_token;
-        if !all || token.is_empty() {
-            break;
         }
     }
+}
+
+async fn list(channel: &Channel, timeout: Duration, paging: Paging) -> anyhow::Result<Value> {
+    let (volumes, token) = paging
+        .collect(|max_entries, starting_token| async move {
+            let request = csi::ListVolumesRequest {
+                max_entries,
+                starting_token,
+            };
+            let r = grpc(
+                controller(channel)
+                    .list_volumes(with_timeout(request, timeout))
+                    .await,
+            )?;
+            let entries = r.entries.iter().map(|entry| {
+                let mut v = entry
+                    .volume
+                    .as_ref()
+                    .map(volume_json)
+                    .unwrap_or(Value::Null);
+                if let (Some(status), Some(obj)) = (&entry.status, v.as_object_mut()) {
+                    obj.insert(
+                        "published_node_ids".into(),
+                        json!(status.published_node_ids),
+                    );
+                }
+                v
+            });
+            Ok((entries.collect(), r.next_token))
+        })
+        .await?;
     Ok(json!({"entries": volumes, "next_token": token}))
 }

@@ -37,15 +37,8 @@ pub enum SnapshotCommand {
         /// Only this snapshot.
         #[arg(long, default_value = "")]
         snapshot_id: String,
-        /// max_entries (0: driver's choice).
-        #[arg(long, default_value_t = 0)]
-        max_entries: i32,
-        /// starting_token from a previous page.
-        #[arg(long, default_value = "")]
-        starting_token: String,
-        /// Follow next_token until the last page.
-        #[arg(long)]
-        all: bool,
+        #[command(flatten)]
+        paging: super::Paging,
     },
     /// GetSnapshot.
     Get {
@@ -141,32 +134,26 @@ pub async fn snapshot(
         SnapshotCommand::List {
             source,
             snapshot_id,
-            max_entries,
-            mut starting_token,
-            all,
+            paging,
         } => {
-            let mut snapshots = Vec::new();
-            loop {
-                let request = csi::ListSnapshotsRequest {
-                    max_entries,
-                    starting_token: starting_token.clone(),
-                    source_volume_id: source.clone(),
-                    snapshot_id: snapshot_id.clone(),
-                    ..Default::default()
-                };
-                let r = grpc(client.list_snapshots(with_timeout(request, timeout)).await)?;
-                snapshots.extend(
-                    r.entries
-                        .iter()
-                        .filter_map(|e| e.snapshot.as_ref())
-                        .map(snapshot_json),
-                );
-                starting_token = r.next_token;
-                if !all || starting_token.is_empty() {
-                    break;
-                }
-            }
-            json!({"entries": snapshots, "next_token": starting_token})
+            let (snapshots, token) = paging
+                .collect(|max_entries, starting_token| {
+                    let mut client = client.clone();
+                    let request = csi::ListSnapshotsRequest {
+                        max_entries,
+                        starting_token,
+                        source_volume_id: source.clone(),
+                        snapshot_id: snapshot_id.clone(),
+                        ..Default::default()
+                    };
+                    async move {
+                        let r = grpc(client.list_snapshots(with_timeout(request, timeout)).await)?;
+                        let entries = r.entries.iter().filter_map(|e| e.snapshot.as_ref());
+                        Ok((entries.map(snapshot_json).collect(), r.next_token))
+                    }
+                })
+                .await?;
+            json!({"entries": snapshots, "next_token": token})
         }
         SnapshotCommand::Get { snapshot_id } => {
             let request = csi::GetSnapshotRequest {

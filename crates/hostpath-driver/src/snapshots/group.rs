@@ -16,67 +16,67 @@ use crate::state::Change;
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
 
-impl Driver {
-    async fn create_group(
-        &self,
-        req: csi::CreateVolumeGroupSnapshotRequest,
-    ) -> Result<csi::CreateVolumeGroupSnapshotResponse> {
-        served(
-            self.cfg.features.group_snapshots,
-            "CreateVolumeGroupSnapshot",
-        )?;
-        let _name = self.creating.lock(&format!("group/{}", req.name)).await;
-        let (planned, seq) = self.store.read(|table| {
-            plan::plan_group(table, &req, || uuid::Uuid::new_v4().to_string(), now_ms())
-        });
-        let (group, members) = match planned? {
-            Plan::Existing(found) => {
-                self.store.wait_durable(seq).await?;
-                found
-            }
-            Plan::New((group, members)) => {
-                let seq = self
-                    .store_copies(&members, vec![Change::PutGroup(group.clone())])
-                    .await?;
-                self.store.wait_durable(seq).await?;
-                tracing::info!(name = %group.name, group_snapshot_id = %group.id, volumes = members.len(), "group snapshot created");
-                (group, members)
-            }
-        };
-        Ok(csi::CreateVolumeGroupSnapshotResponse {
-            group_snapshot: Some(plan::to_csi_group(&group, &members)),
-        })
-    }
+async fn create_group(
+    driver: &Driver,
+    req: csi::CreateVolumeGroupSnapshotRequest,
+) -> Result<csi::CreateVolumeGroupSnapshotResponse> {
+    served(
+        driver.cfg.features.group_snapshots,
+        "CreateVolumeGroupSnapshot",
+    )?;
+    let _name = driver.creating.lock(&format!("group/{}", req.name)).await;
+    let (planned, seq) = driver
+        .store
+        .read(|table| plan::plan_group(table, &req, || uuid::Uuid::new_v4().to_string(), now_ms()));
+    let (group, members) = match planned? {
+        Plan::Existing(found) => {
+            driver.store.wait_durable(seq).await?;
+            found
+        }
+        Plan::New((group, members)) => {
+            let seq = super::store_copies(driver, &members, vec![Change::PutGroup(group.clone())])
+                .await?;
+            driver.store.wait_durable(seq).await?;
+            tracing::info!(name = %group.name, group_snapshot_id = %group.id, volumes = members.len(), "group snapshot created");
+            (group, members)
+        }
+    };
+    Ok(csi::CreateVolumeGroupSnapshotResponse {
+        group_snapshot: Some(plan::to_csi_group(&group, &members)),
+    })
+}
 
-    async fn delete_group(
-        &self,
-        req: csi::DeleteVolumeGroupSnapshotRequest,
-    ) -> Result<csi::DeleteVolumeGroupSnapshotResponse> {
-        served(
-            self.cfg.features.group_snapshots,
-            "DeleteVolumeGroupSnapshot",
-        )?;
-        let (changes, seq) = self.store.mutate(|table| {
-            let changes = plan::plan_delete_group(table, &req)?;
-            Ok::<_, Error>((changes.clone(), changes))
-        })?;
-        self.store.wait_durable(seq).await?;
-        self.remove_snapshot_dirs(&changes).await;
-        Ok(csi::DeleteVolumeGroupSnapshotResponse {})
-    }
+async fn delete_group(
+    driver: &Driver,
+    req: csi::DeleteVolumeGroupSnapshotRequest,
+) -> Result<csi::DeleteVolumeGroupSnapshotResponse> {
+    served(
+        driver.cfg.features.group_snapshots,
+        "DeleteVolumeGroupSnapshot",
+    )?;
+    let (changes, seq) = driver.store.mutate(|table| {
+        let changes = plan::plan_delete_group(table, &req)?;
+        Ok::<_, Error>((changes.clone(), changes))
+    })?;
+    driver.store.wait_durable(seq).await?;
+    super::remove_snapshot_dirs(driver, &changes).await;
+    Ok(csi::DeleteVolumeGroupSnapshotResponse {})
+}
 
-    async fn get_group(
-        &self,
-        req: csi::GetVolumeGroupSnapshotRequest,
-    ) -> Result<csi::GetVolumeGroupSnapshotResponse> {
-        served(self.cfg.features.group_snapshots, "GetVolumeGroupSnapshot")?;
-        let (found, seq) = self.store.read(|table| plan::get_group(table, &req));
-        let (group, members) = found?;
-        self.store.wait_durable(seq).await?;
-        Ok(csi::GetVolumeGroupSnapshotResponse {
-            group_snapshot: Some(plan::to_csi_group(&group, &members)),
-        })
-    }
+async fn get_group(
+    driver: &Driver,
+    req: csi::GetVolumeGroupSnapshotRequest,
+) -> Result<csi::GetVolumeGroupSnapshotResponse> {
+    served(
+        driver.cfg.features.group_snapshots,
+        "GetVolumeGroupSnapshot",
+    )?;
+    let (found, seq) = driver.store.read(|table| plan::get_group(table, &req));
+    let (group, members) = found?;
+    driver.store.wait_durable(seq).await?;
+    Ok(csi::GetVolumeGroupSnapshotResponse {
+        group_snapshot: Some(plan::to_csi_group(&group, &members)),
+    })
 }
 
 #[tonic::async_trait]
@@ -113,7 +113,7 @@ impl GroupController for Driver {
         let (this, req) = (self.clone(), request.into_inner());
         self.call(
             "CreateVolumeGroupSnapshot",
-            self.detached(async move { this.create_group(req).await }),
+            self.detached(async move { create_group(&this, req).await }),
         )
         .await
     }
@@ -125,7 +125,7 @@ impl GroupController for Driver {
         let (this, req) = (self.clone(), request.into_inner());
         self.call(
             "DeleteVolumeGroupSnapshot",
-            self.detached(async move { this.delete_group(req).await }),
+            self.detached(async move { delete_group(&this, req).await }),
         )
         .await
     }
@@ -136,7 +136,7 @@ impl GroupController for Driver {
     ) -> Reply<csi::GetVolumeGroupSnapshotResponse> {
         self.call(
             "GetVolumeGroupSnapshot",
-            self.get_group(request.into_inner()),
+            get_group(self, request.into_inner()),
         )
         .await
     }

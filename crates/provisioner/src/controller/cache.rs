@@ -1,7 +1,7 @@
 //! The stores the provisioner's decisions read (fed by `sidecar_kit::watch`).
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::runtime::reflector::Store;
 use sidecar_kit::compact::CompactStore;
 
@@ -14,10 +14,6 @@ pub struct Caches {
     pub volumes: CompactStore<PersistentVolume>,
     /// StorageClasses (a claim's class, read by name).
     pub classes: Store<StorageClass>,
-    /// CSINodes (only with topology).
-    pub csinodes: Store<CSINode>,
-    /// Nodes (only with topology).
-    pub nodes: Store<Node>,
     /// VolumeAttachments (only with PUBLISH_UNPUBLISH_VOLUME).
     pub attachments: Store<VolumeAttachment>,
 }

@@ -1,37 +1,69 @@
-//! The topology of a claim's CreateVolume (the selected node's and the cluster's segments,
-//! computed once per claim and node), and telling the capacity controller which segments a
-//! refused CreateVolume made stale.
+//! The topology of a claim's CreateVolume: the selected node's and the cluster's segments,
+//! read from the Node and CSINode caches, computed once per claim and node so that retries
+//! send identical requests.
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::Provisioner;
 use super::claims::ClaimError;
+use super::topology_cache::TopologyCache;
+use super::{ClaimKey, ControllerConfig};
 use crate::decide::topology::{
     NodeTopology, Requirement, TopologyInput, accessibility_requirements,
 };
 
-impl Provisioner {
-    /// A CreateVolume refused for good (often RESOURCE_EXHAUSTED): the published capacity of
-    /// the segment asked for first (of every segment of the class without topology) is stale.
-    pub(crate) fn capacity_changed(&self, class: &str, topology: Option<&Requirement>) {
-        let Some(capacity) = &self.capacity else {
-            return;
-        };
-        let first = topology
-            .and_then(|(requisite, preferred)| preferred.first().or(requisite.first()).cloned());
-        capacity.refresh(class, first);
+/// The claims' topology requirements and what they are computed from.
+pub(crate) struct ClaimTopology {
+    /// The Topology gate is on and the driver reports accessibility.
+    enabled: bool,
+    /// `--strict-topology`.
+    strict: bool,
+    /// `--immediate-topology`.
+    immediate: bool,
+    /// The driver's name (its entry in each CSINode).
+    driver: String,
+    pub(crate) csinodes: Store<CSINode>,
+    pub(crate) nodes: Store<Node>,
+    /// The requirement computed per claim in progress.
+    chosen: TopologyCache,
+}
+
+impl ClaimTopology {
+    pub(crate) fn new(
+        cfg: &ControllerConfig,
+        csinodes: Store<CSINode>,
+        nodes: Store<Node>,
+    ) -> Self {
+        ClaimTopology {
+            enabled: cfg.topology && cfg.caps.accessibility,
+            strict: cfg.strict_topology,
+            immediate: cfg.immediate_topology,
+            driver: cfg.caps.name.clone(),
+            csinodes,
+            nodes,
+            chosen: TopologyCache::default(),
+        }
     }
 
-    fn node_topology(&self, name: &str) -> Option<NodeTopology> {
-        let node = self.caches.nodes.get(&ObjectRef::new(name))?;
-        Some(self.topology_of(&node))
+    /// Whether CreateVolume carries a topology requirement at all.
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
     }
 
-    fn topology_of(&self, node: &k8s_openapi::api::core::v1::Node) -> NodeTopology {
+    /// The claim is provisioned or gone: its requirement is dropped.
+    pub(crate) fn forget(&self, key: &ClaimKey) {
+        self.chosen.forget(key);
+    }
+
+    fn node(&self, name: &str) -> Option<NodeTopology> {
+        let node = self.nodes.get(&ObjectRef::new(name))?;
+        Some(self.of(&node))
+    }
+
+    fn of(&self, node: &Node) -> NodeTopology {
         let name = node.metadata.name.clone().unwrap_or_default();
         let keys = self
-            .caches
             .csinodes
             .get(&ObjectRef::new(&name))
             .and_then(|csinode| {
@@ -39,7 +71,7 @@ impl Provisioner {
                     .spec
                     .drivers
                     .iter()
-                    .find(|d| d.name == self.cfg.caps.name)
+                    .find(|d| d.name == self.driver)
                     .map(|d| d.topology_keys.clone().unwrap_or_default())
             });
         NodeTopology {
@@ -49,46 +81,42 @@ impl Provisioner {
         }
     }
 
-    pub(crate) fn topology_for(
+    /// The claim's requirement for this selected node (or none): computed the first time,
+    /// then the same answer until the claim's UID or its node changes.
+    pub(crate) fn for_claim(
         &self,
         claim: &PersistentVolumeClaim,
-        class: &k8s_openapi::api::storage::v1::StorageClass,
+        class: &StorageClass,
         selected: Option<&str>,
     ) -> Result<Option<Requirement>, ClaimError> {
-        if !(self.cfg.topology && self.cfg.caps.accessibility) {
+        if !self.enabled {
             return Ok(None);
         }
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let selected_name = selected.unwrap_or("").to_string();
         let cache_key = super::claim_key(claim);
-        if let Some(cached) = self.topology.get(&cache_key, &uid, &selected_name) {
+        if let Some(cached) = self.chosen.get(&cache_key, &uid, &selected_name) {
             return Ok(cached);
         }
         let selected_topology = match selected {
             Some(name) => Some(
-                self.node_topology(name)
+                self.node(name)
                     .ok_or_else(|| ClaimError::NodeNotFound(name.to_string()))?,
             ),
             None => None,
         };
-        let cluster: Vec<NodeTopology> = self
-            .caches
-            .nodes
-            .state()
-            .iter()
-            .map(|n| self.topology_of(n))
-            .collect();
+        let cluster: Vec<NodeTopology> = self.nodes.state().iter().map(|n| self.of(n)).collect();
         let allowed = class.allowed_topologies.clone().unwrap_or_default();
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
         let requirement = accessibility_requirements(&TopologyInput {
             selected: selected_topology.as_ref(),
-            strict: self.cfg.strict_topology,
-            immediate_topology: self.cfg.immediate_topology,
+            strict: self.strict,
+            immediate_topology: self.immediate,
             allowed: &allowed,
             cluster: &cluster,
             claim_name: &claim_name,
         })?;
-        self.topology
+        self.chosen
             .insert(cache_key, &uid, &selected_name, requirement.clone());
         Ok(requirement)
     }

@@ -20,8 +20,9 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::update::{Updated, update_live};
 
 use super::InFlight;
-use super::data_sources::Resolved;
+use super::data_sources::{self, Resolved};
 use super::node_deployment::Gate;
+use super::recovery;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
     ANN_SELECTED_NODE, ClaimDecision, InFlightFate, decide_claim, in_flight_fate, selected_node,
@@ -107,7 +108,7 @@ impl Provisioner {
         for (name, flight, fate) in fates {
             match fate {
                 // Boxed (as the large steps of `provision_claim`): rare, and 7 KB inline.
-                InFlightFate::CleanUp => Box::pin(self.clean_up(&name, &flight)).await?,
+                InFlightFate::CleanUp => Box::pin(recovery::clean_up(self, &name, &flight)).await?,
                 InFlightFate::Settle => self.ledger.settle(&name),
                 InFlightFate::Keep => {
                     pv_awaited |= bound_to.as_deref().is_some_and(|b| !b.is_empty());
@@ -115,15 +116,13 @@ impl Provisioner {
             }
         }
         let Some(claim) = live else {
-            self.topology.forget(key);
-            self.takes.lock().remove(key);
+            self.forget_claim(key);
             return Ok(Next::Done);
         };
         let class_name = match decide_claim(&claim, &self.cfg.caps.name) {
             ClaimDecision::Provision { class } => class,
             ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => {
-                self.topology.forget(key);
-                self.takes.lock().remove(key);
+                self.forget_claim(key);
                 // Bound to a volume still in flight here whose PV is not cached yet: look
                 // again, to drop the record once it is.
                 if pv_awaited {
@@ -132,7 +131,9 @@ impl Provisioner {
                 return Ok(Next::Done);
             }
         };
-        if let Gate::Wait(next) = Box::pin(self.node_gate(&claim, &class_name)).await {
+        if let Some(gate) = &self.gate
+            && let Gate::Wait(next) = Box::pin(gate.admit(self, &claim, &class_name)).await
+        {
             return Ok(next);
         }
         let started = std::time::Instant::now();
@@ -194,7 +195,7 @@ impl Provisioner {
             return Ok(Provisioned::NotNow);
         };
         if let Some(source) = &p.protect {
-            Box::pin(self.protect_clone_source(source)).await?;
+            Box::pin(data_sources::protect_clone_source(self, source)).await?;
         }
         let request = Box::pin(self.open_flight(claim, &p)).await?;
         let volume = Box::pin(self.create(claim, &p, request)).await?;
@@ -222,7 +223,7 @@ impl Provisioner {
             return Ok(None);
         }
         let (content_source, protect) =
-            match Box::pin(self.resolve_data_source(claim, class_name)).await? {
+            match Box::pin(data_sources::resolve(self, claim, class_name)).await? {
                 Resolved::Empty => (None, None),
                 Resolved::Populator => return Ok(None),
                 Resolved::Copy { source, protect } => (Some(source), protect),
@@ -236,7 +237,9 @@ impl Provisioner {
             vac.as_ref(),
         )?;
         let selected = selected_node(claim).map(str::to_string);
-        let topology = self.topology_for(claim, &class, selected.as_deref())?;
+        let topology = self
+            .topology
+            .for_claim(claim, &class, selected.as_deref())?;
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
         let copying = content_source.is_some();
         let mut request = create_request(&plan, HashMap::new(), topology.as_ref());
@@ -486,6 +489,25 @@ impl Provisioner {
     /// Removes the selected node so the scheduler picks another. The claim is read live and
     /// written back whole (`update`, as upstream's RBAC grants: the cached claim is trimmed);
     /// only the node this decision was about is removed, not one chosen since.
+    /// The claim is provisioned, not ours or gone: what was kept for its attempts goes.
+    fn forget_claim(&self, key: &ClaimKey) {
+        self.topology.forget(key);
+        if let Some(gate) = &self.gate {
+            gate.forget(key);
+        }
+    }
+
+    /// A CreateVolume refused for good (often RESOURCE_EXHAUSTED): the published capacity of
+    /// the segment asked for first (of every segment of the class without topology) is stale.
+    fn capacity_changed(&self, class: &str, topology: Option<&Requirement>) {
+        let Some(capacity) = &self.capacity else {
+            return;
+        };
+        let first = topology
+            .and_then(|(requisite, preferred)| preferred.first().or(requisite.first()).cloned());
+        capacity.refresh(class, first);
+    }
+
     async fn reschedule(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();

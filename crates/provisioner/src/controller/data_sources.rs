@@ -68,228 +68,229 @@ fn as_json(object: DynamicObject) -> Result<Value, ClaimError> {
     })
 }
 
-impl Provisioner {
-    /// Resolves a claim's data source, with every check upstream makes before CreateVolume.
-    pub(crate) async fn resolve_data_source(
-        &self,
-        claim: &PersistentVolumeClaim,
-        class_name: &str,
-    ) -> Result<Resolved, ClaimError> {
-        let Some(source) = source_of(claim, self.cfg.cross_namespace)? else {
-            return Ok(Resolved::Empty);
-        };
-        let claim_namespace = claim.metadata.namespace.clone().unwrap_or_default();
-        if source.namespace != claim_namespace {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(self.client.clone(), &source.namespace, &reference_grants());
-            let grants: Vec<Value> = api
-                .list(&Default::default())
-                .await
-                .map_err(lookup("ReferenceGrants"))?
-                .items
-                .into_iter()
-                .map(as_json)
-                .collect::<Result<_, _>>()?;
-            if !granted(&grants, &claim_namespace, &source) {
-                return Err(crate::decide::data_source::DataSourceError::NotGranted {
-                    source_namespace: source.namespace.clone(),
-                    source_name: source.name.clone(),
-                    kind: source.kind.clone(),
-                    claim: format!(
-                        "{claim_namespace}/{}",
-                        claim.metadata.name.as_deref().unwrap_or_default()
-                    ),
-                }
-                .into());
-            }
-        }
-        let caps = &self.cfg.caps;
-        match kind_of(
-            claim,
-            &source,
-            caps.clone_volume,
-            caps.create_delete_snapshot,
-        )? {
-            SourceKind::Populator => {
-                self.recorder.record(
-                    &reference(claim),
-                    EventType::Normal,
-                    "Provisioning",
-                    "Assuming an external populator will provision the volume",
-                );
-                Ok(Resolved::Populator)
-            }
-            SourceKind::Clone => self.clone_of(claim, &source).await,
-            SourceKind::Snapshot => {
-                let content = self.restore_of(claim, &source, class_name).await?;
-                Ok(Resolved::Copy {
-                    source: content,
-                    protect: None,
-                })
-            }
-        }
-    }
-
-    async fn clone_of(
-        &self,
-        claim: &PersistentVolumeClaim,
-        source: &SourceRef,
-    ) -> Result<Resolved, ClaimError> {
-        let key = ClaimKey::new(Some(&source.namespace), &source.name);
-        let source_claim = self.caches.claims.get(&key);
-        let volume_name = source_claim
-            .as_ref()
-            .and_then(|c| c.spec.as_ref())
-            .and_then(|s| s.volume_name.clone())
-            .filter(|n| !n.is_empty());
-        // From the cache (it keeps every field the checks read); upstream GETs it on every
-        // pass. A cache behind by one event makes the check fail once and the claim retry.
-        let volume = volume_name.and_then(|name| self.caches.volumes.get(&ObjectRef::new(&name)));
-        let content = clone_source(
-            claim,
-            source,
-            source_claim.as_deref(),
-            volume.as_deref(),
-            &self.cfg.caps.name,
-            self.already_sent(claim),
-        )?;
-        Ok(Resolved::Copy {
-            source: content,
-            protect: Some(key),
-        })
-    }
-
-    async fn restore_of(
-        &self,
-        claim: &PersistentVolumeClaim,
-        source: &SourceRef,
-        class_name: &str,
-    ) -> Result<csi::VolumeContentSource, ClaimError> {
-        let snapshots: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &source.namespace,
-            &snapshot_api("VolumeSnapshot", "volumesnapshots"),
-        );
-        let snapshot = snapshots
-            .get_opt(&source.name)
+/// Resolves a claim's data source, with every check upstream makes before CreateVolume.
+pub(crate) async fn resolve(
+    p: &Provisioner,
+    claim: &PersistentVolumeClaim,
+    class_name: &str,
+) -> Result<Resolved, ClaimError> {
+    let Some(source) = source_of(claim, p.cfg.cross_namespace)? else {
+        return Ok(Resolved::Empty);
+    };
+    let claim_namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    if source.namespace != claim_namespace {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(p.client.clone(), &source.namespace, &reference_grants());
+        let grants: Vec<Value> = api
+            .list(&Default::default())
             .await
-            .map_err(lookup("the VolumeSnapshot"))?
+            .map_err(lookup("ReferenceGrants"))?
+            .items
+            .into_iter()
             .map(as_json)
-            .transpose()?;
-        let content_name = snapshot
-            .as_ref()
-            .and_then(|s| s.pointer("/status/boundVolumeSnapshotContentName"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let content = match content_name {
-            Some(name) => {
-                let contents: Api<DynamicObject> = Api::all_with(
-                    self.client.clone(),
-                    &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
-                );
-                contents
-                    .get_opt(&name)
-                    .await
-                    .map_err(lookup("the VolumeSnapshotContent"))?
-                    .map(as_json)
-                    .transpose()?
+            .collect::<Result<_, _>>()?;
+        if !granted(&grants, &claim_namespace, &source) {
+            return Err(crate::decide::data_source::DataSourceError::NotGranted {
+                source_namespace: source.namespace.clone(),
+                source_name: source.name.clone(),
+                kind: source.kind.clone(),
+                claim: format!(
+                    "{claim_namespace}/{}",
+                    claim.metadata.name.as_deref().unwrap_or_default()
+                ),
             }
-            None => None,
-        };
-        Ok(snapshot_source(
-            claim,
-            source,
-            snapshot.as_ref(),
-            content.as_ref(),
-            &self.cfg.caps.name,
-            class_name,
-            self.cfg.prevent_volume_mode_conversion,
-            self.already_sent(claim),
-        )?)
-    }
-
-    /// Whether this claim's CreateVolume was sent before (its volume is in the intent log).
-    fn already_sent(&self, claim: &PersistentVolumeClaim) -> bool {
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
-        self.ledger.contains(&self.cfg.options.naming.pv_name(&uid))
-    }
-
-    /// Whether a CreateVolume copying the volume `handle` is in flight.
-    fn copying_from(&self, handle: &str) -> bool {
-        self.ledger.copying_from(handle)
-    }
-
-    /// Adds the cloning-protection finalizer to a clone's source claim (before CreateVolume):
-    /// read live and written back whole (`update`, as upstream's RBAC grants; the cached claim
-    /// is trimmed).
-    pub(crate) async fn protect_clone_source(&self, key: &ClaimKey) -> Result<(), ClaimError> {
-        let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
-        let Some(source) = self.caches.claims.get(key) else {
-            return Ok(());
-        };
-        if finalizers::has(&source.metadata, finalizer) {
-            return Ok(());
+            .into());
         }
-        let namespace = key.namespace().unwrap_or_default();
-        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
-        match update_live(&api, key.name(), |claim| {
-            finalizers::add(&mut claim.metadata, finalizer)
-        })
+    }
+    let caps = &p.cfg.caps;
+    match kind_of(
+        claim,
+        &source,
+        caps.clone_volume,
+        caps.create_delete_snapshot,
+    )? {
+        SourceKind::Populator => {
+            p.recorder.record(
+                &reference(claim),
+                EventType::Normal,
+                "Provisioning",
+                "Assuming an external populator will provision the volume",
+            );
+            Ok(Resolved::Populator)
+        }
+        SourceKind::Clone => clone_of(p, claim, &source).await,
+        SourceKind::Snapshot => {
+            let content = restore_of(p, claim, &source, class_name).await?;
+            Ok(Resolved::Copy {
+                source: content,
+                protect: None,
+            })
+        }
+    }
+}
+
+async fn clone_of(
+    p: &Provisioner,
+    claim: &PersistentVolumeClaim,
+    source: &SourceRef,
+) -> Result<Resolved, ClaimError> {
+    let key = ClaimKey::new(Some(&source.namespace), &source.name);
+    let source_claim = p.caches.claims.get(&key);
+    let volume_name = source_claim
+        .as_ref()
+        .and_then(|c| c.spec.as_ref())
+        .and_then(|s| s.volume_name.clone())
+        .filter(|n| !n.is_empty());
+    // From the cache (it keeps every field the checks read); upstream GETs it on every
+    // pass. A cache behind by one event makes the check fail once and the claim retry.
+    let volume = volume_name.and_then(|name| p.caches.volumes.get(&ObjectRef::new(&name)));
+    let content = clone_source(
+        claim,
+        source,
+        source_claim.as_deref(),
+        volume.as_deref(),
+        &p.cfg.caps.name,
+        already_sent(p, claim),
+    )?;
+    Ok(Resolved::Copy {
+        source: content,
+        protect: Some(key),
+    })
+}
+
+async fn restore_of(
+    p: &Provisioner,
+    claim: &PersistentVolumeClaim,
+    source: &SourceRef,
+    class_name: &str,
+) -> Result<csi::VolumeContentSource, ClaimError> {
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        p.client.clone(),
+        &source.namespace,
+        &snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
+    let snapshot = snapshots
+        .get_opt(&source.name)
         .await
-        .map_err(ClaimError::CloneFinalizer)?
-        {
-            Updated::Written(_) | Updated::Unchanged(_) => Ok(()),
-            Updated::Gone => Err(ClaimError::CloneSourceGone(key.to_string())),
-        }
-    }
-
-    /// The cloning-protection controller's reconcile: a source claim being deleted loses its
-    /// finalizer once no clone of it is pending.
-    pub(crate) async fn sync_clone_source(&self, key: &ClaimKey) -> Result<Next, ClaimError> {
-        let Some(claim) = self.caches.claims.get(key) else {
-            return Ok(Next::Done);
-        };
-        // Looked at only for a source being deleted with the finalizer (most passes are not).
-        let pending = |namespace: &str, name: &str| {
-            let handle = claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.clone())
-                .and_then(|pv| self.caches.volumes.get(&ObjectRef::new(&pv)))
-                .and_then(|pv| {
-                    pv.spec
-                        .as_ref()?
-                        .csi
-                        .as_ref()
-                        .map(|c| c.volume_handle.clone())
-                });
-            handle.is_some_and(|h| self.copying_from(&h))
-                || clones_pending(
-                    name,
-                    namespace,
-                    self.caches.claims.state().iter().map(|c| c.as_ref()),
-                )
-        };
-        match cloning_protection(&claim, pending) {
-            CloningProtection::Nothing => Ok(Next::Done),
-            CloningProtection::Wait => {
-                tracing::debug!(claim = %key, "cloning in progress; keeping the cloning-protection finalizer");
-                Ok(Next::Retry)
-            }
-            CloningProtection::Release => {
-                let namespace = key.namespace().unwrap_or_default();
-                let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
-                let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
-                let result = update_live(&api, key.name(), |claim| {
-                    finalizers::remove(&mut claim.metadata, finalizer)
-                })
+        .map_err(lookup("the VolumeSnapshot"))?
+        .map(as_json)
+        .transpose()?;
+    let content_name = snapshot
+        .as_ref()
+        .and_then(|s| s.pointer("/status/boundVolumeSnapshotContentName"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let content = match content_name {
+        Some(name) => {
+            let contents: Api<DynamicObject> = Api::all_with(
+                p.client.clone(),
+                &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
+            );
+            contents
+                .get_opt(&name)
                 .await
-                .map_err(ClaimError::CloneFinalizer)?;
-                if matches!(result, Updated::Written(_)) {
-                    tracing::info!(claim = %key, "cloning-protection finalizer removed");
-                }
-                Ok(Next::Done)
+                .map_err(lookup("the VolumeSnapshotContent"))?
+                .map(as_json)
+                .transpose()?
+        }
+        None => None,
+    };
+    Ok(snapshot_source(
+        claim,
+        source,
+        snapshot.as_ref(),
+        content.as_ref(),
+        &p.cfg.caps.name,
+        class_name,
+        p.cfg.prevent_volume_mode_conversion,
+        already_sent(p, claim),
+    )?)
+}
+
+/// Whether this claim's CreateVolume was sent before (its volume is in the intent log).
+fn already_sent(p: &Provisioner, claim: &PersistentVolumeClaim) -> bool {
+    let uid = claim.metadata.uid.clone().unwrap_or_default();
+    p.ledger.contains(&p.cfg.options.naming.pv_name(&uid))
+}
+
+/// Whether a CreateVolume copying the volume `handle` is in flight.
+fn copying_from(p: &Provisioner, handle: &str) -> bool {
+    p.ledger.copying_from(handle)
+}
+
+/// Adds the cloning-protection finalizer to a clone's source claim (before CreateVolume):
+/// read live and written back whole (`update`, as upstream's RBAC grants; the cached claim
+/// is trimmed).
+pub(crate) async fn protect_clone_source(
+    p: &Provisioner,
+    key: &ClaimKey,
+) -> Result<(), ClaimError> {
+    let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
+    let Some(source) = p.caches.claims.get(key) else {
+        return Ok(());
+    };
+    if finalizers::has(&source.metadata, finalizer) {
+        return Ok(());
+    }
+    let namespace = key.namespace().unwrap_or_default();
+    let api = Api::<PersistentVolumeClaim>::namespaced(p.client.clone(), namespace);
+    match update_live(&api, key.name(), |claim| {
+        finalizers::add(&mut claim.metadata, finalizer)
+    })
+    .await
+    .map_err(ClaimError::CloneFinalizer)?
+    {
+        Updated::Written(_) | Updated::Unchanged(_) => Ok(()),
+        Updated::Gone => Err(ClaimError::CloneSourceGone(key.to_string())),
+    }
+}
+
+/// The cloning-protection controller's reconcile: a source claim being deleted loses its
+/// finalizer once no clone of it is pending.
+pub(crate) async fn sync_clone_source(p: &Provisioner, key: &ClaimKey) -> Result<Next, ClaimError> {
+    let Some(claim) = p.caches.claims.get(key) else {
+        return Ok(Next::Done);
+    };
+    // Looked at only for a source being deleted with the finalizer (most passes are not).
+    let pending = |namespace: &str, name: &str| {
+        let handle = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .and_then(|pv| p.caches.volumes.get(&ObjectRef::new(&pv)))
+            .and_then(|pv| {
+                pv.spec
+                    .as_ref()?
+                    .csi
+                    .as_ref()
+                    .map(|c| c.volume_handle.clone())
+            });
+        handle.is_some_and(|h| copying_from(p, &h))
+            || clones_pending(
+                name,
+                namespace,
+                p.caches.claims.state().iter().map(|c| c.as_ref()),
+            )
+    };
+    match cloning_protection(&claim, pending) {
+        CloningProtection::Nothing => Ok(Next::Done),
+        CloningProtection::Wait => {
+            tracing::debug!(claim = %key, "cloning in progress; keeping the cloning-protection finalizer");
+            Ok(Next::Retry)
+        }
+        CloningProtection::Release => {
+            let namespace = key.namespace().unwrap_or_default();
+            let api = Api::<PersistentVolumeClaim>::namespaced(p.client.clone(), namespace);
+            let finalizer = sidecar_kit::vocabulary::CLONING_PROTECTION_FINALIZER;
+            let result = update_live(&api, key.name(), |claim| {
+                finalizers::remove(&mut claim.metadata, finalizer)
+            })
+            .await
+            .map_err(ClaimError::CloneFinalizer)?;
+            if matches!(result, Updated::Written(_)) {
+                tracing::info!(claim = %key, "cloning-protection finalizer removed");
             }
+            Ok(Next::Done)
         }
     }
 }

@@ -4,7 +4,7 @@
 //! ([`Ledger::settle`], which also forgets its intent-log record). Nothing else adds or removes
 //! an entry; the claim path, the set manager, cloning protection and the settled mark read it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use csi_proto::v1 as csi;
@@ -133,8 +133,9 @@ impl Ledger {
             .collect()
     }
 
-    /// Volume → claim (`namespace/name`, or a set's name), for tests and metrics.
-    pub(crate) fn summary(&self) -> BTreeMap<String, String> {
+    /// Volume → claim (`namespace/name`, or a set's name).
+    #[cfg(test)]
+    fn summary(&self) -> std::collections::BTreeMap<String, String> {
         self.table
             .lock()
             .iter()
@@ -190,7 +191,7 @@ mod tests {
         assert!(!ledger.copying_from("vol-a"));
         assert_eq!(
             ledger.summary(),
-            BTreeMap::from([("pvc-a".to_string(), "default/a".to_string())])
+            std::collections::BTreeMap::from([("pvc-a".to_string(), "default/a".to_string())])
         );
         assert!(ledger.get("pvc-b").is_none());
     }

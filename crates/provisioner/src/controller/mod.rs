@@ -16,7 +16,7 @@ pub mod intents;
 mod ledger;
 mod listing;
 pub mod node_deployment;
-mod recovery;
+pub(crate) mod recovery;
 mod topology_cache;
 mod volumes;
 
@@ -138,11 +138,11 @@ pub struct Provisioner {
     pub(crate) settled: WorkQueue<String>,
     /// Topology requirement per claim, computed once per (claim UID, selected node), so
     /// retries send identical requests; dropped when the claim is provisioned or gone.
-    pub(crate) topology: topology_cache::TopologyCache,
+    pub(crate) topology: claim_topology::ClaimTopology,
     /// `--enable-capacity`: the capacity controller, told about provisioned and deleted volumes.
     pub(crate) capacity: Option<Arc<crate::capacity::controller::CapacityTracker>>,
-    /// `--node-deployment`: attempts to take Immediate claims.
-    pub(crate) takes: node_deployment::Takes,
+    /// `--node-deployment`: this node's gate in front of provisioning and deletion.
+    pub(crate) gate: Option<node_deployment::NodeGate>,
     /// `--enable-volume-sets`: the PersistentVolumeSet manager.
     pub(crate) sets: Option<Arc<crate::volume_sets::manager::SetManager>>,
 }
@@ -306,6 +306,8 @@ impl Provisioner {
             )?),
             None => None,
         };
+        let topology = claim_topology::ClaimTopology::new(&cfg, csinodes, nodes);
+        let gate = cfg.node.clone().map(node_deployment::NodeGate::new);
         Ok(Arc::new(Provisioner {
             client,
             csi,
@@ -315,8 +317,6 @@ impl Provisioner {
                 claims,
                 volumes,
                 classes,
-                csinodes,
-                nodes,
                 attachments,
             },
             claims: claims_q,
@@ -334,11 +334,28 @@ impl Provisioner {
                 max: Duration::from_secs(30),
             }),
             finished,
-            topology: topology_cache::TopologyCache::default(),
+            topology,
             capacity,
-            takes: node_deployment::Takes::default(),
+            gate,
             sets,
         }))
+    }
+
+    /// The intent log, when each CreateVolume is recorded in it first.
+    pub(crate) fn intent_log(&self) -> Option<&intents::IntentLog> {
+        self.ledger
+            .intents()
+            .filter(|_| self.cfg.recovery == crate::decide::recovery::Recovery::IntentLog)
+    }
+
+    /// Asks for what is settled to be written when `pv` may be deleted without its volume
+    /// and volumes are marked.
+    pub(crate) fn retained(&self, pv: &PersistentVolume) {
+        if self.listing.get().is_some()
+            && crate::decide::recovery::outlives_its_pv(pv, &self.cfg.caps.name)
+        {
+            self.settled.add(String::new());
+        }
     }
 
     /// The provisioner as a controller: it waits for its caches, finds what a predecessor left
@@ -365,7 +382,7 @@ impl Provisioner {
                         self.cfg.workers,
                         move |name| {
                             let this = this.clone();
-                            async move { this.sync_set(&name).await }
+                            async move { crate::volume_sets::sync::sync_set(&this, &name).await }
                         },
                     )
                     .reconcile(
@@ -374,7 +391,7 @@ impl Provisioner {
                         self.cfg.volume_set_creates,
                         move |volume| {
                             let maker = maker.clone();
-                            async move { maker.sync_member(&volume).await }
+                            async move { crate::volume_sets::sync::sync_member(&maker, &volume).await }
                         },
                     )
             }
@@ -384,11 +401,11 @@ impl Provisioner {
             .wait_for(&c.claims)
             .wait_for(&c.volumes)
             .wait_for(&c.classes)
-            .wait_for(&c.csinodes)
-            .wait_for(&c.nodes)
+            .wait_for(&self.topology.csinodes)
+            .wait_for(&self.topology.nodes)
             .wait_for(&c.attachments)
             .start_with(async move {
-                recover.recover().await;
+                recovery::recover(&recover).await;
                 true
             })
             .reconcile("claim", self.claims.clone(), self.cfg.workers, move |key| {
@@ -406,7 +423,7 @@ impl Provisioner {
             )
             .reconcile("settled-mark", self.settled.clone(), 1, move |_| {
                 let this = settled.clone();
-                async move { this.write_settled().await }
+                async move { recovery::write_settled(&this).await }
             });
         // Cloning protection only runs for a driver that clones (its queue is fed only then).
         if !self.cfg.caps.clone_volume {
@@ -418,7 +435,7 @@ impl Provisioner {
             self.cfg.cloning_workers,
             move |key| {
                 let this = cloning.clone();
-                async move { this.sync_clone_source(&key).await }
+                async move { data_sources::sync_clone_source(&this, &key).await }
             },
         )
     }

@@ -55,7 +55,7 @@ impl Take {
 }
 
 /// Attempts in progress, by claim.
-pub(crate) type Takes = parking_lot::Mutex<HashMap<ClaimKey, Take>>;
+type Takes = parking_lot::Mutex<HashMap<ClaimKey, Take>>;
 
 /// What the gate says about a claim.
 pub(crate) enum Gate {
@@ -65,30 +65,47 @@ pub(crate) enum Gate {
     Wait(Next),
 }
 
-impl Provisioner {
-    /// In node deployment, whether this node provisions the claim (and, for an Immediate claim
-    /// not taken yet, an attempt to take it).
-    pub(crate) async fn node_gate(
+/// The per-node provisioner's gate: this node and its attempts to take Immediate claims.
+pub(crate) struct NodeGate {
+    node: NodeDeployment,
+    takes: Takes,
+}
+
+impl NodeGate {
+    pub(crate) fn new(node: NodeDeployment) -> Self {
+        NodeGate {
+            node,
+            takes: Takes::default(),
+        }
+    }
+
+    /// The claim is provisioned, not ours or gone: its attempts are forgotten.
+    pub(crate) fn forget(&self, key: &ClaimKey) {
+        self.takes.lock().remove(key);
+    }
+
+    /// Whether this node provisions the claim (and, for an Immediate claim not taken yet, an
+    /// attempt to take it).
+    pub(crate) async fn admit(
         &self,
+        provisioner: &Provisioner,
         claim: &Arc<PersistentVolumeClaim>,
         class_name: &str,
     ) -> Gate {
-        let Some(node) = &self.cfg.node else {
-            return Gate::Provision;
-        };
+        let node = &self.node;
         let key = super::claim_key(claim);
-        let class = self.caches.classes.get(&ObjectRef::new(class_name));
+        let class = provisioner.caches.classes.get(&ObjectRef::new(class_name));
         match choose(claim, class.as_deref(), &node.name, node.immediate_binding) {
             NodeChoice::Ours => {
-                self.takes.lock().remove(&key);
+                self.forget(&key);
                 Gate::Provision
             }
             NodeChoice::NotOurs => {
-                self.takes.lock().remove(&key);
+                self.forget(&key);
                 Gate::Wait(Next::Done)
             }
             NodeChoice::TryToTake => match class {
-                Some(class) => Gate::Wait(self.try_to_take(node, claim, &class).await),
+                Some(class) => Gate::Wait(self.try_to_take(provisioner, claim, &class).await),
                 None => Gate::Wait(Next::Done),
             },
         }
@@ -99,10 +116,11 @@ impl Provisioner {
     /// was chosen meanwhile (another node that was faster keeps it).
     async fn try_to_take(
         &self,
-        node: &NodeDeployment,
+        provisioner: &Provisioner,
         claim: &Arc<PersistentVolumeClaim>,
         class: &StorageClass,
     ) -> Next {
+        let node = &self.node;
         let key = super::claim_key(claim);
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let now = Instant::now();
@@ -131,12 +149,9 @@ impl Provisioner {
             }
         }
         let allowed = class.allowed_topologies.as_deref().unwrap_or_default();
-        if self.cfg.topology
-            && self.cfg.caps.accessibility
-            && !allowed_topologies_admit(allowed, &node.labels)
-        {
+        if provisioner.topology.enabled() && !allowed_topologies_admit(allowed, &node.labels) {
             tracing::info!(claim = %key, node = %node.name, "allowed topologies are not compatible with this node; leaving the claim to others");
-            self.takes.lock().remove(&key);
+            self.forget(&key);
             return Next::Done;
         }
         let backoff = |reason: &str| {
@@ -148,14 +163,14 @@ impl Provisioner {
             tracing::info!(claim = %key, node = %node.name, reason, retry_in = ?wait, "did not take the claim");
             Next::After(wait)
         };
-        if !self.has_room(node, claim, class).await {
+        if !has_room(provisioner, node, claim, class).await {
             return backoff("not enough capacity");
         }
         // Read live and written back whole (`update`, as upstream's RBAC grants; the cached
         // claim is trimmed): the node is set only while no node has been chosen and no volume
         // bound, so a faster node's take is never overwritten.
         let api: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), key.namespace().unwrap_or(""));
+            Api::namespaced(provisioner.client.clone(), key.namespace().unwrap_or(""));
         let taken = update_live(&api, key.name(), |live| {
             let unbound = live
                 .spec
@@ -173,13 +188,13 @@ impl Provisioner {
         match taken {
             Ok(Updated::Written(_)) => {
                 tracing::info!(claim = %key, node = %node.name, "took the claim for this node");
-                self.takes.lock().remove(&key);
+                self.forget(&key);
                 // The watch brings the claim back with the annotation; then it is ours.
                 Next::Done
             }
             Ok(Updated::Unchanged(_) | Updated::Gone) => {
                 // Another node took it first, or it was bound or deleted meanwhile.
-                self.takes.lock().remove(&key);
+                self.forget(&key);
                 Next::Done
             }
             Err(error) if sidecar_kit::api_errors::is_conflict(&error) => {
@@ -189,65 +204,71 @@ impl Provisioner {
         }
     }
 
-    /// Whether GetCapacity says this node can hold the claim (true when it cannot tell: no
-    /// size, no GET_CAPACITY, or the call failed, as upstream proceeds then).
-    async fn has_room(
-        &self,
-        node: &NodeDeployment,
-        claim: &PersistentVolumeClaim,
-        class: &StorageClass,
-    ) -> bool {
-        let size = requested_bytes(claim).map_or(0, |(request, _)| request);
-        if size <= 0 || !self.cfg.caps.get_capacity {
-            return true;
-        }
-        let Ok(plan) = plan_provision(&self.cfg.caps, &self.cfg.options, claim, class, None) else {
-            return true;
+    /// Whether this node deletes the volume: only one usable here.
+    pub(crate) fn deletes(&self, pv: &PersistentVolume) -> bool {
+        affinity_allows(
+            pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+            &self.node.labels,
+        )
+    }
+}
+
+/// Whether GetCapacity says this node can hold the claim (true when it cannot tell: no
+/// size, no GET_CAPACITY, or the call failed, as upstream proceeds then).
+async fn has_room(
+    provisioner: &Provisioner,
+    node: &NodeDeployment,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+) -> bool {
+    let size = requested_bytes(claim).map_or(0, |(request, _)| request);
+    if size <= 0 || !provisioner.cfg.caps.get_capacity {
+        return true;
+    }
+    let Ok(plan) = plan_provision(
+        &provisioner.cfg.caps,
+        &provisioner.cfg.options,
+        claim,
+        class,
+        None,
+    ) else {
+        return true;
+    };
+    let Ok(topology) = provisioner
+        .topology
+        .for_claim(claim, class, Some(&node.name))
+    else {
+        return true;
+    };
+    let request = create_request(&plan, HashMap::new(), topology.as_ref());
+    let segments: Vec<Option<csi::Topology>> = match &request.accessibility_requirements {
+        Some(r) if !r.requisite.is_empty() => r.requisite.iter().cloned().map(Some).collect(),
+        _ => vec![None],
+    };
+    let mut client = csi::controller_client::ControllerClient::new(provisioner.csi.clone());
+    for topology in segments {
+        let ask = csi::GetCapacityRequest {
+            volume_capabilities: request.volume_capabilities.clone(),
+            parameters: request.parameters.clone(),
+            accessible_topology: topology,
         };
-        let Ok(topology) = self.topology_for(claim, class, Some(&node.name)) else {
-            return true;
-        };
-        let request = create_request(&plan, HashMap::new(), topology.as_ref());
-        let segments: Vec<Option<csi::Topology>> = match &request.accessibility_requirements {
-            Some(r) if !r.requisite.is_empty() => r.requisite.iter().cloned().map(Some).collect(),
-            _ => vec![None],
-        };
-        let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
-        for topology in segments {
-            let ask = csi::GetCapacityRequest {
-                volume_capabilities: request.volume_capabilities.clone(),
-                parameters: request.parameters.clone(),
-                accessible_topology: topology,
-            };
-            match self
-                .csi_calls
-                .call(
-                    "/csi.v1.Controller/GetCapacity",
-                    client.get_capacity(self.csi_calls.request(ask)),
-                )
-                .await
-            {
-                Ok(answer) if answer.available_capacity >= size => return true,
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "capacity check failed; taking the claim anyway");
-                    return true;
-                }
+        match provisioner
+            .csi_calls
+            .call(
+                "/csi.v1.Controller/GetCapacity",
+                client.get_capacity(provisioner.csi_calls.request(ask)),
+            )
+            .await
+        {
+            Ok(answer) if answer.available_capacity >= size => return true,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "capacity check failed; taking the claim anyway");
+                return true;
             }
         }
-        false
     }
-
-    /// In node deployment, whether this node deletes the volume: only one usable here.
-    pub(crate) fn deletes_here(&self, pv: &PersistentVolume) -> bool {
-        match &self.cfg.node {
-            None => true,
-            Some(node) => affinity_allows(
-                pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
-                &node.labels,
-            ),
-        }
-    }
+    false
 }
 
 /// Stores holding only this node's CSINode and Node, made from NodeGetInfo (a per-node

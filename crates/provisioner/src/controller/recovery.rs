@@ -20,7 +20,7 @@ use sidecar_kit::csi::CallError;
 use super::intents::IntentLog;
 use super::listing::{Found, Listing, ListingError};
 use super::{ClaimError, ClaimKey, InFlight, Provisioner};
-use crate::decide::classify::{DeleteOutcome, classify_delete};
+use crate::decide::classify::{CreateOutcome, DeleteOutcome, classify_create, classify_delete};
 use crate::decide::recovery::{self, Listed, Recovery, Settled};
 use crate::decide::secrets::SecretRef;
 
@@ -59,238 +59,288 @@ impl InFlight {
     }
 }
 
-impl Provisioner {
-    /// The start-up step: reads the intent log (retrying until it reads), then the driver's
-    /// volumes when volumes are or were marked for listing (retrying until they list).
-    pub(super) async fn recover(&self) {
-        let (ns, name) = self.cfg.intent_log.clone();
-        let log = loop {
-            match IntentLog::open(self.client.clone(), &ns, &name).await {
-                Ok(log) => break log,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the intent log yet; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
+/// The start-up step: reads the intent log (retrying until it reads), then the driver's
+/// volumes when volumes are or were marked for listing (retrying until they list).
+pub(crate) async fn recover(p: &Provisioner) {
+    let (ns, name) = p.cfg.intent_log.clone();
+    let log = loop {
+        match IntentLog::open(p.client.clone(), &ns, &name).await {
+            Ok(log) => break log,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the intent log yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
+        }
+    };
+    let recovered = log.records();
+    for (volume, record) in &recovered {
+        let Some(request) = record.request() else {
+            continue;
         };
-        let recovered = log.records();
-        for (volume, record) in &recovered {
-            let Some(request) = record.request() else {
-                continue;
-            };
-            let flight = InFlight {
-                claim: ClaimKey::new(Some(&record.namespace), &record.name),
-                claim_uid: record.uid.clone(),
-                request,
-                secret: record
-                    .secret()
-                    .map(|(namespace, name)| SecretRef { name, namespace }),
-                listed: None,
-                serial: None,
-            };
-            self.take_back(volume.clone(), flight);
-        }
-        if !recovered.is_empty() {
-            tracing::info!(
-                volumes = recovered.len(),
-                "recovered in-flight volumes from the intent log"
-            );
-        }
-        self.ledger.keep_intents(log);
-        loop {
-            match self.take_back_listed().await {
-                Ok(Some(taken)) => {
-                    tracing::info!(
-                        volumes = taken,
-                        "listed the driver's volumes: took back this cluster's without a PV"
-                    );
-                    return;
-                }
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot list the driver's volumes yet; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
+        let flight = InFlight {
+            claim: ClaimKey::new(Some(&record.namespace), &record.name),
+            claim_uid: record.uid.clone(),
+            request,
+            secret: record
+                .secret()
+                .map(|(namespace, name)| SecretRef { name, namespace }),
+            listed: None,
+            serial: None,
+        };
+        take_back(p, volume.clone(), flight);
     }
-
-    /// Puts a volume in flight and queues whoever settles it: a set's create worker for a set's
-    /// volume, else the claim's worker.
-    fn take_back(&self, volume: String, flight: InFlight) {
-        let queue_set = flight.pool().is_some() && self.sets.is_some();
-        let (claim, set_volume) = (flight.claim.clone(), volume.clone());
-        self.ledger.take_back(volume, flight);
-        match &self.sets {
-            Some(sets) if queue_set => sets.creates.add_now(set_volume),
-            // Without the set manager, the claim path deletes a set's volume (no claim has it).
-            Some(_) | None => self.claims.add_now(claim),
-        }
+    if !recovered.is_empty() {
+        tracing::info!(
+            volumes = recovered.len(),
+            "recovered in-flight volumes from the intent log"
+        );
     }
-
-    /// With listed volumes, starts the Lease (identity, this start's epoch); else reads it, if
-    /// a run with listed volumes left one and the driver still lists their marks. Then lists
-    /// the driver's volumes page by page and takes back those marked with the identity, not
-    /// settled, that have no PV in the cache. Returns how many (None when nothing was listed).
-    async fn take_back_listed(&self) -> Result<Option<usize>, RecoveryError> {
-        let (namespace, name) = &self.cfg.listed_lease;
-        let found = if self.cfg.recovery == Recovery::ListVolumes {
-            if self.listing.get().is_none() {
-                let listing = Listing::start(self.client.clone(), namespace, name)
-                    .await
-                    .map_err(RecoveryError::Identity)?;
+    p.ledger.keep_intents(log);
+    loop {
+        match take_back_listed(p).await {
+            Ok(Some(taken)) => {
                 tracing::info!(
-                    lease = %name,
-                    settled = %listing.found.settled.mark,
-                    unsettled = listing.found.settled.unsettled.len(),
-                    "marking volumes for listing"
+                    volumes = taken,
+                    "listed the driver's volumes: took back this cluster's without a PV"
                 );
-                let _ = self.listing.set(listing);
+                return;
             }
-            self.listing.get().map(|l| l.found.clone())
-        } else {
-            let found = Listing::peek(self.client.clone(), namespace, name)
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list the driver's volumes yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Puts a volume in flight and queues whoever settles it: a set's create worker for a set's
+/// volume, else the claim's worker.
+fn take_back(p: &Provisioner, volume: String, flight: InFlight) {
+    let queue_set = flight.pool().is_some() && p.sets.is_some();
+    let (claim, set_volume) = (flight.claim.clone(), volume.clone());
+    p.ledger.take_back(volume, flight);
+    match &p.sets {
+        Some(sets) if queue_set => sets.creates.add_now(set_volume),
+        // Without the set manager, the claim path deletes a set's volume (no claim has it).
+        Some(_) | None => p.claims.add_now(claim),
+    }
+}
+
+/// With listed volumes, starts the Lease (identity, this start's epoch); else reads it, if
+/// a run with listed volumes left one and the driver still lists their marks. Then lists
+/// the driver's volumes page by page and takes back those marked with the identity, not
+/// settled, that have no PV in the cache. Returns how many (None when nothing was listed).
+async fn take_back_listed(p: &Provisioner) -> Result<Option<usize>, RecoveryError> {
+    let (namespace, name) = &p.cfg.listed_lease;
+    let found = if p.cfg.recovery == Recovery::ListVolumes {
+        if p.listing.get().is_none() {
+            let listing = Listing::start(p.client.clone(), namespace, name)
                 .await
                 .map_err(RecoveryError::Identity)?;
-            if found.is_some() && !self.cfg.caps.recoverable {
-                tracing::warn!(
-                    lease = %name,
-                    "volumes were marked for listing by an earlier run, and the driver no longer follows the recoverable-volumes convention: any of them left without a PV at a crash cannot be found"
-                );
-                return Ok(None);
-            }
-            found
-        };
-        let Some(Found { identity, settled }) = found else {
-            return Ok(None);
-        };
-        let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
-        let calls = &self.csi_calls;
-        let (mut token, mut seen, mut taken) = (String::new(), HashSet::new(), 0);
-        loop {
-            let request = csi::ListVolumesRequest {
-                max_entries: LIST_PAGE,
-                starting_token: token.clone(),
-            };
-            let page = calls
-                .call(
-                    "/csi.v1.Controller/ListVolumes",
-                    client.list_volumes(calls.request(request)),
-                )
-                .await
-                .map_err(RecoveryError::List)?;
-            for volume in page.entries.iter().filter_map(|e| e.volume.as_ref()) {
-                let Some(listed) = recovery::listed(volume, &identity) else {
-                    continue;
-                };
-                if !settled.may_be_in_flight(listed.serial) {
-                    // It had a PV, deleted without DeleteVolume: kept on purpose.
-                    continue;
-                }
-                let known = self.caches.volumes.contains(&ObjectRef::new(&listed.name))
-                    || self.ledger.contains(&listed.name);
-                if !known {
-                    let (name, flight) = InFlight::listed(listed);
-                    self.take_back(name, flight);
-                    taken += 1;
-                }
-            }
-            if page.next_token.is_empty() {
-                return Ok(Some(taken));
-            }
-            if !seen.insert(page.next_token.clone()) {
-                return Err(RecoveryError::TokenLoop(page.next_token));
-            }
-            token = page.next_token;
-        }
-    }
-
-    /// The intent log, when each CreateVolume is recorded in it first.
-    pub(crate) fn intent_log(&self) -> Option<&IntentLog> {
-        self.ledger
-            .intents()
-            .filter(|_| self.cfg.recovery == Recovery::IntentLog)
-    }
-
-    /// The settled mark's queue: writes what is settled when it changed (after a PV that outlives its
-    /// volume's deletion, `Retain`, was saved or seen).
-    pub(crate) async fn write_settled(&self) -> Result<sidecar_kit::workqueue::Next, ListingError> {
-        let Some(listing) = self.listing.get() else {
-            return Ok(sidecar_kit::workqueue::Next::Done);
-        };
-        let settled = Settled::now(self.ledger.serials(), listing.next_serial());
-        if listing.settle(&settled).await? {
-            tracing::debug!(
-                settled = %settled.mark,
-                unsettled = settled.unsettled.len(),
-                "settled mark written"
+            tracing::info!(
+                lease = %name,
+                settled = %listing.found.settled.mark,
+                unsettled = listing.found.settled.unsettled.len(),
+                "marking volumes for listing"
             );
+            let _ = p.listing.set(listing);
         }
-        Ok(sidecar_kit::workqueue::Next::Done)
-    }
-
-    /// Asks for what is settled to be written when `pv` may be deleted without its volume
-    /// and volumes are marked.
-    pub(crate) fn retained(&self, pv: &PersistentVolume) {
-        if self.listing.get().is_some() && recovery::outlives_its_pv(pv, &self.cfg.caps.name) {
-            self.settled.add(String::new());
-        }
-    }
-
-    /// Deletes a listed volume whose claim (or set) is gone. The PV and the claim are read live
-    /// first: a predecessor may have saved the PV, or a claim the cache has not seen yet may
-    /// own the volume.
-    pub(crate) async fn clean_up_listed(
-        &self,
-        name: &str,
-        volume_id: &str,
-        flight: &InFlight,
-    ) -> Result<(), ClaimError> {
-        let recheck =
-            |what: &'static str| move |source: kube::Error| ClaimError::Recheck { what, source };
-        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
-        if pvs
-            .get_opt(name)
+        p.listing.get().map(|l| l.found.clone())
+    } else {
+        let found = Listing::peek(p.client.clone(), namespace, name)
             .await
-            .map_err(recheck("PersistentVolume"))?
-            .is_some()
-        {
-            self.ledger.settle(name);
+            .map_err(RecoveryError::Identity)?;
+        if found.is_some() && !p.cfg.caps.recoverable {
+            tracing::warn!(
+                lease = %name,
+                "volumes were marked for listing by an earlier run, and the driver no longer follows the recoverable-volumes convention: any of them left without a PV at a crash cannot be found"
+            );
+            return Ok(None);
+        }
+        found
+    };
+    let Some(Found { identity, settled }) = found else {
+        return Ok(None);
+    };
+    let mut client = csi::controller_client::ControllerClient::new(p.csi.clone());
+    let calls = &p.csi_calls;
+    let (mut token, mut seen, mut taken) = (String::new(), HashSet::new(), 0);
+    loop {
+        let request = csi::ListVolumesRequest {
+            max_entries: LIST_PAGE,
+            starting_token: token.clone(),
+        };
+        let page = calls
+            .call(
+                "/csi.v1.Controller/ListVolumes",
+                client.list_volumes(calls.request(request)),
+            )
+            .await
+            .map_err(RecoveryError::List)?;
+        for volume in page.entries.iter().filter_map(|e| e.volume.as_ref()) {
+            let Some(listed) = recovery::listed(volume, &identity) else {
+                continue;
+            };
+            if !settled.may_be_in_flight(listed.serial) {
+                // It had a PV, deleted without DeleteVolume: kept on purpose.
+                continue;
+            }
+            let known = p.caches.volumes.contains(&ObjectRef::new(&listed.name))
+                || p.ledger.contains(&listed.name);
+            if !known {
+                let (name, flight) = InFlight::listed(listed);
+                take_back(p, name, flight);
+                taken += 1;
+            }
+        }
+        if page.next_token.is_empty() {
+            return Ok(Some(taken));
+        }
+        if !seen.insert(page.next_token.clone()) {
+            return Err(RecoveryError::TokenLoop(page.next_token));
+        }
+        token = page.next_token;
+    }
+}
+
+/// The settled mark's queue: writes what is settled when it changed (after a PV that outlives its
+/// volume's deletion, `Retain`, was saved or seen).
+pub(crate) async fn write_settled(
+    p: &Provisioner,
+) -> Result<sidecar_kit::workqueue::Next, ListingError> {
+    let Some(listing) = p.listing.get() else {
+        return Ok(sidecar_kit::workqueue::Next::Done);
+    };
+    let settled = Settled::now(p.ledger.serials(), listing.next_serial());
+    if listing.settle(&settled).await? {
+        tracing::debug!(
+            settled = %settled.mark,
+            unsettled = settled.unsettled.len(),
+            "settled mark written"
+        );
+    }
+    Ok(sidecar_kit::workqueue::Next::Done)
+}
+
+/// Deletes a volume that may exist for a claim that is gone: repeat the recorded
+/// CreateVolume to learn its id (idempotent by name), then DeleteVolume.
+pub(crate) async fn clean_up(
+    p: &Provisioner,
+    name: &str,
+    flight: &InFlight,
+) -> Result<(), ClaimError> {
+    if p.caches.volumes.contains(&ObjectRef::new(name)) {
+        // The PV exists: the deletion path owns the volume now.
+        p.ledger.settle(name);
+        return Ok(());
+    }
+    let cleanup_error = |source: ClaimError| ClaimError::Cleanup {
+        name: name.to_string(),
+        source: Box::new(source),
+    };
+    if let Some(id) = &flight.listed {
+        return clean_up_listed(p, name, id, flight)
+            .await
+            .map_err(cleanup_error);
+    }
+    let secrets = p
+        .fetch_secret(flight.secret.as_ref())
+        .await
+        .map_err(cleanup_error)?;
+    // The record must be durable before any CreateVolume, this one included: the attempt
+    // that put it in flight may have failed to store it, and a crash after this call
+    // would otherwise leave a volume nobody knows of.
+    if let Some(log) = p.intent_log() {
+        log.record(name, flight.record())
+            .await
+            .map_err(|e| cleanup_error(ClaimError::Intent(e)))?;
+    }
+    let mut request = flight.request.clone();
+    request.secrets = secrets.clone();
+    tracing::info!(
+        volume = name,
+        "claim is gone while its volume may exist: deleting the volume"
+    );
+    match p.create_volume(request).await {
+        Ok(volume) => {
+            let Some(id) = volume.map(|v| v.volume_id).filter(|id| !id.is_empty()) else {
+                p.ledger.settle(name);
+                return Ok(());
+            };
+            if let Err(error) = p.delete_volume_call(&id, secrets).await
+                && classify_delete(Err(error.code)) == DeleteOutcome::Retry
+            {
+                return Err(cleanup_error(ClaimError::Csi(error)));
+            }
+            p.ledger.settle(name);
+            tracing::info!(volume = name, volume_id = %id, "deleted the volume of a deleted claim");
+            Ok(())
+        }
+        Err(error) => match classify_create(Err(error.code), false) {
+            CreateOutcome::InBackground | CreateOutcome::Conflict => {
+                Err(cleanup_error(ClaimError::Csi(error)))
+            }
+            CreateOutcome::Final | CreateOutcome::Reschedule | CreateOutcome::Created => {
+                p.ledger.settle(name);
+                Ok(())
+            }
+        },
+    }
+}
+
+/// Deletes a listed volume whose claim (or set) is gone. The PV and the claim are read live
+/// first: a predecessor may have saved the PV, or a claim the cache has not seen yet may
+/// own the volume.
+pub(crate) async fn clean_up_listed(
+    p: &Provisioner,
+    name: &str,
+    volume_id: &str,
+    flight: &InFlight,
+) -> Result<(), ClaimError> {
+    let recheck =
+        |what: &'static str| move |source: kube::Error| ClaimError::Recheck { what, source };
+    let pvs: Api<PersistentVolume> = Api::all(p.client.clone());
+    if pvs
+        .get_opt(name)
+        .await
+        .map_err(recheck("PersistentVolume"))?
+        .is_some()
+    {
+        p.ledger.settle(name);
+        return Ok(());
+    }
+    if let Some(namespace) = flight.claim.namespace() {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(p.client.clone(), namespace);
+        let live = claims
+            .get_opt(flight.claim.name())
+            .await
+            .map_err(recheck("PersistentVolumeClaim"))?;
+        if live.is_some_and(|claim| {
+            claim.metadata.uid.as_deref() == Some(flight.claim_uid.as_str())
+                && claim.metadata.deletion_timestamp.is_none()
+        }) {
+            // The claim is there after all: its worker provisions when the cache shows it
+            // (its watch event queues it), and CreateVolume finds this volume by name.
             return Ok(());
         }
-        if let Some(namespace) = flight.claim.namespace() {
-            let claims: Api<PersistentVolumeClaim> =
-                Api::namespaced(self.client.clone(), namespace);
-            let live = claims
-                .get_opt(flight.claim.name())
-                .await
-                .map_err(recheck("PersistentVolumeClaim"))?;
-            if live.is_some_and(|claim| {
-                claim.metadata.uid.as_deref() == Some(flight.claim_uid.as_str())
-                    && claim.metadata.deletion_timestamp.is_none()
-            }) {
-                // The claim is there after all: its worker provisions when the cache shows it
-                // (its watch event queues it), and CreateVolume finds this volume by name.
-                return Ok(());
-            }
-        }
-        let secrets = self.fetch_secret(flight.secret.as_ref()).await?;
-        tracing::info!(
-            volume = name,
-            volume_id,
-            "the claim of a listed volume is gone: deleting the volume"
-        );
-        if let Err(error) = self.delete_volume_call(volume_id, secrets).await
-            && classify_delete(Err(error.code)) == DeleteOutcome::Retry
-        {
-            return Err(ClaimError::Csi(error));
-        }
-        self.ledger.settle(name);
-        tracing::info!(
-            volume = name,
-            volume_id,
-            "deleted the listed volume of a deleted claim"
-        );
-        Ok(())
     }
+    let secrets = p.fetch_secret(flight.secret.as_ref()).await?;
+    tracing::info!(
+        volume = name,
+        volume_id,
+        "the claim of a listed volume is gone: deleting the volume"
+    );
+    if let Err(error) = p.delete_volume_call(volume_id, secrets).await
+        && classify_delete(Err(error.code)) == DeleteOutcome::Retry
+    {
+        return Err(ClaimError::Csi(error));
+    }
+    p.ledger.settle(name);
+    tracing::info!(
+        volume = name,
+        volume_id,
+        "deleted the listed volume of a deleted claim"
+    );
+    Ok(())
 }

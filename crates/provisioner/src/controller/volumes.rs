@@ -68,7 +68,9 @@ impl Provisioner {
         match decide_volume(&pv, &self.cfg.caps.name) {
             VolumeDecision::Ignore => Ok(()),
             VolumeDecision::RemoveFinalizer => self.remove_finalizer(&pv).await,
-            VolumeDecision::Delete { .. } if !self.deletes_here(&pv) => {
+            VolumeDecision::Delete { .. }
+                if !self.gate.as_ref().is_none_or(|gate| gate.deletes(&pv)) =>
+            {
                 tracing::debug!(volume = name, "PV was not provisioned on this node");
                 Ok(())
             }

@@ -16,117 +16,118 @@ use crate::decide::classify::{DeleteOutcome, classify_delete};
 use crate::decide::delete::recorded_secret;
 use crate::decide::provision::PV_FINALIZER;
 
-impl Provisioner {
-    /// Deletes an Available volume of the set: out of the pool at the version decided on,
-    /// then DeleteVolume, then the PV goes.
-    pub(super) async fn delete_member(
-        &self,
-        pv: &PersistentVolume,
-        set: &str,
-    ) -> Result<(), SetError> {
-        let volume = pv.metadata.name.clone().unwrap_or_default();
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        let take_out = |source| SetError::TakeOut {
-            volume: volume.clone(),
-            source,
-        };
-        let mut ops = vec![patch_ops::test_version(&pv.metadata)];
-        ops.extend(finalizers::add_ops(&pv.metadata, SET_FINALIZER).unwrap_or_default());
-        let patch = patch_ops::patch(ops);
-        let held = api
-            .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
-            .await
-            .map_err(take_out)?;
-        let preconditions = Preconditions {
-            uid: held.metadata.uid.clone(),
-            resource_version: held.metadata.resource_version.clone(),
-        };
-        let params = DeleteParams {
-            preconditions: Some(preconditions),
-            ..DeleteParams::default()
-        };
-        let deleting = match api.delete(&volume, &params).await {
-            Ok(either) => match either.left() {
-                Some(deleting) => deleting,
-                // Gone already: nothing holds it any more (our finalizer did not stick).
-                None => return Ok(()),
-            },
-            Err(source) => {
-                // Bound meanwhile (or changed): it stays in the pool, without our finalizer.
-                let _ = self.drop_finalizers(&held, &[SET_FINALIZER]).await;
-                return Err(take_out(source));
-            }
-        };
-        tracing::info!(set, volume = %volume, "deleting a volume of the set");
-        self.finish_deletion(&deleting, set).await
-    }
+/// Deletes an Available volume of the set: out of the pool at the version decided on,
+/// then DeleteVolume, then the PV goes.
+pub(crate) async fn delete_member(
+    p: &Provisioner,
+    pv: &PersistentVolume,
+    set: &str,
+) -> Result<(), SetError> {
+    let volume = pv.metadata.name.clone().unwrap_or_default();
+    let api: Api<PersistentVolume> = Api::all(p.client.clone());
+    let take_out = |source| SetError::TakeOut {
+        volume: volume.clone(),
+        source,
+    };
+    let mut ops = vec![patch_ops::test_version(&pv.metadata)];
+    ops.extend(finalizers::add_ops(&pv.metadata, SET_FINALIZER).unwrap_or_default());
+    let patch = patch_ops::patch(ops);
+    let held = api
+        .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(take_out)?;
+    let preconditions = Preconditions {
+        uid: held.metadata.uid.clone(),
+        resource_version: held.metadata.resource_version.clone(),
+    };
+    let params = DeleteParams {
+        preconditions: Some(preconditions),
+        ..DeleteParams::default()
+    };
+    let deleting = match api.delete(&volume, &params).await {
+        Ok(either) => match either.left() {
+            Some(deleting) => deleting,
+            // Gone already: nothing holds it any more (our finalizer did not stick).
+            None => return Ok(()),
+        },
+        Err(source) => {
+            // Bound meanwhile (or changed): it stays in the pool, without our finalizer.
+            let _ = drop_finalizers(p, &held, &[SET_FINALIZER]).await;
+            return Err(take_out(source));
+        }
+    };
+    tracing::info!(set, volume = %volume, "deleting a volume of the set");
+    finish_deletion(p, &deleting, set).await
+}
 
-    /// The second half of a deletion: DeleteVolume (unless a claim bound the volume before it
-    /// was taken out: then only our finalizer goes), then the finalizers.
-    pub(super) async fn finish_deletion(
-        &self,
-        pv: &PersistentVolume,
-        set: &str,
-    ) -> Result<(), SetError> {
-        let volume = pv.metadata.name.clone().unwrap_or_default();
-        let handle = match deletion_end(pv, &self.cfg.caps.name) {
-            DeletionEnd::Claimed => return self.drop_finalizers(pv, &[SET_FINALIZER]).await,
-            DeletionEnd::Delete(handle) => handle,
-        };
-        if let Some(handle) = handle {
-            let secret = recorded_secret(pv).flatten();
-            let secrets =
-                self.fetch_secret(secret.as_ref())
-                    .await
-                    .map_err(|e| SetError::DeleteSecret {
-                        volume: volume.clone(),
-                        source: Box::new(e),
-                    })?;
-            if let Err(source) = self.delete_volume_call(&handle, secrets).await
-                && classify_delete(Err(source.code)) == DeleteOutcome::Retry
-            {
-                return Err(SetError::Delete { volume, source });
-            }
-        }
-        self.drop_finalizers(pv, &[SET_FINALIZER, PV_FINALIZER])
-            .await?;
-        if let Some(manager) = &self.sets {
-            manager.metrics.deleted.with_label_values(&[set]).inc();
-        }
-        tracing::info!(set, volume = %volume, "deleted a volume of the set");
-        Ok(())
-    }
-
-    /// Removes `which` from the PV's finalizers, at the version it was seen at.
-    async fn drop_finalizers(&self, pv: &PersistentVolume, which: &[&str]) -> Result<(), SetError> {
-        let volume = pv.metadata.name.clone().unwrap_or_default();
-        let kept: Vec<&String> = pv
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .filter(|f| !which.contains(&f.as_str()))
-            .collect();
-        if kept.len() == pv.metadata.finalizers.as_ref().map_or(0, Vec::len) {
-            return Ok(());
-        }
-        let kept: Vec<String> = kept.into_iter().cloned().collect();
-        let patch = patch_ops::patch(vec![
-            patch_ops::test_version(&pv.metadata),
-            patch_ops::replace(&["metadata", "finalizers"], kept),
-        ]);
-        let finalize = |source| SetError::Finalize {
-            volume: volume.clone(),
-            source,
-        };
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        match api
-            .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
-            .await
+/// The second half of a deletion: DeleteVolume (unless a claim bound the volume before it
+/// was taken out: then only our finalizer goes), then the finalizers.
+pub(crate) async fn finish_deletion(
+    p: &Provisioner,
+    pv: &PersistentVolume,
+    set: &str,
+) -> Result<(), SetError> {
+    let volume = pv.metadata.name.clone().unwrap_or_default();
+    let handle = match deletion_end(pv, &p.cfg.caps.name) {
+        DeletionEnd::Claimed => return drop_finalizers(p, pv, &[SET_FINALIZER]).await,
+        DeletionEnd::Delete(handle) => handle,
+    };
+    if let Some(handle) = handle {
+        let secret = recorded_secret(pv).flatten();
+        let secrets =
+            p.fetch_secret(secret.as_ref())
+                .await
+                .map_err(|e| SetError::DeleteSecret {
+                    volume: volume.clone(),
+                    source: Box::new(e),
+                })?;
+        if let Err(source) = p.delete_volume_call(&handle, secrets).await
+            && classify_delete(Err(source.code)) == DeleteOutcome::Retry
         {
-            Ok(_) => Ok(()),
-            Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(()),
-            Err(source) => Err(finalize(source)),
+            return Err(SetError::Delete { volume, source });
         }
+    }
+    drop_finalizers(p, pv, &[SET_FINALIZER, PV_FINALIZER]).await?;
+    if let Some(manager) = &p.sets {
+        manager.metrics.deleted.with_label_values(&[set]).inc();
+    }
+    tracing::info!(set, volume = %volume, "deleted a volume of the set");
+    Ok(())
+}
+
+/// Removes `which` from the PV's finalizers, at the version it was seen at.
+async fn drop_finalizers(
+    p: &Provisioner,
+    pv: &PersistentVolume,
+    which: &[&str],
+) -> Result<(), SetError> {
+    let volume = pv.metadata.name.clone().unwrap_or_default();
+    let kept: Vec<&String> = pv
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| !which.contains(&f.as_str()))
+        .collect();
+    if kept.len() == pv.metadata.finalizers.as_ref().map_or(0, Vec::len) {
+        return Ok(());
+    }
+    let kept: Vec<String> = kept.into_iter().cloned().collect();
+    let patch = patch_ops::patch(vec![
+        patch_ops::test_version(&pv.metadata),
+        patch_ops::replace(&["metadata", "finalizers"], kept),
+    ]);
+    let finalize = |source| SetError::Finalize {
+        volume: volume.clone(),
+        source,
+    };
+    let api: Api<PersistentVolume> = Api::all(p.client.clone());
+    match api
+        .patch(&volume, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(()),
+        Err(source) => Err(finalize(source)),
     }
 }

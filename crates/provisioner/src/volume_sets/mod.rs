@@ -18,7 +18,7 @@ mod index;
 pub mod make;
 pub mod manager;
 pub mod status;
-mod sync;
+pub(crate) mod sync;
 pub mod types;
 
 pub use sync::SetError;

@@ -150,317 +150,295 @@ fn label<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
     pv.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
-impl Provisioner {
-    /// One pass over a set.
-    pub(crate) async fn sync_set(&self, name: &str) -> Result<Next, SetError> {
-        let result = self.sync_set_once(name).await;
-        if let Err(error) = &result
-            && let Some(set) = self
-                .sets
-                .as_ref()
-                .and_then(|m| m.sets.get(&ObjectRef::new(name)))
-        {
-            self.report_on_set(&set, error);
-        }
-        result
+/// One pass over a set.
+pub(crate) async fn sync_set(p: &Provisioner, name: &str) -> Result<Next, SetError> {
+    let result = sync_set_once(p, name).await;
+    if let Err(error) = &result
+        && let Some(set) = p
+            .sets
+            .as_ref()
+            .and_then(|m| m.sets.get(&ObjectRef::new(name)))
+    {
+        report_on_set(p, &set, error);
     }
+    result
+}
 
-    /// A `ProvisioningFailed` event on the set, for the failures its owner can act on.
-    fn report_on_set(&self, set: &PersistentVolumeSet, error: &SetError) {
-        if error.event_worthy() {
-            self.recorder.record(
-                &reference(set),
-                EventType::Warning,
-                "ProvisioningFailed",
-                &error.to_string(),
-            );
-        }
-    }
-
-    async fn sync_set_once(&self, name: &str) -> Result<Next, SetError> {
-        let Some(manager) = self.sets.as_ref() else {
-            return Ok(Next::Done);
-        };
-        let set = manager.sets.get(&ObjectRef::new(name));
-        // A new volume is in flight, then made, then in the index: read in that order, each
-        // volume is seen at least once; seen twice, it is counted once (by name).
-        let pending = self.pool_flights(name);
-        // Cached PVs are decoded on each read: the set's candidates come from its own index.
-        let view = manager.view(name, set.as_deref(), |volume| {
-            self.caches.volumes.contains(&ObjectRef::new(volume))
-        });
-        let volumes = view.volumes.unwrap_or_else(|| self.caches.volumes.state());
-        let members: Vec<&PersistentVolume> = match &set {
-            Some(set) => members(set, volumes.iter().map(AsRef::as_ref)),
-            None => volumes
-                .iter()
-                .map(AsRef::as_ref)
-                .filter(|pv| label(pv, LABEL_SET) == Some(name))
-                .collect(),
-        };
-        // Deletions started by an earlier pass (or process) finish first.
-        for pv in unfinished(&members) {
-            self.finish_deletion(pv, name).await?;
-        }
-        let Some(set) = set else {
-            // Its volumes in flight are deleted by their create workers (the set is gone).
-            for (volume, _) in pending {
-                manager.creates.add(volume);
-            }
-            // Its unused volumes go with the set, by their reclaim policy.
-            for pv in leftovers(&members) {
-                self.delete_member(pv, name).await?;
-            }
-            manager.forget(name);
-            return Ok(Next::Done);
-        };
-        let creating = being_made(
-            pending.iter().map(|(volume, _)| volume.as_str()),
-            view.unseen.iter().map(String::as_str),
-            &members,
+/// A `ProvisioningFailed` event on the set, for the failures its owner can act on.
+fn report_on_set(p: &Provisioner, set: &PersistentVolumeSet, error: &SetError) {
+    if error.event_worthy() {
+        p.recorder.record(
+            &reference(set),
+            EventType::Warning,
+            "ProvisioningFailed",
+            &error.to_string(),
         );
-        let decided = plan(
-            &set,
-            &members,
-            creating,
-            self.cfg.volume_set_creates,
-            |pv| deletable_by(pv, &self.cfg.caps.name),
-        );
-        manager.gauges(name, &decided.status, &members);
-        let busy = decided.create > 0 || !decided.delete.is_empty() || !pending.is_empty();
-        let new_status = status(&set, &decided, sidecar_kit::vocabulary::now());
-        if should_write(&set, &new_status, busy) {
-            self.write_status(name, &new_status).await?;
-        }
-        if let Some(why) = &decided.invalid {
-            tracing::warn!(set = name, reason = %why, "the set's spec cannot be served");
-            return Ok(Next::Done);
-        }
-        for victim in &decided.delete {
-            if let Some(pv) = members
-                .iter()
-                .find(|pv| pv.metadata.name.as_deref() == Some(victim.as_str()))
-            {
-                self.delete_member(pv, name).await?;
-            }
-        }
-        if decided.create > 0 {
-            if let Some(wait) = manager.waiting(name) {
-                return Ok(Next::After(wait));
-            }
-            for _ in 0..decided.create {
-                self.create_member(&set)?;
-            }
-        }
-        Ok(Next::Done)
     }
+}
 
-    /// The set's volumes that may exist without a PV.
-    fn pool_flights(&self, set: &str) -> Vec<(String, InFlight)> {
-        self.ledger.of_pool(set)
+async fn sync_set_once(p: &Provisioner, name: &str) -> Result<Next, SetError> {
+    let Some(manager) = p.sets.as_ref() else {
+        return Ok(Next::Done);
+    };
+    let set = manager.sets.get(&ObjectRef::new(name));
+    // A new volume is in flight, then made, then in the index: read in that order, each
+    // volume is seen at least once; seen twice, it is counted once (by name).
+    let pending = pool_flights(p, name);
+    // Cached PVs are decoded on each read: the set's candidates come from its own index.
+    let view = manager.view(name, set.as_deref(), |volume| {
+        p.caches.volumes.contains(&ObjectRef::new(volume))
+    });
+    let volumes = view.volumes.unwrap_or_else(|| p.caches.volumes.state());
+    let members: Vec<&PersistentVolume> = match &set {
+        Some(set) => members(set, volumes.iter().map(AsRef::as_ref)),
+        None => volumes
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|pv| label(pv, LABEL_SET) == Some(name))
+            .collect(),
+    };
+    // Deletions started by an earlier pass (or process) finish first.
+    for pv in unfinished(&members) {
+        super::delete::finish_deletion(p, pv, name).await?;
     }
-
-    async fn write_status(
-        &self,
-        name: &str,
-        status: &super::types::PersistentVolumeSetStatus,
-    ) -> Result<(), SetError> {
-        let api: Api<PersistentVolumeSet> = Api::all(self.client.clone());
-        api.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await
-        .map_err(|source| SetError::Status {
-            set: name.to_string(),
-            source,
-        })?;
-        Ok(())
-    }
-
-    /// Puts a new volume of the set in flight and hands it to a create worker.
-    fn create_member(&self, set: &Arc<PersistentVolumeSet>) -> Result<(), SetError> {
-        let name = set.metadata.name.clone().unwrap_or_default();
-        let class = self.template_class(set)?;
-        let token = uuid::Uuid::new_v4();
-        let volume = volume_name(&name, &token);
-        let plan = plan_member(
-            &self.cfg.caps,
-            &self.cfg.options,
-            set,
-            &class,
-            &volume,
-            &token,
-        )?;
-        let claim = crate::controller::ClaimKey::cluster(&name);
-        let flight = InFlight {
-            claim,
-            claim_uid: token.to_string(),
-            request: create_request(&plan, HashMap::new(), None),
-            secret: plan.provisioner_secret.clone(),
-            listed: None,
-            serial: None,
-        };
-        self.ledger.open(&volume, flight, self.listing.get());
-        if let Some(manager) = &self.sets {
+    let Some(set) = set else {
+        // Its volumes in flight are deleted by their create workers (the set is gone).
+        for (volume, _) in pending {
             manager.creates.add(volume);
         }
-        Ok(())
+        // Its unused volumes go with the set, by their reclaim policy.
+        for pv in leftovers(&members) {
+            super::delete::delete_member(p, pv, name).await?;
+        }
+        manager.forget(name);
+        return Ok(Next::Done);
+    };
+    let creating = being_made(
+        pending.iter().map(|(volume, _)| volume.as_str()),
+        view.unseen.iter().map(String::as_str),
+        &members,
+    );
+    let decided = plan(&set, &members, creating, p.cfg.volume_set_creates, |pv| {
+        deletable_by(pv, &p.cfg.caps.name)
+    });
+    manager.gauges(name, &decided.status, &members);
+    let busy = decided.create > 0 || !decided.delete.is_empty() || !pending.is_empty();
+    let new_status = status(&set, &decided, sidecar_kit::vocabulary::now());
+    if should_write(&set, &new_status, busy) {
+        write_status(p, name, &new_status).await?;
     }
-
-    /// A create worker's pass over an in-flight volume of a set: made (CreateVolume, then its
-    /// PV), or deleted when its set is gone. A failure is retried with the key's backoff, and
-    /// the set waits before it puts more in flight.
-    pub(crate) async fn sync_member(&self, volume: &str) -> Result<Next, SetError> {
-        let Some(manager) = self.sets.as_ref() else {
-            return Ok(Next::Done);
-        };
-        let Some(flight) = self.ledger.get(volume) else {
-            return Ok(Next::Done);
-        };
-        let Some(name) = flight.pool().map(str::to_string) else {
-            return Ok(Next::Done);
-        };
-        // A listed volume of a set is not made again from its name alone: it is deleted, and
-        // the set makes another.
-        let set = manager
-            .sets
-            .get(&ObjectRef::new(&name))
-            .filter(|_| flight.listed.is_none());
-        let Some(set) = set else {
-            self.clean_up(volume, &flight)
-                .await
-                .map_err(|source| SetError::Undo {
-                    volume: volume.to_string(),
-                    source: Box::new(source),
-                })?;
-            // It no longer counts towards the set's maximum: the set's pass may make another
-            // (nothing else queues it: the volume never had a PV).
-            manager.queue.add(name);
-            return Ok(Next::Done);
-        };
-        match self.finish_member(&set, volume, &flight).await {
-            Ok(()) => {
-                manager.creation_succeeded(&name);
-                // The set's pass that the new PV's event started may have run while this volume
-                // was still in flight (busy: no status written); one more pass sees it at rest.
-                manager.queue.add(name);
-                Ok(Next::Done)
-            }
-            Err(error) => {
-                manager.creation_failed(&name);
-                self.report_on_set(&set, &error);
-                Err(error)
-            }
+    if let Some(why) = &decided.invalid {
+        tracing::warn!(set = name, reason = %why, "the set's spec cannot be served");
+        return Ok(Next::Done);
+    }
+    for victim in &decided.delete {
+        if let Some(pv) = members
+            .iter()
+            .find(|pv| pv.metadata.name.as_deref() == Some(victim.as_str()))
+        {
+            super::delete::delete_member(p, pv, name).await?;
         }
     }
-
-    fn template_class(
-        &self,
-        set: &PersistentVolumeSet,
-    ) -> Result<Arc<k8s_openapi::api::storage::v1::StorageClass>, SetError> {
-        let class_name = &set.spec.template.spec.storage_class_name;
-        self.caches
-            .classes
-            .get(&ObjectRef::new(class_name))
-            .ok_or_else(|| SetError::ClassNotFound(class_name.clone()))
+    if decided.create > 0 {
+        if let Some(wait) = manager.waiting(name) {
+            return Ok(Next::After(wait));
+        }
+        for _ in 0..decided.create {
+            create_member(p, &set)?;
+        }
     }
+    Ok(Next::Done)
+}
 
-    /// Makes an in-flight volume of the set: the record is made durable (with the intent log),
-    /// CreateVolume (again, with the recorded name: idempotent), then the PV.
-    async fn finish_member(
-        &self,
-        set: &PersistentVolumeSet,
-        volume: &str,
-        flight: &InFlight,
-    ) -> Result<(), SetError> {
-        let name = set.metadata.name.clone().unwrap_or_default();
-        if self.caches.volumes.contains(&ObjectRef::new(volume)) {
-            self.ledger.settle(volume);
-            return Ok(());
-        }
-        if let Some(log) = self.intent_log() {
-            log.record(volume, flight.record()).await?;
-        }
-        let secrets = self
-            .fetch_secret(flight.secret.as_ref())
+/// The set's volumes that may exist without a PV.
+fn pool_flights(p: &Provisioner, set: &str) -> Vec<(String, InFlight)> {
+    p.ledger.of_pool(set)
+}
+
+async fn write_status(
+    p: &Provisioner,
+    name: &str,
+    status: &super::types::PersistentVolumeSetStatus,
+) -> Result<(), SetError> {
+    let api: Api<PersistentVolumeSet> = Api::all(p.client.clone());
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+    .map_err(|source| SetError::Status {
+        set: name.to_string(),
+        source,
+    })?;
+    Ok(())
+}
+
+/// Puts a new volume of the set in flight and hands it to a create worker.
+fn create_member(p: &Provisioner, set: &Arc<PersistentVolumeSet>) -> Result<(), SetError> {
+    let name = set.metadata.name.clone().unwrap_or_default();
+    let class = template_class(p, set)?;
+    let token = uuid::Uuid::new_v4();
+    let volume = volume_name(&name, &token);
+    let plan = plan_member(&p.cfg.caps, &p.cfg.options, set, &class, &volume, &token)?;
+    let claim = crate::controller::ClaimKey::cluster(&name);
+    let flight = InFlight {
+        claim,
+        claim_uid: token.to_string(),
+        request: create_request(&plan, HashMap::new(), None),
+        secret: plan.provisioner_secret.clone(),
+        listed: None,
+        serial: None,
+    };
+    p.ledger.open(&volume, flight, p.listing.get());
+    if let Some(manager) = &p.sets {
+        manager.creates.add(volume);
+    }
+    Ok(())
+}
+
+/// A create worker's pass over an in-flight volume of a set: made (CreateVolume, then its
+/// PV), or deleted when its set is gone. A failure is retried with the key's backoff, and
+/// the set waits before it puts more in flight.
+pub(crate) async fn sync_member(p: &Provisioner, volume: &str) -> Result<Next, SetError> {
+    let Some(manager) = p.sets.as_ref() else {
+        return Ok(Next::Done);
+    };
+    let Some(flight) = p.ledger.get(volume) else {
+        return Ok(Next::Done);
+    };
+    let Some(name) = flight.pool().map(str::to_string) else {
+        return Ok(Next::Done);
+    };
+    // A listed volume of a set is not made again from its name alone: it is deleted, and
+    // the set makes another.
+    let set = manager
+        .sets
+        .get(&ObjectRef::new(&name))
+        .filter(|_| flight.listed.is_none());
+    let Some(set) = set else {
+        crate::controller::recovery::clean_up(p, volume, &flight)
             .await
-            .map_err(|e| SetError::Secret(Box::new(e)))?;
-        let mut request = flight.request.clone();
-        request.secrets = secrets.clone();
-        tracing::info!(set = %name, volume, "calling CreateVolume for the set");
-        let created = match self.create_volume(request).await {
-            Ok(created) => created,
-            Err(error) => {
-                let outcome = classify_create(Err(error.code), false);
-                match outcome {
-                    CreateOutcome::Final | CreateOutcome::Reschedule => self.ledger.settle(volume),
-                    CreateOutcome::InBackground
-                    | CreateOutcome::Conflict
-                    | CreateOutcome::Created => {}
-                }
-                return Err(SetError::Create {
-                    volume: volume.to_string(),
-                    code: sidecar_kit::csi::go_code_name(error.code),
-                    message: error.message,
-                    outcome,
-                });
-            }
-        };
-        let token = uuid::Uuid::parse_str(&flight.claim_uid).unwrap_or_default();
-        let class = self.template_class(set)?;
-        let plan = plan_member(
-            &self.cfg.caps,
-            &self.cfg.options,
-            set,
-            &class,
-            volume,
-            &token,
-        )?;
-        let pv = match member_pv(
-            set,
-            &plan,
-            &self.cfg.caps,
-            &self.cfg.options,
-            created.as_ref(),
-            &self.cfg.identity,
-        ) {
-            Ok(pv) => pv,
-            Err(source) => {
-                self.discard(volume, created.as_ref(), secrets).await;
-                return Err(SetError::Response {
-                    volume: volume.to_string(),
-                    source,
-                });
-            }
-        };
-        // Noted before the PV is written, so that its delete event (which ends the note) comes
-        // after the note: a note taken after it would count a volume a pass deleted meanwhile.
-        if let Some(manager) = &self.sets {
-            manager.made(&name, volume);
+            .map_err(|source| SetError::Undo {
+                volume: volume.to_string(),
+                source: Box::new(source),
+            })?;
+        // It no longer counts towards the set's maximum: the set's pass may make another
+        // (nothing else queues it: the volume never had a PV).
+        manager.queue.add(name);
+        return Ok(Next::Done);
+    };
+    match finish_member(p, &set, volume, &flight).await {
+        Ok(()) => {
+            manager.creation_succeeded(&name);
+            // The set's pass that the new PV's event started may have run while this volume
+            // was still in flight (busy: no status written); one more pass sees it at rest.
+            manager.queue.add(name);
+            Ok(Next::Done)
         }
-        let api: Api<PersistentVolume> = Api::all(self.client.clone());
-        match api.create(&PostParams::default(), &pv).await {
-            Ok(_) => {}
-            // An earlier pass wrote it (names are random: nobody else has this one).
-            Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {}
-            Err(source) => {
-                if let Some(manager) = &self.sets {
-                    manager.unmade(volume);
-                }
-                return Err(SetError::SavePv {
-                    name: volume.to_string(),
-                    source,
-                });
-            }
+        Err(error) => {
+            manager.creation_failed(&name);
+            report_on_set(p, &set, &error);
+            Err(error)
         }
-        if let Some(manager) = &self.sets {
-            manager.metrics.created.with_label_values(&[&name]).inc();
-        }
-        self.ledger.settle(volume);
-        self.retained(&pv);
-        tracing::info!(set = %name, volume, "volume made for the set");
-        Ok(())
     }
+}
+
+fn template_class(
+    p: &Provisioner,
+    set: &PersistentVolumeSet,
+) -> Result<Arc<k8s_openapi::api::storage::v1::StorageClass>, SetError> {
+    let class_name = &set.spec.template.spec.storage_class_name;
+    p.caches
+        .classes
+        .get(&ObjectRef::new(class_name))
+        .ok_or_else(|| SetError::ClassNotFound(class_name.clone()))
+}
+
+/// Makes an in-flight volume of the set: the record is made durable (with the intent log),
+/// CreateVolume (again, with the recorded name: idempotent), then the PV.
+async fn finish_member(
+    p: &Provisioner,
+    set: &PersistentVolumeSet,
+    volume: &str,
+    flight: &InFlight,
+) -> Result<(), SetError> {
+    let name = set.metadata.name.clone().unwrap_or_default();
+    if p.caches.volumes.contains(&ObjectRef::new(volume)) {
+        p.ledger.settle(volume);
+        return Ok(());
+    }
+    if let Some(log) = p.intent_log() {
+        log.record(volume, flight.record()).await?;
+    }
+    let secrets = p
+        .fetch_secret(flight.secret.as_ref())
+        .await
+        .map_err(|e| SetError::Secret(Box::new(e)))?;
+    let mut request = flight.request.clone();
+    request.secrets = secrets.clone();
+    tracing::info!(set = %name, volume, "calling CreateVolume for the set");
+    let created = match p.create_volume(request).await {
+        Ok(created) => created,
+        Err(error) => {
+            let outcome = classify_create(Err(error.code), false);
+            match outcome {
+                CreateOutcome::Final | CreateOutcome::Reschedule => p.ledger.settle(volume),
+                CreateOutcome::InBackground | CreateOutcome::Conflict | CreateOutcome::Created => {}
+            }
+            return Err(SetError::Create {
+                volume: volume.to_string(),
+                code: sidecar_kit::csi::go_code_name(error.code),
+                message: error.message,
+                outcome,
+            });
+        }
+    };
+    let token = uuid::Uuid::parse_str(&flight.claim_uid).unwrap_or_default();
+    let class = template_class(p, set)?;
+    let plan = plan_member(&p.cfg.caps, &p.cfg.options, set, &class, volume, &token)?;
+    let pv = match member_pv(
+        set,
+        &plan,
+        &p.cfg.caps,
+        &p.cfg.options,
+        created.as_ref(),
+        &p.cfg.identity,
+    ) {
+        Ok(pv) => pv,
+        Err(source) => {
+            p.discard(volume, created.as_ref(), secrets).await;
+            return Err(SetError::Response {
+                volume: volume.to_string(),
+                source,
+            });
+        }
+    };
+    // Noted before the PV is written, so that its delete event (which ends the note) comes
+    // after the note: a note taken after it would count a volume a pass deleted meanwhile.
+    if let Some(manager) = &p.sets {
+        manager.made(&name, volume);
+    }
+    let api: Api<PersistentVolume> = Api::all(p.client.clone());
+    match api.create(&PostParams::default(), &pv).await {
+        Ok(_) => {}
+        // An earlier pass wrote it (names are random: nobody else has this one).
+        Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {}
+        Err(source) => {
+            if let Some(manager) = &p.sets {
+                manager.unmade(volume);
+            }
+            return Err(SetError::SavePv {
+                name: volume.to_string(),
+                source,
+            });
+        }
+    }
+    if let Some(manager) = &p.sets {
+        manager.metrics.created.with_label_values(&[&name]).inc();
+    }
+    p.ledger.settle(volume);
+    p.retained(&pv);
+    tracing::info!(set = %name, volume, "volume made for the set");
+    Ok(())
 }
