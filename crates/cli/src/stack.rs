@@ -12,14 +12,13 @@ use anyhow::Context;
 use clap::Parser as _;
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::{
-    CSIDriver, CSIDriverSpec, CSINode, CSINodeDriver, CSINodeSpec, StorageClass,
-    VolumeNodeResources,
-};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, CSINode, CSINodeSpec, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::embedded::{Stack, StackOptions};
+use sidecar_kit::update::{Updated, update_live};
+use stack::node::registration::{NodeInfo, register_on_csinode, register_on_node};
 
 /// Flags of `volstack up`.
 #[derive(Debug, Clone, clap::Args)]
@@ -169,13 +168,14 @@ pub struct DriverTraits {
 pub async fn register(
     client: &kube::Client,
     socket: &str,
+    node: &str,
     traits: DriverTraits,
 ) -> anyhow::Result<String> {
     let DriverTraits {
         storage_capacity,
         attach_required,
     } = traits;
-    let driver_name = register_node(client, socket).await?;
+    let driver_name = register_node(client, socket, node).await?;
     let driver = CSIDriver {
         metadata: ObjectMeta {
             name: Some(driver_name.clone()),
@@ -219,77 +219,97 @@ pub async fn register(
     Ok(driver_name)
 }
 
-/// Registers the node behind a node plugin socket as kubelet does: NodeGetInfo, then the Node
-/// with the driver's topology as labels and the `csi.volume.kubernetes.io/nodeid` annotation,
-/// and the node's CSINode (owned by the Node) listing the driver's node id, topology keys and
-/// volume limit. Returns the driver's name.
-pub async fn register_node(client: &kube::Client, socket: &str) -> anyhow::Result<String> {
+/// Registers the node `node` behind a node plugin socket as kubelet does (see
+/// [`stack::node::registration`]): NodeGetInfo, then the Node (created if missing) with the
+/// driver's topology as labels and its id in the `csi.volume.kubernetes.io/nodeid` annotation,
+/// and the node's CSINode (owned by the Node) with the driver's entry written whole. When
+/// NodeGetInfo fails, the driver's entry and id are removed and the error returned. Returns the
+/// driver's name.
+pub async fn register_node(
+    client: &kube::Client,
+    socket: &str,
+    node: &str,
+) -> anyhow::Result<String> {
     let channel = sidecar_kit::csi::connect_with_retry(
         socket,
         Duration::from_millis(100),
         Some(Duration::from_secs(30)),
     )
     .await?;
-    let info = csi::identity_client::IdentityClient::new(channel.clone())
+    let driver = csi::identity_client::IdentityClient::new(channel.clone())
         .get_plugin_info(csi::GetPluginInfoRequest {})
         .await?
-        .into_inner();
-    let node_info = csi::node_client::NodeClient::new(channel)
+        .into_inner()
+        .name;
+    let answer = csi::node_client::NodeClient::new(channel)
         .node_get_info(csi::NodeGetInfoRequest {})
-        .await?
-        .into_inner();
-    let segments = node_info
-        .accessible_topology
-        .map(|t| t.segments)
-        .unwrap_or_default();
-    let mut labels: std::collections::BTreeMap<String, String> =
-        segments.clone().into_iter().collect();
-    labels.insert("kubernetes.io/hostname".into(), node_info.node_id.clone());
-    let node_ids = serde_json::json!({ info.name.clone(): node_info.node_id.clone() }).to_string();
-    let node = Node {
-        metadata: ObjectMeta {
-            name: Some(node_info.node_id.clone()),
-            labels: Some(labels),
-            annotations: Some([("csi.volume.kubernetes.io/nodeid".to_string(), node_ids)].into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+        .await;
+    let info = answer.as_ref().ok().map(|answer| {
+        let answer = answer.get_ref();
+        NodeInfo {
+            node_id: answer.node_id.clone(),
+            segments: answer
+                .accessible_topology
+                .as_ref()
+                .map(|t| t.segments.clone().into_iter().collect())
+                .unwrap_or_default(),
+            max_volumes: answer.max_volumes_per_node,
+        }
+    });
     let nodes = Api::<Node>::all(client.clone());
-    create_or_keep(nodes.clone(), &node).await?;
-    let node_uid = nodes
-        .get(&node_info.node_id)
-        .await?
-        .metadata
-        .uid
-        .unwrap_or_default();
-    let mut keys: Vec<String> = segments.keys().cloned().collect();
-    keys.sort();
-    let csinode = CSINode {
-        metadata: ObjectMeta {
-            name: Some(node_info.node_id.clone()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "Node".into(),
-                name: node_info.node_id.clone(),
-                uid: node_uid,
+    if info.is_some() {
+        let fresh = Node {
+            metadata: ObjectMeta {
+                name: Some(node.to_string()),
+                labels: Some([("kubernetes.io/hostname".to_string(), node.to_string())].into()),
                 ..Default::default()
-            }]),
+            },
             ..Default::default()
-        },
-        spec: CSINodeSpec {
-            drivers: vec![CSINodeDriver {
-                name: info.name.clone(),
-                node_id: node_info.node_id.clone(),
-                topology_keys: (!keys.is_empty()).then_some(keys),
-                allocatable: (node_info.max_volumes_per_node > 0).then(|| VolumeNodeResources {
-                    count: i32::try_from(node_info.max_volumes_per_node).ok(),
-                }),
-            }],
-        },
+        };
+        create_or_keep(nodes.clone(), &fresh).await?;
+    }
+    let mut refused = None;
+    let written = update_live(&nodes, node, |object| {
+        match register_on_node(object, &driver, info.as_ref()) {
+            Ok(changed) => changed,
+            Err(error) => {
+                refused = Some(error);
+                false
+            }
+        }
+    })
+    .await?;
+    if let Some(error) = refused {
+        return Err(error.into());
+    }
+    let node_uid = match written {
+        Updated::Written(object) | Updated::Unchanged(object) => object.metadata.uid,
+        Updated::Gone => None,
     };
-    create_or_keep(Api::<CSINode>::all(client.clone()), &csinode).await?;
-    Ok(info.name)
+    let csinodes = Api::<CSINode>::all(client.clone());
+    if let (Some(_), Some(uid)) = (&info, node_uid) {
+        let fresh = CSINode {
+            metadata: ObjectMeta {
+                name: Some(node.to_string()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: node.to_string(),
+                    uid,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: CSINodeSpec::default(),
+        };
+        create_or_keep(csinodes.clone(), &fresh).await?;
+    }
+    update_live(&csinodes, node, |object| {
+        register_on_csinode(object, &driver, info.as_ref())
+    })
+    .await?;
+    answer.with_context(|| format!("NodeGetInfo of {driver} on node {node:?}"))?;
+    Ok(driver)
 }
 
 async fn create_or_keep<K>(api: Api<K>, obj: &K) -> anyhow::Result<()>

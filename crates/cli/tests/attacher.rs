@@ -328,6 +328,39 @@ async fn attach_then_detach_protects_the_volume_until_no_attachment_names_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_the_driver_in_its_csinode_is_attached_by_its_node_annotation() {
+    let env = Env::start(&["--enable-attach"], &[]).await;
+    let id = env.volume("pv-n", json!({})).await;
+    // Node "legacy" has no CSINode; its annotation names node-1's id for the driver (as
+    // kubelet writes it), next to another driver's.
+    let ids = json!({ DRIVER: "node-1", "other.csi.example.com": "elsewhere" }).to_string();
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+        "metadata": {"name": "legacy", "annotations": {"csi.volume.kubernetes.io/nodeid": ids}}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Node>::all(env.client())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    env.attach("va-n", "pv-n", "legacy", &[]).await;
+    let va = env.wait_attached("va-n").await;
+    assert_eq!(
+        va.metadata.annotations.unwrap()["csi.alpha.kubernetes.io/node-id"],
+        "node-1",
+        "the id came from the Node's annotation"
+    );
+    assert_eq!(
+        env.published().await[&id],
+        BTreeSet::from(["node-1".to_string()])
+    );
+    // Detached through the same id.
+    env.detach("va-n").await;
+    env.wait_until("va-n gone", || async { env.va("va-n").await.is_none() })
+        .await;
+    assert!(env.published().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
     let env = Env::start(
         &[

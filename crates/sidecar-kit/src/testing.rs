@@ -159,6 +159,23 @@ impl VolumeBuilder {
         });
         self
     }
+    /// `spec.capacity.storage`.
+    pub fn capacity(mut self, size: &str) -> Self {
+        self.spec().capacity = Some(BTreeMap::from([(
+            "storage".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.into()),
+        )]));
+        self
+    }
+    /// A label.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.0
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
+        self
+    }
     pub fn access_modes(mut self, modes: &[&str]) -> Self {
         self.spec().access_modes = Some(modes.iter().map(|m| m.to_string()).collect());
         self

@@ -221,11 +221,29 @@ impl Attacher {
                 .ok()
                 .flatten();
         }
+        // The Node is read live, and only for a node whose CSINode has no id for the driver
+        // (its annotation is the other place the id may be). Without `get` on nodes (upstream's
+        // RBAC does not grant it), the Node counts as absent.
+        let node = if attach::needs_node(csinode.as_ref(), &self.cfg.driver.name) {
+            match Api::<k8s_openapi::api::core::v1::Node>::all(self.client.clone())
+                .get_opt(&va.spec.node_name)
+                .await
+            {
+                Ok(node) => node,
+                Err(error) => {
+                    tracing::debug!(node = %va.spec.node_name, %error, "cannot read the Node for its node id annotation");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         attach::plan(
             va,
             World {
                 volume: pv.as_ref(),
                 csinode: csinode.as_ref(),
+                node: node.as_ref(),
                 driver: &self.cfg.driver,
                 options: &self.cfg.options,
             },

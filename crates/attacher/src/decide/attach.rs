@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use csi_proto::v1 as csi;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeSpec};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeSpec};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use sidecar_kit::finalizers;
 use sidecar_kit::patch_ops::Op;
@@ -87,6 +87,9 @@ pub struct World<'a> {
     pub volume: Option<&'a PersistentVolume>,
     /// The CSINode of `spec.nodeName`, if it exists.
     pub csinode: Option<&'a CSINode>,
+    /// The Node of `spec.nodeName`, read only when its CSINode has no id for the driver
+    /// ([`needs_node`]).
+    pub node: Option<&'a Node>,
     /// The driver.
     pub driver: &'a DriverView,
     /// What the attacher's flags change in a plan.
@@ -119,7 +122,7 @@ pub fn volume_spec<'a>(
 }
 
 /// The driver's id of the VolumeAttachment's node, from its CSINode.
-pub fn node_id_from_csinode(
+fn node_id_from_csinode(
     va: &VolumeAttachment,
     csinode: Option<&CSINode>,
     driver: &str,
@@ -136,14 +139,63 @@ pub fn node_id_from_csinode(
         .ok_or_else(|| format!("CSINode {node} does not contain driver {driver}"))
 }
 
-/// The node id for a detach or a reconcile: the CSINode's, else the annotation written at
+/// The annotation kubelet writes on a Node: a JSON object from driver name to node id.
+pub const ANN_NODE_IDS: &str = "csi.volume.kubernetes.io/nodeid";
+
+/// Whether the Node must be read for the driver's node id: its CSINode has none.
+pub fn needs_node(csinode: Option<&CSINode>, driver: &str) -> bool {
+    !csinode.is_some_and(|csinode| {
+        csinode
+            .spec
+            .drivers
+            .iter()
+            .any(|d| d.name == driver && !d.node_id.is_empty())
+    })
+}
+
+/// The driver's id of the node in the Node's `csi.volume.kubernetes.io/nodeid` annotation.
+fn node_id_from_node(node: &Node, driver: &str) -> Result<Option<String>, String> {
+    let Some(ids) = sidecar_kit::vocabulary::annotation(&node.metadata, ANN_NODE_IDS) else {
+        return Ok(None);
+    };
+    let ids: HashMap<String, String> = serde_json::from_str(ids).map_err(|error| {
+        format!(
+            "failed to parse the {ANN_NODE_IDS} annotation of Node {:?}: {error}",
+            node.metadata.name.as_deref().unwrap_or_default()
+        )
+    })?;
+    Ok(ids.get(driver).filter(|id| !id.is_empty()).cloned())
+}
+
+/// The driver's id of the VolumeAttachment's node: its CSINode's, else the one in its Node's
+/// annotation (the CSI-in-Kubernetes design reads either; kubelet writes both). The error
+/// names what was missing.
+pub fn node_id(
+    va: &VolumeAttachment,
+    csinode: Option<&CSINode>,
+    node: Option<&Node>,
+    driver: &str,
+) -> Result<String, String> {
+    node_id_from_csinode(va, csinode, driver).or_else(|error| {
+        match node
+            .map(|node| node_id_from_node(node, driver))
+            .transpose()?
+        {
+            Some(Some(id)) => Ok(id),
+            Some(None) | None => Err(error),
+        }
+    })
+}
+
+/// The node id for a detach or a reconcile: as [`node_id`], else the annotation written at
 /// attach.
 pub fn node_id_for_detach(
     va: &VolumeAttachment,
     csinode: Option<&CSINode>,
+    node: Option<&Node>,
     driver: &str,
 ) -> Result<String, String> {
-    node_id_from_csinode(va, csinode, driver).or_else(|error| {
+    node_id(va, csinode, node, driver).or_else(|error| {
         sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID)
             .filter(|id| !id.is_empty())
             .map(str::to_string)
@@ -203,7 +255,7 @@ fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<At
         &world.options.default_fstype,
     )
     .map_err(spec_error)?;
-    let node_id = node_id_from_csinode(va, world.csinode, &driver.name)?;
+    let node_id = node_id(va, world.csinode, world.node, &driver.name)?;
     let mut ops = finalizers::add_ops(&va.metadata, ours).unwrap_or_default();
     if sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID) != Some(node_id.as_str()) {
         ops.push(finalizers::annotation_op(
@@ -237,7 +289,7 @@ fn plan_detach(va: &VolumeAttachment, world: World<'_>, force: bool, ours: &str)
     }
     let resolved = volume_spec(va, world.volume).and_then(|spec| {
         let source = pv_csi::csi_source(spec).map_err(spec_error)?;
-        let node_id = node_id_for_detach(va, world.csinode, &world.driver.name)?;
+        let node_id = node_id_for_detach(va, world.csinode, world.node, &world.driver.name)?;
         Ok((source.volume_handle.clone(), node_id, secret_of(spec)))
     });
     let (volume_id, node_id, secret) = match resolved {

@@ -50,7 +50,7 @@ pub fn drift<'a>(
         let Some(source) = spec.csi.as_ref() else {
             continue;
         };
-        let Ok(node_id) = node_id_for_detach(va, csinode(&va.spec.node_name), driver) else {
+        let Ok(node_id) = node_id_for_detach(va, csinode(&va.spec.node_name), None, driver) else {
             continue;
         };
         let on_node = published

@@ -127,6 +127,7 @@ fn an_attach_protects_the_volume_and_the_attachment_before_publishing() {
     let world = World {
         volume: Some(&p),
         csinode: Some(&n),
+        node: None,
         driver: &d,
         options: &o,
     };
@@ -389,6 +390,7 @@ fn the_plan_for_each_state_of_an_attachment() {
         let world = World {
             volume: p.as_ref(),
             csinode: n.as_ref(),
+            node: None,
             driver: drv,
             options: &o,
         };
@@ -543,4 +545,129 @@ fn only_meaningful_changes_change_the_fingerprint() {
     assert_ne!(fingerprint(&a), fingerprint(&va(&[F], true)));
     assert_ne!(fingerprint(&a), fingerprint(&deleting_va(&[F], false)));
     assert!(ours(&a, DRIVER) && !ours(&a, "other"));
+}
+
+fn node_with_ids(ids: Option<&str>) -> k8s_openapi::api::core::v1::Node {
+    k8s_openapi::api::core::v1::Node {
+        metadata: ObjectMeta {
+            name: Some("node-1".into()),
+            annotations: ids.map(|ids| BTreeMap::from([(attach::ANN_NODE_IDS.into(), ids.into())])),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_node_id_is_the_csinodes_then_the_node_annotations_then_for_detach_the_attachments() {
+    let with_ids = |ids: &str| Some(node_with_ids(Some(ids)));
+    let mut annotated = va(&[], false);
+    annotated.metadata.annotations = Some(BTreeMap::from([(ANN_NODE_ID.into(), "from-va".into())]));
+    let ours = format!(r#"{{"{DRIVER}":"from-node","other.csi":"x"}}"#);
+    // (CSINode's id, Node, attachment annotated) → attach's answer, detach's answer.
+    type Row<'a> = (
+        Option<&'a str>,
+        Option<k8s_openapi::api::core::v1::Node>,
+        bool,
+        Result<&'a str, &'a str>,
+        Result<&'a str, &'a str>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            Some("from-csinode"),
+            with_ids(&ours),
+            true,
+            Ok("from-csinode"),
+            Ok("from-csinode"),
+        ),
+        (
+            None,
+            with_ids(&ours),
+            false,
+            Ok("from-node"),
+            Ok("from-node"),
+        ),
+        (
+            None,
+            with_ids(&ours),
+            true,
+            Ok("from-node"),
+            Ok("from-node"),
+        ),
+        (
+            None,
+            with_ids(r#"{"other.csi":"x"}"#),
+            false,
+            Err("does not contain driver"),
+            Err("does not contain driver"),
+        ),
+        (
+            None,
+            with_ids(r#"{"other.csi":"x"}"#),
+            true,
+            Err("does not contain driver"),
+            Ok("from-va"),
+        ),
+        (
+            None,
+            Some(node_with_ids(None)),
+            true,
+            Err("does not contain driver"),
+            Ok("from-va"),
+        ),
+        (
+            None,
+            None,
+            true,
+            Err("does not contain driver"),
+            Ok("from-va"),
+        ),
+        (
+            None,
+            with_ids("not json"),
+            false,
+            Err("failed to parse the csi.volume.kubernetes.io/nodeid annotation"),
+            Err("failed to parse"),
+        ),
+        (
+            None,
+            with_ids(&format!(r#"{{"{DRIVER}":""}}"#)),
+            false,
+            Err("does not contain driver"),
+            Err("does not contain driver"),
+        ),
+    ];
+    for (i, (csinode_id, node, annotated_va, attach_wants, detach_wants)) in
+        rows.into_iter().enumerate()
+    {
+        let n = csinode(csinode_id);
+        let v = if annotated_va {
+            annotated.clone()
+        } else {
+            va(&[], false)
+        };
+        assert_eq!(
+            attach::needs_node(Some(&n), DRIVER),
+            csinode_id.is_none(),
+            "row {i}"
+        );
+        let check =
+            |got: Result<String, String>, wants: Result<&str, &str>, what: &str| match (got, wants)
+            {
+                (Ok(id), Ok(want)) => assert_eq!(id, want, "row {i} {what}"),
+                (Err(error), Err(want)) => assert!(error.contains(want), "row {i} {what}: {error}"),
+                (got, want) => panic!("row {i} {what}: got {got:?}, wanted {want:?}"),
+            };
+        check(
+            attach::node_id(&v, Some(&n), node.as_ref(), DRIVER),
+            attach_wants,
+            "attach",
+        );
+        check(
+            attach::node_id_for_detach(&v, Some(&n), node.as_ref(), DRIVER),
+            detach_wants,
+            "detach",
+        );
+    }
+    assert!(attach::needs_node(None, DRIVER), "no CSINode at all");
 }

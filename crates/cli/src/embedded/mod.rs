@@ -209,9 +209,11 @@ impl Stack {
         let clients =
             controllers::Clients::new(&server, &identities, &nodes, options.user_agent, &lanes)
                 .await?;
+        let own_node = nodes.first().cloned().context("the driver has no node")?;
         let driver_name = crate::stack::register(
             &client,
             &socket,
+            &own_node,
             crate::stack::DriverTraits {
                 storage_capacity: options.storage_capacity,
                 attach_required: options.attach,
@@ -219,8 +221,8 @@ impl Stack {
         )
         .await
         .context("register the node")?;
-        for node_socket in &node_sockets {
-            crate::stack::register_node(&client, node_socket)
+        for (node_socket, node) in node_sockets.iter().zip(&options.extra_nodes) {
+            crate::stack::register_node(&client, node_socket, node)
                 .await
                 .with_context(|| format!("register the node behind {node_socket}"))?;
         }

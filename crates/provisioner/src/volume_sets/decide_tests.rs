@@ -7,22 +7,44 @@ use super::decide::{
     DeletionEnd, being_made, candidates, deletable_by, deletion_end, invalid, leftovers, members,
     plan, unfinished,
 };
-use super::types::{LABEL_SET, PersistentVolumeSet};
+use super::types::{
+    LABEL_SET, PersistentVolumeSet, PersistentVolumeSetSpec, PersistentVolumeTemplate,
+    PersistentVolumeTemplateSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use std::collections::BTreeMap;
 
 fn set(min: i32, max: i32) -> PersistentVolumeSet {
-    serde_json::from_value(json!({
-        "metadata": {"name": "pool", "generation": 3},
-        "spec": {
-            "minimumReplicas": min,
-            "maximumReplicas": max,
-            "selector": {"matchLabels": {"pool": "fast"}},
-            "template": {
-                "metadata": {"labels": {"pool": "fast"}},
-                "spec": {"storageClassName": "hostpath", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]},
+    let pool = BTreeMap::from([("pool".to_string(), "fast".to_string())]);
+    PersistentVolumeSet {
+        metadata: ObjectMeta {
+            name: Some("pool".into()),
+            generation: Some(3),
+            ..ObjectMeta::default()
+        },
+        spec: PersistentVolumeSetSpec {
+            minimum_replicas: min,
+            maximum_replicas: max,
+            selector: LabelSelector {
+                match_labels: Some(pool.clone()),
+                ..LabelSelector::default()
+            },
+            template: PersistentVolumeTemplate {
+                metadata: ObjectMeta {
+                    labels: Some(pool),
+                    ..ObjectMeta::default()
+                },
+                spec: PersistentVolumeTemplateSpec {
+                    storage_class_name: "hostpath".into(),
+                    capacity: BTreeMap::from([("storage".to_string(), Quantity("1Gi".into()))]),
+                    access_modes: vec!["ReadWriteOnce".into()],
+                    ..PersistentVolumeTemplateSpec::default()
+                },
             },
         },
-    }))
-    .unwrap()
+        ..PersistentVolumeSet::default()
+    }
 }
 
 fn any(_: &PersistentVolume) -> bool {
@@ -30,15 +52,14 @@ fn any(_: &PersistentVolume) -> bool {
 }
 
 fn pv(name: &str, size: &str, phase: &str, pool: &str) -> PersistentVolume {
-    let mut v = json!({
-        "metadata": {"name": name, "labels": {"pool": pool}},
-        "spec": {"capacity": {"storage": size}},
-        "status": {"phase": phase},
-    });
+    let v = sidecar_kit::testing::volume(name)
+        .label("pool", pool)
+        .capacity(size)
+        .phase(phase);
     if phase == "Bound" || phase == "Released" {
-        v["spec"]["claimRef"] = json!({"namespace": "default", "name": format!("c-{name}")});
+        return v.claim_ref("default", &format!("c-{name}"), None).build();
     }
-    serde_json::from_value(v).unwrap()
+    v.build()
 }
 
 #[test]

@@ -12,6 +12,7 @@ pub mod decide;
 pub mod decide_recycle;
 pub mod disk;
 mod recycle;
+pub mod registration;
 mod setup;
 
 #[cfg(test)]
