@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use k8s_openapi::api::storage::v1::{
+    CSIDriver, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use serde_json::json;
 use sidecar_kit::events::{EventType, Recorder};
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::vocabulary::reference;
@@ -46,9 +48,6 @@ pub enum AttachDetachError {
         /// The API error.
         source: kube::Error,
     },
-    /// A VolumeAttachment could not be built (a bug).
-    #[error("invalid VolumeAttachment: {0}")]
-    Build(#[from] serde_json::Error),
 }
 
 /// The running controller.
@@ -240,10 +239,21 @@ impl AttachDetachController {
         let todo = actions(&want, here.iter().copied(), world);
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
         for w in todo.create {
-            let va: VolumeAttachment = serde_json::from_value(json!({
-                "metadata": {"name": w.name},
-                "spec": {"attacher": w.driver, "nodeName": w.node, "source": {"persistentVolumeName": w.volume}},
-            }))?;
+            let va = VolumeAttachment {
+                metadata: ObjectMeta {
+                    name: Some(w.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: VolumeAttachmentSpec {
+                    attacher: w.driver.clone(),
+                    node_name: w.node.clone(),
+                    source: VolumeAttachmentSource {
+                        persistent_volume_name: Some(w.volume.clone()),
+                        ..VolumeAttachmentSource::default()
+                    },
+                },
+                status: None,
+            };
             match api.create(&PostParams::default(), &va).await {
                 Ok(_) => {
                     tracing::info!(attachment = %w.name, volume = %w.volume, node = %w.node, "VolumeAttachment created")

@@ -221,6 +221,11 @@ mod tests {
         assert!(error.to_string().contains(ANN_NODE_IDS), "{error}");
     }
 
+    fn ours_in(csinode: &CSINode) -> CSINodeDriver {
+        let entry = csinode.spec.drivers.iter().find(|d| d.name == DRIVER);
+        entry.cloned().unwrap()
+    }
+
     #[test]
     fn the_csinode_entry_is_overwritten_whole_or_removed() {
         let entry = |name: &str, id: &str| CSINodeDriver {
@@ -235,12 +240,7 @@ mod tests {
             DRIVER,
             Some(&info("new", Some("z1"), 8))
         ));
-        let ours = csinode
-            .spec
-            .drivers
-            .iter()
-            .find(|d| d.name == DRIVER)
-            .unwrap();
+        let ours = ours_in(&csinode);
         assert_eq!(ours.node_id, "new");
         assert_eq!(
             ours.topology_keys.as_deref(),
@@ -255,12 +255,7 @@ mod tests {
             register_on_csinode(&mut csinode, DRIVER, Some(&info("new", None, 0))),
             "topology and limit gone"
         );
-        let ours = csinode
-            .spec
-            .drivers
-            .iter()
-            .find(|d| d.name == DRIVER)
-            .unwrap();
+        let ours = ours_in(&csinode);
         assert_eq!(
             (ours.topology_keys.clone(), ours.allocatable.clone()),
             (None, None)
