@@ -76,12 +76,23 @@ pub fn error_for(code: u16, resource: &str) -> ApiError {
     }
 }
 
-/// Decides the injection for a request (the random draw is passed in).
-pub fn decide(rules: &[FaultRule], resource: &str, verb: &str, draw: f64) -> Option<Injection> {
+/// Decides the injection for a request (`draw` gives the random draw, asked for only when the
+/// matched rule's error happens with a probability strictly between 0 and 1).
+pub fn decide(
+    rules: &[FaultRule],
+    resource: &str,
+    verb: &str,
+    draw: impl FnOnce() -> f64,
+) -> Option<Injection> {
     let rule = rules.iter().find(|r| r.matches(resource, verb))?;
+    // The draw only for an error that may or may not happen.
     let error = rule
         .error
-        .filter(|_| draw < rule.probability)
+        .filter(|_| match rule.probability {
+            p if p >= 1.0 => true,
+            p if p > 0.0 => draw() < p,
+            _ => false,
+        })
         .map(|code| error_for(code, resource));
     Some(Injection {
         latency_ms: rule.latency_ms,
@@ -111,7 +122,7 @@ mod tests {
             rule("*", "*", Some(429), 0.5),
         ];
         assert_eq!(
-            decide(&rules, "persistentvolumes", "CREATE", 0.9)
+            decide(&rules, "persistentvolumes", "CREATE", || 0.9)
                 .unwrap()
                 .error
                 .unwrap()
@@ -119,7 +130,7 @@ mod tests {
             500
         );
         assert_eq!(
-            decide(&rules, "pods", "LIST", 0.1)
+            decide(&rules, "pods", "LIST", || 0.1)
                 .unwrap()
                 .error
                 .unwrap()
@@ -127,10 +138,31 @@ mod tests {
             429
         );
         assert!(
-            decide(&rules, "pods", "LIST", 0.7).unwrap().error.is_none(),
+            decide(&rules, "pods", "LIST", || 0.7)
+                .unwrap()
+                .error
+                .is_none(),
             "drawn above the probability"
         );
-        assert!(decide(&[], "pods", "LIST", 0.0).is_none());
+        assert!(decide(&[], "pods", "LIST", || 0.0).is_none());
+        // No draw where nothing is left to chance (a seeded run's draws stay with the rest).
+        let sure = vec![
+            rule("pods", "LIST", Some(500), 1.0),
+            rule("nodes", "LIST", None, 0.5),
+        ];
+        let no_draw = || -> f64 { panic!("drew") };
+        assert!(
+            decide(&sure, "pods", "LIST", no_draw)
+                .unwrap()
+                .error
+                .is_some()
+        );
+        assert!(
+            decide(&sure, "nodes", "LIST", no_draw)
+                .unwrap()
+                .error
+                .is_none()
+        );
     }
 
     #[test]

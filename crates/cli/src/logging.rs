@@ -10,12 +10,7 @@ use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
 
 /// Opens a log file for appending (created 0600, as klog's are private to the process's user).
 fn open_log(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
+    durable_log::files::open_private_append(path)
         .map_err(|e| anyhow::anyhow!("failed to open the log file {}: {e}", path.display()))
 }
 

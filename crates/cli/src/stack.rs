@@ -10,15 +10,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser as _;
-use csi_proto::v1 as csi;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, CSINode, CSINodeSpec, StorageClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::embedded::{Stack, StackOptions};
-use sidecar_kit::update::{Updated, update_live};
-use stack::node::registration::{NodeInfo, register_on_csinode, register_on_node};
 
 /// Flags of `volstack up`.
 #[derive(Debug, Clone, clap::Args)]
@@ -188,15 +184,17 @@ pub async fn register(
         },
     };
     let drivers = Api::<CSIDriver>::all(client.clone());
-    if let Err(error) = drivers.create(&PostParams::default(), &driver).await
-        && sidecar_kit::api_errors::is_already_exists(&error)
-    {
-        // storageCapacity may change (an earlier `up` without it); attachRequired is immutable,
-        // so a stack made without attach keeps it.
-        let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
-        drivers
-            .patch(&driver_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+    match drivers.create(&PostParams::default(), &driver).await {
+        Ok(_) => {}
+        Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {
+            // storageCapacity may change (an earlier `up` without it); attachRequired is
+            // immutable, so a stack made without attach keeps it.
+            let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
+            drivers
+                .patch(&driver_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        Err(error) => return Err(error.into()),
     }
     let class = StorageClass {
         metadata: ObjectMeta {
@@ -220,11 +218,7 @@ pub async fn register(
 }
 
 /// Registers the node `node` behind a node plugin socket as kubelet does (see
-/// [`stack::node::registration`]): NodeGetInfo, then the Node (created if missing) with the
-/// driver's topology as labels and its id in the `csi.volume.kubernetes.io/nodeid` annotation,
-/// and the node's CSINode (owned by the Node) with the driver's entry written whole. When
-/// NodeGetInfo fails, the driver's entry and id are removed and the error returned. Returns the
-/// driver's name.
+/// [`stack::node::registration`]). Returns the driver's name.
 pub async fn register_node(
     client: &kube::Client,
     socket: &str,
@@ -236,80 +230,7 @@ pub async fn register_node(
         Some(Duration::from_secs(30)),
     )
     .await?;
-    let driver = csi::identity_client::IdentityClient::new(channel.clone())
-        .get_plugin_info(csi::GetPluginInfoRequest {})
-        .await?
-        .into_inner()
-        .name;
-    let answer = csi::node_client::NodeClient::new(channel)
-        .node_get_info(csi::NodeGetInfoRequest {})
-        .await;
-    let info = answer.as_ref().ok().map(|answer| {
-        let answer = answer.get_ref();
-        NodeInfo {
-            node_id: answer.node_id.clone(),
-            segments: answer
-                .accessible_topology
-                .as_ref()
-                .map(|t| t.segments.clone().into_iter().collect())
-                .unwrap_or_default(),
-            max_volumes: answer.max_volumes_per_node,
-        }
-    });
-    let nodes = Api::<Node>::all(client.clone());
-    if info.is_some() {
-        let fresh = Node {
-            metadata: ObjectMeta {
-                name: Some(node.to_string()),
-                labels: Some([("kubernetes.io/hostname".to_string(), node.to_string())].into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        create_or_keep(nodes.clone(), &fresh).await?;
-    }
-    let mut refused = None;
-    let written = update_live(&nodes, node, |object| {
-        match register_on_node(object, &driver, info.as_ref()) {
-            Ok(changed) => changed,
-            Err(error) => {
-                refused = Some(error);
-                false
-            }
-        }
-    })
-    .await?;
-    if let Some(error) = refused {
-        return Err(error.into());
-    }
-    let node_uid = match written {
-        Updated::Written(object) | Updated::Unchanged(object) => object.metadata.uid,
-        Updated::Gone => None,
-    };
-    let csinodes = Api::<CSINode>::all(client.clone());
-    if let (Some(_), Some(uid)) = (&info, node_uid) {
-        let fresh = CSINode {
-            metadata: ObjectMeta {
-                name: Some(node.to_string()),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "Node".into(),
-                    name: node.to_string(),
-                    uid,
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
-            spec: CSINodeSpec::default(),
-        };
-        create_or_keep(csinodes.clone(), &fresh).await?;
-    }
-    update_live(&csinodes, node, |object| {
-        register_on_csinode(object, &driver, info.as_ref())
-    })
-    .await?;
-    answer.with_context(|| format!("NodeGetInfo of {driver} on node {node:?}"))?;
-    Ok(driver)
+    Ok(stack::node::registration::register(client, channel, node).await?)
 }
 
 async fn create_or_keep<K>(api: Api<K>, obj: &K) -> anyhow::Result<()>

@@ -117,8 +117,7 @@ pub(crate) async fn node_unstage(
     if req.staging_target_path.is_empty() {
         return Err(Error::Missing("staging_target_path"));
     }
-    let (record, _) = driver.store.read(|t| t.get(&req.volume_id).cloned());
-    let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+    let record = driver.volume(&req.volume_id)?;
     if let Some(target) = record.targets.keys().next() {
         return Err(Error::InUse {
             id: req.volume_id.clone(),

@@ -82,8 +82,7 @@ pub(crate) async fn volume_stats(
     if req.volume_path.is_empty() {
         return Err(Error::Missing("volume_path"));
     }
-    let (record, _) = driver.store.read(|t| t.get(&req.volume_id).cloned());
-    let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+    let record = driver.volume(&req.volume_id)?;
     if !record.targets.contains_key(&req.volume_path)
         && !record.staged.contains_key(&req.volume_path)
     {

@@ -465,8 +465,9 @@ impl PvController {
             action = decide_volume(&pv, &live, ClaimSource::Server);
         }
         match action {
-            VolumeAction::ReadClaimLive => Ok(()),
-            VolumeAction::Nothing => Ok(()),
+            // Never the answer for a claim read from the server (a row of `decide_volume`'s
+            // table); were it, nothing is written and the next event looks again.
+            VolumeAction::ReadClaimLive | VolumeAction::Nothing => Ok(()),
             VolumeAction::SetPhase(phase) => {
                 let mut updated = (*pv).clone();
                 updated.status.get_or_insert_with(Default::default).phase = Some(phase.into());

@@ -59,15 +59,20 @@ async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
     }))
     .unwrap();
     claims.create(&PostParams::default(), &warm).await.unwrap();
+    // Its claim watch is counted once the server has answered it, and by then the watch is
+    // registered where closing watches finds it (waiting for the list alone left a window in
+    // which the watch began after the close and was never away).
     wait_for(
-        "the controller to see the first claim",
+        "the controller's claim watch to be open",
         Duration::from_secs(30),
         || async {
             let counts = server.request_counts();
             counts
                 .keys()
-                .any(|(_, resource, _, client)| {
-                    resource == "persistentvolumeclaims" && client.starts_with(CLIENT)
+                .any(|(verb, resource, _, client)| {
+                    verb == "WATCH"
+                        && resource == "persistentvolumeclaims"
+                        && client.starts_with(CLIENT)
                 })
                 .then_some(())
         },

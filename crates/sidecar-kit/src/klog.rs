@@ -116,6 +116,11 @@ impl KlogArgs {
             self.logtostderr && self.alsologtostderr,
             "-alsologtostderr (with -logtostderr=true)",
         );
+        // klog would write to the temporary directory; the logs stay on stderr here.
+        given(
+            !self.logtostderr && self.log_dir.is_empty() && self.log_file.is_empty(),
+            "-logtostderr=false (without -log_dir or -log_file: logs stay on stderr)",
+        );
         out
     }
 }
@@ -205,5 +210,14 @@ mod tests {
             ]
         );
         assert!(parse(&[]).without_effect().is_empty());
+        assert_eq!(
+            parse(&["-logtostderr=false"]).without_effect(),
+            ["-logtostderr=false (without -log_dir or -log_file: logs stay on stderr)"]
+        );
+        assert!(
+            parse(&["-logtostderr=false", "-log_dir=/d"])
+                .without_effect()
+                .is_empty()
+        );
     }
 }

@@ -34,6 +34,20 @@ pub const ANN_MODIFY_SECRET_NAME: &str = "volume.kubernetes.io/controller-modify
 pub const ANN_MODIFY_SECRET_NAMESPACE: &str =
     "volume.kubernetes.io/controller-modify-secret-namespace";
 /// The external provisioner's finalizer on the volumes it deletes.
+/// kubelet's annotation on a Node: each CSI driver's node id, as a JSON object.
+pub const ANN_NODE_IDS: &str = "csi.volume.kubernetes.io/nodeid";
+
+/// The driver → node id map of a Node's `csi.volume.kubernetes.io/nodeid` annotation (empty
+/// without it), or why it does not parse.
+pub fn node_ids(
+    meta: &ObjectMeta,
+) -> Result<std::collections::BTreeMap<String, String>, serde_json::Error> {
+    match annotation(meta, ANN_NODE_IDS) {
+        Some(text) => serde_json::from_str(text),
+        None => Ok(std::collections::BTreeMap::new()),
+    }
+}
+
 pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 /// Finalizer on a claim that is the source of clones still being provisioned.
 pub const CLONING_PROTECTION_FINALIZER: &str =

@@ -254,11 +254,13 @@ async fn dispatch(
         Route::Object(target) => {
             let resource = target.rt.plural.clone();
             let verb = verb_of(&method, target.name.is_some(), query.flag("watch"));
-            let rules = app.faults.lock().clone();
-            if let Some(injection) = crate::faults::decide(&rules, &resource, verb, {
+            // The draw is taken only for a rule that may fail the request or not, so a seeded
+            // run's draws go to the requests the faults are about.
+            let injection = crate::faults::decide(&app.faults.lock(), &resource, verb, || {
                 use rand::Rng;
                 app.fault_draws.lock().random::<f64>()
-            }) {
+            });
+            if let Some(injection) = injection {
                 if injection.latency_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(injection.latency_ms)).await;
                 }

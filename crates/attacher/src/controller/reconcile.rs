@@ -15,6 +15,10 @@ use crate::decide::reconcile::drift;
 impl Attacher {
     /// One pass, bounded by `--timeout`.
     pub(super) async fn reconcile_pass(self: &Arc<Self>) {
+        // Taken before the listing: an attach or detach that ends while the driver lists
+        // changes its attachment's version, and the forced sync of that version then does not
+        // stand.
+        let attachments = self.attachments.state();
         let published = match tokio::time::timeout(self.cfg.timeout, self.driver.published()).await
         {
             Ok(Ok(published)) => published,
@@ -27,7 +31,6 @@ impl Attacher {
                 return;
             }
         };
-        let attachments = self.attachments.state();
         let volumes: Vec<_> = attachments
             .iter()
             .filter_map(|va| va.spec.source.persistent_volume_name.as_ref())

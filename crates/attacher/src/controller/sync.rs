@@ -221,10 +221,10 @@ impl Attacher {
                 .ok()
                 .flatten();
         }
-        // The Node is read live, and only for a node whose CSINode has no id for the driver
-        // (its annotation is the other place the id may be). Without `get` on nodes (upstream's
+        // The Node is read live, and only when the plan will look for the id there (its
+        // CSINode has none and the plan calls the driver). Without `get` on nodes (upstream's
         // RBAC does not grant it), the Node counts as absent.
-        let node = if attach::needs_node(csinode.as_ref(), &self.cfg.driver.name) {
+        let node = if attach::needs_node(va, csinode.as_ref(), &self.cfg.driver, force) {
             match Api::<k8s_openapi::api::core::v1::Node>::all(self.client.clone())
                 .get_opt(&va.spec.node_name)
                 .await

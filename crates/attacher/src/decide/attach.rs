@@ -139,28 +139,37 @@ fn node_id_from_csinode(
         .ok_or_else(|| format!("CSINode {node} does not contain driver {driver}"))
 }
 
-/// The annotation kubelet writes on a Node: a JSON object from driver name to node id.
-pub const ANN_NODE_IDS: &str = "csi.volume.kubernetes.io/nodeid";
+/// Whether [`plan`] will read the Node for the driver's node id, so the Node is worth reading:
+/// a plan that calls the driver (an attach not done yet or forced, or a detach without the id
+/// written at attach) for a node whose CSINode has no id for the driver.
+pub fn needs_node(
+    va: &VolumeAttachment,
+    csinode: Option<&CSINode>,
+    driver: &DriverView,
+    force: bool,
+) -> bool {
+    if !driver.publish_unpublish || node_id_from_csinode(va, csinode, &driver.name).is_ok() {
+        return false;
+    }
+    if deleting(va) {
+        return attached_id(va).is_none();
+    }
+    !attached(va) || force
+}
 
-/// Whether the Node must be read for the driver's node id: its CSINode has none.
-pub fn needs_node(csinode: Option<&CSINode>, driver: &str) -> bool {
-    !csinode.is_some_and(|csinode| {
-        csinode
-            .spec
-            .drivers
-            .iter()
-            .any(|d| d.name == driver && !d.node_id.is_empty())
-    })
+/// The id written on the VolumeAttachment at attach.
+fn attached_id(va: &VolumeAttachment) -> Option<String> {
+    sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID)
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
 }
 
 /// The driver's id of the node in the Node's `csi.volume.kubernetes.io/nodeid` annotation.
 fn node_id_from_node(node: &Node, driver: &str) -> Result<Option<String>, String> {
-    let Some(ids) = sidecar_kit::vocabulary::annotation(&node.metadata, ANN_NODE_IDS) else {
-        return Ok(None);
-    };
-    let ids: HashMap<String, String> = serde_json::from_str(ids).map_err(|error| {
+    let ids = sidecar_kit::vocabulary::node_ids(&node.metadata).map_err(|error| {
         format!(
-            "failed to parse the {ANN_NODE_IDS} annotation of Node {:?}: {error}",
+            "failed to parse the {} annotation of Node {:?}: {error}",
+            sidecar_kit::vocabulary::ANN_NODE_IDS,
             node.metadata.name.as_deref().unwrap_or_default()
         )
     })?;
@@ -176,30 +185,31 @@ pub fn node_id(
     node: Option<&Node>,
     driver: &str,
 ) -> Result<String, String> {
-    node_id_from_csinode(va, csinode, driver).or_else(|error| {
-        match node
-            .map(|node| node_id_from_node(node, driver))
-            .transpose()?
-        {
-            Some(Some(id)) => Ok(id),
-            Some(None) | None => Err(error),
-        }
-    })
+    node_id_from_csinode(va, csinode, driver).or_else(|error| or_from_node(node, driver, error))
 }
 
-/// The node id for a detach or a reconcile: as [`node_id`], else the annotation written at
-/// attach.
+/// The id in the Node's annotation, else `error` (what was missing before it).
+fn or_from_node(node: Option<&Node>, driver: &str, error: String) -> Result<String, String> {
+    match node
+        .map(|node| node_id_from_node(node, driver))
+        .transpose()?
+    {
+        Some(Some(id)) => Ok(id),
+        Some(None) | None => Err(error),
+    }
+}
+
+/// The node id for a detach or a reconcile: the CSINode's, else the one written on the
+/// attachment at attach (the id it was published with), else the Node's annotation.
 pub fn node_id_for_detach(
     va: &VolumeAttachment,
     csinode: Option<&CSINode>,
     node: Option<&Node>,
     driver: &str,
 ) -> Result<String, String> {
-    node_id(va, csinode, node, driver).or_else(|error| {
-        sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID)
-            .filter(|id| !id.is_empty())
-            .map(str::to_string)
-            .ok_or(error)
+    node_id_from_csinode(va, csinode, driver).or_else(|error| match attached_id(va) {
+        Some(id) => Ok(id),
+        None => or_from_node(node, driver, error),
     })
 }
 

@@ -23,7 +23,9 @@ use parking_lot::Mutex;
 use sidecar_kit::csi::{CallError, Caller};
 use sidecar_kit::key::ObjectKey;
 use sidecar_kit::runtime::Controller;
-use sidecar_kit::watch::{Watches, each, empty};
+use sidecar_kit::watch::{Watches, empty};
+
+use super::topology_events::{NodeLabels, class_changes_topology, csinode_changes_topology};
 use sidecar_kit::watch_index::{Feed, WatchIndex, listed};
 use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
@@ -143,7 +145,9 @@ impl CapacityTracker {
             .with_metrics(QueueMetrics::new(metrics, "csitopology"));
         let q = topology_q.clone();
         let classes = watches.reflect(Api::<StorageClass>::all(reader.clone()), move |event| {
-            each(event, |_| q.add_now(TOPOLOGY));
+            if class_changes_topology(event) {
+                q.add_now(TOPOLOGY);
+            }
         });
         let (csinodes, nodes) = if settings.fixed_segment.is_some() {
             (empty(), empty())
@@ -151,43 +155,19 @@ impl CapacityTracker {
             let q = topology_q.clone();
             let driver = settings.template.driver.clone();
             let csinodes = watches.reflect(Api::<CSINode>::all(reader.clone()), move |event| {
-                each(event, |csinode| {
-                    if csinode.spec.drivers.iter().any(|d| d.name == driver)
-                        || matches!(event, watcher::Event::Delete(_))
-                    {
-                        q.add_now(TOPOLOGY);
-                    }
-                });
+                if csinode_changes_topology(event, &driver) {
+                    q.add_now(TOPOLOGY);
+                }
             });
-            // Only a node whose labels changed (or that came or went) can change a segment;
-            // status heartbeats do not queue anything.
             let q = topology_q.clone();
-            let seen: Mutex<HashMap<String, u64>> = Mutex::new(HashMap::new());
+            let labels = Mutex::new(NodeLabels::default());
             let nodes = watches.reflect_trimmed(
                 Api::<Node>::all(reader.clone()),
                 shrink_node,
                 move |event| {
-                    if matches!(event, watcher::Event::Init) {
-                        // A re-list: every node it shows counts as changed (one recomputation),
-                        // so a node deleted while the watch was away is noticed.
-                        seen.lock().clear();
+                    if labels.lock().changes_topology(event) {
+                        q.add_now(TOPOLOGY);
                     }
-                    each(event, |node| {
-                        use std::hash::{Hash, Hasher};
-                        let name = node.metadata.name.clone().unwrap_or_default();
-                        let mut h = std::collections::hash_map::DefaultHasher::new();
-                        node.metadata.labels.hash(&mut h);
-                        let digest = h.finish();
-                        let mut seen = seen.lock();
-                        let changed = if matches!(event, watcher::Event::Delete(_)) {
-                            seen.remove(&name).is_some()
-                        } else {
-                            seen.insert(name, digest) != Some(digest)
-                        };
-                        if changed {
-                            q.add_now(TOPOLOGY);
-                        }
-                    });
                 },
             );
             (csinodes, nodes)

@@ -19,18 +19,21 @@ pub(crate) struct AttachmentsByVolume {
 struct Inner {
     by_volume: HashMap<String, HashSet<String>>,
     volume_of: HashMap<String, String>,
+    /// Volumes whose last attachment a re-list found gone (their PVs may be waiting for it).
+    freed: Vec<String>,
 }
 
 impl Inner {
-    fn unlink(&mut self, attachment: &str) {
-        if let Some(volume) = self.volume_of.remove(attachment)
-            && let Some(names) = self.by_volume.get_mut(&volume)
-        {
-            names.remove(attachment);
-            if names.is_empty() {
-                self.by_volume.remove(&volume);
-            }
+    /// Forgets an attachment; returns its volume when no attachment names it any more.
+    fn unlink(&mut self, attachment: &str) -> Option<String> {
+        let volume = self.volume_of.remove(attachment)?;
+        let names = self.by_volume.get_mut(&volume)?;
+        names.remove(attachment);
+        if !names.is_empty() {
+            return None;
         }
+        self.by_volume.remove(&volume);
+        Some(volume)
     }
 }
 
@@ -43,6 +46,12 @@ impl AttachmentsByVolume {
             .get(volume)
             .and_then(|names| names.iter().next().cloned())
     }
+
+    /// The volumes whose last attachment the last re-lists found deleted while the watch was
+    /// away (a deletion event wakes its PV; these had none), once.
+    pub(crate) fn take_freed(&self) -> Vec<String> {
+        std::mem::take(&mut self.inner.lock().freed)
+    }
 }
 
 impl WatchIndex<VolumeAttachment> for AttachmentsByVolume {
@@ -51,7 +60,9 @@ impl WatchIndex<VolumeAttachment> for AttachmentsByVolume {
             return;
         };
         let mut inner = self.inner.lock();
-        inner.unlink(&name);
+        // A volume it no longer names keeps its other attachments; one left with none gets
+        // its PV's watch event of its own when that changes.
+        let _ = inner.unlink(&name);
         if let Some(volume) = va.spec.source.persistent_volume_name.clone() {
             inner
                 .by_volume
@@ -64,7 +75,8 @@ impl WatchIndex<VolumeAttachment> for AttachmentsByVolume {
 
     fn delete(&self, va: &VolumeAttachment) {
         if let Some(name) = &va.metadata.name {
-            self.inner.lock().unlink(name);
+            // The watch's deletion event wakes the PV itself.
+            let _ = self.inner.lock().unlink(name);
         }
     }
 
@@ -77,7 +89,9 @@ impl WatchIndex<VolumeAttachment> for AttachmentsByVolume {
             .cloned()
             .collect();
         for name in gone {
-            inner.unlink(&name);
+            if let Some(volume) = inner.unlink(&name) {
+                inner.freed.push(volume);
+            }
         }
     }
 }
@@ -106,5 +120,11 @@ mod tests {
         feed.event(&Event::Init, &index);
         feed.event(&Event::InitDone, &index);
         assert_eq!(index.naming("pv-2"), None);
+        assert_eq!(
+            index.take_freed(),
+            vec!["pv-2".to_string()],
+            "its PV is woken"
+        );
+        assert!(index.take_freed().is_empty(), "once");
     }
 }

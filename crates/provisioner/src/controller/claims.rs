@@ -41,10 +41,6 @@ use sidecar_kit::workqueue::Next;
 pub use super::claim_error::ClaimError;
 pub(crate) use sidecar_kit::vocabulary::reference;
 
-/// A claim bound to a volume in flight whose PV the cache has not shown yet is looked at again
-/// this soon.
-const PV_AWAITED: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// What a provisioning pass did (for the metrics: only a provisioned volume is counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Provisioned {
@@ -99,20 +95,15 @@ impl Provisioner {
                     &n,
                     Some(&f.claim_uid) == live_uid.as_ref(),
                     bound_to.as_deref(),
-                    self.caches.volumes.contains(&ObjectRef::new(&n)),
                 );
                 (n, f, fate)
             })
             .collect();
-        let mut pv_awaited = false;
         for (name, flight, fate) in fates {
             match fate {
                 // Boxed (as the large steps of `provision_claim`): rare, and 7 KB inline.
                 InFlightFate::CleanUp => Box::pin(recovery::clean_up(self, &name, &flight)).await?,
-                InFlightFate::Settle => self.ledger.settle(&name),
-                InFlightFate::Keep => {
-                    pv_awaited |= bound_to.as_deref().is_some_and(|b| !b.is_empty());
-                }
+                InFlightFate::Keep => {}
             }
         }
         let Some(claim) = live else {
@@ -123,11 +114,6 @@ impl Provisioner {
             ClaimDecision::Provision { class } => class,
             ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => {
                 self.forget_claim(key);
-                // Bound to a volume still in flight here whose PV is not cached yet: look
-                // again, to drop the record once it is.
-                if pv_awaited {
-                    return Ok(Next::After(PV_AWAITED));
-                }
                 return Ok(Next::Done);
             }
         };
@@ -390,7 +376,7 @@ impl Provisioner {
                 pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
             );
         }
-        self.topology.forget(&super::claim_key(claim));
+        self.forget_claim(&super::claim_key(claim));
         tracing::info!(volume = %p.pv_name, "volume provisioned");
         self.recorder.record(
             &reference(&**claim),
@@ -486,9 +472,6 @@ impl Provisioner {
         }
     }
 
-    /// Removes the selected node so the scheduler picks another. The claim is read live and
-    /// written back whole (`update`, as upstream's RBAC grants: the cached claim is trimmed);
-    /// only the node this decision was about is removed, not one chosen since.
     /// The claim is provisioned, not ours or gone: what was kept for its attempts goes.
     fn forget_claim(&self, key: &ClaimKey) {
         self.topology.forget(key);
@@ -508,6 +491,9 @@ impl Provisioner {
         capacity.refresh(class, first);
     }
 
+    /// Removes the selected node so the scheduler picks another. The claim is read live and
+    /// written back whole (`update`, as upstream's RBAC grants: the cached claim is trimmed);
+    /// only the node this decision was about is removed, not one chosen since.
     async fn reschedule(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();

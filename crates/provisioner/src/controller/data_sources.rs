@@ -213,11 +213,6 @@ fn already_sent(p: &Provisioner, claim: &PersistentVolumeClaim) -> bool {
     p.ledger.contains(&p.cfg.options.naming.pv_name(&uid))
 }
 
-/// Whether a CreateVolume copying the volume `handle` is in flight.
-fn copying_from(p: &Provisioner, handle: &str) -> bool {
-    p.ledger.copying_from(handle)
-}
-
 /// Adds the cloning-protection finalizer to a clone's source claim (before CreateVolume):
 /// read live and written back whole (`update`, as upstream's RBAC grants; the cached claim
 /// is trimmed).
@@ -265,7 +260,7 @@ pub(crate) async fn sync_clone_source(p: &Provisioner, key: &ClaimKey) -> Result
                     .as_ref()
                     .map(|c| c.volume_handle.clone())
             });
-        handle.is_some_and(|h| copying_from(p, &h))
+        handle.is_some_and(|h| p.ledger.copying_from(&h))
             || clones_pending(
                 name,
                 namespace,

@@ -284,10 +284,21 @@ impl Provisioner {
             let (feed, index) = (Feed::default(), attached.clone());
             watches.reflect(Api::<VolumeAttachment>::all(client.clone()), move |event| {
                 feed.event(event, &*index);
-                if let watcher::Event::Delete(va) = event
-                    && let Some(pv) = va.spec.source.persistent_volume_name.clone()
-                {
-                    q.add_now(VolumeKey::cluster(&pv));
+                // A PV waiting for its attachments is looked at again when the last goes.
+                match event {
+                    watcher::Event::Delete(va) => {
+                        if let Some(pv) = &va.spec.source.persistent_volume_name {
+                            q.add_now(VolumeKey::cluster(pv));
+                        }
+                    }
+                    watcher::Event::InitDone => {
+                        for pv in index.take_freed() {
+                            q.add_now(VolumeKey::cluster(&pv));
+                        }
+                    }
+                    watcher::Event::Init
+                    | watcher::Event::InitApply(_)
+                    | watcher::Event::Apply(_) => {}
                 }
             })
         } else {

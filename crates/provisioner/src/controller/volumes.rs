@@ -59,6 +59,11 @@ impl Provisioner {
         let Some(pv) = self.caches.volumes.get(&ObjectRef::new(name)) else {
             return Ok(());
         };
+        // A volume in flight whose PV exists is the deletion path's from now on (a claim
+        // bound to it, a worker that crashed after saving it, a set's volume).
+        if self.ledger.contains(name) {
+            self.ledger.settle(name);
+        }
         if self.finished.contains(name) {
             return Ok(());
         }
@@ -132,7 +137,7 @@ impl Provisioner {
                     match api.delete(name, &DeleteParams::default()).await {
                         Ok(_) => {}
                         Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {
-                            self.finished.remember(name.to_string());
+                            self.finished_with(name);
                             return Ok(());
                         }
                         Err(source) => {
@@ -144,9 +149,18 @@ impl Provisioner {
                     }
                 }
                 self.remove_finalizer(&pv).await?;
-                self.finished.remember(name.to_string());
+                self.finished_with(name);
                 Ok(())
             }
+        }
+    }
+
+    /// The PV's deletion is done here: later cache events of it are stale. Its watch's deletion
+    /// event forgets it; when that event came first, it is forgotten at once.
+    fn finished_with(&self, name: &str) {
+        self.finished.remember(name.to_string());
+        if !self.caches.volumes.contains(&ObjectRef::new(name)) {
+            self.finished.forget(name);
         }
     }
 

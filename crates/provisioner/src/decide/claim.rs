@@ -138,27 +138,20 @@ fn to_bytes(text: &str) -> Result<i64, SizeError> {
 pub enum InFlightFate {
     /// Nothing will use it: delete the volume (or settle it if its PV exists).
     CleanUp,
-    /// Its PV exists and the claim is bound to it: drop the record.
-    Settle,
-    /// The claim's provisioning finishes it (or its PV is not seen yet).
+    /// The claim's provisioning finishes it, or its PV's first event settles it (the deletion
+    /// path owns a volume once its PV exists).
     Keep,
 }
 
 /// The fate of in-flight volume `volume` of a claim: `same_claim` when the claim that put it in
 /// flight still exists (same uid, not being deleted), `bound_to` the volume the claim is bound
-/// to, `pv_seen` whether `volume`'s PV is in the cache. A claim bound to another volume (a
+/// to. A claim bound to another volume (a
 /// pool's, or one a person made) while this one was being made will never use it: left alone,
 /// it would stay in flight, and in the driver, for ever.
-pub fn in_flight_fate(
-    volume: &str,
-    same_claim: bool,
-    bound_to: Option<&str>,
-    pv_seen: bool,
-) -> InFlightFate {
+pub fn in_flight_fate(volume: &str, same_claim: bool, bound_to: Option<&str>) -> InFlightFate {
     match bound_to.filter(|b| !b.is_empty()) {
         _ if !same_claim => InFlightFate::CleanUp,
         Some(bound) if bound != volume => InFlightFate::CleanUp,
-        Some(_) if pv_seen => InFlightFate::Settle,
         Some(_) | None => InFlightFate::Keep,
     }
 }
@@ -278,22 +271,20 @@ mod tests {
     #[test]
     fn a_volume_in_flight_for_a_claim_bound_elsewhere_is_cleaned_up() {
         use InFlightFate::*;
-        // (same claim, bound to, PV seen) → fate of "pvc-1"
+        // (same claim, bound to) → fate of "pvc-1"
         let cases = [
-            (false, None, false, CleanUp),
-            (false, Some("pvc-1"), true, CleanUp),
-            (true, None, false, Keep),
-            (true, Some(""), false, Keep),
-            (true, Some("pool-7"), false, CleanUp),
-            (true, Some("pool-7"), true, CleanUp),
-            (true, Some("pvc-1"), true, Settle),
-            (true, Some("pvc-1"), false, Keep),
+            (false, None, CleanUp),
+            (false, Some("pvc-1"), CleanUp),
+            (true, None, Keep),
+            (true, Some(""), Keep),
+            (true, Some("pool-7"), CleanUp),
+            (true, Some("pvc-1"), Keep),
         ];
-        for (same, bound, seen, want) in cases {
+        for (same, bound, want) in cases {
             assert_eq!(
-                in_flight_fate("pvc-1", same, bound, seen),
+                in_flight_fate("pvc-1", same, bound),
                 want,
-                "{same} {bound:?} {seen}"
+                "{same} {bound:?}"
             );
         }
     }

@@ -183,7 +183,7 @@ async fn sync_set_once(p: &Provisioner, name: &str) -> Result<Next, SetError> {
     let set = manager.sets.get(&ObjectRef::new(name));
     // A new volume is in flight, then made, then in the index: read in that order, each
     // volume is seen at least once; seen twice, it is counted once (by name).
-    let pending = pool_flights(p, name);
+    let pending = p.ledger.of_pool(name);
     // Cached PVs are decoded on each read: the set's candidates come from its own index.
     let view = manager.view(name, set.as_deref(), |volume| {
         p.caches.volumes.contains(&ObjectRef::new(volume))
@@ -248,11 +248,6 @@ async fn sync_set_once(p: &Provisioner, name: &str) -> Result<Next, SetError> {
         }
     }
     Ok(Next::Done)
-}
-
-/// The set's volumes that may exist without a PV.
-fn pool_flights(p: &Provisioner, set: &str) -> Vec<(String, InFlight)> {
-    p.ledger.of_pool(set)
 }
 
 async fn write_status(

@@ -3,14 +3,23 @@
 //! id, topology keys, volume limit) and its id in the Node's `csi.volume.kubernetes.io/nodeid`
 //! annotation, and labels the Node with its topology segment; a failed NodeGetInfo removes the
 //! driver's entry and id. Other drivers' entries are left as they are.
+//!
+//! [`register`] does it against the API; [`register_on_node`] and [`register_on_csinode`]
+//! decide what each object becomes.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, VolumeNodeResources};
+use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeNodeResources};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, PostParams};
+use sidecar_kit::csi::{CallError, Caller};
+use sidecar_kit::update::{Updated, update_live};
+use tonic::transport::Channel;
 
-/// The Node annotation holding each driver's node id, as a JSON object.
-pub const ANN_NODE_IDS: &str = "csi.volume.kubernetes.io/nodeid";
+pub use sidecar_kit::vocabulary::ANN_NODE_IDS;
 
 /// What NodeGetInfo said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +32,7 @@ pub struct NodeInfo {
     pub max_volumes: i64,
 }
 
-/// Why the Node's annotation could not be written.
+/// Why a node could not be registered.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistrationError {
     /// The annotation is there but is not a JSON object of strings.
@@ -34,6 +43,137 @@ pub enum RegistrationError {
         /// The parse error.
         source: serde_json::Error,
     },
+    /// GetPluginInfo or NodeGetInfo failed (after NodeGetInfo's failure, the driver's entry
+    /// and id were removed).
+    #[error("{0}")]
+    Driver(#[source] CallError),
+    /// The Node or the CSINode could not be read or written.
+    #[error("failed to register the driver in {kind} {node:?}: {source}")]
+    Api {
+        /// `Node` or `CSINode`.
+        kind: &'static str,
+        /// The node.
+        node: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// How long each of the two driver calls may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Registers the driver behind `channel` on node `node`: NodeGetInfo, then the Node (created
+/// if missing, labelled `kubernetes.io/hostname`) and its CSINode (owned by the Node), each
+/// written only where it changes. Returns the driver's name.
+pub async fn register(
+    client: &kube::Client,
+    channel: Channel,
+    node: &str,
+) -> Result<String, RegistrationError> {
+    let calls = Caller::new("", CALL_TIMEOUT, None);
+    let mut identity = csi::identity_client::IdentityClient::new(channel.clone());
+    let driver = calls
+        .call(
+            "/csi.v1.Identity/GetPluginInfo",
+            identity.get_plugin_info(calls.request(csi::GetPluginInfoRequest {})),
+        )
+        .await
+        .map_err(RegistrationError::Driver)?
+        .name;
+    let mut node_client = csi::node_client::NodeClient::new(channel);
+    let answer = calls
+        .call(
+            "/csi.v1.Node/NodeGetInfo",
+            node_client.node_get_info(calls.request(csi::NodeGetInfoRequest {})),
+        )
+        .await;
+    let info = answer.as_ref().ok().map(|answer| NodeInfo {
+        node_id: answer.node_id.clone(),
+        segments: answer
+            .accessible_topology
+            .as_ref()
+            .map(|t| t.segments.clone().into_iter().collect())
+            .unwrap_or_default(),
+        max_volumes: answer.max_volumes_per_node,
+    });
+    let api_error = |kind| {
+        move |source| RegistrationError::Api {
+            kind,
+            node: node.to_string(),
+            source,
+        }
+    };
+    // A new Node or CSINode is made only for a driver that answered.
+    let fresh_node = info.is_some().then(|| Node {
+        metadata: ObjectMeta {
+            name: Some(node.to_string()),
+            labels: Some([("kubernetes.io/hostname".to_string(), node.to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        ..Node::default()
+    });
+    let mut refused = None;
+    let nodes = Api::<Node>::all(client.clone());
+    let registered = create_or_edit(&nodes, node, fresh_node, |object| {
+        register_on_node(object, &driver, info.as_ref()).unwrap_or_else(|error| {
+            refused = Some(error);
+            false
+        })
+    })
+    .await
+    .map_err(api_error("Node"))?;
+    if let Some(error) = refused {
+        return Err(error);
+    }
+    let owner = registered.and_then(|object| object.metadata.uid);
+    let fresh_csinode = info.as_ref().zip(owner).map(|(_, uid)| CSINode {
+        metadata: ObjectMeta {
+            name: Some(node.to_string()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node.to_string(),
+                uid,
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: CSINodeSpec::default(),
+    });
+    let csinodes = Api::<CSINode>::all(client.clone());
+    create_or_edit(&csinodes, node, fresh_csinode, |object| {
+        register_on_csinode(object, &driver, info.as_ref())
+    })
+    .await
+    .map_err(api_error("CSINode"))?;
+    answer.map_err(RegistrationError::Driver)?;
+    Ok(driver)
+}
+
+/// Creates `fresh` with `edit` applied, or, when it exists already (or there is no `fresh`),
+/// applies `edit` to the stored object and writes it back if it changed. The object as stored,
+/// if there is one.
+async fn create_or_edit<K>(
+    api: &Api<K>,
+    name: &str,
+    fresh: Option<K>,
+    mut edit: impl FnMut(&mut K) -> bool,
+) -> Result<Option<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    if let Some(mut fresh) = fresh {
+        edit(&mut fresh);
+        match api.create(&PostParams::default(), &fresh).await {
+            Ok(made) => return Ok(Some(made)),
+            Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(match update_live(api, name, edit).await? {
+        Updated::Written(object) | Updated::Unchanged(object) => Some(object),
+        Updated::Gone => None,
+    })
 }
 
 /// Writes the driver's node id into the Node's annotation and its topology segment into the
@@ -44,16 +184,12 @@ pub fn register_on_node(
     driver: &str,
     info: Option<&NodeInfo>,
 ) -> Result<bool, RegistrationError> {
-    let annotations = node.metadata.annotations.get_or_insert_default();
-    let mut ids: BTreeMap<String, String> = match annotations.get(ANN_NODE_IDS) {
-        Some(text) => {
-            serde_json::from_str(text).map_err(|source| RegistrationError::Annotation {
-                node: node.metadata.name.clone().unwrap_or_default(),
-                source,
-            })?
+    let mut ids = sidecar_kit::vocabulary::node_ids(&node.metadata).map_err(|source| {
+        RegistrationError::Annotation {
+            node: node.metadata.name.clone().unwrap_or_default(),
+            source,
         }
-        None => BTreeMap::new(),
-    };
+    })?;
     let mut changed = match info {
         Some(info) => {
             ids.insert(driver.to_string(), info.node_id.clone())
@@ -63,6 +199,7 @@ pub fn register_on_node(
         None => ids.remove(driver).is_some(),
     };
     if changed {
+        let annotations = node.metadata.annotations.get_or_insert_default();
         if ids.is_empty() {
             annotations.remove(ANN_NODE_IDS);
         } else {
@@ -71,11 +208,9 @@ pub fn register_on_node(
             annotations.insert(ANN_NODE_IDS.to_string(), text);
         }
     }
-    if let Some(info) = info {
+    for (key, value) in info.iter().flat_map(|info| &info.segments) {
         let labels = node.metadata.labels.get_or_insert_default();
-        for (key, value) in &info.segments {
-            changed |= labels.insert(key.clone(), value.clone()).as_ref() != Some(value);
-        }
+        changed |= labels.insert(key.clone(), value.clone()).as_ref() != Some(value);
     }
     Ok(changed)
 }
@@ -83,25 +218,36 @@ pub fn register_on_node(
 /// Overwrites the driver's entry in the CSINode with `info`, or removes it (`None`). Returns
 /// whether the CSINode changed.
 pub fn register_on_csinode(csinode: &mut CSINode, driver: &str, info: Option<&NodeInfo>) -> bool {
-    let before = csinode.spec.drivers.clone();
-    csinode.spec.drivers.retain(|d| d.name != driver);
-    if let Some(info) = info {
+    let wanted = info.map(|info| {
         let keys: Vec<String> = info.segments.keys().cloned().collect();
-        csinode.spec.drivers.push(CSINodeDriver {
+        CSINodeDriver {
             name: driver.to_string(),
             node_id: info.node_id.clone(),
             topology_keys: (!keys.is_empty()).then_some(keys),
+            // A limit beyond what the field holds is as good as none.
             allocatable: (info.max_volumes > 0).then(|| VolumeNodeResources {
-                count: i32::try_from(info.max_volumes).ok(),
+                count: Some(i32::try_from(info.max_volumes).unwrap_or(i32::MAX)),
             }),
-        });
+        }
+    });
+    let drivers = &mut csinode.spec.drivers;
+    let at = drivers.iter().position(|d| d.name == driver);
+    match (at, wanted) {
+        (Some(at), Some(wanted)) if drivers[at] == wanted => false,
+        (Some(at), Some(wanted)) => {
+            drivers[at] = wanted;
+            true
+        }
+        (Some(at), None) => {
+            drivers.remove(at);
+            true
+        }
+        (None, Some(wanted)) => {
+            drivers.push(wanted);
+            true
+        }
+        (None, None) => false,
     }
-    // The same entries in another order are no change.
-    let key = |d: &CSINodeDriver| d.name.clone();
-    let (mut a, mut b) = (before, csinode.spec.drivers.clone());
-    a.sort_by_key(key);
-    b.sort_by_key(key);
-    a != b
 }
 
 #[cfg(test)]

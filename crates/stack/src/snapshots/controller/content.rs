@@ -49,7 +49,6 @@ impl SnapshotController {
     ) -> Result<bool, SyncError> {
         let name = content.metadata.name.clone().unwrap_or_default();
         let contents: Api<VolumeSnapshotContent> = Api::all(self.client.clone());
-        let params = PatchParams::default();
         match step {
             ContentStep::AddFinalizer => {
                 if let Some(ops) = add_finalizer(
@@ -57,22 +56,15 @@ impl SnapshotController {
                     FINALIZER_CONTENT,
                     content.metadata.resource_version.as_deref(),
                 ) {
-                    contents
-                        .patch(&name, &params, &json_patch(ops))
-                        .await
-                        .map_err(api("add the content finalizer"))?;
+                    patch_finalizers(&contents, &name, ops, "add the content finalizer").await?;
                 }
             }
             ContentStep::RemoveFinalizer => {
-                if let Some(patch) = remove_finalizer(
+                if let Some(ops) = remove_finalizer(
                     content.metadata.finalizers.as_deref().unwrap_or_default(),
                     FINALIZER_CONTENT,
                 ) {
-                    done_if(
-                        contents.patch(&name, &params, &json_patch(patch)).await,
-                        sidecar_kit::api_errors::is_not_found,
-                    )
-                    .map_err(api("remove the content finalizer"))?;
+                    patch_finalizers(&contents, &name, ops, "remove the content finalizer").await?;
                 }
             }
             ContentStep::CreateSnapshot {

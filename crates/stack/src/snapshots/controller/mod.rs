@@ -51,6 +51,52 @@ pub enum SyncError {
     /// A step was decided but cannot be carried out (a bad object).
     #[error("{0}")]
     Invalid(String),
+    /// A finalizer patch found the object changed since it was read (its `test` failed, or a
+    /// conflict): the pass ends and looks again soon, from what is current (not a failure).
+    #[error("the object changed before {step}")]
+    Changed {
+        /// The step.
+        step: &'static str,
+    },
+}
+
+/// A pass's answer: a changed object is looked at again soon, not backed off as a failure.
+fn settled(result: Result<Next, SyncError>) -> Result<Next, SyncError> {
+    match result {
+        Err(SyncError::Changed { step }) => {
+            tracing::debug!(step, "changed meanwhile; looking again");
+            Ok(Next::After(sidecar_kit::api_errors::CHANGED_LOOK_AGAIN))
+        }
+        Ok(next) => Ok(next),
+        Err(error @ (SyncError::Api { .. } | SyncError::Csi(_) | SyncError::Invalid(_))) => {
+            Err(error)
+        }
+    }
+}
+
+/// Sends finalizer operations guarded by their `test`s: done when the object is gone,
+/// [`SyncError::Changed`] when it changed since it was read.
+async fn patch_finalizers<K>(
+    api: &Api<K>,
+    name: &str,
+    ops: Vec<Op>,
+    step: &'static str,
+) -> Result<(), SyncError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use sidecar_kit::api_errors::{AfterWrite, Write, after_write};
+    match api
+        .patch(name, &PatchParams::default(), &json_patch(ops))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(source) => match after_write(&source, Write::Tested) {
+            AfterWrite::Gone => Ok(()),
+            AfterWrite::Changed => Err(SyncError::Changed { step }),
+            AfterWrite::Later(_) | AfterWrite::Refused => Err(SyncError::Api { step, source }),
+        },
+    }
 }
 
 fn api(step: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
@@ -209,7 +255,7 @@ impl SnapshotController {
                 self.settings.workers,
                 move |key| {
                     let this = snapshots.clone();
-                    async move { this.sync_snapshot(&key).await }
+                    async move { settled(this.sync_snapshot(&key).await) }
                 },
             )
             .reconcile(
@@ -218,7 +264,7 @@ impl SnapshotController {
                 self.settings.workers,
                 move |key| {
                     let this = contents.clone();
-                    async move { this.sync_content(&key).await }
+                    async move { settled(this.sync_content(&key).await) }
                 },
             )
     }

@@ -68,19 +68,13 @@ impl SnapshotController {
             SnapshotStep::AddFinalizer(f) => {
                 let rv = snapshot.metadata.resource_version.as_deref();
                 if let Some(ops) = add_finalizer(finalizers, f, rv) {
-                    snapshots
-                        .patch(&name, &params, &json_patch(ops))
-                        .await
-                        .map_err(api("add a snapshot finalizer"))?;
+                    patch_finalizers(&snapshots, &name, ops, "add a snapshot finalizer").await?;
                     finalizers.push(f.to_string());
                 }
             }
             SnapshotStep::RemoveFinalizer(f) => {
-                if let Some(patch) = remove_finalizer(finalizers, f) {
-                    snapshots
-                        .patch(&name, &params, &json_patch(patch))
-                        .await
-                        .map_err(api("remove a snapshot finalizer"))?;
+                if let Some(ops) = remove_finalizer(finalizers, f) {
+                    patch_finalizers(&snapshots, &name, ops, "remove a snapshot finalizer").await?;
                     finalizers.retain(|x| x != f);
                 }
             }
@@ -183,16 +177,10 @@ impl SnapshotController {
             (false, true) => remove_finalizer(&list, FINALIZER_CLAIM),
             (true, true) | (false, false) => None,
         };
-        if let Some(patch) = patch {
+        if let Some(ops) = patch {
             let claims: Api<PersistentVolumeClaim> =
                 Api::namespaced(self.client.clone(), namespace);
-            done_if(
-                claims
-                    .patch(claim, &PatchParams::default(), &json_patch(patch))
-                    .await,
-                sidecar_kit::api_errors::is_not_found,
-            )
-            .map_err(api("update the claim's snapshot finalizer"))?;
+            patch_finalizers(&claims, claim, ops, "update the claim's snapshot finalizer").await?;
         }
         Ok(())
     }
