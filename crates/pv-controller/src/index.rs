@@ -5,19 +5,18 @@
 //! naming it) instead of every volume.
 
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use sidecar_kit::key::ObjectKey;
-use sidecar_kit::watch_index::{WatchIndex, listed};
+use sidecar_kit::watch_index::{Referrers, WatchIndex, listed};
 
 /// `namespace/name` of a claim.
 pub type ClaimName = (String, String);
 
 #[derive(Debug, Default)]
 struct Maps {
-    by_claim: HashMap<ClaimName, BTreeSet<String>>,
-    claim_of: HashMap<String, ClaimName>,
+    by_claim: Referrers<ClaimName>,
     unbound: BTreeSet<String>,
 }
 
@@ -36,24 +35,14 @@ pub fn claim_named_by(pv: &PersistentVolume) -> Option<ClaimName> {
 impl ClaimRefIndex {
     fn unlink(maps: &mut Maps, volume: &str) {
         maps.unbound.remove(volume);
-        if let Some(old) = maps.claim_of.remove(volume)
-            && let Some(set) = maps.by_claim.get_mut(&old)
-        {
-            set.remove(volume);
-            if set.is_empty() {
-                maps.by_claim.remove(&old);
-            }
-        }
+        // Claims are requeued by their own events, not when a volume stops naming them.
+        let _ = maps.by_claim.unlink(volume);
     }
 
     /// Volumes whose claimRef names this claim.
     pub fn volumes_of(&self, namespace: &str, name: &str) -> Vec<String> {
-        self.maps
-            .lock()
-            .by_claim
-            .get(&(namespace.to_string(), name.to_string()))
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
+        let key = (namespace.to_string(), name.to_string());
+        self.maps.lock().by_claim.of(&key).cloned().collect()
     }
 
     /// The volumes a claim without `spec.volumeName` may be decided on: those whose claimRef
@@ -62,9 +51,7 @@ impl ClaimRefIndex {
         let maps = self.maps.lock();
         let key = (namespace.to_string(), name.to_string());
         maps.by_claim
-            .get(&key)
-            .into_iter()
-            .flatten()
+            .of(&key)
             .chain(maps.unbound.iter())
             .cloned()
             .collect()
@@ -72,7 +59,7 @@ impl ClaimRefIndex {
 
     /// Volumes indexed (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.maps.lock().claim_of.len()
+        self.maps.lock().by_claim.len()
     }
 
     /// Whether no volume names a claim.
@@ -91,13 +78,7 @@ impl WatchIndex<PersistentVolume> for ClaimRefIndex {
         let mut maps = self.maps.lock();
         Self::unlink(&mut maps, &name);
         match claim {
-            Some(claim) => {
-                maps.by_claim
-                    .entry(claim.clone())
-                    .or_default()
-                    .insert(name.clone());
-                maps.claim_of.insert(name, claim);
-            }
+            Some(claim) => maps.by_claim.link(&name, claim),
             None => {
                 maps.unbound.insert(name);
             }
@@ -115,8 +96,8 @@ impl WatchIndex<PersistentVolume> for ClaimRefIndex {
     fn reset(&self, keep: &HashSet<ObjectKey>) {
         let mut maps = self.maps.lock();
         let gone: Vec<String> = maps
-            .claim_of
-            .keys()
+            .by_claim
+            .names()
             .chain(maps.unbound.iter())
             .filter(|name| !listed(keep, None, name))
             .cloned()

@@ -7,7 +7,8 @@
 //! index the reflector's shape: objects applied and deleted one by one, and at the end of a
 //! re-list a reset to exactly what the list showed.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::Hash;
 
 use kube::Resource;
 use kube::runtime::watcher;
@@ -62,6 +63,79 @@ impl Feed {
 /// Whether `listed` shows the object `namespace`/`name`.
 pub fn listed(listed: &HashSet<ObjectKey>, namespace: Option<&str>, name: &str) -> bool {
     listed.contains(crate::key::key_text(namespace, name).as_ref())
+}
+
+/// Cluster-scoped objects by the key each one refers to (volumes by the claim their claimRef
+/// names, attachments by their PV), kept both ways so that a change of reference unlinks the
+/// old one. A plain map: its owner holds it under its own lock, with whatever else it keeps.
+#[derive(Debug, Clone)]
+pub struct Referrers<K> {
+    by_key: HashMap<K, BTreeSet<String>>,
+    key_of: HashMap<String, K>,
+}
+
+impl<K> Default for Referrers<K> {
+    fn default() -> Self {
+        Referrers {
+            by_key: HashMap::new(),
+            key_of: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash> Referrers<K> {
+    /// `name` now refers to `key`.
+    pub fn link(&mut self, name: &str, key: K) {
+        self.unlink(name);
+        self.by_key
+            .entry(key.clone())
+            .or_default()
+            .insert(name.to_string());
+        self.key_of.insert(name.to_string(), key);
+    }
+
+    /// `name` refers to nothing any more; returns its key when no name refers to it now.
+    pub fn unlink(&mut self, name: &str) -> Option<K> {
+        let key = self.key_of.remove(name)?;
+        let names = self.by_key.get_mut(&key)?;
+        names.remove(name);
+        if !names.is_empty() {
+            return None;
+        }
+        self.by_key.remove(&key);
+        Some(key)
+    }
+
+    /// The names referring to `key`, in order.
+    pub fn of(&self, key: &K) -> impl Iterator<Item = &String> {
+        self.by_key.get(key).into_iter().flatten()
+    }
+
+    /// The names that refer to something.
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.key_of.keys()
+    }
+
+    /// How many names refer to something.
+    pub fn len(&self) -> usize {
+        self.key_of.len()
+    }
+
+    /// Whether no name refers to anything.
+    pub fn is_empty(&self) -> bool {
+        self.key_of.is_empty()
+    }
+
+    /// The end of a re-list of cluster-scoped objects: names it did not show are unlinked.
+    /// Returns the keys no name refers to any more.
+    pub fn retain_listed(&mut self, keep: &HashSet<ObjectKey>) -> Vec<K> {
+        let gone: Vec<String> = self
+            .names()
+            .filter(|name| !listed(keep, None, name))
+            .cloned()
+            .collect();
+        gone.iter().filter_map(|name| self.unlink(name)).collect()
+    }
 }
 
 #[cfg(test)]
@@ -139,5 +213,25 @@ mod tests {
         feed.event(&watcher::Event::Init, &index);
         feed.event(&watcher::Event::InitDone, &index);
         assert!(names(&index).is_empty());
+    }
+
+    #[test]
+    fn referrers_relink_unlink_and_keep_what_a_relist_shows() {
+        let mut refs: Referrers<&str> = Referrers::default();
+        refs.link("a", "pv-1");
+        refs.link("b", "pv-1");
+        refs.link("c", "pv-2");
+        assert_eq!(refs.of(&"pv-1").collect::<Vec<_>>(), ["a", "b"]);
+        // A new reference unlinks the old one.
+        refs.link("a", "pv-3");
+        assert_eq!(refs.of(&"pv-1").collect::<Vec<_>>(), ["b"]);
+        assert_eq!(refs.unlink("b"), Some("pv-1"), "its last referrer");
+        assert_eq!(refs.unlink("b"), None, "once");
+        assert_eq!(refs.of(&"pv-1").count(), 0);
+        // A re-list showing only a: c goes, and pv-2 has no referrer left.
+        let keep: HashSet<ObjectKey> = [ObjectKey::new(None, "a")].into();
+        assert_eq!(refs.retain_listed(&keep), vec!["pv-2"]);
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs.names().collect::<Vec<_>>(), ["a"]);
     }
 }

@@ -2,12 +2,12 @@
 //! attachments before its volume is deleted, and looking them up must not scan every
 //! attachment for each of a mass deletion's volumes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use parking_lot::Mutex;
 use sidecar_kit::key::ObjectKey;
-use sidecar_kit::watch_index::{WatchIndex, listed};
+use sidecar_kit::watch_index::{Referrers, WatchIndex};
 
 /// Attachment names by the PV they name.
 #[derive(Debug, Default)]
@@ -17,34 +17,16 @@ pub(crate) struct AttachmentsByVolume {
 
 #[derive(Debug, Default)]
 struct Inner {
-    by_volume: HashMap<String, HashSet<String>>,
-    volume_of: HashMap<String, String>,
+    attachments: Referrers<String>,
     /// Volumes whose last attachment a re-list found gone (their PVs may be waiting for it).
     freed: Vec<String>,
-}
-
-impl Inner {
-    /// Forgets an attachment; returns its volume when no attachment names it any more.
-    fn unlink(&mut self, attachment: &str) -> Option<String> {
-        let volume = self.volume_of.remove(attachment)?;
-        let names = self.by_volume.get_mut(&volume)?;
-        names.remove(attachment);
-        if !names.is_empty() {
-            return None;
-        }
-        self.by_volume.remove(&volume);
-        Some(volume)
-    }
 }
 
 impl AttachmentsByVolume {
     /// An attachment naming the PV `volume`, if any.
     pub(crate) fn naming(&self, volume: &str) -> Option<String> {
-        self.inner
-            .lock()
-            .by_volume
-            .get(volume)
-            .and_then(|names| names.iter().next().cloned())
+        let inner = self.inner.lock();
+        inner.attachments.of(&volume.to_string()).next().cloned()
     }
 
     /// The volumes whose last attachment the last re-lists found deleted while the watch was
@@ -56,43 +38,31 @@ impl AttachmentsByVolume {
 
 impl WatchIndex<VolumeAttachment> for AttachmentsByVolume {
     fn apply(&self, va: &VolumeAttachment) {
-        let Some(name) = va.metadata.name.clone() else {
+        let Some(name) = va.metadata.name.as_deref() else {
             return;
         };
+        // A volume it no longer names gets its PV's own events; one left with no attachment
+        // is not waited for by a PV whose deletion started after this.
         let mut inner = self.inner.lock();
-        // A volume it no longer names keeps its other attachments; one left with none gets
-        // its PV's watch event of its own when that changes.
-        let _ = inner.unlink(&name);
-        if let Some(volume) = va.spec.source.persistent_volume_name.clone() {
-            inner
-                .by_volume
-                .entry(volume.clone())
-                .or_default()
-                .insert(name.clone());
-            inner.volume_of.insert(name, volume);
+        match &va.spec.source.persistent_volume_name {
+            Some(volume) => inner.attachments.link(name, volume.clone()),
+            None => {
+                let _ = inner.attachments.unlink(name);
+            }
         }
     }
 
     fn delete(&self, va: &VolumeAttachment) {
         if let Some(name) = &va.metadata.name {
             // The watch's deletion event wakes the PV itself.
-            let _ = self.inner.lock().unlink(name);
+            let _ = self.inner.lock().attachments.unlink(name);
         }
     }
 
     fn reset(&self, keep: &HashSet<ObjectKey>) {
         let mut inner = self.inner.lock();
-        let gone: Vec<String> = inner
-            .volume_of
-            .keys()
-            .filter(|name| !listed(keep, None, name))
-            .cloned()
-            .collect();
-        for name in gone {
-            if let Some(volume) = inner.unlink(&name) {
-                inner.freed.push(volume);
-            }
-        }
+        let freed = inner.attachments.retain_listed(keep);
+        inner.freed.extend(freed);
     }
 }
 
