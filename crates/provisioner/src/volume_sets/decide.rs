@@ -307,3 +307,14 @@ pub fn deletion_end(pv: &PersistentVolume, driver: &str) -> DeletionEnd {
             .map(|c| c.volume_handle.clone()),
     )
 }
+
+/// Whether a set's volume in flight is made (CreateVolume, then its PV) under the token its
+/// record holds (the stand-in claim's UID), or undone (deleted; the set makes another): its
+/// set is gone, it was found by listing (its request is not known in full), or its record's
+/// token does not parse.
+pub fn member_token(set_exists: bool, listed: bool, token: &str) -> Option<uuid::Uuid> {
+    if !set_exists || listed {
+        return None;
+    }
+    uuid::Uuid::parse_str(token).ok()
+}

@@ -4,8 +4,8 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use serde_json::json;
 
 use super::decide::{
-    DeletionEnd, being_made, candidates, deletable_by, deletion_end, invalid, leftovers, members,
-    plan, unfinished,
+    DeletionEnd, being_made, candidates, deletable_by, deletion_end, invalid, leftovers,
+    member_token, members, plan, unfinished,
 };
 use super::types::{
     LABEL_SET, PersistentVolumeSet, PersistentVolumeSetSpec, PersistentVolumeTemplate,
@@ -427,6 +427,27 @@ fn a_volume_seen_in_flight_made_and_as_a_member_is_counted_once() {
             being_made(in_flight.iter().copied(), unseen.iter().copied(), &members),
             want,
             "case {i}"
+        );
+    }
+}
+
+#[test]
+fn a_member_is_made_only_from_a_whole_record_of_a_set_that_exists() {
+    let uid = "6f1c1a52-0c55-4c4e-9a8e-2f1b2c3d4e5f";
+    let token = uuid::Uuid::parse_str(uid).ok();
+    // (set exists, listed, token) → made under
+    let rows = [
+        ((true, false, uid), token),
+        ((false, false, uid), None),
+        ((true, true, uid), None),
+        ((true, false, "not-a-uuid"), None),
+        ((true, false, ""), None),
+    ];
+    for ((exists, listed, text), want) in rows {
+        assert_eq!(
+            member_token(exists, listed, text),
+            want,
+            "{exists} {listed} {text:?}"
         );
     }
 }

@@ -24,7 +24,7 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::reference;
 use sidecar_kit::workqueue::Next;
 
-use super::decide::{being_made, deletable_by, leftovers, members, plan, unfinished};
+use super::decide::{being_made, deletable_by, leftovers, member_token, members, plan, unfinished};
 use super::make::{MakeError, member_pv, plan_member, volume_name};
 use super::status::{should_write, status};
 use super::types::{LABEL_SET, PersistentVolumeSet};
@@ -305,13 +305,11 @@ pub(crate) async fn sync_member(p: &Provisioner, volume: &str) -> Result<Next, S
     let Some(name) = flight.pool().map(str::to_string) else {
         return Ok(Next::Done);
     };
-    // A listed volume of a set is not made again from its name alone: it is deleted, and
-    // the set makes another.
-    let set = manager
-        .sets
-        .get(&ObjectRef::new(&name))
-        .filter(|_| flight.listed.is_none());
-    let Some(set) = set else {
+    // A listed volume of a set is not made again from its name alone, nor one whose record
+    // lost its token (the stand-in claim's UID): it is deleted, and the set makes another.
+    let set = manager.sets.get(&ObjectRef::new(&name));
+    let token = member_token(set.is_some(), flight.listed.is_some(), &flight.claim_uid);
+    let (Some(set), Some(token)) = (set, token) else {
         crate::controller::recovery::clean_up(p, volume, &flight)
             .await
             .map_err(|source| SetError::Undo {
@@ -323,7 +321,7 @@ pub(crate) async fn sync_member(p: &Provisioner, volume: &str) -> Result<Next, S
         manager.queue.add(name);
         return Ok(Next::Done);
     };
-    match finish_member(p, &set, volume, &flight).await {
+    match finish_member(p, &set, volume, &flight, &token).await {
         Ok(()) => {
             manager.creation_succeeded(&name);
             // The set's pass that the new PV's event started may have run while this volume
@@ -357,6 +355,7 @@ async fn finish_member(
     set: &PersistentVolumeSet,
     volume: &str,
     flight: &InFlight,
+    token: &uuid::Uuid,
 ) -> Result<(), SetError> {
     let name = set.metadata.name.clone().unwrap_or_default();
     if p.caches.volumes.contains(&ObjectRef::new(volume)) {
@@ -389,9 +388,8 @@ async fn finish_member(
             });
         }
     };
-    let token = uuid::Uuid::parse_str(&flight.claim_uid).unwrap_or_default();
     let class = template_class(p, set)?;
-    let plan = plan_member(&p.cfg.caps, &p.cfg.options, set, &class, volume, &token)?;
+    let plan = plan_member(&p.cfg.caps, &p.cfg.options, set, &class, volume, token)?;
     let pv = match member_pv(
         set,
         &plan,
