@@ -340,11 +340,15 @@ impl WatchIndex<VolumeAttachment> for Attacher {
     /// is looked at again (one of them may have lost its last attachment).
     fn reset(&self, keep: &HashSet<ObjectKey>) {
         let kept = |name: &String| listed(keep, None, name);
-        let before = self.seen.lock().len();
-        self.seen.lock().retain(|name, _| kept(name));
+        let dropped = {
+            let mut seen = self.seen.lock();
+            let before = seen.len();
+            seen.retain(|name, _| kept(name));
+            seen.len() != before
+        };
         self.forced.lock().retain(|name, _| kept(name));
         self.marked.lock().retain(|name, _| kept(name));
-        if self.seen.lock().len() == before {
+        if !dropped {
             return;
         }
         for pv in self.volumes.state() {

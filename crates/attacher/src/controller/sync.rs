@@ -282,7 +282,7 @@ impl Attacher {
     }
 
     /// Records a failure of `side` in the status (and an event, once per message) and
-    /// returns it.
+    /// returns the error.
     async fn failed(
         &self,
         va: &VolumeAttachment,
@@ -290,7 +290,7 @@ impl Attacher {
         message: String,
         code: Option<tonic::Code>,
         error: SyncError,
-    ) -> Result<Next, SyncError> {
+    ) -> SyncError {
         let name = va.metadata.name.clone().unwrap_or_default();
         let (patch, reason) = match side {
             Side::Attach => {
@@ -308,7 +308,24 @@ impl Attacher {
         }
         self.recorder
             .record(&reference(va), EventType::Warning, reason, &message);
-        Err(error)
+        error
+    }
+
+    /// The secret a call of `side` needs (none without a reference); a failure is recorded
+    /// as the side's error.
+    async fn secrets(
+        &self,
+        va: &VolumeAttachment,
+        side: Side,
+        secret: Option<&sidecar_kit::secrets::SecretRef>,
+    ) -> Result<std::collections::HashMap<String, String>, SyncError> {
+        match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
+            Ok(secrets) => Ok(secrets),
+            Err(e) => {
+                let message = e.to_string();
+                Err(self.failed(va, side, message, None, e.into()).await)
+            }
+        }
     }
 
     /// The attach queue's reconcile.
@@ -349,7 +366,7 @@ impl Attacher {
                     name: name.to_string(),
                     message: message.clone(),
                 };
-                self.failed(&va, Side::Attach, message, None, error).await
+                Err(self.failed(&va, Side::Attach, message, None, error).await)
             }
             Plan::Detach(_) | Plan::DetachFailed(_) => {
                 // Being deleted meanwhile (the trivial driver never gets here).
@@ -370,7 +387,7 @@ impl Attacher {
                 Wrote::Failed(source) => {
                     let message = format!("could not add PersistentVolume finalizer: {source}");
                     let error = SyncError::ProtectVolume { pv, source };
-                    return self.failed(va, Side::Attach, message, None, error).await;
+                    return Err(self.failed(va, Side::Attach, message, None, error).await);
                 }
             }
         }
@@ -382,18 +399,13 @@ impl Attacher {
                 Wrote::Failed(source) => {
                     let message = format!("could not save VolumeAttachment: {source}");
                     let error = SyncError::ProtectAttachment { name, source };
-                    return self.failed(va, Side::Attach, message, None, error).await;
+                    return Err(self.failed(va, Side::Attach, message, None, error).await);
                 }
             }
         }
-        let secret = plan.publish.secret.as_ref();
-        let secrets = match sidecar_kit::secrets::fetch_ref(&self.client, secret).await {
-            Ok(secrets) => secrets,
-            Err(e) => {
-                let message = e.to_string();
-                return self.failed(va, Side::Attach, message, None, e.into()).await;
-            }
-        };
+        let secrets = self
+            .secrets(va, Side::Attach, plan.publish.secret.as_ref())
+            .await?;
         match self.driver.publish(&plan.publish, secrets).await {
             Ok(context) => {
                 match self.write_status(&name, &status::attached(&context)).await {
@@ -424,7 +436,7 @@ impl Attacher {
                 let message = status::grpc_message(&source);
                 let code = Some(source.code);
                 let error = SyncError::Publish { name, source };
-                self.failed(va, Side::Attach, message, code, error).await
+                Err(self.failed(va, Side::Attach, message, code, error).await)
             }
         }
     }
@@ -449,30 +461,23 @@ impl Attacher {
                     name: name.to_string(),
                     message: message.clone(),
                 };
-                return self.failed(&va, Side::Detach, message, None, error).await;
+                return Err(self.failed(&va, Side::Detach, message, None, error).await);
             }
             Plan::MarkAttached | Plan::Attach(_) | Plan::AttachFailed(_) | Plan::Nothing => {
                 self.forced.lock().remove(name);
                 return Ok(Next::Done);
             }
         };
-        let secrets =
-            match sidecar_kit::secrets::fetch_ref(&self.client, plan.secret.as_ref()).await {
-                Ok(secrets) => secrets,
-                Err(e) => {
-                    let message = e.to_string();
-                    return self
-                        .failed(&va, Side::Detach, message, None, e.into())
-                        .await;
-                }
-            };
+        let secrets = self
+            .secrets(&va, Side::Detach, plan.secret.as_ref())
+            .await?;
         if let Err(source) = self.driver.unpublish(&plan, secrets).await {
             let message = status::grpc_message(&source);
             let error = SyncError::Unpublish {
                 name: name.to_string(),
                 source,
             };
-            return self.failed(&va, Side::Detach, message, None, error).await;
+            return Err(self.failed(&va, Side::Detach, message, None, error).await);
         }
         if let Some(ops) = plan.release {
             let api: Api<VolumeAttachment> = Api::all(self.client.clone());
