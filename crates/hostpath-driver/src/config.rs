@@ -70,7 +70,8 @@ pub struct DriverArgs {
     pub publish_mode: PublishMode,
     /// Fault to inject, METHOD=RULE[,RULE..] with RULE one of latency:DURATION,
     /// error:CODE[:PROBABILITY][:after], hang (repeatable; METHOD `*` matches every method);
-    /// `seed=N` seeds the draws of the probabilities, so a run can be replayed.
+    /// `seed=N` seeds the draws of the probabilities: the same calls in the same order draw
+    /// the same faults.
     #[arg(long = "fault", value_name = "METHOD=RULES")]
     pub faults: Vec<String>,
     /// A secret a method requires, METHOD:KEY=VALUE (repeatable): calls of METHOD whose

@@ -58,7 +58,9 @@ pub struct FaultRule {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FaultSet {
     rules: BTreeMap<String, FaultRule>,
-    /// `seed=N`: the draws of the probabilities start from this seed (a run can be replayed).
+    /// `seed=N`: the draws of the probabilities start from this seed: the same calls in the
+    /// same order draw the same faults (concurrent calls share one sequence, so their order
+    /// decides which gets which draw).
     seed: Option<u64>,
 }
 

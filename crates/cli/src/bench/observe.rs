@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -23,7 +22,6 @@ pub(super) struct Observers {
     pub(super) created_at: Times,
     seen_at: Times,
     bound: Times,
-    deleted: Arc<AtomicUsize>,
     /// When each benchmark PV's delete event came.
     deleted_at: Arc<Mutex<Vec<Instant>>>,
     peak: Arc<Mutex<f64>>,
@@ -38,13 +36,11 @@ impl Observers {
             created_at: Arc::default(),
             seen_at: Arc::default(),
             bound: Arc::default(),
-            deleted: Arc::default(),
             deleted_at: Arc::default(),
             peak: Arc::new(Mutex::new(0.0)),
             tasks: Background::default(),
         };
-        let (seen, deleted, deleted_at) =
-            (o.seen_at.clone(), o.deleted.clone(), o.deleted_at.clone());
+        let (seen, deleted_at) = (o.seen_at.clone(), o.deleted_at.clone());
         o.tasks.spawn(async move {
             let stream = watch(pvs);
             futures::pin_mut!(stream);
@@ -60,7 +56,6 @@ impl Observers {
                     }
                     watcher::Event::Delete(pv) => {
                         if pv.claim().is_some_and(|n| n.starts_with("bench-")) {
-                            deleted.fetch_add(1, Ordering::Relaxed);
                             deleted_at.lock().push(Instant::now());
                         }
                     }
@@ -109,7 +104,7 @@ impl Observers {
 
     /// PVs of benchmark claims deleted so far.
     pub(super) fn deleted_count(&self) -> usize {
-        self.deleted.load(Ordering::Relaxed)
+        self.deleted_at.lock().len()
     }
 
     /// What the progress line shows: claims created, Bound, and their PVs deleted so far.
@@ -117,13 +112,13 @@ impl Observers {
         let (created, bound, deleted) = (
             self.created_at.clone(),
             self.bound.clone(),
-            self.deleted.clone(),
+            self.deleted_at.clone(),
         );
         move || {
             (
                 count_bench(&created),
                 count_bench(&bound),
-                deleted.load(Ordering::Relaxed),
+                deleted.lock().len(),
             )
         }
     }
