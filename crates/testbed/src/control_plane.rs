@@ -28,6 +28,8 @@ pub struct Options {
     pub controllers: Option<String>,
     /// Whether kube-scheduler runs.
     pub scheduler: bool,
+    /// More kube-apiserver flags (e.g. `--runtime-config` to stop serving an API).
+    pub api_server_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -35,6 +37,7 @@ impl Default for Options {
         Options {
             controllers: Some("*,-node-lifecycle-controller".into()),
             scheduler: true,
+            api_server_args: Vec::new(),
         }
     }
 }
@@ -137,7 +140,10 @@ impl ControlPlane {
                 format!("--audit-log-path={}", plane.audit_log.display()),
                 "--audit-log-mode=blocking".into(),
                 "--v=1".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(options.api_server_args.iter().cloned())
+            .collect(),
         )?;
         let kubeconfig = plane.kubeconfig_text(ADMIN, &admin_token);
         write_private(&plane.admin_kubeconfig, kubeconfig.as_bytes())?;

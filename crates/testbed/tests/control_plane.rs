@@ -12,6 +12,7 @@ async fn a_service_account_gets_what_rbac_grants_and_its_refusals_are_audited() 
     let plane = ControlPlane::start(Options {
         controllers: None,
         scheduler: false,
+        ..Options::default()
     })
     .await
     .unwrap();

@@ -46,6 +46,8 @@ pub struct Setup<'a> {
     pub storage_capacity: bool,
     /// kube-controller-manager's `--controllers`.
     pub controllers: Option<String>,
+    /// More kube-apiserver flags.
+    pub api_server_args: &'a [&'a str],
 }
 
 impl Default for Setup<'_> {
@@ -57,6 +59,7 @@ impl Default for Setup<'_> {
             attach_required: false,
             storage_capacity: false,
             controllers: Options::default().controllers,
+            api_server_args: &[],
         }
     }
 }
@@ -75,6 +78,11 @@ impl Bed {
         let plane = ControlPlane::start(Options {
             controllers: setup.controllers.clone(),
             scheduler: true,
+            api_server_args: setup
+                .api_server_args
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));

@@ -55,6 +55,7 @@ async fn can_i_list_answers_as_kube_apiserver_does_for_our_manifests() {
     let plane = ControlPlane::start(Options {
         controllers: None,
         scheduler: false,
+        ..Options::default()
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));

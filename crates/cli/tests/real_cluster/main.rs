@@ -12,6 +12,7 @@ mod can_i;
 mod capacity;
 mod data_sources;
 mod leader;
+mod newer_apis;
 mod node_deployment;
 mod provisioning;
 mod tables;

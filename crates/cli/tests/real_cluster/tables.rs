@@ -282,6 +282,7 @@ async fn kubectl_get_shows_the_same_table_on_both_servers() {
     let plane = ControlPlane::start(Options {
         controllers: None,
         scheduler: false,
+        ..Options::default()
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
