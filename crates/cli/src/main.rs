@@ -41,23 +41,13 @@ enum Command {
     Apiserver(ApiserverArgs),
     /// Run the whole stack on this machine: API server, driver, provisioner, PV controller.
     Up(stack::UpArgs),
-    /// Run the PV controller against an API server.
-    PvController(PvControllerArgs),
+    /// Run the PV controller (binder and reclaimer) against an API server, instead of
+    /// kube-controller-manager's persistentvolume-binder-controller.
+    PvController(pv_controller::runner::PvControllerArgs),
     /// Measure a provisioner: throughput, latency, memory, CPU and API calls per volume.
     Bench(cli::bench::BenchArgs),
     /// Measure the API server: creates/s from concurrent clients and watch events/s.
     BenchApiserver(cli::apibench::ApiBenchArgs),
-}
-
-/// Flags of `volstack pv-controller`.
-#[derive(Debug, clap::Args)]
-struct PvControllerArgs {
-    /// Kubeconfig of the API server.
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: String,
-    /// Concurrent claim (and volume) workers.
-    #[arg(long, default_value_t = 8)]
-    workers: usize,
 }
 
 /// Flags of `volstack apiserver`.
@@ -134,18 +124,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run_pv_controller(args: PvControllerArgs) -> anyhow::Result<()> {
-    let client = sidecar_kit::kubeclient::build_client(
-        &sidecar_kit::kubeclient::ClientOptions::unthrottled(&args.kubeconfig, "pv-controller/0.1"),
-    )
-    .await?;
-    let controller = pv_controller::controller::PvController::new(
-        client,
-        pv_controller::controller::default_backoff(),
-        false,
-    );
-    controller.run(args.workers, cli::shutdown_signal()).await;
-    Ok(())
+async fn run_pv_controller(args: pv_controller::runner::PvControllerArgs) -> anyhow::Result<()> {
+    Ok(pv_controller::runner::run(args, cli::shutdown_signal()).await?)
 }
 
 async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {

@@ -13,7 +13,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use sidecar_kit::events::{EventType, Recorder};
 use sidecar_kit::runtime::Controller;
-use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
+use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
 
 use crate::decide::binder::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
@@ -84,6 +84,19 @@ use sidecar_kit::vocabulary::{hostname, reference};
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::watch_index::Feed;
 
+/// A work queue, with its `workqueue_*` series when there are metrics.
+fn queue<K: Clone + Eq + std::hash::Hash + Send + 'static>(
+    backoff: Backoff,
+    metrics: Option<&sidecar_kit::metrics::Metrics>,
+    name: &str,
+) -> WorkQueue<K> {
+    let queue = WorkQueue::new(backoff);
+    match metrics {
+        Some(metrics) => queue.with_metrics(QueueMetrics::new(metrics, name)),
+        None => queue,
+    }
+}
+
 /// How soon an object whose write conflicted is looked at again.
 const CONFLICT_RETRY: Duration = sidecar_kit::api_errors::CHANGED_LOOK_AGAIN;
 
@@ -113,9 +126,29 @@ impl PvController {
     /// policy `Recycle` (the embedded stack's); without them such a volume gets a
     /// `VolumeFailedRecycle` event.
     pub fn new(client: kube::Client, backoff: Backoff, node_recyclers: bool) -> Arc<Self> {
+        Self::with_queues(client, backoff, node_recyclers, None)
+    }
+
+    /// Like [`PvController::new`], with kube-controller-manager's `workqueue_*` series for its
+    /// two queues (`claims`, `volumes`) in `metrics`.
+    pub fn with_metrics(
+        client: kube::Client,
+        backoff: Backoff,
+        metrics: &sidecar_kit::metrics::Metrics,
+    ) -> Arc<Self> {
+        Self::with_queues(client, backoff, false, Some(metrics))
+    }
+
+    fn with_queues(
+        client: kube::Client,
+        backoff: Backoff,
+        node_recyclers: bool,
+        metrics: Option<&sidecar_kit::metrics::Metrics>,
+    ) -> Arc<Self> {
         let watches = Watches::default();
-        let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> = WorkQueue::new(backoff);
-        let volume_queue: WorkQueue<String> = WorkQueue::new(backoff);
+        let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> =
+            queue(backoff, metrics, "claims");
+        let volume_queue: WorkQueue<String> = queue(backoff, metrics, "volumes");
         let index = Arc::new(ClaimRefIndex::default());
         let (q, vq, by_claim) = (claim_queue.clone(), volume_queue.clone(), index.clone());
         // Claims and volumes are written back whole (updates): their caches keep every
@@ -217,6 +250,12 @@ impl PvController {
         orphan_resync: Duration,
         stop: impl std::future::Future<Output = ()>,
     ) {
+        self.controller(workers, orphan_resync).run(stop).await;
+    }
+
+    /// The controller on the shared runtime: `workers` claim and volume workers, and the pass
+    /// over volumes whose claim is missing every `orphan_resync`.
+    pub fn controller(self: &Arc<Self>, workers: usize, orphan_resync: Duration) -> Controller {
         let (claims, volumes, resync) = (self.clone(), self.clone(), self.clone());
         Controller::new("persistentvolume-controller")
             .watches(&self.watches)
@@ -237,8 +276,6 @@ impl PvController {
                     tracing::debug!(volumes = queued, "re-queued volumes whose claim is missing");
                 }
             })
-            .run(stop)
-            .await;
     }
 
     async fn sync_claim(&self, key: &ObjectRef<PersistentVolumeClaim>) -> Result<(), SyncError> {

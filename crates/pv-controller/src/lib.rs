@@ -13,3 +13,4 @@ pub mod controller;
 pub mod decide;
 pub mod index;
 pub mod protection;
+pub mod runner;

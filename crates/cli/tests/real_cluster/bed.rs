@@ -231,6 +231,18 @@ impl Bed {
         }
     }
 
+    /// Starts `volstack pv-controller` under the ServiceAccount `default/pv-controller` with
+    /// `args`; `name` names its log.
+    pub async fn pv_controller(&mut self, name: &str, args: &[&str]) {
+        let kubeconfig = self.kubeconfig_of("pv-controller").await;
+        let mut argv = vec![
+            "pv-controller".to_string(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+        ];
+        argv.extend(args.iter().map(|s| s.to_string()));
+        self.spawn(name, VOLSTACK, argv, &[]);
+    }
+
     /// Every log of ours and the end of the control plane's controllers' logs, for a
     /// failure's message.
     pub fn logs(&self) -> String {

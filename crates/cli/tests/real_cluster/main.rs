@@ -15,6 +15,7 @@ mod leader;
 mod newer_apis;
 mod node_deployment;
 mod provisioning;
+mod pv_binder;
 mod tables;
 mod upstream_rbac;
 mod volume_sets;

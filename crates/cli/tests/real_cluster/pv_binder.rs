@@ -1,0 +1,100 @@
+//! `volstack pv-controller` in place of kube-controller-manager's binder (started without
+//! `persistentvolume-binder-controller`), under its ServiceAccount with
+//! `deploy/kubernetes/pv-controller-rbac.yaml`: it leads through its Lease, binds a claim the
+//! provisioner made a volume for, releases the volume when the claim goes (the provisioner
+//! then deletes it), and serves its health and `workqueue_*` metrics.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use serde_json::json;
+
+use crate::bed::{Bed, Setup, manifest};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A port free on loopback now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// The body of an HTTP/1.0 GET on loopback.
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn our_pv_controller_binds_and_releases_in_place_of_kube_controller_managers_binder() {
+    let mut bed = Bed::start(Setup {
+        manifests: vec![manifest("rbac.yaml"), manifest("pv-controller-rbac.yaml")],
+        controllers: Some(
+            "*,-node-lifecycle-controller,-persistentvolume-binder-controller".into(),
+        ),
+        ..Default::default()
+    })
+    .await;
+    let port = free_port();
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+    bed.pv_controller(
+        "pv-controller",
+        &[
+            "--leader-elect",
+            "--leader-elect-resource-namespace=default",
+            &endpoint,
+        ],
+    )
+    .await;
+    bed.provisioner("csi-provisioner", &[], &[]).await;
+    bed.class("fast", json!({"volumeBindingMode": "Immediate"}))
+        .await;
+    // Nothing else binds on this cluster: a Bound claim is our controller's doing.
+    bed.claim("data", "fast", "1Gi", json!({})).await;
+    let pv = bed.bound("data", WAIT).await;
+    let annotations = pv.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("pv.kubernetes.io/provisioned-by")
+            .map(String::as_str),
+        Some(crate::bed::DRIVER)
+    );
+    let lease = Api::<Lease>::namespaced(bed.admin.clone(), "default")
+        .get(pv_controller::runner::LEASE)
+        .await
+        .unwrap();
+    assert!(
+        lease.spec.and_then(|s| s.holder_identity).is_some(),
+        "the replica leads through its Lease"
+    );
+    assert_eq!(http_get(port, "/healthz/leader-election").await, "ok");
+    let metrics = http_get(port, "/metrics").await;
+    for wanted in [
+        r#"workqueue_adds_total{name="claims"}"#,
+        r#"workqueue_adds_total{name="volumes"}"#,
+        "leader_election_master_status",
+    ] {
+        assert!(metrics.contains(wanted), "{wanted} missing from\n{metrics}");
+    }
+    // The claim goes: the volume is Released by ours, and deleted by the provisioner.
+    bed.delete_claim("data", WAIT).await;
+    bed.until("the driver's volume deleted", WAIT, || async {
+        bed.driver_volumes().await.is_empty()
+    })
+    .await;
+    bed.finish().await;
+}
