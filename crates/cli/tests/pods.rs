@@ -148,3 +148,62 @@ fn a_pod_gets_its_volume_its_files_outlive_it_and_its_claim_waits_for_it() {
     assert!(get(dir, &["volumeattachments"], "{.items[*].metadata.name}").is_empty());
     stop(up2);
 }
+
+#[test]
+fn a_pods_ephemeral_volume_is_its_own_claim_made_with_it_and_deleted_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let _up = up(dir);
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: scratch\nspec:\n  containers:\n    - name: app\n      image: busybox\n      volumeMounts:\n        - name: work\n          mountPath: /work\n  volumes:\n    - name: work\n      ephemeral:\n        volumeClaimTemplate:\n          metadata:\n            labels:\n              team: a\n          spec:\n            accessModes: [ReadWriteOnce]\n            resources:\n              requests:\n                storage: 1Mi\n";
+    kubectl(dir, &["apply", "-f", "-"], Some(pod));
+    wait_ready(dir, "scratch");
+    // The claim <pod>-<volume>, owned by the Pod, with the template's labels, Bound.
+    let owner = get(
+        dir,
+        &["pvc", "scratch-work"],
+        "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
+    );
+    assert_eq!(owner, "Pod/scratch");
+    assert_eq!(
+        get(dir, &["pvc", "scratch-work"], "{.metadata.labels.team}"),
+        "a"
+    );
+    assert_eq!(
+        get(dir, &["pvc", "scratch-work"], "{.status.phase}"),
+        "Bound"
+    );
+    let pv = get(dir, &["pvc", "scratch-work"], "{.spec.volumeName}");
+
+    // A claim of another Pod's name that the Pod does not own is never taken: it waits, told why.
+    let squatter = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: other-work\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Mi\n";
+    kubectl(dir, &["apply", "-f", "-"], Some(squatter));
+    kubectl(
+        dir,
+        &["apply", "-f", "-"],
+        Some(&pod.replace("name: scratch", "name: other")),
+    );
+    wait_for("the event saying the claim is not the Pod's", WAIT, || {
+        kubectl(
+            dir,
+            &[
+                "get",
+                "events",
+                "--field-selector=involvedObject.name=other",
+            ],
+            None,
+        )
+        .contains("PVC other-work was not created for the pod")
+    });
+    assert_ne!(get(dir, &["pod", "other"], "{.status.phase}"), "Running");
+
+    // The Pod goes: its claim goes with it, and the volume after it.
+    kubectl(dir, &["delete", "pod", "scratch", "--timeout=60s"], None);
+    wait_for("the Pod's claim deleted", WAIT, || {
+        !exists(dir, "pvc", "scratch-work")
+    });
+    wait_for("its volume deleted", WAIT, || !exists(dir, "pv", &pv));
+    assert!(
+        exists(dir, "pvc", "other-work"),
+        "a claim no Pod owns stays"
+    );
+}

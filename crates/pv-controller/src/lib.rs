@@ -1,7 +1,7 @@
 //! The cluster side that kube-controller-manager plays in a real cluster: binding claims to
 //! volumes, default classes, asking provisioners, releasing volumes; the attach/detach
 //! controller (VolumeAttachments for the volumes Pods use on their nodes); the pvc- and
-//! pv-protection controllers.
+//! pv-protection controllers; the claims of Pods' generic ephemeral volumes (`ephemeral`).
 //!
 //! - [`decide`]: pure decisions (tested with tables);
 //! - [`controller`]: watches, queues and the API writes that carry them out.
@@ -11,6 +11,7 @@
 pub mod attach_detach;
 pub mod controller;
 pub mod decide;
+pub mod ephemeral;
 pub mod index;
 pub mod protection;
 pub mod runner;

@@ -34,6 +34,20 @@ pub const ANN_MODIFY_SECRET_NAME: &str = "volume.kubernetes.io/controller-modify
 pub const ANN_MODIFY_SECRET_NAMESPACE: &str =
     "volume.kubernetes.io/controller-modify-secret-namespace";
 /// The external provisioner's finalizer on the volumes it deletes.
+/// Whether `claim` is the claim of `pod`'s ephemeral volume: the Pod controls it (its owner
+/// reference names the Pod's UID). A claim of the same name that is not is never used for it.
+pub fn claim_is_for_pod(
+    claim: &PersistentVolumeClaim,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> bool {
+    let Some(uid) = pod.metadata.uid.as_deref() else {
+        return false;
+    };
+    claim.metadata.owner_references.iter().flatten().any(|r| {
+        r.controller == Some(true) && r.kind == "Pod" && r.api_version == "v1" && r.uid == uid
+    })
+}
+
 /// kubelet's annotation on a Node: each CSI driver's node id, as a JSON object.
 pub const ANN_NODE_IDS: &str = "csi.volume.kubernetes.io/nodeid";
 

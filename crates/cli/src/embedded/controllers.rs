@@ -115,6 +115,8 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let manager = &clients.controller_manager;
         let protection = pv_controller::protection::ProtectionController::new(manager.clone());
         tasks.push(tokio::spawn(protection.controller().run(parts.stopped())));
+        let ephemeral = pv_controller::ephemeral::EphemeralController::new(manager.clone());
+        tasks.push(tokio::spawn(ephemeral.controller().run(parts.stopped())));
         let attach_detach =
             pv_controller::attach_detach::AttachDetachController::new(manager.clone());
         tasks.push(tokio::spawn(

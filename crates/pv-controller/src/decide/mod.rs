@@ -3,6 +3,7 @@
 pub mod attach_detach;
 pub mod binder;
 pub mod classes;
+pub mod ephemeral;
 pub mod protection;
 
 #[cfg(test)]

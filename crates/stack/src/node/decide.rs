@@ -193,6 +193,10 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
         let Some(claim) = world.claims.get(&(namespace.clone(), claim_name.clone())) else {
             return PodPlan::Wait(format!("persistentvolumeclaim {claim_name:?} not found"));
         };
+        if volume.ephemeral.is_some() && !sidecar_kit::vocabulary::claim_is_for_pod(claim, pod) {
+            // As kubelet: a claim of the name that the Pod does not own is not its volume.
+            return PodPlan::Wait(format!("PVC {claim_name} was not created for the pod"));
+        }
         let Some(pv_name) = claim
             .spec
             .as_ref()

@@ -352,3 +352,40 @@ fn only_a_volume_that_was_shown_and_is_no_longer_is_a_lost_mount() {
         assert_eq!(found.len(), usize::from(lost), "{data:?} shows={shows}");
     }
 }
+
+#[test]
+fn an_ephemeral_volume_is_set_up_only_from_the_claim_its_pod_owns() {
+    let mut p = testing::pod("app").uid("u1").node("n1").build();
+    p.spec.get_or_insert_default().volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+        name: "work".into(),
+        ephemeral: Some(Default::default()),
+        ..Default::default()
+    }]);
+    let owned_by = |uid: &str| {
+        let mut c = claim("app-work", "pv-1");
+        c.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: "app".into(),
+                uid: uid.into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        c
+    };
+    let objects = |claim: PersistentVolumeClaim| Objects {
+        claims: vec![claim],
+        volumes: vec![pv("pv-1", D)],
+        drivers: vec![driver(false, false)],
+        attachments: vec![],
+    };
+    assert_eq!(summary(&plan(&p, &objects(owned_by("u1")))), "set up pv-1");
+    for stranger in [owned_by("u0"), claim("app-work", "pv-1")] {
+        assert_eq!(
+            summary(&plan(&p, &objects(stranger))),
+            "wait: PVC app-work was not created for the pod"
+        );
+    }
+}
