@@ -217,6 +217,11 @@ impl PvController {
         })
     }
 
+    /// kube-controller-manager's `pv_collector_*` gauges, counted from this controller's caches.
+    pub fn collector(&self) -> crate::metrics::PvCollector {
+        crate::metrics::PvCollector::new(self.volumes.clone(), self.claims.clone())
+    }
+
     /// Queues every volume whose claimRef names a claim that is missing or has another UID.
     /// A missed event must not leak a volume; kube-controller-manager re-syncs every 15 s.
     /// Uses [`WorkQueue::add`], so a volume waiting out a backoff keeps waiting.

@@ -13,5 +13,6 @@ pub mod controller;
 pub mod decide;
 pub mod ephemeral;
 pub mod index;
+pub mod metrics;
 pub mod protection;
 pub mod runner;

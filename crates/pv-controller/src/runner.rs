@@ -61,7 +61,8 @@ pub struct PvControllerArgs {
     #[arg(long, default_value = "2s", value_parser = go_duration)]
     pub leader_elect_retry_period: Duration,
     /// Address of the HTTP endpoint: `/healthz` (and `/healthz/leader-election`) and the
-    /// metrics (the `workqueue_*` series of the `claims` and `volumes` queues).
+    /// metrics (kube-controller-manager's `pv_collector_*` gauges and the `workqueue_*` series
+    /// of the `claims` and `volumes` queues).
     #[arg(long, default_value = "")]
     pub http_endpoint: String,
     /// Path of the metrics on `--http-endpoint`.
@@ -170,6 +171,9 @@ pub async fn run(
     .await?;
     let metrics = Metrics::new()?;
     let controller = PvController::with_metrics(client.clone(), default_backoff(), &metrics);
+    metrics
+        .registry
+        .register(Box::new(controller.collector()))?;
     let serve = Serve {
         http_address: (!args.http_endpoint.is_empty()).then(|| args.http_endpoint.clone()),
         metrics_path: args.metrics_path.clone(),

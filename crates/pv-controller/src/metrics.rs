@@ -1,0 +1,274 @@
+//! kube-controller-manager's PV controller gauges, counted from the caches at each scrape:
+//! `pv_collector_total_pv_count{plugin_name, volume_mode}`,
+//! `pv_collector_bound_pv_count{storage_class}`, `pv_collector_unbound_pv_count{storage_class}`,
+//! `pv_collector_bound_pvc_count{namespace, storage_class, volume_attributes_class}` and
+//! `pv_collector_unbound_pvc_count{...}` (bound: the phase says Bound).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::runtime::reflector::Store;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntGaugeVec, Opts};
+
+/// The counts behind the gauges, by their labels.
+#[derive(Debug, Default, PartialEq)]
+pub struct Counts {
+    /// By (plugin name, volume mode).
+    pub total_pv: BTreeMap<(String, String), i64>,
+    /// By storage class.
+    pub bound_pv: BTreeMap<String, i64>,
+    /// By storage class.
+    pub unbound_pv: BTreeMap<String, i64>,
+    /// By (namespace, storage class, volume attributes class).
+    pub bound_pvc: BTreeMap<(String, String, String), i64>,
+    /// By (namespace, storage class, volume attributes class).
+    pub unbound_pvc: BTreeMap<(String, String, String), i64>,
+}
+
+/// A volume's plugin as kube-controller-manager names it (`kubernetes.io/csi:<driver>` for
+/// CSI), `N/A` for a source it has no plugin for here.
+fn plugin_name(pv: &PersistentVolume) -> String {
+    let Some(spec) = pv.spec.as_ref() else {
+        return "N/A".into();
+    };
+    if let Some(csi) = &spec.csi {
+        return format!("kubernetes.io/csi:{}", csi.driver);
+    }
+    let plugin = if spec.host_path.is_some() {
+        "kubernetes.io/host-path"
+    } else if spec.nfs.is_some() {
+        "kubernetes.io/nfs"
+    } else if spec.local.is_some() {
+        "kubernetes.io/local-volume"
+    } else {
+        "N/A"
+    };
+    plugin.into()
+}
+
+/// Counts the volumes and claims as kube-controller-manager's collector does.
+pub fn count<'a>(
+    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
+    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
+) -> Counts {
+    let mut counts = Counts::default();
+    for pv in volumes {
+        let spec = pv.spec.as_ref();
+        let mode = spec.and_then(|s| s.volume_mode.clone());
+        *counts
+            .total_pv
+            .entry((plugin_name(pv), mode.unwrap_or_else(|| "Filesystem".into())))
+            .or_default() += 1;
+        let class = spec
+            .and_then(|s| s.storage_class_name.clone())
+            .unwrap_or_default();
+        let bound = sidecar_kit::vocabulary::pv_phase(pv) == "Bound";
+        let by_class = if bound {
+            &mut counts.bound_pv
+        } else {
+            &mut counts.unbound_pv
+        };
+        *by_class.entry(class).or_default() += 1;
+    }
+    for claim in claims {
+        let spec = claim.spec.as_ref();
+        let labels = (
+            claim.metadata.namespace.clone().unwrap_or_default(),
+            spec.and_then(|s| s.storage_class_name.clone())
+                .unwrap_or_default(),
+            spec.and_then(|s| s.volume_attributes_class_name.clone())
+                .unwrap_or_default(),
+        );
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let by_labels = if bound {
+            &mut counts.bound_pvc
+        } else {
+            &mut counts.unbound_pvc
+        };
+        *by_labels.entry(labels).or_default() += 1;
+    }
+    counts
+}
+
+/// The gauges' definitions (names, help, labels).
+fn gauges() -> [IntGaugeVec; 5] {
+    let gauge = |name: &str, help: &str, labels: &[&str]| {
+        // The names and labels are constants: a failure here is a defect caught by the tests.
+        IntGaugeVec::new(Opts::new(name, help), labels)
+            .unwrap_or_else(|error| panic!("gauge {name}: {error}"))
+    };
+    let claim_labels = ["namespace", "storage_class", "volume_attributes_class"];
+    [
+        gauge(
+            "pv_collector_total_pv_count",
+            "Gauge measuring total number of persistent volumes",
+            &["plugin_name", "volume_mode"],
+        ),
+        gauge(
+            "pv_collector_bound_pv_count",
+            "Gauge measuring number of persistent volume currently bound",
+            &["storage_class"],
+        ),
+        gauge(
+            "pv_collector_unbound_pv_count",
+            "Gauge measuring number of persistent volume currently unbound",
+            &["storage_class"],
+        ),
+        gauge(
+            "pv_collector_bound_pvc_count",
+            "Gauge measuring number of persistent volume claim currently bound",
+            &claim_labels,
+        ),
+        gauge(
+            "pv_collector_unbound_pvc_count",
+            "Gauge measuring number of persistent volume claim currently unbound",
+            &claim_labels,
+        ),
+    ]
+}
+
+/// The collector, registered beside the controller's other metrics.
+pub struct PvCollector {
+    volumes: Store<PersistentVolume>,
+    claims: Store<PersistentVolumeClaim>,
+    descs: Vec<Desc>,
+}
+
+impl std::fmt::Debug for PvCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PvCollector").finish_non_exhaustive()
+    }
+}
+
+impl PvCollector {
+    /// Counts what these caches hold.
+    pub fn new(volumes: Store<PersistentVolume>, claims: Store<PersistentVolumeClaim>) -> Self {
+        let descs = gauges()
+            .iter()
+            .flat_map(|g| g.desc().into_iter().cloned())
+            .collect();
+        PvCollector {
+            volumes,
+            claims,
+            descs,
+        }
+    }
+}
+
+impl Collector for PvCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let (volumes, claims) = (self.volumes.state(), self.claims.state());
+        let counts = count(
+            volumes.iter().map(AsRef::as_ref),
+            claims.iter().map(AsRef::as_ref),
+        );
+        let [total, bound_pv, unbound_pv, bound_pvc, unbound_pvc] = gauges();
+        for ((plugin, mode), n) in &counts.total_pv {
+            total
+                .with_label_values(&[plugin.as_str(), mode.as_str()])
+                .set(*n);
+        }
+        for (gauge, by_class) in [
+            (&bound_pv, &counts.bound_pv),
+            (&unbound_pv, &counts.unbound_pv),
+        ] {
+            for (class, n) in by_class {
+                gauge.with_label_values(&[class.as_str()]).set(*n);
+            }
+        }
+        for (gauge, by_labels) in [
+            (&bound_pvc, &counts.bound_pvc),
+            (&unbound_pvc, &counts.unbound_pvc),
+        ] {
+            for ((ns, class, vac), n) in by_labels {
+                gauge
+                    .with_label_values(&[ns.as_str(), class.as_str(), vac.as_str()])
+                    .set(*n);
+            }
+        }
+        [total, bound_pv, unbound_pv, bound_pvc, unbound_pvc]
+            .iter()
+            .flat_map(Collector::collect)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use sidecar_kit::testing;
+
+    #[test]
+    fn volumes_and_claims_are_counted_by_kube_controller_managers_labels() {
+        let mut csi = testing::csi_volume("a", "d.example").phase("Bound").build();
+        csi.spec.as_mut().unwrap().storage_class_name = Some("fast".into());
+        let mut block = testing::csi_volume("b", "d.example")
+            .phase("Available")
+            .build();
+        block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+        let mut host = testing::volume("c").phase("Released").build();
+        host.spec.as_mut().unwrap().host_path = Some(Default::default());
+        let mut bound = testing::claim("c1", "a");
+        bound.metadata.namespace = Some("ns".into());
+        bound.spec.as_mut().unwrap().storage_class_name = Some("fast".into());
+        bound.spec.as_mut().unwrap().volume_attributes_class_name = Some("gold".into());
+        bound.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+            phase: Some("Bound".into()),
+            ..Default::default()
+        });
+        let pending = testing::claim("c2", "");
+        let counts = count([&csi, &block, &host], [&bound, &pending]);
+        let s = String::from;
+        assert_eq!(
+            counts.total_pv,
+            BTreeMap::from([
+                ((s("kubernetes.io/csi:d.example"), s("Block")), 1),
+                ((s("kubernetes.io/csi:d.example"), s("Filesystem")), 1),
+                ((s("kubernetes.io/host-path"), s("Filesystem")), 1),
+            ])
+        );
+        assert_eq!(counts.bound_pv, BTreeMap::from([(s("fast"), 1)]));
+        assert_eq!(
+            counts.unbound_pv,
+            BTreeMap::from([(s(""), 2)]),
+            "Available and Released"
+        );
+        assert_eq!(
+            counts.bound_pvc,
+            BTreeMap::from([((s("ns"), s("fast"), s("gold")), 1)])
+        );
+        assert_eq!(
+            counts.unbound_pvc,
+            BTreeMap::from([((s("default"), s(""), s("")), 1)])
+        );
+    }
+
+    #[test]
+    fn the_collector_reports_each_gauge_with_its_labels() {
+        let (volumes, mut volume_writer) = kube::runtime::reflector::store();
+        let (claims, _claim_writer) = kube::runtime::reflector::store();
+        let mut pv = testing::csi_volume("a", "d.example").phase("Bound").build();
+        pv.spec.as_mut().unwrap().storage_class_name = Some("fast".into());
+        volume_writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pv));
+        let registry = prometheus::Registry::new();
+        registry
+            .register(Box::new(PvCollector::new(volumes, claims)))
+            .unwrap();
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        for wanted in [
+            r#"pv_collector_bound_pv_count{storage_class="fast"} 1"#,
+            r#"pv_collector_total_pv_count{plugin_name="kubernetes.io/csi:d.example",volume_mode="Filesystem"} 1"#,
+        ] {
+            assert!(text.contains(wanted), "{wanted} missing from\n{text}");
+        }
+    }
+}
