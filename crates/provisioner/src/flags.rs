@@ -73,8 +73,10 @@ pub struct ProvisionerArgs {
     /// Publish CSIStorageCapacity objects (needs the NAMESPACE or POD_NAMESPACE env variable,
     /// and POD_NAME unless --capacity-ownerref-level=-1). Also `central` (= true) and
     /// `immediate-binding` (= true with --capacity-for-immediate-binding), the older forms.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = capacity_mode)]
-    pub enable_capacity: CapacityMode,
+    /// Absent: off, unless the older `--capacity-controller-deployment-mode=central` is given;
+    /// given (`false` included), it decides ([`ProvisionerArgs::capacity`]).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = capacity_mode)]
+    enable_capacity: Option<CapacityMode>,
     /// The oldest form of --enable-capacity: `central` enables it.
     #[arg(long, hide = true, default_value = "")]
     pub capacity_controller_deployment_mode: String,
@@ -320,12 +322,11 @@ fn capacity_mode(text: &str) -> Result<CapacityMode, String> {
 impl ProvisionerArgs {
     /// Capacity as the flags ask for it, the older forms included.
     pub fn capacity(&self) -> CapacityMode {
-        if self.enable_capacity == CapacityMode::Off
-            && self.capacity_controller_deployment_mode == "central"
-        {
-            return CapacityMode::On;
+        match self.enable_capacity {
+            Some(mode) => mode,
+            None if self.capacity_controller_deployment_mode == "central" => CapacityMode::On,
+            None => CapacityMode::Off,
         }
-        self.enable_capacity
     }
 
     /// Whether classes with immediate binding get capacity objects too.
@@ -350,7 +351,7 @@ mod tests {
     #[test]
     fn the_older_capacity_flag_forms_of_the_seed_are_accepted() {
         // (flags, capacity, immediate binding)
-        let rows: [(&[&str], CapacityMode, bool); 7] = [
+        let rows: [(&[&str], CapacityMode, bool); 9] = [
             (&[], CapacityMode::Off, false),
             (&["--enable-capacity"], CapacityMode::On, false),
             (&["--enable-capacity=central"], CapacityMode::On, false),
@@ -370,6 +371,16 @@ mod tests {
                 false,
             ),
             (&["--enable-capacity=false"], CapacityMode::Off, false),
+            // An explicit --enable-capacity decides over the older form.
+            (
+                &[
+                    "--enable-capacity=false",
+                    "--capacity-controller-deployment-mode=central",
+                ],
+                CapacityMode::Off,
+                false,
+            ),
+            (&[], CapacityMode::Off, false),
         ];
         for (flags, capacity, immediate) in rows {
             let a = parse(flags).unwrap();
