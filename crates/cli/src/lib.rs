@@ -4,6 +4,7 @@
 
 pub mod apibench;
 pub mod bench;
+pub mod binderbench;
 pub mod chart;
 pub mod embedded;
 pub mod logging;

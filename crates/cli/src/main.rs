@@ -48,6 +48,9 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Measure the API server: creates/s from concurrent clients and watch events/s.
     BenchApiserver(cli::apibench::ApiBenchArgs),
+    /// Measure kube-controller-manager's PV binder against ours on a real control plane
+    /// (../shared/kube or $VOLSTACK_KUBE_BIN): time until a backlog of claims is Bound.
+    BenchBinder(cli::binderbench::BinderBenchArgs),
 }
 
 /// Flags of `volstack apiserver`.
@@ -81,8 +84,10 @@ struct ApiserverArgs {
 fn main() -> std::process::ExitCode {
     let mut cli = Cli::parse();
     // The benchmark's in-process components would drown its report in info logs.
-    if matches!(cli.command, Command::Bench(_) | Command::BenchApiserver(_))
-        && std::env::var("RUST_LOG").is_err()
+    if matches!(
+        cli.command,
+        Command::Bench(_) | Command::BenchApiserver(_) | Command::BenchBinder(_)
+    ) && std::env::var("RUST_LOG").is_err()
     {
         cli.log.verbosity = 0;
     }
@@ -112,6 +117,7 @@ fn main() -> std::process::ExitCode {
             Command::Up(args) => stack::up(args).await,
             Command::Bench(args) => cli::bench::run(args).await,
             Command::BenchApiserver(args) => cli::apibench::run(args).await,
+            Command::BenchBinder(args) => cli::binderbench::run(args).await,
             Command::PvController(args) => run_pv_controller(args).await,
         }
     });

@@ -30,6 +30,8 @@ pub struct Options {
     pub scheduler: bool,
     /// More kube-apiserver flags (e.g. `--runtime-config` to stop serving an API).
     pub api_server_args: Vec<String>,
+    /// More kube-controller-manager flags (e.g. its `--kube-api-qps`).
+    pub controller_manager_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -38,6 +40,7 @@ impl Default for Options {
             controllers: Some("*,-node-lifecycle-controller".into()),
             scheduler: true,
             api_server_args: Vec::new(),
+            controller_manager_args: Vec::new(),
         }
     }
 }
@@ -176,7 +179,10 @@ impl ControlPlane {
                     "--use-service-account-credentials=false".into(),
                     "--secure-port=0".into(),
                     "--v=1".into(),
-                ],
+                ]
+                .into_iter()
+                .chain(options.controller_manager_args.iter().cloned())
+                .collect(),
             )?;
         }
         if options.scheduler {

@@ -83,6 +83,7 @@ impl Bed {
                 .iter()
                 .map(|a| a.to_string())
                 .collect(),
+            ..Options::default()
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));

@@ -1,0 +1,285 @@
+//! `volstack bench-binder`: on a real control plane (`../shared/kube`, started by `testbed`),
+//! how long a backlog of claims takes to be Bound with kube-controller-manager's PV binder or
+//! with `volstack pv-controller` in its place, the same csi-provisioner provisioning for both.
+//! Every component runs under its ServiceAccount with the manifests of `deploy/kubernetes`.
+//! Prints figures; asserts nothing.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass};
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use testbed::{ControlPlane, Options, Process};
+
+const DRIVER: &str = "hostpath.csi.volstack.dev";
+const NODE: &str = "node-1";
+
+/// Which binder binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Binder {
+    /// kube-controller-manager's persistentvolume-binder-controller.
+    Kcm,
+    /// `volstack pv-controller`, kube-controller-manager started without its binder.
+    Ours,
+}
+
+/// Flags of `volstack bench-binder`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BinderBenchArgs {
+    /// Claims created before the sidecars start (a backlog).
+    #[arg(long, default_value_t = 1000)]
+    pub claims: usize,
+    /// The binders to measure, one run each, in this order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kcm,ours")]
+    pub binders: Vec<Binder>,
+    /// `--kube-api-qps` of every client (kube-controller-manager, the provisioner, ours); 0
+    /// lifts the limit of ours and sets kube-controller-manager's to 10,000.
+    #[arg(long, default_value_t = 0.0)]
+    pub qps: f32,
+    /// Give up waiting for all Bound after this long.
+    #[arg(long, default_value = "15m", value_parser = sidecar_kit::flags::go_duration)]
+    pub timeout: Duration,
+}
+
+/// What one run measured.
+#[derive(Debug)]
+struct Run {
+    binder: Binder,
+    bound_after: Duration,
+    bound: usize,
+}
+
+/// Runs each binder's measurement and prints a line per run.
+pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
+    let bin = std::env::current_exe()
+        .context("find volstack's own path")?
+        .parent()
+        .map(Path::to_path_buf)
+        .context("volstack has no directory")?;
+    let mut runs = Vec::new();
+    for &binder in &args.binders {
+        let run = once(&args, binder, &bin).await?;
+        println!(
+            "{:?}: {} of {} claims Bound after {:.1} s ({:.0} claims/s), qps {}",
+            run.binder,
+            run.bound,
+            args.claims,
+            run.bound_after.as_secs_f64(),
+            run.bound as f64 / run.bound_after.as_secs_f64().max(1e-9),
+            if args.qps <= 0.0 {
+                "lifted".to_string()
+            } else {
+                args.qps.to_string()
+            }
+        );
+        runs.push(run);
+    }
+    if let [kcm, ours] = runs.as_slice()
+        && kcm.binder == Binder::Kcm
+        && ours.binder == Binder::Ours
+    {
+        println!(
+            "ours bound all {:.2}x sooner",
+            kcm.bound_after.as_secs_f64() / ours.bound_after.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+fn qps_flags(qps: f32, lifted: f32) -> Vec<String> {
+    let qps = if qps <= 0.0 { lifted } else { qps };
+    vec![
+        format!("--kube-api-qps={qps}"),
+        format!("--kube-api-burst={}", (qps * 2.0).max(1.0) as u64),
+    ]
+}
+
+async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Result<Run> {
+    let controllers = match binder {
+        Binder::Kcm => "*,-node-lifecycle-controller",
+        Binder::Ours => "*,-node-lifecycle-controller,-persistentvolume-binder-controller",
+    };
+    let plane = ControlPlane::start(Options {
+        controllers: Some(controllers.into()),
+        scheduler: false,
+        controller_manager_args: qps_flags(args.qps, 10_000.0),
+        ..Options::default()
+    })
+    .await
+    .context("start the control plane")?;
+    let admin = plane.admin().await?;
+    for (name, text) in [
+        ("rbac.yaml", crate::manifests::PROVISIONER_RBAC),
+        (
+            "pv-controller-rbac.yaml",
+            crate::manifests::PV_CONTROLLER_RBAC,
+        ),
+    ] {
+        let path = plane.dir().join(name);
+        std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+        plane.kubectl(&["apply", "-f", &path.display().to_string()])?;
+    }
+    let socket = plane.dir().join("csi.sock").display().to_string();
+    let volstack = bin.join("volstack");
+    let mut processes = vec![Process::spawn(
+        "driver",
+        &volstack,
+        &[
+            "driver".to_string(),
+            format!("--endpoint=unix://{socket}"),
+            format!("--state-dir={}", plane.dir().join("driver").display()),
+            format!("--nodeid={NODE}"),
+            "--publish-mode=symlink".to_string(),
+        ],
+        &[],
+        plane.dir(),
+    )?];
+    register(&admin).await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+    create_claims(&claims, args.claims).await?;
+    // The backlog is in; the clock starts as the sidecars do.
+    let started = Instant::now();
+    let watch = tokio::spawn(count_bound(claims.clone(), args.claims));
+    let provisioner = plane
+        .service_account_kubeconfig("default", "csi-provisioner")
+        .await?;
+    let mut argv = vec![
+        format!("--csi-address={socket}"),
+        format!("--kubeconfig={}", provisioner.display()),
+        "--worker-threads=100".to_string(),
+    ];
+    argv.extend(qps_flags(args.qps, 0.0));
+    processes.push(Process::spawn(
+        "csi-provisioner",
+        &bin.join("csi-provisioner"),
+        &argv,
+        &[],
+        plane.dir(),
+    )?);
+    if binder == Binder::Ours {
+        let kubeconfig = plane
+            .service_account_kubeconfig("default", "pv-controller")
+            .await?;
+        let mut argv = vec![
+            "pv-controller".to_string(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+        ];
+        argv.extend(qps_flags(args.qps, 0.0));
+        processes.push(Process::spawn(
+            "pv-controller",
+            &volstack,
+            &argv,
+            &[],
+            plane.dir(),
+        )?);
+    }
+    let bound = tokio::time::timeout(args.timeout, watch).await;
+    let bound_after = started.elapsed();
+    let bound = match bound {
+        Ok(Ok(Ok(bound))) => bound,
+        Ok(Ok(Err(error))) => return Err(error),
+        Ok(Err(error)) => anyhow::bail!("the claim watch stopped: {error}"),
+        Err(_) => {
+            let logs: Vec<String> = processes.iter().map(|p| p.log()).collect();
+            anyhow::bail!(
+                "not all Bound after {:?}; logs:\n{}",
+                args.timeout,
+                logs.join("\n")
+            )
+        }
+    };
+    for process in &mut processes {
+        process.terminate(Duration::from_secs(5));
+    }
+    Ok(Run {
+        binder,
+        bound_after,
+        bound,
+    })
+}
+
+/// The Node, its CSINode, the CSIDriver and an Immediate class, as kubelet and an operator
+/// would make them.
+async fn register(admin: &kube::Client) -> anyhow::Result<()> {
+    let pp = PostParams::default();
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+    }))?;
+    let node = Api::<Node>::all(admin.clone()).create(&pp, &node).await?;
+    let csinode: CSINode = serde_json::from_value(json!({
+        "metadata": {"name": NODE, "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node.metadata.uid}]},
+        "spec": {"drivers": [{"name": DRIVER, "nodeID": NODE}]},
+    }))?;
+    Api::<CSINode>::all(admin.clone())
+        .create(&pp, &csinode)
+        .await?;
+    let driver: CSIDriver = serde_json::from_value(json!({
+        "metadata": {"name": DRIVER}, "spec": {"attachRequired": false},
+    }))?;
+    Api::<CSIDriver>::all(admin.clone())
+        .create(&pp, &driver)
+        .await?;
+    let class: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": "fast"}, "provisioner": DRIVER, "volumeBindingMode": "Immediate",
+    }))?;
+    Api::<StorageClass>::all(admin.clone())
+        .create(&pp, &class)
+        .await?;
+    Ok(())
+}
+
+/// Creates `n` claims from 32 clients at once.
+async fn create_claims(claims: &Api<PersistentVolumeClaim>, n: usize) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers = (0..32).map(|_| {
+        let (claims, next) = (claims.clone(), next.clone());
+        async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+                    "metadata": {"name": format!("claim-{i}")},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                             "resources": {"requests": {"storage": "1Mi"}}},
+                }))?;
+                claims.create(&PostParams::default(), &claim).await?;
+            }
+        }
+    });
+    for result in futures::future::join_all(workers).await {
+        result?;
+    }
+    Ok(())
+}
+
+/// Waits until `n` claims are Bound; returns how many are.
+async fn count_bound(claims: Api<PersistentVolumeClaim>, n: usize) -> anyhow::Result<usize> {
+    let mut bound = std::collections::HashSet::new();
+    let stream = watcher::watcher(claims, watcher::Config::default());
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event? {
+            watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => {
+                let is_bound =
+                    claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                if is_bound && let Some(name) = claim.metadata.name {
+                    bound.insert(name);
+                }
+            }
+            watcher::Event::Delete(_) | watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+        if bound.len() >= n {
+            return Ok(bound.len());
+        }
+    }
+    anyhow::bail!("the claim watch ended with {} of {n} Bound", bound.len())
+}
