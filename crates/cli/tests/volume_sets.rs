@@ -530,3 +530,45 @@ async fn a_sets_volumes_left_in_flight_at_a_crash_are_replaced() {
         "the volumes left in flight were deleted: {before:?} {now:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_plain_map_selector_is_read_as_its_match_labels() {
+    let c = Cluster::start(&["--capacity=1Ti"], &FLAGS, true).await;
+    c.class("pool", json!({})).await;
+    // Sent as JSON (the typed set would write a LabelSelector): the selector is the seed's map.
+    let sets = kube::api::ApiResource::erase::<PersistentVolumeSet>(&());
+    let set: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "storage.volstack.dev/v1alpha1",
+        "kind": "PersistentVolumeSet",
+        "metadata": {"name": "plain"},
+        "spec": {
+            "minimumReplicas": 2,
+            "maximumReplicas": 2,
+            "selector": {"pool": "plain"},
+            "template": {
+                "metadata": {"labels": {"pool": "plain"}},
+                "spec": {"storageClassName": "pool", "capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"]},
+            },
+        },
+    }))
+    .unwrap();
+    Api::<kube::api::DynamicObject>::all_with(c.client.clone(), &sets)
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap();
+    c.wait_until(
+        "2 volumes in the plain-map set",
+        Duration::from_secs(30),
+        || async { count(&c, "plain", "Available").await == 2 },
+    )
+    .await;
+    let stored = Api::<PersistentVolumeSet>::all(c.client.clone())
+        .get("plain")
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.spec.selector.match_labels.unwrap()["pool"],
+        "plain",
+        "read back as matchLabels"
+    );
+}

@@ -15,8 +15,10 @@ fn column(name: &str, kind: &str, path: &str) -> Value {
 /// The definition.
 pub fn definition() -> Value {
     let count = json!({"type": "integer", "format": "int32", "minimum": 0});
+    // A LabelSelector, or the seed's plain map of labels (its keys kept: read as matchLabels).
     let label_selector = json!({
         "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
         "properties": {
             "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
             "matchExpressions": {"type": "array", "items": {

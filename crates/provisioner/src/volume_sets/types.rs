@@ -42,8 +42,9 @@ pub struct PersistentVolumeSetSpec {
     /// Volumes in the set at most, whatever their phase.
     #[serde(default)]
     pub maximum_replicas: i32,
-    /// The volumes that belong to the set (the template's labels must match it).
-    #[serde(default)]
+    /// The volumes that belong to the set (the template's labels must match it): a
+    /// LabelSelector, or the seed's shorthand, a plain map of labels (read as `matchLabels`).
+    #[serde(default, deserialize_with = "selector_or_labels")]
     pub selector: LabelSelector,
     /// What new volumes are made from.
     #[serde(default)]
@@ -116,3 +117,77 @@ sidecar_kit::custom_resource!(
     "persistentvolumesets",
     k8s_openapi::ClusterResourceScope
 );
+
+/// A LabelSelector (an object whose keys are only `matchLabels` and `matchExpressions`), or a
+/// plain map of labels, read as its `matchLabels`.
+fn selector_or_labels<'de, D>(deserializer: D) -> Result<LabelSelector, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    let value = serde_json::Value::deserialize(deserializer)?;
+    let selector_keys = value.as_object().is_some_and(|object| {
+        object
+            .keys()
+            .all(|key| key == "matchLabels" || key == "matchExpressions")
+    });
+    if selector_keys {
+        return serde_json::from_value(value).map_err(D::Error::custom);
+    }
+    let labels: std::collections::BTreeMap<String, String> = serde_json::from_value(value)
+        .map_err(|error| {
+            D::Error::custom(format!(
+                "selector: neither a LabelSelector nor a map of labels: {error}"
+            ))
+        })?;
+    Ok(LabelSelector {
+        match_labels: Some(labels),
+        match_expressions: None,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod selector_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_selector_is_a_label_selector_or_the_seeds_plain_map() {
+        let spec = |selector: serde_json::Value| {
+            serde_json::from_value::<PersistentVolumeSetSpec>(json!({"selector": selector}))
+                .map(|s| s.selector)
+        };
+        let labels = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            )
+        };
+        let plain = spec(json!({"pool": "fast", "zone": "a"})).unwrap();
+        assert_eq!(
+            plain.match_labels,
+            labels(&[("pool", "fast"), ("zone", "a")])
+        );
+        assert_eq!(plain.match_expressions, None);
+        let full = spec(json!({"matchLabels": {"pool": "fast"},
+            "matchExpressions": [{"key": "zone", "operator": "Exists"}]}))
+        .unwrap();
+        assert_eq!(full.match_labels, labels(&[("pool", "fast")]));
+        assert_eq!(full.match_expressions.unwrap().len(), 1);
+        assert_eq!(spec(json!({})).unwrap(), LabelSelector::default());
+        let error = spec(json!({"pool": 3})).unwrap_err().to_string();
+        assert!(
+            error.contains("neither a LabelSelector nor a map of labels"),
+            "{error}"
+        );
+        let missing: PersistentVolumeSetSpec = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(
+            missing.selector,
+            LabelSelector::default(),
+            "absent: the default"
+        );
+    }
+}
