@@ -572,3 +572,86 @@ async fn the_seeds_plain_map_selector_is_read_as_its_match_labels() {
         "read back as matchLabels"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_with_a_volume_source_makes_static_volumes_and_scales_them_down() {
+    let c = Cluster::start(&["--capacity=1Ti"], &FLAGS, true).await;
+    // The seed's template: a whole PV spec, here an NFS export and no class.
+    let set: PersistentVolumeSet = serde_json::from_value(json!({
+        "apiVersion": "storage.volstack.dev/v1alpha1",
+        "kind": "PersistentVolumeSet",
+        "metadata": {"name": "nfs"},
+        "spec": {
+            "minimumReplicas": 2,
+            "maximumReplicas": 3,
+            "selector": {"pool": "nfs"},
+            "template": {
+                "metadata": {"labels": {"pool": "nfs"}},
+                "spec": {"capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteMany"],
+                         "nfs": {"server": "nfs.example", "path": "/exports/pool"},
+                         "persistentVolumeReclaimPolicy": "Delete"},
+            },
+        },
+    }))
+    .unwrap();
+    Api::<PersistentVolumeSet>::all(c.client.clone())
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap();
+    c.wait_until(
+        "2 static volumes Available",
+        Duration::from_secs(30),
+        || async { count(&c, "nfs", "Available").await == 2 },
+    )
+    .await;
+    for pv in members(&c, "nfs").await {
+        let spec = pv.spec.as_ref().unwrap();
+        assert_eq!(spec.nfs.as_ref().unwrap().path, "/exports/pool");
+        assert!(spec.csi.is_none(), "made as an object only");
+        assert_eq!(size(&pv), "5Gi");
+        assert_eq!(pv.metadata.labels.as_ref().unwrap()[LABEL_SET], "nfs");
+        assert!(
+            pv.metadata
+                .annotations
+                .as_ref()
+                .is_none_or(|a| !a.contains_key("pv.kubernetes.io/provisioned-by")),
+            "{:?}",
+            pv.metadata
+        );
+    }
+    // A claim without a class binds one; the set makes another.
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "shared", "namespace": "default"},
+        "spec": {"storageClassName": "", "accessModes": ["ReadWriteMany"],
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    c.wait_until(
+        "one bound, two Available",
+        Duration::from_secs(30),
+        || async {
+            count(&c, "nfs", "Bound").await == 1 && count(&c, "nfs", "Available").await == 2
+        },
+    )
+    .await;
+    // Scaled down: Available ones go (objects only), the bound one stays.
+    patch_set(
+        &c,
+        "nfs",
+        json!({"spec": {"minimumReplicas": 0, "maximumReplicas": 1}}),
+    )
+    .await;
+    c.wait_until(
+        "only the bound volume left",
+        Duration::from_secs(30),
+        || async {
+            let left = members(&c, "nfs").await;
+            left.len() == 1 && phase(&left[0]) == "Bound"
+        },
+    )
+    .await;
+}

@@ -40,11 +40,14 @@ pub fn definition() -> Value {
                 "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                 "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
             }},
+            // A PersistentVolume spec: the fields the manager reads are checked here, a volume
+            // source (for static volumes) is kept as given.
             "spec": {
                 "type": "object",
-                "required": ["storageClassName", "capacity", "accessModes"],
+                "required": ["capacity", "accessModes"],
+                "x-kubernetes-preserve-unknown-fields": true,
                 "properties": {
-                    "storageClassName": {"type": "string", "minLength": 1},
+                    "storageClassName": {"type": "string"},
                     "capacity": {
                         "type": "object",
                         "required": ["storage"],

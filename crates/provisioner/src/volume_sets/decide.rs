@@ -12,7 +12,8 @@
 //! - a volume being deleted is on its way out: it is neither counted nor chosen again (counting
 //!   it would delete one more than the excess);
 //! - a spec that cannot be served (negative or crossed bounds, an empty selector, a template
-//!   its own selector would not match, no class, no size) changes nothing and says why.
+//!   its own selector would not match, neither a class nor a volume source, a CSI source given
+//!   whole, no size) changes nothing and says why.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +23,7 @@ use sidecar_kit::vocabulary::{pv_phase, pv_reclaim_policy};
 
 use super::make::SET_FINALIZER;
 
-use super::types::{LABEL_SET, PersistentVolumeSet, PersistentVolumeSetStatus};
+use super::types::{LABEL_SET, PersistentVolumeSet, PersistentVolumeSetStatus, template_source};
 
 /// What the manager does for one set.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -68,10 +69,32 @@ pub fn invalid(set: &PersistentVolumeSet) -> Option<String> {
         return Some("spec.template.metadata.labels must match spec.selector".into());
     }
     let template = &spec.template.spec;
-    if template.storage_class_name.is_empty() {
-        return Some("spec.template.spec.storageClassName is required".into());
+    match template_source(template).as_deref() {
+        Some("csi") => {
+            return Some(
+                "spec.template.spec.csi: a CSI volume is made through its class (give storageClassName and no volume source)"
+                    .into(),
+            );
+        }
+        Some(_) if template.claim_ref.is_some() => {
+            return Some(
+                "spec.template.spec.claimRef: a set's volumes are not bound in advance".into(),
+            );
+        }
+        Some(_) => {}
+        None if template
+            .storage_class_name
+            .as_deref()
+            .is_none_or(str::is_empty) =>
+        {
+            return Some(
+                "spec.template.spec.storageClassName is required (or a volume source, for static volumes)"
+                    .into(),
+            );
+        }
+        None => {}
     }
-    match template.capacity.get("storage") {
+    match template.capacity.as_ref().and_then(|c| c.get("storage")) {
         None => return Some("spec.template.spec.capacity.storage is required".into()),
         Some(q) => match sidecar_kit::quantity::parse_bytes(&q.0) {
             Ok(bytes) if bytes > 0 => {}
@@ -79,7 +102,7 @@ pub fn invalid(set: &PersistentVolumeSet) -> Option<String> {
             Err(e) => return Some(format!("spec.template.spec.capacity.storage: {e}")),
         },
     }
-    if template.access_modes.is_empty() {
+    if template.access_modes.as_ref().is_none_or(Vec::is_empty) {
         return Some("spec.template.spec.accessModes: at least one access mode is required".into());
     }
     None
@@ -180,7 +203,8 @@ pub fn being_made<'a>(
 ///
 /// At most `in_flight` volumes are made at a time (those `creating` included). Only volumes
 /// `deletable` admits are chosen for deletion (the manager deletes through its
-/// driver; a matching volume of another driver or a static one is counted, never deleted).
+/// driver, or the objects of static volumes it made; a matching volume of another driver or
+/// one made by hand is counted, never deleted).
 pub fn plan(
     set: &PersistentVolumeSet,
     members: &[&PersistentVolume],
@@ -249,13 +273,28 @@ pub fn plan(
     }
 }
 
-/// Whether the manager can delete a volume: a CSI volume of its driver (DeleteVolume is how a
-/// volume goes; a static volume or another driver's is counted, never deleted).
-pub fn deletable_by(pv: &PersistentVolume, driver: &str) -> bool {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .is_some_and(|c| c.driver == driver)
+/// Whether the manager of `set` can delete a volume: a CSI volume of its driver (DeleteVolume is
+/// how it goes), or a static volume the set made (the object goes); a static volume made by
+/// hand or another driver's is counted, never deleted.
+pub fn deletable_by(pv: &PersistentVolume, driver: &str, set: &str) -> bool {
+    let spec = pv.spec.as_ref();
+    match spec.and_then(|s| s.csi.as_ref()) {
+        Some(csi) => csi.driver == driver,
+        // A static volume the set made (an object only: nothing to delete in any storage);
+        // one made by hand or by a provisioner is not the set's to remove.
+        None => {
+            pv.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_SET))
+                .is_some_and(|made_by| made_by == set)
+                && pv
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_none_or(|a| !a.contains_key(sidecar_kit::vocabulary::ANN_PROVISIONED_BY))
+        }
+    }
 }
 
 /// What goes with a deleted set: its unused volumes whose reclaim policy is Delete (`members`

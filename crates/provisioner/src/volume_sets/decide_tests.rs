@@ -9,8 +9,9 @@ use super::decide::{
 };
 use super::types::{
     LABEL_SET, PersistentVolumeSet, PersistentVolumeSetSpec, PersistentVolumeTemplate,
-    PersistentVolumeTemplateSpec,
+    template_source,
 };
+use k8s_openapi::api::core::v1::PersistentVolumeSpec;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use std::collections::BTreeMap;
@@ -35,16 +36,31 @@ fn set(min: i32, max: i32) -> PersistentVolumeSet {
                     labels: Some(pool),
                     ..ObjectMeta::default()
                 },
-                spec: PersistentVolumeTemplateSpec {
-                    storage_class_name: "hostpath".into(),
-                    capacity: BTreeMap::from([("storage".to_string(), Quantity("1Gi".into()))]),
-                    access_modes: vec!["ReadWriteOnce".into()],
-                    ..PersistentVolumeTemplateSpec::default()
+                spec: PersistentVolumeSpec {
+                    storage_class_name: Some("hostpath".into()),
+                    capacity: Some(BTreeMap::from([(
+                        "storage".to_string(),
+                        Quantity("1Gi".into()),
+                    )])),
+                    access_modes: Some(vec!["ReadWriteOnce".into()]),
+                    ..PersistentVolumeSpec::default()
                 },
             },
         },
         ..PersistentVolumeSet::default()
     }
+}
+
+/// A set of static NFS volumes: no class, the source given whole.
+fn static_set(min: i32, max: i32) -> PersistentVolumeSet {
+    let mut s = set(min, max);
+    s.spec.template.spec.storage_class_name = None;
+    s.spec.template.spec.nfs = Some(k8s_openapi::api::core::v1::NFSVolumeSource {
+        server: "nfs.example".into(),
+        path: "/exports/pool".into(),
+        read_only: None,
+    });
+    s
 }
 
 fn any(_: &PersistentVolume) -> bool {
@@ -210,10 +226,16 @@ fn volumes_made_by_hand_that_match_are_members_and_others_are_not() {
     // A template change (a larger size) leaves existing volumes alone; scaling to 1 deletes
     // the largest (the hand-made 10Gi) first.
     let mut smaller = set(1, 1);
-    smaller.spec.template.spec.capacity.insert(
-        "storage".into(),
-        k8s_openapi::apimachinery::pkg::api::resource::Quantity("20Gi".into()),
-    );
+    smaller
+        .spec
+        .template
+        .spec
+        .capacity
+        .get_or_insert_default()
+        .insert(
+            "storage".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("20Gi".into()),
+        );
     assert_eq!(
         plan(&smaller, &m, 0, 1, any).delete,
         vec!["made-by-hand".to_string()]
@@ -253,19 +275,33 @@ fn specs_that_cannot_be_served_change_nothing_and_say_why() {
     s.spec.template.metadata.labels = Some([("pool".to_string(), "slow".to_string())].into());
     cases.push((s, "spec.template.metadata.labels must match spec.selector"));
     let mut s = set(1, 3);
-    s.spec.template.spec.storage_class_name.clear();
-    cases.push((s, "storageClassName is required"));
+    s.spec.template.spec.storage_class_name = None;
+    cases.push((
+        s,
+        "storageClassName is required (or a volume source, for static volumes)",
+    ));
     let mut s = set(1, 3);
-    s.spec.template.spec.capacity.clear();
+    s.spec.template.spec.csi = Some(Default::default());
+    cases.push((s, "a CSI volume is made through its class"));
+    let mut s = static_set(1, 3);
+    s.spec.template.spec.claim_ref = Some(Default::default());
+    cases.push((s, "claimRef: a set's volumes are not bound in advance"));
+    let mut s = set(1, 3);
+    s.spec.template.spec.capacity = None;
     cases.push((s, "capacity.storage is required"));
     let mut s = set(1, 3);
-    s.spec.template.spec.capacity.insert(
-        "storage".into(),
-        k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
-    );
+    s.spec
+        .template
+        .spec
+        .capacity
+        .get_or_insert_default()
+        .insert(
+            "storage".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+        );
     cases.push((s, "capacity.storage:"));
     let mut s = set(1, 3);
-    s.spec.template.spec.access_modes.clear();
+    s.spec.template.spec.access_modes = None;
     cases.push((s, "at least one access mode"));
     for (s, words) in cases {
         let why = invalid(&s).unwrap_or_default();
@@ -317,12 +353,53 @@ fn deletions_go_through_the_driver_and_end_by_what_happened_meanwhile() {
         "finalizers": ["storage.volstack.dev/persistentvolumeset"]}});
     let delete_policy = json!({"spec": {"persistentVolumeReclaimPolicy": "Delete"}});
 
-    assert!(deletable_by(&with("a", "Available", csi("d")), "d"));
-    assert!(!deletable_by(&with("b", "Available", csi("other")), "d"));
-    assert!(
-        !deletable_by(&with("c", "Available", json!({})), "d"),
-        "static"
-    );
+    let made_by = |set: &str| json!({"metadata": {"labels": {LABEL_SET: set}}});
+    let nfs = json!({"spec": {"nfs": {"server": "nfs.example", "path": "/x"}}});
+    let both = |a: &serde_json::Value, b: &serde_json::Value| {
+        let mut v = a.clone();
+        json_patch::merge(&mut v, b);
+        v
+    };
+    let provisioned =
+        json!({"metadata": {"annotations": {"pv.kubernetes.io/provisioned-by": "nfs.io"}}});
+    // (volume, the set asking, deletable)
+    let table = [
+        (with("a", "Available", csi("d")), "pool", true),
+        (with("b", "Available", csi("other")), "pool", false),
+        (with("c", "Available", nfs.clone()), "pool", false),
+        (
+            with("d", "Available", both(&nfs, &made_by("pool"))),
+            "pool",
+            true,
+        ),
+        (
+            with("e", "Available", both(&nfs, &made_by("other"))),
+            "pool",
+            false,
+        ),
+        (
+            with(
+                "f",
+                "Available",
+                both(&both(&nfs, &made_by("pool")), &provisioned),
+            ),
+            "pool",
+            false,
+        ),
+        (
+            with("g", "Available", both(&csi("other"), &made_by("pool"))),
+            "pool",
+            false,
+        ),
+    ];
+    for (volume, set, want) in &table {
+        assert_eq!(
+            deletable_by(volume, "d", set),
+            *want,
+            "{:?} for set {set}",
+            volume.metadata.name
+        );
+    }
 
     // (volume, end)
     let table = [
@@ -450,4 +527,28 @@ fn a_member_is_made_only_from_a_whole_record_of_a_set_that_exists() {
             "{exists} {listed} {text:?}"
         );
     }
+}
+
+#[test]
+fn a_template_with_a_volume_source_makes_static_volumes() {
+    assert_eq!(template_source(&set(1, 2).spec.template.spec), None);
+    let s = static_set(1, 2);
+    assert_eq!(
+        template_source(&s.spec.template.spec).as_deref(),
+        Some("nfs")
+    );
+    assert_eq!(invalid(&s), None, "no class is needed");
+    let mut local = set(1, 2);
+    local.spec.template.spec.local = Some(k8s_openapi::api::core::v1::LocalVolumeSource {
+        path: "/mnt/disks/a".into(),
+        fs_type: None,
+    });
+    assert_eq!(
+        template_source(&local.spec.template.spec).as_deref(),
+        Some("local"),
+        "a class may be named beside the source (for binding)"
+    );
+    assert_eq!(invalid(&local), None);
+    let p = plan(&s, &[], 0, 10, any);
+    assert_eq!(p.create, 1, "made like any other set's volumes");
 }

@@ -76,11 +76,11 @@ fn stand_in(set: &PersistentVolumeSet, name: &str, token: &uuid::Uuid) -> Persis
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(template.access_modes.clone()),
-            storage_class_name: Some(template.storage_class_name.clone()),
+            access_modes: template.access_modes.clone(),
+            storage_class_name: template.storage_class_name.clone(),
             volume_mode: template.volume_mode.clone(),
             resources: Some(VolumeResourceRequirements {
-                requests: Some(template.capacity.clone()),
+                requests: template.capacity.clone(),
                 ..Default::default()
             }),
             ..Default::default()
@@ -144,20 +144,55 @@ pub fn member_pv(
     if let Some(spec) = pv.spec.as_mut() {
         spec.claim_ref = None;
     }
+    member_metadata(set, &mut pv.metadata);
+    Ok(pv)
+}
+
+/// The template's labels and annotations, and the set's label, on a volume of the set (an
+/// annotation the volume has already is kept).
+fn member_metadata(set: &PersistentVolumeSet, metadata: &mut ObjectMeta) {
     let template = &set.spec.template.metadata;
     let mut labels: BTreeMap<String, String> = template.labels.clone().unwrap_or_default();
     labels.insert(
         LABEL_SET.to_string(),
         set.metadata.name.clone().unwrap_or_default(),
     );
-    pv.metadata.labels = Some(labels);
-    let annotations = pv.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    metadata.labels = Some(labels);
+    let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
     for (key, value) in template.annotations.iter().flatten() {
         annotations
             .entry(key.clone())
             .or_insert_with(|| value.clone());
     }
-    Ok(pv)
+}
+
+/// A static volume of `set` (its template gives a volume source): the template's spec as it
+/// is, under `name`, with the template's labels and annotations and the set's label. Nothing
+/// is made in any storage; it has no provisioner, so nothing but the set deletes it.
+pub fn static_member_pv(set: &PersistentVolumeSet, name: &str) -> PersistentVolume {
+    let mut spec = set.spec.template.spec.clone();
+    spec.claim_ref = None;
+    let mut metadata = ObjectMeta {
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    member_metadata(set, &mut metadata);
+    if let Some(annotations) = metadata.annotations.as_mut() {
+        // The set deletes what it made only when nobody claims to have provisioned it.
+        annotations.remove(sidecar_kit::vocabulary::ANN_PROVISIONED_BY);
+    }
+    if metadata
+        .annotations
+        .as_ref()
+        .is_some_and(BTreeMap::is_empty)
+    {
+        metadata.annotations = None;
+    }
+    PersistentVolume {
+        metadata,
+        spec: Some(spec),
+        status: None,
+    }
 }
 
 #[cfg(test)]
@@ -257,6 +292,41 @@ mod tests {
             pv.metadata.finalizers, None,
             "Recycle volumes have no deleter finalizer"
         );
+    }
+
+    #[test]
+    fn a_static_volume_is_the_templates_spec_with_the_sets_labels() {
+        let mut s = set();
+        s.spec.template.spec.storage_class_name = Some("nfs-pool".into());
+        s.spec.template.spec.nfs = Some(k8s_openapi::api::core::v1::NFSVolumeSource {
+            server: "nfs.example".into(),
+            path: "/exports/a".into(),
+            read_only: Some(true),
+        });
+        s.spec.template.spec.claim_ref = Some(Default::default());
+        let pv = static_member_pv(&s, "fast-0123456789ab");
+        assert_eq!(pv.metadata.name.as_deref(), Some("fast-0123456789ab"));
+        let spec = pv.spec.as_ref().unwrap();
+        assert_eq!(spec.nfs.as_ref().unwrap().path, "/exports/a");
+        assert_eq!(spec.storage_class_name.as_deref(), Some("nfs-pool"));
+        assert_eq!(spec.capacity.as_ref().unwrap()["storage"].0, "2Gi");
+        assert_eq!(
+            spec.persistent_volume_reclaim_policy.as_deref(),
+            Some("Recycle")
+        );
+        assert_eq!(spec.mount_options, Some(vec!["noatime".to_string()]));
+        assert!(spec.claim_ref.is_none(), "never bound in advance");
+        assert!(spec.csi.is_none());
+        let labels = pv.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["pool"], "fast");
+        assert_eq!(labels[LABEL_SET], "fast");
+        let annotations = pv.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations["team"], "ci");
+        assert!(
+            !annotations.contains_key("pv.kubernetes.io/provisioned-by"),
+            "nobody provisioned it: the set may delete it"
+        );
+        assert_eq!(pv.metadata.finalizers, None);
     }
 
     #[test]

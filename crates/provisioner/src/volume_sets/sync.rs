@@ -25,9 +25,9 @@ use sidecar_kit::vocabulary::reference;
 use sidecar_kit::workqueue::Next;
 
 use super::decide::{being_made, deletable_by, leftovers, member_token, members, plan, unfinished};
-use super::make::{MakeError, member_pv, plan_member, volume_name};
+use super::make::{MakeError, member_pv, plan_member, static_member_pv, volume_name};
 use super::status::{should_write, status};
-use super::types::{LABEL_SET, PersistentVolumeSet};
+use super::types::{LABEL_SET, PersistentVolumeSet, template_source};
 use crate::controller::{InFlight, Provisioner};
 use crate::decide::classify::{CreateOutcome, classify_create};
 use crate::decide::provision::{ResponseError, create_request};
@@ -219,7 +219,7 @@ async fn sync_set_once(p: &Provisioner, name: &str) -> Result<Next, SetError> {
         &members,
     );
     let decided = plan(&set, &members, creating, p.cfg.volume_set_creates, |pv| {
-        deletable_by(pv, &p.cfg.caps.name)
+        deletable_by(pv, &p.cfg.caps.name, name)
     });
     manager.gauges(name, &decided.status, &members);
     let busy = decided.create > 0 || !decided.delete.is_empty() || !pending.is_empty();
@@ -243,8 +243,12 @@ async fn sync_set_once(p: &Provisioner, name: &str) -> Result<Next, SetError> {
         if let Some(wait) = manager.waiting(name) {
             return Ok(Next::After(wait));
         }
-        for _ in 0..decided.create {
-            create_member(p, &set)?;
+        if template_source(&set.spec.template.spec).is_some() {
+            make_static(p, &set, decided.create).await?;
+        } else {
+            for _ in 0..decided.create {
+                create_member(p, &set)?;
+            }
         }
     }
     Ok(Next::Done)
@@ -266,6 +270,37 @@ async fn write_status(
         set: name.to_string(),
         source,
     })?;
+    Ok(())
+}
+
+/// Creates `count` static volumes of the set: PersistentVolume objects from its template, with
+/// nothing to make in any storage (a failed create leaves nothing behind; the next pass counts
+/// again).
+async fn make_static(
+    p: &Provisioner,
+    set: &PersistentVolumeSet,
+    count: usize,
+) -> Result<(), SetError> {
+    let Some(manager) = &p.sets else {
+        return Ok(());
+    };
+    let name = set.metadata.name.clone().unwrap_or_default();
+    let api: Api<PersistentVolume> = Api::all(p.client.clone());
+    for _ in 0..count {
+        let volume = volume_name(&name, &uuid::Uuid::new_v4());
+        let pv = static_member_pv(set, &volume);
+        // Noted before the write, as for a provisioned volume (its event ends the note).
+        manager.made(&name, &volume);
+        if let Err(source) = api.create(&PostParams::default(), &pv).await {
+            manager.unmade(&volume);
+            return Err(SetError::SavePv {
+                name: volume,
+                source,
+            });
+        }
+        manager.metrics.created.with_label_values(&[&name]).inc();
+        tracing::info!(set = %name, volume, "static volume made for the set");
+    }
     Ok(())
 }
 
@@ -341,11 +376,17 @@ fn template_class(
     p: &Provisioner,
     set: &PersistentVolumeSet,
 ) -> Result<Arc<k8s_openapi::api::storage::v1::StorageClass>, SetError> {
-    let class_name = &set.spec.template.spec.storage_class_name;
+    let class_name = set
+        .spec
+        .template
+        .spec
+        .storage_class_name
+        .clone()
+        .unwrap_or_default();
     p.caches
         .classes
-        .get(&ObjectRef::new(class_name))
-        .ok_or_else(|| SetError::ClassNotFound(class_name.clone()))
+        .get(&ObjectRef::new(&class_name))
+        .ok_or(SetError::ClassNotFound(class_name))
 }
 
 /// Makes an in-flight volume of the set: the record is made durable (with the intent log),

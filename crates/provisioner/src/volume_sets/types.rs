@@ -1,6 +1,6 @@
 //! The `persistentvolumesets.storage.volstack.dev` object, with the seed's fields.
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::PersistentVolumeSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
 use serde::{Deserialize, Serialize};
 
@@ -51,8 +51,10 @@ pub struct PersistentVolumeSetSpec {
     pub template: PersistentVolumeTemplate,
 }
 
-/// A volume's template: labels and annotations, and the spec (its driver and parameters come
-/// from the StorageClass it names).
+/// A volume's template: labels and annotations, and a PersistentVolume spec, as the seed has
+/// it. Without a volume source the volumes are provisioned through the class the spec names
+/// (its driver, parameters and secrets); with one (NFS, local, iSCSI...) the spec is the
+/// volume's, and the set creates PersistentVolume objects only ("static" volumes).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PersistentVolumeTemplate {
@@ -61,31 +63,30 @@ pub struct PersistentVolumeTemplate {
     pub metadata: ObjectMeta,
     /// The volumes' spec.
     #[serde(default)]
-    pub spec: PersistentVolumeTemplateSpec,
+    pub spec: PersistentVolumeSpec,
 }
 
-/// The parts of a PersistentVolume spec a template sets.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PersistentVolumeTemplateSpec {
-    /// The class whose provisioner, parameters and secrets make the volumes.
-    #[serde(default)]
-    pub storage_class_name: String,
-    /// Size (`capacity.storage`).
-    #[serde(default)]
-    pub capacity: std::collections::BTreeMap<String, Quantity>,
-    /// Access modes.
-    #[serde(default)]
-    pub access_modes: Vec<String>,
-    /// Filesystem or Block.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_mode: Option<String>,
-    /// Retain, Delete or Recycle (default: the class's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub persistent_volume_reclaim_policy: Option<String>,
-    /// Mount options (default: the class's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mount_options: Option<Vec<String>>,
+/// The fields of a PersistentVolume spec that are not a volume source.
+const NOT_SOURCES: &[&str] = &[
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
+];
+
+/// The volume source a template's spec gives (its field name: `nfs`, `local`, `csi`...), if any.
+pub fn template_source(spec: &PersistentVolumeSpec) -> Option<String> {
+    let value = serde_json::to_value(spec).ok()?;
+    value
+        .as_object()?
+        .iter()
+        .find(|(key, value)| !NOT_SOURCES.contains(&key.as_str()) && !value.is_null())
+        .map(|(key, _)| key.clone())
 }
 
 /// What the manager saw.
