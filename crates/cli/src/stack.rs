@@ -180,6 +180,10 @@ pub async fn register(
         spec: CSIDriverSpec {
             attach_required: Some(attach_required),
             storage_capacity: Some(storage_capacity),
+            // The reference driver serves inline volumes too; the Pod's info is what tells
+            // it a publish is for one (as csi-driver-host-path is deployed).
+            pod_info_on_mount: Some(true),
+            volume_lifecycle_modes: Some(vec!["Persistent".into(), "Ephemeral".into()]),
             ..Default::default()
         },
     };

@@ -207,3 +207,38 @@ fn a_pods_ephemeral_volume_is_its_own_claim_made_with_it_and_deleted_with_it() {
         "a claim no Pod owns stays"
     );
 }
+
+#[test]
+fn an_inline_csi_volume_is_made_at_publish_and_removed_with_its_pod() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let _up = up(dir);
+    assert_eq!(
+        get(dir, &["csidriver"], "{.items[0].spec.volumeLifecycleModes}"),
+        "[\"Persistent\",\"Ephemeral\"]"
+    );
+    let before = driver_volumes(dir);
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: inline\nspec:\n  containers:\n    - name: app\n      image: busybox\n      volumeMounts:\n        - name: cache\n          mountPath: /cache\n  volumes:\n    - name: cache\n      csi:\n        driver: hostpath.csi.volstack.dev\n        volumeAttributes:\n          size: 2Mi\n";
+    kubectl(dir, &["apply", "-f", "-"], Some(pod));
+    wait_ready(dir, "inline");
+    let uid = get(dir, &["pod", "inline"], "{.metadata.uid}");
+    let target = dir
+        .join("state/kubelet/node-1/pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~csi/cache/mount");
+    std::fs::write(target.join("f"), b"inline").unwrap();
+    assert_eq!(
+        driver_volumes(dir),
+        before + 1,
+        "one volume, made by the publish"
+    );
+    assert!(
+        !exists(dir, "pvc", "inline-cache"),
+        "no claim: an inline volume is the Pod's own"
+    );
+    kubectl(dir, &["delete", "pod", "inline", "--timeout=60s"], None);
+    wait_for("the inline volume removed at the driver", WAIT, || {
+        driver_volumes(dir) == before
+    });
+    assert!(!target.exists(), "its directory went with the Pod");
+}

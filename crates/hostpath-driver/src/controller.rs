@@ -18,12 +18,47 @@ type Reply<T> = std::result::Result<Response<T>, Status>;
 
 impl Driver {
     async fn create(&self, req: csi::CreateVolumeRequest) -> Result<csi::CreateVolumeResponse> {
+        self.create_as(req, false).await
+    }
+
+    /// CreateVolume; an `ephemeral` volume (made by NodePublishVolume) has its name as its id
+    /// and is marked so, and only an ephemeral volume is found again under its name.
+    pub(crate) async fn create_as(
+        &self,
+        req: csi::CreateVolumeRequest,
+        ephemeral: bool,
+    ) -> Result<csi::CreateVolumeResponse> {
         let parsed = plan::parse_create(&self.cfg, &req)?;
         // A repeat of a request still in progress waits for it, then finds its volume.
         let _name = self.creating.lock(&req.name).await;
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = if ephemeral {
+            req.name.clone()
+        } else {
+            uuid::Uuid::new_v4().to_string()
+        };
         let (plan, source_unused) = self.store.reserve(|table| {
-            let plan = plan::plan_create(&self.cfg, table, &parsed, &id, now_ms())?;
+            if let Some(other) = table.get(&id).filter(|other| other.name != req.name) {
+                return Err(Error::Ephemeral(format!(
+                    "volume id {:?} is taken by volume {:?}",
+                    other.id, other.name
+                )));
+            }
+            let mut plan = plan::plan_create(&self.cfg, table, &parsed, &id, now_ms())?;
+            match &mut plan {
+                CreatePlan::New(record) => record.ephemeral = ephemeral,
+                CreatePlan::Existing(record) if record.ephemeral != ephemeral => {
+                    return Err(Error::Ephemeral(format!(
+                        "volume {:?} exists and is {}",
+                        record.id,
+                        if record.ephemeral {
+                            "an ephemeral inline volume"
+                        } else {
+                            "a persistent volume"
+                        }
+                    )));
+                }
+                CreatePlan::Existing(_) => {}
+            }
             let reserved = match &plan {
                 CreatePlan::New(record) => Some(record.clone()),
                 CreatePlan::Existing(_) => None,
@@ -90,7 +125,10 @@ impl Driver {
         }
     }
 
-    async fn delete(&self, req: csi::DeleteVolumeRequest) -> Result<csi::DeleteVolumeResponse> {
+    pub(crate) async fn delete(
+        &self,
+        req: csi::DeleteVolumeRequest,
+    ) -> Result<csi::DeleteVolumeResponse> {
         let ((removed, never_used), seq) = self.store.mutate(|table| {
             let never_used = plan::never_used(table, &req.volume_id);
             let changes = plan::plan_delete(table, &req.volume_id)?;

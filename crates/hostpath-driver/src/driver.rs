@@ -70,7 +70,7 @@ impl Driver {
     }
 
     /// Whether this node may use the volume: it lives here and (with attach on) is
-    /// ControllerPublished here.
+    /// ControllerPublished here (an ephemeral inline volume never is: nothing attaches it).
     pub(crate) fn check_local(&self, record: &VolumeRecord) -> crate::error::Result<()> {
         let me = &self.cfg.node.id;
         if record.node.as_ref().is_some_and(|home| home != me) {
@@ -79,7 +79,7 @@ impl Driver {
                 record.id, record.node
             )));
         }
-        if self.cfg.enable_attach && !record.published.contains_key(me) {
+        if self.cfg.enable_attach && !record.ephemeral && !record.published.contains_key(me) {
             return Err(Error::Precondition(format!(
                 "volume {:?} is not ControllerPublished to node {me:?}",
                 record.id

@@ -207,6 +207,10 @@ pub enum Error {
     /// The volume table could not be written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An ephemeral volume's request cannot be served (its id, its size, a persistent volume
+    /// of that id).
+    #[error("ephemeral volume: {0}")]
+    Ephemeral(String),
     /// A secret `--require-secret` asks for is missing or wrong (never echoed).
     #[error("{method}: secret {key:?} is missing or does not have the required value")]
     SecretRequired {
@@ -235,7 +239,8 @@ impl Error {
             | Error::SourceIncompatible(_)
             | Error::UnknownMutableParameter(_)
             | Error::InvalidMutableParameter { .. }
-            | Error::GroupArgument(_) => Code::InvalidArgument,
+            | Error::GroupArgument(_)
+            | Error::Ephemeral(_) => Code::InvalidArgument,
             Error::TooLarge { .. } | Error::OutOfRange(_) | Error::ShrinkRefused { .. } => {
                 Code::OutOfRange
             }

@@ -7,6 +7,7 @@
 //! - `identity`, `controller`, `node`: the three CSI services;
 //! - `snapshots`: snapshots and group snapshots (copies of volumes);
 //! - `content`: copying a volume's content and measuring its usage;
+//! - `ephemeral`: CSI ephemeral inline volumes, made and removed by the node service;
 //! - `staging`, `expansion`, `stats`, `modify`: the optional node and controller features,
 //!   each switchable with `--disable` (`features`);
 //! - `faults`: latency, errors and hangs per method, switchable at run time.
@@ -17,6 +18,7 @@ pub mod config;
 pub mod content;
 mod controller;
 pub mod driver;
+pub mod ephemeral;
 pub mod error;
 pub mod expansion;
 pub mod faults;

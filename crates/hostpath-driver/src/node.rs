@@ -102,13 +102,26 @@ impl Driver {
         &self,
         req: csi::NodePublishVolumeRequest,
     ) -> Result<csi::NodePublishVolumeResponse> {
+        if crate::ephemeral::is_ephemeral(&req.volume_context) {
+            if req.target_path.is_empty() {
+                return Err(Error::Missing("target_path"));
+            }
+            let segment = self
+                .cfg
+                .topology_key
+                .as_deref()
+                .map(|key| (key, self.cfg.node.topology_value.as_str()));
+            let create = crate::ephemeral::create_request(&req, segment)?;
+            self.create_as(create, true).await?;
+        }
         let record = self.node_volume(
             &req.volume_id,
             ("target_path", &req.target_path),
             req.volume_capability.as_ref(),
             Error::Precondition,
         )?;
-        if self.cfg.features.stage_unstage {
+        // Ephemeral volumes are never staged (kubelet publishes them directly).
+        if self.cfg.features.stage_unstage && !record.ephemeral {
             if req.staging_target_path.is_empty() {
                 return Err(Error::Precondition(
                     "staging_target_path is not set: this driver stages volumes (STAGE_UNSTAGE_VOLUME)"
@@ -134,7 +147,7 @@ impl Driver {
             self.store
                 .volume_dir(&record.id)
                 .join(crate::content::BLOCK_IMAGE)
-        } else if self.cfg.features.stage_unstage {
+        } else if self.cfg.features.stage_unstage && !record.ephemeral {
             PathBuf::from(&req.staging_target_path)
         } else {
             self.content_dir(&record).await?
@@ -244,6 +257,20 @@ impl Driver {
             })?;
             self.store.wait_durable(seq).await?;
             tracing::info!(volume_id = %record.id, target = %req.target_path, "volume unpublished");
+        }
+        // An ephemeral volume goes with its (only) target; also when the target was never
+        // recorded (a publish that failed or crashed before it).
+        if record.ephemeral {
+            let (left, _) = self
+                .store
+                .read(|t| t.get(&record.id).map(|r| r.targets.len()));
+            if left == Some(0) {
+                self.delete(csi::DeleteVolumeRequest {
+                    volume_id: record.id.clone(),
+                    secrets: Default::default(),
+                })
+                .await?;
+            }
         }
         Ok(csi::NodeUnpublishVolumeResponse {})
     }

@@ -88,6 +88,10 @@ pub struct VolumeRecord {
     /// this existed: their directory was made with them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lazy_content: bool,
+    /// A CSI ephemeral inline volume: made by NodePublishVolume under the id it was given,
+    /// removed by NodeUnpublishVolume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 /// One snapshot: a copy of a volume's content at the time it was taken.

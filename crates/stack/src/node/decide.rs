@@ -86,6 +86,9 @@ pub struct VolumeData {
     /// mounting anything).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mounted: bool,
+    /// A CSI ephemeral inline volume (not reported in use: nothing attaches it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 /// The records whose volume was shown at `path_of(dir)` when set up and is no longer (a reboot,
@@ -126,6 +129,9 @@ pub struct PodVolume {
     pub stage_secret: Option<SecretRef>,
     /// `nodePublishSecretRef`.
     pub publish_secret: Option<SecretRef>,
+    /// A CSI ephemeral inline volume (`pv` is the Pod's volume name): never staged nor
+    /// attached, made and removed by the driver at publish and unpublish.
+    pub ephemeral: bool,
 }
 
 /// What to do for one Pod on this node.
@@ -182,6 +188,13 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let mut ready = Vec::new();
     for volume in spec.volumes.iter().flatten() {
+        if let Some(inline) = &volume.csi {
+            match super::decide_inline::inline_volume(pod, spec, &volume.name, inline, world) {
+                Ok(ready_volume) => ready.push(ready_volume),
+                Err(why) => return PodPlan::Wait(why),
+            }
+            continue;
+        }
         let (claim_name, claim_readonly) = if let Some(c) = &volume.persistent_volume_claim {
             (c.claim_name.clone(), c.read_only.unwrap_or(false))
         } else if volume.ephemeral.is_some() {
@@ -261,27 +274,7 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
             .unwrap_or_default();
         let mut publish_attributes = attributes.clone();
         if csi_driver.is_some_and(|d| d.spec.pod_info_on_mount == Some(true)) {
-            publish_attributes.extend([
-                ("csi.storage.k8s.io/pod.name".to_string(), pod_name.clone()),
-                (
-                    "csi.storage.k8s.io/pod.namespace".to_string(),
-                    namespace.clone(),
-                ),
-                (
-                    "csi.storage.k8s.io/pod.uid".to_string(),
-                    pod.metadata.uid.clone().unwrap_or_default(),
-                ),
-                (
-                    "csi.storage.k8s.io/serviceAccount.name".to_string(),
-                    spec.service_account_name
-                        .clone()
-                        .unwrap_or_else(|| "default".into()),
-                ),
-                (
-                    "csi.storage.k8s.io/ephemeral".to_string(),
-                    "false".to_string(),
-                ),
-            ]);
+            publish_attributes.extend(super::decide_inline::pod_info(pod, spec, false));
         }
         ready.push(PodVolume {
             pv: pv_name,
@@ -294,6 +287,7 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
             publish_attributes,
             stage_secret: SecretRef::of(source.node_stage_secret_ref.as_ref()),
             publish_secret: SecretRef::of(source.node_publish_secret_ref.as_ref()),
+            ephemeral: false,
         });
     }
     PodPlan::SetUp(ready)
@@ -363,6 +357,7 @@ pub fn running_status(pod: &Pod, now: &str) -> Value {
 pub fn volumes_in_use<'a>(records: impl IntoIterator<Item = &'a VolumeData>) -> Vec<String> {
     let names: BTreeSet<String> = records
         .into_iter()
+        .filter(|d| !d.ephemeral)
         .map(|d| sidecar_kit::pv_csi::unique_volume_name(&d.driver_name, &d.volume_handle))
         .collect();
     names.into_iter().collect()

@@ -287,6 +287,7 @@ mod tests {
                     node_name: "node-1".into(),
                     done: true,
                     mounted: true,
+                    ephemeral: false,
                 },
             )
         };

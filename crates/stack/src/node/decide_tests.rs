@@ -266,6 +266,7 @@ fn paths_status_and_volumes_in_use_follow_kubelet() {
         node_name: "n1".into(),
         done: true,
         mounted: true,
+        ephemeral: false,
     };
     assert_eq!(
         volumes_in_use([&rec("b"), &rec("a"), &rec("a")]),
@@ -329,6 +330,7 @@ fn only_a_volume_that_was_shown_and_is_no_longer_is_a_lost_mount() {
         node_name: "n1".into(),
         done,
         mounted,
+        ephemeral: false,
     };
     // (record, whether its path shows a volume now, lost)
     let cases = [
@@ -388,4 +390,107 @@ fn an_ephemeral_volume_is_set_up_only_from_the_claim_its_pod_owns() {
             "wait: PVC app-work was not created for the pod"
         );
     }
+}
+
+#[test]
+fn inline_volumes_are_published_only_for_drivers_that_serve_the_ephemeral_mode() {
+    let mut inline = testing::pod("app").uid("u1").node("n1").build();
+    let spec = inline.spec.as_mut().unwrap();
+    spec.service_account_name = Some("sa".into());
+    spec.volumes = Some(vec![
+        serde_json::from_value(serde_json::json!({
+            "name": "scratch",
+            "csi": {"driver": D, "fsType": "ext4", "readOnly": true,
+                    "volumeAttributes": {"size": "1Mi"},
+                    "nodePublishSecretRef": {"name": "pub"}},
+        }))
+        .unwrap(),
+    ]);
+    let with = |modes: Option<&[&str]>, pod_info: bool| {
+        let mut d = driver(false, pod_info);
+        d.spec.volume_lifecycle_modes = modes.map(|m| m.iter().map(|s| s.to_string()).collect());
+        Objects {
+            claims: vec![],
+            volumes: vec![],
+            drivers: vec![d],
+            attachments: vec![],
+        }
+    };
+    // (modes, pod info, wait reason or None)
+    let table: [(Option<&[&str]>, bool, Option<&str>); 4] = [
+        (
+            None,
+            true,
+            Some(
+                "volume mode \"Ephemeral\" not supported by driver hostpath.csi.volstack.dev (only supports [\"Persistent\"])",
+            ),
+        ),
+        (Some(&["Persistent"]), true, Some("not supported")),
+        (Some(&["Persistent", "Ephemeral"]), true, None),
+        (Some(&["Ephemeral"]), false, None),
+    ];
+    for (modes, pod_info, want) in table {
+        let got = plan(&inline, &with(modes, pod_info));
+        match (want, got) {
+            (Some(words), PodPlan::Wait(why)) => assert!(why.contains(words), "{why}"),
+            (None, PodPlan::SetUp(volumes)) => {
+                let v = &volumes[0];
+                assert!(v.ephemeral);
+                assert_eq!(v.pv, "scratch");
+                assert_eq!(
+                    v.handle,
+                    format!("csi-{}", sidecar_kit::pv_csi::sha256_hex(b"u1scratch")),
+                    "kubelet's volume id"
+                );
+                assert!(v.readonly);
+                assert!(v.publish_context.is_empty(), "never attached");
+                assert_eq!(v.attributes["size"], "1Mi");
+                assert_eq!(
+                    v.publish_attributes
+                        .get("csi.storage.k8s.io/ephemeral")
+                        .map(String::as_str),
+                    pod_info.then_some("true"),
+                );
+                assert_eq!(
+                    v.publish_secret,
+                    Some(SecretRef {
+                        name: "pub".into(),
+                        namespace: "default".into()
+                    }),
+                    "the Pod's namespace"
+                );
+                assert_eq!(v.stage_secret, None);
+            }
+            (want, got) => panic!("modes {modes:?}: wanted {want:?}, got {got:?}"),
+        }
+    }
+    // Another driver's inline volume is not this node agent's.
+    let mut other = with(Some(&["Ephemeral"]), true);
+    other.drivers[0].metadata.name = Some("other.csi".into());
+    let mut foreign = inline.clone();
+    foreign.spec.as_mut().unwrap().volumes.as_mut().unwrap()[0]
+        .csi
+        .as_mut()
+        .unwrap()
+        .driver = "other.csi".into();
+    assert!(
+        matches!(plan(&foreign, &other), PodPlan::Wait(why) if why.contains("not found in the list of registered CSI drivers"))
+    );
+}
+
+#[test]
+fn inline_volumes_are_never_reported_in_use() {
+    let rec = |h: &str, ephemeral: bool| VolumeData {
+        driver_name: "d".into(),
+        volume_handle: h.into(),
+        spec_vol_id: "x".into(),
+        node_name: "n".into(),
+        done: true,
+        mounted: true,
+        ephemeral,
+    };
+    assert_eq!(
+        volumes_in_use([&rec("a", false), &rec("csi-1", true)]),
+        vec!["kubernetes.io/csi/d^a".to_string()]
+    );
 }

@@ -114,6 +114,7 @@ mod tests {
             node_name: "n".into(),
             done: false,
             mounted: false,
+            ephemeral: false,
         }
     }
 

@@ -9,6 +9,7 @@
 //! deleted with no grace). No container runs: the volumes are the real part.
 
 pub mod decide;
+pub mod decide_inline;
 pub mod decide_recycle;
 pub mod disk;
 mod recycle;
@@ -405,6 +406,12 @@ impl NodeAgent {
                 attachments.extend(self.attachments.get(&ObjectRef::new(&attachment)));
             }
             volumes.push(pv);
+        }
+        // Inline volumes name their driver themselves.
+        for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            if let Some(inline) = &volume.csi {
+                drivers.extend(self.drivers.get(&ObjectRef::new(&inline.driver)));
+            }
         }
         use crate::scheduler::decide::{by_name, by_namespaced_name};
         let claims = by_namespaced_name(claims.iter().map(AsRef::as_ref));

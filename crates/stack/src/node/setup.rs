@@ -30,6 +30,7 @@ impl NodeAgent {
             node_name: self.node.clone(),
             done: done.is_some(),
             mounted: done.is_some_and(sidecar_kit::mounts::shows_a_volume),
+            ephemeral: volume.ephemeral,
         }
     }
 
@@ -85,7 +86,7 @@ impl NodeAgent {
     async fn set_up(&self, uid: &str, volume: &PodVolume) -> Result<(), NodeError> {
         let mut staging_target = String::new();
         let mut reported = false;
-        if self.stage_unstage {
+        if self.stage_unstage && !volume.ephemeral {
             let dir = self.paths.staging(&volume.driver, &volume.handle);
             let target = self.paths.staging_target(&volume.driver, &volume.handle);
             staging_target = target.display().to_string();
@@ -212,16 +213,27 @@ impl NodeAgent {
             target_path: dir.join("mount").display().to_string(),
         };
         let mut client = self.node_client();
-        self.calls
+        match self
+            .calls
             .call(
                 "/csi.v1.Node/NodeUnpublishVolume",
                 client.node_unpublish_volume(self.calls.request(request)),
             )
             .await
-            .map_err(|source| NodeError::Unpublish {
-                pv: data.spec_vol_id.clone(),
-                source,
-            })?;
+        {
+            Ok(_) => {}
+            // An ephemeral volume goes with its unpublish: not found, it went with an earlier
+            // one (this agent stopped before removing the record).
+            Err(source) if data.ephemeral && source.code == tonic::Code::NotFound => {
+                tracing::info!(volume = %data.spec_vol_id, "ephemeral volume already removed by the driver");
+            }
+            Err(source) => {
+                return Err(NodeError::Unpublish {
+                    pv: data.spec_vol_id.clone(),
+                    source,
+                });
+            }
+        }
         disk::remove(dir, &self.paths.pods())?;
         Ok(())
     }

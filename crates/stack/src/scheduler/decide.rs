@@ -273,23 +273,28 @@ pub fn plan(world: &World, pod: &Pod) -> Plan {
     }
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let mut uses = Vec::new();
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     for volume in spec.and_then(|s| s.volumes.as_deref()).unwrap_or_default() {
-        let Some(source) = &volume.persistent_volume_claim else {
-            continue;
+        // A generic ephemeral volume is a claim like any other (`<pod>-<volume>`), once its
+        // controller made it, and only if the Pod owns it.
+        let (claim_name, ephemeral) = match (&volume.persistent_volume_claim, &volume.ephemeral) {
+            (Some(source), _) => (source.claim_name.clone(), false),
+            (None, Some(_)) => (format!("{pod_name}-{}", volume.name), true),
+            (None, None) => continue,
         };
-        let Some(claim) = world
-            .claims
-            .get(&(namespace.clone(), source.claim_name.clone()))
-        else {
+        let Some(claim) = world.claims.get(&(namespace.clone(), claim_name.clone())) else {
             return Plan::Unschedulable(format!(
-                "persistentvolumeclaim \"{}\" not found",
-                source.claim_name
+                "persistentvolumeclaim \"{claim_name}\" not found"
             ));
         };
+        if ephemeral && !sidecar_kit::vocabulary::claim_is_for_pod(claim, pod) {
+            return Plan::Unschedulable(format!(
+                "PVC {namespace}/{claim_name} was not created for pod {namespace}/{pod_name} (pod is not owner)"
+            ));
+        }
         if claim.metadata.deletion_timestamp.is_some() {
             return Plan::Unschedulable(format!(
-                "persistentvolumeclaim \"{}\" is being deleted",
-                source.claim_name
+                "persistentvolumeclaim \"{claim_name}\" is being deleted"
             ));
         }
         let class_name = claim

@@ -387,3 +387,45 @@ fn volumes_in_use_count_each_claim_once_per_node_and_driver() {
     assert_eq!(used["node-1"][DRIVER], 2);
     assert_eq!(used["node-1"]["other.csi"], 1);
 }
+
+#[test]
+fn a_generic_ephemeral_volume_is_its_pods_claim_and_only_if_the_pod_owns_it() {
+    let mut p = pod(&[]);
+    p.metadata.uid = Some("pod-uid".into());
+    p.spec.as_mut().unwrap().volumes = Some(vec![
+        serde_json::from_value(serde_json::json!({"name": "work", "ephemeral": {"volumeClaimTemplate": {
+            "spec": {"storageClassName": "late", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "3Gi"}}}}}}))
+        .unwrap(),
+    ]);
+    let owned = |uid: &str| {
+        let mut c = claim("web-work", "late", "3Gi");
+        c.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: "web".into(),
+                uid: uid.into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        c
+    };
+    let mut f = Fixture::new();
+    // Not made yet: waits for it.
+    assert_eq!(
+        f.plan(&p),
+        Plan::Unschedulable("persistentvolumeclaim \"web-work\" not found".into())
+    );
+    // Someone else's claim of that name: never used.
+    f.claims = vec![owned("another-uid")];
+    assert_eq!(
+        f.plan(&p),
+        Plan::Unschedulable(
+            "PVC default/web-work was not created for pod default/web (pod is not owner)".into()
+        )
+    );
+    // The Pod's own: checked like any claim (3Gi fits only node-3's capacity).
+    f.claims = vec![owned("pod-uid")];
+    assert_eq!(f.plan(&p), select("node-3", &["web-work"]));
+}
