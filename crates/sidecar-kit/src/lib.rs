@@ -20,6 +20,7 @@ pub mod klog;
 pub mod kubeclient;
 pub mod leader;
 pub mod metrics;
+pub mod migration;
 pub mod mounts;
 pub mod patch_ops;
 pub mod process;
