@@ -127,8 +127,9 @@ pub struct ProvisionerArgs {
 }
 
 /// Known feature gates and their defaults.
-pub const FEATURE_GATES: [(&str, bool); 4] = [
+pub const FEATURE_GATES: [(&str, bool); 5] = [
     ("Topology", true),
+    ("CSIMigration", true),
     ("VolumeAttributesClass", true),
     ("CrossNamespaceVolumeDataSource", false),
     ("ReleaseLeaderElectionOnExit", true),
@@ -170,6 +171,9 @@ pub struct Settings {
     pub release_on_exit: bool,
     /// CrossNamespaceVolumeDataSource gate.
     pub cross_namespace: bool,
+    /// CSIMigration gate: a driver that stands in for an in-tree plugin serves its classes and
+    /// volumes (the seed's README lists it Beta, on; upstream has no gate for it any more).
+    pub csi_migration: bool,
     /// HTTP address (metrics, health), if any.
     pub http_address: Option<String>,
 }
@@ -246,6 +250,7 @@ impl ProvisionerArgs {
             volume_attributes_class: gates["VolumeAttributesClass"],
             release_on_exit: gates["ReleaseLeaderElectionOnExit"],
             cross_namespace: gates["CrossNamespaceVolumeDataSource"],
+            csi_migration: gates["CSIMigration"],
             http_address,
         })
     }

@@ -247,7 +247,16 @@ pub async fn run(
             "flag has no effect: its feature is off or not supported by this provisioner"
         );
     }
-    let (channel, caps) = driver::start(&args.common.csi_address, args.timeout).await?;
+    let (channel, mut caps) = driver::start(&args.common.csi_address, args.timeout).await?;
+    if !settings.csi_migration {
+        caps.migrated_from = None;
+    }
+    if let Some(plugin) = caps.migrated_from {
+        tracing::info!(
+            plugin = plugin.in_tree_name(),
+            "CSI migration: also serving the in-tree plugin's classes and volumes"
+        );
+    }
     let recovery = crate::decide::recovery::choose(args.in_flight_recovery, caps.recoverable)
         .map_err(RunError::Recovery)?;
     tracing::info!(

@@ -110,7 +110,11 @@ impl Provisioner {
             self.forget_claim(key);
             return Ok(Next::Done);
         };
-        let class_name = match decide_claim(&claim, &self.cfg.caps.name) {
+        let class_name = match decide_claim(
+            &claim,
+            &self.cfg.caps.name,
+            self.cfg.caps.migrated_from.map(|p| p.in_tree_name()),
+        ) {
             ClaimDecision::Provision { class } => class,
             ClaimDecision::NotOurs | ClaimDecision::AlreadyBound => {
                 self.forget_claim(key);

@@ -41,6 +41,9 @@ pub async fn start(
         create_delete_snapshot: info.has(Rpc::CreateDeleteSnapshot),
         recoverable: info.has(Rpc::ListVolumes)
             && sidecar_kit::recoverable::follows(&info.manifest),
+        // CSI migration: a driver that stands in for an in-tree plugin also serves its classes
+        // and volumes (the runner turns it off with the CSIMigration gate).
+        migrated_from: sidecar_kit::migration::Plugin::from_csi_name(&info.name),
     };
     tracing::info!(driver = %caps.name, version = %info.vendor_version, ?caps, "CSI driver ready");
     Ok((channel, caps))

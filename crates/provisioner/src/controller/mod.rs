@@ -220,8 +220,9 @@ impl Provisioner {
         let keep = cache::Keep {
             // Capacity refreshes and node deployment read a volume's node affinity.
             affinity: capacity.is_some() || cfg.node.is_some(),
-            // The set manager reads labels and sizes.
-            labels_and_size: sets.is_some(),
+            // The set manager reads labels and sizes; an in-tree PV's zone label is part of
+            // the handle it translates to (CSI migration).
+            labels_and_size: sets.is_some() || cfg.caps.migrated_from.is_some(),
         };
         let on_volume = sets.clone();
         let feed = Feed::default();

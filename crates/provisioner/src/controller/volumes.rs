@@ -29,6 +29,9 @@ pub enum VolumeError {
     /// The driver did not delete the volume.
     #[error(transparent)]
     Driver(#[from] sidecar_kit::csi::CallError),
+    /// An in-tree PV of the migrated plugin does not translate to a CSI volume.
+    #[error("{0}")]
+    Translate(String),
     /// The PV could not be deleted or its finalizer removed.
     #[error("failed to {action} PersistentVolume: {source}")]
     Api {
@@ -50,7 +53,10 @@ impl Provisioner {
                 Ok(Next::Retry)
             }
             Err(
-                error @ (VolumeError::Secret(_) | VolumeError::Driver(_) | VolumeError::Api { .. }),
+                error @ (VolumeError::Secret(_)
+                | VolumeError::Driver(_)
+                | VolumeError::Translate(_)
+                | VolumeError::Api { .. }),
             ) => Err(error),
         }
     }
@@ -70,8 +76,17 @@ impl Provisioner {
         // A PV kept at its deletion (its policy set at creation, or changed since): its volume
         // must never be taken for one left in flight.
         self.retained(&pv);
-        match decide_volume(&pv, &self.cfg.caps.name) {
+        match decide_volume(&pv, &self.cfg.caps.name, self.cfg.caps.migrated_from) {
             VolumeDecision::Ignore => Ok(()),
+            VolumeDecision::Untranslatable(reason) => {
+                self.recorder.record(
+                    &sidecar_kit::vocabulary::reference(&*pv),
+                    EventType::Warning,
+                    "VolumeFailedDelete",
+                    &reason,
+                );
+                Err(VolumeError::Translate(reason))
+            }
             VolumeDecision::RemoveFinalizer => self.remove_finalizer(&pv).await,
             VolumeDecision::Delete { .. }
                 if !self.gate.as_ref().is_none_or(|gate| gate.deletes(&pv)) =>
@@ -224,6 +239,15 @@ impl Provisioner {
             .caches
             .classes
             .get(&ObjectRef::new(spec.storage_class_name.as_deref()?))?;
+        // An in-tree class of the plugin we stand in for: its secrets as translated.
+        let class = match crate::decide::migration::provisioning_class(
+            &self.cfg.caps.name,
+            self.cfg.caps.migrated_from,
+            &class,
+        ) {
+            Some(Ok((translated, _))) => translated,
+            Some(Err(_)) | None => (*class).clone(),
+        };
         let params: BTreeMap<String, String> = class
             .parameters
             .clone()

@@ -47,9 +47,20 @@ pub fn waits_for_node(
         && selected_node(claim).is_none()
 }
 
-/// Decides whether the claim is ours to provision.
-pub fn decide_claim(claim: &PersistentVolumeClaim, driver: &str) -> ClaimDecision {
-    if claim_provisioner(claim) != Some(driver) {
+/// Decides whether the claim is ours to provision: it names our driver, or (CSI migration,
+/// `in_tree` is the plugin our driver stands in for) it names that plugin and
+/// kube-controller-manager marked it `pv.kubernetes.io/migrated-to` our driver.
+pub fn decide_claim(
+    claim: &PersistentVolumeClaim,
+    driver: &str,
+    in_tree: Option<&str>,
+) -> ClaimDecision {
+    let named = claim_provisioner(claim);
+    let migrated = in_tree.is_some_and(|in_tree| {
+        named == Some(in_tree)
+            && annotation(&claim.metadata, sidecar_kit::migration::ANN_MIGRATED_TO) == Some(driver)
+    });
+    if named != Some(driver) && !migrated {
         return ClaimDecision::NotOurs;
     }
     if claim
@@ -186,30 +197,73 @@ mod tests {
     fn only_claims_annotated_for_us_and_unbound_are_provisioned() {
         let ours = claim("c").provisioner(DRIVER).class("fast").build();
         assert_eq!(
-            decide_claim(&ours, DRIVER),
+            decide_claim(&ours, DRIVER, None),
             ClaimDecision::Provision {
                 class: "fast".into()
             }
         );
         let beta = claim("c").beta_provisioner(DRIVER).class("fast").build();
         assert_eq!(
-            decide_claim(&beta, DRIVER),
+            decide_claim(&beta, DRIVER, None),
             ClaimDecision::Provision {
                 class: "fast".into()
             }
         );
         let other = claim("c").provisioner("other.csi").class("fast").build();
-        assert_eq!(decide_claim(&other, DRIVER), ClaimDecision::NotOurs);
+        assert_eq!(decide_claim(&other, DRIVER, None), ClaimDecision::NotOurs);
         let none = claim("c").class("fast").build();
-        assert_eq!(decide_claim(&none, DRIVER), ClaimDecision::NotOurs);
+        assert_eq!(decide_claim(&none, DRIVER, None), ClaimDecision::NotOurs);
         let bound = claim("c")
             .provisioner(DRIVER)
             .class("fast")
             .volume_name("pv-1")
             .build();
-        assert_eq!(decide_claim(&bound, DRIVER), ClaimDecision::AlreadyBound);
+        assert_eq!(
+            decide_claim(&bound, DRIVER, None),
+            ClaimDecision::AlreadyBound
+        );
         let classless = claim("c").provisioner(DRIVER).build();
-        assert_eq!(decide_claim(&classless, DRIVER), ClaimDecision::NotOurs);
+        assert_eq!(
+            decide_claim(&classless, DRIVER, None),
+            ClaimDecision::NotOurs
+        );
+    }
+
+    #[test]
+    fn claims_of_the_migrated_plugin_are_ours_once_marked_migrated_to_our_driver() {
+        const EBS: &str = "ebs.csi.aws.com";
+        const IN_TREE: &str = "kubernetes.io/aws-ebs";
+        let provision = ClaimDecision::Provision {
+            class: "gp2".into(),
+        };
+        // (storage-provisioner, migrated-to, the plugin we stand in for, decision): the rows of
+        // external-provisioner's migration tests.
+        let table = [
+            (EBS, None, Some(IN_TREE), provision.clone()),
+            (IN_TREE, Some(EBS), Some(IN_TREE), provision.clone()),
+            (IN_TREE, None, Some(IN_TREE), ClaimDecision::NotOurs),
+            (IN_TREE, Some("foo"), Some(IN_TREE), ClaimDecision::NotOurs),
+            // Not a migrated driver: the in-tree name is never ours.
+            (IN_TREE, Some(EBS), None, ClaimDecision::NotOurs),
+            // Marked for us, but naming a plugin we do not stand in for.
+            (
+                "kubernetes.io/gce-pd",
+                Some(EBS),
+                Some(IN_TREE),
+                ClaimDecision::NotOurs,
+            ),
+        ];
+        for (named, migrated_to, in_tree, want) in table {
+            let mut c = claim("c").provisioner(named).class("gp2");
+            if let Some(to) = migrated_to {
+                c = c.annotation(sidecar_kit::migration::ANN_MIGRATED_TO, to);
+            }
+            assert_eq!(
+                decide_claim(&c.build(), EBS, in_tree),
+                want,
+                "{named} migrated-to {migrated_to:?} standing in for {in_tree:?}"
+            );
+        }
     }
 
     #[test]

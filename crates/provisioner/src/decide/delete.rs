@@ -24,6 +24,9 @@ pub enum VolumeDecision {
     /// The policy is no longer Delete (or the PV is already gone from the driver's view):
     /// drop our finalizer so the PV can go.
     RemoveFinalizer,
+    /// An in-tree PV of the migrated plugin whose source does not translate (why): it cannot
+    /// be deleted through the driver.
+    Untranslatable(String),
 }
 
 /// Whether the PV belongs to our driver: provisioned by us, or a static PV of our driver.
@@ -45,9 +48,15 @@ fn has_finalizer(pv: &PersistentVolume) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == PV_FINALIZER))
 }
 
-/// Decides what to do with a PV.
-pub fn decide_volume(pv: &PersistentVolume, driver: &str) -> VolumeDecision {
-    if !is_ours(pv, driver) {
+/// Decides what to do with a PV (`migrated_from`: the in-tree plugin our driver stands in
+/// for, whose PVs are ours too).
+pub fn decide_volume(
+    pv: &PersistentVolume,
+    driver: &str,
+    migrated_from: Option<sidecar_kit::migration::Plugin>,
+) -> VolumeDecision {
+    let migrated = migrated_from.is_some_and(|p| super::migration::is_migrated_ours(pv, driver, p));
+    if !is_ours(pv, driver) && !migrated {
         return VolumeDecision::Ignore;
     }
     let spec = pv.spec.as_ref();
@@ -69,11 +78,10 @@ pub fn decide_volume(pv: &PersistentVolume, driver: &str) -> VolumeDecision {
     if phase != "Released" {
         return VolumeDecision::Ignore;
     }
-    let Some(handle) = spec
-        .and_then(|s| s.csi.as_ref())
-        .map(|c| c.volume_handle.clone())
-    else {
-        return VolumeDecision::Ignore;
+    let handle = match super::migration::csi_handle(pv) {
+        Ok(Some(handle)) => handle,
+        Ok(None) => return VolumeDecision::Ignore,
+        Err(error) => return VolumeDecision::Untranslatable(error.to_string()),
     };
     VolumeDecision::Delete {
         volume_handle: handle,
@@ -114,7 +122,7 @@ mod tests {
             .secret("s", "ns")
             .build();
         assert_eq!(
-            decide_volume(&v, D),
+            decide_volume(&v, D, None),
             VolumeDecision::Delete {
                 volume_handle: "handle-pv-1".into(),
                 secret: Some(Some(SecretRef {
@@ -130,7 +138,7 @@ mod tests {
             .secret("", "")
             .build();
         assert_eq!(
-            decide_volume(&none, D),
+            decide_volume(&none, D, None),
             VolumeDecision::Delete {
                 volume_handle: "handle-pv-1".into(),
                 secret: Some(None)
@@ -142,7 +150,7 @@ mod tests {
             .phase("Released")
             .build();
         assert_eq!(
-            decide_volume(&old, D),
+            decide_volume(&old, D, None),
             VolumeDecision::Delete {
                 volume_handle: "handle-pv-1".into(),
                 secret: None
@@ -188,8 +196,50 @@ mod tests {
             ),
         ];
         for (v, want) in table {
-            assert_eq!(decide_volume(&v, D), want, "{:?}", v.metadata.name);
+            assert_eq!(decide_volume(&v, D, None), want, "{:?}", v.metadata.name);
         }
+    }
+
+    #[test]
+    fn in_tree_volumes_of_the_plugin_we_stand_in_for_are_deleted_through_their_csi_handle() {
+        use sidecar_kit::migration::Plugin;
+        let ebs = |volume_id: &str, by: Option<&str>| -> PersistentVolume {
+            let mut v: PersistentVolume = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "pvc-1"},
+                "spec": {"awsElasticBlockStore": {"volumeID": volume_id},
+                         "persistentVolumeReclaimPolicy": "Delete"},
+                "status": {"phase": "Released"},
+            }))
+            .unwrap();
+            if let Some(by) = by {
+                v.metadata.annotations =
+                    Some([(ANN_PROVISIONED_BY.to_string(), by.to_string())].into());
+            }
+            v
+        };
+        const EBS: &str = "ebs.csi.aws.com";
+        let mine = ebs("aws://us-east-1a/vol-0abc", Some("kubernetes.io/aws-ebs"));
+        assert_eq!(
+            decide_volume(&mine, EBS, Some(Plugin::AwsEbs)),
+            VolumeDecision::Delete {
+                volume_handle: "vol-0abc".into(),
+                secret: None
+            }
+        );
+        assert_eq!(
+            decide_volume(&mine, EBS, None),
+            VolumeDecision::Ignore,
+            "CSIMigration off: the in-tree plugin's"
+        );
+        assert_eq!(
+            decide_volume(&ebs("vol-1", None), EBS, Some(Plugin::AwsEbs)),
+            VolumeDecision::Ignore,
+            "a static in-tree volume not marked migrated to us"
+        );
+        assert!(matches!(
+            decide_volume(&ebs("aws://us-east-1a/disk-9", Some("kubernetes.io/aws-ebs")), EBS, Some(Plugin::AwsEbs)),
+            VolumeDecision::Untranslatable(why) if why.contains("Invalid format for AWS volume")
+        ));
     }
 
     #[test]
@@ -201,7 +251,7 @@ mod tests {
             .build();
         assert!(is_ours(&v, D));
         assert!(matches!(
-            decide_volume(&v, D),
+            decide_volume(&v, D, None),
             VolumeDecision::Delete { .. }
         ));
         let foreign = pv("x")

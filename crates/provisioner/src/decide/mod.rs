@@ -6,6 +6,7 @@ pub mod classify;
 pub mod cloning;
 pub mod data_source;
 pub mod delete;
+pub mod migration;
 pub mod names;
 pub mod node_deployment;
 pub mod parameters;

@@ -51,6 +51,8 @@ pub struct DriverCapabilities {
     pub create_delete_snapshot: bool,
     /// LIST_VOLUMES, and the recoverable-volumes convention in GetPluginInfo's manifest.
     pub recoverable: bool,
+    /// The in-tree plugin the driver stands in for (CSI migration), if any.
+    pub migrated_from: Option<sidecar_kit::migration::Plugin>,
 }
 
 /// Provisioning flags.
@@ -104,6 +106,9 @@ pub enum ProvisionError {
     /// Block volume with mount options.
     #[error("StorageClass mountOptions cannot apply to a block volume")]
     BlockMountOptions,
+    /// The in-tree class of a migrated plugin cannot be translated.
+    #[error("failed to translate storage class: {0}")]
+    Translate(#[source] sidecar_kit::migration::TranslateError),
 }
 
 /// Everything about a claim that does not depend on the driver's answer.
@@ -137,6 +142,8 @@ pub struct ProvisionPlan {
     pub reclaim_policy: String,
     /// Mount options for the PV.
     pub mount_options: Vec<String>,
+    /// The in-tree plugin whose class this is (CSI migration): the PV is written as its.
+    pub migrated_from: Option<sidecar_kit::migration::Plugin>,
 }
 
 fn access_mode_to_csi(mode: &str, caps: &DriverCapabilities) -> Result<Mode, ProvisionError> {
@@ -164,12 +171,15 @@ pub fn plan_provision(
     vac: Option<&VolumeAttributesClass>,
 ) -> Result<ProvisionPlan, ProvisionError> {
     let class_name = class.metadata.name.clone().unwrap_or_default();
-    if class.provisioner != caps.name {
+    let Some(chosen) = super::migration::provisioning_class(&caps.name, caps.migrated_from, class)
+    else {
         return Err(ProvisionError::WrongProvisioner {
             class: class_name,
             provisioner: class.provisioner.clone(),
         });
-    }
+    };
+    let (translated, migrated_from) = chosen.map_err(ProvisionError::Translate)?;
+    let class = &translated;
     let spec = claim.spec.clone().unwrap_or_default();
     if spec.selector.is_some() {
         return Err(ProvisionError::Selector);
@@ -280,6 +290,7 @@ pub fn plan_provision(
             .clone()
             .unwrap_or_else(|| "Delete".into()),
         mount_options,
+        migrated_from,
     })
 }
 
@@ -334,6 +345,9 @@ pub enum ResponseError {
     /// source, so the volume is empty.
     #[error("volume content source missing")]
     ContentSourceMissing,
+    /// The PV of a migrated class cannot be written as the in-tree plugin's.
+    #[error("failed to translate CSI PV to in-tree due to: {0}")]
+    Translate(#[source] sidecar_kit::migration::TranslateError),
 }
 
 /// Upstream's check of a clone's or restore's answer: the driver must name the source it
@@ -423,7 +437,7 @@ pub fn build_pv(
         }),
     });
     let get = |kind| plan.pv_secrets.get(&kind).map(secret_ref);
-    Ok(PersistentVolume {
+    let pv = PersistentVolume {
         metadata: ObjectMeta {
             name: Some(plan.pv_name.clone()),
             annotations: Some(annotations),
@@ -470,7 +484,11 @@ pub fn build_pv(
             ..Default::default()
         }),
         status: None,
-    })
+    };
+    match plan.migrated_from {
+        Some(plugin) => super::migration::in_tree_pv(pv, plugin).map_err(ResponseError::Translate),
+        None => Ok(pv),
+    }
 }
 
 /// Whether an existing PV of the name we would create was made for this claim (by an earlier

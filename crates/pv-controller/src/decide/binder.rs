@@ -353,12 +353,14 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     if late && !selected {
         return ClaimAction::WaitForFirstConsumer;
     }
-    let annotated = annotation(&claim.metadata, ANN_STORAGE_PROVISIONER)
-        == Some(sc.provisioner.as_str())
-        && annotation(&claim.metadata, ANN_BETA_STORAGE_PROVISIONER)
-            == Some(sc.provisioner.as_str());
+    // CSI migration (on for every migratable plugin in kube-controller-manager): a class of an
+    // in-tree plugin is provisioned by the CSI driver that stands in for it.
+    let provisioner = sidecar_kit::migration::Plugin::from_in_tree_name(&sc.provisioner)
+        .map_or(sc.provisioner.as_str(), |plugin| plugin.csi_name());
+    let annotated = annotation(&claim.metadata, ANN_STORAGE_PROVISIONER) == Some(provisioner)
+        && annotation(&claim.metadata, ANN_BETA_STORAGE_PROVISIONER) == Some(provisioner);
     ClaimAction::Provision {
-        provisioner: sc.provisioner.clone(),
+        provisioner: provisioner.to_string(),
         annotated,
     }
 }

@@ -192,6 +192,30 @@ fn a_claim_without_class_gets_the_default_and_an_empty_class_does_not() {
 }
 
 #[test]
+fn a_class_of_a_migrated_in_tree_plugin_is_provisioned_by_its_csi_driver() {
+    // (class provisioner, the provisioner the claim is annotated for)
+    let table = [
+        ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+        ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+        ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+        ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+        // Not migrated (no CSI driver stands in for it): asked as it is.
+        ("kubernetes.io/rbd", "kubernetes.io/rbd"),
+    ];
+    for (in_tree, driver) in table {
+        let classes = vec![sc("old", in_tree, false)];
+        assert_eq!(
+            dc(&claim("c", Some("old"), "1Gi"), &[], &classes, None),
+            ClaimAction::Provision {
+                provisioner: driver.into(),
+                annotated: false
+            },
+            "{in_tree}"
+        );
+    }
+}
+
+#[test]
 fn without_a_match_the_class_provisioner_is_asked() {
     let classes = vec![
         sc("fast", "csi.example", false),

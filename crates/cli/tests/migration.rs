@@ -1,0 +1,99 @@
+//! CSI migration: the reference driver poses as `ebs.csi.aws.com`, the driver that stands in
+//! for the in-tree `kubernetes.io/aws-ebs`. A claim of an in-tree class is provisioned by it
+//! (the PV controller names the CSI driver on the claim, as kube-controller-manager does), the
+//! PV written is the in-tree plugin's, and it is deleted through the driver.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::Cluster;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+
+const EBS: &str = "ebs.csi.aws.com";
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_tree_class_is_provisioned_as_an_in_tree_volume_and_deleted_by_the_migrated_driver() {
+    let c = Cluster::start(
+        &["--drivername=ebs.csi.aws.com", "--capacity=1Ti"],
+        &[],
+        true,
+    )
+    .await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(json!({
+        "metadata": {"name": "gp2"},
+        "provisioner": "kubernetes.io/aws-ebs",
+        "reclaimPolicy": "Delete",
+        "parameters": {"fsType": "xfs"},
+    }))
+    .await;
+    let claim = c.claim("data", "gp2", "1Gi", json!({}), false).await;
+    c.wait_bound("data", WAIT).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let bound = claims.get("data").await.unwrap();
+    let annotations = bound.metadata.annotations.clone().unwrap();
+    assert_eq!(
+        annotations["volume.kubernetes.io/storage-provisioner"], EBS,
+        "the PV controller names the CSI driver for the in-tree class"
+    );
+    let pv = c.pv_for(&claim).await.unwrap();
+    let spec = pv.spec.as_ref().unwrap();
+    assert!(
+        spec.csi.is_none(),
+        "written as the in-tree plugin's PV: {spec:?}"
+    );
+    let ebs = spec.aws_elastic_block_store.as_ref().unwrap();
+    assert_eq!(
+        ebs.fs_type.as_deref(),
+        Some("xfs"),
+        "the class's fsType, translated"
+    );
+    let ids = c.driver_volume_ids().await;
+    assert_eq!(ids, vec![ebs.volume_id.clone()], "the driver made it");
+    assert_eq!(
+        pv.metadata.annotations.as_ref().unwrap()["pv.kubernetes.io/provisioned-by"],
+        "kubernetes.io/aws-ebs"
+    );
+    assert!(
+        pv.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer")
+    );
+
+    // Released: deleted through the CSI handle the in-tree PV translates to.
+    claims
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    let volumes: Api<PersistentVolume> = Api::all(c.client.clone());
+    let name = pv.metadata.name.clone().unwrap();
+    c.wait_until("the in-tree PV deleted", WAIT, || async {
+        volumes.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(c.driver_volumes().await, 0, "and its volume at the driver");
+
+    // A claim still naming the in-tree plugin, marked migrated to the driver (as
+    // kube-controller-manager marks older claims), is provisioned too.
+    let legacy = c
+        .claim(
+            "legacy",
+            "gp2",
+            "1Gi",
+            json!({"metadata": {"annotations": {
+                "volume.kubernetes.io/storage-provisioner": "kubernetes.io/aws-ebs",
+                "pv.kubernetes.io/migrated-to": EBS}}}),
+            false,
+        )
+        .await;
+    c.wait_bound("legacy", WAIT).await;
+    let legacy_pv = c.pv_for(&legacy).await.unwrap();
+    assert!(legacy_pv.spec.unwrap().aws_elastic_block_store.is_some());
+}
