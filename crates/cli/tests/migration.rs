@@ -1,7 +1,8 @@
 //! CSI migration: the reference driver poses as `ebs.csi.aws.com`, the driver that stands in
 //! for the in-tree `kubernetes.io/aws-ebs`. A claim of an in-tree class is provisioned by it
 //! (the PV controller names the CSI driver on the claim, as kube-controller-manager does), the
-//! PV written is the in-tree plugin's, and it is deleted through the driver.
+//! PV written is the in-tree plugin's, a Pod on it gets it attached and published through the
+//! driver, and it is deleted through the driver.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,8 +11,9 @@ mod common;
 use std::time::Duration;
 
 use common::Cluster;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 const EBS: &str = "ebs.csi.aws.com";
@@ -19,10 +21,14 @@ const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_tree_class_is_provisioned_as_an_in_tree_volume_and_deleted_by_the_migrated_driver() {
-    let c = Cluster::start(
+    let c = Cluster::start_with(
         &["--drivername=ebs.csi.aws.com", "--capacity=1Ti"],
         &[],
         true,
+        |o| {
+            o.attach = true;
+            o.kubelet = true;
+        },
     )
     .await;
     c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(json!({
@@ -66,6 +72,46 @@ async fn an_in_tree_class_is_provisioned_as_an_in_tree_volume_and_deleted_by_the
             .flatten()
             .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer")
     );
+
+    // A Pod on it: attached by the driver (a VolumeAttachment of the in-tree PV) and published.
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "app"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}],
+                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    c.wait_until("the Pod Running on the in-tree volume", WAIT, || async {
+        pods.get("app")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Running")
+    })
+    .await;
+    let attachments: Api<VolumeAttachment> = Api::all(c.client.clone());
+    let attached = attachments.list(&Default::default()).await.unwrap().items;
+    assert_eq!(attached.len(), 1);
+    assert_eq!(attached[0].spec.attacher, EBS);
+    assert_eq!(
+        attached[0].spec.source.persistent_volume_name.as_deref(),
+        pv.metadata.name.as_deref()
+    );
+    assert!(attached[0].status.as_ref().unwrap().attached);
+    pods.delete("app", &DeleteParams::default()).await.unwrap();
+    c.wait_until("the Pod gone and the volume detached", WAIT, || async {
+        pods.get_opt("app").await.unwrap().is_none()
+            && attachments
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+    })
+    .await;
 
     // Released: deleted through the CSI handle the in-tree PV translates to.
     claims

@@ -296,6 +296,11 @@ impl Attacher {
 /// reference's details it never reads.
 fn shrink_volume(pv: &mut PersistentVolume) {
     pv.status = None;
+    // An in-tree PV (CSI migration) keeps what its translation reads: the zone labels, the
+    // Azure file share's resource group annotation, its claim's namespace.
+    if sidecar_kit::migration::is_migratable(pv) {
+        return;
+    }
     if let Some(spec) = pv.spec.as_mut() {
         spec.claim_ref = None;
         spec.node_affinity = None;

@@ -3,6 +3,7 @@
 //! the status), detach it (ControllerUnpublishVolume, then the finalizer), or write why it
 //! cannot be done.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use csi_proto::v1 as csi;
@@ -96,11 +97,13 @@ pub struct World<'a> {
     pub options: &'a Options,
 }
 
-/// The volume spec a VolumeAttachment names: its PV's, or the inline one.
+/// The volume spec a VolumeAttachment names: its PV's, or the inline one (which
+/// kube-controller-manager has already translated for a migrated in-tree volume). A PV with an
+/// in-tree source of a migrated plugin is translated to its CSI form (CSI migration).
 pub fn volume_spec<'a>(
     va: &'a VolumeAttachment,
     volume: Option<&'a PersistentVolume>,
-) -> Result<&'a PersistentVolumeSpec, String> {
+) -> Result<Cow<'a, PersistentVolumeSpec>, String> {
     let source = &va.spec.source;
     match (&source.persistent_volume_name, &source.inline_volume_spec) {
         (Some(_), Some(_)) => {
@@ -113,11 +116,26 @@ pub fn volume_spec<'a>(
             if spec.csi.is_none() {
                 return Err("inline volume spec contains nil CSI source".into());
             }
-            Ok(spec)
+            Ok(Cow::Borrowed(spec))
         }
-        (Some(name), None) => volume
-            .and_then(|pv| pv.spec.as_ref())
-            .ok_or_else(|| format!("persistentvolume {name:?} not found")),
+        (Some(name), None) => {
+            let pv = volume
+                .filter(|pv| pv.spec.is_some())
+                .ok_or_else(|| format!("persistentvolume {name:?} not found"))?;
+            if !sidecar_kit::migration::is_migratable(pv) {
+                return pv
+                    .spec
+                    .as_ref()
+                    .map(Cow::Borrowed)
+                    .ok_or_else(|| format!("persistentvolume {name:?} not found"));
+            }
+            let translated = sidecar_kit::migration::pv_to_csi(pv)
+                .map_err(|e| format!("failed to translate in tree pv to CSI: {e}"))?;
+            translated
+                .spec
+                .map(Cow::Owned)
+                .ok_or_else(|| format!("persistentvolume {name:?} not found"))
+        }
     }
 }
 
@@ -258,9 +276,9 @@ fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<At
         }
         protect_volume = finalizers::add_ops(&pv.metadata, ours).map(|ops| (name, ops));
     }
-    let source = pv_csi::csi_source(spec).map_err(spec_error)?;
+    let source = pv_csi::csi_source(&spec).map_err(spec_error)?;
     let capability = pv_csi::capability(
-        spec,
+        &spec,
         driver.single_node_multi_writer,
         &world.options.default_fstype,
     )
@@ -287,7 +305,7 @@ fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<At
                 .clone()
                 .map(|a| a.into_iter().collect())
                 .unwrap_or_default(),
-            secret: secret_of(spec),
+            secret: secret_of(&spec),
         },
     })
 }
@@ -298,9 +316,9 @@ fn plan_detach(va: &VolumeAttachment, world: World<'_>, force: bool, ours: &str)
         return Plan::Nothing;
     }
     let resolved = volume_spec(va, world.volume).and_then(|spec| {
-        let source = pv_csi::csi_source(spec).map_err(spec_error)?;
+        let source = pv_csi::csi_source(&spec).map_err(spec_error)?;
         let node_id = node_id_for_detach(va, world.csinode, world.node, &world.driver.name)?;
-        Ok((source.volume_handle.clone(), node_id, secret_of(spec)))
+        Ok((source.volume_handle.clone(), node_id, secret_of(&spec)))
     });
     let (volume_id, node_id, secret) = match resolved {
         Ok(r) => r,

@@ -121,6 +121,78 @@ fn names_follow_upstream() {
 }
 
 #[test]
+fn in_tree_volumes_of_a_migrated_plugin_are_attached_and_detached_by_their_csi_handle() {
+    let d = DriverView {
+        name: "ebs.csi.aws.com".into(),
+        ..driver()
+    };
+    let o = Options::default();
+    let mut ebs = pv();
+    let spec = ebs.spec.as_mut().unwrap();
+    spec.csi = None;
+    spec.aws_elastic_block_store = Some(
+        k8s_openapi::api::core::v1::AWSElasticBlockStoreVolumeSource {
+            volume_id: "aws://us-east-1a/vol-0abc".into(),
+            fs_type: Some("xfs".into()),
+            ..Default::default()
+        },
+    );
+    let mut bad = ebs.clone();
+    bad.spec
+        .as_mut()
+        .unwrap()
+        .aws_elastic_block_store
+        .as_mut()
+        .unwrap()
+        .volume_id = "aws://us-east-1a/disk-9".into();
+    let mut n = csinode(Some("i-1"));
+    n.spec.drivers[0].name = "ebs.csi.aws.com".into();
+    let world = |p| World {
+        volume: Some(p),
+        csinode: Some(&n),
+        node: None,
+        driver: &d,
+        options: &o,
+    };
+    let mut attachment = va(&[], false);
+    attachment.spec.attacher = "ebs.csi.aws.com".into();
+    let Plan::Attach(a) = plan(&attachment, world(&ebs), false) else {
+        panic!("an attach")
+    };
+    assert_eq!(a.publish.volume_id, "vol-0abc");
+    assert_eq!(a.publish.node_id, "i-1");
+    assert_eq!(
+        a.publish.context.get("partition").map(String::as_str),
+        Some("0")
+    );
+    let mut detaching = attachment.clone();
+    detaching.metadata.deletion_timestamp = Some(time());
+    detaching.metadata.finalizers = Some(vec![finalizer("ebs.csi.aws.com")]);
+    let Plan::Detach(detach) = plan(&detaching, world(&ebs), false) else {
+        panic!("a detach")
+    };
+    assert_eq!(detach.volume_id, "vol-0abc");
+    // A source that does not translate: the attach fails, saying why.
+    assert!(matches!(
+        plan(&attachment, world(&bad), false),
+        Plan::AttachFailed(why) if why.starts_with("failed to translate in tree pv to CSI: failed to translate Kubernetes ID to EBS Volume ID")
+    ));
+    // A PV with neither a CSI source nor a migrated plugin's.
+    let mut nfs = pv();
+    let spec = nfs.spec.as_mut().unwrap();
+    spec.csi = None;
+    spec.nfs = Some(k8s_openapi::api::core::v1::NFSVolumeSource {
+        server: "s".into(),
+        path: "/".into(),
+        read_only: None,
+    });
+    assert!(matches!(
+        plan(&attachment, world(&nfs), false),
+        Plan::AttachFailed(_)
+    ));
+}
+
+#[test]
 fn an_attach_protects_the_volume_and_the_attachment_before_publishing() {
     let (d, o) = (driver(), Options::default());
     let (p, n) = (pv(), csinode(Some("n1")));

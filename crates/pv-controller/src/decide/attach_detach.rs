@@ -68,11 +68,15 @@ pub fn wanted<'a>(pods: impl IntoIterator<Item = &'a Pod>, world: World<'_>) -> 
             else {
                 continue;
             };
-            let Some(csi) = world
+            // An in-tree PV of a migrated plugin is attached by its CSI driver.
+            let Some(spec) = world
                 .volumes
                 .get(volume)
-                .and_then(|pv| pv.spec.as_ref()?.csi.as_ref())
+                .and_then(|pv| sidecar_kit::migration::csi_spec(pv))
             else {
+                continue;
+            };
+            let Some(csi) = spec.csi.as_ref() else {
                 continue;
             };
             if !sidecar_kit::pv_csi::attach_required(
@@ -122,8 +126,8 @@ pub fn actions<'a>(
         let handle = world
             .volumes
             .get(pv)
-            .and_then(|v| v.spec.as_ref()?.csi.as_ref())
-            .map(|c| c.volume_handle.clone());
+            .and_then(|v| sidecar_kit::migration::csi_spec(v))
+            .and_then(|s| s.csi.as_ref().map(|c| c.volume_handle.clone()));
         let in_use = handle.is_some_and(|h| {
             let unique = unique_name(&va.spec.attacher, &h);
             world

@@ -206,6 +206,18 @@ pub fn pv_to_in_tree(pv: &PersistentVolume) -> Result<PersistentVolume, Translat
     to_in_tree::pv(plugin, pv)
 }
 
+/// A PV's spec as the CSI driver sees it: its own when it has a CSI source, translated when it
+/// has a migrated plugin's in-tree source, `None` when it has neither (or does not translate:
+/// the attacher and the provisioner say why).
+pub fn csi_spec(pv: &PersistentVolume) -> Option<std::borrow::Cow<'_, PersistentVolumeSpec>> {
+    let spec = pv.spec.as_ref()?;
+    if spec.csi.is_some() {
+        return Some(std::borrow::Cow::Borrowed(spec));
+    }
+    Plugin::of_spec(spec)?;
+    pv_to_csi(pv).ok()?.spec.map(std::borrow::Cow::Owned)
+}
+
 /// Whether a PV has an in-tree source a CSI driver serves.
 pub fn is_migratable(pv: &PersistentVolume) -> bool {
     pv.spec.as_ref().and_then(Plugin::of_spec).is_some()

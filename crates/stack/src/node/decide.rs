@@ -221,9 +221,13 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
         let Some(pv) = world.volumes.get(&pv_name) else {
             return PodPlan::Wait(format!("persistentvolume {pv_name:?} not found"));
         };
-        let Some(pv_spec) = pv.spec.as_ref() else {
-            return PodPlan::Wait(format!("persistentvolume {pv_name:?} has no spec"));
+        // An in-tree PV of a migrated plugin is set up through its CSI driver, as kubelet does.
+        let Some(pv_spec) = sidecar_kit::migration::csi_spec(pv) else {
+            return PodPlan::Wait(format!(
+                "persistentvolume {pv_name:?} has no CSI source (nor an in-tree one that translates)"
+            ));
         };
+        let pv_spec = pv_spec.as_ref();
         let source = match sidecar_kit::pv_csi::csi_source(pv_spec) {
             Ok(source) => source,
             Err(error) => return PodPlan::Wait(format!("volume {pv_name:?}: {error}")),

@@ -396,7 +396,8 @@ impl NodeAgent {
             let Some(pv) = pv_name.and_then(|n| self.volumes.get(&ObjectRef::new(&n))) else {
                 continue;
             };
-            if let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+            let spec = sidecar_kit::migration::csi_spec(&pv);
+            if let Some(csi) = spec.as_ref().and_then(|s| s.csi.as_ref()) {
                 drivers.extend(self.drivers.get(&ObjectRef::new(&csi.driver)));
                 let attachment = sidecar_kit::pv_csi::attachment_name(
                     &csi.volume_handle,
