@@ -16,6 +16,7 @@ mod newer_apis;
 mod node_deployment;
 mod provisioning;
 mod pv_binder;
+mod seeds_gaps;
 mod tables;
 mod upstream_rbac;
 mod volume_sets;
