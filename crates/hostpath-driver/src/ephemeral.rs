@@ -139,7 +139,8 @@ mod tests {
     #[test]
     fn bad_ids_and_sizes_are_refused_with_the_reason() {
         // (volume id, context, words in the error)
-        let table: [(&str, &[(&str, &str)], &str); 5] = [
+        type Row<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let table: [Row; 5] = [
             ("../etc", &[], "volume_id"),
             (".hidden", &[], "volume_id"),
             ("", &[], "volume_id"),

@@ -417,7 +417,8 @@ fn inline_volumes_are_published_only_for_drivers_that_serve_the_ephemeral_mode()
         }
     };
     // (modes, pod info, wait reason or None)
-    let table: [(Option<&[&str]>, bool, Option<&str>); 4] = [
+    type Row<'a> = (Option<&'a [&'a str]>, bool, Option<&'a str>);
+    let table: [Row; 4] = [
         (
             None,
             true,
