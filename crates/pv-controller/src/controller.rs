@@ -69,6 +69,11 @@ pub struct PvController {
     node_recyclers: bool,
     /// Volumes by the claim their claimRef names, and those no claimRef names.
     index: Arc<ClaimRefIndex>,
+    /// Claims and volumes as this controller last wrote them, while the caches are behind: a
+    /// claim synced again before its binding reaches the cache is seen bound, and a volume it
+    /// just bound is seen taken.
+    assumed_claims: Arc<Assumed<PersistentVolumeClaim>>,
+    assumed_volumes: Arc<Assumed<PersistentVolume>>,
 }
 
 /// How often volumes whose claim is missing are looked at again, whatever the events said.
@@ -80,6 +85,7 @@ impl std::fmt::Debug for PvController {
     }
 }
 
+use sidecar_kit::assume::{Assumed, key_of};
 use sidecar_kit::vocabulary::{hostname, reference};
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::watch_index::Feed;
@@ -151,11 +157,17 @@ impl PvController {
         let volume_queue: WorkQueue<String> = queue(backoff, metrics, "volumes");
         let index = Arc::new(ClaimRefIndex::default());
         let (q, vq, by_claim) = (claim_queue.clone(), volume_queue.clone(), index.clone());
+        let assumed_claims: Arc<Assumed<PersistentVolumeClaim>> = Arc::default();
+        let assumed_volumes: Arc<Assumed<PersistentVolume>> = Arc::default();
+        let gone_claims = assumed_claims.clone();
         // Claims and volumes are written back whole (updates): their caches keep every
         // annotation, so a write does not remove kubectl's last-applied configuration.
         let claims = watches.reflect_for_updates(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             move |e| {
+                if let kube::runtime::watcher::Event::Delete(c) = e {
+                    gone_claims.forget(&key_of(c));
+                }
                 each(e, |c| {
                     q.add(ObjectRef::from_obj(c));
                     // A deleted or changed claim may release its volume: the one it names and
@@ -179,8 +191,12 @@ impl PvController {
         // A volume change may complete or free a claim's binding.
         let (vq, cq, by_claim) = (volume_queue.clone(), claim_queue.clone(), index.clone());
         let feed = Feed::default();
+        let gone_volumes = assumed_volumes.clone();
         let volumes =
             watches.reflect_for_updates(Api::<PersistentVolume>::all(client.clone()), move |e| {
+                if let kube::runtime::watcher::Event::Delete(v) = e {
+                    gone_volumes.forget(&key_of(v));
+                }
                 feed.event(e, &*by_claim);
                 each(e, |v| {
                     if let Some(name) = &v.metadata.name {
@@ -214,7 +230,35 @@ impl PvController {
             volume_queue,
             recorder,
             watches,
+            assumed_claims,
+            assumed_volumes,
         })
+    }
+
+    /// A claim as last known: the cache's, or this controller's own write while the cache is
+    /// behind it.
+    fn claim(&self, key: &ObjectRef<PersistentVolumeClaim>) -> Option<Arc<PersistentVolumeClaim>> {
+        let name = match &key.namespace {
+            Some(ns) => format!("{ns}/{}", key.name),
+            None => key.name.clone(),
+        };
+        self.assumed_claims.latest(&name, self.claims.get(key))
+    }
+
+    /// A volume as last known (see [`PvController::claim`]).
+    fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.assumed_volumes
+            .latest(name, self.volumes.get(&ObjectRef::new(name)))
+    }
+
+    /// Remembers a claim this controller wrote.
+    fn wrote_claim(&self, claim: &PersistentVolumeClaim) {
+        self.assumed_claims.assume(claim.clone());
+    }
+
+    /// Remembers a volume this controller wrote.
+    fn wrote_volume(&self, pv: &PersistentVolume) {
+        self.assumed_volumes.assume(pv.clone());
     }
 
     /// kube-controller-manager's `pv_collector_*` gauges, counted from this controller's caches.
@@ -284,7 +328,7 @@ impl PvController {
     }
 
     async fn sync_claim(&self, key: &ObjectRef<PersistentVolumeClaim>) -> Result<(), SyncError> {
-        let Some(claim) = self.claims.get(key) else {
+        let Some(claim) = self.claim(key) else {
             return Ok(());
         };
         if claim.metadata.deletion_timestamp.is_some() {
@@ -293,7 +337,7 @@ impl PvController {
         let classes = self.classes.state();
         // The volumes the decision can depend on, looked up by name rather than scanning
         // every volume for each claim (quadratic in a storm).
-        let lookup = |name: &str| self.volumes.get(&ObjectRef::new(name));
+        let lookup = |name: &str| self.volume(name);
         let volumes = named_volumes(&claim, VOLUME_NAME_PREFIXES, lookup).unwrap_or_else(|| {
             let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
             let name = claim.metadata.name.as_deref().unwrap_or_default();
@@ -317,16 +361,16 @@ impl PvController {
                     .spec
                     .get_or_insert_with(Default::default)
                     .storage_class_name = Some(class);
-                claims
+                let written = claims
                     .replace(&name, &PostParams::default(), &updated)
                     .await
                     .map_err(write_err("assign the default class"))?;
+                self.wrote_claim(&written);
                 Ok(())
             }
             ClaimAction::Bind(pv_name) => {
                 let pv = self
-                    .volumes
-                    .get(&ObjectRef::new(&pv_name))
+                    .volume(&pv_name)
                     .ok_or_else(|| SyncError::Waiting(format!("volume {pv_name} vanished")))?;
                 let mut bound = (*pv).clone();
                 bound.spec.get_or_insert_with(Default::default).claim_ref =
@@ -340,12 +384,12 @@ impl PvController {
                     .replace(&pv_name, &PostParams::default(), &bound)
                     .await
                     .map_err(write_err("bind the volume"))?;
+                self.wrote_volume(&bound);
                 self.finish_binding(&claim, &bound).await
             }
             ClaimAction::CompleteBinding(pv_name) => {
                 let pv = self
-                    .volumes
-                    .get(&ObjectRef::new(&pv_name))
+                    .volume(&pv_name)
                     .ok_or_else(|| SyncError::Waiting(format!("volume {pv_name} vanished")))?;
                 self.finish_binding(&claim, &pv).await
             }
@@ -361,10 +405,11 @@ impl PvController {
                         .get_or_insert_with(BTreeMap::new);
                     a.insert(ANN_STORAGE_PROVISIONER.into(), provisioner.clone());
                     a.insert(ANN_BETA_STORAGE_PROVISIONER.into(), provisioner.clone());
-                    claims
+                    let written = claims
                         .replace(&name, &PostParams::default(), &updated)
                         .await
                         .map_err(write_err("annotate the claim"))?;
+                    self.wrote_claim(&written);
                 }
                 self.recorder
                     .record(&reference(&*claim), EventType::Normal, "ExternalProvisioning", &format!(
@@ -393,10 +438,11 @@ impl PvController {
             ClaimAction::Lost(pv_name) => {
                 let mut updated = (*claim).clone();
                 updated.status.get_or_insert_with(Default::default).phase = Some("Lost".into());
-                claims
+                let written = claims
                     .replace_status(&name, &PostParams::default(), &updated)
                     .await
                     .map_err(write_err("mark the claim Lost"))?;
+                self.wrote_claim(&written);
                 self.recorder
                     .record(&reference(&*claim), EventType::Warning, "ClaimLost", &format!("Bound claim has lost reference to PersistentVolume. Data on the volume is lost! (volume {pv_name})"));
                 Ok(())
@@ -419,9 +465,11 @@ impl PvController {
         if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
             let mut status = pv.clone();
             status.status.get_or_insert_with(Default::default).phase = Some("Bound".into());
-            pvs.replace_status(&pv_name, &PostParams::default(), &status)
+            let written = pvs
+                .replace_status(&pv_name, &PostParams::default(), &status)
                 .await
                 .map_err(write_err("mark the volume Bound"))?;
+            self.wrote_volume(&written);
         }
         let mut updated = claim.clone();
         let needs_spec = updated.spec.as_ref().and_then(|s| s.volume_name.as_deref())
@@ -455,6 +503,7 @@ impl PvController {
                 .replace(&name, &PostParams::default(), &updated)
                 .await
                 .map_err(write_err("bind the claim"))?;
+            self.wrote_claim(&updated);
         }
         let spec = pv.spec.clone().unwrap_or_default();
         let status = updated.status.get_or_insert_with(Default::default);
@@ -462,10 +511,11 @@ impl PvController {
             status.phase = Some("Bound".into());
             status.capacity = spec.capacity.clone();
             status.access_modes = spec.access_modes.clone();
-            claims
+            let written = claims
                 .replace_status(&name, &PostParams::default(), &updated)
                 .await
                 .map_err(write_err("mark the claim Bound"))?;
+            self.wrote_claim(&written);
             tracing::info!(volume = %pv_name, "claim bound");
         }
         Ok(())
@@ -491,12 +541,12 @@ impl PvController {
     }
 
     async fn sync_volume(&self, name: &str) -> Result<(), SyncError> {
-        let Some(pv) = self.volumes.get(&ObjectRef::new(name)) else {
+        let Some(pv) = self.volume(name) else {
             return Ok(());
         };
         // Only the claim the volume names matters: look it up instead of scanning all claims.
         let named: Vec<std::sync::Arc<PersistentVolumeClaim>> = claim_named_by(&pv)
-            .and_then(|(ns, name)| self.claims.get(&ObjectRef::new(&name).within(&ns)))
+            .and_then(|(ns, name)| self.claim(&ObjectRef::new(&name).within(&ns)))
             .into_iter()
             .collect();
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
@@ -513,9 +563,11 @@ impl PvController {
             VolumeAction::SetPhase(phase) => {
                 let mut updated = (*pv).clone();
                 updated.status.get_or_insert_with(Default::default).phase = Some(phase.into());
-                pvs.replace_status(name, &PostParams::default(), &updated)
+                let written = pvs
+                    .replace_status(name, &PostParams::default(), &updated)
                     .await
                     .map_err(write_err("set the volume phase"))?;
+                self.wrote_volume(&written);
                 tracing::info!(phase, "volume phase changed");
                 Ok(())
             }
@@ -527,9 +579,11 @@ impl PvController {
                 if let Some(a) = updated.metadata.annotations.as_mut() {
                     a.remove(ANN_BOUND_BY_CONTROLLER);
                 }
-                pvs.replace(name, &PostParams::default(), &updated)
+                let written = pvs
+                    .replace(name, &PostParams::default(), &updated)
                     .await
                     .map_err(write_err("unbind the volume"))?;
+                self.wrote_volume(&written);
                 Ok(())
             }
             VolumeAction::CannotDelete(message) => {

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api_errors;
+pub mod assume;
 pub mod compact;
 pub mod csi;
 pub mod custom_resource;
