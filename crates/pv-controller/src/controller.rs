@@ -462,6 +462,27 @@ impl PvController {
         let name = claim.metadata.name.clone().unwrap_or_default();
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        // A volume pre-bound by name only gets the claim's whole reference (its UID), as
+        // kube-controller-manager writes it; it was bound by the user, not by us.
+        let ref_uid = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.uid.clone())
+            .unwrap_or_default();
+        let written;
+        let pv = if ref_uid.is_empty() {
+            let mut whole = pv.clone();
+            whole.spec.get_or_insert_with(Default::default).claim_ref = Some(reference(claim));
+            written = pvs
+                .replace(&pv_name, &PostParams::default(), &whole)
+                .await
+                .map_err(write_err("bind the volume"))?;
+            self.wrote_volume(&written);
+            &written
+        } else {
+            pv
+        };
         if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
             let mut status = pv.clone();
             status.status.get_or_insert_with(Default::default).phase = Some("Bound".into());
@@ -481,6 +502,10 @@ impl PvController {
                 .and_then(|a| a.get(ANN_BIND_COMPLETED))
                 .is_none();
         if needs_spec {
+            // As kube-controller-manager: the claim is marked bound by the controller when the
+            // controller names its volume (not when the user did).
+            let named_by_us = updated.spec.as_ref().and_then(|s| s.volume_name.as_deref())
+                != Some(pv_name.as_str());
             updated
                 .spec
                 .get_or_insert_with(Default::default)
@@ -489,15 +514,11 @@ impl PvController {
                 .metadata
                 .annotations
                 .get_or_insert_with(BTreeMap::new);
-            a.insert(ANN_BIND_COMPLETED.into(), "yes".into());
-            if pv
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANN_BOUND_BY_CONTROLLER))
-                .is_some()
-            {
-                a.insert(ANN_BOUND_BY_CONTROLLER.into(), "yes".into());
+            a.entry(ANN_BIND_COMPLETED.into())
+                .or_insert_with(|| "yes".into());
+            if named_by_us {
+                a.entry(ANN_BOUND_BY_CONTROLLER.into())
+                    .or_insert_with(|| "yes".into());
             }
             updated = claims
                 .replace(&name, &PostParams::default(), &updated)

@@ -359,6 +359,14 @@ impl Bed {
         .await;
     }
 
+    /// Deletes the claim (its volume stays, by its reclaim policy).
+    pub async fn delete_claim_only(&self, name: &str) {
+        Api::<PersistentVolumeClaim>::namespaced(self.admin.clone(), "default")
+            .delete(name, &Default::default())
+            .await
+            .unwrap();
+    }
+
     /// The VolumeAttachments of the cluster.
     pub async fn attachments(&self) -> Vec<k8s_openapi::api::storage::v1::VolumeAttachment> {
         Api::<k8s_openapi::api::storage::v1::VolumeAttachment>::all(self.admin.clone())

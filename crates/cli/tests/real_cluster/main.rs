@@ -8,6 +8,7 @@
 
 mod attach;
 mod bed;
+mod binder_differential;
 mod can_i;
 mod capacity;
 mod data_sources;

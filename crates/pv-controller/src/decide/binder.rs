@@ -339,13 +339,16 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             message: format!("storageclass.storage.k8s.io {class_name:?} not found"),
         };
     };
-    if sc.provisioner == NO_PROVISIONER || sc.provisioner.is_empty() {
+    // kube-controller-manager looks for an in-tree plugin for a `kubernetes.io/` provisioner
+    // that is not migrated to CSI (`kubernetes.io/no-provisioner` included, and no in-tree
+    // plugin provisions any more); any other name is an external provisioner's.
+    let in_tree = sc.provisioner.starts_with("kubernetes.io/")
+        && sidecar_kit::migration::Plugin::from_in_tree_name(&sc.provisioner).is_none();
+    if in_tree || sc.provisioner.is_empty() {
         return ClaimAction::Pending {
-            event: EventType::Normal,
-            reason: "FailedBinding",
-            message: format!(
-                "no persistent volumes available for this claim and storage class {class_name:?} cannot provision"
-            ),
+            event: EventType::Warning,
+            reason: "ProvisioningFailed",
+            message: format!("no volume plugin matched name: {}", sc.provisioner),
         };
     }
     let late = sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");

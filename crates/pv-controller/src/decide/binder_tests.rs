@@ -199,8 +199,8 @@ fn a_class_of_a_migrated_in_tree_plugin_is_provisioned_by_its_csi_driver() {
         ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
         ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
         ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
-        // Not migrated (no CSI driver stands in for it): asked as it is.
-        ("kubernetes.io/rbd", "kubernetes.io/rbd"),
+        // An external provisioner's name: asked as it is.
+        ("rbd.csi.ceph.com", "rbd.csi.ceph.com"),
     ];
     for (in_tree, driver) in table {
         let classes = vec![sc("old", in_tree, false)];
@@ -242,13 +242,21 @@ fn without_a_match_the_class_provisioner_is_asked() {
         dc(&selected, &[], &classes, None),
         ClaimAction::Provision { .. }
     ));
-    assert!(matches!(
+    // kube-controller-manager's words for a class no in-tree plugin provisions (read on a
+    // real control plane by cli/tests/real_cluster/binder_differential.rs).
+    assert_eq!(
         dc(&claim("c", Some("static"), "1Gi"), &[], &classes, None),
         ClaimAction::Pending {
-            event: sidecar_kit::events::EventType::Normal,
-            reason: "FailedBinding",
-            ..
+            event: sidecar_kit::events::EventType::Warning,
+            reason: "ProvisioningFailed",
+            message: "no volume plugin matched name: kubernetes.io/no-provisioner".into(),
         }
+    );
+    let mut in_tree = classes.clone();
+    in_tree.push(sc("rbd", "kubernetes.io/rbd", false));
+    assert!(matches!(
+        dc(&claim("c", Some("rbd"), "1Gi"), &[], &in_tree, None),
+        ClaimAction::Pending { reason: "ProvisioningFailed", message, .. } if message == "no volume plugin matched name: kubernetes.io/rbd"
     ));
     let missing = dc(&claim("c", Some("nope"), "1Gi"), &[], &classes, None);
     assert_eq!(

@@ -1,0 +1,311 @@
+//! The binder, differentially (issue 33): the same claims and volumes on two real control
+//! planes, one with kube-controller-manager's binder and one with `volstack pv-controller` in
+//! its place, end in the same state: claims, volumes, the annotations the binder writes and
+//! the events it records, compared after normalising generated names.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use serde_json::{Value, json};
+
+use crate::bed::{Bed, Setup, manifest};
+
+const WAIT: Duration = Duration::from_secs(90);
+const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+/// The annotations a binder writes or reads on claims and volumes.
+const BINDER_ANNOTATIONS: [&str; 6] = [
+    "pv.kubernetes.io/bind-completed",
+    "pv.kubernetes.io/bound-by-controller",
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.beta.kubernetes.io/storage-provisioner",
+    "pv.kubernetes.io/provisioned-by",
+    "volume.kubernetes.io/selected-node",
+];
+
+fn static_volume(name: &str, class: &str, size: &str, extra: Value) -> Value {
+    let mut pv = json!({
+        "metadata": {"name": name},
+        "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
+                 "hostPath": {"path": format!("/tmp/{name}")}},
+    });
+    crate::bed::merge(&mut pv, &extra);
+    pv
+}
+
+/// The scenarios: what is made, in order.
+async fn make_scenarios(bed: &Bed) {
+    for class in ["named", "sel", "big", "modes", "block", "retain"] {
+        bed.create_cluster::<StorageClass>(
+            json!({"metadata": {"name": class}, "provisioner": NO_PROVISIONER}),
+        )
+        .await;
+    }
+    bed.class("fast", json!({"volumeBindingMode": "Immediate"}))
+        .await;
+    let volumes = [
+        // Pre-bound by name (no UID) to a claim made after it.
+        static_volume(
+            "pv-prebound",
+            "",
+            "1Gi",
+            json!({"spec": {"claimRef": {"namespace": "default", "name": "c-prebound"}}}),
+        ),
+        // Named by its claim's volumeName.
+        static_volume("pv-named", "named", "1Gi", json!({})),
+        // A class-less claim's only match.
+        static_volume("pv-plain", "", "2Gi", json!({})),
+        // A selector picks one of two.
+        static_volume(
+            "pv-sel-gold",
+            "sel",
+            "1Gi",
+            json!({"metadata": {"labels": {"tier": "gold"}}}),
+        ),
+        static_volume(
+            "pv-sel-silver",
+            "sel",
+            "1Gi",
+            json!({"metadata": {"labels": {"tier": "silver"}}}),
+        ),
+        // Too small for its claim.
+        static_volume("pv-small", "big", "1Gi", json!({})),
+        // Read-only many only: a ReadWriteOnce claim does not fit.
+        static_volume(
+            "pv-rox",
+            "modes",
+            "1Gi",
+            json!({"spec": {"accessModes": ["ReadOnlyMany"]}}),
+        ),
+        // A block volume for a block claim.
+        static_volume(
+            "pv-block",
+            "block",
+            "1Gi",
+            json!({"spec": {"volumeMode": "Block"}}),
+        ),
+        // Retained when its claim goes.
+        static_volume("pv-retain", "retain", "1Gi", json!({})),
+    ];
+    for pv in volumes {
+        bed.create_cluster::<PersistentVolume>(pv).await;
+    }
+    bed.claim("c-prebound", "", "1Gi", json!({})).await;
+    bed.claim(
+        "c-named",
+        "named",
+        "1Gi",
+        json!({"spec": {"volumeName": "pv-named"}}),
+    )
+    .await;
+    bed.claim("c-plain", "", "1Gi", json!({})).await;
+    bed.claim(
+        "c-sel",
+        "sel",
+        "1Gi",
+        json!({"spec": {"selector": {"matchLabels": {"tier": "silver"}}}}),
+    )
+    .await;
+    bed.claim("c-big", "big", "100Gi", json!({})).await;
+    bed.claim("c-rox", "modes", "1Gi", json!({})).await;
+    bed.claim(
+        "c-block",
+        "block",
+        "1Gi",
+        json!({"spec": {"volumeMode": "Block"}}),
+    )
+    .await;
+    bed.claim("c-retain", "retain", "1Gi", json!({})).await;
+    bed.claim("c-dyn", "fast", "1Gi", json!({})).await;
+    for bound in [
+        "c-prebound",
+        "c-named",
+        "c-plain",
+        "c-sel",
+        "c-block",
+        "c-retain",
+        "c-dyn",
+    ] {
+        bed.bound(bound, WAIT).await;
+    }
+    bed.delete_claim_only("c-retain").await;
+    let pvs: Api<PersistentVolume> = Api::all(bed.admin.clone());
+    bed.until("pv-retain Released", WAIT, || async {
+        pvs.get("pv-retain")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Released")
+    })
+    .await;
+    // The binder has said why the others cannot bind, and who provisions the dynamic one.
+    let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
+    bed.until(
+        "the binder's events on the unbindable claims",
+        WAIT,
+        || async {
+            let all = events.list(&Default::default()).await.unwrap().items;
+            ["c-big", "c-rox", "c-dyn"].iter().all(|claim| {
+                all.iter().any(|e| {
+                    e.involved_object.name.as_deref() == Some(*claim)
+                        && e.source.as_ref().and_then(|s| s.component.as_deref())
+                            == Some("persistentvolume-controller")
+                })
+            })
+        },
+    )
+    .await;
+}
+
+/// A generated name (`pvc-<uid>`) as the claim it is for.
+fn normal_volume(name: &str, pvs: &[PersistentVolume]) -> String {
+    if !name.starts_with("pvc-") {
+        return name.to_string();
+    }
+    pvs.iter()
+        .find(|pv| pv.metadata.name.as_deref() == Some(name))
+        .and_then(|pv| pv.spec.as_ref()?.claim_ref.as_ref()?.name.clone())
+        .map_or_else(|| "pvc-?".to_string(), |claim| format!("pvc-for-{claim}"))
+}
+
+fn binder_annotations(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> BTreeMap<String, String> {
+    meta.annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| BINDER_ANNOTATIONS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The end state, names normalised: each claim and volume with its phase, binding and the
+/// binder's annotations, and the events (object, type, reason, message) the binder records.
+async fn end_state(bed: &Bed) -> BTreeMap<String, Value> {
+    let pvs = Api::<PersistentVolume>::all(bed.admin.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let claims = Api::<PersistentVolumeClaim>::namespaced(bed.admin.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let mut state = BTreeMap::new();
+    for claim in &claims {
+        let spec = claim.spec.clone().unwrap_or_default();
+        state.insert(
+            format!("claim {}", claim.metadata.name.clone().unwrap_or_default()),
+            json!({
+                "phase": claim.status.as_ref().and_then(|s| s.phase.clone()),
+                "volumeName": spec.volume_name.as_deref().map(|v| normal_volume(v, &pvs)),
+                "capacity": claim.status.as_ref().and_then(|s| s.capacity.clone()),
+                "accessModes": claim.status.as_ref().and_then(|s| s.access_modes.clone()),
+                "annotations": binder_annotations(&claim.metadata),
+            }),
+        );
+    }
+    for pv in &pvs {
+        let name = normal_volume(pv.metadata.name.as_deref().unwrap_or_default(), &pvs);
+        let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+        state.insert(
+            format!("volume {name}"),
+            json!({
+                "phase": pv.status.as_ref().and_then(|s| s.phase.clone()),
+                "claimRef": claim_ref.map(|r| format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default())),
+                "claimRefUID": claim_ref.map(|r| r.uid.is_some()),
+                "annotations": binder_annotations(&pv.metadata),
+            }),
+        );
+    }
+    let events = Api::<Event>::all(bed.admin.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let mut recorded: Vec<String> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.involved_object.kind.as_deref(),
+                Some("PersistentVolumeClaim" | "PersistentVolume")
+            )
+        })
+        // The provisioner's own events are the same provisioner's in both runs.
+        .filter(|e| {
+            !matches!(
+                e.reason.as_deref(),
+                Some("Provisioning" | "ProvisioningSucceeded")
+            )
+        })
+        .map(|e| {
+            let object = normal_volume(e.involved_object.name.as_deref().unwrap_or_default(), &pvs);
+            format!(
+                "{} {object}: {} {} {}",
+                e.involved_object.kind.clone().unwrap_or_default(),
+                e.type_.clone().unwrap_or_default(),
+                e.reason.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    recorded.sort();
+    recorded.dedup();
+    state.insert("events".into(), json!(recorded));
+    state
+}
+
+#[tokio::test]
+async fn our_binder_ends_where_kube_controller_managers_does() {
+    let mut theirs = Bed::start(Setup::default()).await;
+    theirs.provisioner("csi-provisioner", &[], &[]).await;
+    make_scenarios(&theirs).await;
+    let expected = end_state(&theirs).await;
+    theirs.finish().await;
+
+    let mut ours = Bed::start(Setup {
+        manifests: vec![manifest("rbac.yaml"), manifest("pv-controller-rbac.yaml")],
+        controllers: Some(
+            "*,-node-lifecycle-controller,-persistentvolume-binder-controller".into(),
+        ),
+        ..Default::default()
+    })
+    .await;
+    ours.pv_controller("pv-controller", &[]).await;
+    ours.provisioner("csi-provisioner", &[], &[]).await;
+    make_scenarios(&ours).await;
+    let got = end_state(&ours).await;
+    let our_log = ours.log("pv-controller");
+    ours.finish().await;
+
+    let mut differences = Vec::new();
+    for key in expected.keys().chain(got.keys()) {
+        let (want, have) = (expected.get(key), got.get(key));
+        if want != have
+            && !differences
+                .iter()
+                .any(|(k, _, _): &(String, _, _)| k == key)
+        {
+            differences.push((key.clone(), want.cloned(), have.cloned()));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "end states differ (kube-controller-manager's, then ours):\n{}\n--- our pv-controller\n{our_log}",
+        differences
+            .iter()
+            .map(|(k, want, have)| format!(
+                "{k}:\n  kcm:  {}\n  ours: {}",
+                want.as_ref().map_or("absent".into(), |v| v.to_string()),
+                have.as_ref().map_or("absent".into(), |v| v.to_string())
+            ))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
