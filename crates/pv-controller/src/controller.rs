@@ -435,6 +435,7 @@ impl PvController {
                     .record(&reference(&*claim), event, reason, &message);
                 Err(SyncError::Waiting(message))
             }
+            ClaimAction::Wait(why) => Err(SyncError::Waiting(why)),
             ClaimAction::Lost(pv_name) => {
                 let mut updated = (*claim).clone();
                 updated.status.get_or_insert_with(Default::default).phase = Some("Lost".into());

@@ -46,6 +46,8 @@ async fn make_scenarios(bed: &Bed) {
     }
     bed.class("fast", json!({"volumeBindingMode": "Immediate"}))
         .await;
+    bed.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
     let volumes = [
         // Pre-bound by name (no UID) to a claim made after it.
         static_volume(
@@ -89,6 +91,8 @@ async fn make_scenarios(bed: &Bed) {
         ),
         // Retained when its claim goes.
         static_volume("pv-retain", "retain", "1Gi", json!({})),
+        // Named by a claim of another class.
+        static_volume("pv-other-class", "named", "1Gi", json!({})),
     ];
     for pv in volumes {
         bed.create_cluster::<PersistentVolume>(pv).await;
@@ -120,6 +124,37 @@ async fn make_scenarios(bed: &Bed) {
     .await;
     bed.claim("c-retain", "retain", "1Gi", json!({})).await;
     bed.claim("c-dyn", "fast", "1Gi", json!({})).await;
+    bed.claim(
+        "c-mismatch",
+        "sel",
+        "1Gi",
+        json!({"spec": {"volumeName": "pv-other-class"}}),
+    )
+    .await;
+    // Late binding: kube-scheduler picks the node for the Pod's claim.
+    bed.claim("c-late", "late", "1Gi", json!({})).await;
+    // The binder says it waits (before the Pod, so that it always has the time to).
+    let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
+    bed.until("c-late's WaitForFirstConsumer event", WAIT, || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.involved_object.name.as_deref() == Some("c-late")
+                    && e.reason.as_deref() == Some("WaitForFirstConsumer")
+            })
+    })
+    .await;
+    bed.create::<k8s_openapi::api::core::v1::Pod>(
+        "default",
+        json!({"metadata": {"name": "consumer"},
+               "spec": {"containers": [{"name": "app", "image": "busybox"}],
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c-late"}}]}}),
+    )
+    .await;
     for bound in [
         "c-prebound",
         "c-named",
@@ -128,9 +163,18 @@ async fn make_scenarios(bed: &Bed) {
         "c-block",
         "c-retain",
         "c-dyn",
+        "c-late",
     ] {
         bed.bound(bound, WAIT).await;
     }
+    // A claim naming a volume another claim holds.
+    bed.claim(
+        "c-steal",
+        "",
+        "1Gi",
+        json!({"spec": {"volumeName": "pv-plain"}}),
+    )
+    .await;
     bed.delete_claim_only("c-retain").await;
     let pvs: Api<PersistentVolume> = Api::all(bed.admin.clone());
     bed.until("pv-retain Released", WAIT, || async {
@@ -150,13 +194,15 @@ async fn make_scenarios(bed: &Bed) {
         WAIT,
         || async {
             let all = events.list(&Default::default()).await.unwrap().items;
-            ["c-big", "c-rox", "c-dyn"].iter().all(|claim| {
-                all.iter().any(|e| {
-                    e.involved_object.name.as_deref() == Some(*claim)
-                        && e.source.as_ref().and_then(|s| s.component.as_deref())
-                            == Some("persistentvolume-controller")
+            ["c-big", "c-rox", "c-dyn", "c-mismatch", "c-steal"]
+                .iter()
+                .all(|claim| {
+                    all.iter().any(|e| {
+                        e.involved_object.name.as_deref() == Some(*claim)
+                            && e.source.as_ref().and_then(|s| s.component.as_deref())
+                                == Some("persistentvolume-controller")
+                    })
                 })
-            })
         },
     )
     .await;

@@ -48,6 +48,8 @@ pub enum ClaimAction {
         /// Event message.
         message: String,
     },
+    /// Stay Pending without an event (why, for the log), looked at again later.
+    Wait(String),
     /// The bound volume is gone: phase Lost.
     Lost(String),
 }
@@ -117,55 +119,48 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
     labels_ok && exprs_ok
 }
 
-/// Why a volume does not fit a claim, if it does not.
+/// Why a volume does not satisfy a claim, if it does not: kube-controller-manager's checks of a
+/// volume the claim names, in its order and words (`checkVolumeSatisfyClaim`).
 pub fn mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<String> {
+    if pv.metadata.deletion_timestamp.is_some() {
+        return Some(format!(
+            "the volume is marked for deletion {:?}",
+            pv.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
     let cs = claim.spec.clone().unwrap_or_default();
     let ps = pv.spec.clone().unwrap_or_default();
-    let claim_class = requested_class(claim).unwrap_or_default();
-    if volume_class(pv) != claim_class {
-        return Some(format!(
-            "storage class {:?} differs from the claim's {claim_class:?}",
-            volume_class(pv)
-        ));
+    let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
+    if capacity(pv).unwrap_or(0) < want {
+        return Some("requested PV is too small".into());
+    }
+    if volume_class(pv) != requested_class(claim).unwrap_or_default() {
+        return Some("storageClassName does not match".into());
     }
     let claim_mode = cs.volume_mode.unwrap_or_else(|| "Filesystem".into());
-    let pv_mode = ps
-        .volume_mode
-        .clone()
-        .unwrap_or_else(|| "Filesystem".into());
+    let pv_mode = ps.volume_mode.unwrap_or_else(|| "Filesystem".into());
     if claim_mode != pv_mode {
-        return Some(format!(
-            "volume mode {pv_mode} differs from the claim's {claim_mode}"
-        ));
+        return Some("incompatible volumeMode".into());
     }
-    let pv_modes = ps.access_modes.clone().unwrap_or_default();
-    if let Some(missing) = cs
+    let pv_modes = ps.access_modes.unwrap_or_default();
+    if cs
         .access_modes
         .iter()
         .flatten()
-        .find(|m| !pv_modes.contains(m))
+        .any(|m| !pv_modes.contains(m))
     {
-        return Some(format!("access mode {missing} is not offered"));
-    }
-    match (
-        sidecar_kit::quantity::claim_request_bytes(claim),
-        capacity(pv),
-    ) {
-        (Some(want), Some(have)) if have < want => {
-            return Some(format!(
-                "capacity {have} is smaller than the {want} requested"
-            ));
-        }
-        (Some(_), None) => return Some("volume has no capacity".into()),
-        _ => {}
-    }
-    if let Some(selector) = &cs.selector {
-        let labels = pv.metadata.labels.clone().unwrap_or_default();
-        if !selector_matches(selector, &labels) {
-            return Some("labels do not match the claim's selector".into());
-        }
+        return Some("incompatible accessMode".into());
     }
     None
+}
+
+/// Whether a volume's labels satisfy the claim's selector (none: any volume).
+fn selected(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
+    let Some(selector) = claim.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+        return true;
+    };
+    let labels = pv.metadata.labels.clone().unwrap_or_default();
+    selector_matches(selector, &labels)
 }
 
 fn claim_ref_names(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
@@ -224,7 +219,7 @@ pub fn best_match<'a, V: Borrow<PersistentVolume>>(
                 .is_none()
         })
         .filter(|pv| matches!(phase(pv), "Available" | "Pending" | ""))
-        .filter(|pv| mismatch(claim, pv).is_none())
+        .filter(|pv| mismatch(claim, pv).is_none() && selected(claim, pv))
         .min_by(|a, b| {
             capacity(a)
                 .cmp(&capacity(b))
@@ -251,14 +246,11 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             .map(Borrow::borrow)
             .find(|v: &&PersistentVolume| v.metadata.name.as_deref() == Some(volume_name))
         else {
+            // kube-controller-manager records no event for a volume not there (yet).
             return if claim_phase == "Bound" || claim_phase == "Lost" {
                 ClaimAction::Lost(volume_name.to_string())
             } else {
-                ClaimAction::Pending {
-                    event: EventType::Normal,
-                    reason: "FailedBinding",
-                    message: format!("volume {volume_name:?} not found"),
-                }
+                ClaimAction::Wait(format!("volume {volume_name:?} not found"))
             };
         };
         let has_ref = pv
@@ -270,9 +262,9 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             return match mismatch(claim, pv) {
                 None => ClaimAction::Bind(volume_name.to_string()),
                 Some(why) => ClaimAction::Pending {
-                    event: EventType::Normal,
+                    event: EventType::Warning,
                     reason: "VolumeMismatch",
-                    message: format!("cannot bind to requested volume {volume_name:?}: {why}"),
+                    message: format!("Cannot bind to requested volume {volume_name:?}: {why}"),
                 },
             };
         }
@@ -287,9 +279,9 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             };
         }
         return ClaimAction::Pending {
-            event: EventType::Normal,
+            event: EventType::Warning,
             reason: "FailedBinding",
-            message: format!("volume {volume_name:?} already bound to a different claim"),
+            message: format!("volume {volume_name:?} already bound to a different claim."),
         };
     }
     let class = requested_class(claim);

@@ -165,7 +165,10 @@ fn class_mode_access_and_selector_must_match() {
         }
     );
     c.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteMany".into()]);
-    assert!(mismatch(&c, &volumes[2]).unwrap().contains("ReadWriteMany"));
+    assert_eq!(
+        mismatch(&c, &volumes[2]).as_deref(),
+        Some("incompatible accessMode")
+    );
 }
 
 #[test]
@@ -310,14 +313,19 @@ fn pre_bound_claims_and_volumes_are_honoured() {
         pv("chosen", "", "50Gi"),
         &claim("someone-else", Some(""), "1Gi"),
     );
-    assert!(matches!(
+    assert_eq!(
         dc(&c, &[taken], &[], None),
         ClaimAction::Pending {
-            event: sidecar_kit::events::EventType::Normal,
+            event: sidecar_kit::events::EventType::Warning,
             reason: "FailedBinding",
-            ..
+            message: "volume \"chosen\" already bound to a different claim.".into(),
         }
-    ));
+    );
+    // Not there (yet): no event, as kube-controller-manager.
+    assert_eq!(
+        dc(&c, &[] as &[PersistentVolume], &[], None),
+        ClaimAction::Wait("volume \"chosen\" not found".into())
+    );
 
     let d = claim("d", Some(""), "1Gi");
     let mut reserved = pv("reserved", "", "9Gi");
@@ -492,5 +500,38 @@ fn looking_volumes_up_by_name_decides_as_the_full_scan() {
                 c.metadata.name
             );
         }
+    }
+}
+
+#[test]
+fn a_named_volume_that_does_not_satisfy_its_claim_is_refused_in_kube_controller_managers_words() {
+    let mut c = claim("c", Some("fast"), "2Gi");
+    c.spec.as_mut().unwrap().volume_name = Some("v".into());
+    let mut deleting = pv("v", "fast", "5Gi");
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-26T00:00:00Z".parse().unwrap(),
+        ));
+    let mut block = pv("v", "fast", "5Gi");
+    block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    let mut rox = pv("v", "fast", "5Gi");
+    rox.spec.as_mut().unwrap().access_modes = Some(vec!["ReadOnlyMany".into()]);
+    // (volume, why), checked in kube-controller-manager's order
+    let table = [
+        (deleting, "the volume is marked for deletion \"v\""),
+        (pv("v", "fast", "1Gi"), "requested PV is too small"),
+        (pv("v", "slow", "5Gi"), "storageClassName does not match"),
+        (block, "incompatible volumeMode"),
+        (rox, "incompatible accessMode"),
+    ];
+    for (volume, why) in table {
+        assert_eq!(
+            dc(&c, &[volume], &[], None),
+            ClaimAction::Pending {
+                event: sidecar_kit::events::EventType::Warning,
+                reason: "VolumeMismatch",
+                message: format!("Cannot bind to requested volume \"v\": {why}"),
+            }
+        );
     }
 }
