@@ -436,7 +436,7 @@ impl PvController {
                 Err(SyncError::Waiting(message))
             }
             ClaimAction::Wait(why) => Err(SyncError::Waiting(why)),
-            ClaimAction::Lost(pv_name) => {
+            ClaimAction::Lost { reason, message } => {
                 let mut updated = (*claim).clone();
                 updated.status.get_or_insert_with(Default::default).phase = Some("Lost".into());
                 let written = claims
@@ -445,7 +445,7 @@ impl PvController {
                     .map_err(write_err("mark the claim Lost"))?;
                 self.wrote_claim(&written);
                 self.recorder
-                    .record(&reference(&*claim), EventType::Warning, "ClaimLost", &format!("Bound claim has lost reference to PersistentVolume. Data on the volume is lost! (volume {pv_name})"));
+                    .record(&reference(&*claim), EventType::Warning, reason, message);
                 Ok(())
             }
         }
@@ -605,6 +605,18 @@ impl PvController {
                     .replace(name, &PostParams::default(), &updated)
                     .await
                     .map_err(write_err("unbind the volume"))?;
+                self.wrote_volume(&written);
+                Ok(())
+            }
+            VolumeAction::ClearClaimUid => {
+                let mut updated = (*pv).clone();
+                if let Some(claim_ref) = updated.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
+                    claim_ref.uid = None;
+                }
+                let written = pvs
+                    .replace(name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("clear the volume's claim UID"))?;
                 self.wrote_volume(&written);
                 Ok(())
             }

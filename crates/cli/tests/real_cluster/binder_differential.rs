@@ -44,6 +44,9 @@ async fn make_scenarios(bed: &Bed) {
         )
         .await;
     }
+    bed.create_cluster::<StorageClass>(json!({"metadata": {"name": "local"},
+        "provisioner": NO_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
     bed.class("fast", json!({"volumeBindingMode": "Immediate"}))
         .await;
     bed.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
@@ -93,10 +96,30 @@ async fn make_scenarios(bed: &Bed) {
         static_volume("pv-retain", "retain", "1Gi", json!({})),
         // Named by a claim of another class.
         static_volume("pv-other-class", "named", "1Gi", json!({})),
+        // A local volume on node-1, for a late-binding claim: the scheduler picks it.
+        static_volume(
+            "pv-local",
+            "local",
+            "1Gi",
+            json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}]}}}}),
+        ),
     ];
+    let count = volumes.len();
     for pv in volumes {
         bed.create_cluster::<PersistentVolume>(pv).await;
     }
+    // The binder has seen every volume (it marks each Available) before any claim comes:
+    // a claim synced before its volume is in the binder's cache would get other events.
+    let pvs: Api<PersistentVolume> = Api::all(bed.admin.clone());
+    bed.until("every volume Available", WAIT, || async {
+        let all = pvs.list(&Default::default()).await.unwrap().items;
+        all.len() == count
+            && all
+                .iter()
+                .all(|pv| pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available"))
+    })
+    .await;
     bed.claim("c-prebound", "", "1Gi", json!({})).await;
     bed.claim(
         "c-named",
@@ -133,26 +156,29 @@ async fn make_scenarios(bed: &Bed) {
     .await;
     // Late binding: kube-scheduler picks the node for the Pod's claim.
     bed.claim("c-late", "late", "1Gi", json!({})).await;
+    bed.claim("c-local", "local", "1Gi", json!({})).await;
     // The binder says it waits (before the Pod, so that it always has the time to).
     let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
-    bed.until("c-late's WaitForFirstConsumer event", WAIT, || async {
-        events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .any(|e| {
-                e.involved_object.name.as_deref() == Some("c-late")
-                    && e.reason.as_deref() == Some("WaitForFirstConsumer")
+    bed.until(
+        "the late claims' WaitForFirstConsumer events",
+        WAIT,
+        || async {
+            let items = events.list(&Default::default()).await.unwrap().items;
+            ["c-late", "c-local"].iter().all(|c| {
+                items.iter().any(|e| {
+                    e.involved_object.name.as_deref() == Some(*c)
+                        && e.reason.as_deref() == Some("WaitForFirstConsumer")
+                })
             })
-    })
+        },
+    )
     .await;
     bed.create::<k8s_openapi::api::core::v1::Pod>(
         "default",
         json!({"metadata": {"name": "consumer"},
                "spec": {"containers": [{"name": "app", "image": "busybox"}],
-                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c-late"}}]}}),
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c-late"}},
+                                    {"name": "local", "persistentVolumeClaim": {"claimName": "c-local"}}]}}),
     )
     .await;
     for bound in [
@@ -164,6 +190,7 @@ async fn make_scenarios(bed: &Bed) {
         "c-retain",
         "c-dyn",
         "c-late",
+        "c-local",
     ] {
         bed.bound(bound, WAIT).await;
     }

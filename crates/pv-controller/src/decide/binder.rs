@@ -50,8 +50,14 @@ pub enum ClaimAction {
     },
     /// Stay Pending without an event (why, for the log), looked at again later.
     Wait(String),
-    /// The bound volume is gone: phase Lost.
-    Lost(String),
+    /// A bound claim lost its volume, or another claim holds it: phase Lost, with this
+    /// Warning event.
+    Lost {
+        /// `ClaimLost` or `ClaimMisbound`.
+        reason: &'static str,
+        /// kube-controller-manager's words.
+        message: &'static str,
+    },
 }
 
 /// What to do with a volume.
@@ -63,6 +69,9 @@ pub enum VolumeAction {
     SetPhase(&'static str),
     /// Remove a claimRef this controller set for a claim that bound elsewhere.
     Unbind,
+    /// Clear the UID of a claimRef the user set, for a claim that bound elsewhere: the volume
+    /// stays reserved for a claim of that name.
+    ClearClaimUid,
     /// Released with policy Delete and no provisioner annotation: report, do not guess.
     CannotDelete(String),
     /// Released with policy Recycle: scrub and make Available again.
@@ -227,7 +236,9 @@ pub fn best_match<'a, V: Borrow<PersistentVolume>>(
         })
 }
 
-/// Decides a claim.
+/// Decides a claim, as kube-controller-manager's `syncClaim`: a claim whose binding completed
+/// (`pv.kubernetes.io/bind-completed`) is checked against its volume; any other is bound to the
+/// volume it names, one pre-bound to it or the best match, else provisioned.
 pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     claim: &PersistentVolumeClaim,
     volumes: &[V],
@@ -240,18 +251,20 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("Pending");
-    if let Some(volume_name) = spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
-        let Some(pv) = volumes
+    let volume_name = spec.volume_name.as_deref().filter(|v| !v.is_empty());
+    let named = volume_name.and_then(|name| {
+        volumes
             .iter()
             .map(Borrow::borrow)
-            .find(|v: &&PersistentVolume| v.metadata.name.as_deref() == Some(volume_name))
-        else {
-            // kube-controller-manager records no event for a volume not there (yet).
-            return if claim_phase == "Bound" || claim_phase == "Lost" {
-                ClaimAction::Lost(volume_name.to_string())
-            } else {
-                ClaimAction::Wait(format!("volume {volume_name:?} not found"))
-            };
+            .find(|v: &&PersistentVolume| v.metadata.name.as_deref() == Some(name))
+    });
+    if annotation(&claim.metadata, ANN_BIND_COMPLETED).is_some() {
+        return decide_bound_claim(claim, claim_phase, volume_name, named);
+    }
+    if let Some(volume_name) = volume_name {
+        // kube-controller-manager records no event for a volume not there (yet).
+        let Some(pv) = named else {
+            return ClaimAction::Wait(format!("volume {volume_name:?} not found"));
         };
         let has_ref = pv
             .spec
@@ -269,14 +282,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             };
         }
         if claim_ref_names(pv, claim) {
-            let complete = claim_phase == "Bound"
-                && phase(pv) == "Bound"
-                && annotation(&claim.metadata, ANN_BIND_COMPLETED) == Some("yes");
-            return if complete {
-                ClaimAction::Nothing
-            } else {
-                ClaimAction::CompleteBinding(volume_name.to_string())
-            };
+            return ClaimAction::CompleteBinding(volume_name.to_string());
         }
         return ClaimAction::Pending {
             event: EventType::Warning,
@@ -285,34 +291,39 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         };
     }
     let class = requested_class(claim);
-    if class.is_none()
-        && let Some(default) = default_class.and_then(|c| c.metadata.name.clone())
-    {
-        return ClaimAction::AssignDefaultClass(default);
-    }
+    let class_name = class.unwrap_or_default();
+    let sc = classes
+        .iter()
+        .map(Borrow::borrow)
+        .find(|c: &&StorageClass| {
+            !class_name.is_empty() && c.metadata.name.as_deref() == Some(class_name)
+        });
+    let late =
+        sc.is_some_and(|sc| sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+    // A volume pre-bound to this claim (by its user, or the provisioner's PV for it), if it
+    // can hold it; else the search goes on.
     if let Some(pv) = volumes
         .iter()
         .map(Borrow::borrow)
-        .find(|pv: &&PersistentVolume| {
-            claim_ref_names(pv, claim) && pv.metadata.deletion_timestamp.is_none()
-        })
+        .find(|pv: &&PersistentVolume| claim_ref_names(pv, claim) && pre_bound_fits(claim, pv))
     {
-        let name = pv.metadata.name.clone().unwrap_or_default();
-        // A volume made for (or pre-bound to) this claim: the provisioner's PV lands here.
-        return match mismatch(claim, pv) {
-            None => ClaimAction::CompleteBinding(name),
-            Some(why) => ClaimAction::Pending {
-                event: EventType::Normal,
-                reason: "VolumeMismatch",
-                message: format!("cannot bind to volume {name:?} pre-bound to this claim: {why}"),
-            },
-        };
+        return ClaimAction::CompleteBinding(pv.metadata.name.clone().unwrap_or_default());
     }
-    if let Some(pv) = best_match(claim, volumes) {
+    // With late binding the scheduler picks the volume (it pre-binds one for the node).
+    if !late && let Some(pv) = best_match(claim, volumes) {
         return ClaimAction::Bind(pv.metadata.name.clone().unwrap_or_default());
     }
-    let class_name = class.unwrap_or_default();
+    let selected = annotation(&claim.metadata, ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty());
+    if late && !selected {
+        return ClaimAction::WaitForFirstConsumer;
+    }
     if class_name.is_empty() {
+        // No volume fits: a claim created without a class gets the default one, if any.
+        if class.is_none()
+            && let Some(default) = default_class.and_then(|c| c.metadata.name.clone())
+        {
+            return ClaimAction::AssignDefaultClass(default);
+        }
         return ClaimAction::Pending {
             event: EventType::Normal,
             reason: "FailedBinding",
@@ -320,11 +331,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
                 .into(),
         };
     }
-    let Some(sc) = classes
-        .iter()
-        .map(Borrow::borrow)
-        .find(|c: &&StorageClass| c.metadata.name.as_deref() == Some(class_name))
-    else {
+    let Some(sc) = sc else {
         return ClaimAction::Pending {
             event: EventType::Warning,
             reason: "ProvisioningFailed",
@@ -343,11 +350,6 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             message: format!("no volume plugin matched name: {}", sc.provisioner),
         };
     }
-    let late = sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
-    let selected = annotation(&claim.metadata, ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty());
-    if late && !selected {
-        return ClaimAction::WaitForFirstConsumer;
-    }
     // CSI migration (on for every migratable plugin in kube-controller-manager): a class of an
     // in-tree plugin is provisioned by the CSI driver that stands in for it.
     let provisioner = sidecar_kit::migration::Plugin::from_in_tree_name(&sc.provisioner)
@@ -358,6 +360,78 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         provisioner: provisioner.to_string(),
         annotated,
     }
+}
+
+/// kube-controller-manager's `syncBoundClaim`: a claim whose binding completed keeps its
+/// volume, gets it back (a volume that lost its claimRef is bound again), or is Lost (once).
+fn decide_bound_claim(
+    claim: &PersistentVolumeClaim,
+    claim_phase: &str,
+    volume_name: Option<&str>,
+    pv: Option<&PersistentVolume>,
+) -> ClaimAction {
+    let lost = |reason, message| {
+        if claim_phase == "Lost" {
+            ClaimAction::Nothing
+        } else {
+            ClaimAction::Lost { reason, message }
+        }
+    };
+    let Some(name) = volume_name else {
+        return lost(
+            "ClaimLost",
+            "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!",
+        );
+    };
+    let Some(pv) = pv else {
+        return lost(
+            "ClaimLost",
+            "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
+        );
+    };
+    let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return ClaimAction::Bind(name.to_string());
+    };
+    if claim_ref.uid.as_deref().unwrap_or_default()
+        == claim.metadata.uid.as_deref().unwrap_or_default()
+    {
+        return if claim_phase == "Bound" && phase(pv) == "Bound" {
+            ClaimAction::Nothing
+        } else {
+            ClaimAction::CompleteBinding(name.to_string())
+        };
+    }
+    lost(
+        "ClaimMisbound",
+        "Two claims are bound to the same volume, this one is bound incorrectly",
+    )
+}
+
+/// Whether a volume pre-bound to a claim can hold it (kube-controller-manager's matching looks
+/// at its size, volume mode, access modes and deletion, not at its class).
+fn pre_bound_fits(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
+    if pv.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let cs = claim.spec.clone().unwrap_or_default();
+    let ps = pv.spec.clone().unwrap_or_default();
+    let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
+    let modes_fit = cs
+        .access_modes
+        .iter()
+        .flatten()
+        .all(|m| ps.access_modes.iter().flatten().any(|p| p == m));
+    capacity(pv).unwrap_or(0) >= want
+        && cs.volume_mode.as_deref().unwrap_or("Filesystem")
+            == ps.volume_mode.as_deref().unwrap_or("Filesystem")
+        && modes_fit
+}
+
+fn reclaim_policy(pv: &PersistentVolume) -> &str {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        .unwrap_or("Retain")
 }
 
 /// The claim a claimRef names, if `claim` (the claim of that name) is still it: the same UID,
@@ -421,12 +495,7 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
             if current == "Failed" {
                 return VolumeAction::Nothing;
             }
-            let policy = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-                .unwrap_or("Retain");
-            match policy {
+            match reclaim_policy(pv) {
                 "Delete" if annotation(&pv.metadata, ANN_PROVISIONED_BY).is_none() => VolumeAction::CannotDelete(
                     "volume has reclaim policy Delete but no pv.kubernetes.io/provisioned-by annotation: no provisioner will delete it".into(),
                 ),
@@ -448,12 +517,28 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
                 } else {
                     VolumeAction::SetPhase("Bound")
                 }
-            } else if !claim_volume.is_empty()
-                && annotation(&pv.metadata, ANN_BOUND_BY_CONTROLLER) == Some("yes")
-            {
-                VolumeAction::Unbind
-            } else {
+            } else if claim_volume.is_empty() {
+                // The claim is not bound yet: its sync binds it (to this volume, or another).
                 VolumeAction::Nothing
+            } else if annotation(&pv.metadata, ANN_PROVISIONED_BY).is_some()
+                && reclaim_policy(pv) == "Delete"
+            {
+                // Provisioned for a claim that bound elsewhere: not needed; Released, the
+                // provisioner deletes it.
+                if current == "Released" || current == "Failed" {
+                    VolumeAction::Nothing
+                } else {
+                    VolumeAction::SetPhase("Released")
+                }
+            } else if annotation(&pv.metadata, ANN_BOUND_BY_CONTROLLER).is_some() {
+                VolumeAction::Unbind
+            } else if claim_ref.uid.as_deref().is_some_and(|u| !u.is_empty()) {
+                // Pre-bound by its user: it stays reserved for a claim of that name.
+                VolumeAction::ClearClaimUid
+            } else if current == "Available" {
+                VolumeAction::Nothing
+            } else {
+                VolumeAction::SetPhase("Available")
             }
         }
     }

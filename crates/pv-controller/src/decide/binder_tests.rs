@@ -348,14 +348,205 @@ fn pre_bound_claims_and_volumes_are_honoured() {
 }
 
 #[test]
-fn a_claim_whose_volume_vanished_is_lost() {
+fn a_claim_whose_binding_completed_keeps_its_volume_or_is_lost_as_kube_controller_manager_says() {
+    let completed = |volume: Option<&str>, phase: &str| {
+        let mut c = claim("c", Some(""), "1Gi");
+        c.spec.as_mut().unwrap().volume_name = volume.map(str::to_string);
+        c.metadata.annotations = Some(BTreeMap::from([(
+            ANN_BIND_COMPLETED.to_string(),
+            "yes".to_string(),
+        )]));
+        c.status = Some(PersistentVolumeClaimStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        c
+    };
+    let mine = completed(Some("v"), "Bound");
+    let other = claim("other", Some(""), "1Gi");
+    let lost = |reason, message| ClaimAction::Lost { reason, message };
+    // (claim, its volume if any, action)
+    let table = [
+        (
+            completed(None, "Bound"),
+            None,
+            lost(
+                "ClaimLost",
+                "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!",
+            ),
+        ),
+        (
+            completed(Some("v"), "Bound"),
+            None,
+            lost(
+                "ClaimLost",
+                "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
+            ),
+        ),
+        // Lost once: no second event.
+        (completed(Some("v"), "Lost"), None, ClaimAction::Nothing),
+        // The volume lost its claimRef: bound again.
+        (
+            completed(Some("v"), "Bound"),
+            Some(pv("v", "", "1Gi")),
+            ClaimAction::Bind("v".into()),
+        ),
+        (
+            completed(Some("v"), "Bound"),
+            Some(with_phase(bound_to(pv("v", "", "1Gi"), &mine), "Bound")),
+            ClaimAction::Nothing,
+        ),
+        (
+            completed(Some("v"), "Pending"),
+            Some(with_phase(bound_to(pv("v", "", "1Gi"), &mine), "Bound")),
+            ClaimAction::CompleteBinding("v".into()),
+        ),
+        (
+            completed(Some("v"), "Bound"),
+            Some(bound_to(pv("v", "", "1Gi"), &other)),
+            lost(
+                "ClaimMisbound",
+                "Two claims are bound to the same volume, this one is bound incorrectly",
+            ),
+        ),
+    ];
+    for (c, volume, want) in table {
+        let volumes: Vec<PersistentVolume> = volume.into_iter().collect();
+        assert_eq!(dc(&c, &volumes, &[], None), want, "{:?}", c.spec);
+    }
+}
+
+#[test]
+fn late_binding_leaves_unbound_volumes_to_the_scheduler() {
+    let classes = vec![
+        sc("local", NO_PROVISIONER, true),
+        sc("late", "csi.example", true),
+    ];
+    let local = pv("local-1", "local", "5Gi");
+    // kube-controller-manager does not bind a WaitForFirstConsumer claim to an unbound volume.
+    assert_eq!(
+        dc(
+            &claim("c", Some("local"), "1Gi"),
+            std::slice::from_ref(&local),
+            &classes,
+            None
+        ),
+        ClaimAction::WaitForFirstConsumer
+    );
+    // The scheduler pre-binds one: the binding is completed.
+    let c = claim("c", Some("local"), "1Gi");
+    assert_eq!(
+        dc(&c, &[bound_to(local.clone(), &c)], &classes, None),
+        ClaimAction::CompleteBinding("local-1".into())
+    );
+    // A node chosen and nothing pre-bound: provisioned (or refused for no-provisioner).
+    let mut selected = claim("c", Some("local"), "1Gi");
+    selected.metadata.annotations = Some(BTreeMap::from([(
+        ANN_SELECTED_NODE.to_string(),
+        "node-1".to_string(),
+    )]));
+    assert!(matches!(
+        dc(&selected, std::slice::from_ref(&local), &classes, None),
+        ClaimAction::Pending {
+            reason: "ProvisioningFailed",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_class_less_claim_takes_a_class_less_volume_before_the_default_class() {
+    let default = sc("standard", "csi.example", false);
+    let plain = pv("plain", "", "1Gi");
+    assert_eq!(
+        dc(
+            &claim("c", None, "1Gi"),
+            std::slice::from_ref(&plain),
+            std::slice::from_ref(&default),
+            Some(&default)
+        ),
+        ClaimAction::Bind("plain".into())
+    );
+    assert_eq!(
+        dc(
+            &claim("c", None, "1Gi"),
+            &[] as &[PersistentVolume],
+            std::slice::from_ref(&default),
+            Some(&default)
+        ),
+        ClaimAction::AssignDefaultClass("standard".into())
+    );
+}
+
+#[test]
+fn a_volume_whose_claim_bound_elsewhere_is_released_unbound_or_kept_reserved() {
     let mut c = claim("c", Some(""), "1Gi");
-    c.spec.as_mut().unwrap().volume_name = Some("gone".into());
-    c.status = Some(PersistentVolumeClaimStatus {
-        phase: Some("Bound".into()),
-        ..Default::default()
-    });
-    assert_eq!(dc(&c, &[], &[], None), ClaimAction::Lost("gone".into()));
+    c.spec.as_mut().unwrap().volume_name = Some("elsewhere".into());
+    let annotated = |mut v: PersistentVolume, key: &str| {
+        v.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_string(), "yes".to_string());
+        v
+    };
+    let delete = |mut v: PersistentVolume| {
+        v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Delete".into());
+        v
+    };
+    let mut by_name = bound_to(pv("v", "", "1Gi"), &c);
+    by_name
+        .spec
+        .as_mut()
+        .unwrap()
+        .claim_ref
+        .as_mut()
+        .unwrap()
+        .uid = None;
+    // (volume, action)
+    let table = [
+        // Provisioned for it, policy Delete: Released, for the provisioner to delete.
+        (
+            with_phase(
+                delete(annotated(
+                    bound_to(pv("v", "", "1Gi"), &c),
+                    ANN_PROVISIONED_BY,
+                )),
+                "Bound",
+            ),
+            VolumeAction::SetPhase("Released"),
+        ),
+        (
+            with_phase(
+                delete(annotated(
+                    bound_to(pv("v", "", "1Gi"), &c),
+                    ANN_PROVISIONED_BY,
+                )),
+                "Released",
+            ),
+            VolumeAction::Nothing,
+        ),
+        // Bound by this controller: unbound.
+        (
+            with_phase(
+                annotated(bound_to(pv("v", "", "1Gi"), &c), ANN_BOUND_BY_CONTROLLER),
+                "Bound",
+            ),
+            VolumeAction::Unbind,
+        ),
+        // Pre-bound by the user: the UID goes, the reservation stays.
+        (
+            with_phase(bound_to(pv("v", "", "1Gi"), &c), "Bound"),
+            VolumeAction::ClearClaimUid,
+        ),
+        (
+            with_phase(by_name.clone(), "Bound"),
+            VolumeAction::SetPhase("Available"),
+        ),
+        (with_phase(by_name, "Available"), VolumeAction::Nothing),
+    ];
+    for (v, want) in table {
+        assert_eq!(dv(&v, std::slice::from_ref(&c)), want, "{:?}", v.metadata);
+    }
 }
 
 #[test]
