@@ -71,8 +71,13 @@ async fn the_smallest_matching_volume_is_bound_and_racing_claims_get_one_each() 
         "race-a"
     };
     assert_eq!(bound_volume(&c, &winner).await, "pv-big");
-    c.wait_event(loser, "FailedBinding", "no persistent volumes available")
-        .await;
+    // kube-controller-manager's words for a class no in-tree plugin provisions.
+    c.wait_event(
+        loser,
+        "ProvisioningFailed",
+        "no volume plugin matched name: kubernetes.io/no-provisioner",
+    )
+    .await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
     let lost = claims.get(loser).await.unwrap();
     assert_ne!(
@@ -140,8 +145,8 @@ async fn pre_bound_claims_selectors_and_release() {
         .await;
     c.wait_event(
         "no-match",
-        "FailedBinding",
-        "no persistent volumes available",
+        "ProvisioningFailed",
+        "no volume plugin matched name: kubernetes.io/no-provisioner",
     )
     .await;
 }
@@ -319,4 +324,44 @@ async fn binding_keeps_kubectls_last_applied_configuration() {
         managers.iter().any(|m| m == "admin"),
         "the claim's field ownership was cleared by the bind: {managers:?}"
     );
+}
+
+#[tokio::test]
+async fn a_late_binding_claim_of_static_volumes_gets_one_on_its_pods_node() {
+    // The scheduler runs in the stack; the nodes are registered as kubelet does.
+    let c = Cluster::start_with(&[], &[], true, |o| o.extra_nodes = vec!["node-2".into()]).await;
+    c.apply_cluster::<StorageClass>(json!({"metadata": {"name": "local"},
+        "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    let on = |node: &str| {
+        json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
+    };
+    for (name, node) in [("local-1", "node-1"), ("local-2", "node-2")] {
+        let mut pv = static_pv(name, "1Gi", "local");
+        common::merge(&mut pv, &on(node));
+        c.apply_cluster::<PersistentVolume>(pv).await;
+    }
+    c.claim("data", "local", "1Gi", json!({}), false).await;
+    // Not bound before a Pod uses it: the PV controller says it waits.
+    c.wait_event("data", "WaitForFirstConsumer", "waiting for first consumer")
+        .await;
+    // The Pod can only go to node-2 (its node selector): the scheduler pre-binds local-2.
+    c.apply::<k8s_openapi::api::core::v1::Pod>(json!({
+        "metadata": {"name": "app"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-2"},
+                 "containers": [{"name": "app", "image": "busybox"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]},
+    }))
+    .await;
+    assert_eq!(bound_volume(&c, "data").await, "local-2");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.client.clone(), "default");
+    common::poll_for("the Pod on node-2", T, String::new, || async {
+        let pod = pods.get("app").await.unwrap();
+        match pod.spec.and_then(|s| s.node_name).as_deref() {
+            Some("node-2") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 }

@@ -19,6 +19,8 @@ pub const AFFINITY_CONFLICT: &str = "node(s) had volume node affinity conflict";
 pub const NO_VOLUMES: &str = "node(s) didn't find available persistent volumes to bind";
 /// No CSIStorageCapacity of the node's segment holds the claim.
 pub const NOT_ENOUGH_STORAGE: &str = "node(s) did not have enough free storage";
+/// The Pod's `nodeSelector` does not select the node.
+pub const NODE_SELECTOR: &str = "node(s) didn't match Pod's node affinity/selector";
 /// The driver's volume limit on the node (CSINode allocatable count) would be exceeded.
 pub const MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
 
@@ -124,12 +126,16 @@ pub enum Plan {
     Skip,
     /// The Pod cannot be scheduled now; the message goes into a `FailedScheduling` event.
     Unschedulable(String),
-    /// Put the node on these claims (late binding, not selected yet), then wait for them.
+    /// Put the node on these claims (late binding, not selected yet) and pre-bind the static
+    /// volumes chosen for the others, then wait for them.
     Select {
         /// The node.
         node: String,
         /// Claim names to annotate.
         claims: Vec<String>,
+        /// (claim, volume): static volumes on the node to pre-bind to claims (the PV
+        /// controller completes the binding).
+        bind: Vec<(String, String)>,
     },
     /// Claims are being provisioned for the node: wait.
     WaitForClaims(String),
@@ -201,11 +207,107 @@ fn has_capacity(
     })
 }
 
+/// The provisioner of classes whose volumes are made by hand.
+const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+
+/// A static volume for a late-binding claim on a node, as kube-scheduler's volume binding
+/// finds one: the volume already pre-bound to the claim, else the smallest Available volume of
+/// its class that holds it (size, access modes, volume mode, selector) and whose node affinity
+/// admits the node, not `taken` by another claim of the Pod.
+fn static_volume<'a>(
+    world: &World<'a>,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    node: &Labels,
+    taken: &[&str],
+) -> Option<&'a PersistentVolume> {
+    let class_name = class.metadata.name.as_deref().unwrap_or_default();
+    let spec = claim.spec.clone().unwrap_or_default();
+    let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
+    let claim_ref_is = |pv: &PersistentVolume| {
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .map(|r| r.namespace == claim.metadata.namespace && r.name == claim.metadata.name)
+    };
+    let fits = |pv: &&&'a PersistentVolume| {
+        let Some(s) = pv.spec.as_ref() else {
+            return false;
+        };
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        let free = match claim_ref_is(pv) {
+            Some(mine) => mine,
+            None => pv.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Available"),
+        };
+        free && !taken.contains(&name)
+            && pv.metadata.deletion_timestamp.is_none()
+            && s.storage_class_name.as_deref().unwrap_or_default() == class_name
+            && s.capacity
+                .as_ref()
+                .and_then(|c| c.get("storage"))
+                .and_then(|q| parse_bytes(&q.0).ok())
+                .is_some_and(|have| have >= want)
+            && spec
+                .access_modes
+                .iter()
+                .flatten()
+                .all(|m| s.access_modes.iter().flatten().any(|p| p == m))
+            && spec.volume_mode.as_deref().unwrap_or("Filesystem")
+                == s.volume_mode.as_deref().unwrap_or("Filesystem")
+            && spec.selector.as_ref().is_none_or(|sel| {
+                label_selector_matches(sel, &pv.metadata.labels.clone().unwrap_or_default())
+            })
+            && affinity_allows(s.node_affinity.as_ref(), node)
+    };
+    let size = |pv: &PersistentVolume| {
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage"))
+            .and_then(|q| parse_bytes(&q.0).ok())
+            .unwrap_or(0)
+    };
+    let candidates: Vec<&&'a PersistentVolume> = world.volumes.values().filter(fits).collect();
+    candidates
+        .iter()
+        .find(|pv| claim_ref_is(pv) == Some(true))
+        .or_else(|| {
+            candidates.iter().min_by(|a, b| {
+                size(a)
+                    .cmp(&size(b))
+                    .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+            })
+        })
+        .map(|pv| **pv)
+}
+
+/// The static volumes the Pod's unbound claims take on `node`, by claim name.
+fn static_volumes<'a>(
+    world: &World<'a>,
+    uses: &[Use],
+    node: &Node,
+) -> BTreeMap<String, &'a PersistentVolume> {
+    let node_labels = labels(node);
+    let mut chosen: BTreeMap<String, &'a PersistentVolume> = BTreeMap::new();
+    for u in uses.iter().filter(|u| u.bound.is_none()) {
+        let Some(class) = u.class else { continue };
+        let taken: Vec<&str> = chosen
+            .values()
+            .filter_map(|pv| pv.metadata.name.as_deref())
+            .collect();
+        if let Some(pv) = static_volume(world, u.claim, class, &node_labels, &taken) {
+            chosen.insert(u.claim.metadata.name.clone().unwrap_or_default(), pv);
+        }
+    }
+    chosen
+}
+
 /// Why `node` does not fit the Pod's claims, or None when it fits.
 fn misfit(world: &World, uses: &[Use], node: &Node) -> Option<&'static str> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let node_labels = labels(node);
     let mut new_by_driver: BTreeMap<&str, usize> = BTreeMap::new();
+    let statics = static_volumes(world, uses, node);
     for u in uses {
         if let Some(pv) = u.bound {
             let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
@@ -217,6 +319,12 @@ fn misfit(world: &World, uses: &[Use], node: &Node) -> Option<&'static str> {
         let Some(class) = u.class else {
             return Some(NO_VOLUMES);
         };
+        if statics.contains_key(u.claim.metadata.name.as_deref().unwrap_or_default()) {
+            continue;
+        }
+        if class.provisioner == NO_PROVISIONER {
+            return Some(NO_VOLUMES);
+        }
         if let Some(chosen) = selected(u.claim)
             && chosen != name
         {
@@ -333,7 +441,18 @@ pub fn plan(world: &World, pod: &Pod) -> Plan {
     // Nodes in the order given (by name): the first that fits is chosen, so a Pod lands on
     // another node only when the first ones cannot hold it.
     let mut fits: Vec<&Node> = Vec::new();
+    let node_selector = spec
+        .and_then(|s| s.node_selector.clone())
+        .unwrap_or_default();
     for node in world.nodes {
+        let node_labels = labels(node);
+        if node_selector
+            .iter()
+            .any(|(k, v)| node_labels.get(k) != Some(v))
+        {
+            *reasons.entry(NODE_SELECTOR).or_default() += 1;
+            continue;
+        }
         match misfit(world, &uses, node) {
             Some(reason) => *reasons.entry(reason).or_default() += 1,
             None => fits.push(node),
@@ -363,14 +482,22 @@ pub fn plan(world: &World, pod: &Pod) -> Plan {
     }
     match fits.first() {
         None => Plan::Unschedulable(unschedulable_message(world.nodes.len(), &reasons)),
-        Some(node) => Plan::Select {
-            node: node.metadata.name.clone().unwrap_or_default(),
-            claims: uses
-                .iter()
-                .filter(|u| u.bound.is_none() && selected(u.claim).is_none())
-                .filter_map(|u| u.claim.metadata.name.clone())
-                .collect(),
-        },
+        Some(node) => {
+            let statics = static_volumes(world, &uses, node);
+            Plan::Select {
+                node: node.metadata.name.clone().unwrap_or_default(),
+                claims: uses
+                    .iter()
+                    .filter(|u| u.bound.is_none() && selected(u.claim).is_none())
+                    .filter_map(|u| u.claim.metadata.name.clone())
+                    .filter(|c| !statics.contains_key(c))
+                    .collect(),
+                bind: statics
+                    .into_iter()
+                    .map(|(claim, pv)| (claim, pv.metadata.name.clone().unwrap_or_default()))
+                    .collect(),
+            }
+        }
     }
 }
 

@@ -231,6 +231,7 @@ fn select(node: &str, claims: &[&str]) -> Plan {
     Plan::Select {
         node: node.into(),
         claims: claims.iter().map(|c| c.to_string()).collect(),
+        bind: Vec::new(),
     }
 }
 
@@ -428,4 +429,80 @@ fn a_generic_ephemeral_volume_is_its_pods_claim_and_only_if_the_pod_owns_it() {
     // The Pod's own: checked like any claim (3Gi fits only node-3's capacity).
     f.claims = vec![owned("pod-uid")];
     assert_eq!(f.plan(&p), select("node-3", &["web-work"]));
+}
+
+#[test]
+fn late_binding_claims_of_static_volumes_get_one_on_the_chosen_node_pre_bound() {
+    let mut local = class("local", true);
+    local.provisioner = "kubernetes.io/no-provisioner".into();
+    let static_pv = |name: &str, node: &str, size: &str| {
+        let mut v = pv(name, node);
+        v.spec.as_mut().unwrap().storage_class_name = Some("local".into());
+        v.spec.as_mut().unwrap().capacity =
+            Some([("storage".to_string(), Quantity(size.into()))].into());
+        v.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteOnce".into()]);
+        v.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+            phase: Some("Available".into()),
+            ..Default::default()
+        });
+        v
+    };
+    let mut f = Fixture::new();
+    f.classes.push(local);
+    f.claims = vec![claim("data", "local", "2Gi")];
+    // No volume anywhere: unschedulable, with kube-scheduler's reason.
+    assert_eq!(
+        f.plan(&pod(&["data"])),
+        Plan::Unschedulable(
+            "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind."
+                .into()
+        )
+    );
+    // One too small on node-1, two on node-2: node-2, its smaller volume that holds the claim.
+    f.volumes = vec![
+        static_pv("small", "node-1", "1Gi"),
+        static_pv("big", "node-2", "10Gi"),
+        static_pv("fit", "node-2", "3Gi"),
+    ];
+    assert_eq!(
+        f.plan(&pod(&["data"])),
+        Plan::Select {
+            node: "node-2".into(),
+            claims: Vec::new(),
+            bind: vec![("data".into(), "fit".into())],
+        }
+    );
+    // Pre-bound already: the same volume again (the PV controller completes the binding).
+    let mut prebound = static_pv("fit", "node-2", "3Gi");
+    prebound.spec.as_mut().unwrap().claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
+        namespace: Some("default".into()),
+        name: Some("data".into()),
+        ..Default::default()
+    });
+    prebound.status = None;
+    f.volumes = vec![static_pv("big", "node-2", "10Gi"), prebound];
+    assert_eq!(
+        f.plan(&pod(&["data"])),
+        Plan::Select {
+            node: "node-2".into(),
+            claims: Vec::new(),
+            bind: vec![("data".into(), "fit".into())],
+        }
+    );
+}
+
+#[test]
+fn a_pods_node_selector_chooses_among_the_nodes() {
+    let f = Fixture::new();
+    let mut p = pod(&[]);
+    p.spec.as_mut().unwrap().node_selector = Some([(KEY.to_string(), "node-2".to_string())].into());
+    assert_eq!(f.plan(&p), Plan::Bind("node-2".into()));
+    p.spec.as_mut().unwrap().node_selector =
+        Some([(KEY.to_string(), "nowhere".to_string())].into());
+    assert_eq!(
+        f.plan(&p),
+        Plan::Unschedulable(
+            "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.".into()
+        )
+    );
 }

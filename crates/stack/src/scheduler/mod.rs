@@ -46,6 +46,16 @@ pub enum ScheduleError {
         /// The API error.
         source: kube::Error,
     },
+    /// Pre-binding a static volume to a claim failed.
+    #[error("failed to pre-bind volume {volume:?} to claim {claim:?}: {source}")]
+    PreBind {
+        /// The claim.
+        claim: String,
+        /// The volume.
+        volume: String,
+        /// The API error.
+        source: kube::Error,
+    },
     /// Binding the Pod failed.
     #[error("failed to bind pod {pod:?} to node {node:?}: {source}")]
     Bind {
@@ -106,6 +116,57 @@ fn unassigned(pod: &Pod) -> bool {
 }
 
 impl Scheduler {
+    /// Pre-binds a static volume to a claim, as kube-scheduler's volume binding does (the
+    /// claimRef and `pv.kubernetes.io/bound-by-controller`); the PV controller completes the
+    /// binding. False when the volume changed meanwhile (the watch brings a new pass).
+    async fn pre_bind(
+        &self,
+        namespace: &str,
+        claim: &str,
+        volume: &str,
+    ) -> Result<bool, ScheduleError> {
+        let (Some(pvc), Some(pv)) = (
+            self.claims.get(&ObjectRef::new(claim).within(namespace)),
+            self.volumes.get(&ObjectRef::new(volume)),
+        ) else {
+            return Ok(false);
+        };
+        let already = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .is_some_and(|r| {
+                r.namespace.as_deref() == Some(namespace) && r.name.as_deref() == Some(claim)
+            });
+        if already {
+            return Ok(true);
+        }
+        let mut bound = (*pv).clone();
+        bound.spec.get_or_insert_with(Default::default).claim_ref =
+            Some(sidecar_kit::vocabulary::reference(&*pvc));
+        bound
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("pv.kubernetes.io/bound-by-controller".into(), "yes".into());
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        match api
+            .replace(volume, &kube::api::PostParams::default(), &bound)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(claim, volume, "static volume pre-bound to the claim");
+                Ok(true)
+            }
+            Err(error) if sidecar_kit::api_errors::is_conflict(&error) => Ok(false),
+            Err(source) => Err(ScheduleError::PreBind {
+                claim: claim.to_string(),
+                volume: volume.to_string(),
+                source,
+            }),
+        }
+    }
+
     /// Starts the watches.
     pub fn new(client: kube::Client) -> Arc<Self> {
         let watches = Watches::default();
@@ -250,7 +311,13 @@ impl Scheduler {
                 }
                 Ok(Next::After(RETRY))
             }
-            Plan::Select { node, claims } => {
+            Plan::Select { node, claims, bind } => {
+                let namespace = key.namespace.clone().unwrap_or_default();
+                for (claim, volume) in bind {
+                    if !self.pre_bind(&namespace, &claim, &volume).await? {
+                        return Ok(Next::Retry);
+                    }
+                }
                 let namespace = key.namespace.clone().unwrap_or_default();
                 let api: Api<PersistentVolumeClaim> =
                     Api::namespaced(self.client.clone(), &namespace);
