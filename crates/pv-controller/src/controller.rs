@@ -436,6 +436,27 @@ impl PvController {
                 Err(SyncError::Waiting(message))
             }
             ClaimAction::Wait(why) => Err(SyncError::Waiting(why)),
+            ClaimAction::MigratedTo(driver) => {
+                let mut updated = (*claim).clone();
+                let annotations = updated
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new);
+                match driver {
+                    Some(driver) => {
+                        annotations.insert(sidecar_kit::migration::ANN_MIGRATED_TO.into(), driver);
+                    }
+                    None => {
+                        annotations.remove(sidecar_kit::migration::ANN_MIGRATED_TO);
+                    }
+                }
+                let written = claims
+                    .replace(&name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("mark the claim migrated"))?;
+                self.wrote_claim(&written);
+                Ok(())
+            }
             ClaimAction::Lost { reason, message } => {
                 let mut updated = (*claim).clone();
                 updated.status.get_or_insert_with(Default::default).phase = Some("Lost".into());
@@ -620,25 +641,69 @@ impl PvController {
                 self.wrote_volume(&written);
                 Ok(())
             }
-            VolumeAction::CannotDelete(message) => {
-                self.recorder.record(
-                    &reference(&*pv),
-                    EventType::Warning,
-                    "VolumeFailedDelete",
-                    &message,
-                );
+            VolumeAction::Fail { reason, message } => self.fail(&pv, reason, &message).await,
+            VolumeAction::MigratedTo(driver) => {
+                let mut updated = (*pv).clone();
+                let annotations = updated
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new);
+                match driver {
+                    Some(driver) => {
+                        annotations.insert(sidecar_kit::migration::ANN_MIGRATED_TO.into(), driver);
+                    }
+                    None => {
+                        annotations.remove(sidecar_kit::migration::ANN_MIGRATED_TO);
+                    }
+                }
+                let written = pvs
+                    .replace(name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("mark the volume migrated"))?;
+                self.wrote_volume(&written);
                 Ok(())
             }
             VolumeAction::Recycle if left_to_node_recyclers(&pv, self.node_recyclers) => {
                 tracing::debug!(pv = name, "left to the node agents' recycler");
                 Ok(())
             }
+            // As kube-controller-manager for a volume no recycler plugin serves.
             VolumeAction::Recycle => {
-                self.recorder
-                    .record(&reference(&*pv), EventType::Warning, "VolumeFailedRecycle", "the Recycle reclaim policy is not supported by this controller; the volume stays Released");
-                Ok(())
+                self.fail(
+                    &pv,
+                    "VolumeFailedRecycle",
+                    "No recycler plugin found for the volume!",
+                )
+                .await
             }
         }
+    }
+
+    /// Marks a volume Failed with the reason (status message and a Warning event), as
+    /// kube-controller-manager's `updateVolumePhaseWithEvent`: the event only on the change.
+    async fn fail(
+        &self,
+        pv: &PersistentVolume,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), SyncError> {
+        if pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
+            return Ok(());
+        }
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let mut updated = pv.clone();
+        let status = updated.status.get_or_insert_with(Default::default);
+        status.phase = Some("Failed".into());
+        status.message = Some(message.to_string());
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let written = pvs
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await
+            .map_err(write_err("mark the volume Failed"))?;
+        self.wrote_volume(&written);
+        self.recorder
+            .record(&reference(pv), EventType::Warning, reason, message);
+        Ok(())
     }
 }
 

@@ -50,6 +50,9 @@ pub enum ClaimAction {
     },
     /// Stay Pending without an event (why, for the log), looked at again later.
     Wait(String),
+    /// Set (`Some`) or remove (`None`) `pv.kubernetes.io/migrated-to` on the claim: the CSI
+    /// driver that serves the in-tree plugin its storage-provisioner annotation names.
+    MigratedTo(Option<String>),
     /// A bound claim lost its volume, or another claim holds it: phase Lost, with this
     /// Warning event.
     Lost {
@@ -72,8 +75,17 @@ pub enum VolumeAction {
     /// Clear the UID of a claimRef the user set, for a claim that bound elsewhere: the volume
     /// stays reserved for a claim of that name.
     ClearClaimUid,
-    /// Released with policy Delete and no provisioner annotation: report, do not guess.
-    CannotDelete(String),
+    /// kube-controller-manager cannot reclaim it (no deleter or recycler for its source, an
+    /// unknown policy): phase Failed, with this Warning event.
+    Fail {
+        /// The event's reason.
+        reason: &'static str,
+        /// The event's message (and the volume's status message).
+        message: String,
+    },
+    /// Set (`Some`) or remove (`None`) `pv.kubernetes.io/migrated-to`: the CSI driver that
+    /// serves a volume an in-tree plugin provisioned.
+    MigratedTo(Option<String>),
     /// Released with policy Recycle: scrub and make Available again.
     Recycle,
     /// The claim the volume is bound to is missing from the cache, or the cache holds a claim
@@ -251,6 +263,9 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("Pending");
+    if let Some(update) = claim_migrated_to_update(claim) {
+        return ClaimAction::MigratedTo(update);
+    }
     let volume_name = spec.volume_name.as_deref().filter(|v| !v.is_empty());
     let named = volume_name.and_then(|name| {
         volumes
@@ -362,6 +377,22 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     }
 }
 
+/// kube-controller-manager's `updateMigrationAnnotations` for a claim: one whose
+/// storage-provisioner annotation (GA, else beta) names a migrated in-tree plugin is marked
+/// migrated to its CSI driver; the mark goes from any other. `None` when nothing changes.
+fn claim_migrated_to_update(claim: &PersistentVolumeClaim) -> Option<Option<String>> {
+    let named = annotation(&claim.metadata, ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(&claim.metadata, ANN_BETA_STORAGE_PROVISIONER))?;
+    let current = annotation(&claim.metadata, sidecar_kit::migration::ANN_MIGRATED_TO);
+    match sidecar_kit::migration::Plugin::from_in_tree_name(named) {
+        Some(plugin) if current != Some(plugin.csi_name()) => {
+            Some(Some(plugin.csi_name().to_string()))
+        }
+        Some(_) => None,
+        None => current.filter(|m| !m.is_empty()).map(|_| None),
+    }
+}
+
 /// kube-controller-manager's `syncBoundClaim`: a claim whose binding completed keeps its
 /// volume, gets it back (a volume that lost its claimRef is bound again), or is Lost (once).
 fn decide_bound_claim(
@@ -427,6 +458,56 @@ fn pre_bound_fits(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool 
         && modes_fit
 }
 
+/// What becomes of a Released volume by its reclaim policy, as kube-controller-manager's
+/// `reclaimVolume` (with no in-tree deleter or recycler left but for what CSI drivers and
+/// their provisioners do).
+fn reclaim(pv: &PersistentVolume) -> VolumeAction {
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    match reclaim_policy(pv) {
+        "Retain" => VolumeAction::Nothing,
+        "Recycle" => VolumeAction::Recycle,
+        "Delete" => {
+            let migrated = annotation(&pv.metadata, sidecar_kit::migration::ANN_MIGRATED_TO)
+                .is_some_and(|m| !m.is_empty());
+            let external = annotation(&pv.metadata, ANN_PROVISIONED_BY)
+                .is_some_and(|by| !by.starts_with("kubernetes.io/"));
+            let csi = pv.spec.as_ref().is_some_and(|s| s.csi.is_some());
+            if migrated || external || csi {
+                // An external deleter's (a CSI provisioner's).
+                VolumeAction::Nothing
+            } else {
+                VolumeAction::Fail {
+                    reason: "VolumeFailedDelete",
+                    message: format!(
+                        "error getting deleter volume plugin for volume {name:?}: no deletable volume plugin matched"
+                    ),
+                }
+            }
+        }
+        _ => VolumeAction::Fail {
+            reason: "VolumeUnknownReclaimPolicy",
+            message: "Volume has unrecognized PersistentVolumeReclaimPolicy".into(),
+        },
+    }
+}
+
+/// kube-controller-manager's `updateMigrationAnnotations` for a volume: one provisioned by a
+/// migrated in-tree plugin is marked migrated to its CSI driver; the mark goes from any other.
+/// `None` when nothing changes; `Some(None)` removes the mark.
+fn migrated_to_update(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<Option<String>> {
+    let by = annotation(meta, ANN_PROVISIONED_BY)?;
+    let current = annotation(meta, sidecar_kit::migration::ANN_MIGRATED_TO);
+    match sidecar_kit::migration::Plugin::from_in_tree_name(by) {
+        Some(plugin) if current != Some(plugin.csi_name()) => {
+            Some(Some(plugin.csi_name().to_string()))
+        }
+        Some(_) => None,
+        None => current.filter(|m| !m.is_empty()).map(|_| None),
+    }
+}
+
 fn reclaim_policy(pv: &PersistentVolume) -> &str {
     pv.spec
         .as_ref()
@@ -462,13 +543,24 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
     source: ClaimSource,
 ) -> VolumeAction {
     let current = phase(pv);
+    if let Some(update) = migrated_to_update(&pv.metadata) {
+        return VolumeAction::MigratedTo(update);
+    }
     let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-        return if current == "Available" || current == "Failed" {
+        return if current == "Available" {
             VolumeAction::Nothing
         } else {
             VolumeAction::SetPhase("Available")
         };
     };
+    if claim_ref.uid.as_deref().is_none_or(str::is_empty) {
+        // Reserved for a claim of that name; that claim's sync binds it.
+        return if current == "Available" {
+            VolumeAction::Nothing
+        } else {
+            VolumeAction::SetPhase("Available")
+        };
+    }
     let claim = claims
         .iter()
         .map(Borrow::borrow)
@@ -495,13 +587,7 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
             if current == "Failed" {
                 return VolumeAction::Nothing;
             }
-            match reclaim_policy(pv) {
-                "Delete" if annotation(&pv.metadata, ANN_PROVISIONED_BY).is_none() => VolumeAction::CannotDelete(
-                    "volume has reclaim policy Delete but no pv.kubernetes.io/provisioned-by annotation: no provisioner will delete it".into(),
-                ),
-                "Recycle" => VolumeAction::Recycle,
-                _ => VolumeAction::Nothing,
-            }
+            reclaim(pv)
         }
         Some(claim) => {
             let bound_here = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref())

@@ -618,10 +618,38 @@ fn released_volumes_follow_their_reclaim_policy() {
         VolumeAction::Nothing,
         "the provisioner deletes it"
     );
-    assert!(matches!(
+    assert_eq!(
         dv(&released("Delete", false), &[]),
-        VolumeAction::CannotDelete(_)
-    ));
+        VolumeAction::Fail {
+            reason: "VolumeFailedDelete",
+            message: "error getting deleter volume plugin for volume \"v\": no deletable volume plugin matched".into(),
+        },
+        "no deleter for a hostPath volume"
+    );
+    let mut csi_delete = released("Delete", false);
+    csi_delete.spec.as_mut().unwrap().csi = Some(Default::default());
+    assert_eq!(
+        dv(&csi_delete, &[]),
+        VolumeAction::Nothing,
+        "a CSI volume: external, silent"
+    );
+    let mut migrated = released("Delete", false);
+    migrated.metadata.annotations = Some(BTreeMap::from([(
+        "pv.kubernetes.io/migrated-to".to_string(),
+        "ebs.csi.aws.com".to_string(),
+    )]));
+    assert_eq!(
+        dv(&migrated, &[]),
+        VolumeAction::Nothing,
+        "migrated: the CSI provisioner's"
+    );
+    assert_eq!(
+        dv(&released("Scrub", true), &[]),
+        VolumeAction::Fail {
+            reason: "VolumeUnknownReclaimPolicy",
+            message: "Volume has unrecognized PersistentVolumeReclaimPolicy".into(),
+        }
+    );
     assert_eq!(dv(&released("Recycle", false), &[]), VolumeAction::Recycle);
     // With node agents (the embedded stack), CSI volumes are theirs to recycle.
     let mut csi = released("Recycle", false);
@@ -724,5 +752,131 @@ fn a_named_volume_that_does_not_satisfy_its_claim_is_refused_in_kube_controller_
                 message: format!("Cannot bind to requested volume \"v\": {why}"),
             }
         );
+    }
+}
+
+#[test]
+fn volumes_an_in_tree_plugin_provisioned_are_marked_migrated_to_its_csi_driver() {
+    let annotated = |pairs: &[(&str, &str)]| {
+        let mut v = with_phase(pv("v", "", "1Gi"), "Available");
+        v.metadata.annotations = Some(
+            pairs
+                .iter()
+                .map(|(k, val)| (k.to_string(), val.to_string()))
+                .collect(),
+        );
+        v
+    };
+    const TO: &str = "pv.kubernetes.io/migrated-to";
+    // (annotations, action)
+    let table = [
+        (
+            vec![(ANN_PROVISIONED_BY, "kubernetes.io/aws-ebs")],
+            VolumeAction::MigratedTo(Some("ebs.csi.aws.com".into())),
+        ),
+        (
+            vec![
+                (ANN_PROVISIONED_BY, "kubernetes.io/aws-ebs"),
+                (TO, "ebs.csi.aws.com"),
+            ],
+            VolumeAction::Nothing,
+        ),
+        (
+            vec![
+                (ANN_PROVISIONED_BY, "kubernetes.io/gce-pd"),
+                (TO, "ebs.csi.aws.com"),
+            ],
+            VolumeAction::MigratedTo(Some("pd.csi.storage.gke.io".into())),
+        ),
+        (
+            vec![(ANN_PROVISIONED_BY, "csi.example"), (TO, "ebs.csi.aws.com")],
+            VolumeAction::MigratedTo(None),
+        ),
+        (
+            vec![(ANN_PROVISIONED_BY, "csi.example")],
+            VolumeAction::Nothing,
+        ),
+        // Static: left alone.
+        (vec![(TO, "ebs.csi.aws.com")], VolumeAction::Nothing),
+    ];
+    for (pairs, want) in table {
+        assert_eq!(dv(&annotated(&pairs), &[]), want, "{pairs:?}");
+    }
+}
+
+#[test]
+fn a_failed_volume_without_a_claim_and_a_reserved_one_are_available() {
+    assert_eq!(
+        dv(&with_phase(pv("v", "", "1Gi"), "Failed"), &[]),
+        VolumeAction::SetPhase("Available")
+    );
+    let c = claim("c", Some(""), "1Gi");
+    let mut reserved = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Bound");
+    reserved
+        .spec
+        .as_mut()
+        .unwrap()
+        .claim_ref
+        .as_mut()
+        .unwrap()
+        .uid = None;
+    assert_eq!(
+        dv(&reserved, std::slice::from_ref(&c)),
+        VolumeAction::SetPhase("Available")
+    );
+}
+
+#[test]
+fn claims_naming_a_migrated_in_tree_plugin_are_marked_migrated_to_its_csi_driver() {
+    const TO: &str = "pv.kubernetes.io/migrated-to";
+    let annotated = |pairs: &[(&str, &str)]| {
+        let mut c = claim("c", Some("gp2"), "1Gi");
+        c.metadata.annotations = Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        c
+    };
+    // (annotations, the migration action or None for "decided as usual")
+    type Row<'a> = (Vec<(&'a str, &'a str)>, Option<ClaimAction>);
+    let table: Vec<Row> = vec![
+        (
+            vec![(ANN_STORAGE_PROVISIONER, "kubernetes.io/aws-ebs")],
+            Some(ClaimAction::MigratedTo(Some("ebs.csi.aws.com".into()))),
+        ),
+        (
+            vec![(ANN_BETA_STORAGE_PROVISIONER, "kubernetes.io/cinder")],
+            Some(ClaimAction::MigratedTo(Some(
+                "cinder.csi.openstack.org".into(),
+            ))),
+        ),
+        (
+            vec![
+                (ANN_STORAGE_PROVISIONER, "kubernetes.io/aws-ebs"),
+                (TO, "ebs.csi.aws.com"),
+            ],
+            None,
+        ),
+        // The CSI name (what the controller writes for a migrated class): no mark.
+        (
+            vec![
+                (ANN_STORAGE_PROVISIONER, "ebs.csi.aws.com"),
+                (TO, "ebs.csi.aws.com"),
+            ],
+            Some(ClaimAction::MigratedTo(None)),
+        ),
+        (vec![(ANN_STORAGE_PROVISIONER, "ebs.csi.aws.com")], None),
+    ];
+    for (pairs, want) in table {
+        let got = dc(&annotated(&pairs), &[] as &[PersistentVolume], &[], None);
+        match want {
+            Some(want) => assert_eq!(got, want, "{pairs:?}"),
+            None => assert!(
+                !matches!(got, ClaimAction::MigratedTo(_)),
+                "{pairs:?}: {got:?}"
+            ),
+        }
     }
 }
