@@ -224,7 +224,7 @@ pub fn named_volumes<V: Borrow<PersistentVolume>>(
     })
 }
 
-/// The smallest Available volume that fits the claim.
+/// The Available volume that fits the claim best: the fewest access modes, then the smallest.
 pub fn best_match<'a, V: Borrow<PersistentVolume>>(
     claim: &PersistentVolumeClaim,
     volumes: &'a [V],
@@ -239,11 +239,14 @@ pub fn best_match<'a, V: Borrow<PersistentVolume>>(
                 .and_then(|s| s.claim_ref.as_ref())
                 .is_none()
         })
-        .filter(|pv| matches!(phase(pv), "Available" | "Pending" | ""))
+        .filter(|pv| phase(pv) == "Available")
         .filter(|pv| mismatch(claim, pv).is_none() && selected(claim, pv))
+        // kube-controller-manager looks through the volumes by their sets of access modes,
+        // the fewest modes first, and takes the smallest of the first set with a match.
         .min_by(|a, b| {
-            capacity(a)
-                .cmp(&capacity(b))
+            mode_count(a)
+                .cmp(&mode_count(b))
+                .then_with(|| capacity(a).cmp(&capacity(b)))
                 .then_with(|| a.metadata.name.cmp(&b.metadata.name))
         })
 }
@@ -506,6 +509,17 @@ fn migrated_to_update(
         Some(_) => None,
         None => current.filter(|m| !m.is_empty()).map(|_| None),
     }
+}
+
+fn mode_count(pv: &PersistentVolume) -> usize {
+    let modes: std::collections::BTreeSet<&String> = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.as_ref())
+        .into_iter()
+        .flatten()
+        .collect();
+    modes.len()
 }
 
 fn reclaim_policy(pv: &PersistentVolume) -> &str {

@@ -880,3 +880,34 @@ fn claims_naming_a_migrated_in_tree_plugin_are_marked_migrated_to_its_csi_driver
         }
     }
 }
+
+#[test]
+fn the_fewest_access_modes_come_before_the_smallest_size_and_only_available_volumes_match() {
+    let mut narrow = with_phase(pv("narrow-big", "", "5Gi"), "Available");
+    narrow.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteOnce".into()]);
+    let mut wide = with_phase(pv("wide-small", "", "1Gi"), "Available");
+    wide.spec.as_mut().unwrap().access_modes = Some(vec![
+        "ReadWriteOnce".into(),
+        "ReadWriteMany".into(),
+        "ReadOnlyMany".into(),
+    ]);
+    let c = claim("c", Some(""), "1Gi");
+    assert_eq!(
+        dc(&c, &[wide.clone(), narrow], &[], None),
+        ClaimAction::Bind("narrow-big".into()),
+        "kube-controller-manager's access-mode groups"
+    );
+    // A volume the controller has not made Available yet is not offered.
+    let pending = with_phase(pv("fresh", "", "1Gi"), "Pending");
+    assert!(matches!(
+        dc(&c, &[pending], &[], None),
+        ClaimAction::Pending {
+            reason: "FailedBinding",
+            ..
+        }
+    ));
+    assert_eq!(
+        dc(&c, &[wide], &[], None),
+        ClaimAction::Bind("wide-small".into())
+    );
+}
