@@ -54,6 +54,10 @@ struct Run {
     binder: Binder,
     bound_after: Duration,
     bound: usize,
+    /// Writes to claims and to volumes seen by watches from the start until all were Bound
+    /// (and 3 s more): each a new resourceVersion of an object, whoever wrote it.
+    claim_writes: usize,
+    volume_writes: usize,
 }
 
 /// Runs each binder's measurement and prints a line per run.
@@ -67,7 +71,7 @@ pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
     for &binder in &args.binders {
         let run = once(&args, binder, &bin).await?;
         println!(
-            "{:?}: {} of {} claims Bound after {:.1} s ({:.0} claims/s), qps {}",
+            "{:?}: {} of {} claims Bound after {:.1} s ({:.0} claims/s), qps {}; writes per claim: {:.2} to claims, {:.2} to volumes (every writer's, from watches)",
             run.binder,
             run.bound,
             args.claims,
@@ -77,7 +81,9 @@ pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
                 "lifted".to_string()
             } else {
                 args.qps.to_string()
-            }
+            },
+            run.claim_writes as f64 / args.claims.max(1) as f64,
+            run.volume_writes as f64 / args.claims.max(1) as f64,
         );
         runs.push(run);
     }
@@ -143,6 +149,18 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
     )?];
     register(&admin).await?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+    // Every version of every claim and volume from before the claims are made: a binder that
+    // runs during the backlog's creation (kube-controller-manager's) writes then too.
+    let claim_versions = Versions::default();
+    let volume_versions = Versions::default();
+    let watching = [
+        tokio::spawn(claim_versions.clone().follow(claims.clone())),
+        tokio::spawn(volume_versions.clone().follow(Api::<
+            k8s_openapi::api::core::v1::PersistentVolume,
+        >::all(admin.clone()))),
+    ];
+    claim_versions.wait_listed().await;
+    volume_versions.wait_listed().await;
     create_claims(&claims, args.claims).await?;
     // The backlog is in; the clock starts as the sidecars do.
     let started = Instant::now();
@@ -195,6 +213,11 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
             )
         }
     };
+    // The writes that finish the last bindings reach the watches.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for task in watching {
+        task.abort();
+    }
     for process in &mut processes {
         process.terminate(Duration::from_secs(5));
     }
@@ -202,6 +225,9 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
         binder,
         bound_after,
         bound,
+        // The claims' creations are the benchmark's.
+        claim_writes: claim_versions.writes().saturating_sub(args.claims),
+        volume_writes: volume_versions.writes(),
     })
 }
 
@@ -259,6 +285,53 @@ async fn create_claims(claims: &Api<PersistentVolumeClaim>, n: usize) -> anyhow:
         result?;
     }
     Ok(())
+}
+
+/// The versions of objects a watch saw after its first list: each is one write.
+#[derive(Debug, Clone, Default)]
+struct Versions(
+    Arc<parking_lot::Mutex<std::collections::HashSet<(String, String)>>>,
+    Arc<tokio::sync::Notify>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
+
+impl Versions {
+    /// Records every new version until the watch ends (or the task is aborted).
+    async fn follow<K>(self, api: Api<K>)
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+        K::DynamicType: Default,
+    {
+        let stream = watcher::watcher(api, watcher::Config::default());
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            if let Ok(watcher::Event::InitDone) = event {
+                self.2.store(true, Ordering::SeqCst);
+                self.1.notify_waiters();
+            }
+            if let Ok(watcher::Event::Apply(object)) = event {
+                let meta = object.meta();
+                if let (Some(name), Some(version)) = (&meta.name, &meta.resource_version) {
+                    self.0.lock().insert((name.clone(), version.clone()));
+                }
+            }
+        }
+    }
+
+    fn writes(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// Waits until the watch's first list is in (what comes after is counted).
+    async fn wait_listed(&self) {
+        loop {
+            let notified = self.1.notified();
+            if self.2.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 /// Waits until `n` claims are Bound; returns how many are.

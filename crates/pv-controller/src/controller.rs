@@ -438,18 +438,7 @@ impl PvController {
             ClaimAction::Wait(why) => Err(SyncError::Waiting(why)),
             ClaimAction::MigratedTo(driver) => {
                 let mut updated = (*claim).clone();
-                let annotations = updated
-                    .metadata
-                    .annotations
-                    .get_or_insert_with(BTreeMap::new);
-                match driver {
-                    Some(driver) => {
-                        annotations.insert(sidecar_kit::migration::ANN_MIGRATED_TO.into(), driver);
-                    }
-                    None => {
-                        annotations.remove(sidecar_kit::migration::ANN_MIGRATED_TO);
-                    }
-                }
+                mark_migrated_to(&mut updated.metadata, driver);
                 let written = claims
                     .replace(&name, &PostParams::default(), &updated)
                     .await
@@ -644,18 +633,7 @@ impl PvController {
             VolumeAction::Fail { reason, message } => self.fail(&pv, reason, &message).await,
             VolumeAction::MigratedTo(driver) => {
                 let mut updated = (*pv).clone();
-                let annotations = updated
-                    .metadata
-                    .annotations
-                    .get_or_insert_with(BTreeMap::new);
-                match driver {
-                    Some(driver) => {
-                        annotations.insert(sidecar_kit::migration::ANN_MIGRATED_TO.into(), driver);
-                    }
-                    None => {
-                        annotations.remove(sidecar_kit::migration::ANN_MIGRATED_TO);
-                    }
-                }
+                mark_migrated_to(&mut updated.metadata, driver);
                 let written = pvs
                     .replace(name, &PostParams::default(), &updated)
                     .await
@@ -704,6 +682,22 @@ impl PvController {
         self.recorder
             .record(&reference(pv), EventType::Warning, reason, message);
         Ok(())
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) `pv.kubernetes.io/migrated-to`.
+fn mark_migrated_to(
+    meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    driver: Option<String>,
+) {
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    match driver {
+        Some(driver) => {
+            annotations.insert(sidecar_kit::migration::ANN_MIGRATED_TO.into(), driver);
+        }
+        None => {
+            annotations.remove(sidecar_kit::migration::ANN_MIGRATED_TO);
+        }
     }
 }
 

@@ -386,14 +386,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
 fn claim_migrated_to_update(claim: &PersistentVolumeClaim) -> Option<Option<String>> {
     let named = annotation(&claim.metadata, ANN_STORAGE_PROVISIONER)
         .or_else(|| annotation(&claim.metadata, ANN_BETA_STORAGE_PROVISIONER))?;
-    let current = annotation(&claim.metadata, sidecar_kit::migration::ANN_MIGRATED_TO);
-    match sidecar_kit::migration::Plugin::from_in_tree_name(named) {
-        Some(plugin) if current != Some(plugin.csi_name()) => {
-            Some(Some(plugin.csi_name().to_string()))
-        }
-        Some(_) => None,
-        None => current.filter(|m| !m.is_empty()).map(|_| None),
-    }
+    migration_mark(named, &claim.metadata)
 }
 
 /// kube-controller-manager's `syncBoundClaim`: a claim whose binding completed keeps its
@@ -500,9 +493,17 @@ fn reclaim(pv: &PersistentVolume) -> VolumeAction {
 fn migrated_to_update(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Option<Option<String>> {
-    let by = annotation(meta, ANN_PROVISIONED_BY)?;
+    migration_mark(annotation(meta, ANN_PROVISIONED_BY)?, meta)
+}
+
+/// The `pv.kubernetes.io/migrated-to` an object provisioned by (or for) `provisioner` should
+/// carry: the CSI driver of a migrated in-tree plugin, else none. `None` when it has it.
+fn migration_mark(
+    provisioner: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<Option<String>> {
     let current = annotation(meta, sidecar_kit::migration::ANN_MIGRATED_TO);
-    match sidecar_kit::migration::Plugin::from_in_tree_name(by) {
+    match sidecar_kit::migration::Plugin::from_in_tree_name(provisioner) {
         Some(plugin) if current != Some(plugin.csi_name()) => {
             Some(Some(plugin.csi_name().to_string()))
         }

@@ -271,15 +271,13 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
                 }
             }
         }
-        let attributes: HashMap<String, String> = source
-            .volume_attributes
-            .clone()
-            .map(|a| a.into_iter().collect())
-            .unwrap_or_default();
-        let mut publish_attributes = attributes.clone();
-        if csi_driver.is_some_and(|d| d.spec.pod_info_on_mount == Some(true)) {
-            publish_attributes.extend(super::decide_inline::pod_info(pod, spec, false));
-        }
+        let (attributes, publish_attributes) = super::decide_inline::volume_contexts(
+            source.volume_attributes.as_ref(),
+            csi_driver.copied(),
+            pod,
+            spec,
+            false,
+        );
         ready.push(PodVolume {
             pv: pv_name,
             handle: source.volume_handle.clone(),

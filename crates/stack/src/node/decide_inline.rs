@@ -60,6 +60,25 @@ pub fn pod_info(pod: &Pod, spec: &PodSpec, ephemeral: bool) -> HashMap<String, S
     .collect()
 }
 
+/// A volume's attributes (NodeStageVolume's context) and NodePublishVolume's context: the
+/// attributes and, when the CSIDriver asks for it, the Pod's info.
+pub fn volume_contexts(
+    volume_attributes: Option<&std::collections::BTreeMap<String, String>>,
+    csi_driver: Option<&CSIDriver>,
+    pod: &Pod,
+    spec: &PodSpec,
+    ephemeral: bool,
+) -> (HashMap<String, String>, HashMap<String, String>) {
+    let attributes: HashMap<String, String> = volume_attributes
+        .map(|a| a.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    let mut publish = attributes.clone();
+    if csi_driver.is_some_and(|d| d.spec.pod_info_on_mount == Some(true)) {
+        publish.extend(pod_info(pod, spec, ephemeral));
+    }
+    (attributes, publish)
+}
+
 /// An inline volume of the Pod, ready to publish, or why it is not.
 pub fn inline_volume(
     pod: &Pod,
@@ -97,15 +116,13 @@ pub fn inline_volume(
     };
     let capability = sidecar_kit::pv_csi::capability(&as_pv, false, "")
         .map_err(|error| format!("volume {name:?}: {error}"))?;
-    let attributes: HashMap<String, String> = source
-        .volume_attributes
-        .clone()
-        .map(|a| a.into_iter().collect())
-        .unwrap_or_default();
-    let mut publish_attributes = attributes.clone();
-    if csi_driver.is_some_and(|d| d.spec.pod_info_on_mount == Some(true)) {
-        publish_attributes.extend(pod_info(pod, spec, true));
-    }
+    let (attributes, publish_attributes) = volume_contexts(
+        source.volume_attributes.as_ref(),
+        csi_driver,
+        pod,
+        spec,
+        true,
+    );
     let publish_secret = source
         .node_publish_secret_ref
         .as_ref()
