@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::Duration;
 
 use apiserver::faults::FaultRule;
@@ -13,7 +15,7 @@ use kube::api::PostParams;
 use pv_controller::controller::{PvController, default_backoff};
 use serde_json::json;
 
-const CLIENT: &str = "pv-controller-test";
+use common::{CLIENT, serve, wait_for, watch_open};
 
 fn phase(pv: &PersistentVolume) -> String {
     pv.status
@@ -22,26 +24,9 @@ fn phase(pv: &PersistentVolume) -> String {
         .unwrap_or_default()
 }
 
-/// Polls `f` until it gives a value; fails the test after `timeout`.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    sidecar_kit::testing::poll_for(what, timeout, String::new, || {
-        let value = f();
-        async move { value.await.ok_or_else(String::new) }
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
-    let server = apiserver::serve(apiserver::Config::default(), std::future::pending())
-        .await
-        .unwrap();
-    let admin = kube::Client::new(server.local_service("test-admin").unwrap(), "default");
-    let client = kube::Client::new(server.local_service(CLIENT).unwrap(), "default");
+    let (server, admin, client) = serve().await;
     let controller = PvController::new(client, default_backoff(), false);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(controller.run(4, async {
@@ -62,22 +47,7 @@ async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
     // Its claim watch is counted once the server has answered it, and by then the watch is
     // registered where closing watches finds it (waiting for the list alone left a window in
     // which the watch began after the close and was never away).
-    wait_for(
-        "the controller's claim watch to be open",
-        Duration::from_secs(30),
-        || async {
-            let counts = server.request_counts();
-            counts
-                .keys()
-                .any(|(verb, resource, _, client)| {
-                    verb == "WATCH"
-                        && resource == "persistentvolumeclaims"
-                        && client.starts_with(CLIENT)
-                })
-                .then_some(())
-        },
-    )
-    .await;
+    watch_open(&server, "persistentvolumeclaims").await;
     server.set_faults(vec![FaultRule {
         resource: "persistentvolumeclaims".into(),
         verb: "WATCH".into(),

@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::Duration;
 
 use apiserver::faults::FaultRule;
@@ -14,19 +16,7 @@ use kube::api::PostParams;
 use pv_controller::controller::{PvController, default_backoff};
 use serde_json::json;
 
-const CLIENT: &str = "pv-controller-test";
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    sidecar_kit::testing::poll_for(what, timeout, String::new, || {
-        let value = f();
-        async move { value.await.ok_or_else(String::new) }
-    })
-    .await
-}
+use common::{CLIENT, serve, wait_for, watch_open};
 
 fn volume(name: &str) -> PersistentVolume {
     serde_json::from_value(json!({
@@ -49,11 +39,7 @@ fn claim(name: &str) -> PersistentVolumeClaim {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_just_bound_is_not_offered_to_the_next_claim_while_the_cache_lags() {
-    let server = apiserver::serve(apiserver::Config::default(), std::future::pending())
-        .await
-        .unwrap();
-    let admin = kube::Client::new(server.local_service("test-admin").unwrap(), "default");
-    let client = kube::Client::new(server.local_service(CLIENT).unwrap(), "default");
+    let (server, admin, client) = serve().await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
     let pvs: Api<PersistentVolume> = Api::all(admin.clone());
     for name in ["pv-a", "pv-b"] {
@@ -78,20 +64,7 @@ async fn a_volume_just_bound_is_not_offered_to_the_next_claim_while_the_cache_la
         },
     )
     .await;
-    wait_for(
-        "the controller's volume watch open",
-        Duration::from_secs(30),
-        || async {
-            server
-                .request_counts()
-                .keys()
-                .any(|(verb, resource, _, client)| {
-                    verb == "WATCH" && resource == "persistentvolumes" && client.starts_with(CLIENT)
-                })
-                .then_some(())
-        },
-    )
-    .await;
+    watch_open(&server, "persistentvolumes").await;
     // The volume watch goes away and comes back only after 20 s.
     server.set_faults(vec![FaultRule {
         resource: "persistentvolumes".into(),
