@@ -43,6 +43,46 @@ pub struct UpArgs {
     /// Extra flags for the provisioner (repeatable), e.g. --provisioner-arg=--kube-api-qps=50.
     #[arg(long = "provisioner-arg", allow_hyphen_values = true)]
     pub provisioner_args: Vec<String>,
+    /// A CSI driver you run, instead of the reference driver: its controller service
+    /// (`unix:///path/controller.sock`). Its name, capabilities and topology are read from it.
+    #[arg(long, value_parser = unix_socket, conflicts_with_all = ["capacity", "nodes"])]
+    pub driver_endpoint: Option<String>,
+    /// A node of that driver and its node service (`NODE=unix:///path/node.sock`, repeatable);
+    /// none: the controller endpoint serves the one node, node-1.
+    #[arg(long = "node-endpoint", value_parser = node_endpoint, requires = "driver_endpoint")]
+    pub node_endpoints: Vec<(String, String)>,
+    /// A parameter of the default StorageClass (`KEY=VALUE`, repeatable).
+    #[arg(long = "class-parameter", value_parser = key_value)]
+    pub class_parameters: Vec<(String, String)>,
+}
+
+/// A `unix://` endpoint's socket path.
+fn unix_socket(value: &str) -> Result<String, String> {
+    match value.strip_prefix("unix://") {
+        Some(path) if path.starts_with('/') => Ok(path.to_string()),
+        _ => Err(format!(
+            "{value:?} is not a unix:// endpoint with an absolute path (unix:///path/to.sock)"
+        )),
+    }
+}
+
+/// `NODE=unix:///path`.
+fn node_endpoint(value: &str) -> Result<(String, String), String> {
+    let (node, endpoint) = value
+        .split_once('=')
+        .ok_or_else(|| format!("{value:?} is not NODE=unix:///path/to.sock"))?;
+    if node.is_empty() {
+        return Err(format!("{value:?} names no node"));
+    }
+    Ok((node.to_string(), unix_socket(endpoint)?))
+}
+
+/// `KEY=VALUE`.
+fn key_value(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((key, v)) if !key.is_empty() => Ok((key.to_string(), v.to_string())),
+        _ => Err(format!("{value:?} is not KEY=VALUE")),
+    }
 }
 
 /// Runs the stack until Ctrl-C.
@@ -52,15 +92,35 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     durable_log::files::create_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
     let (first, extra_nodes) = node_names(&args.node, args.nodes);
-    let (socket, _) = crate::embedded::paths(&data_dir);
+    let external =
+        args.driver_endpoint
+            .as_ref()
+            .map(|controller| crate::embedded::ExternalDriver {
+                controller: controller.clone(),
+                nodes: args.node_endpoints.clone(),
+            });
+    // Someone else's driver says whether it attaches and publishes capacity.
+    let traits = match &external {
+        Some(external) => Some(
+            DriverTraits::of(&external.controller)
+                .await
+                .with_context(|| format!("read the CSI driver at {}", external.controller))?,
+        ),
+        None => None,
+    };
+    let socket = match &external {
+        Some(external) => external.controller.clone(),
+        None => crate::embedded::paths(&data_dir).0,
+    };
     // The provisioner runs as its ServiceAccount, with the RBAC of deploy/kubernetes.
     let kubeconfig = crate::embedded::identities::kubeconfig_path(&data_dir, "csi-provisioner");
     let mut prov_argv = vec!["csi-provisioner".to_string()];
     prov_argv.extend(crate::embedded::provisioner_args_for(&socket, &kubeconfig));
     // Capacity is published per node for WaitForFirstConsumer classes; the scheduler reads it.
     // The objects have no owner: no Pod runs the provisioner here.
+    let capacity = traits.is_none_or(|t| t.storage_capacity);
     let mut defaults = vec![
-        ("--enable-capacity", "true"),
+        ("--enable-capacity", if capacity { "true" } else { "false" }),
         ("--capacity-ownerref-level", "-1"),
         // Pools of ready volumes (PersistentVolumeSets).
         ("--enable-volume-sets", "true"),
@@ -90,8 +150,10 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         extra_nodes,
         // The scheduler checks capacity only when the provisioner publishes it.
         storage_capacity: prov_args.capacity().on(),
-        attach: args.attach,
+        attach: traits.map_or(args.attach, |t| t.attach_required),
         kubelet: true,
+        external,
+        class_parameters: args.class_parameters.iter().cloned().collect(),
         ..StackOptions::new(data_dir.clone(), "volstack-up/0.1")
     })
     .await?;
@@ -150,40 +212,74 @@ fn node_names(node: &str, nodes: u16) -> (String, Vec<String>) {
     ("node-1".to_string(), extra)
 }
 
-/// What the CSIDriver object says of the driver.
-#[derive(Debug, Clone, Copy, Default)]
+/// What the CSIDriver object says of the driver, and what the stack makes for it.
+#[derive(Debug, Clone, Copy)]
 pub struct DriverTraits {
     /// The scheduler checks capacity (`storageCapacity`).
     pub storage_capacity: bool,
     /// Volumes need a VolumeAttachment (`attachRequired`).
     pub attach_required: bool,
+    /// The Pod's info on NodePublishVolume (`podInfoOnMount`).
+    pub pod_info_on_mount: bool,
+    /// `Ephemeral` among `volumeLifecycleModes` (CSI inline volumes).
+    pub ephemeral: bool,
+    /// A VolumeSnapshotClass is made for it (CREATE_DELETE_SNAPSHOT).
+    pub snapshots: bool,
 }
 
-/// Registers the driver's own node (see [`register_node`]), the CSIDriver with `traits`, and
-/// the default class.
-pub async fn register(
+impl Default for DriverTraits {
+    /// The reference driver's.
+    fn default() -> Self {
+        DriverTraits {
+            storage_capacity: false,
+            attach_required: false,
+            pod_info_on_mount: true,
+            ephemeral: true,
+            snapshots: true,
+        }
+    }
+}
+
+impl DriverTraits {
+    /// What a driver someone else runs says it can do: attach from PUBLISH_UNPUBLISH_VOLUME,
+    /// capacity from GET_CAPACITY, snapshots from CREATE_DELETE_SNAPSHOT; the Pod's info and
+    /// inline volumes as the reference driver (csi-driver-host-path is deployed so).
+    pub async fn of(socket: &str) -> anyhow::Result<DriverTraits> {
+        use csi_proto::v1::controller_service_capability::rpc::Type as Rpc;
+        let (_, info) = sidecar_kit::driver::identify(socket, Duration::from_secs(30)).await?;
+        Ok(DriverTraits {
+            storage_capacity: info.has(Rpc::GetCapacity),
+            attach_required: info.has(Rpc::PublishUnpublishVolume),
+            snapshots: info.has(Rpc::CreateDeleteSnapshot),
+            ..DriverTraits::default()
+        })
+    }
+}
+
+/// Registers the CSIDriver of the driver behind `socket` with `traits`, and the default class
+/// (`hostpath`, with `parameters`). Returns the driver's name.
+pub async fn register_driver(
     client: &kube::Client,
     socket: &str,
-    node: &str,
     traits: DriverTraits,
+    parameters: &std::collections::BTreeMap<String, String>,
 ) -> anyhow::Result<String> {
-    let DriverTraits {
-        storage_capacity,
-        attach_required,
-    } = traits;
-    let driver_name = register_node(client, socket, node).await?;
+    let (_, info) = sidecar_kit::driver::identify(socket, Duration::from_secs(30)).await?;
+    let driver_name = info.name;
+    let mut modes = vec!["Persistent".to_string()];
+    if traits.ephemeral {
+        modes.push("Ephemeral".into());
+    }
     let driver = CSIDriver {
         metadata: ObjectMeta {
             name: Some(driver_name.clone()),
             ..Default::default()
         },
         spec: CSIDriverSpec {
-            attach_required: Some(attach_required),
-            storage_capacity: Some(storage_capacity),
-            // The reference driver serves inline volumes too; the Pod's info is what tells
-            // it a publish is for one (as csi-driver-host-path is deployed).
-            pod_info_on_mount: Some(true),
-            volume_lifecycle_modes: Some(vec!["Persistent".into(), "Ephemeral".into()]),
+            attach_required: Some(traits.attach_required),
+            storage_capacity: Some(traits.storage_capacity),
+            pod_info_on_mount: Some(traits.pod_info_on_mount),
+            volume_lifecycle_modes: Some(modes),
             ..Default::default()
         },
     };
@@ -193,7 +289,7 @@ pub async fn register(
         Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {
             // storageCapacity may change (an earlier `up` without it); attachRequired is
             // immutable, so a stack made without attach keeps it.
-            let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
+            let patch = serde_json::json!({"spec": {"storageCapacity": traits.storage_capacity}});
             drivers
                 .patch(&driver_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
@@ -215,6 +311,7 @@ pub async fn register(
         provisioner: driver_name.clone(),
         reclaim_policy: Some("Delete".into()),
         volume_binding_mode: Some("Immediate".into()),
+        parameters: (!parameters.is_empty()).then(|| parameters.clone()),
         ..Default::default()
     };
     create_or_keep(Api::<StorageClass>::all(client.clone()), &class).await?;
@@ -245,5 +342,32 @@ where
         Ok(_) => Ok(()),
         Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod endpoint_tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_and_class_parameters_are_read_or_refused_naming_the_value() {
+        assert_eq!(unix_socket("unix:///run/csi.sock").unwrap(), "/run/csi.sock");
+        for bad in ["/run/csi.sock", "unix://relative.sock", "tcp://127.0.0.1:1"] {
+            assert!(unix_socket(bad).unwrap_err().contains(bad), "{bad}");
+        }
+        assert_eq!(
+            node_endpoint("node-2=unix:///n2.sock").unwrap(),
+            ("node-2".to_string(), "/n2.sock".to_string())
+        );
+        assert!(node_endpoint("unix:///n2.sock").is_err());
+        assert!(node_endpoint("=unix:///n2.sock").is_err());
+        assert_eq!(
+            key_value("type=gp3").unwrap(),
+            ("type".to_string(), "gp3".to_string())
+        );
+        assert_eq!(key_value("kind=").unwrap().1, "");
+        assert!(key_value("=x").is_err());
+        assert!(key_value("novalue").is_err());
     }
 }

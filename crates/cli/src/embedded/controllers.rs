@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::identities::{self, Component, Identities};
 use super::lanes::{Lane, Lanes};
-use super::{StackOptions, paths, provisioner_args_for, signal_on};
+use super::{StackOptions, provisioner_args_for, signal_on};
 
 /// A client of each in-process controller, under its own identity.
 pub(super) struct Clients {
@@ -73,7 +73,9 @@ pub(super) struct Parts {
     /// Their clients, built on their lane.
     pub clients: Clients,
     pub options: StackOptions,
-    /// The extra nodes' sockets.
+    /// The driver's controller socket.
+    pub socket: String,
+    /// Every node's socket (its node service), in the order of the nodes.
     pub node_sockets: Vec<String>,
     pub driver_name: String,
     /// The stack's stop signal.
@@ -92,7 +94,7 @@ impl Parts {
 pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let options = &parts.options;
     let clients = &parts.clients;
-    let (socket, _) = paths(&options.dir);
+    let socket = parts.socket.clone();
     let mut tasks = Vec::new();
     if options.attach {
         let kubeconfig = identities::kubeconfig_path(&options.dir, "csi-attacher");
@@ -122,8 +124,7 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         tasks.push(tokio::spawn(
             attach_detach.controller().run(parts.stopped()),
         ));
-        let sockets = std::iter::once(&socket).chain(parts.node_sockets.iter());
-        for (node_socket, client) in sockets.zip(&clients.nodes) {
+        for (node_socket, client) in parts.node_sockets.iter().zip(&clients.nodes) {
             let agent = stack::node::NodeAgent::start(
                 client.clone(),
                 stack::node::NodeSettings {

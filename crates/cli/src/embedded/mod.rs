@@ -58,6 +58,32 @@ pub struct StackOptions {
     /// Whether the API server, the driver and the controllers each run on a runtime of their
     /// own (threads named after them, so their CPU can be told apart), with this many threads.
     pub separate_lanes: Option<usize>,
+    /// A CSI driver someone else runs, in place of the reference driver (`driver_args` and
+    /// `extra_nodes` are then not used).
+    pub external: Option<ExternalDriver>,
+    /// Parameters of the default StorageClass.
+    pub class_parameters: std::collections::BTreeMap<String, String>,
+}
+
+/// A CSI driver run by someone else: its controller service's socket, and the node services
+/// by node name (none: the controller socket serves the one node, `node-1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalDriver {
+    /// The controller service (also Identity).
+    pub controller: String,
+    /// (node name, node service socket), the stack's nodes in order.
+    pub nodes: Vec<(String, String)>,
+}
+
+impl ExternalDriver {
+    /// The stack's nodes and the socket of each node's service.
+    pub fn nodes(&self) -> Vec<(String, String)> {
+        if self.nodes.is_empty() {
+            vec![("node-1".to_string(), self.controller.clone())]
+        } else {
+            self.nodes.clone()
+        }
+    }
 }
 
 impl StackOptions {
@@ -79,6 +105,8 @@ impl StackOptions {
             kubelet: false,
             user_agent,
             separate_lanes: None,
+            external: None,
+            class_parameters: Default::default(),
         }
     }
 }
@@ -126,24 +154,17 @@ impl Stack {
             Some(workers) => Lanes::separate(workers)?,
             None => Lanes::shared(),
         };
-        let mut argv = vec![
-            "driver".to_string(),
-            format!("--endpoint=unix://{socket}"),
-            format!("--state-dir={}", dir.join("driver").display()),
-        ];
-        argv.extend(options.driver_args.iter().cloned());
-        if options.attach && !argv.iter().any(|a| a == "--enable-attach") {
-            argv.push("--enable-attach".to_string());
-        }
-        argv.extend(
-            options
-                .extra_nodes
-                .iter()
-                .map(|n| format!("--extra-node={n}")),
-        );
-        let driver_config = DriverCli::try_parse_from(argv)?.args.into_config()?;
-        // The driver's own node first, then the extra ones (the order of the node sockets).
-        let nodes: Vec<String> = driver_config.nodes.iter().map(|n| n.id.clone()).collect();
+        let mut tasks = Vec::new();
+        // The nodes, and the reference driver's configuration when it is ours to run.
+        let (driver_config, nodes): (_, Vec<String>) = match &options.external {
+            None => {
+                let config = reference_driver_config(&options, &socket)?;
+                // The driver's own node first, then the extra ones.
+                let nodes = config.nodes.iter().map(|n| n.id.clone()).collect();
+                (Some(config), nodes)
+            }
+            Some(external) => (None, external.nodes().into_iter().map(|(n, _)| n).collect()),
+        };
         let static_tokens = identities::static_tokens(&nodes);
         let config = apiserver::Config {
             bind: options.bind,
@@ -160,42 +181,22 @@ impl Stack {
                     .context("start the API server")
             })
             .await?;
-        let driver = lanes
-            .run(Lane::Driver, async move {
-                hostpath_driver::Driver::open(driver_config)
-                    .await
-                    .context("start the CSI driver")
-            })
-            .await?;
-        let listener = bind_on(&lanes, &socket).await?;
-        let mut tasks = Vec::new();
-        // One socket per extra node (all services; Node answers as that node), on the same
-        // volume table.
-        let mut node_sockets = Vec::new();
-        for node in &options.extra_nodes {
-            let view = driver
-                .for_node(node)
-                .with_context(|| format!("the driver does not know node {node:?}"))?;
-            let path = dir.join("nodes").join(format!("{node}.sock"));
-            durable_log::files::create_private_dir(&dir.join("nodes"))
-                .context("create the node sockets' directory")?;
-            let path = path.display().to_string();
-            let node_listener = bind_on(&lanes, &path).await?;
-            let node_stop = signal(&stop);
-            let name = node.clone();
-            tasks.push(lanes.spawn(Lane::Driver, async move {
-                if let Err(error) = view.serve_on(node_listener, node_stop).await {
-                    tracing::error!(%error, node = %name, "the CSI node service stopped");
-                }
-            }));
-            node_sockets.push(path);
-        }
-        let driver_stop = signal(&stop);
-        tasks.push(lanes.spawn(Lane::Driver, async move {
-            if let Err(error) = driver.serve_on(listener, driver_stop).await {
-                tracing::error!(%error, "the CSI driver stopped");
+        // Every node's socket (its node service), in the order of `nodes`.
+        let (socket, all_node_sockets) = match (driver_config, &options.external) {
+            (Some(config), _) => {
+                let extra =
+                    serve_reference_driver(config, &options, &socket, &lanes, &stop, &mut tasks)
+                        .await?;
+                let all: Vec<String> = std::iter::once(socket.clone()).chain(extra).collect();
+                (socket, all)
             }
-        }));
+            (None, Some(external)) => (
+                external.controller.clone(),
+                external.nodes().into_iter().map(|(_, s)| s).collect(),
+            ),
+            (None, None) => anyhow::bail!("no CSI driver to run the stack around"),
+        };
+        let node_sockets: Vec<String> = all_node_sockets.iter().skip(1).cloned().collect();
         let client_options = (kubeconfig.display().to_string(), options.user_agent);
         let client = build_client(&client_options).await?;
         // Every component under its own identity, with the RBAC of deploy/kubernetes.
@@ -209,19 +210,22 @@ impl Stack {
         let clients =
             controllers::Clients::new(&server, &identities, &nodes, options.user_agent, &lanes)
                 .await?;
-        let own_node = nodes.first().cloned().context("the driver has no node")?;
-        let driver_name = crate::stack::register(
-            &client,
-            &socket,
-            &own_node,
-            crate::stack::DriverTraits {
+        let traits = match &options.external {
+            // Someone else's driver says what it is.
+            Some(_) => crate::stack::DriverTraits::of(&socket)
+                .await
+                .context("read the driver's capabilities")?,
+            None => crate::stack::DriverTraits {
                 storage_capacity: options.storage_capacity,
                 attach_required: options.attach,
+                ..Default::default()
             },
-        )
-        .await
-        .context("register the node")?;
-        for (node_socket, node) in node_sockets.iter().zip(&options.extra_nodes) {
+        };
+        let driver_name =
+            crate::stack::register_driver(&client, &socket, traits, &options.class_parameters)
+                .await
+                .context("register the driver")?;
+        for (node_socket, node) in all_node_sockets.iter().zip(&nodes) {
             crate::stack::register_node(&client, node_socket, node)
                 .await
                 .with_context(|| format!("register the node behind {node_socket}"))?;
@@ -233,7 +237,7 @@ impl Stack {
         )
         .await
         .context("install the persistentvolumesets.storage.volstack.dev definition")?;
-        if options.snapshots {
+        if options.snapshots && traits.snapshots {
             stack::snapshots::crds::install(&client)
                 .await
                 .context("install the snapshot.storage.k8s.io definitions")?;
@@ -250,7 +254,8 @@ impl Stack {
         let parts = controllers::Parts {
             clients,
             options: options.clone(),
-            node_sockets: node_sockets.clone(),
+            socket: socket.clone(),
+            node_sockets: all_node_sockets.clone(),
             driver_name: driver_name.clone(),
             stop: stop.subscribe(),
         };
@@ -345,6 +350,76 @@ impl std::fmt::Debug for Stack {
             .field("socket", &self.socket)
             .finish_non_exhaustive()
     }
+}
+
+/// The reference driver's configuration from the stack's options.
+fn reference_driver_config(
+    options: &StackOptions,
+    socket: &str,
+) -> anyhow::Result<hostpath_driver::DriverConfig> {
+    let mut argv = vec![
+        "driver".to_string(),
+        format!("--endpoint=unix://{socket}"),
+        format!("--state-dir={}", options.dir.join("driver").display()),
+    ];
+    argv.extend(options.driver_args.iter().cloned());
+    if options.attach && !argv.iter().any(|a| a == "--enable-attach") {
+        argv.push("--enable-attach".to_string());
+    }
+    argv.extend(
+        options
+            .extra_nodes
+            .iter()
+            .map(|n| format!("--extra-node={n}")),
+    );
+    Ok(DriverCli::try_parse_from(argv)?.args.into_config()?)
+}
+
+/// Starts the reference driver on `socket` and a socket per extra node (all services; Node
+/// answers as that node, on the same volume table); returns the extra nodes' sockets.
+async fn serve_reference_driver(
+    config: hostpath_driver::DriverConfig,
+    options: &StackOptions,
+    socket: &str,
+    lanes: &Lanes,
+    stop: &watch::Sender<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<Vec<String>> {
+    let dir = &options.dir;
+    let driver = lanes
+        .run(Lane::Driver, async move {
+            hostpath_driver::Driver::open(config)
+                .await
+                .context("start the CSI driver")
+        })
+        .await?;
+    let listener = bind_on(lanes, socket).await?;
+    let mut node_sockets = Vec::new();
+    for node in &options.extra_nodes {
+        let view = driver
+            .for_node(node)
+            .with_context(|| format!("the driver does not know node {node:?}"))?;
+        let path = dir.join("nodes").join(format!("{node}.sock"));
+        durable_log::files::create_private_dir(&dir.join("nodes"))
+            .context("create the node sockets' directory")?;
+        let path = path.display().to_string();
+        let node_listener = bind_on(lanes, &path).await?;
+        let node_stop = signal(stop);
+        let name = node.clone();
+        tasks.push(lanes.spawn(Lane::Driver, async move {
+            if let Err(error) = view.serve_on(node_listener, node_stop).await {
+                tracing::error!(%error, node = %name, "the CSI node service stopped");
+            }
+        }));
+        node_sockets.push(path);
+    }
+    let driver_stop = signal(stop);
+    tasks.push(lanes.spawn(Lane::Driver, async move {
+        if let Err(error) = driver.serve_on(listener, driver_stop).await {
+            tracing::error!(%error, "the CSI driver stopped");
+        }
+    }));
+    Ok(node_sockets)
 }
 
 /// The socket and kubeconfig of a stack whose state lives in `dir` (known before it starts).

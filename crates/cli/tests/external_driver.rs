@@ -1,0 +1,133 @@
+//! `volstack up --driver-endpoint` (issue 35): the stack around a CSI driver someone else runs,
+//! here the reference driver started as a separate process under a name of its own. Its name,
+//! capabilities and topology come from the driver: the CSIDriver says attach (it serves
+//! PUBLISH_UNPUBLISH_VOLUME), the default class carries `--class-parameter`, a claim is
+//! provisioned, a Pod gets it attached and published, and the volume goes with the claim.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::up::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_stack_runs_around_a_driver_it_did_not_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let sock = dir.join("byod.sock");
+    let log = std::fs::File::create(dir.join("driver.log")).unwrap();
+    let _driver = Driver(
+        Command::new(BIN)
+            .args([
+                "driver",
+                &format!("--endpoint=unix://{}", sock.display()),
+                &format!("--state-dir={}", dir.join("driver-state").display()),
+                "--drivername=byod.csi.example.com",
+                "--nodeid=node-1",
+                "--enable-attach",
+                "--capacity=1Gi",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let _up = up_with(
+        dir,
+        &[
+            &format!("--driver-endpoint=unix://{}", sock.display()),
+            "--class-parameter=kind=",
+        ],
+    );
+    // What the driver said it is.
+    assert_eq!(
+        kubectl(
+            dir,
+            &[
+                "get",
+                "csidriver",
+                "-o",
+                "jsonpath={.items[*].metadata.name} {.items[0].spec.attachRequired} {.items[0].spec.storageCapacity}"
+            ],
+            None
+        ),
+        "byod.csi.example.com true true"
+    );
+    assert_eq!(
+        kubectl(
+            dir,
+            &[
+                "get",
+                "storageclass",
+                "hostpath",
+                "-o",
+                "jsonpath={.provisioner} {.parameters}"
+            ],
+            None
+        ),
+        "byod.csi.example.com {\"kind\":\"\"}"
+    );
+    assert_eq!(
+        kubectl(
+            dir,
+            &[
+                "get",
+                "csinode",
+                "node-1",
+                "-o",
+                "jsonpath={.spec.drivers[0].name}"
+            ],
+            None
+        ),
+        "byod.csi.example.com"
+    );
+    let pod = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Mi\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: app\nspec:\n  containers:\n    - name: app\n      image: busybox\n  volumes:\n    - name: data\n      persistentVolumeClaim:\n        claimName: data\n";
+    kubectl(dir, &["apply", "-f", "-"], Some(pod));
+    kubectl(
+        dir,
+        &["wait", "--for=condition=Ready", "pod/app", "--timeout=60s"],
+        None,
+    );
+    assert_eq!(
+        kubectl(
+            dir,
+            &[
+                "get",
+                "volumeattachments",
+                "-o",
+                "jsonpath={.items[0].spec.attacher} {.items[0].status.attached}"
+            ],
+            None
+        ),
+        "byod.csi.example.com true",
+        "attached through the driver's ControllerPublishVolume"
+    );
+    kubectl(dir, &["delete", "pod", "app", "--timeout=60s"], None);
+    kubectl(dir, &["delete", "pvc", "data", "--timeout=60s"], None);
+    wait_for("the driver's volume deleted", WAIT, || {
+        let out = Command::new(BIN)
+            .args([
+                "csi",
+                &format!("--endpoint=unix://{}", sock.display()),
+                "list",
+            ])
+            .output()
+            .unwrap();
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        listed["entries"].as_array().is_some_and(|e| e.is_empty())
+    });
+}
