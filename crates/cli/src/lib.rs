@@ -6,6 +6,7 @@ pub mod apibench;
 pub mod bench;
 pub mod binderbench;
 pub mod chart;
+pub mod conformance;
 pub mod embedded;
 pub mod logging;
 pub mod manifests;

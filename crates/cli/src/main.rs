@@ -44,6 +44,9 @@ enum Command {
     /// Run the PV controller (binder and reclaimer) against an API server, instead of
     /// kube-controller-manager's persistentvolume-binder-controller.
     PvController(pv_controller::runner::PvControllerArgs),
+    /// Drive a CSI driver you run through every capability it advertises, with the embedded
+    /// stack around it, and write a report (terminal, report.json, report.html).
+    Conformance(cli::conformance::ConformanceArgs),
     /// Measure a provisioner: throughput, latency, memory, CPU and API calls per volume.
     Bench(cli::bench::BenchArgs),
     /// Measure the API server: creates/s from concurrent clients and watch events/s.
@@ -86,7 +89,10 @@ fn main() -> std::process::ExitCode {
     // The benchmark's in-process components would drown its report in info logs.
     if matches!(
         cli.command,
-        Command::Bench(_) | Command::BenchApiserver(_) | Command::BenchBinder(_)
+        Command::Bench(_)
+            | Command::BenchApiserver(_)
+            | Command::BenchBinder(_)
+            | Command::Conformance(_)
     ) && std::env::var("RUST_LOG").is_err()
     {
         cli.log.verbosity = 0;
@@ -115,6 +121,7 @@ fn main() -> std::process::ExitCode {
             Command::Faults(args) => faults::run(args),
             Command::Apiserver(args) => run_apiserver(args).await,
             Command::Up(args) => stack::up(args).await,
+            Command::Conformance(args) => cli::conformance::run(args).await,
             Command::Bench(args) => cli::bench::run(args).await,
             Command::BenchApiserver(args) => cli::apibench::run(args).await,
             Command::BenchBinder(args) => cli::binderbench::run(args).await,

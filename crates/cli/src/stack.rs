@@ -57,7 +57,7 @@ pub struct UpArgs {
 }
 
 /// A `unix://` endpoint's socket path.
-fn unix_socket(value: &str) -> Result<String, String> {
+pub(crate) fn unix_socket(value: &str) -> Result<String, String> {
     match value.strip_prefix("unix://") {
         Some(path) if path.starts_with('/') => Ok(path.to_string()),
         _ => Err(format!(
@@ -67,7 +67,7 @@ fn unix_socket(value: &str) -> Result<String, String> {
 }
 
 /// `NODE=unix:///path`.
-fn node_endpoint(value: &str) -> Result<(String, String), String> {
+pub(crate) fn node_endpoint(value: &str) -> Result<(String, String), String> {
     let (node, endpoint) = value
         .split_once('=')
         .ok_or_else(|| format!("{value:?} is not NODE=unix:///path/to.sock"))?;
@@ -78,15 +78,76 @@ fn node_endpoint(value: &str) -> Result<(String, String), String> {
 }
 
 /// `KEY=VALUE`.
-fn key_value(value: &str) -> Result<(String, String), String> {
+pub(crate) fn key_value(value: &str) -> Result<(String, String), String> {
     match value.split_once('=') {
         Some((key, v)) if !key.is_empty() => Ok((key.to_string(), v.to_string())),
         _ => Err(format!("{value:?} is not KEY=VALUE")),
     }
 }
 
+/// A stack `up` started: the stack and the provisioner running beside it.
+pub struct Running {
+    /// The stack.
+    pub stack: Stack,
+    /// The provisioner's task (it stops with the stack).
+    pub provisioner: tokio::task::JoinHandle<Result<(), provisioner::runner::RunError>>,
+    /// The data directory.
+    pub data_dir: PathBuf,
+}
+
+impl Running {
+    /// Stops the provisioner and the stack, waiting up to `grace`.
+    pub async fn shutdown(self, grace: Duration) {
+        let Running {
+            stack, provisioner, ..
+        } = self;
+        stack
+            .shutdown_with(grace, async {
+                let _ = provisioner.await;
+            })
+            .await;
+    }
+}
+
 /// Runs the stack until Ctrl-C.
 pub async fn up(args: UpArgs) -> anyhow::Result<()> {
+    let running = start(args).await?;
+    let Running {
+        stack, data_dir, ..
+    } = &running;
+    println!(
+        "volstack is up: API server {}, driver {}, data in {}",
+        stack.server.url(),
+        stack.driver_name,
+        data_dir.display()
+    );
+    println!();
+    println!("  export KUBECONFIG={}", stack.kubeconfig.display());
+    println!("  kubectl apply -f examples/claim.yaml");
+    println!("  kubectl get pvc,pv");
+    println!(
+        "  kubectl apply -f examples/late-binding.yaml   # a Pod and its claim, placed by capacity"
+    );
+    println!("  kubectl get pod,pvc,csistoragecapacities -A -o wide");
+    println!(
+        "  kubectl apply -f examples/pod.yaml   # a Pod whose volume is published on its node"
+    );
+    println!();
+    println!(
+        "Pods' volumes are under {}/kubelet/<node>/pods/<pod-uid>/volumes/kubernetes.io~csi/<pv>/mount",
+        data_dir.display()
+    );
+    println!();
+    println!("Ctrl-C stops everything; the next `up` resumes the same state.");
+
+    crate::shutdown_signal().await;
+    running.shutdown(Duration::from_secs(10)).await;
+    println!("volstack stopped");
+    Ok(())
+}
+
+/// Starts the stack and its provisioner as `up` does, and returns them running.
+pub async fn start(args: UpArgs) -> anyhow::Result<Running> {
     let data_dir = std::path::absolute(&args.data_dir).context("resolve --data-dir")?;
     // 0700: it holds the kubeconfig with the token and the driver's socket.
     durable_log::files::create_private_dir(&data_dir)
@@ -162,44 +223,15 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         namespace: Some(crate::embedded::identities::NAMESPACE.into()),
         ..Default::default()
     };
-    let provisioner_task = tokio::spawn({
+    let provisioner = tokio::spawn({
         let stop = stack.stopped();
         async move { provisioner::runner::run(prov_args, &given, &env, stop).await }
     });
-
-    println!(
-        "volstack is up: API server {}, driver {}, data in {}",
-        stack.server.url(),
-        stack.driver_name,
-        data_dir.display()
-    );
-    println!();
-    println!("  export KUBECONFIG={}", stack.kubeconfig.display());
-    println!("  kubectl apply -f examples/claim.yaml");
-    println!("  kubectl get pvc,pv");
-    println!(
-        "  kubectl apply -f examples/late-binding.yaml   # a Pod and its claim, placed by capacity"
-    );
-    println!("  kubectl get pod,pvc,csistoragecapacities -A -o wide");
-    println!(
-        "  kubectl apply -f examples/pod.yaml   # a Pod whose volume is published on its node"
-    );
-    println!();
-    println!(
-        "Pods' volumes are under {}/kubelet/<node>/pods/<pod-uid>/volumes/kubernetes.io~csi/<pv>/mount",
-        data_dir.display()
-    );
-    println!();
-    println!("Ctrl-C stops everything; the next `up` resumes the same state.");
-
-    crate::shutdown_signal().await;
-    stack
-        .shutdown_with(Duration::from_secs(10), async {
-            let _ = provisioner_task.await;
-        })
-        .await;
-    println!("volstack stopped");
-    Ok(())
+    Ok(Running {
+        stack,
+        provisioner,
+        data_dir,
+    })
 }
 
 /// The nodes of a stack: `node` alone, or node-1 … node-N. Returns the driver's own node and
@@ -352,7 +384,10 @@ mod endpoint_tests {
 
     #[test]
     fn endpoints_and_class_parameters_are_read_or_refused_naming_the_value() {
-        assert_eq!(unix_socket("unix:///run/csi.sock").unwrap(), "/run/csi.sock");
+        assert_eq!(
+            unix_socket("unix:///run/csi.sock").unwrap(),
+            "/run/csi.sock"
+        );
         for bad in ["/run/csi.sock", "unix://relative.sock", "tcp://127.0.0.1:1"] {
             assert!(unix_socket(bad).unwrap_err().contains(bad), "{bad}");
         }

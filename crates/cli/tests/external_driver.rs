@@ -131,3 +131,96 @@ fn the_stack_runs_around_a_driver_it_did_not_start() {
         listed["entries"].as_array().is_some_and(|e| e.is_empty())
     });
 }
+
+#[test]
+fn conformance_passes_every_capability_of_the_reference_driver_run_as_a_separate_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let sock = dir.join("ref.sock");
+    let log = std::fs::File::create(dir.join("driver.log")).unwrap();
+    let _driver = Driver(
+        Command::new(BIN)
+            .args([
+                "driver",
+                &format!("--endpoint=unix://{}", sock.display()),
+                &format!("--state-dir={}", dir.join("driver-state").display()),
+                "--nodeid=node-1",
+                "--enable-attach",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let report_dir = dir.join("report");
+    let out = Command::new(BIN)
+        .args([
+            "conformance",
+            &format!("--driver-endpoint=unix://{}", sock.display()),
+            &format!("--report-dir={}", report_dir.display()),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report_dir.join("report.json")).unwrap()).unwrap();
+    let outcomes: Vec<(String, String)> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["capability"].as_str().unwrap().to_string(),
+                c["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for capability in [
+        "provision",
+        "attach",
+        "publish",
+        "republish",
+        "snapshot",
+        "clone",
+        "delete",
+    ] {
+        assert!(
+            outcomes.contains(&(capability.to_string(), "passed".to_string())),
+            "{capability}: {outcomes:?}\n{stdout}"
+        );
+    }
+    let html = std::fs::read_to_string(report_dir.join("report.html")).unwrap();
+    assert!(html.contains("hostpath.csi.volstack.dev") && html.contains("<tr class=\"pass\">"));
+    // Asked for one, the others are skipped and said so.
+    let out = Command::new(BIN)
+        .args([
+            "conformance",
+            &format!("--driver-endpoint=unix://{}", sock.display()),
+            &format!("--report-dir={}", report_dir.display()),
+            "--only=provision,delete",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = std::fs::read_to_string(report_dir.join("report.txt")).unwrap();
+    assert!(table.contains("2 passed, 0 failed, 5 skipped"), "{table}");
+    let bad = Command::new(BIN)
+        .args([
+            "conformance",
+            &format!("--driver-endpoint=unix://{}", sock.display()),
+            "--only=teleport",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown capability \"teleport\""));
+}

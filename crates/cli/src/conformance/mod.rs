@@ -1,0 +1,215 @@
+//! `volstack conformance`: drives the embedded stack, around a CSI driver someone else runs,
+//! through the capabilities the driver advertises with real Kubernetes objects (claims, Pods,
+//! snapshots), and writes a report (terminal table, JSON, HTML; `report.rs`). Exits non-zero
+//! when a capability fails.
+
+mod checks;
+mod report;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use csi_proto::v1::controller_service_capability::rpc::Type as Rpc;
+
+pub use report::{Check, Outcome, Report};
+
+/// Flags of `volstack conformance`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConformanceArgs {
+    /// The driver's controller service (`unix:///path/controller.sock`).
+    #[arg(long, value_parser = crate::stack::unix_socket)]
+    pub driver_endpoint: String,
+    /// A node and its node service (`NODE=unix:///path/node.sock`, repeatable); none: the
+    /// controller endpoint serves node-1.
+    #[arg(long = "node-endpoint", value_parser = crate::stack::node_endpoint)]
+    pub node_endpoints: Vec<(String, String)>,
+    /// A parameter of the class the volumes are made with (`KEY=VALUE`, repeatable).
+    #[arg(long = "class-parameter", value_parser = crate::stack::key_value)]
+    pub class_parameters: Vec<(String, String)>,
+    /// Run only these capabilities (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Do not run these capabilities (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub skip: Vec<String>,
+    /// Where the report (report.txt, report.json, report.html) and the stack's state go.
+    #[arg(long, default_value = "conformance")]
+    pub report_dir: PathBuf,
+    /// The size of the volumes asked for.
+    #[arg(long, default_value = "16Mi")]
+    pub volume_size: String,
+    /// How long each capability may take.
+    #[arg(long, default_value = "120s", value_parser = sidecar_kit::flags::go_duration)]
+    pub timeout: Duration,
+}
+
+/// A capability: its name, what it checks, the controller capability it needs (if any) and the
+/// capabilities it builds on.
+pub struct Capability {
+    /// `--only`/`--skip` name.
+    pub name: &'static str,
+    /// What it checks.
+    pub description: &'static str,
+    /// The controller RPC the driver must advertise.
+    pub needs: Option<Rpc>,
+    /// Earlier capabilities whose objects it uses.
+    pub after: &'static [&'static str],
+}
+
+/// Every capability, in the order they run.
+pub const CAPABILITIES: [Capability; 7] = [
+    Capability {
+        name: "provision",
+        description: "a claim of the driver's class is provisioned and Bound (CreateVolume)",
+        needs: None,
+        after: &[],
+    },
+    Capability {
+        name: "attach",
+        description: "a Pod's volume is attached to its node (VolumeAttachment, ControllerPublishVolume)",
+        needs: Some(Rpc::PublishUnpublishVolume),
+        after: &["provision"],
+    },
+    Capability {
+        name: "publish",
+        description: "a Pod gets the volume (NodeStageVolume, NodePublishVolume) and a file is written into it",
+        needs: None,
+        after: &["provision"],
+    },
+    Capability {
+        name: "republish",
+        description: "after the Pod is gone (unpublished, unstaged), a new Pod reads the file back",
+        needs: None,
+        after: &["publish"],
+    },
+    Capability {
+        name: "snapshot",
+        description: "a VolumeSnapshot is taken and restored into a new claim holding the file",
+        needs: Some(Rpc::CreateDeleteSnapshot),
+        after: &["publish"],
+    },
+    Capability {
+        name: "clone",
+        description: "a claim cloned from the first holds the file",
+        needs: Some(Rpc::CloneVolume),
+        after: &["publish"],
+    },
+    Capability {
+        name: "delete",
+        description: "with the claims deleted every PV goes, and the driver lists none of the volumes (DeleteVolume, ListVolumes)",
+        needs: None,
+        after: &["provision"],
+    },
+];
+
+/// Runs the capabilities against the driver and writes the report; fails if one failed.
+pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
+    for name in args.only.iter().chain(&args.skip) {
+        if !CAPABILITIES.iter().any(|c| c.name == name) {
+            let known: Vec<&str> = CAPABILITIES.iter().map(|c| c.name).collect();
+            anyhow::bail!(
+                "--only/--skip: unknown capability {name:?} (known: {})",
+                known.join(", ")
+            );
+        }
+    }
+    let (_, info) = sidecar_kit::driver::identify(&args.driver_endpoint, Duration::from_secs(30))
+        .await
+        .with_context(|| format!("reach the CSI driver at {}", args.driver_endpoint))?;
+    let report_dir = std::path::absolute(&args.report_dir).context("resolve --report-dir")?;
+    let data_dir = report_dir.join("stack");
+    if data_dir.exists() {
+        std::fs::remove_dir_all(&data_dir)
+            .with_context(|| format!("remove the last run's {}", data_dir.display()))?;
+    }
+    durable_log::files::create_private_dir(&report_dir)
+        .with_context(|| format!("create {}", report_dir.display()))?;
+    let up = crate::stack::UpArgs {
+        data_dir: data_dir.clone(),
+        bind: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        capacity: "1Ti".into(),
+        node: "node-1".into(),
+        nodes: 1,
+        attach: true,
+        provisioner_args: Vec::new(),
+        driver_endpoint: Some(args.driver_endpoint.clone()),
+        node_endpoints: args.node_endpoints.clone(),
+        class_parameters: args.class_parameters.clone(),
+    };
+    let running = crate::stack::start(up).await?;
+    let started_at = sidecar_kit::vocabulary::now_rfc3339();
+    let mut world = checks::World::new(&running, &args, &info);
+    let mut results: Vec<Check> = Vec::new();
+    for capability in &CAPABILITIES {
+        let asked = (args.only.is_empty() || args.only.iter().any(|o| o == capability.name))
+            && !args.skip.iter().any(|s| s == capability.name);
+        let missing = capability.needs.filter(|rpc| !info.has(*rpc));
+        let unmet = capability.after.iter().find(|before| {
+            !results
+                .iter()
+                .any(|r| r.capability == **before && r.outcome == Outcome::Passed)
+        });
+        let skipped = if !asked {
+            Some("not asked for".to_string())
+        } else if let Some(rpc) = missing {
+            Some(format!(
+                "the driver does not advertise {}",
+                rpc.as_str_name()
+            ))
+        } else {
+            unmet.map(|before| format!("needs {before}, which did not pass"))
+        };
+        let started = Instant::now();
+        let (outcome, detail, events) = match skipped {
+            Some(why) => (Outcome::Skipped, why, Vec::new()),
+            None => match tokio::time::timeout(args.timeout, world.check(capability.name)).await {
+                Ok(Ok(())) => (Outcome::Passed, String::new(), Vec::new()),
+                Ok(Err(why)) => (Outcome::Failed, why, world.events().await),
+                Err(_) => (
+                    Outcome::Failed,
+                    format!(
+                        "not done after {:?}, waiting for {}",
+                        args.timeout,
+                        world.waiting()
+                    ),
+                    world.events().await,
+                ),
+            },
+        };
+        let check = Check {
+            capability: capability.name.to_string(),
+            description: capability.description.to_string(),
+            outcome,
+            seconds: started.elapsed().as_secs_f64(),
+            detail,
+            events,
+        };
+        eprintln!(
+            "{}: {:?} in {:.2} s {}",
+            check.capability, check.outcome, check.seconds, check.detail
+        );
+        results.push(check);
+    }
+    let report = Report {
+        driver: info.name.clone(),
+        version: info.vendor_version.clone(),
+        started: started_at,
+        checks: results,
+    };
+    running.shutdown(Duration::from_secs(10)).await;
+    let table = report.table();
+    print!("{table}");
+    std::fs::write(report_dir.join("report.txt"), &table).context("write report.txt")?;
+    std::fs::write(
+        report_dir.join("report.json"),
+        serde_json::to_string_pretty(&report).context("encode the report")? + "\n",
+    )
+    .context("write report.json")?;
+    std::fs::write(report_dir.join("report.html"), report.html()).context("write report.html")?;
+    println!("report: {}", report_dir.join("report.html").display());
+    if !report.passed() {
+        anyhow::bail!("a capability failed");
+    }
+    Ok(())
+}
