@@ -52,11 +52,7 @@ impl World {
             driver: info.name.clone(),
             list_volumes: info.has(Rpc::ListVolumes),
             size: args.volume_size.clone(),
-            content: format!(
-                "volstack conformance {:016x}
-",
-                rand::random::<u64>()
-            ),
+            content: format!("volstack conformance {:016x}\n", rand::random::<u64>()),
             handles: BTreeSet::new(),
             waiting: Default::default(),
         }
