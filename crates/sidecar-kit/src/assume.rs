@@ -1,7 +1,8 @@
 //! The objects a controller wrote and its caches have not caught up with yet (client-go's
 //! "assume cache", as kube-controller-manager's PV binder keeps one): after a write, the object
 //! the API server answered with is remembered; reads prefer it while the cache holds an older
-//! version, and forget it once the cache has it (or a newer one). A claim looked at again
+//! version, and forget it once the cache has it (or a newer one) or no longer has the object. A
+//! claim looked at again
 //! before its own binding reaches the cache is then seen bound, and is never pointed at a
 //! second volume.
 
@@ -56,8 +57,9 @@ impl<K: Resource> Assumed<K> {
             return cached;
         };
         let behind = match cached.as_deref() {
-            // Deleted since (or not listed yet): the write stands until the cache says more.
-            None => version(mine.as_ref()).is_some(),
+            // Gone from the cache (deleted, perhaps while a re-list was under way, which sends
+            // no delete event): the write is forgotten, never served for an object that is gone.
+            None => false,
             Some(seen) => match (version(seen), version(mine.as_ref())) {
                 (Some(seen), Some(mine)) => seen < mine,
                 _ => false,
@@ -113,7 +115,7 @@ mod tests {
             ("12", Some("10"), true, true),
             ("12", Some("12"), false, false),
             ("12", Some("15"), false, false),
-            ("12", None, true, true),
+            ("12", None, false, false),
             ("abc", Some("10"), false, false),
             ("12", Some("xyz"), false, false),
         ];

@@ -364,7 +364,11 @@ impl Provisioner {
     /// and volumes are marked.
     pub(crate) fn retained(&self, pv: &PersistentVolume) {
         if self.listing.get().is_some()
-            && crate::decide::recovery::outlives_its_pv(pv, &self.cfg.caps.name)
+            && crate::decide::recovery::outlives_its_pv(
+                pv,
+                &self.cfg.caps.name,
+                self.cfg.caps.migrated_from,
+            )
         {
             self.settled.add(String::new());
         }

@@ -157,11 +157,17 @@ impl Settled {
 /// Whether `pv`, a PV of `driver`, may be deleted without its volume (its reclaim policy is
 /// not `Delete`): once it is saved, what is settled must be written, or a restart could take
 /// its volume for one left in flight after the PV is gone.
-pub fn outlives_its_pv(pv: &PersistentVolume, driver: &str) -> bool {
+pub fn outlives_its_pv(
+    pv: &PersistentVolume,
+    driver: &str,
+    migrated_from: Option<sidecar_kit::migration::Plugin>,
+) -> bool {
     let Some(spec) = pv.spec.as_ref() else {
         return false;
     };
-    let ours = spec.csi.as_ref().is_some_and(|csi| csi.driver == driver);
+    // Ours: a CSI volume of the driver, or an in-tree volume of the plugin it stands in for.
+    let ours = spec.csi.as_ref().is_some_and(|csi| csi.driver == driver)
+        || migrated_from.is_some_and(|p| sidecar_kit::migration::Plugin::of_spec(spec) == Some(p));
     let kept = spec
         .persistent_volume_reclaim_policy
         .as_deref()
@@ -479,11 +485,30 @@ mod tests {
             ("theirs", Some("Retain"), false),
         ] {
             assert_eq!(
-                outlives_its_pv(&pv(driver, policy), "ours"),
+                outlives_its_pv(&pv(driver, policy), "ours", None),
                 want,
                 "{driver} {policy:?}"
             );
         }
-        assert!(!outlives_its_pv(&PersistentVolume::default(), "ours"));
+        assert!(!outlives_its_pv(&PersistentVolume::default(), "ours", None));
+        // An in-tree volume of the plugin the driver stands in for (CSI migration) is ours.
+        let ebs: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvc-2"},
+            "spec": {"awsElasticBlockStore": {"volumeID": "vol-1"},
+                     "persistentVolumeReclaimPolicy": "Retain"},
+        }))
+        .unwrap();
+        use sidecar_kit::migration::Plugin;
+        assert!(outlives_its_pv(
+            &ebs,
+            "ebs.csi.aws.com",
+            Some(Plugin::AwsEbs)
+        ));
+        assert!(!outlives_its_pv(&ebs, "ebs.csi.aws.com", None));
+        assert!(!outlives_its_pv(
+            &ebs,
+            "ebs.csi.aws.com",
+            Some(Plugin::GcePd)
+        ));
     }
 }

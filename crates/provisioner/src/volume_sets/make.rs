@@ -100,6 +100,14 @@ pub fn plan_member(
     token: &uuid::Uuid,
 ) -> Result<ProvisionPlan, MakeError> {
     let class_name = class.metadata.name.clone().unwrap_or_default();
+    // A set's volumes are CSI volumes of the driver: the class must name it (an in-tree class
+    // of a migrated plugin would make in-tree PVs the set could not delete through the driver).
+    if class.provisioner != caps.name {
+        return Err(MakeError::Plan(ProvisionError::WrongProvisioner {
+            class: class_name,
+            provisioner: class.provisioner.clone(),
+        }));
+    }
     if let Some((key, value)) = class
         .parameters
         .iter()
@@ -339,6 +347,19 @@ mod tests {
         );
         let err = plan_member(&caps(), &options(false), &s, &templated, "v", &token).unwrap_err();
         assert!(err.to_string().contains("refers to the claim"), "{err}");
+        let mut in_tree = class(json!({}));
+        in_tree.provisioner = "kubernetes.io/aws-ebs".into();
+        let mut ebs = caps();
+        ebs.name = "ebs.csi.aws.com".into();
+        ebs.migrated_from = Some(sidecar_kit::migration::Plugin::AwsEbs);
+        let err = plan_member(&ebs, &options(false), &s, &in_tree, "v", &token).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                MakeError::Plan(ProvisionError::WrongProvisioner { .. })
+            ),
+            "a set never makes in-tree volumes: {err}"
+        );
         let mut other = class(json!({}));
         other.provisioner = "other.csi".into();
         let err = plan_member(&caps(), &options(false), &s, &other, "v", &token).unwrap_err();

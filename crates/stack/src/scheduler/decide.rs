@@ -224,11 +224,19 @@ fn static_volume<'a>(
     let class_name = class.metadata.name.as_deref().unwrap_or_default();
     let spec = claim.spec.clone().unwrap_or_default();
     let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
+    // Pre-bound to this claim: its namespace and name, and its UID when the claimRef has one
+    // (kube-scheduler's IsVolumeBoundToClaim: a claim re-made under the name is another claim).
     let claim_ref_is = |pv: &PersistentVolume| {
         pv.spec
             .as_ref()
             .and_then(|s| s.claim_ref.as_ref())
-            .map(|r| r.namespace == claim.metadata.namespace && r.name == claim.metadata.name)
+            .map(|r| {
+                r.namespace == claim.metadata.namespace
+                    && r.name == claim.metadata.name
+                    && r.uid
+                        .as_deref()
+                        .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_deref())
+            })
     };
     let fits = |pv: &&&'a PersistentVolume| {
         let Some(s) = pv.spec.as_ref() else {
@@ -289,7 +297,15 @@ fn static_volumes<'a>(
 ) -> BTreeMap<String, &'a PersistentVolume> {
     let node_labels = labels(node);
     let mut chosen: BTreeMap<String, &'a PersistentVolume> = BTreeMap::new();
-    for u in uses.iter().filter(|u| u.bound.is_none()) {
+    // A claim that names its volume is not the scheduler's to give one.
+    let names_none = |u: &&Use| {
+        u.claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty)
+    };
+    for u in uses.iter().filter(|u| u.bound.is_none()).filter(names_none) {
         let Some(class) = u.class else { continue };
         let taken: Vec<&str> = chosen
             .values()

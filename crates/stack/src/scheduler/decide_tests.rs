@@ -506,3 +506,51 @@ fn a_pods_node_selector_chooses_among_the_nodes() {
         )
     );
 }
+
+#[test]
+fn a_static_volume_pre_bound_to_an_earlier_claim_of_the_name_or_a_claim_naming_its_volume_is_not_offered()
+ {
+    let mut local = class("local", true);
+    local.provisioner = "kubernetes.io/no-provisioner".into();
+    let mut f = Fixture::new();
+    f.classes.push(local);
+    let mut data = claim("data", "local", "1Gi");
+    data.metadata.uid = Some("new-uid".into());
+    f.claims = vec![data.clone()];
+    let mut old = pv("old", "node-1");
+    let spec = old.spec.as_mut().unwrap();
+    spec.storage_class_name = Some("local".into());
+    spec.capacity = Some([("storage".to_string(), Quantity("1Gi".into()))].into());
+    spec.claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
+        namespace: Some("default".into()),
+        name: Some("data".into()),
+        uid: Some("old-uid".into()),
+        ..Default::default()
+    });
+    old.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+        phase: Some("Released".into()),
+        ..Default::default()
+    });
+    f.volumes = vec![old];
+    assert!(
+        matches!(f.plan(&pod(&["data"])), Plan::Unschedulable(_)),
+        "the Released volume of the earlier claim is not this claim's"
+    );
+    // A claim naming a volume that is not there: waits for it, gets no other.
+    let mut named = data;
+    named.spec.as_mut().unwrap().volume_name = Some("missing".into());
+    f.claims = vec![named];
+    let mut free = pv("free", "node-1");
+    let spec = free.spec.as_mut().unwrap();
+    spec.storage_class_name = Some("local".into());
+    spec.capacity = Some([("storage".to_string(), Quantity("1Gi".into()))].into());
+    free.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+        phase: Some("Available".into()),
+        ..Default::default()
+    });
+    f.volumes = vec![free];
+    assert!(
+        !matches!(f.plan(&pod(&["data"])), Plan::Select { ref bind, .. } if !bind.is_empty()),
+        "never pre-binds for a claim that names its volume"
+    );
+}
