@@ -24,27 +24,37 @@ impl Drop for Driver {
     }
 }
 
+impl Driver {
+    /// The reference driver as a separate process on `sock`, node `node-1`, attach on.
+    fn start(dir: &std::path::Path, sock: &std::path::Path, extra: &[&str]) -> Driver {
+        let log = std::fs::File::create(dir.join("driver.log")).unwrap();
+        Driver(
+            Command::new(BIN)
+                .args([
+                    "driver",
+                    &format!("--endpoint=unix://{}", sock.display()),
+                    &format!("--state-dir={}", dir.join("driver-state").display()),
+                    "--nodeid=node-1",
+                    "--enable-attach",
+                ])
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
 #[test]
 fn the_stack_runs_around_a_driver_it_did_not_start() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let sock = dir.join("byod.sock");
-    let log = std::fs::File::create(dir.join("driver.log")).unwrap();
-    let _driver = Driver(
-        Command::new(BIN)
-            .args([
-                "driver",
-                &format!("--endpoint=unix://{}", sock.display()),
-                &format!("--state-dir={}", dir.join("driver-state").display()),
-                "--drivername=byod.csi.example.com",
-                "--nodeid=node-1",
-                "--enable-attach",
-                "--capacity=1Gi",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
+    let _driver = Driver::start(
+        dir,
+        &sock,
+        &["--drivername=byod.csi.example.com", "--capacity=1Gi"],
     );
     let _up = up_with(
         dir,
@@ -137,21 +147,7 @@ fn conformance_passes_every_capability_of_the_reference_driver_run_as_a_separate
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let sock = dir.join("ref.sock");
-    let log = std::fs::File::create(dir.join("driver.log")).unwrap();
-    let _driver = Driver(
-        Command::new(BIN)
-            .args([
-                "driver",
-                &format!("--endpoint=unix://{}", sock.display()),
-                &format!("--state-dir={}", dir.join("driver-state").display()),
-                "--nodeid=node-1",
-                "--enable-attach",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    let _driver = Driver::start(dir, &sock, &[]);
     let report_dir = dir.join("report");
     let out = Command::new(BIN)
         .args([
