@@ -86,20 +86,18 @@ pub fn volumes_in_use<'a>(
             continue;
         };
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        for volume in pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_deref())
-            .unwrap_or_default()
-        {
-            let Some(source) = &volume.persistent_volume_claim else {
-                continue;
-            };
-            let key = (namespace.clone(), source.claim_name.clone());
+        // Its claims, generic ephemeral volumes' included; an in-tree class counts for the CSI
+        // driver that stands in for its plugin.
+        for claim in sidecar_kit::vocabulary::pod_claim_names(pod) {
+            let key = (namespace.clone(), claim);
             let driver = claims
                 .get(&key)
                 .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
-                .and_then(|class| classes.get(&class).map(|c| c.provisioner.clone()));
+                .and_then(|class| classes.get(&class).map(|c| c.provisioner.clone()))
+                .map(|provisioner| {
+                    sidecar_kit::migration::Plugin::from_in_tree_name(&provisioner)
+                        .map_or(provisioner, |plugin| plugin.csi_name().to_string())
+                });
             if let Some(driver) = driver {
                 seen.entry(node.clone())
                     .or_default()
@@ -353,7 +351,10 @@ fn misfit(world: &World, uses: &[Use], node: &Node) -> Option<&'static str> {
         if !has_capacity(world, u.claim, class, &node_labels) {
             return Some(NOT_ENOUGH_STORAGE);
         }
-        *new_by_driver.entry(class.provisioner.as_str()).or_default() += 1;
+        // An in-tree class counts for the CSI driver that stands in for its plugin.
+        let driver = sidecar_kit::migration::Plugin::from_in_tree_name(&class.provisioner)
+            .map_or(class.provisioner.as_str(), |plugin| plugin.csi_name());
+        *new_by_driver.entry(driver).or_default() += 1;
     }
     let csinode = world.csinodes.get(name);
     for (driver, new) in new_by_driver {

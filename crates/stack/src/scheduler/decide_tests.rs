@@ -363,15 +363,27 @@ fn volumes_in_use_count_each_claim_once_per_node_and_driver() {
     let f = Fixture::new();
     let mut claims = vec![claim("a", "late", "1Gi"), claim("b", "late", "1Gi")];
     claims.push(claim("other", "foreign", "1Gi"));
+    claims.push(claim("gp2", "in-tree", "1Gi"));
+    // A generic ephemeral volume's claim, `<pod>-<volume>` (the Pods here are named web).
+    claims.push(claim("web-scratch", "late", "1Gi"));
     let mut foreign = class("foreign", true);
     foreign.provisioner = "other.csi".into();
-    let classes_owned = [f.classes.clone(), vec![foreign]].concat();
+    let mut in_tree = class("in-tree", false);
+    in_tree.provisioner = "kubernetes.io/aws-ebs".into();
+    let classes_owned = [f.classes.clone(), vec![foreign, in_tree]].concat();
     let on = |node: Option<&str>, names: &[&str]| {
         let mut p = pod(names);
         p.spec.as_mut().unwrap().node_name = node.map(String::from);
         p
     };
+    let mut ephemeral = on(Some("node-1"), &["gp2"]);
+    ephemeral.spec.as_mut().unwrap().volumes.as_mut().unwrap().push(
+        serde_json::from_value(serde_json::json!({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+            "spec": {"storageClassName": "late", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}))
+        .unwrap(),
+    );
     let pods = [
+        ephemeral,
         on(Some("node-1"), &["a", "b"]),
         // The same claim in a second Pod on the node counts once.
         on(Some("node-1"), &["a", "other"]),
@@ -385,8 +397,15 @@ fn volumes_in_use_count_each_claim_once_per_node_and_driver() {
         &by_name(&classes_owned),
     );
     assert_eq!(used.len(), 1);
-    assert_eq!(used["node-1"][DRIVER], 2);
+    assert_eq!(
+        used["node-1"][DRIVER], 3,
+        "a, b and the ephemeral volume's claim"
+    );
     assert_eq!(used["node-1"]["other.csi"], 1);
+    assert_eq!(
+        used["node-1"]["ebs.csi.aws.com"], 1,
+        "an in-tree class counts for the CSI driver of its plugin"
+    );
 }
 
 #[test]
