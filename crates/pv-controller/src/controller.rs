@@ -74,6 +74,8 @@ pub struct PvController {
     /// just bound is seen taken.
     assumed_claims: Arc<Assumed<PersistentVolumeClaim>>,
     assumed_volumes: Arc<Assumed<PersistentVolume>>,
+    /// The default-class assignment counters, with metrics.
+    retroactive: Option<crate::metrics::Retroactive>,
 }
 
 /// How often volumes whose claim is missing are looked at again, whatever the events said.
@@ -152,6 +154,11 @@ impl PvController {
         metrics: Option<&sidecar_kit::metrics::Metrics>,
     ) -> Arc<Self> {
         let watches = Watches::default();
+        let retroactive = metrics.and_then(|m| {
+            crate::metrics::Retroactive::register(&m.registry)
+                .map_err(|error| tracing::warn!(%error, "the retroactive StorageClass counters are not registered"))
+                .ok()
+        });
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> =
             queue(backoff, metrics, "claims");
         let volume_queue: WorkQueue<String> = queue(backoff, metrics, "volumes");
@@ -232,6 +239,7 @@ impl PvController {
             watches,
             assumed_claims,
             assumed_volumes,
+            retroactive,
         })
     }
 
@@ -363,8 +371,11 @@ impl PvController {
                     .storage_class_name = Some(class);
                 let written = claims
                     .replace(&name, &PostParams::default(), &updated)
-                    .await
-                    .map_err(write_err("assign the default class"))?;
+                    .await;
+                if let Some(counters) = &self.retroactive {
+                    counters.record(written.is_ok());
+                }
+                let written = written.map_err(write_err("assign the default class"))?;
                 self.wrote_claim(&written);
                 Ok(())
             }

@@ -199,6 +199,42 @@ impl Collector for PvCollector {
     }
 }
 
+/// kube-controller-manager's counters of the default class given to claims made without one
+/// (`retroactive_storageclass_total`, `retroactive_storageclass_errors_total`).
+#[derive(Debug, Clone)]
+pub struct Retroactive {
+    /// Assignments written.
+    pub assigned: prometheus::IntCounter,
+    /// Assignments that failed.
+    pub failed: prometheus::IntCounter,
+}
+
+impl Retroactive {
+    /// The counters, registered in `registry`.
+    pub fn register(registry: &prometheus::Registry) -> Result<Retroactive, prometheus::Error> {
+        let assigned = prometheus::IntCounter::new(
+            "retroactive_storageclass_total",
+            "Total number of retroactive StorageClass assignments to persistent volume claim",
+        )?;
+        let failed = prometheus::IntCounter::new(
+            "retroactive_storageclass_errors_total",
+            "Total number of failed retroactive StorageClass assignments to persistent volume claim",
+        )?;
+        registry.register(Box::new(assigned.clone()))?;
+        registry.register(Box::new(failed.clone()))?;
+        Ok(Retroactive { assigned, failed })
+    }
+
+    /// Counts one assignment, written or failed.
+    pub fn record(&self, written: bool) {
+        if written {
+            self.assigned.inc();
+        } else {
+            self.failed.inc();
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -270,5 +306,22 @@ mod tests {
         ] {
             assert!(text.contains(wanted), "{wanted} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn retroactive_class_assignments_are_counted_under_kube_controller_managers_names() {
+        let registry = prometheus::Registry::new();
+        let counters = Retroactive::register(&registry).unwrap();
+        counters.record(true);
+        counters.record(true);
+        counters.record(false);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        assert!(text.contains("retroactive_storageclass_total 2"), "{text}");
+        assert!(
+            text.contains("retroactive_storageclass_errors_total 1"),
+            "{text}"
+        );
     }
 }
