@@ -33,7 +33,6 @@ pub const ANN_MODIFY_SECRET_NAME: &str = "volume.kubernetes.io/controller-modify
 /// Its namespace.
 pub const ANN_MODIFY_SECRET_NAMESPACE: &str =
     "volume.kubernetes.io/controller-modify-secret-namespace";
-/// The external provisioner's finalizer on the volumes it deletes.
 /// Whether `claim` is the claim of `pod`'s ephemeral volume: the Pod controls it (its owner
 /// reference names the Pod's UID). A claim of the same name that is not is never used for it.
 pub fn claim_is_for_pod(
@@ -62,7 +61,10 @@ pub fn node_ids(
     }
 }
 
+/// The external provisioner's finalizer on the volumes it deletes.
 pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+/// The provisioner of classes whose volumes are made by hand.
+pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 /// Finalizer on a claim that is the source of clones still being provisioned.
 pub const CLONING_PROTECTION_FINALIZER: &str =
     "provisioner.storage.kubernetes.io/cloning-protection";

@@ -17,7 +17,7 @@ pub use sidecar_kit::vocabulary::{
 };
 
 /// The pseudo-provisioner of classes for static volumes only.
-pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+pub use sidecar_kit::vocabulary::NO_PROVISIONER;
 
 /// What to do with a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -370,8 +370,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     }
     // CSI migration (on for every migratable plugin in kube-controller-manager): a class of an
     // in-tree plugin is provisioned by the CSI driver that stands in for it.
-    let provisioner = sidecar_kit::migration::Plugin::from_in_tree_name(&sc.provisioner)
-        .map_or(sc.provisioner.as_str(), |plugin| plugin.csi_name());
+    let provisioner = sidecar_kit::migration::driver_of(&sc.provisioner);
     let annotated = annotation(&claim.metadata, ANN_STORAGE_PROVISIONER) == Some(provisioner)
         && annotation(&claim.metadata, ANN_BETA_STORAGE_PROVISIONER) == Some(provisioner);
     ClaimAction::Provision {

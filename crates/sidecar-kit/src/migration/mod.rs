@@ -172,6 +172,12 @@ pub enum TranslateError {
     Topology(String, String),
 }
 
+/// The driver that provisions for a class of `provisioner`: the CSI driver that stands in for a
+/// migrated in-tree plugin, else the provisioner itself.
+pub fn driver_of(provisioner: &str) -> &str {
+    Plugin::from_in_tree_name(provisioner).map_or(provisioner, |plugin| plugin.csi_name())
+}
+
 /// A StorageClass of the in-tree plugin `in_tree_name` as the CSI driver's: parameters renamed
 /// and zones turned into `allowedTopologies` as the plugin's translation does.
 pub fn class_to_csi(

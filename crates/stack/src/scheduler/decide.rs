@@ -94,10 +94,7 @@ pub fn volumes_in_use<'a>(
                 .get(&key)
                 .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
                 .and_then(|class| classes.get(&class).map(|c| c.provisioner.clone()))
-                .map(|provisioner| {
-                    sidecar_kit::migration::Plugin::from_in_tree_name(&provisioner)
-                        .map_or(provisioner, |plugin| plugin.csi_name().to_string())
-                });
+                .map(|provisioner| sidecar_kit::migration::driver_of(&provisioner).to_string());
             if let Some(driver) = driver {
                 seen.entry(node.clone())
                     .or_default()
@@ -205,8 +202,7 @@ fn has_capacity(
     })
 }
 
-/// The provisioner of classes whose volumes are made by hand.
-const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+use sidecar_kit::vocabulary::NO_PROVISIONER;
 
 /// A static volume for a late-binding claim on a node, as kube-scheduler's volume binding
 /// finds one: the volume already pre-bound to the claim, else the smallest Available volume of
@@ -352,8 +348,7 @@ fn misfit(world: &World, uses: &[Use], node: &Node) -> Option<&'static str> {
             return Some(NOT_ENOUGH_STORAGE);
         }
         // An in-tree class counts for the CSI driver that stands in for its plugin.
-        let driver = sidecar_kit::migration::Plugin::from_in_tree_name(&class.provisioner)
-            .map_or(class.provisioner.as_str(), |plugin| plugin.csi_name());
+        let driver = sidecar_kit::migration::driver_of(&class.provisioner);
         *new_by_driver.entry(driver).or_default() += 1;
     }
     let csinode = world.csinodes.get(name);
