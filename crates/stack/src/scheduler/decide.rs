@@ -204,6 +204,42 @@ fn has_capacity(
 
 use sidecar_kit::vocabulary::NO_PROVISIONER;
 
+/// Whether `pv` is pre-bound to `claim`: its claimRef names the claim's namespace and name, and
+/// its UID when the claimRef has one (kube-scheduler's IsVolumeBoundToClaim: a claim re-made
+/// under the name is another claim).
+pub fn bound_to(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .is_some_and(|r| {
+            r.namespace == claim.metadata.namespace
+                && r.name == claim.metadata.name
+                && r.uid
+                    .as_deref()
+                    .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_deref())
+        })
+}
+
+/// The volume pre-bound to the claim, as kube-scheduler's volume binding writes it (the claim's
+/// reference and `pv.kubernetes.io/bound-by-controller`); `None` when it already is.
+pub fn pre_bound(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> Option<PersistentVolume> {
+    if bound_to(pv, claim) {
+        return None;
+    }
+    let mut bound = pv.clone();
+    bound.spec.get_or_insert_with(Default::default).claim_ref =
+        Some(sidecar_kit::vocabulary::reference(claim));
+    bound
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            sidecar_kit::vocabulary::ANN_BOUND_BY_CONTROLLER.into(),
+            "yes".into(),
+        );
+    Some(bound)
+}
+
 /// A static volume for a late-binding claim on a node, as kube-scheduler's volume binding
 /// finds one: the volume already pre-bound to the claim, else the smallest Available volume of
 /// its class that holds it (size, access modes, volume mode, selector) and whose node affinity
@@ -218,19 +254,11 @@ fn static_volume<'a>(
     let class_name = class.metadata.name.as_deref().unwrap_or_default();
     let spec = claim.spec.clone().unwrap_or_default();
     let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
-    // Pre-bound to this claim: its namespace and name, and its UID when the claimRef has one
-    // (kube-scheduler's IsVolumeBoundToClaim: a claim re-made under the name is another claim).
     let claim_ref_is = |pv: &PersistentVolume| {
         pv.spec
             .as_ref()
             .and_then(|s| s.claim_ref.as_ref())
-            .map(|r| {
-                r.namespace == claim.metadata.namespace
-                    && r.name == claim.metadata.name
-                    && r.uid
-                        .as_deref()
-                        .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_deref())
-            })
+            .map(|_| bound_to(pv, claim))
     };
     let fits = |pv: &&&'a PersistentVolume| {
         let Some(s) = pv.spec.as_ref() else {

@@ -573,3 +573,31 @@ fn a_static_volume_pre_bound_to_an_earlier_claim_of_the_name_or_a_claim_naming_i
         "never pre-binds for a claim that names its volume"
     );
 }
+
+#[test]
+fn a_volume_is_pre_bound_once_and_only_to_the_claim_of_its_uid() {
+    let mut c = claim("data", "local", "1Gi");
+    c.metadata.uid = Some("uid-1".into());
+    let free = pv("v", "node-1");
+    let bound = pre_bound(&free, &c).unwrap();
+    let r = bound.spec.as_ref().unwrap().claim_ref.as_ref().unwrap();
+    assert_eq!(
+        (r.name.as_deref(), r.uid.as_deref()),
+        (Some("data"), Some("uid-1"))
+    );
+    assert_eq!(
+        bound.metadata.annotations.as_ref().unwrap()["pv.kubernetes.io/bound-by-controller"],
+        "yes"
+    );
+    assert_eq!(
+        pre_bound(&bound, &c),
+        None,
+        "already pre-bound: nothing to write"
+    );
+    let mut again = c.clone();
+    again.metadata.uid = Some("uid-2".into());
+    assert!(
+        !super::bound_to(&bound, &again),
+        "a claim re-made under the name is another claim"
+    );
+}

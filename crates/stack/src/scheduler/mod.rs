@@ -131,24 +131,9 @@ impl Scheduler {
         ) else {
             return Ok(false);
         };
-        let already = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .is_some_and(|r| {
-                r.namespace.as_deref() == Some(namespace) && r.name.as_deref() == Some(claim)
-            });
-        if already {
+        let Some(bound) = decide::pre_bound(&pv, &pvc) else {
             return Ok(true);
-        }
-        let mut bound = (*pv).clone();
-        bound.spec.get_or_insert_with(Default::default).claim_ref =
-            Some(sidecar_kit::vocabulary::reference(&*pvc));
-        bound
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert("pv.kubernetes.io/bound-by-controller".into(), "yes".into());
+        };
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         match api
             .replace(volume, &kube::api::PostParams::default(), &bound)
@@ -318,7 +303,6 @@ impl Scheduler {
                         return Ok(Next::Retry);
                     }
                 }
-                let namespace = key.namespace.clone().unwrap_or_default();
                 let api: Api<PersistentVolumeClaim> =
                     Api::namespaced(self.client.clone(), &namespace);
                 for claim in claims {
