@@ -103,6 +103,37 @@ pub const CAPABILITIES: [Capability; 7] = [
     },
 ];
 
+/// Why a capability is not run, if it is not: not asked for (`only`, `skip`), not advertised by
+/// the driver, or a capability it builds on did not pass (`done`: the results so far).
+pub fn skip_reason(
+    capability: &Capability,
+    only: &[String],
+    skip: &[String],
+    info: &sidecar_kit::driver::DriverInfo,
+    done: &[Check],
+) -> Option<String> {
+    let asked = (only.is_empty() || only.iter().any(|o| o == capability.name))
+        && !skip.iter().any(|s| s == capability.name);
+    if !asked {
+        return Some("not asked for".to_string());
+    }
+    if let Some(rpc) = capability.needs.filter(|rpc| !info.has(*rpc)) {
+        return Some(format!(
+            "the driver does not advertise {}",
+            rpc.as_str_name()
+        ));
+    }
+    capability
+        .after
+        .iter()
+        .find(|before| {
+            !done
+                .iter()
+                .any(|r| r.capability == **before && r.outcome == Outcome::Passed)
+        })
+        .map(|before| format!("needs {before}, which did not pass"))
+}
+
 /// Runs the capabilities against the driver and writes the report; fails if one failed.
 pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
     for name in args.only.iter().chain(&args.skip) {
@@ -142,24 +173,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
     let mut world = checks::World::new(&running, &args, &info);
     let mut results: Vec<Check> = Vec::new();
     for capability in &CAPABILITIES {
-        let asked = (args.only.is_empty() || args.only.iter().any(|o| o == capability.name))
-            && !args.skip.iter().any(|s| s == capability.name);
-        let missing = capability.needs.filter(|rpc| !info.has(*rpc));
-        let unmet = capability.after.iter().find(|before| {
-            !results
-                .iter()
-                .any(|r| r.capability == **before && r.outcome == Outcome::Passed)
-        });
-        let skipped = if !asked {
-            Some("not asked for".to_string())
-        } else if let Some(rpc) = missing {
-            Some(format!(
-                "the driver does not advertise {}",
-                rpc.as_str_name()
-            ))
-        } else {
-            unmet.map(|before| format!("needs {before}, which did not pass"))
-        };
+        let skipped = skip_reason(capability, &args.only, &args.skip, &info, &results);
         let started = Instant::now();
         let (outcome, detail, events) = match skipped {
             Some(why) => (Outcome::Skipped, why, Vec::new()),
@@ -212,4 +226,96 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
         anyhow::bail!("a capability failed");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(capability: &str, outcome: Outcome) -> Check {
+        Check {
+            capability: capability.into(),
+            description: String::new(),
+            outcome,
+            seconds: 0.0,
+            detail: String::new(),
+            events: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_capability_runs_when_asked_advertised_and_built_on_what_passed() {
+        let by_name = |n: &str| {
+            CAPABILITIES
+                .iter()
+                .find(|c| c.name == n)
+                .unwrap_or(&CAPABILITIES[0])
+        };
+        let snapshots = sidecar_kit::driver::DriverInfo {
+            rpcs: vec![Rpc::CreateDeleteSnapshot],
+            ..Default::default()
+        };
+        let none = sidecar_kit::driver::DriverInfo::default();
+        let published = [
+            done("provision", Outcome::Passed),
+            done("publish", Outcome::Passed),
+        ];
+        let failed = [
+            done("provision", Outcome::Passed),
+            done("publish", Outcome::Failed),
+        ];
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        // (capability, only, skip, driver, done so far, reason or None to run)
+        type Row<'a> = (
+            &'a str,
+            Vec<String>,
+            Vec<String>,
+            &'a sidecar_kit::driver::DriverInfo,
+            &'a [Check],
+            Option<&'a str>,
+        );
+        let table: Vec<Row> = vec![
+            ("snapshot", vec![], vec![], &snapshots, &published, None),
+            (
+                "snapshot",
+                vec![],
+                vec![],
+                &none,
+                &published,
+                Some("the driver does not advertise CREATE_DELETE_SNAPSHOT"),
+            ),
+            (
+                "snapshot",
+                vec![],
+                vec![],
+                &snapshots,
+                &failed,
+                Some("needs publish, which did not pass"),
+            ),
+            (
+                "snapshot",
+                s(&["provision"]),
+                vec![],
+                &snapshots,
+                &published,
+                Some("not asked for"),
+            ),
+            (
+                "snapshot",
+                vec![],
+                s(&["snapshot"]),
+                &snapshots,
+                &published,
+                Some("not asked for"),
+            ),
+            ("provision", s(&["provision"]), vec![], &none, &[], None),
+        ];
+        for (name, only, skip, info, so_far, want) in table {
+            assert_eq!(
+                skip_reason(by_name(name), &only, &skip, info, so_far).as_deref(),
+                want,
+                "{name}"
+            );
+        }
+    }
 }
