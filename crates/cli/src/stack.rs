@@ -148,27 +148,41 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
 
 /// Starts the stack and its provisioner as `up` does, and returns them running.
 pub async fn start(args: UpArgs) -> anyhow::Result<Running> {
+    start_with(args, None).await
+}
+
+/// Like [`start`], with what the external driver (`--driver-endpoint`) already said of itself.
+pub async fn start_with(
+    args: UpArgs,
+    info: Option<sidecar_kit::driver::DriverInfo>,
+) -> anyhow::Result<Running> {
     let data_dir = std::path::absolute(&args.data_dir).context("resolve --data-dir")?;
     // 0700: it holds the kubeconfig with the token and the driver's socket.
     durable_log::files::create_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
     let (first, extra_nodes) = node_names(&args.node, args.nodes);
-    let external =
-        args.driver_endpoint
-            .as_ref()
-            .map(|controller| crate::embedded::ExternalDriver {
+    let external = match (&args.driver_endpoint, info) {
+        (None, _) => None,
+        (Some(controller), known) => {
+            // Someone else's driver says what it is (read once).
+            let info = match known {
+                Some(info) => info,
+                None => {
+                    sidecar_kit::driver::identify(controller, Duration::from_secs(30))
+                        .await
+                        .with_context(|| format!("read the CSI driver at {controller}"))?
+                        .1
+                }
+            };
+            Some(crate::embedded::ExternalDriver {
                 controller: controller.clone(),
                 nodes: args.node_endpoints.clone(),
-            });
-    // Someone else's driver says whether it attaches and publishes capacity.
-    let traits = match &external {
-        Some(external) => Some(
-            DriverTraits::of(&external.controller)
-                .await
-                .with_context(|| format!("read the CSI driver at {}", external.controller))?,
-        ),
-        None => None,
+                name: info.name.clone(),
+                traits: DriverTraits::from_info(&info),
+            })
+        }
     };
+    let traits = external.as_ref().map(|e| e.traits);
     let socket = match &external {
         Some(external) => external.controller.clone(),
         None => crate::embedded::paths(&data_dir).0,
@@ -245,7 +259,7 @@ fn node_names(node: &str, nodes: u16) -> (String, Vec<String>) {
 }
 
 /// What the CSIDriver object says of the driver, and what the stack makes for it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DriverTraits {
     /// The scheduler checks capacity (`storageCapacity`).
     pub storage_capacity: bool,
@@ -276,28 +290,26 @@ impl DriverTraits {
     /// What a driver someone else runs says it can do: attach from PUBLISH_UNPUBLISH_VOLUME,
     /// capacity from GET_CAPACITY, snapshots from CREATE_DELETE_SNAPSHOT; the Pod's info and
     /// inline volumes as the reference driver (csi-driver-host-path is deployed so).
-    pub async fn of(socket: &str) -> anyhow::Result<DriverTraits> {
+    pub fn from_info(info: &sidecar_kit::driver::DriverInfo) -> DriverTraits {
         use csi_proto::v1::controller_service_capability::rpc::Type as Rpc;
-        let (_, info) = sidecar_kit::driver::identify(socket, Duration::from_secs(30)).await?;
-        Ok(DriverTraits {
+        DriverTraits {
             storage_capacity: info.has(Rpc::GetCapacity),
             attach_required: info.has(Rpc::PublishUnpublishVolume),
             snapshots: info.has(Rpc::CreateDeleteSnapshot),
             ..DriverTraits::default()
-        })
+        }
     }
 }
 
-/// Registers the CSIDriver of the driver behind `socket` with `traits`, and the default class
-/// (`hostpath`, with `parameters`). Returns the driver's name.
+/// Registers the CSIDriver `driver_name` with `traits`, and the default class (`hostpath`, with
+/// `parameters`).
 pub async fn register_driver(
     client: &kube::Client,
-    socket: &str,
+    driver_name: &str,
     traits: DriverTraits,
     parameters: &std::collections::BTreeMap<String, String>,
-) -> anyhow::Result<String> {
-    let (_, info) = sidecar_kit::driver::identify(socket, Duration::from_secs(30)).await?;
-    let driver_name = info.name;
+) -> anyhow::Result<()> {
+    let driver_name = driver_name.to_string();
     let mut modes = vec!["Persistent".to_string()];
     if traits.ephemeral {
         modes.push("Ephemeral".into());
@@ -347,7 +359,7 @@ pub async fn register_driver(
         ..Default::default()
     };
     create_or_keep(Api::<StorageClass>::all(client.clone()), &class).await?;
-    Ok(driver_name)
+    Ok(())
 }
 
 /// Registers the node `node` behind a node plugin socket as kubelet does (see
@@ -404,5 +416,28 @@ mod endpoint_tests {
         assert_eq!(key_value("kind=").unwrap().1, "");
         assert!(key_value("=x").is_err());
         assert!(key_value("novalue").is_err());
+    }
+}
+
+#[cfg(test)]
+mod traits_tests {
+    use super::*;
+    use csi_proto::v1::controller_service_capability::rpc::Type as Rpc;
+
+    #[test]
+    fn a_drivers_capabilities_say_what_its_csidriver_and_the_stack_are() {
+        let info = |rpcs: Vec<Rpc>| sidecar_kit::driver::DriverInfo {
+            rpcs,
+            ..Default::default()
+        };
+        let bare = DriverTraits::from_info(&info(vec![]));
+        assert!(!bare.attach_required && !bare.storage_capacity && !bare.snapshots);
+        assert!(bare.pod_info_on_mount && bare.ephemeral);
+        let all = DriverTraits::from_info(&info(vec![
+            Rpc::PublishUnpublishVolume,
+            Rpc::GetCapacity,
+            Rpc::CreateDeleteSnapshot,
+        ]));
+        assert!(all.attach_required && all.storage_capacity && all.snapshots);
     }
 }

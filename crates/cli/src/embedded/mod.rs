@@ -73,6 +73,10 @@ pub struct ExternalDriver {
     pub controller: String,
     /// (node name, node service socket), the stack's nodes in order.
     pub nodes: Vec<(String, String)>,
+    /// Its name (GetPluginInfo).
+    pub name: String,
+    /// What its capabilities make of its CSIDriver and the stack.
+    pub traits: crate::stack::DriverTraits,
 }
 
 impl ExternalDriver {
@@ -182,17 +186,19 @@ impl Stack {
             })
             .await?;
         // Every node's socket (its node service), in the order of `nodes`.
-        let (socket, all_node_sockets) = match (driver_config, &options.external) {
+        let (socket, all_node_sockets, driver_name) = match (driver_config, &options.external) {
             (Some(config), _) => {
+                let name = config.name.clone();
                 let extra =
                     serve_reference_driver(config, &options, &socket, &lanes, &stop, &mut tasks)
                         .await?;
                 let all: Vec<String> = std::iter::once(socket.clone()).chain(extra).collect();
-                (socket, all)
+                (socket, all, name)
             }
             (None, Some(external)) => (
                 external.controller.clone(),
                 external.nodes().into_iter().map(|(_, s)| s).collect(),
+                external.name.clone(),
             ),
             (None, None) => anyhow::bail!("no CSI driver to run the stack around"),
         };
@@ -212,19 +218,16 @@ impl Stack {
                 .await?;
         let traits = match &options.external {
             // Someone else's driver says what it is.
-            Some(_) => crate::stack::DriverTraits::of(&socket)
-                .await
-                .context("read the driver's capabilities")?,
+            Some(external) => external.traits,
             None => crate::stack::DriverTraits {
                 storage_capacity: options.storage_capacity,
                 attach_required: options.attach,
                 ..Default::default()
             },
         };
-        let driver_name =
-            crate::stack::register_driver(&client, &socket, traits, &options.class_parameters)
-                .await
-                .context("register the driver")?;
+        crate::stack::register_driver(&client, &driver_name, traits, &options.class_parameters)
+            .await
+            .context("register the driver")?;
         for (node_socket, node) in all_node_sockets.iter().zip(&nodes) {
             crate::stack::register_node(&client, node_socket, node)
                 .await
