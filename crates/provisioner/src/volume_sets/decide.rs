@@ -38,6 +38,9 @@ pub struct SetPlan {
     pub status: PersistentVolumeSetStatus,
     /// Whether at least `minimumReplicas` volumes are Available.
     pub ready: bool,
+    /// Whether the new volumes are static (the template gives a volume source): PersistentVolume
+    /// objects only, no CreateVolume.
+    pub objects_only: bool,
 }
 
 /// Why a set's spec cannot be served, if it cannot.
@@ -270,6 +273,7 @@ pub fn plan(
         delete,
         status,
         ready,
+        objects_only: template_source(&spec.template.spec).is_some(),
     }
 }
 

@@ -551,4 +551,6 @@ fn a_template_with_a_volume_source_makes_static_volumes() {
     assert_eq!(invalid(&local), None);
     let p = plan(&s, &[], 0, 10, any);
     assert_eq!(p.create, 1, "made like any other set's volumes");
+    assert!(p.objects_only, "as objects only");
+    assert!(!plan(&set(1, 2), &[], 0, 10, any).objects_only);
 }

@@ -27,7 +27,7 @@ use sidecar_kit::workqueue::Next;
 use super::decide::{being_made, deletable_by, leftovers, member_token, members, plan, unfinished};
 use super::make::{MakeError, member_pv, plan_member, static_member_pv, volume_name};
 use super::status::{should_write, status};
-use super::types::{LABEL_SET, PersistentVolumeSet, template_source};
+use super::types::{LABEL_SET, PersistentVolumeSet};
 use crate::controller::{InFlight, Provisioner};
 use crate::decide::classify::{CreateOutcome, classify_create};
 use crate::decide::provision::{ResponseError, create_request};
@@ -243,7 +243,7 @@ async fn sync_set_once(p: &Provisioner, name: &str) -> Result<Next, SetError> {
         if let Some(wait) = manager.waiting(name) {
             return Ok(Next::After(wait));
         }
-        if template_source(&set.spec.template.spec).is_some() {
+        if decided.objects_only {
             make_static(p, &set, decided.create).await?;
         } else {
             for _ in 0..decided.create {
