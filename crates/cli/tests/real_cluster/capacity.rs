@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{Api, ListParams};
 use serde_json::json;
@@ -82,18 +82,22 @@ async fn capacity_is_published_owned_by_the_deployment_and_used_by_kube_schedule
     bed.claim("huge", "late", "20Gi", json!({})).await;
     bed.create::<Pod>("default", pod("too-big", "huge", None))
         .await;
-    let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
+    // Read from the Pod's PodScheduled condition, which kube-scheduler rewrites at every
+    // attempt: its FailedScheduling Event keeps the message of the first attempt (a repeat
+    // only counts up the Event's series), and a first attempt may fail for another reason,
+    // such as the claim not yet in kube-scheduler's cache.
+    let pods: Api<Pod> = Api::namespaced(bed.admin.clone(), "default");
     bed.until("kube-scheduler to find no node with room", WAIT, || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        let pod = pods.get("too-big").await.unwrap();
+        pod.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
             .iter()
-            .any(|e| {
-                e.involved_object.name.as_deref() == Some("too-big")
-                    && e.reason.as_deref() == Some("FailedScheduling")
-                    && e.message
+            .any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+                    && c.message
                         .as_deref()
                         .is_some_and(|m| m.contains("did not have enough free storage"))
             })
