@@ -1,27 +1,41 @@
 //! The checks of `volstack conformance`, each with real objects in the stack around the driver:
 //! claims of the default class, Pods whose volumes the node agent stages and publishes, files
-//! written and read back through the volume's directory on the node, VolumeSnapshots.
+//! written and read back through the volume's directory on the node, VolumeSnapshots; and the
+//! driver's own calls, repeated (`calls.rs`).
 
-use std::collections::BTreeSet;
+mod calls;
+mod lifecycle;
+mod modes;
+mod topology;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use csi::controller_service_capability::rpc::Type as Rpc;
 use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use sidecar_kit::driver::DriverInfo;
-use stack::snapshots::types::VolumeSnapshot;
 
 use super::ConformanceArgs;
 use crate::stack::Running;
 
 const NS: &str = "default";
 const FILE: &str = "conformance.txt";
-/// Prefix of every object the checks make.
-const PREFIX: &str = "conf-";
+/// The class the stack makes for the driver.
+const CLASS: &str = "hostpath";
+
+/// How a check that ran without failing ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Done {
+    /// It passed; what it found (the access modes accepted, for one).
+    Passed(String),
+    /// The driver declined what the check needs (a Block volume, say) or its node service does
+    /// not advertise it: reported as skipped, with why.
+    Declined(String),
+}
 
 /// What the checks share: the stack's client, where the nodes keep Pods' volumes, the driver,
 /// and what earlier checks made.
@@ -29,8 +43,11 @@ pub struct World {
     client: kube::Client,
     kubelet: PathBuf,
     socket: String,
+    /// node-1's node service.
+    node_socket: String,
     driver: String,
-    list_volumes: bool,
+    info: DriverInfo,
+    parameters: BTreeMap<String, String>,
     size: String,
     /// The content written by `publish`, read back by the later checks.
     content: String,
@@ -38,6 +55,8 @@ pub struct World {
     handles: BTreeSet<String>,
     /// What the check in progress waits for (a timeout's message says it).
     waiting: std::sync::Arc<parking_lot::Mutex<String>>,
+    /// The objects the check in progress made or used: a failure shows their events.
+    touched: parking_lot::Mutex<BTreeSet<String>>,
 }
 
 type Checked = Result<(), String>;
@@ -45,29 +64,47 @@ type Checked = Result<(), String>;
 impl World {
     /// The world of a run against the stack `running` started.
     pub fn new(running: &Running, args: &ConformanceArgs, info: &DriverInfo) -> World {
+        let node_socket = args
+            .node_endpoints
+            .iter()
+            .find(|(node, _)| node == "node-1")
+            .map(|(_, socket)| socket.clone())
+            .unwrap_or_else(|| args.driver_endpoint.clone());
         World {
             client: running.stack.client.clone(),
             kubelet: running.data_dir.join("kubelet"),
             socket: args.driver_endpoint.clone(),
+            node_socket,
             driver: info.name.clone(),
-            list_volumes: info.has(Rpc::ListVolumes),
+            info: info.clone(),
+            parameters: args.class_parameters.iter().cloned().collect(),
             size: args.volume_size.clone(),
             content: format!("volstack conformance {:016x}\n", rand::random::<u64>()),
             handles: BTreeSet::new(),
             waiting: Default::default(),
+            touched: Default::default(),
         }
     }
 
     /// Runs the capability `name`.
-    pub async fn check(&mut self, name: &str) -> Checked {
+    pub async fn check(&mut self, name: &str) -> Result<Done, String> {
+        self.touched.lock().clear();
+        let passed = |r: Checked| r.map(|()| Done::Passed(String::new()));
         match name {
-            "provision" => self.provision().await,
-            "attach" => self.attach().await,
-            "publish" => self.publish().await,
-            "republish" => self.republish().await,
-            "snapshot" => self.snapshot().await,
-            "clone" => self.clone_volume().await,
-            "delete" => self.delete().await,
+            "provision" => passed(self.provision().await),
+            "access-modes" => self.access_modes().await,
+            "block" => self.block().await,
+            "late-binding" => self.late_binding().await,
+            "capacity" => self.capacity().await,
+            "attach" => passed(self.attach().await),
+            "publish" => passed(self.publish().await),
+            "read-only" => passed(self.read_only().await),
+            "stats" => self.stats().await,
+            "republish" => passed(self.republish().await),
+            "snapshot" => passed(self.snapshot().await),
+            "clone" => passed(self.clone_volume().await),
+            "idempotency" => self.idempotency().await,
+            "delete" => passed(self.delete().await),
             other => Err(format!("no check named {other:?}")),
         }
     }
@@ -92,8 +129,13 @@ impl World {
         }
     }
 
-    /// The events of the objects the checks made, newest last (at most 10).
+    /// The events of the objects the check in progress made or used, newest last (at most
+    /// 10).
     pub async fn events(&self) -> Vec<String> {
+        let touched = self.touched.lock().clone();
+        if touched.is_empty() {
+            return Vec::new();
+        }
         let Ok(list) = Api::<Event>::namespaced(self.client.clone(), NS)
             .list(&Default::default())
             .await
@@ -107,7 +149,7 @@ impl World {
                 e.involved_object
                     .name
                     .as_deref()
-                    .is_some_and(|n| n.starts_with(PREFIX))
+                    .is_some_and(|n| touched.contains(n))
             })
             .map(|e| {
                 format!(
@@ -141,6 +183,9 @@ impl World {
             + serde::Serialize
             + std::fmt::Debug,
     {
+        if let Some(name) = value["metadata"]["name"].as_str() {
+            self.touched.lock().insert(name.to_string());
+        }
         let object: K = serde_json::from_value(value).map_err(|e| e.to_string())?;
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => Ok(()),
@@ -149,20 +194,71 @@ impl World {
         }
     }
 
-    async fn claim(&self, name: &str, data_source: Option<Value>) -> Checked {
+    /// A claim of the driver's class (`class` overrides it), ReadWriteOnce, of the volume
+    /// size; `spec` is merged over that spec.
+    fn claim_json(&self, name: &str, spec: Value) -> Value {
         let mut claim = json!({
             "metadata": {"name": name},
-            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "hostpath",
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
                      "resources": {"requests": {"storage": self.size}}},
         });
-        if let Some(source) = data_source {
-            claim["spec"]["dataSource"] = source;
+        if let (Some(into), Value::Object(from)) = (claim["spec"].as_object_mut(), spec) {
+            into.extend(from);
         }
-        self.create(&self.claims(), claim).await
+        claim
+    }
+
+    async fn claim(&self, name: &str, data_source: Option<Value>) -> Checked {
+        let spec = match data_source {
+            Some(source) => json!({"dataSource": source}),
+            None => json!({}),
+        };
+        self.create(&self.claims(), self.claim_json(name, spec))
+            .await
+    }
+
+    /// Waits until the claim is Bound to a volume of the driver (`None`) or its provisioning
+    /// failed (the ProvisioningFailed message).
+    async fn bound_or_refused(&mut self, name: &str) -> Result<Option<String>, String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), NS);
+        let selector = format!("involvedObject.name={name},reason=ProvisioningFailed");
+        let verdict = self
+            .until(
+                &format!("claim {name} Bound or ProvisioningFailed"),
+                || async {
+                    let claim = self.claims().get_opt(name).await.ok()??;
+                    if claim.status.and_then(|s| s.phase).as_deref() == Some("Bound") {
+                        return Some(None);
+                    }
+                    let failed = events
+                        .list(&ListParams::default().fields(&selector))
+                        .await
+                        .ok()?;
+                    failed
+                        .items
+                        .into_iter()
+                        .next()
+                        .map(|e| Some(e.message.unwrap_or_default()))
+                },
+            )
+            .await?;
+        if verdict.is_none() {
+            self.bound(name).await?;
+        }
+        Ok(verdict)
+    }
+
+    async fn delete_claim(&self, name: &str) -> Checked {
+        match self.claims().delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(()),
+            Err(error) => Err(format!("delete claim {name}: {error}")),
+        }
     }
 
     /// Waits until the claim is Bound to a volume of the driver; returns the volume.
     async fn bound(&mut self, name: &str) -> Result<PersistentVolume, String> {
+        self.touched.lock().insert(name.to_string());
         let volume = self
             .until(&format!("claim {name} Bound"), || async {
                 let claim = self.claims().get_opt(name).await.ok()??;
@@ -187,12 +283,23 @@ impl World {
     }
 
     async fn pod(&self, name: &str, claim: &str) -> Checked {
+        self.pod_with(name, json!({"claimName": claim}), json!({}))
+            .await
+    }
+
+    /// A Pod with one volume, the claim reference `source`; `container` is merged over its
+    /// container (`volumeDevices` for a Block volume).
+    async fn pod_with(&self, name: &str, source: Value, container: Value) -> Checked {
+        let mut app = json!({"name": "app", "image": "busybox"});
+        if let (Some(into), Value::Object(from)) = (app.as_object_mut(), container) {
+            into.extend(from);
+        }
         self.create(
             &self.pods(),
             json!({
                 "metadata": {"name": name},
-                "spec": {"containers": [{"name": "app", "image": "busybox"}],
-                         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]},
+                "spec": {"containers": [app],
+                         "volumes": [{"name": "data", "persistentVolumeClaim": source}]},
             }),
         )
         .await
@@ -200,6 +307,9 @@ impl World {
 
     /// Waits until the Pod runs; returns the directory its volume is published at.
     async fn published(&self, name: &str, claim: &str) -> Result<PathBuf, String> {
+        self.touched
+            .lock()
+            .extend([name.to_string(), claim.to_string()]);
         let (node, uid) = self
             .until(&format!("Pod {name} Running"), || async {
                 let pod = self.pods().get_opt(name).await.ok()??;
@@ -248,154 +358,6 @@ impl World {
             return Err(format!(
                 "{FILE} through Pod {pod} holds {read:?}, not what was written"
             ));
-        }
-        Ok(())
-    }
-
-    async fn provision(&mut self) -> Checked {
-        self.claim("conf-data", None).await?;
-        let pv = self.bound("conf-data").await?;
-        if self.list_volumes {
-            let handle = pv
-                .spec
-                .and_then(|s| s.csi)
-                .map(|c| c.volume_handle)
-                .unwrap_or_default();
-            if !self.driver_volumes().await?.contains(&handle) {
-                return Err(format!("ListVolumes does not list {handle:?}"));
-            }
-        }
-        Ok(())
-    }
-
-    async fn attach(&mut self) -> Checked {
-        self.pod("conf-writer", "conf-data").await?;
-        let pv = self
-            .claims()
-            .get("conf-data")
-            .await
-            .ok()
-            .and_then(|c| c.spec?.volume_name)
-            .ok_or("claim conf-data has no volume")?;
-        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-        self.until(&format!("a VolumeAttachment of {pv} attached"), || async {
-            let list = api.list(&Default::default()).await.ok()?;
-            list.items
-                .iter()
-                .any(|va| {
-                    va.spec.source.persistent_volume_name.as_deref() == Some(pv.as_str())
-                        && va.spec.attacher == self.driver
-                        && va.status.as_ref().is_some_and(|s| s.attached)
-                })
-                .then_some(())
-        })
-        .await
-    }
-
-    async fn publish(&mut self) -> Checked {
-        self.pod("conf-writer", "conf-data").await?;
-        let dir = self.published("conf-writer", "conf-data").await?;
-        std::fs::write(dir.join(FILE), &self.content)
-            .map_err(|e| format!("write {}: {e}", dir.join(FILE).display()))?;
-        let read = std::fs::read_to_string(dir.join(FILE))
-            .map_err(|e| format!("read {}: {e}", dir.join(FILE).display()))?;
-        (read == self.content)
-            .then_some(())
-            .ok_or_else(|| "the file read back differs from what was written".to_string())
-    }
-
-    async fn republish(&mut self) -> Checked {
-        self.delete_pod("conf-writer").await?;
-        self.read_back("conf-reader", "conf-data").await
-    }
-
-    async fn snapshot(&mut self) -> Checked {
-        let snapshots = kube::api::ApiResource::erase::<VolumeSnapshot>(&());
-        let api: Api<kube::api::DynamicObject> =
-            Api::namespaced_with(self.client.clone(), NS, &snapshots);
-        self.create(
-            &api,
-            json!({
-                "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-                "metadata": {"name": "conf-snap"},
-                "spec": {"volumeSnapshotClassName": "csi-hostpath-snapclass",
-                         "source": {"persistentVolumeClaimName": "conf-data"}},
-            }),
-        )
-        .await?;
-        self.until("VolumeSnapshot conf-snap readyToUse", || async {
-            let snap = api.get_opt("conf-snap").await.ok()??;
-            (snap.data["status"]["readyToUse"] == json!(true)).then_some(())
-        })
-        .await?;
-        self.claim(
-            "conf-restore",
-            Some(json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "conf-snap"})),
-        )
-        .await?;
-        self.bound("conf-restore").await?;
-        self.read_back("conf-restore-reader", "conf-restore").await
-    }
-
-    async fn clone_volume(&mut self) -> Checked {
-        self.claim(
-            "conf-clone",
-            Some(json!({"kind": "PersistentVolumeClaim", "name": "conf-data"})),
-        )
-        .await?;
-        self.bound("conf-clone").await?;
-        self.read_back("conf-clone-reader", "conf-clone").await
-    }
-
-    async fn delete(&mut self) -> Checked {
-        let pods = self
-            .pods()
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        for pod in pods.items.iter().filter_map(|p| p.metadata.name.clone()) {
-            self.delete_pod(&pod).await?;
-        }
-        let snapshots = kube::api::ApiResource::erase::<VolumeSnapshot>(&());
-        let api: Api<kube::api::DynamicObject> =
-            Api::namespaced_with(self.client.clone(), NS, &snapshots);
-        let _ = api.delete("conf-snap", &DeleteParams::default()).await;
-        let claims = self
-            .claims()
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        for claim in claims.items.iter().filter_map(|c| c.metadata.name.clone()) {
-            if let Err(error) = self.claims().delete(&claim, &DeleteParams::default()).await
-                && !sidecar_kit::api_errors::is_not_found(&error)
-            {
-                return Err(format!("delete claim {claim}: {error}"));
-            }
-        }
-        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
-        self.until("every PV deleted", || async {
-            pvs.list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .is_empty()
-                .then_some(())
-        })
-        .await?;
-        self.until("the snapshot deleted", || async {
-            matches!(api.get_opt("conf-snap").await, Ok(None)).then_some(())
-        })
-        .await?;
-        if self.list_volumes {
-            let left: Vec<String> = self
-                .driver_volumes()
-                .await?
-                .into_iter()
-                .filter(|v| self.handles.contains(v))
-                .collect();
-            if !left.is_empty() {
-                return Err(format!("the driver still lists {left:?}"));
-            }
         }
         Ok(())
     }
