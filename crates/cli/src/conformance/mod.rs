@@ -58,7 +58,7 @@ pub struct Capability {
 }
 
 /// Every capability, in the order they run.
-pub const CAPABILITIES: [Capability; 14] = [
+pub const CAPABILITIES: [Capability; 15] = [
     Capability {
         name: "provision",
         description: "a claim of the driver's class is provisioned and Bound (CreateVolume)",
@@ -134,6 +134,12 @@ pub const CAPABILITIES: [Capability; 14] = [
     Capability {
         name: "idempotency",
         description: "every call of a volume's lifecycle (CreateVolume to DeleteVolume, the advertised ones) made twice with the same arguments succeeds, naming one volume",
+        needs: None,
+        after: &["provision"],
+    },
+    Capability {
+        name: "restart",
+        description: "claims made, the stack stopped at once (its provisioner aborted) and started again on its data: each claim Bound to a volume of its own, and the driver lists none without a PV",
         needs: None,
         after: &["provision"],
     },
@@ -222,16 +228,28 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
         node_endpoints: args.node_endpoints.clone(),
         class_parameters: args.class_parameters.clone(),
     };
-    let running = crate::stack::start(up).await?;
+    let first = crate::stack::start_with(up.clone(), Some(info.clone())).await?;
     let started_at = sidecar_kit::vocabulary::now_rfc3339();
-    let mut world = checks::World::new(&running, &args, &info);
+    let mut world = checks::World::new(&first, &args, &info);
+    let mut running = Some(first);
     let mut results: Vec<Check> = Vec::new();
     for capability in &CAPABILITIES {
         let skipped = skip_reason(capability, &args.only, &args.skip, &info, &results);
         let started = Instant::now();
+        let stack_gone = running.is_none();
+        let step: std::pin::Pin<Box<dyn Future<Output = Result<checks::Done, String>> + Send>> =
+            match capability.name {
+                "restart" => Box::pin(restart(&mut running, &up, &info, &mut world)),
+                name => Box::pin(world.check(name)),
+            };
         let (outcome, detail, events) = match skipped {
             Some(why) => (Outcome::Skipped, why, Vec::new()),
-            None => match tokio::time::timeout(args.timeout, world.check(capability.name)).await {
+            None if stack_gone => (
+                Outcome::Failed,
+                "the stack is not running: it did not start again at restart".to_string(),
+                Vec::new(),
+            ),
+            None => match tokio::time::timeout(args.timeout, step).await {
                 Ok(Ok(checks::Done::Passed(found))) => (Outcome::Passed, found, Vec::new()),
                 Ok(Ok(checks::Done::Declined(why))) => (Outcome::Skipped, why, Vec::new()),
                 Ok(Err(why)) => (Outcome::Failed, why, world.events().await),
@@ -266,7 +284,9 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
         started: started_at,
         checks: results,
     };
-    running.shutdown(Duration::from_secs(10)).await;
+    if let Some(running) = running {
+        running.shutdown(Duration::from_secs(10)).await;
+    }
     let table = report.table();
     print!("{table}");
     std::fs::write(report_dir.join("report.txt"), &table).context("write report.txt")?;
@@ -281,6 +301,28 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
         anyhow::bail!("a capability failed");
     }
     Ok(())
+}
+
+/// `restart`: claims made, then the stack stopped at once (its provisioner's task aborted, no
+/// grace for the rest) and started again on its data directory; the world then checks what the
+/// claims became.
+async fn restart(
+    running: &mut Option<crate::stack::Running>,
+    up: &crate::stack::UpArgs,
+    info: &sidecar_kit::driver::DriverInfo,
+    world: &mut checks::World,
+) -> Result<checks::Done, String> {
+    let before = world.before_restart().await?;
+    if let Some(old) = running.take() {
+        old.provisioner.abort();
+        old.shutdown(Duration::ZERO).await;
+    }
+    let again = crate::stack::start_with(up.clone(), Some(info.clone()))
+        .await
+        .map_err(|e| format!("start the stack again: {e:#}"))?;
+    world.reconnect(&again);
+    *running = Some(again);
+    world.after_restart(before).await
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 mod calls;
 mod lifecycle;
 mod modes;
+mod restart;
 mod topology;
 
 use std::collections::{BTreeMap, BTreeSet};
