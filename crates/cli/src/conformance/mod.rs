@@ -139,7 +139,7 @@ pub const CAPABILITIES: [Capability; 15] = [
     },
     Capability {
         name: "restart",
-        description: "claims made, the stack stopped at once (its provisioner aborted) and started again on its data: each claim Bound to a volume of its own, and the driver lists none without a PV",
+        description: "claims made, the provisioner aborted and the stack stopped, then started again on its data: each claim Bound to a volume of its own, and the driver lists none without a PV",
         needs: None,
         after: &["provision"],
     },
@@ -303,8 +303,8 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `restart`: claims made, then the stack stopped at once (its provisioner's task aborted, no
-/// grace for the rest) and started again on its data directory; the world then checks what the
+/// `restart`: claims made, then the provisioner's task aborted and the rest of the stack
+/// stopped, and the stack started again on its data directory; the world then checks what the
 /// claims became.
 async fn restart(
     running: &mut Option<crate::stack::Running>,
@@ -314,8 +314,10 @@ async fn restart(
 ) -> Result<checks::Done, String> {
     let before = world.before_restart().await?;
     if let Some(old) = running.take() {
+        // The provisioner dies mid-work; the rest stops (the API server's log closed) before
+        // the new stack opens the same data.
         old.provisioner.abort();
-        old.shutdown(Duration::ZERO).await;
+        old.shutdown(Duration::from_secs(10)).await;
     }
     let again = crate::stack::start_with(up.clone(), Some(info.clone()))
         .await

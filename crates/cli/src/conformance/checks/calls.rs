@@ -93,6 +93,15 @@ impl World {
         let again = second.volume.unwrap_or_default();
         self.handles.insert(volume.volume_id.clone());
         if volume.volume_id != again.volume_id {
+            self.handles.insert(again.volume_id.clone());
+            for id in [&volume.volume_id, &again.volume_id] {
+                let _ = controller
+                    .delete_volume(csi::DeleteVolumeRequest {
+                        volume_id: id.clone(),
+                        ..Default::default()
+                    })
+                    .await;
+            }
             return Err(format!(
                 "CreateVolume repeated made a second volume: {:?}, then {:?}",
                 volume.volume_id, again.volume_id
@@ -100,97 +109,120 @@ impl World {
         }
         let id = volume.volume_id.clone();
         let mut calls = vec!["CreateVolume"];
+        let attach = self.info.has(Rpc::PublishUnpublishVolume);
+        let root = self.kubelet.join("conformance-idempotency");
+        let target = root.join("mount");
+        let staging = root.join("globalmount");
         let node_id = node
             .node_get_info(csi::NodeGetInfoRequest {})
             .await
             .map_err(|s| format!("NodeGetInfo: {s}"))?
             .into_inner()
             .node_id;
-        let mut publish_context = HashMap::new();
-        let attach = self.info.has(Rpc::PublishUnpublishVolume);
-        if attach {
-            let publish = csi::ControllerPublishVolumeRequest {
-                volume_id: id.clone(),
-                node_id: node_id.clone(),
-                volume_capability: Some(mount_capability()),
-                volume_context: volume.volume_context.clone(),
-                ..Default::default()
-            };
-            let (answer, _) = twice!(
-                "ControllerPublishVolume",
-                controller.controller_publish_volume(publish)
-            );
-            publish_context = answer.publish_context;
-            calls.push("ControllerPublishVolume");
-        }
-        let root = self.kubelet.join("conformance-idempotency");
-        let staging = root.join("globalmount");
-        let target = root.join("mount");
-        std::fs::create_dir_all(&root).map_err(|e| format!("create {}: {e}", root.display()))?;
         let stage = self
             .node_rpcs(&mut node)
             .await?
             .contains(&NodeRpc::StageUnstageVolume);
-        let mut staging_target_path = String::new();
-        if stage {
-            std::fs::create_dir_all(&staging)
-                .map_err(|e| format!("create {}: {e}", staging.display()))?;
-            staging_target_path = staging.display().to_string();
-            let request = csi::NodeStageVolumeRequest {
+        let staging_target_path = match stage {
+            true => staging.display().to_string(),
+            false => String::new(),
+        };
+        let unpublish = csi::NodeUnpublishVolumeRequest {
+            volume_id: id.clone(),
+            target_path: target.display().to_string(),
+        };
+        let unstage = csi::NodeUnstageVolumeRequest {
+            volume_id: id.clone(),
+            staging_target_path: staging_target_path.clone(),
+        };
+        let detach = csi::ControllerUnpublishVolumeRequest {
+            volume_id: id.clone(),
+            node_id: node_id.clone(),
+            ..Default::default()
+        };
+        let delete = csi::DeleteVolumeRequest {
+            volume_id: id.clone(),
+            ..Default::default()
+        };
+        let steps: Result<(), String> = async {
+            let mut publish_context = HashMap::new();
+            if attach {
+                let publish = csi::ControllerPublishVolumeRequest {
+                    volume_id: id.clone(),
+                    node_id: node_id.clone(),
+                    volume_capability: Some(mount_capability()),
+                    volume_context: volume.volume_context.clone(),
+                    ..Default::default()
+                };
+                let (answer, _) = twice!(
+                    "ControllerPublishVolume",
+                    controller.controller_publish_volume(publish)
+                );
+                publish_context = answer.publish_context;
+                calls.push("ControllerPublishVolume");
+            }
+            let dir = if stage { &staging } else { &root };
+            std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+            if stage {
+                let request = csi::NodeStageVolumeRequest {
+                    volume_id: id.clone(),
+                    publish_context: publish_context.clone(),
+                    staging_target_path: staging_target_path.clone(),
+                    volume_capability: Some(mount_capability()),
+                    volume_context: volume.volume_context.clone(),
+                    ..Default::default()
+                };
+                twice!("NodeStageVolume", node.node_stage_volume(request));
+                calls.push("NodeStageVolume");
+            }
+            let request = csi::NodePublishVolumeRequest {
                 volume_id: id.clone(),
                 publish_context: publish_context.clone(),
                 staging_target_path: staging_target_path.clone(),
+                target_path: target.display().to_string(),
                 volume_capability: Some(mount_capability()),
                 volume_context: volume.volume_context.clone(),
                 ..Default::default()
             };
-            twice!("NodeStageVolume", node.node_stage_volume(request));
-            calls.push("NodeStageVolume");
+            twice!("NodePublishVolume", node.node_publish_volume(request));
+            calls.push("NodePublishVolume");
+            twice!("NodeUnpublishVolume", node.node_unpublish_volume(unpublish));
+            calls.push("NodeUnpublishVolume");
+            if stage {
+                twice!("NodeUnstageVolume", node.node_unstage_volume(unstage));
+                calls.push("NodeUnstageVolume");
+            }
+            if attach {
+                twice!(
+                    "ControllerUnpublishVolume",
+                    controller.controller_unpublish_volume(detach)
+                );
+                calls.push("ControllerUnpublishVolume");
+            }
+            twice!("DeleteVolume", controller.delete_volume(delete));
+            calls.push("DeleteVolume");
+            Ok(())
         }
-        let request = csi::NodePublishVolumeRequest {
-            volume_id: id.clone(),
-            publish_context: publish_context.clone(),
-            staging_target_path: staging_target_path.clone(),
-            target_path: target.display().to_string(),
-            volume_capability: Some(mount_capability()),
-            volume_context: volume.volume_context.clone(),
-            ..Default::default()
+        .await;
+        let undone = match &steps {
+            Ok(()) => true,
+            Err(_) => {
+                // Undone as far as the driver lets, so that later checks (and `delete`'s
+                // ListVolumes) see only this check's failure.
+                let unpublished = node.node_unpublish_volume(unpublish).await.is_ok();
+                let unstaged = !stage || node.node_unstage_volume(unstage).await.is_ok();
+                if attach {
+                    let _ = controller.controller_unpublish_volume(detach).await;
+                }
+                let _ = controller.delete_volume(delete).await;
+                unpublished && unstaged
+            }
         };
-        twice!("NodePublishVolume", node.node_publish_volume(request));
-        calls.push("NodePublishVolume");
-        let request = csi::NodeUnpublishVolumeRequest {
-            volume_id: id.clone(),
-            target_path: target.display().to_string(),
-        };
-        twice!("NodeUnpublishVolume", node.node_unpublish_volume(request));
-        calls.push("NodeUnpublishVolume");
-        if stage {
-            let request = csi::NodeUnstageVolumeRequest {
-                volume_id: id.clone(),
-                staging_target_path,
-            };
-            twice!("NodeUnstageVolume", node.node_unstage_volume(request));
-            calls.push("NodeUnstageVolume");
+        // Never walked into while something may still be mounted there.
+        if undone {
+            let _ = std::fs::remove_dir_all(&root);
         }
-        if attach {
-            let request = csi::ControllerUnpublishVolumeRequest {
-                volume_id: id.clone(),
-                node_id,
-                ..Default::default()
-            };
-            twice!(
-                "ControllerUnpublishVolume",
-                controller.controller_unpublish_volume(request)
-            );
-            calls.push("ControllerUnpublishVolume");
-        }
-        let request = csi::DeleteVolumeRequest {
-            volume_id: id,
-            ..Default::default()
-        };
-        twice!("DeleteVolume", controller.delete_volume(request));
-        calls.push("DeleteVolume");
-        let _ = std::fs::remove_dir_all(&root);
+        steps?;
         Ok(Done::Passed(format!("each twice: {}", calls.join(", "))))
     }
 

@@ -90,6 +90,7 @@ impl World {
     /// Runs the capability `name`.
     pub async fn check(&mut self, name: &str) -> Result<Done, String> {
         self.touched.lock().clear();
+        self.waiting.lock().clear();
         let passed = |r: Checked| r.map(|()| Done::Passed(String::new()));
         match name {
             "provision" => passed(self.provision().await),
@@ -195,8 +196,8 @@ impl World {
         }
     }
 
-    /// A claim of the driver's class (`class` overrides it), ReadWriteOnce, of the volume
-    /// size; `spec` is merged over that spec.
+    /// A claim of the driver's class, ReadWriteOnce, of the volume size; `spec` is merged over
+    /// that spec (another class, access modes, volume mode).
     fn claim_json(&self, name: &str, spec: Value) -> Value {
         let mut claim = json!({
             "metadata": {"name": name},

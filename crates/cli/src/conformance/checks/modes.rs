@@ -62,7 +62,8 @@ impl World {
         )
         .await?;
         let target = self.published("conf-block-user", "conf-block").await?;
-        let metadata = std::fs::symlink_metadata(&target)
+        // Followed through a symlink: what the Pod would get at its device path.
+        let metadata = std::fs::metadata(&target)
             .map_err(|e| format!("the published device {}: {e}", target.display()))?;
         if metadata.is_dir() {
             return Err(format!(
@@ -91,13 +92,21 @@ impl World {
             ));
         }
         let probe = dir.join("conformance-read-only.txt");
-        if std::fs::write(&probe, b"must not be written").is_ok() {
-            let _ = std::fs::remove_file(&probe);
-            return Err(format!(
-                "{} was written: the volume was published writable (NodePublishVolume readonly=true)",
+        let written = std::fs::write(&probe, b"must not be written");
+        self.delete_pod("conf-read-only").await?;
+        match written {
+            Err(error) if error.kind() == std::io::ErrorKind::ReadOnlyFilesystem => Ok(()),
+            Err(error) => Err(format!(
+                "writing {} failed, but not as on a read-only file system: {error}",
                 probe.display()
-            ));
+            )),
+            Ok(()) => {
+                let _ = std::fs::remove_file(&probe);
+                Err(format!(
+                    "{} was written: the volume was published writable (NodePublishVolume readonly=true)",
+                    probe.display()
+                ))
+            }
         }
-        self.delete_pod("conf-read-only").await
     }
 }

@@ -40,38 +40,33 @@ impl World {
         self.create(&self.claims(), claim).await?;
         self.pod("conf-late-user", "conf-late").await?;
         let pv: PersistentVolume = self.bound("conf-late").await?;
+        // The Pod is bound to its node after its claim is: wait for that too.
         let node_name = self
-            .pods()
-            .get("conf-late-user")
-            .await
-            .ok()
-            .and_then(|p| p.spec?.node_name)
-            .ok_or("Pod conf-late-user has no node")?;
+            .until("Pod conf-late-user bound to a node", || async {
+                self.pods()
+                    .get_opt("conf-late-user")
+                    .await
+                    .ok()??
+                    .spec?
+                    .node_name
+            })
+            .await?;
         let node = Api::<Node>::all(self.client.clone())
             .get(&node_name)
             .await
             .map_err(|e| format!("read node {node_name}: {e}"))?;
         let labels = node.metadata.labels.unwrap_or_default();
-        let terms = pv
-            .spec
-            .and_then(|s| s.node_affinity)
-            .and_then(|a| a.required)
-            .map(|r| r.node_selector_terms)
-            .unwrap_or_default();
-        if terms.is_empty() {
+        let affinity = pv.spec.and_then(|s| s.node_affinity);
+        if affinity
+            .as_ref()
+            .and_then(|a| a.required.as_ref())
+            .is_none()
+        {
             return Err("the volume has no node affinity: its topology is unknown".into());
         }
-        let matches = terms.iter().any(|term| {
-            term.match_expressions.iter().flatten().all(|e| {
-                e.operator == "In"
-                    && labels
-                        .get(&e.key)
-                        .is_some_and(|v| e.values.iter().flatten().any(|w| w == v))
-            })
-        });
-        if !matches {
+        if !sidecar_kit::selectors::affinity_allows(affinity.as_ref(), &labels) {
             return Err(format!(
-                "the volume's node affinity {terms:?} does not select {node_name} (labels {labels:?})"
+                "the volume's node affinity {affinity:?} does not select {node_name} (labels {labels:?})"
             ));
         }
         self.delete_pod("conf-late-user").await?;
