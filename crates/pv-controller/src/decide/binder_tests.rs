@@ -84,6 +84,15 @@ fn bound_to(mut v: PersistentVolume, c: &PersistentVolumeClaim) -> PersistentVol
     v
 }
 
+/// A volume reserved for the claim by name and namespace only (a claimRef without a UID).
+fn reserved_for(v: PersistentVolume, c: &PersistentVolumeClaim) -> PersistentVolume {
+    let mut v = bound_to(v, c);
+    if let Some(r) = v.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
+        r.uid = None;
+    }
+    v
+}
+
 fn with_phase(mut v: PersistentVolume, phase: &str) -> PersistentVolume {
     v.status = Some(PersistentVolumeStatus {
         phase: Some(phase.into()),
@@ -493,15 +502,7 @@ fn a_volume_whose_claim_bound_elsewhere_is_released_unbound_or_kept_reserved() {
         v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Delete".into());
         v
     };
-    let mut by_name = bound_to(pv("v", "", "1Gi"), &c);
-    by_name
-        .spec
-        .as_mut()
-        .unwrap()
-        .claim_ref
-        .as_mut()
-        .unwrap()
-        .uid = None;
+    let by_name = reserved_for(pv("v", "", "1Gi"), &c);
     // (volume, action)
     let table = [
         // Provisioned for it, policy Delete: Released, for the provisioner to delete.
@@ -811,15 +812,7 @@ fn a_failed_volume_without_a_claim_and_a_reserved_one_are_available() {
         VolumeAction::SetPhase("Available")
     );
     let c = claim("c", Some(""), "1Gi");
-    let mut reserved = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Bound");
-    reserved
-        .spec
-        .as_mut()
-        .unwrap()
-        .claim_ref
-        .as_mut()
-        .unwrap()
-        .uid = None;
+    let reserved = with_phase(reserved_for(pv("v", "", "1Gi"), &c), "Bound");
     assert_eq!(
         dv(&reserved, std::slice::from_ref(&c)),
         VolumeAction::SetPhase("Available")
