@@ -1,6 +1,10 @@
 //! kube-apiserver's checks of a PersistentVolumeClaim spec that clients notice: a storage
-//! request that is a valid, positive quantity, and access modes and volume mode from the
-//! supported sets. Messages are kube-apiserver's, so kubectl prints the same line.
+//! request that is a valid, positive quantity, access modes and volume mode from the
+//! supported sets, what an update may change (the storage request of a bound claim, never
+//! below its capacity), and the `PersistentVolumeClaimResize` admission (growing needs a
+//! class that allows expansion). Messages are kube-apiserver's, so kubectl prints the same line.
+
+use std::cmp::Ordering;
 
 use serde_json::Value;
 
@@ -20,6 +24,152 @@ pub fn check_spec(spec: &Value) -> Result<(), String> {
         &spec["resources"]["requests"]["storage"],
         true,
     )
+}
+
+/// The storage request of a claim object, as written.
+fn storage_request(claim: &Value) -> Option<&str> {
+    claim["spec"]["resources"]["requests"]["storage"].as_str()
+}
+
+/// How two quantities compare (None when one is not a quantity, or too large to compare).
+pub fn quantity_cmp(a: &str, b: &str) -> Option<Ordering> {
+    Some(nano_units(a)?.cmp(&nano_units(b)?))
+}
+
+/// Whether the update from `old` to `new` changes a claim's spec beyond what kube-apiserver
+/// lets change: `volumeName` once, the default class once, `volumeAttributesClassName`, and
+/// the storage request of a claim that is Bound; and whether it shrinks the request below the
+/// claim's capacity (allowed down to just above it, to recover from a failed expansion).
+pub fn check_update(new: &Value, old: &Value) -> Result<(), String> {
+    let mut a = old["spec"].clone();
+    let mut b = new["spec"].clone();
+    let bound = new["status"]["phase"].as_str() == Some("Bound");
+    for v in [&mut a, &mut b] {
+        if let Some(m) = v.as_object_mut() {
+            m.remove("volumeAttributesClassName");
+        }
+        if bound && let Some(requests) = v["resources"]["requests"].as_object_mut() {
+            requests.remove("storage");
+        }
+    }
+    // Binding sets volumeName once; the default class is assigned once.
+    for field in ["volumeName", "storageClassName"] {
+        if a[field].is_null() || a[field] == "" {
+            for v in [&mut a, &mut b] {
+                if let Some(m) = v.as_object_mut() {
+                    m.remove(field);
+                }
+            }
+        }
+    }
+    if a != b {
+        return Err("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims".into());
+    }
+    let (Some(new_size), Some(old_size)) = (storage_request(new), storage_request(old)) else {
+        return Ok(());
+    };
+    if quantity_cmp(new_size, old_size) == Some(Ordering::Less) {
+        let capacity = old["status"]["capacity"]["storage"].as_str();
+        // No capacity recorded compares as zero, as in kube-apiserver.
+        let at_or_below = capacity
+            .and_then(|c| quantity_cmp(new_size, c))
+            .is_some_and(|o| o != Ordering::Greater);
+        if at_or_below {
+            return Err(
+                "spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What `PersistentVolumeClaimResize` says of an update from `old` to `new` that grows the
+/// storage request: the claim must have been Bound, and both name the same class, which
+/// `allows_expansion` (its `allowVolumeExpansion` is true; false when it does not exist).
+/// None: admitted.
+pub fn refuse_resize(
+    new: &Value,
+    old: &Value,
+    allows_expansion: impl FnOnce(&str) -> bool,
+) -> Option<&'static str> {
+    let (new_size, old_size) = (storage_request(new)?, storage_request(old)?);
+    if quantity_cmp(new_size, old_size) != Some(Ordering::Greater) {
+        return None;
+    }
+    if old["status"]["phase"].as_str() != Some("Bound") {
+        return Some("Only bound persistent volume claims can be expanded");
+    }
+    let (class, old_class) = (claim_class(new), claim_class(old));
+    let allowed = !class.is_empty() && class == old_class && allows_expansion(class);
+    (!allowed).then_some(
+        "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
+    )
+}
+
+/// A claim's class: the beta annotation first, then `spec.storageClassName` ("" for none).
+pub fn claim_class(claim: &Value) -> &str {
+    claim["metadata"]["annotations"]["volume.beta.kubernetes.io/storage-class"]
+        .as_str()
+        .or_else(|| claim["spec"]["storageClassName"].as_str())
+        .unwrap_or_default()
+}
+
+/// A quantity in units of 10^-9 (exact for every quantity with at most nine decimals below
+/// the unit), or None when it is not one or does not fit.
+fn nano_units(text: &str) -> Option<i128> {
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let number_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(number_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return None;
+    }
+    let (binary, decimal): (u32, i32) = match suffix {
+        "Ki" => (10, 0),
+        "Mi" => (20, 0),
+        "Gi" => (30, 0),
+        "Ti" => (40, 0),
+        "Pi" => (50, 0),
+        "Ei" => (60, 0),
+        "n" => (0, -9),
+        "u" => (0, -6),
+        "m" => (0, -3),
+        "" => (0, 0),
+        "k" => (0, 3),
+        "M" => (0, 6),
+        "G" => (0, 9),
+        "T" => (0, 12),
+        "P" => (0, 15),
+        "E" => (0, 18),
+        other => {
+            let exponent = other.strip_prefix(['e', 'E'])?;
+            (0, exponent.parse::<i32>().ok()?)
+        }
+    };
+    let mut value: i128 = 0;
+    for digit in whole.bytes().chain(fraction.bytes()) {
+        value = value
+            .checked_mul(10)?
+            .checked_add(i128::from(digit - b'0'))?;
+    }
+    let fraction_digits = i32::try_from(fraction.len()).ok()?;
+    let exponent = decimal.checked_add(9)?.checked_sub(fraction_digits)?;
+    value = value.checked_mul(1i128.checked_shl(binary)?)?;
+    if exponent >= 0 {
+        value = value.checked_mul(10i128.checked_pow(u32::try_from(exponent).ok()?)?)?;
+    } else {
+        // Below a nano unit: kept as its ceiling, which orders every quantity the API accepts.
+        let divisor = 10i128.checked_pow(exponent.unsigned_abs())?;
+        value = (value + divisor - 1) / divisor;
+    }
+    Some(if negative { -value } else { value })
 }
 
 pub fn unsupported(path: &str, value: &Value, supported: &[&str]) -> String {
@@ -97,6 +247,137 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(quantity_sign(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn quantities_compare_exactly_across_suffixes() {
+        let cases = [
+            ("1Gi", "1073741824", Some(Ordering::Equal)),
+            ("1Gi", "1G", Some(Ordering::Greater)),
+            ("1.5Gi", "1536Mi", Some(Ordering::Equal)),
+            ("2Gi", "2147483649", Some(Ordering::Less)),
+            ("1e3", "1k", Some(Ordering::Equal)),
+            ("500m", "1", Some(Ordering::Less)),
+            ("-1", "0", Some(Ordering::Less)),
+            ("8Ei", "9223372036854775807", Some(Ordering::Greater)),
+            ("1Gi", "lots", None),
+            ("1e400", "1", None),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(quantity_cmp(a, b), want, "{a} vs {b}");
+        }
+    }
+
+    fn claim(phase: &str, request: &str, capacity: Option<&str>, class: &str) -> Value {
+        let mut c = json!({
+            "metadata": {"name": "c"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "volumeName": "pv-1", "resources": {"requests": {"storage": request}}},
+            "status": {"phase": phase},
+        });
+        if let Some(capacity) = capacity {
+            c["status"]["capacity"] = json!({"storage": capacity});
+        }
+        c
+    }
+
+    #[test]
+    fn updates_change_only_what_kube_apiserver_lets_change() {
+        const IMMUTABLE: &str = "spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims";
+        const BELOW: &str = "spec.resources.requests.storage: Forbidden: field can not be less than status.capacity";
+        let cases = [
+            // (old, new, error)
+            (
+                claim("Bound", "1Gi", Some("1Gi"), "fast"),
+                claim("Bound", "2Gi", Some("1Gi"), "fast"),
+                None,
+            ),
+            (
+                claim("Pending", "1Gi", None, "fast"),
+                claim("Pending", "2Gi", None, "fast"),
+                Some(IMMUTABLE),
+            ),
+            (
+                claim("Bound", "1Gi", Some("1Gi"), "fast"),
+                claim("Bound", "1Gi", Some("1Gi"), "slow"),
+                Some(IMMUTABLE),
+            ),
+            // Shrinking: not to the capacity or below, but back towards it after a failed growth.
+            (
+                claim("Bound", "2Gi", Some("1Gi"), "fast"),
+                claim("Bound", "1Gi", Some("1Gi"), "fast"),
+                Some(BELOW),
+            ),
+            (
+                claim("Bound", "2Gi", Some("1Gi"), "fast"),
+                claim("Bound", "512Mi", Some("1Gi"), "fast"),
+                Some(BELOW),
+            ),
+            (
+                claim("Bound", "3Gi", Some("1Gi"), "fast"),
+                claim("Bound", "2Gi", Some("1Gi"), "fast"),
+                None,
+            ),
+            (
+                claim("Bound", "2Gi", None, "fast"),
+                claim("Bound", "1Gi", None, "fast"),
+                None,
+            ),
+        ];
+        for (old, new, want) in cases {
+            assert_eq!(
+                check_update(&new, &old).err().as_deref(),
+                want,
+                "{old} -> {new}"
+            );
+        }
+        // A change of the class of attributes is always allowed by this check.
+        let old = claim("Bound", "1Gi", Some("1Gi"), "fast");
+        let mut new = old.clone();
+        new["spec"]["volumeAttributesClassName"] = json!("gold");
+        assert_eq!(check_update(&new, &old), Ok(()));
+    }
+
+    #[test]
+    fn growing_needs_a_bound_claim_and_a_class_that_allows_expansion() {
+        const CLASS: &str = "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize";
+        let allows = |name: &str| name == "expandable";
+        let cases = [
+            (
+                claim("Bound", "1Gi", Some("1Gi"), "expandable"),
+                claim("Bound", "2Gi", Some("1Gi"), "expandable"),
+                None,
+            ),
+            (
+                claim("Bound", "1Gi", Some("1Gi"), "fixed"),
+                claim("Bound", "2Gi", Some("1Gi"), "fixed"),
+                Some(CLASS),
+            ),
+            (
+                claim("Bound", "1Gi", Some("1Gi"), ""),
+                claim("Bound", "2Gi", Some("1Gi"), ""),
+                Some(CLASS),
+            ),
+            (
+                claim("Pending", "1Gi", None, "expandable"),
+                claim("Pending", "2Gi", None, "expandable"),
+                Some("Only bound persistent volume claims can be expanded"),
+            ),
+            // Not growing: nothing to say.
+            (
+                claim("Bound", "2Gi", Some("1Gi"), "fixed"),
+                claim("Bound", "1500Mi", Some("1Gi"), "fixed"),
+                None,
+            ),
+            (
+                claim("Bound", "1Gi", Some("1Gi"), "fixed"),
+                claim("Bound", "1024Mi", Some("1Gi"), "fixed"),
+                None,
+            ),
+        ];
+        for (old, new, want) in cases {
+            assert_eq!(refuse_resize(&new, &old, allows), want, "{old} -> {new}");
         }
     }
 

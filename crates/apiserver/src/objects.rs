@@ -441,28 +441,7 @@ fn claim(obj: &Value, old: Option<&Value>) -> Result<(), String> {
         return Err("spec.resources[storage]: Required value".into());
     }
     if let Some(old) = old {
-        let mut a = old["spec"].clone();
-        let mut b = spec.clone();
-        for v in [&mut a, &mut b] {
-            if let Some(m) = v.as_object_mut() {
-                m.remove("resources");
-                m.remove("volumeAttributesClassName");
-            }
-        }
-        // Binding sets volumeName once; the default class is assigned once.
-        for field in ["volumeName", "storageClassName"] {
-            if a[field].is_null() || a[field] == json!("") {
-                if let Some(m) = a.as_object_mut() {
-                    m.remove(field);
-                }
-                if let Some(m) = b.as_object_mut() {
-                    m.remove(field);
-                }
-            }
-        }
-        if a != b {
-            return Err("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims".into());
-        }
+        crate::claim_rules::check_update(obj, old)?;
     }
     Ok(())
 }

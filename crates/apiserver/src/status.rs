@@ -118,6 +118,12 @@ impl ApiError {
         e.group = Some(group.into());
         e
     }
+    /// 403 for an object an admission plugin refused: `<resource> "<name>" is forbidden: why`.
+    pub fn forbidden_object(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        Self::about_object(403, "Forbidden", group, plural, name, |resource| {
+            format!("{resource} \"{name}\" is forbidden: {why}")
+        })
+    }
     /// 404 for an object.
     pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
         Self::about_object(404, "NotFound", group, plural, name, |resource| {

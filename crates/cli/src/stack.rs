@@ -271,6 +271,8 @@ pub struct DriverTraits {
     pub ephemeral: bool,
     /// A VolumeSnapshotClass is made for it (CREATE_DELETE_SNAPSHOT).
     pub snapshots: bool,
+    /// Its default class allows expansion (EXPAND_VOLUME).
+    pub expansion: bool,
 }
 
 impl Default for DriverTraits {
@@ -282,6 +284,7 @@ impl Default for DriverTraits {
             pod_info_on_mount: true,
             ephemeral: true,
             snapshots: true,
+            expansion: true,
         }
     }
 }
@@ -296,6 +299,7 @@ impl DriverTraits {
             storage_capacity: info.has(Rpc::GetCapacity),
             attach_required: info.has(Rpc::PublishUnpublishVolume),
             snapshots: info.has(Rpc::CreateDeleteSnapshot),
+            expansion: info.has(Rpc::ExpandVolume),
             ..DriverTraits::default()
         }
     }
@@ -355,6 +359,7 @@ pub async fn register_driver(
         provisioner: driver_name.clone(),
         reclaim_policy: Some("Delete".into()),
         volume_binding_mode: Some("Immediate".into()),
+        allow_volume_expansion: Some(traits.expansion),
         parameters: (!parameters.is_empty()).then(|| parameters.clone()),
         ..Default::default()
     };

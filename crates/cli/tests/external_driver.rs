@@ -164,6 +164,7 @@ fn conformance_passes_every_capability_of_the_reference_driver_run_as_a_separate
             "conformance",
             &format!("--driver-endpoint=unix://{}", sock.display()),
             &format!("--report-dir={}", report_dir.display()),
+            "--modify-parameter=tier=premium",
         ])
         .args((!root).then_some("--skip=read-only"))
         .output()
@@ -200,6 +201,8 @@ fn conformance_passes_every_capability_of_the_reference_driver_run_as_a_separate
         "republish",
         "snapshot",
         "clone",
+        "expansion",
+        "modify",
         "idempotency",
         "restart",
         "delete",
@@ -228,7 +231,7 @@ fn conformance_passes_every_capability_of_the_reference_driver_run_as_a_separate
         String::from_utf8_lossy(&out.stderr)
     );
     let table = std::fs::read_to_string(report_dir.join("report.txt")).unwrap();
-    assert!(table.contains("2 passed, 0 failed, 13 skipped"), "{table}");
+    assert!(table.contains("2 passed, 0 failed, 15 skipped"), "{table}");
     let bad = Command::new(BIN)
         .args([
             "conformance",

@@ -5,9 +5,13 @@
 //!   what the community snapshot-controller and csi-snapshotter do together for one driver.
 //! - `scheduler`: kube-scheduler's volume binding for Pods (capacity-aware node choice for
 //!   late-binding claims), binding Pods to nodes; containers do not run.
+//! - `resizer`: what external-resizer does for one driver (ControllerExpandVolume and
+//!   ControllerModifyVolume for claims that grew or name another VolumeAttributesClass); the
+//!   node agent does the node's part of an expansion.
 
 #![forbid(unsafe_code)]
 
 pub mod node;
+pub mod resizer;
 pub mod scheduler;
 pub mod snapshots;

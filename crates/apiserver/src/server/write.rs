@@ -158,6 +158,8 @@ pub(crate) async fn apply_update(
         .as_str()
         .unwrap_or("")
         .to_string();
+    let resize = (rt.group.is_empty() && rt.plural == "persistentvolumeclaims" && !status_only)
+        .then(|| allows_expansion(app, crate::claim_rules::claim_class(&incoming)));
     let Written { object: result, change, rv } = app.store.write_change(&rt.key(), &ns, name, |current, _| {
         let Some(current) = current else { return Err(ApiError::not_found(&rt.group, &rt.plural, name)) };
         let current_rv = current["metadata"]["resourceVersion"].as_str().unwrap_or("");
@@ -166,6 +168,11 @@ pub(crate) async fn apply_update(
         }
         let mut next = merge_update(&rt, current, incoming, status_only)?;
         validate(&rt, &next, Some(current))?;
+        if let Some(allowed) = resize
+            && let Some(why) = crate::claim_rules::refuse_resize(&next, current, |class| allowed.as_deref() == Some(class))
+        {
+            return Err(ApiError::forbidden_object(&rt.group, &rt.plural, name, why));
+        }
         if let Some(manager) = manager {
             crate::apply::record_update(current, &mut next, manager, &api_version);
         }
@@ -182,6 +189,18 @@ pub(crate) async fn apply_update(
     commit(app, &rt, rv).await?;
     let object = result.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     Ok(written_response(StatusCode::OK, &object, change.as_deref()))
+}
+
+/// The class named `class` when it exists and its `allowVolumeExpansion` is true (read
+/// before the claim's write: `PersistentVolumeClaimResize` reads classes from a cache too).
+fn allows_expansion(app: &App, class: &str) -> Option<String> {
+    if class.is_empty() {
+        return None;
+    }
+    let object = app
+        .store
+        .get(crate::admission::STORAGE_CLASSES, "", class)?;
+    (object["allowVolumeExpansion"].as_bool() == Some(true)).then(|| class.to_string())
 }
 
 /// Whether two objects are equal apart from `metadata.resourceVersion` (an update that

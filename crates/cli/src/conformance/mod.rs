@@ -27,6 +27,10 @@ pub struct ConformanceArgs {
     /// A parameter of the class the volumes are made with (`KEY=VALUE`, repeatable).
     #[arg(long = "class-parameter", value_parser = crate::stack::key_value)]
     pub class_parameters: Vec<(String, String)>,
+    /// A parameter of the VolumeAttributesClass `modify` moves a volume to (`KEY=VALUE`,
+    /// repeatable; a mutable parameter the driver accepts). None: `modify` is skipped.
+    #[arg(long = "modify-parameter", value_parser = crate::stack::key_value)]
+    pub modify_parameters: Vec<(String, String)>,
     /// Run only these capabilities (comma separated).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
@@ -58,7 +62,7 @@ pub struct Capability {
 }
 
 /// Every capability, in the order they run.
-pub const CAPABILITIES: [Capability; 15] = [
+pub const CAPABILITIES: [Capability; 17] = [
     Capability {
         name: "provision",
         description: "a claim of the driver's class is provisioned and Bound (CreateVolume)",
@@ -132,6 +136,18 @@ pub const CAPABILITIES: [Capability; 15] = [
         after: &["publish"],
     },
     Capability {
+        name: "expansion",
+        description: "claims grown to twice their size, one in use by a running Pod (online) and one not (offline, the node's part when a Pod mounts it): the claim's and the PV's capacity follow and the file stays (ControllerExpandVolume, NodeExpandVolume)",
+        needs: None,
+        after: &["publish"],
+    },
+    Capability {
+        name: "modify",
+        description: "a Bound claim moved to a VolumeAttributesClass of the --modify-parameter values: the claim's and the PV's class follow (ControllerModifyVolume)",
+        needs: Some(Rpc::ModifyVolume),
+        after: &["provision"],
+    },
+    Capability {
         name: "idempotency",
         description: "every call of a volume's lifecycle (CreateVolume to DeleteVolume, the advertised ones) made twice with the same arguments succeeds, naming one volume",
         needs: None,
@@ -139,7 +155,7 @@ pub const CAPABILITIES: [Capability; 15] = [
     },
     Capability {
         name: "restart",
-        description: "claims made, the provisioner aborted and the stack stopped, then started again on its data: each claim Bound to a volume of its own, and the driver lists none without a PV",
+        description: "claims made on the stack run as a `volstack up` process, the process killed with SIGKILL once a volume is made, and the stack started again on its data: each claim Bound to a volume of its own, and the driver lists none without a PV",
         needs: None,
         after: &["provision"],
     },
@@ -303,28 +319,39 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `restart`: claims made, then the provisioner's task aborted and the rest of the stack
-/// stopped, and the stack started again on its data directory; the world then checks what the
-/// claims became.
+/// `restart`: the in-process stack stopped, the same stack started on its data as a
+/// `volstack up` process, claims made, the process killed with SIGKILL once the provisioner is
+/// at work, and the stack started again on that data; the world then checks what the claims
+/// became.
 async fn restart(
     running: &mut Option<crate::stack::Running>,
     up: &crate::stack::UpArgs,
     info: &sidecar_kit::driver::DriverInfo,
     world: &mut checks::World,
 ) -> Result<checks::Done, String> {
-    let before = world.before_restart().await?;
     if let Some(old) = running.take() {
-        // The provisioner dies mid-work; the rest stops (the API server's log closed) before
-        // the new stack opens the same data.
-        old.provisioner.abort();
         old.shutdown(Duration::from_secs(10)).await;
     }
+    let mut process = checks::restart::UpProcess::start(up)?;
+    let outcome = async {
+        let client = process.client().await?;
+        world.reconnect_client(client);
+        let before = world.before_restart().await?;
+        let bound = world.provisioning_started().await?;
+        process.kill()?;
+        Ok::<_, String>((before, bound))
+    }
+    .await;
+    // Killed already, or killed now: nothing of it may run beside the stack started again,
+    // which the later checks need whatever happened here.
+    process.kill()?;
     let again = crate::stack::start_with(up.clone(), Some(info.clone()))
         .await
         .map_err(|e| format!("start the stack again: {e:#}"))?;
     world.reconnect(&again);
     *running = Some(again);
-    world.after_restart(before).await
+    let (before, bound) = outcome?;
+    world.after_restart(before, bound).await
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The stack's in-process controllers: the attacher, the nodes' side (protection, attach/detach,
-//! a node agent per node), the scheduler, the PV controller and the snapshot controller.
+//! a node agent per node), the scheduler, the PV controller, the snapshot controller and the
+//! resizer.
 //! [`start`] runs on the controllers' lane, so what they start while being built (watches,
 //! reflectors, the driver connection) runs there too and counts as theirs.
 
@@ -22,6 +23,7 @@ pub(super) struct Clients {
     controller_manager: kube::Client,
     scheduler: kube::Client,
     snapshots: kube::Client,
+    resizer: kube::Client,
     /// The node agents', in the order of the nodes (the driver's own first).
     nodes: Vec<kube::Client>,
 }
@@ -46,6 +48,7 @@ impl Clients {
             service(&Component::ControllerManager)?,
             service(&Component::Scheduler)?,
             service(&Component::SnapshotController)?,
+            service(&Component::Resizer)?,
             nodes
                 .iter()
                 .map(|n| service(&Component::Node(n.clone())))
@@ -53,13 +56,14 @@ impl Clients {
         );
         lanes
             .run(Lane::Controllers, async move {
-                let (pv, manager, scheduler, snapshots, nodes) = services;
+                let (pv, manager, scheduler, snapshots, resizer, nodes) = services;
                 let client = |s| kube::Client::new(s, identities::NAMESPACE);
                 Ok(Clients {
                     pv_controller: client(pv),
                     controller_manager: client(manager),
                     scheduler: client(scheduler),
                     snapshots: client(snapshots),
+                    resizer: client(resizer),
                     nodes: nodes.into_iter().map(client).collect(),
                 })
             })
@@ -174,5 +178,48 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         );
         tasks.push(tokio::spawn(controller.controller().run(parts.stopped())));
     }
+    if options.resizer
+        && let Some(resizer) = resizer(&parts).await?
+    {
+        tasks.push(tokio::spawn(resizer.controller().run(parts.stopped())));
+    }
     Ok(tasks)
+}
+
+/// The resizer, when the driver can grow volumes (ControllerExpandVolume, or only
+/// NodeExpandVolume on its first node) or modify them; None, as external-resizer stays idle,
+/// when it can do neither.
+async fn resizer(parts: &Parts) -> anyhow::Result<Option<std::sync::Arc<stack::resizer::Resizer>>> {
+    use csi_proto::v1::controller_service_capability::rpc::Type as Rpc;
+    let timeout = Duration::from_secs(60);
+    let (channel, info) = sidecar_kit::driver::identify(&parts.socket, timeout)
+        .await
+        .context("identify the driver for the resizer")?;
+    let expands = info.has(Rpc::ExpandVolume);
+    let modifies = info.has(Rpc::ModifyVolume);
+    let node_expands = match parts.node_sockets.first() {
+        Some(node) => stack::node::node_expands(node, timeout)
+            .await
+            .context("ask the node service whether it expands volumes")?,
+        None => false,
+    };
+    if !(expands || node_expands || modifies) {
+        tracing::info!(driver = %parts.driver_name, "the driver neither expands nor modifies volumes: no resizer");
+        return Ok(None);
+    }
+    Ok(Some(stack::resizer::Resizer::new(
+        parts.clients.resizer.clone(),
+        channel,
+        stack::resizer::ResizerSettings {
+            driver: parts.driver_name.clone(),
+            expands,
+            modifies,
+            timeout,
+            backoff: Backoff {
+                start: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+            },
+            workers: 10,
+        },
+    )))
 }

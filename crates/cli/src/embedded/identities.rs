@@ -1,5 +1,5 @@
 //! Who each component of the embedded stack is, as on a real cluster: `csi-provisioner`,
-//! `csi-attacher`, `pv-controller`, the snapshot controller and the controller manager's
+//! `csi-attacher`, `pv-controller`, the snapshot controller, the resizer and the controller manager's
 //! protection and attach/detach controllers are ServiceAccounts of `kube-system` with the
 //! RBAC of `deploy/kubernetes` (and `embedded/rbac.yaml` for what only the stack runs), given
 //! tokens by the TokenRequest API; the scheduler is `system:kube-scheduler` and each node
@@ -33,6 +33,8 @@ pub enum Component {
     ControllerManager,
     /// The snapshot controller: ServiceAccount `snapshot-controller`.
     SnapshotController,
+    /// The resizer: ServiceAccount `csi-resizer`.
+    Resizer,
     /// The scheduler: `system:kube-scheduler`.
     Scheduler,
     /// The node agent of one node: `system:node:<node>`.
@@ -46,6 +48,7 @@ impl Component {
             Component::PvController => Some("pv-controller"),
             Component::ControllerManager => Some("volstack-controller-manager"),
             Component::SnapshotController => Some("snapshot-controller"),
+            Component::Resizer => Some("csi-resizer"),
             Component::Scheduler | Component::Node(_) => None,
         }
     }
@@ -142,6 +145,7 @@ impl Identities {
             Component::PvController,
             Component::ControllerManager,
             Component::SnapshotController,
+            Component::Resizer,
         ] {
             let account = component.service_account().unwrap_or_default();
             tokens.insert(component, issue(server, account)?);

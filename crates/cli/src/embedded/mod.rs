@@ -40,6 +40,8 @@ pub struct StackOptions {
     /// Whether the snapshot.storage.k8s.io CRDs are installed and the snapshot controller
     /// runs for the driver.
     pub snapshots: bool,
+    /// Whether the resizer runs for the driver (when it can expand or modify volumes).
+    pub resizer: bool,
     /// Nodes besides the driver's own (`--nodeid`): each gets the driver's node service on a
     /// socket of its own and is registered as kubelet would.
     pub extra_nodes: Vec<String>,
@@ -102,6 +104,7 @@ impl StackOptions {
             pv_controller: Some((4, pv_controller::controller::default_backoff())),
             orphan_resync: pv_controller::controller::ORPHAN_RESYNC,
             snapshots: true,
+            resizer: true,
             extra_nodes: Vec::new(),
             storage_capacity: false,
             scheduler: true,

@@ -132,6 +132,10 @@ pub struct PodVolume {
     /// A CSI ephemeral inline volume (`pv` is the Pod's volume name): never staged nor
     /// attached, made and removed by the driver at publish and unpublish.
     pub ephemeral: bool,
+    /// The node's part of an expansion, when its claim awaits it.
+    pub expand: Option<super::decide_expand::NodeExpansion>,
+    /// `nodeExpandSecretRef`.
+    pub expand_secret: Option<SecretRef>,
 }
 
 /// What to do for one Pod on this node.
@@ -290,6 +294,12 @@ pub fn plan_pod(pod: &Pod, world: World<'_>) -> PodPlan {
             stage_secret: SecretRef::of(source.node_stage_secret_ref.as_ref()),
             publish_secret: SecretRef::of(source.node_publish_secret_ref.as_ref()),
             ephemeral: false,
+            expand: super::decide_expand::node_expansion(
+                claim,
+                pv,
+                claim_readonly || source.read_only.unwrap_or(false),
+            ),
+            expand_secret: SecretRef::of(source.node_expand_secret_ref.as_ref()),
         });
     }
     PodPlan::SetUp(ready)

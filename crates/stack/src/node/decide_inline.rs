@@ -143,5 +143,7 @@ pub fn inline_volume(
         stage_secret: None,
         publish_secret,
         ephemeral: true,
+        expand: None,
+        expand_secret: None,
     })
 }

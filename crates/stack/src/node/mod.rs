@@ -9,9 +9,11 @@
 //! deleted with no grace). No container runs: the volumes are the real part.
 
 pub mod decide;
+pub mod decide_expand;
 pub mod decide_inline;
 pub mod decide_recycle;
 pub mod disk;
+mod expand;
 mod recycle;
 pub mod registration;
 mod setup;
@@ -87,6 +89,14 @@ pub enum NodeError {
         /// The call's error.
         source: CallError,
     },
+    /// NodeExpandVolume failed.
+    #[error("MountVolume.NodeExpandVolume failed for volume {pv:?} : {source}")]
+    Expand {
+        /// The PV.
+        pv: String,
+        /// The call's error.
+        source: CallError,
+    },
     /// NodeUnstageVolume failed.
     #[error("UnmountDevice failed for volume {pv:?} : {source}")]
     Unstage {
@@ -156,6 +166,8 @@ pub struct NodeAgent {
     pub node: String,
     driver: String,
     stage_unstage: bool,
+    /// Whether the node service has NodeExpandVolume (EXPAND_VOLUME).
+    expands: bool,
     paths: Paths,
     recorder: Recorder,
     watches: Watches,
@@ -229,10 +241,14 @@ impl NodeAgent {
                     .node_get_capabilities(calls.request(csi::NodeGetCapabilitiesRequest {})),
             )
             .await?;
-        let stage_unstage = caps.capabilities.iter().any(|c| {
-            matches!(&c.r#type, Some(csi::node_service_capability::Type::Rpc(r))
-                if r.r#type == csi::node_service_capability::rpc::Type::StageUnstageVolume as i32)
-        });
+        let has = |rpc: csi::node_service_capability::rpc::Type| {
+            caps.capabilities.iter().any(|c| {
+                matches!(&c.r#type, Some(csi::node_service_capability::Type::Rpc(r))
+                    if r.r#type == rpc as i32)
+            })
+        };
+        let stage_unstage = has(csi::node_service_capability::rpc::Type::StageUnstageVolume);
+        let expands = has(csi::node_service_capability::rpc::Type::ExpandVolume);
         let watches = Watches::default();
         let queue: WorkQueue<NodeKey> = WorkQueue::new(Backoff {
             start: Duration::from_millis(200),
@@ -253,9 +269,31 @@ impl NodeAgent {
                 each(e, |pod| q.add(NodeKey::Pod(ObjectRef::from_obj(pod))));
             },
         );
+        // A claim whose expansion awaits the node brings back the Pods using it, running too.
+        let (wake_pods, node_pods, q) = (
+            wake(pods.clone(), queue.clone()),
+            pods.clone(),
+            queue.clone(),
+        );
         let claims = watches.reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
-            wake(pods.clone(), queue.clone()),
+            move |e: &watcher::Event<PersistentVolumeClaim>| {
+                wake_pods(e);
+                each(e, |claim| {
+                    if !crate::resizer::decide::awaits_node(claim) {
+                        return;
+                    }
+                    for pod in node_pods.state() {
+                        let uses = pod.metadata.namespace == claim.metadata.namespace
+                            && claim.metadata.name.as_ref().is_some_and(|name| {
+                                sidecar_kit::vocabulary::pod_claim_names(&pod).contains(name)
+                            });
+                        if uses {
+                            q.add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
+                        }
+                    }
+                });
+            },
         );
         let wake_pods = wake(pods.clone(), queue.clone());
         let q = queue.clone();
@@ -301,7 +339,7 @@ impl NodeAgent {
         let paths = Paths {
             root: settings.root.join(&node),
         };
-        tracing::info!(%node, driver = %info.name, stage_unstage, root = %paths.root.display(), "node agent started");
+        tracing::info!(%node, driver = %info.name, stage_unstage, expands, root = %paths.root.display(), "node agent started");
         Ok(Arc::new(NodeAgent {
             client,
             channel,
@@ -309,6 +347,7 @@ impl NodeAgent {
             node,
             driver: info.name,
             stage_unstage,
+            expands,
             paths,
             recorder,
             watches,
@@ -431,6 +470,28 @@ impl NodeAgent {
             },
         )
     }
+}
+
+/// Whether the node service behind `socket` has NodeExpandVolume (EXPAND_VOLUME).
+pub async fn node_expands(socket: &str, timeout: Duration) -> Result<bool, StartError> {
+    let channel = sidecar_kit::csi::connect_with_retry(
+        socket,
+        Duration::from_millis(100),
+        Some(Duration::from_secs(30)),
+    )
+    .await?;
+    let calls = Caller::new("", timeout, None);
+    let mut node = csi::node_client::NodeClient::new(channel);
+    let caps = calls
+        .call(
+            "/csi.v1.Node/NodeGetCapabilities",
+            node.node_get_capabilities(calls.request(csi::NodeGetCapabilitiesRequest {})),
+        )
+        .await?;
+    let expand = csi::node_service_capability::rpc::Type::ExpandVolume as i32;
+    Ok(caps.capabilities.iter().any(|c| {
+        matches!(&c.r#type, Some(csi::node_service_capability::Type::Rpc(r)) if r.r#type == expand)
+    }))
 }
 
 /// Waiting Pods are looked at again this soon (a watch event usually comes first).

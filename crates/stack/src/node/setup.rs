@@ -1,5 +1,5 @@
 //! Carrying out the node's plans: stage and publish a Pod's volumes (record first, call, mark
-//! the record done), tear them down (call, then remove the record), sweep what no Pod wants,
+//! the record done) and grow them when their claim awaits the node (`expand`), tear them down (call, then remove the record), sweep what no Pod wants,
 //! and report the volumes in use on the Node.
 
 use std::collections::{BTreeSet, HashMap};
@@ -56,6 +56,7 @@ impl NodeAgent {
                 }
                 return Err(error);
             }
+            self.expand(pod, &uid, volume).await?;
         }
         if decide::running(pod) {
             return Ok(());

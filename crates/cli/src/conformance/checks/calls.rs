@@ -45,13 +45,13 @@ fn mount_capability() -> csi::VolumeCapability {
 }
 
 impl World {
-    async fn channel(&self, socket: &str) -> Result<Channel, String> {
+    pub(super) async fn channel(&self, socket: &str) -> Result<Channel, String> {
         sidecar_kit::csi::connect(socket)
             .await
             .map_err(|e| format!("connect to the driver at {socket}: {e}"))
     }
 
-    async fn node_rpcs(&self, node: &mut NodeClient) -> Result<Vec<NodeRpc>, String> {
+    pub(super) async fn node_rpcs(&self, node: &mut NodeClient) -> Result<Vec<NodeRpc>, String> {
         let answer = node
             .node_get_capabilities(csi::NodeGetCapabilitiesRequest {})
             .await

@@ -6,7 +6,8 @@
 mod calls;
 mod lifecycle;
 mod modes;
-mod restart;
+mod resize;
+pub mod restart;
 mod topology;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,6 +50,8 @@ pub struct World {
     driver: String,
     info: DriverInfo,
     parameters: BTreeMap<String, String>,
+    /// The parameters of the VolumeAttributesClass `modify` makes.
+    modify_parameters: BTreeMap<String, String>,
     size: String,
     /// The content written by `publish`, read back by the later checks.
     content: String,
@@ -79,6 +82,7 @@ impl World {
             driver: info.name.clone(),
             info: info.clone(),
             parameters: args.class_parameters.iter().cloned().collect(),
+            modify_parameters: args.modify_parameters.iter().cloned().collect(),
             size: args.volume_size.clone(),
             content: format!("volstack conformance {:016x}\n", rand::random::<u64>()),
             handles: BTreeSet::new(),
@@ -105,6 +109,8 @@ impl World {
             "republish" => passed(self.republish().await),
             "snapshot" => passed(self.snapshot().await),
             "clone" => passed(self.clone_volume().await),
+            "expansion" => self.expansion().await,
+            "modify" => self.modify().await,
             "idempotency" => self.idempotency().await,
             "delete" => passed(self.delete().await),
             other => Err(format!("no check named {other:?}")),
