@@ -36,7 +36,8 @@ async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
     let pvs: Api<PersistentVolume> = Api::all(admin.clone());
 
     // The controller is running (its first claim is bound by it); then its claim watch lags:
-    // it is closed and may come back only after 5 s.
+    // it is closed and may come back only after 120 s (longer than the test: on a busy machine
+    // the decision may take seconds, and a watch back by then would make the live read moot).
     let warm: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": "warm"},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
@@ -51,7 +52,7 @@ async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
     server.set_faults(vec![FaultRule {
         resource: "persistentvolumeclaims".into(),
         verb: "WATCH".into(),
-        latency_ms: 5_000,
+        latency_ms: 120_000,
         error: None,
         probability: 1.0,
     }]);
