@@ -167,7 +167,8 @@ fn nano_units(text: &str) -> Option<i128> {
     } else {
         // Below a nano unit: kept as its ceiling, which orders every quantity the API accepts.
         let divisor = 10i128.checked_pow(exponent.unsigned_abs())?;
-        value = (value + divisor - 1) / divisor;
+        let rounded_up = value % divisor != 0;
+        value = value / divisor + i128::from(rounded_up);
     }
     Some(if negative { -value } else { value })
 }
@@ -263,6 +264,11 @@ mod tests {
             ("8Ei", "9223372036854775807", Some(Ordering::Greater)),
             ("1Gi", "lots", None),
             ("1e400", "1", None),
+            (
+                "123456789012345678901234567890123456789e-38",
+                "1",
+                Some(Ordering::Greater),
+            ),
         ];
         for (a, b, want) in cases {
             assert_eq!(quantity_cmp(a, b), want, "{a} vs {b}");

@@ -122,7 +122,6 @@ fn claims_grow_online_and_offline_and_kube_apiservers_rules_hold() {
             .find("pre-resize-capacity")
             .is_none()
     });
-    let claim_events = events(dir, "data");
     for expected in [
         format!("Resizing: External resizer is resizing volume {pv}"),
         "FileSystemResizeRequired: Require file system resize of volume on node".to_string(),
@@ -130,12 +129,14 @@ fn claims_grow_online_and_offline_and_kube_apiservers_rules_hold() {
             "FileSystemResizeSuccessful: MountVolume.NodeExpandVolume succeeded for volume \"{pv}\" node-1"
         ),
     ] {
-        assert!(
-            claim_events.contains(&expected),
-            "{expected}\n{claim_events}"
-        );
+        // Events are sent after the writes they tell of: waited for.
+        wait_for(&format!("event {expected}"), WAIT, || {
+            events(dir, "data").contains(&expected)
+        });
     }
-    assert!(events(dir, "app").contains("FileSystemResizeSuccessful"));
+    wait_for("the Pod's FileSystemResizeSuccessful", WAIT, || {
+        events(dir, "app").contains("FileSystemResizeSuccessful")
+    });
 
     // Offline: the controller's part now, the node's when a Pod mounts the volume.
     kubectl(
@@ -279,9 +280,11 @@ fn claims_move_to_another_volume_attributes_class() {
         get(dir, &["pv", &pv], "{.spec.volumeAttributesClassName}"),
         "gold"
     );
-    assert!(events(dir, "data").contains(
-        "VolumeModifySuccessful: external resizer modified volume data with vac gold successfully"
-    ));
+    wait_for("event VolumeModifySuccessful", WAIT, || {
+        events(dir, "data").contains(
+            "VolumeModifySuccessful: external resizer modified volume data with vac gold successfully",
+        )
+    });
     // A class that does not exist: Pending, and the volume keeps its class.
     name_class("platinum");
     wait_for("the change of class Pending", WAIT, || {
@@ -295,7 +298,9 @@ fn claims_move_to_another_volume_attributes_class() {
         ),
         "gold"
     );
-    assert!(events(dir, "data").contains("VolumeModifyFailed: VAC \"platinum\" does not exist."));
+    wait_for("event VolumeModifyFailed", WAIT, || {
+        events(dir, "data").contains("VolumeModifyFailed: VAC \"platinum\" does not exist.")
+    });
     // Parameters the driver refuses (InvalidArgument): Infeasible, with the driver's reason.
     name_class("silly");
     wait_for("the change of class Infeasible", WAIT, || {

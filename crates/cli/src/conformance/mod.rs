@@ -255,7 +255,13 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
         let stack_gone = running.is_none();
         let step: std::pin::Pin<Box<dyn Future<Output = Result<checks::Done, String>> + Send>> =
             match capability.name {
-                "restart" => Box::pin(restart(&mut running, &up, &info, &mut world)),
+                "restart" => Box::pin(restart(
+                    &mut running,
+                    &up,
+                    &info,
+                    &mut world,
+                    args.timeout * 3 / 4,
+                )),
                 name => Box::pin(world.check(name)),
             };
         let (outcome, detail, events) = match skipped {
@@ -328,20 +334,28 @@ async fn restart(
     up: &crate::stack::UpArgs,
     info: &sidecar_kit::driver::DriverInfo,
     world: &mut checks::World,
+    budget: Duration,
 ) -> Result<checks::Done, String> {
     if let Some(old) = running.take() {
         old.shutdown(Duration::from_secs(10)).await;
     }
     let mut process = checks::restart::UpProcess::start(up)?;
-    let outcome = async {
+    // Bounded within the capability's timeout: the stack is started again whatever happens.
+    let outcome = tokio::time::timeout(budget, async {
         let client = process.client().await?;
         world.reconnect_client(client);
         let before = world.before_restart().await?;
         let bound = world.provisioning_started().await?;
         process.kill()?;
         Ok::<_, String>((before, bound))
-    }
-    .await;
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(format!(
+            "not done after {budget:?}, waiting for {}",
+            world.waiting()
+        ))
+    });
     // Killed already, or killed now: nothing of it may run beside the stack started again,
     // which the later checks need whatever happened here.
     process.kill()?;

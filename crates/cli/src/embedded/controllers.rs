@@ -213,6 +213,7 @@ async fn resizer(parts: &Parts) -> anyhow::Result<Option<std::sync::Arc<stack::r
         stack::resizer::ResizerSettings {
             driver: parts.driver_name.clone(),
             expands,
+            node_expands,
             modifies,
             timeout,
             backoff: Backoff {

@@ -21,7 +21,7 @@ pub struct NodeExpansion {
 /// The node's part a claim's volume needs, if any, as kubelet decides it: the PV is larger
 /// than the claim's recorded capacity, the volume is not read-only, and, when the claim
 /// carries the resize's state (`allocatedResources`, `allocatedResourceStatuses`), the
-/// controller's part is done. The size is the allocated one, else the PV's.
+/// controller's part is done. The size is the PV's.
 pub fn node_expansion(
     claim: &PersistentVolumeClaim,
     volume: &PersistentVolume,
@@ -45,7 +45,9 @@ pub fn node_expansion(
     if recovering && !due {
         return None;
     }
-    let to = allocated.unwrap_or(size);
+    // The PV's capacity, as kubelet records it (a driver may have rounded the allocated size
+    // up; the claim then records what the volume has).
+    let to = size;
     Some(NodeExpansion {
         namespace: claim.metadata.namespace.clone().unwrap_or_default(),
         claim: claim.metadata.name.clone()?,
@@ -161,7 +163,7 @@ mod tests {
         // Read-only: never grown at the node.
         let pending = claim("1Gi", Some("NodeResizePending"));
         assert_eq!(node_expansion(&pending, &volume("2Gi"), true), None);
-        // The allocated size, not the PV's, is what the node grows to.
+        // The PV's size, not the allocated one, is what the node grows to and records.
         let mut allocated = pending.clone();
         allocated.status.as_mut().unwrap().allocated_resources = Some(
             [(
@@ -172,7 +174,7 @@ mod tests {
         );
         assert_eq!(
             node_expansion(&allocated, &volume("2Gi"), false).map(|e| e.to),
-            Some(1536 << 20)
+            Some(2 << 30)
         );
         // Written by an older resizer (no resize state): the capacities decide.
         assert_eq!(

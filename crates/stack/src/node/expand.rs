@@ -13,7 +13,7 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::{now_rfc3339, reference};
 
 use super::decide::PodVolume;
-use super::decide_expand::{self, NodeExpansion};
+use super::decide_expand;
 use super::{NodeAgent, NodeError};
 
 impl NodeAgent {
@@ -34,7 +34,12 @@ impl NodeAgent {
         };
         // Whether the Pod runs already (online expansion) or is being set up (at mount).
         let online = super::decide::running(pod);
-        self.patch_claim_status(expansion, &decide_expand::started())
+        let claim = self
+            .patch_claim_status(
+                &claim,
+                &decide_expand::started(),
+                "mark the claim's node expansion in progress",
+            )
             .await?;
         let failure = if self.expands {
             let staging = if self.stage_unstage {
@@ -105,19 +110,24 @@ impl NodeAgent {
             self.recorder
                 .record(&reference(pod), EventType::Warning, reason, &text);
             let patch = decide_expand::failed(&claim, code, &message, &now_rfc3339());
-            self.patch_claim_status(expansion, &patch).await?;
+            self.patch_claim_status(&claim, &patch, "record the claim's failed node expansion")
+                .await?;
             return Err(NodeError::Expand {
                 pv: volume.pv.clone(),
                 source,
             });
         }
-        self.patch_claim_status(expansion, &decide_expand::finished(&claim, expansion.to))
-            .await?;
+        self.patch_claim_status(
+            &claim,
+            &decide_expand::finished(&claim, expansion.to),
+            "record the claim's expanded capacity",
+        )
+        .await?;
         let message = format!(
             "MountVolume.NodeExpandVolume succeeded for volume {:?} {}",
             volume.pv, self.node
         );
-        for object in [reference(pod), reference(claim.as_ref())] {
+        for object in [reference(pod), reference(&claim)] {
             self.recorder.record(
                 &object,
                 EventType::Normal,
@@ -128,22 +138,21 @@ impl NodeAgent {
         Ok(())
     }
 
+    /// Patches the claim's status over the claim it was decided from (a conflict fails the
+    /// pass, retried from what is current); returns the claim as written.
     async fn patch_claim_status(
         &self,
-        expansion: &NodeExpansion,
+        claim: &PersistentVolumeClaim,
         patch: &Value,
-    ) -> Result<(), NodeError> {
-        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &expansion.namespace)
-            .patch_status(
-                &expansion.claim,
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
+        action: &'static str,
+    ) -> Result<PersistentVolumeClaim, NodeError> {
+        let mut patch = patch.clone();
+        patch["metadata"] = serde_json::json!({"resourceVersion": claim.metadata.resource_version});
+        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map(|_| ())
-            .map_err(|source| NodeError::Api {
-                action: "record the claim's expanded capacity",
-                source,
-            })
+            .map_err(|source| NodeError::Api { action, source })
     }
 }

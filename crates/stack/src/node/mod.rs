@@ -297,11 +297,29 @@ impl NodeAgent {
         );
         let wake_pods = wake(pods.clone(), queue.clone());
         let q = queue.clone();
+        let (node_pods, claim_cache) = (pods.clone(), claims.clone());
         let volumes = watches.reflect(
             Api::<PersistentVolume>::all(client.clone()),
             move |e: &watcher::Event<PersistentVolume>| {
                 wake_pods(e);
                 each(e, |pv| {
+                    // A PV grown for a claim awaiting the node brings back the running Pods
+                    // using it (the claim's event may have come before the PV's).
+                    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                    if let Some((Some(ns), Some(name))) =
+                        claim_ref.map(|r| (r.namespace.clone(), r.name.clone()))
+                        && claim_cache
+                            .get(&ObjectRef::new(&name).within(&ns))
+                            .is_some_and(|c| crate::resizer::decide::awaits_node(&c))
+                    {
+                        for pod in node_pods.state() {
+                            let uses = pod.metadata.namespace.as_deref() == Some(ns.as_str())
+                                && sidecar_kit::vocabulary::pod_claim_names(&pod).contains(&name);
+                            if uses {
+                                q.add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
+                            }
+                        }
+                    }
                     if decide_recycle::may_recycle(pv)
                         && let Some(name) = &pv.metadata.name
                     {

@@ -64,6 +64,8 @@ pub struct Driver<'a> {
     pub name: &'a str,
     /// EXPAND_VOLUME: without it the size is recorded and only the node grows the volume.
     pub expands: bool,
+    /// The node service's EXPAND_VOLUME (with neither, no claim is grown).
+    pub node_expands: bool,
     /// MODIFY_VOLUME.
     pub modifies: bool,
 }
@@ -151,6 +153,25 @@ pub fn allocated_status(claim: &PersistentVolumeClaim) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// What the resizer decides from, of a claim: its request, class of attributes, phase,
+/// volume, recorded capacity and class, and resize status. A change of any of these brings
+/// the claim back; its other status writes (conditions) do not.
+pub fn fingerprint(claim: &PersistentVolumeClaim) -> String {
+    let spec = claim.spec.as_ref();
+    let status = claim.status.as_ref();
+    format!(
+        "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        claim_request_bytes(claim),
+        spec.and_then(|s| s.volume_attributes_class_name.as_deref()),
+        spec.and_then(|s| s.volume_name.as_deref()),
+        status.and_then(|s| s.phase.as_deref()),
+        claim_capacity(claim),
+        allocated_status(claim),
+        status.and_then(|s| s.current_volume_attributes_class_name.as_deref()),
+        status.map(|s| s.modify_volume_status.is_none()),
+    )
+}
+
 /// The PV's capacity in bytes.
 pub fn volume_size(volume: &PersistentVolume) -> Option<i64> {
     storage(volume.spec.as_ref()?.capacity.as_ref())
@@ -170,6 +191,9 @@ pub fn expansion(
     volume: Option<&PersistentVolume>,
     driver: Driver<'_>,
 ) -> Option<Expansion> {
+    if !(driver.expands || driver.node_expands) {
+        return None;
+    }
     let (volume, source) = our_volume(claim, volume, driver.name)?;
     let spec_size = claim_request_bytes(claim)?;
     if claim_capacity(claim).is_some_and(|c| c >= spec_size) {
@@ -195,7 +219,9 @@ pub fn expansion(
     } else {
         match status {
             Some(NODE_PENDING | NODE_IN_PROGRESS) => return None,
-            Some(CONTROLLER_INFEASIBLE) if allocated == Some(spec_size) => return None,
+            Some(CONTROLLER_INFEASIBLE | NODE_INFEASIBLE) if allocated == Some(spec_size) => {
+                return None;
+            }
             Some(CONTROLLER_IN_PROGRESS | CONTROLLER_INFEASIBLE | NODE_INFEASIBLE) => {
                 allocated.unwrap_or(spec_size)
             }
@@ -384,7 +410,11 @@ pub fn finished(claim: &PersistentVolumeClaim, capacity: i64) -> Value {
 pub fn pre_resize_annotation_done(
     claim: &PersistentVolumeClaim,
     volume: &PersistentVolume,
+    driver: &str,
 ) -> bool {
+    if our_volume(claim, Some(volume), driver).is_none() {
+        return false;
+    }
     let annotated = volume
         .metadata
         .annotations

@@ -48,6 +48,7 @@ fn volume(capacity: &str, driver: &str) -> PersistentVolume {
 const DRIVER: Driver<'static> = Driver {
     name: "d.example.com",
     expands: true,
+    node_expands: true,
     modifies: true,
 };
 
@@ -141,7 +142,7 @@ fn expansion_asks_for_the_size_recovery_rules_pick() {
         ),
         (
             "node infeasible: the allocated size again",
-            claim("2Gi", "1Gi", Some("2Gi"), Some(NODE_INFEASIBLE), None),
+            claim("3Gi", "1Gi", Some("2Gi"), Some(NODE_INFEASIBLE), None),
             "1Gi",
             Some(2 * GI),
         ),
@@ -186,14 +187,70 @@ fn expansion_request_names_the_volume_its_capability_and_secret() {
     };
     let e = expansion(&claim("2Gi", "1Gi", None, None, None), Some(&pv), trivial).unwrap();
     assert_eq!((e.request, e.to), (None, 2 * GI));
+    // Neither the controller nor the node grows volumes: no claim is grown.
+    let neither = Driver {
+        expands: false,
+        node_expands: false,
+        ..DRIVER
+    };
+    assert_eq!(
+        expansion(&claim("2Gi", "1Gi", None, None, None), Some(&pv), neither),
+        None
+    );
+    // Refused at the node for this very size, the PV already grown: not again.
+    let refused = claim(
+        "2Gi",
+        "1Gi",
+        Some("2Gi"),
+        Some(resize_status::NODE_INFEASIBLE),
+        None,
+    );
+    assert_eq!(
+        expansion(&refused, Some(&volume("2Gi", "d.example.com")), DRIVER),
+        None
+    );
+}
+
+#[test]
+fn only_what_the_resizer_decides_from_brings_a_claim_back() {
+    let c = claim("2Gi", "1Gi", None, None, None);
+    let mut conditions_only = c.clone();
+    conditions_only.status.as_mut().unwrap().conditions = Some(vec![
+        serde_json::from_value(
+            json!({"type": "ControllerResizeError", "status": "True", "message": "x"}),
+        )
+        .unwrap(),
+    ]);
+    assert_eq!(fingerprint(&c), fingerprint(&conditions_only));
+    for changed in [
+        claim("3Gi", "1Gi", None, None, None),
+        claim("2Gi", "2Gi", None, None, None),
+        claim("2Gi", "1Gi", None, Some(resize_status::NODE_PENDING), None),
+    ] {
+        assert_ne!(fingerprint(&c), fingerprint(&changed));
+    }
 }
 
 #[test]
 fn the_pre_resize_capacity_goes_once_the_claim_has_the_size() {
+    let mut others = volume("2Gi", "other.example.com");
+    others.metadata.annotations = Some(
+        [(
+            super::super::ANN_PRE_RESIZE_CAPACITY.to_string(),
+            "1Gi".to_string(),
+        )]
+        .into(),
+    );
+    assert!(!pre_resize_annotation_done(
+        &claim("2Gi", "2Gi", None, None, None),
+        &others,
+        DRIVER.name
+    ));
     let mut pv = volume("2Gi", "d.example.com");
     assert!(!pre_resize_annotation_done(
         &claim("2Gi", "2Gi", None, None, None),
-        &pv
+        &pv,
+        DRIVER.name
     ));
     pv.metadata.annotations = Some(
         [(
@@ -204,11 +261,13 @@ fn the_pre_resize_capacity_goes_once_the_claim_has_the_size() {
     );
     assert!(!pre_resize_annotation_done(
         &claim("2Gi", "1Gi", None, None, None),
-        &pv
+        &pv,
+        DRIVER.name
     ));
     assert!(pre_resize_annotation_done(
         &claim("2Gi", "2Gi", None, None, None),
-        &pv
+        &pv,
+        DRIVER.name
     ));
 }
 

@@ -69,6 +69,8 @@ pub struct ResizerSettings {
     pub driver: String,
     /// Whether it has ControllerExpandVolume (EXPAND_VOLUME).
     pub expands: bool,
+    /// Whether the node service has NodeExpandVolume (EXPAND_VOLUME).
+    pub node_expands: bool,
     /// Whether it has ControllerModifyVolume (MODIFY_VOLUME).
     pub modifies: bool,
     /// Deadline of each CSI call.
@@ -106,10 +108,25 @@ impl Resizer {
     pub fn new(client: kube::Client, csi: Channel, settings: ResizerSettings) -> Arc<Self> {
         let queue = WorkQueue::new(settings.backoff);
         let watches = Watches::default();
+        // A claim is looked at when what the resizer decides from changed, not for its own
+        // status writes (a failed pass then waits for its backoff instead of looping).
         let q = queue.clone();
+        let seen = parking_lot::Mutex::new(std::collections::HashMap::new());
         let claims = watches.reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
-            move |e| each(e, |c| q.add(ObjectRef::from_obj(c))),
+            move |e: &kube::runtime::watcher::Event<PersistentVolumeClaim>| {
+                if let kube::runtime::watcher::Event::Delete(c) = e {
+                    seen.lock().remove(&ObjectRef::from_obj(c));
+                    return;
+                }
+                each(e, |c| {
+                    let key = ObjectRef::from_obj(c);
+                    let print = decide::fingerprint(c);
+                    if seen.lock().insert(key.clone(), print.clone()) != Some(print) {
+                        q.add(key);
+                    }
+                });
+            },
         );
         // A PV changing (its capacity, its claim) brings its claim back.
         let q = queue.clone();
@@ -182,6 +199,7 @@ impl Resizer {
         Driver {
             name: &self.settings.driver,
             expands: self.settings.expands,
+            node_expands: self.settings.node_expands,
             modifies: self.settings.modifies,
         }
     }
@@ -197,7 +215,7 @@ impl Resizer {
             .filter(|n| !n.is_empty())
             .and_then(|n| self.volumes.get(&ObjectRef::new(n)));
         if let Some(pv) = volume.as_deref()
-            && decide::pre_resize_annotation_done(&claim, pv)
+            && decide::pre_resize_annotation_done(&claim, pv, &self.settings.driver)
         {
             let patch = json!({"metadata": {"annotations": {ANN_PRE_RESIZE_CAPACITY: null}}});
             let name = pv.metadata.name.clone().unwrap_or_default();
@@ -447,8 +465,12 @@ impl Resizer {
     ) -> Result<PersistentVolumeClaim, ResizeError> {
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
+        // Written over the claim it was decided from, or not at all (a conflict: looked at
+        // again from what is current).
+        let mut patch = patch.clone();
+        patch["metadata"] = json!({"resourceVersion": claim.metadata.resource_version});
         Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|source| ResizeError::Api { step, source })
     }
