@@ -13,14 +13,6 @@ use common::up::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn get(dir: &Path, what: &[&str], path: &str) -> String {
-    let mut args = vec!["get"];
-    args.extend_from_slice(what);
-    let jsonpath = format!("jsonpath={path}");
-    args.extend(["-o", jsonpath.as_str()]);
-    kubectl(dir, &args, None)
-}
-
 fn exists(dir: &Path, kind: &str, name: &str) -> bool {
     !kubectl(
         dir,

@@ -119,6 +119,15 @@ pub fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `kubectl get <what> -o jsonpath=<path>`.
+pub fn get(dir: &Path, what: &[&str], path: &str) -> String {
+    let mut args = vec!["get"];
+    args.extend_from_slice(what);
+    let jsonpath = format!("jsonpath={path}");
+    args.extend(["-o", jsonpath.as_str()]);
+    kubectl(dir, &args, None)
+}
+
 pub fn claims_yaml(prefix: &str, n: usize) -> String {
     (0..n)
         .map(|i| format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {prefix}-{i}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n"))
