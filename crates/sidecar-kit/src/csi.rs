@@ -176,6 +176,20 @@ pub fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     request
 }
 
+/// Whether a failed call's code is final: the driver is not working on the request any more.
+/// Cancelled, DeadlineExceeded, Unavailable, ResourceExhausted and Aborted are not (the call's
+/// outcome is uncertain; the driver may still complete it), as csi-lib-utils' `IsFinalError`.
+pub fn is_final(code: tonic::Code) -> bool {
+    !matches!(
+        code,
+        tonic::Code::Cancelled
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Unavailable
+            | tonic::Code::ResourceExhausted
+            | tonic::Code::Aborted
+    )
+}
+
 /// The gRPC status code as Go's `codes.Code.String()` prints it (`OK`, `DeadlineExceeded`).
 pub fn go_code_name(code: tonic::Code) -> &'static str {
     use tonic::Code;
@@ -239,6 +253,29 @@ pub fn parse_code(text: &str) -> Option<tonic::Code> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    #[test]
+    fn only_codes_after_which_the_driver_may_still_work_are_not_final() {
+        use tonic::Code;
+        for code in [
+            Code::Cancelled,
+            Code::DeadlineExceeded,
+            Code::Unavailable,
+            Code::ResourceExhausted,
+            Code::Aborted,
+        ] {
+            assert!(!super::is_final(code), "{code:?}");
+        }
+        for code in [
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::Internal,
+            Code::OutOfRange,
+            Code::FailedPrecondition,
+        ] {
+            assert!(super::is_final(code), "{code:?}");
+        }
+    }
+
     use super::*;
 
     #[tokio::test(start_paused = true)]

@@ -80,13 +80,13 @@ pub fn expander_error(code: Option<tonic::Code>, error: &str) -> String {
 /// node has no NodeExpandVolume): condition `NodeResizeError` (an earlier one is kept, with its
 /// first message), and `NodeResizeInfeasible` when the driver refused the size for good
 /// (kubelet then stops; it starts again when the size changes). Otherwise the node's part
-/// stays in progress and is retried.
+/// stays in progress and is retried. None when there is nothing to write.
 pub fn failed(
     claim: &PersistentVolumeClaim,
     code: Option<tonic::Code>,
     error: &str,
     now: &str,
-) -> Value {
+) -> Option<Value> {
     let message = format!("failed to expand pvc with {error}");
     let already = claim
         .status
@@ -96,16 +96,35 @@ pub fn failed(
             c.iter()
                 .any(|c| c.type_ == resize::NODE_RESIZE_ERROR && c.status == "True")
         });
-    let mut patch = if already {
-        serde_json::json!({"status": {}})
-    } else {
-        resize::node_resize_failed(claim, &message, now)
+    let infeasible = code.is_some_and(resize::infeasible);
+    let mut patch = match (already, infeasible) {
+        (true, false) => return None,
+        (true, true) => serde_json::json!({"status": {}}),
+        (false, _) => resize::node_resize_failed(claim, &message, now),
     };
-    if code.is_some_and(resize::infeasible) {
+    if infeasible {
         patch["status"]["allocatedResourceStatuses"] =
             serde_json::json!({"storage": resize_status::NODE_INFEASIBLE});
     }
-    patch
+    Some(patch)
+}
+
+/// kubelet's event on the Pod for a failed NodeExpandVolume: `VolumeResizeFailed` for a
+/// running Pod (online), `FailedMount` for one being set up; `message` is the expander's.
+pub fn failure_event(online: bool, pv: &str, message: &str) -> (&'static str, String) {
+    if online {
+        (
+            "VolumeResizeFailed",
+            format!("NodeExpandVolume.NodeExpandVolume failed for volume {pv:?} : {message}"),
+        )
+    } else {
+        (
+            "FailedMount",
+            format!(
+                "MountVolume.Setup failed while expanding volume for volume {pv:?} : {message}"
+            ),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -190,7 +209,7 @@ mod tests {
         assert_eq!(done["status"]["capacity"], json!({"storage": "2Gi"}));
         assert_eq!(done["status"]["allocatedResourceStatuses"], Value::Null);
         assert_eq!(done["status"]["conditions"], Value::Null);
-        let refused = failed(&c, Some(tonic::Code::OutOfRange), "too big", "T");
+        let refused = failed(&c, Some(tonic::Code::OutOfRange), "too big", "T").unwrap();
         assert_eq!(
             refused["status"]["allocatedResourceStatuses"],
             json!({"storage": "NodeResizeInfeasible"})
@@ -201,7 +220,7 @@ mod tests {
             conditions.last().unwrap()["message"],
             "failed to expand pvc with too big"
         );
-        let transient = failed(&c, Some(tonic::Code::Internal), "busy", "T");
+        let transient = failed(&c, Some(tonic::Code::Internal), "busy", "T").unwrap();
         assert!(
             transient["status"]
                 .get("allocatedResourceStatuses")
@@ -215,7 +234,15 @@ mod tests {
             )
             .unwrap(),
         ]);
-        assert_eq!(failed(&again, None, "second", "T"), json!({"status": {}}));
+        assert_eq!(failed(&again, None, "second", "T"), None);
+        assert_eq!(
+            failure_event(true, "pv-1", "boom"),
+            (
+                "VolumeResizeFailed",
+                "NodeExpandVolume.NodeExpandVolume failed for volume \"pv-1\" : boom".to_string()
+            )
+        );
+        assert_eq!(failure_event(false, "pv-1", "boom").0, "FailedMount");
         assert_eq!(
             expander_error(
                 Some(tonic::Code::Internal),

@@ -90,28 +90,13 @@ impl NodeAgent {
             Some((None, decide_expand::expander_error(None, &message), error))
         };
         if let Some((code, message, source)) = failure {
-            let (reason, text) = if online {
-                (
-                    "VolumeResizeFailed",
-                    format!(
-                        "NodeExpandVolume.NodeExpandVolume failed for volume {:?} : {message}",
-                        volume.pv
-                    ),
-                )
-            } else {
-                (
-                    "FailedMount",
-                    format!(
-                        "MountVolume.Setup failed while expanding volume for volume {:?} : {message}",
-                        volume.pv
-                    ),
-                )
-            };
+            let (reason, text) = decide_expand::failure_event(online, &volume.pv, &message);
             self.recorder
                 .record(&reference(pod), EventType::Warning, reason, &text);
-            let patch = decide_expand::failed(&claim, code, &message, &now_rfc3339());
-            self.patch_claim_status(&claim, &patch, "record the claim's failed node expansion")
-                .await?;
+            if let Some(patch) = decide_expand::failed(&claim, code, &message, &now_rfc3339()) {
+                self.patch_claim_status(&claim, &patch, "record the claim's failed node expansion")
+                    .await?;
+            }
             return Err(NodeError::Expand {
                 pv: volume.pv.clone(),
                 source,

@@ -445,16 +445,9 @@ pub fn infeasible(code: tonic::Code) -> bool {
 }
 
 /// Whether a CSI code means the driver may still be working on the request (the call's
-/// outcome is uncertain): Cancelled, DeadlineExceeded, Unavailable, ResourceExhausted, Aborted.
+/// outcome is uncertain): the codes that are not final ([`sidecar_kit::csi::is_final`]).
 pub fn uncertain(code: tonic::Code) -> bool {
-    matches!(
-        code,
-        tonic::Code::Cancelled
-            | tonic::Code::DeadlineExceeded
-            | tonic::Code::Unavailable
-            | tonic::Code::ResourceExhausted
-            | tonic::Code::Aborted
-    )
+    !sidecar_kit::csi::is_final(code)
 }
 
 /// The claim's status patch after ControllerExpandVolume failed with `code` and `error` (the

@@ -136,7 +136,8 @@ impl SnapshotController {
             Err(error) => {
                 self.content_failed(content, "SnapshotCreationFailed", &error)
                     .await?;
-                if final_code(error.code) {
+                // Not working on it any more: the being-created annotation may go.
+                if sidecar_kit::csi::is_final(error.code) {
                     self.annotate(&name, ANN_BEING_CREATED, None).await?;
                 }
                 return Ok(false);

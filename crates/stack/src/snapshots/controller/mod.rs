@@ -280,19 +280,6 @@ impl SnapshotController {
     }
 }
 
-/// Codes after which the driver is not working on the snapshot any more (the being-created
-/// annotation may go); for the others it may still be.
-fn final_code(code: tonic::Code) -> bool {
-    !matches!(
-        code,
-        tonic::Code::Cancelled
-            | tonic::Code::DeadlineExceeded
-            | tonic::Code::Unavailable
-            | tonic::Code::ResourceExhausted
-            | tonic::Code::Aborted
-    )
-}
-
 /// A snapshot's creation time in Unix nanoseconds; now when the driver gave none.
 fn nanos(time: Option<&prost_types::Timestamp>) -> i64 {
     time.map(|t| t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos))
@@ -374,7 +361,7 @@ mod tests {
             ]))
         );
         assert_eq!(remove_finalizer(&list, "x"), None);
-        assert!(final_code(tonic::Code::InvalidArgument));
-        assert!(!final_code(tonic::Code::Unavailable));
+        assert!(sidecar_kit::csi::is_final(tonic::Code::InvalidArgument));
+        assert!(!sidecar_kit::csi::is_final(tonic::Code::Unavailable));
     }
 }
