@@ -1,7 +1,8 @@
 //! `volstack bench-binder`: on a real control plane (`../shared/kube`, started by `testbed`),
 //! how long a backlog of claims takes to be Bound with kube-controller-manager's PV binder or
 //! with `volstack pv-controller` in its place, the same csi-provisioner provisioning for both.
-//! Every component runs under its ServiceAccount with the manifests of `deploy/kubernetes`.
+//! Every component runs under its ServiceAccount with the manifests of `deploy/kubernetes`. The
+//! binder, either one, runs while the backlog is made; the clock starts with the provisioner.
 //! Prints figures; asserts nothing.
 
 use std::path::Path;
@@ -43,6 +44,9 @@ pub struct BinderBenchArgs {
     /// lifts the limit of ours and sets kube-controller-manager's to 10,000.
     #[arg(long, default_value_t = 0.0)]
     pub qps: f32,
+    /// `--workers` of `volstack pv-controller` (its default is 8).
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
     /// Give up waiting for all Bound after this long.
     #[arg(long, default_value = "15m", value_parser = sidecar_kit::flags::go_duration)]
     pub timeout: Duration,
@@ -54,10 +58,15 @@ struct Run {
     binder: Binder,
     bound_after: Duration,
     bound: usize,
+    /// When the first claim and half of them were Bound.
+    first_bound: Duration,
+    half_bound: Duration,
     /// Writes to claims and to volumes seen by watches from the start until all were Bound
     /// (and 3 s more): each a new resourceVersion of an object, whoever wrote it.
     claim_writes: usize,
     volume_writes: usize,
+    /// Events in the claims' namespace at the end, by reason: (objects, occurrences).
+    events: std::collections::BTreeMap<String, (usize, i64)>,
 }
 
 /// Runs each binder's measurement and prints a line per run.
@@ -71,19 +80,31 @@ pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
     for &binder in &args.binders {
         let run = once(&args, binder, &bin).await?;
         println!(
-            "{:?}: {} of {} claims Bound after {:.1} s ({:.0} claims/s), qps {}; writes per claim: {:.2} to claims, {:.2} to volumes (every writer's, from watches)",
+            "{:?}: {} of {} claims Bound after {:.1} s ({:.0} claims/s; first {:.1} s, half {:.1} s), qps {}, pv-controller workers {}; writes per claim: {:.2} to claims, {:.2} to volumes (every writer's, from watches)",
             run.binder,
             run.bound,
             args.claims,
             run.bound_after.as_secs_f64(),
             run.bound as f64 / run.bound_after.as_secs_f64().max(1e-9),
+            run.first_bound.as_secs_f64(),
+            run.half_bound.as_secs_f64(),
             if args.qps <= 0.0 {
                 "lifted".to_string()
             } else {
                 args.qps.to_string()
             },
+            args.workers,
             run.claim_writes as f64 / args.claims.max(1) as f64,
             run.volume_writes as f64 / args.claims.max(1) as f64,
+        );
+        let events: Vec<String> = run
+            .events
+            .iter()
+            .map(|(reason, (objects, count))| format!("{reason} {objects} ({count})"))
+            .collect();
+        println!(
+            "  events by reason, objects (occurrences): {}",
+            events.join(", ")
         );
         runs.push(run);
     }
@@ -148,23 +169,51 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
         plane.dir(),
     )?];
     register(&admin).await?;
+    // Ours runs from before the backlog is made, as kube-controller-manager's binder does.
+    if binder == Binder::Ours {
+        let kubeconfig = plane
+            .service_account_kubeconfig("default", "pv-controller")
+            .await?;
+        let mut argv = vec![
+            "pv-controller".to_string(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--workers={}", args.workers),
+        ];
+        argv.extend(qps_flags(args.qps, 0.0));
+        processes.push(Process::spawn(
+            "pv-controller",
+            &volstack,
+            &argv,
+            &[],
+            plane.dir(),
+        )?);
+    }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
     // Every version of every claim and volume from before the claims are made: a binder that
     // runs during the backlog's creation (kube-controller-manager's) writes then too.
+    // One watch of the claims both counts their writes and sees them Bound (each watch is
+    // work for kube-apiserver, the busiest process here).
     let claim_versions = Versions::default();
     let volume_versions = Versions::default();
+    let bound_claims = Arc::new(BoundClaims::default());
+    let seen = bound_claims.clone();
     let watching = [
-        tokio::spawn(claim_versions.clone().follow(claims.clone())),
-        tokio::spawn(volume_versions.clone().follow(Api::<
-            k8s_openapi::api::core::v1::PersistentVolume,
-        >::all(admin.clone()))),
+        tokio::spawn(
+            claim_versions
+                .clone()
+                .follow(claims.clone(), move |claim| seen.see(claim)),
+        ),
+        tokio::spawn(volume_versions.clone().follow(
+            Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(admin.clone()),
+            |_| {},
+        )),
     ];
     claim_versions.wait_listed().await;
     volume_versions.wait_listed().await;
     create_claims(&claims, args.claims).await?;
     // The backlog is in; the clock starts as the sidecars do.
     let started = Instant::now();
-    let watch = tokio::spawn(count_bound(claims.clone(), args.claims));
+    bound_claims.start_clock(started);
     let provisioner = plane
         .service_account_kubeconfig("default", "csi-provisioner")
         .await?;
@@ -181,29 +230,10 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
         &[],
         plane.dir(),
     )?);
-    if binder == Binder::Ours {
-        let kubeconfig = plane
-            .service_account_kubeconfig("default", "pv-controller")
-            .await?;
-        let mut argv = vec![
-            "pv-controller".to_string(),
-            format!("--kubeconfig={}", kubeconfig.display()),
-        ];
-        argv.extend(qps_flags(args.qps, 0.0));
-        processes.push(Process::spawn(
-            "pv-controller",
-            &volstack,
-            &argv,
-            &[],
-            plane.dir(),
-        )?);
-    }
-    let bound = tokio::time::timeout(args.timeout, watch).await;
+    let bound = tokio::time::timeout(args.timeout, bound_claims.all(args.claims)).await;
     let bound_after = started.elapsed();
     let bound = match bound {
-        Ok(Ok(Ok(bound))) => bound,
-        Ok(Ok(Err(error))) => return Err(error),
-        Ok(Err(error)) => anyhow::bail!("the claim watch stopped: {error}"),
+        Ok(progress) => progress,
         Err(_) => {
             let logs: Vec<String> = processes.iter().map(|p| p.log()).collect();
             anyhow::bail!(
@@ -218,16 +248,29 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
     for task in watching {
         task.abort();
     }
+    let mut events = std::collections::BTreeMap::<String, (usize, i64)>::new();
+    let listed = Api::<k8s_openapi::api::core::v1::Event>::namespaced(admin.clone(), "default")
+        .list(&Default::default())
+        .await
+        .context("list the events")?;
+    for event in listed.items {
+        let entry = events.entry(event.reason.unwrap_or_default()).or_default();
+        entry.0 += 1;
+        entry.1 += i64::from(event.count.unwrap_or(1));
+    }
     for process in &mut processes {
         process.terminate(Duration::from_secs(5));
     }
     Ok(Run {
         binder,
         bound_after,
-        bound,
+        bound: bound.bound,
+        first_bound: bound.first,
+        half_bound: bound.half,
         // The claims' creations are the benchmark's.
         claim_writes: claim_versions.writes().saturating_sub(args.claims),
         volume_writes: volume_versions.writes(),
+        events,
     })
 }
 
@@ -297,7 +340,8 @@ struct Versions(
 
 impl Versions {
     /// Records every new version until the watch ends (or the task is aborted).
-    async fn follow<K>(self, api: Api<K>)
+    /// `seen` is shown every object the watch brings after its first list.
+    async fn follow<K>(self, api: Api<K>, mut seen: impl FnMut(&K) + Send)
     where
         K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
         K::DynamicType: Default,
@@ -314,6 +358,7 @@ impl Versions {
                 if let (Some(name), Some(version)) = (&meta.name, &meta.resource_version) {
                     self.0.lock().insert((name.clone(), version.clone()));
                 }
+                seen(&object);
             }
         }
     }
@@ -334,25 +379,69 @@ impl Versions {
     }
 }
 
-/// Waits until `n` claims are Bound; returns how many are.
-async fn count_bound(claims: Api<PersistentVolumeClaim>, n: usize) -> anyhow::Result<usize> {
-    let mut bound = std::collections::HashSet::new();
-    let stream = watcher::watcher(claims, watcher::Config::default());
-    futures::pin_mut!(stream);
-    while let Some(event) = stream.next().await {
-        match event? {
-            watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => {
-                let is_bound =
-                    claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-                if is_bound && let Some(name) = claim.metadata.name {
-                    bound.insert(name);
-                }
-            }
-            watcher::Event::Delete(_) | watcher::Event::Init | watcher::Event::InitDone => {}
-        }
-        if bound.len() >= n {
-            return Ok(bound.len());
+/// How the claims came to be Bound.
+struct Progress {
+    bound: usize,
+    first: Duration,
+    half: Duration,
+}
+
+/// The claims the claim watch saw Bound, and when after the clock started.
+#[derive(Default)]
+struct BoundClaims {
+    clock: std::sync::OnceLock<Instant>,
+    seen: parking_lot::Mutex<Seen>,
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Seen {
+    bound: std::collections::HashSet<String>,
+    first: Option<Duration>,
+    /// When each claim was first seen Bound, in that order.
+    reached: Vec<Duration>,
+}
+
+impl BoundClaims {
+    fn start_clock(&self, started: Instant) {
+        let _ = self.clock.set(started);
+    }
+
+    fn see(&self, claim: &PersistentVolumeClaim) {
+        let is_bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let Some(name) = claim.metadata.name.as_ref().filter(|_| is_bound) else {
+            return;
+        };
+        let elapsed = self.clock.get().map(Instant::elapsed).unwrap_or_default();
+        let mut seen = self.seen.lock();
+        if seen.bound.insert(name.clone()) {
+            seen.first.get_or_insert(elapsed);
+            seen.reached.push(elapsed);
+            drop(seen);
+            self.changed.notify_waiters();
         }
     }
-    anyhow::bail!("the claim watch ended with {} of {n} Bound", bound.len())
+
+    /// Waits until `n` claims are Bound.
+    async fn all(&self, n: usize) -> Progress {
+        loop {
+            let notified = self.changed.notified();
+            {
+                let seen = self.seen.lock();
+                if seen.bound.len() >= n {
+                    let now = self.clock.get().map(Instant::elapsed).unwrap_or_default();
+                    return Progress {
+                        bound: seen.bound.len(),
+                        first: seen.first.unwrap_or(now),
+                        half: seen
+                            .reached
+                            .get(n.div_ceil(2).saturating_sub(1))
+                            .copied()
+                            .unwrap_or(now),
+                    };
+                }
+            }
+            notified.await;
+        }
+    }
 }

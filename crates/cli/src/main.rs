@@ -14,8 +14,11 @@ use clap::{Parser, Subcommand};
 /// controllers and the driver of `up` and `bench` in one process. Measured 2026-11-25, run
 /// alternately with glibc's: storms of 1,000 all Bound 9% sooner and backlogs 23% sooner; a
 /// 10,000-claim storm 17% sooner with the process peaking at 1.12 GB against 1.31 GB, while a
-/// run of 1,000 peaks at 290 MB against 204 MB. The sidecars keep glibc's: with mimalloc the
-/// provisioner's peak RSS doubled (26 to 49-59 MiB at 1,000 claims).
+/// run of 1,000 peaks at 290 MB against 204 MB. Built without transparent huge pages
+/// (`no_thp`: mimalloc does not `madvise` its arenas for them): a profile of a 100,000-claim
+/// storm (2026-11-26) put 19% of this process's samples in the kernel zeroing 2 MiB pages on
+/// page faults (`clear_page_erms` under `do_huge_pmd_anonymous_page`); built so, it maps none
+/// (`AnonHugePages: 0 kB` 30 s into the same storm).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

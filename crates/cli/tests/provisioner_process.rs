@@ -1,5 +1,6 @@
-//! The csi-provisioner process itself: it runs with one glibc malloc arena (it sets
-//! `MALLOC_ARENA_MAX=1` and runs itself again, same PID and arguments) and still provisions;
+//! The csi-provisioner process itself: it runs with mimalloc returning freed pages at once (it
+//! sets `MIMALLOC_PURGE_DELAY=0` and runs itself again, same PID and arguments) and still
+//! provisions;
 //! the sidecars take klog's flags as the Go sidecars do.
 
 #![allow(clippy::unwrap_used)]
@@ -12,19 +13,19 @@ use common::Cluster;
 use serde_json::json;
 
 #[tokio::test]
-async fn the_provisioner_runs_with_one_malloc_arena_and_provisions() {
+async fn the_provisioner_runs_with_mimalloc_purging_at_once_and_provisions() {
     let mut c = Cluster::start(&[], &[], true).await;
     let pid = c.provisioner_pid().unwrap();
     let environ = format!("/proc/{pid}/environ");
     c.wait_until(
-        "the provisioner to run with MALLOC_ARENA_MAX=1",
+        "the provisioner to run with MIMALLOC_PURGE_DELAY=0",
         Duration::from_secs(15),
         || async {
             std::fs::read(&environ)
                 .map(|bytes| {
                     bytes
                         .split(|b| *b == 0)
-                        .any(|entry| entry == b"MALLOC_ARENA_MAX=1")
+                        .any(|entry| entry == b"MIMALLOC_PURGE_DELAY=0")
                 })
                 .unwrap_or(false)
         },

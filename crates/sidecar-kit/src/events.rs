@@ -45,6 +45,10 @@ impl EventType {
 /// Events queued at most before further ones are dropped (client-go's `maxQueuedEvents`).
 pub const QUEUED_EVENTS: usize = 1000;
 
+/// Recent events remembered at most to drop repeats (client-go's event correlator keeps as many
+/// in its LRU caches, `maxLruCacheEntries`).
+pub const RECENT_EVENTS: usize = 4096;
+
 /// Event writes in flight at once.
 const WRITERS: usize = 8;
 
@@ -63,7 +67,9 @@ pub struct Recorder {
     component: String,
     host: String,
     /// The (object UID, type, reason, message) written in the last ten minutes, by a hash of
-    /// it: 8 bytes a key instead of four strings (10,000 volumes kept about 3 MB of them).
+    /// it: 8 bytes a key instead of four strings (10,000 volumes kept about 3 MB of them), and
+    /// at most [`RECENT_EVENTS`] of them (a storm of 100,000 claims kept 200,000, 6 to 13 MB
+    /// with the map's spare room).
     recent: Recent<u64>,
     /// The hasher of `recent`'s keys (random keys, as std's maps).
     keys: std::collections::hash_map::RandomState,
@@ -92,7 +98,7 @@ impl Recorder {
             dropped: AtomicU64::new(0),
             component: component.into(),
             host: host.into(),
-            recent: Recent::new(Duration::from_secs(600)),
+            recent: Recent::bounded(Duration::from_secs(600), RECENT_EVENTS),
             keys: std::collections::hash_map::RandomState::new(),
         }
     }

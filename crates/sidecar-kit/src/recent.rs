@@ -26,6 +26,8 @@ struct Inner<K> {
 #[derive(Debug)]
 pub struct Recent<K> {
     window: Duration,
+    /// Most keys kept, if bounded: beyond it the older half is forgotten early.
+    limit: Option<usize>,
     inner: Mutex<Inner<K>>,
 }
 
@@ -34,10 +36,22 @@ impl<K: Hash + Eq> Recent<K> {
     pub fn new(window: Duration) -> Self {
         Recent {
             window,
+            limit: None,
             inner: Mutex::new(Inner {
                 at: HashMap::new(),
                 scan_at: FIRST_SCAN,
             }),
+        }
+    }
+
+    /// As [`Recent::new`], keeping at most `limit` keys (at least 2): when one more comes, the
+    /// expired keys go, then if need be the older half, as a bounded cache does (client-go's
+    /// event correlator keeps 4,096). For what may be remembered again at worst, not for what
+    /// must not happen twice.
+    pub fn bounded(window: Duration, limit: usize) -> Self {
+        Recent {
+            limit: Some(limit.max(2)),
+            ..Recent::new(window)
         }
     }
 
@@ -98,6 +112,28 @@ impl<K: Hash + Eq> Recent<K> {
 
     fn insert(&self, inner: &mut Inner<K>, key: K, now: Instant) {
         inner.at.insert(key, now);
+        if let Some(limit) = self.limit
+            && inner.at.len() > limit
+        {
+            let window = self.window;
+            inner
+                .at
+                .retain(|_, at| now.saturating_duration_since(*at) < window);
+            if inner.at.len() > limit {
+                // The newest half stays: those remembered at or after the median time.
+                let mut times: Vec<Instant> = inner.at.values().copied().collect();
+                let newest = limit / 2;
+                let cut = times.len() - newest;
+                let (_, median, _) = times.select_nth_unstable(cut);
+                let median = *median;
+                inner.at.retain(|_, at| *at >= median);
+                if inner.at.len() > limit {
+                    // More than half remembered at the same instant: all go.
+                    inner.at.clear();
+                }
+            }
+            return;
+        }
         if inner.at.len() >= inner.scan_at {
             let window = self.window;
             inner
@@ -160,6 +196,36 @@ mod tests {
             "nothing expired within the window"
         );
         assert!(recent.inner.lock().scan_at > 3 * FIRST_SCAN);
+    }
+
+    /// A bounded map never holds more than its limit: past it the expired keys go, then the
+    /// older half, and the newest keys are still remembered.
+    #[tokio::test(start_paused = true)]
+    async fn a_bounded_map_forgets_its_older_half_past_the_limit() {
+        let recent: Recent<u32> = Recent::bounded(Duration::from_secs(600), 100);
+        for k in 0..1000u32 {
+            recent.remember(k);
+            tokio::time::advance(Duration::from_millis(1)).await;
+            assert!(recent.len() <= 100, "{} keys after {k}", recent.len());
+        }
+        assert!(recent.len() >= 50, "the newer half stays: {}", recent.len());
+        assert!(
+            (950..1000).all(|k| recent.contains(&k)),
+            "the newest 50 stay"
+        );
+        assert!(!recent.contains(&0) && !recent.contains(&899));
+        // Expired keys go first: after the window, a new key leaves only the new ones.
+        tokio::time::advance(Duration::from_secs(600)).await;
+        for k in 2000..2051u32 {
+            recent.remember(k);
+        }
+        assert!((2000..2051).all(|k| recent.contains(&k)));
+        assert_eq!(
+            recent.len(),
+            51,
+            "the 100 old keys expired: {}",
+            recent.len()
+        );
     }
 
     #[tokio::test(start_paused = true)]
