@@ -44,8 +44,9 @@ pub struct BinderBenchArgs {
     /// lifts the limit of ours and sets kube-controller-manager's to 10,000.
     #[arg(long, default_value_t = 0.0)]
     pub qps: f32,
-    /// `--workers` of `volstack pv-controller` (its default is 8).
-    #[arg(long, default_value_t = 8)]
+    /// `--workers` of `volstack pv-controller` (its own default is 8; with the QPS limits
+    /// lifted more keep kube-apiserver busier: 1,000 claims Bound in 6.0 s with 8, 4.6 s with 64).
+    #[arg(long, default_value_t = 64)]
     pub workers: usize,
     /// Give up waiting for all Bound after this long.
     #[arg(long, default_value = "15m", value_parser = sidecar_kit::flags::go_duration)]
