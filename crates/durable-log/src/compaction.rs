@@ -43,11 +43,20 @@ impl Compaction {
 
     /// Writes and installs the snapshot, then removes what it supersedes; returns its size.
     fn write(&self, snapshot: SnapshotFn) -> Result<u64, LogError> {
-        let bytes = frame::snapshot_file(self.seq, &snapshot());
+        use std::io::Write;
         let path = files::snapshot_path(&self.dir, self.generation);
-        files::write_private_atomic(&path, &bytes).map_err(io("write", &path))?;
+        let entries = snapshot();
+        let mut size = 0u64;
+        files::write_private_atomic_with(&path, |file| {
+            for frame in frame::snapshot_frames(self.seq, entries) {
+                file.write_all(&frame)?;
+                size += frame.len() as u64;
+            }
+            Ok(())
+        })
+        .map_err(io("write", &path))?;
         self.remove_superseded();
-        Ok(bytes.len() as u64)
+        Ok(size)
     }
 
     /// Every snapshot and log of an older generation: the new snapshot and its log hold all.

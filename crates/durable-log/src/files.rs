@@ -87,10 +87,18 @@ fn create_temporary(path: &Path) -> io::Result<(PathBuf, File)> {
 /// temporary file.
 pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
+    write_private_atomic_with(path, |file| file.write_all(bytes))
+}
+
+/// As [`write_private_atomic`], the content written by `write` into the temporary file (for
+/// content made piece by piece, never held whole).
+pub fn write_private_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let (tmp, mut file) = create_temporary(path)?;
-    let written = file
-        .write_all(bytes)
+    let written = write(&mut file)
         .and_then(|()| file.sync_all())
         .and_then(|()| fs::rename(&tmp, path));
     if let Err(error) = written {

@@ -155,22 +155,30 @@ pub(crate) fn snapshot_header(seq: u64, count: u64) -> Vec<u8> {
 /// Snapshot entries per frame, roughly.
 const SNAPSHOT_FRAME: usize = 1 << 20;
 
-/// A whole snapshot file: its header frame, then the entries in frames of about 1 MiB.
-pub(crate) fn snapshot_file(seq: u64, entries: &[Vec<u8>]) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    push_frame(&mut bytes, &snapshot_header(seq, entries.len() as u64));
-    let mut chunk = Vec::new();
-    for entry in entries {
-        push_entry(&mut chunk, entry);
-        if chunk.len() >= SNAPSHOT_FRAME {
-            push_frame(&mut bytes, &chunk);
-            chunk.clear();
+/// A whole snapshot file, frame by frame: its header frame, then the entries in frames of about
+/// 1 MiB. Each entry is dropped once it is in a frame, so a caller that writes the frames as
+/// they come holds one frame beside the entries not yet framed, never a copy of the whole file
+/// (a snapshot of a 100,000-claim stack is hundreds of MB).
+pub(crate) fn snapshot_frames(seq: u64, entries: Vec<Vec<u8>>) -> impl Iterator<Item = Vec<u8>> {
+    let mut header = Vec::with_capacity(HEADER + 20);
+    push_frame(&mut header, &snapshot_header(seq, entries.len() as u64));
+    let mut entries = entries.into_iter().peekable();
+    std::iter::once(header).chain(std::iter::from_fn(move || {
+        entries.peek()?;
+        // The frame's header is filled in once its payload is complete.
+        let mut frame = vec![0u8; HEADER];
+        for entry in entries.by_ref() {
+            push_entry(&mut frame, &entry);
+            if frame.len() - HEADER >= SNAPSHOT_FRAME {
+                break;
+            }
         }
-    }
-    if !chunk.is_empty() {
-        push_frame(&mut bytes, &chunk);
-    }
-    bytes
+        let (header, payload) = frame.split_at_mut(HEADER);
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        header[..4].copy_from_slice(&len.to_le_bytes());
+        header[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        Some(frame)
+    }))
 }
 
 /// Reads a snapshot header payload: (seq, entry count).
@@ -322,10 +330,17 @@ mod tests {
         let entries: Vec<Vec<u8>> = (0..3000u32)
             .map(|i| vec![u8::try_from(i % 251).unwrap(); 700])
             .collect();
-        let bytes = snapshot_file(9, &entries);
+        let bytes = snapshot_frames(9, entries.clone())
+            .collect::<Vec<_>>()
+            .concat();
         let frames = read_frames(&bytes).unwrap();
         assert_eq!(frames.good_len, bytes.len());
         assert!(frames.payloads.len() > 2, "entries span several frames");
+        let one_frame = frames.payloads[1].len();
+        assert!(
+            (SNAPSHOT_FRAME..SNAPSHOT_FRAME + 1000).contains(&one_frame),
+            "a frame holds about {SNAPSHOT_FRAME} bytes: {one_frame}"
+        );
         assert_eq!(parse_snapshot_header(frames.payloads[0]), Some((9, 3000)));
         let read: Vec<Vec<u8>> = frames.payloads[1..]
             .iter()
