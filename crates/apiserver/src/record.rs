@@ -56,17 +56,21 @@ pub(crate) fn decode(record: &[u8]) -> Result<(String, Option<Value>), StoreErro
 pub(crate) fn snapshot_entries(
     mut objects: BTreeMap<String, Arc<Value>>,
     overlay: Vec<(String, Option<Arc<Value>>)>,
-) -> Vec<Vec<u8>> {
+) -> durable_log::Snapshot {
     for (key, object) in overlay {
         match object {
             Some(object) => objects.insert(key, object),
             None => objects.remove(&key),
         };
     }
-    objects
-        .iter()
-        .filter_map(|(key, object)| encode(key, Some(object)).ok())
-        .collect()
+    // Encoded one by one as the snapshot is written (one that fails to encode leaves the
+    // snapshot short of its count, and the compaction fails without harm).
+    durable_log::Snapshot::new(
+        objects.len(),
+        objects
+            .into_iter()
+            .filter_map(|(key, object)| encode(&key, Some(&object)).ok()),
+    )
 }
 
 #[cfg(test)]

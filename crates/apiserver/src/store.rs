@@ -437,7 +437,7 @@ impl Store {
                     .iter()
                     .map(|(k, (_, v))| (k.clone(), v.clone()))
                     .collect();
-                log.compact(Box::new(move || snapshot_entries(objects, overlay)))
+                log.compact(move || snapshot_entries(objects, overlay))
                     .map_err(StoreError::Failed)?;
             }
             Some(_) => {}

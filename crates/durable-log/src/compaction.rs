@@ -45,12 +45,21 @@ impl Compaction {
     fn write(&self, snapshot: SnapshotFn) -> Result<u64, LogError> {
         use std::io::Write;
         let path = files::snapshot_path(&self.dir, self.generation);
-        let entries = snapshot();
+        let snapshot = snapshot();
+        let count = snapshot.count;
         let mut size = 0u64;
         files::write_private_atomic_with(&path, |file| {
-            for frame in frame::snapshot_frames(self.seq, entries) {
+            let mut made = 0u64;
+            let entries = snapshot.entries.inspect(|_| made += 1);
+            for frame in frame::snapshot_frames(self.seq, count, entries) {
                 file.write_all(&frame)?;
                 size += frame.len() as u64;
+            }
+            if made != count {
+                // Removed, not installed: its header would not match its entries.
+                return Err(std::io::Error::other(format!(
+                    "the snapshot made {made} entries, not the {count} it announced"
+                )));
             }
             Ok(())
         })

@@ -155,14 +155,18 @@ pub(crate) fn snapshot_header(seq: u64, count: u64) -> Vec<u8> {
 /// Snapshot entries per frame, roughly.
 const SNAPSHOT_FRAME: usize = 1 << 20;
 
-/// A whole snapshot file, frame by frame: its header frame, then the entries in frames of about
-/// 1 MiB. Each entry is dropped once it is in a frame, so a caller that writes the frames as
-/// they come holds one frame beside the entries not yet framed, never a copy of the whole file
-/// (a snapshot of a 100,000-claim stack is hundreds of MB).
-pub(crate) fn snapshot_frames(seq: u64, entries: Vec<Vec<u8>>) -> impl Iterator<Item = Vec<u8>> {
+/// A whole snapshot file, frame by frame: its header frame (saying `count` entries), then the
+/// entries in frames of about 1 MiB. Entries are taken from `entries` as frames are made and
+/// dropped once framed, so a caller that writes the frames as they come holds one frame at a
+/// time, never the whole file (a snapshot of a 100,000-claim stack is hundreds of MB).
+pub(crate) fn snapshot_frames(
+    seq: u64,
+    count: u64,
+    entries: impl Iterator<Item = Vec<u8>>,
+) -> impl Iterator<Item = Vec<u8>> {
     let mut header = Vec::with_capacity(HEADER + 20);
-    push_frame(&mut header, &snapshot_header(seq, entries.len() as u64));
-    let mut entries = entries.into_iter().peekable();
+    push_frame(&mut header, &snapshot_header(seq, count));
+    let mut entries = entries.peekable();
     std::iter::once(header).chain(std::iter::from_fn(move || {
         entries.peek()?;
         // The frame's header is filled in once its payload is complete.
@@ -330,7 +334,7 @@ mod tests {
         let entries: Vec<Vec<u8>> = (0..3000u32)
             .map(|i| vec![u8::try_from(i % 251).unwrap(); 700])
             .collect();
-        let bytes = snapshot_frames(9, entries.clone())
+        let bytes = snapshot_frames(9, 3000, entries.clone().into_iter())
             .collect::<Vec<_>>()
             .concat();
         let frames = read_frames(&bytes).unwrap();

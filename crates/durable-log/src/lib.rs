@@ -134,7 +134,31 @@ impl Recovered {
 pub type OnDurable = Box<dyn Fn(u64) + Send>;
 /// Produces the state as snapshot entries; runs on a thread of its own, while the writer goes
 /// on appending to the next log generation.
-pub type SnapshotFn = Box<dyn FnOnce() -> Vec<Vec<u8>> + Send>;
+pub type SnapshotFn = Box<dyn FnOnce() -> Snapshot + Send>;
+
+/// A snapshot's entries, made one by one as they are written (a whole snapshot of a large
+/// store is hundreds of MB): how many, then each.
+pub struct Snapshot {
+    count: u64,
+    entries: Box<dyn Iterator<Item = Vec<u8>> + Send>,
+}
+
+impl Snapshot {
+    /// `count` entries, from `entries`. If they turn out not to number `count`, the compaction
+    /// fails: the snapshot is not installed and the log, complete, keeps growing.
+    pub fn new(count: usize, entries: impl Iterator<Item = Vec<u8>> + Send + 'static) -> Self {
+        Snapshot {
+            count: count as u64,
+            entries: Box::new(entries),
+        }
+    }
+}
+
+impl From<Vec<Vec<u8>>> for Snapshot {
+    fn from(entries: Vec<Vec<u8>>) -> Self {
+        Snapshot::new(entries.len(), entries.into_iter())
+    }
+}
 
 enum Msg {
     Record(u64, Vec<u8>),
@@ -239,9 +263,12 @@ impl Log {
 
     /// Queues a compaction. `snapshot` must describe exactly the state after every record
     /// appended before this call (capture it under the same lock as `append`).
-    pub fn compact(&self, snapshot: SnapshotFn) -> Result<(), LogError> {
+    pub fn compact<S: Into<Snapshot>>(
+        &self,
+        snapshot: impl FnOnce() -> S + Send + 'static,
+    ) -> Result<(), LogError> {
         self.shared.compacting.store(true, Ordering::Relaxed);
-        self.send(Msg::Compact(snapshot))
+        self.send(Msg::Compact(Box::new(move || snapshot().into())))
     }
 
     fn send(&self, msg: Msg) -> Result<(), LogError> {

@@ -357,8 +357,10 @@ async fn a_snapshot_that_panics_leaves_the_log_complete_and_compaction_possible_
     let (log, _) = open(dir.path());
     let state = Mutex::new(State::default());
     put(&log, &state, 1, "a=1").await;
-    log.compact(Box::new(|| panic!("a snapshot closure that panics")))
-        .unwrap();
+    log.compact(Box::new(|| -> Vec<Vec<u8>> {
+        panic!("a snapshot closure that panics")
+    }))
+    .unwrap();
     // The log keeps taking records, and asks for a compaction again once the panicked one
     // is over and the new log has grown past the threshold.
     let mut seq = 1;
@@ -381,6 +383,28 @@ async fn a_snapshot_that_panics_leaves_the_log_complete_and_compaction_possible_
     let (_log, recovered) = open(dir.path());
     assert_eq!(recovered.last_seq(), seq);
     assert_eq!(State::from(&recovered).0, state.lock().unwrap().0);
+}
+
+/// A snapshot whose entries do not number what it announced is not installed: the log keeps
+/// every record, and a reopen sees them all.
+#[tokio::test]
+async fn a_snapshot_short_of_its_count_is_not_installed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = open(dir.path());
+    let state = Mutex::new(State::default());
+    for (seq, record) in [(1, "a=1"), (2, "b=2"), (3, "c=3")] {
+        put(&log, &state, seq, record).await;
+    }
+    let entries = state.lock().unwrap().entries();
+    log.compact(move || durable_log::Snapshot::new(entries.len() + 1, entries.into_iter()))
+        .unwrap();
+    drop(log);
+    let (_log, recovered) = open(dir.path());
+    assert_eq!(recovered.snapshot_seq, 0, "no snapshot was installed");
+    assert!(recovered.snapshot.is_empty());
+    assert_eq!(recovered.last_seq(), 3);
+    assert_eq!(State::from(&recovered).0, state.lock().unwrap().0);
+    assert!(files::list(dir.path()).unwrap().snapshots.is_empty());
 }
 
 #[test]
