@@ -340,8 +340,9 @@ struct Versions(
 );
 
 impl Versions {
-    /// Records every new version until the watch ends (or the task is aborted).
-    /// `seen` is shown every object the watch brings after its first list.
+    /// Records every new version until the watch ends (or the task is aborted). `seen` is
+    /// shown every object the watch brings, those of a list made again after a broken watch
+    /// included (a claim Bound meanwhile comes only so).
     async fn follow<K>(self, api: Api<K>, mut seen: impl FnMut(&K) + Send)
     where
         K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
@@ -350,16 +351,21 @@ impl Versions {
         let stream = watcher::watcher(api, watcher::Config::default());
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
-            if let Ok(watcher::Event::InitDone) = event {
-                self.2.store(true, Ordering::SeqCst);
-                self.1.notify_waiters();
-            }
-            if let Ok(watcher::Event::Apply(object)) = event {
-                let meta = object.meta();
-                if let (Some(name), Some(version)) = (&meta.name, &meta.resource_version) {
-                    self.0.lock().insert((name.clone(), version.clone()));
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    self.2.store(true, Ordering::SeqCst);
+                    self.1.notify_waiters();
                 }
-                seen(&object);
+                Ok(watcher::Event::Apply(object)) => {
+                    let meta = object.meta();
+                    if let (Some(name), Some(version)) = (&meta.name, &meta.resource_version) {
+                        self.0.lock().insert((name.clone(), version.clone()));
+                    }
+                    seen(&object);
+                }
+                Ok(watcher::Event::InitApply(object)) => seen(&object),
+                Ok(watcher::Event::Init | watcher::Event::Delete(_)) => {}
+                Err(error) => eprintln!("bench-binder: a watch failed ({error}); it starts again"),
             }
         }
     }

@@ -12,6 +12,8 @@ use std::time::Duration;
 use common::Cluster;
 use serde_json::json;
 
+/// (That the allocator is mimalloc shows only in the binary, not here: this checks the
+/// re-execution and its setting.)
 #[tokio::test]
 async fn the_provisioner_runs_with_mimalloc_purging_at_once_and_provisions() {
     let mut c = Cluster::start(&[], &[], true).await;

@@ -170,7 +170,8 @@ pub(crate) fn snapshot_frames(
     std::iter::once(header).chain(std::iter::from_fn(move || {
         entries.peek()?;
         // The frame's header is filled in once its payload is complete.
-        let mut frame = vec![0u8; HEADER];
+        let mut frame = Vec::with_capacity(HEADER + SNAPSHOT_FRAME + (64 << 10));
+        frame.resize(HEADER, 0);
         for entry in entries.by_ref() {
             push_entry(&mut frame, &entry);
             if frame.len() - HEADER >= SNAPSHOT_FRAME {

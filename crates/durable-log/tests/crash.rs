@@ -399,6 +399,9 @@ async fn a_snapshot_short_of_its_count_is_not_installed() {
     log.compact(move || durable_log::Snapshot::new(entries.len() + 1, entries.into_iter()))
         .unwrap();
     drop(log);
+    let listing = files::list(dir.path()).unwrap();
+    assert_eq!(listing.logs, [0, 1], "the compaction ran: the log was cut");
+    assert!(listing.snapshots.is_empty() && listing.temporaries.is_empty());
     let (_log, recovered) = open(dir.path());
     assert_eq!(recovered.snapshot_seq, 0, "no snapshot was installed");
     assert!(recovered.snapshot.is_empty());
