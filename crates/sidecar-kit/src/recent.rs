@@ -228,6 +228,12 @@ mod tests {
             "the 100 old keys expired: {}",
             recent.len()
         );
+        // Keys remembered at one instant (the clock stands still) still keep to the limit.
+        let still: Recent<u32> = Recent::bounded(Duration::from_secs(600), 4);
+        for k in 0..20u32 {
+            still.remember(k);
+            assert!(still.len() <= 4, "{} keys after {k}", still.len());
+        }
     }
 
     #[tokio::test(start_paused = true)]
