@@ -59,6 +59,27 @@ pub fn test_version(meta: &ObjectMeta) -> Op {
     )
 }
 
+/// `patch`, a merge patch, made to apply only at the resourceVersion `meta` was read at (a
+/// conflict otherwise): [`test_version`]'s guard for merge patches. What `patch` says of the
+/// metadata stays.
+pub fn merge_at_version(meta: &ObjectMeta, patch: &Value) -> Value {
+    let mut patch = patch.clone();
+    if let Some(object) = patch.as_object_mut() {
+        let metadata = object
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(metadata) = metadata.as_object_mut() {
+            metadata.insert(
+                "resourceVersion".into(),
+                meta.resource_version
+                    .clone()
+                    .map_or(Value::Null, Value::String),
+            );
+        }
+    }
+    patch
+}
+
 /// The patch of `ops`, in order.
 pub fn patch(ops: Vec<Op>) -> Patch {
     Patch(ops)
@@ -68,6 +89,24 @@ pub fn patch(ops: Vec<Op>) -> Patch {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_merge_patch_at_a_version_keeps_what_it_said_of_the_metadata() {
+        let meta = ObjectMeta {
+            resource_version: Some("7".into()),
+            ..Default::default()
+        };
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {"a": "b"}}, "status": {"x": 1}});
+        assert_eq!(
+            merge_at_version(&meta, &patch),
+            serde_json::json!({"metadata": {"annotations": {"a": "b"}, "resourceVersion": "7"}, "status": {"x": 1}})
+        );
+        assert_eq!(
+            merge_at_version(&meta, &serde_json::json!({"status": {}})),
+            serde_json::json!({"metadata": {"resourceVersion": "7"}, "status": {}})
+        );
+    }
     use serde_json::json;
 
     #[test]

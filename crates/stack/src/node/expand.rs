@@ -131,8 +131,7 @@ impl NodeAgent {
         patch: &Value,
         action: &'static str,
     ) -> Result<PersistentVolumeClaim, NodeError> {
-        let mut patch = patch.clone();
-        patch["metadata"] = serde_json::json!({"resourceVersion": claim.metadata.resource_version});
+        let patch = sidecar_kit::patch_ops::merge_at_version(&claim.metadata, patch);
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
         Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)

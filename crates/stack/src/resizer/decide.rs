@@ -153,14 +153,16 @@ pub fn allocated_status(claim: &PersistentVolumeClaim) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// What the resizer decides from, of a claim: its request, class of attributes, phase,
+/// What the resizer decides from, of a claim, hashed: its request, class of attributes, phase,
 /// volume, recorded capacity and class, and resize status. A change of any of these brings
-/// the claim back; its other status writes (conditions) do not.
-pub fn fingerprint(claim: &PersistentVolumeClaim) -> String {
+/// the claim back; its other status writes (conditions) do not. A hash, not text: it is
+/// made for every claim event and kept for every claim.
+pub fn fingerprint(claim: &PersistentVolumeClaim) -> u64 {
+    use std::hash::{Hash, Hasher};
     let spec = claim.spec.as_ref();
     let status = claim.status.as_ref();
-    format!(
-        "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
         claim_request_bytes(claim),
         spec.and_then(|s| s.volume_attributes_class_name.as_deref()),
         spec.and_then(|s| s.volume_name.as_deref()),
@@ -170,6 +172,8 @@ pub fn fingerprint(claim: &PersistentVolumeClaim) -> String {
         status.and_then(|s| s.current_volume_attributes_class_name.as_deref()),
         status.map(|s| s.modify_volume_status.is_none()),
     )
+        .hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The PV's capacity in bytes.

@@ -111,7 +111,7 @@ impl Resizer {
         // A claim is looked at when what the resizer decides from changed, not for its own
         // status writes (a failed pass then waits for its backoff instead of looping).
         let q = queue.clone();
-        let seen = parking_lot::Mutex::new(std::collections::HashMap::new());
+        let seen = parking_lot::Mutex::new(std::collections::HashMap::<_, u64>::new());
         let claims = watches.reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             move |e: &kube::runtime::watcher::Event<PersistentVolumeClaim>| {
@@ -122,7 +122,7 @@ impl Resizer {
                 each(e, |c| {
                     let key = ObjectRef::from_obj(c);
                     let print = decide::fingerprint(c);
-                    if seen.lock().insert(key.clone(), print.clone()) != Some(print) {
+                    if seen.lock().insert(key.clone(), print) != Some(print) {
                         q.add(key);
                     }
                 });
@@ -467,8 +467,7 @@ impl Resizer {
         let name = claim.metadata.name.clone().unwrap_or_default();
         // Written over the claim it was decided from, or not at all (a conflict: looked at
         // again from what is current).
-        let mut patch = patch.clone();
-        patch["metadata"] = json!({"resourceVersion": claim.metadata.resource_version});
+        let patch = sidecar_kit::patch_ops::merge_at_version(&claim.metadata, patch);
         Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &namespace)
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
