@@ -365,3 +365,39 @@ async fn a_late_binding_claim_of_static_volumes_gets_one_on_its_pods_node() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_late_binding_claim_names_the_pods_waiting_for_the_scheduler() {
+    let c = Cluster::start_with(&[], &[], true, |_| {}).await;
+    c.apply_cluster::<StorageClass>(json!({"metadata": {"name": "local"},
+        "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    c.claim("data", "local", "1Gi", json!({}), false).await;
+    c.wait_event("data", "WaitForFirstConsumer", "waiting for first consumer")
+        .await;
+    // Two Pods use the claim and no node can take either: the claim waits for them, by name.
+    let stuck = |pod: &str| {
+        json!({
+            "metadata": {"name": pod},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": "no-such-node"},
+                     "containers": [{"name": "app", "image": "busybox"}],
+                     "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]},
+        })
+    };
+    c.apply::<k8s_openapi::api::core::v1::Pod>(stuck("web-b"))
+        .await;
+    c.wait_event(
+        "data",
+        "WaitForPodScheduled",
+        "waiting for pod web-b to be scheduled",
+    )
+    .await;
+    c.apply::<k8s_openapi::api::core::v1::Pod>(stuck("web-a"))
+        .await;
+    c.wait_event(
+        "data",
+        "WaitForPodScheduled",
+        "waiting for pods web-a,web-b to be scheduled",
+    )
+    .await;
+}

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -25,7 +25,9 @@ use crate::decide::binder::{claim_is_gone, left_to_node_recyclers, named_volumes
 /// default `--volume-name-prefix`.
 const VOLUME_NAME_PREFIXES: &[&str] = &["pvc"];
 use crate::decide::classes::default_class;
+use crate::decide::consumers::{awaits_scheduling, first_consumer_event};
 use crate::index::{ClaimRefIndex, claim_named_by};
+use crate::pods::WaitingPods;
 
 /// A failed write; retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,10 @@ pub struct PvController {
     assumed_volumes: Arc<Assumed<PersistentVolume>>,
     /// The default-class assignment counters, with metrics.
     retroactive: Option<crate::metrics::Retroactive>,
+    /// Pods, kept only as far as deciding whether they wait for the scheduler needs.
+    pods: Store<Pod>,
+    /// The Pods waiting for the scheduler, by the claims they name.
+    waiting_pods: Arc<WaitingPods>,
 }
 
 /// How often volumes whose claim is missing are looked at again, whatever the events said.
@@ -225,8 +231,33 @@ impl PvController {
             |_, _| true,
             move |claim| q.add_now(ObjectRef::from_obj(claim)),
         );
+        // A Pod that waits for the scheduler changes what its claims say they wait for.
+        let (q, waiting_pods, feed) = (
+            claim_queue.clone(),
+            Arc::new(WaitingPods::default()),
+            Feed::default(),
+        );
+        let by_claim = waiting_pods.clone();
+        let pods = watches.reflect_trimmed(
+            Api::<Pod>::all(client.clone()),
+            crate::pods::shrink,
+            move |e| {
+                feed.event(e, &*by_claim);
+                each(e, |pod| {
+                    if !awaits_scheduling(pod) {
+                        return;
+                    }
+                    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+                    for claim in sidecar_kit::vocabulary::pod_claim_names(pod) {
+                        q.add(ObjectRef::new(&claim).within(ns));
+                    }
+                });
+            },
+        );
         let recorder = Recorder::new(client.clone(), "persistentvolume-controller", hostname());
         Arc::new(PvController {
+            pods,
+            waiting_pods,
             node_recyclers,
             index,
             client,
@@ -319,6 +350,7 @@ impl PvController {
             .wait_for(&self.claims)
             .wait_for(&self.volumes)
             .wait_for(&self.classes)
+            .wait_for(&self.pods)
             .reconcile("claim", self.claim_queue.clone(), workers, move |key| {
                 let this = claims.clone();
                 async move { after_conflict(this.sync_claim(&key).await) }
@@ -429,12 +461,9 @@ impl PvController {
                 Ok(())
             }
             ClaimAction::WaitForFirstConsumer => {
-                self.recorder.record(
-                    &reference(&*claim),
-                    EventType::Normal,
-                    "WaitForFirstConsumer",
-                    "waiting for first consumer to be created before binding",
-                );
+                let (reason, message) = first_consumer_event(&self.waiting_pods.of(&ns, &name));
+                self.recorder
+                    .record(&reference(&*claim), EventType::Normal, reason, &message);
                 Ok(())
             }
             ClaimAction::Pending {

@@ -14,5 +14,6 @@ pub mod decide;
 pub mod ephemeral;
 pub mod index;
 pub mod metrics;
+pub mod pods;
 pub mod protection;
 pub mod runner;

@@ -157,6 +157,8 @@ async fn make_scenarios(bed: &Bed) {
     // Late binding: kube-scheduler picks the node for the Pod's claim.
     bed.claim("c-late", "late", "1Gi", json!({})).await;
     bed.claim("c-local", "local", "1Gi", json!({})).await;
+    // A late claim whose Pod no node can take: it waits for that Pod to be scheduled.
+    bed.claim("c-stuck", "late", "1Gi", json!({})).await;
     // The binder says it waits (before the Pod, so that it always has the time to).
     let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
     bed.until(
@@ -164,7 +166,7 @@ async fn make_scenarios(bed: &Bed) {
         WAIT,
         || async {
             let items = events.list(&Default::default()).await.unwrap().items;
-            ["c-late", "c-local"].iter().all(|c| {
+            ["c-late", "c-local", "c-stuck"].iter().all(|c| {
                 items.iter().any(|e| {
                     e.involved_object.name.as_deref() == Some(*c)
                         && e.reason.as_deref() == Some("WaitForFirstConsumer")
@@ -180,6 +182,24 @@ async fn make_scenarios(bed: &Bed) {
                         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c-late"}},
                                     {"name": "local", "persistentVolumeClaim": {"claimName": "c-local"}}]}}),
     )
+    .await;
+    bed.create::<k8s_openapi::api::core::v1::Pod>(
+        "default",
+        json!({"metadata": {"name": "stuck"},
+               "spec": {"containers": [{"name": "app", "image": "busybox"}],
+                        "nodeSelector": {"volstack.test/no-such-node": "true"},
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c-stuck"}}]}}),
+    )
+    .await;
+    // kube-controller-manager says so at its next resync of the claim (15 s), ours when the
+    // Pod appears.
+    bed.until("c-stuck's WaitForPodScheduled event", WAIT, || async {
+        let items = events.list(&Default::default()).await.unwrap().items;
+        items.iter().any(|e| {
+            e.involved_object.name.as_deref() == Some("c-stuck")
+                && e.reason.as_deref() == Some("WaitForPodScheduled")
+        })
+    })
     .await;
     for bound in [
         "c-prebound",
@@ -324,6 +344,14 @@ async fn end_state(bed: &Bed) -> BTreeMap<String, Value> {
         .filter(|e| {
             !(e.involved_object.name.as_deref() == Some("c-late")
                 && e.reason.as_deref() == Some("ExternalProvisioning"))
+        })
+        // So does WaitForPodScheduled on the claims of the Pod kube-scheduler places: the
+        // binder says it only if it syncs the claim before the Pod is on its node.
+        .filter(|e| {
+            !(matches!(
+                e.involved_object.name.as_deref(),
+                Some("c-late" | "c-local")
+            ) && e.reason.as_deref() == Some("WaitForPodScheduled"))
         })
         .map(|e| {
             let object = normal_volume(e.involved_object.name.as_deref().unwrap_or_default(), &pvs);

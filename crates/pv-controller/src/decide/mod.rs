@@ -3,6 +3,7 @@
 pub mod attach_detach;
 pub mod binder;
 pub mod classes;
+pub mod consumers;
 pub mod ephemeral;
 pub mod protection;
 

@@ -1,0 +1,269 @@
+//! The Pods that wait for the scheduler, by the claims they name (kube-controller-manager's
+//! Pod index by claim, for the `WaitForPodScheduled` event of a WaitForFirstConsumer claim).
+//! Only the names of waiting Pods are indexed; the Pod cache itself keeps what deciding
+//! "waiting" reads and nothing else.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec, PodStatus, Volume};
+use parking_lot::Mutex;
+use sidecar_kit::key::ObjectKey;
+use sidecar_kit::vocabulary::pod_claim_names;
+use sidecar_kit::watch_index::{WatchIndex, listed};
+
+use crate::decide::consumers::awaits_scheduling;
+
+/// `(namespace, name)`.
+type Name = (String, String);
+
+#[derive(Debug, Default)]
+struct Maps {
+    /// Waiting Pods by the claim they name.
+    by_claim: HashMap<Name, BTreeSet<String>>,
+    /// The claims each waiting Pod is indexed under.
+    claims_of: HashMap<Name, Vec<String>>,
+}
+
+impl Maps {
+    fn unlink(&mut self, namespace: &str, pod: &str) {
+        let key = (namespace.to_string(), pod.to_string());
+        for claim in self.claims_of.remove(&key).into_iter().flatten() {
+            let claim_key = (namespace.to_string(), claim);
+            if let Some(pods) = self.by_claim.get_mut(&claim_key) {
+                pods.remove(pod);
+                if pods.is_empty() {
+                    self.by_claim.remove(&claim_key);
+                }
+            }
+        }
+    }
+}
+
+/// The index. Fed by the Pod watch, read when a claim waits for its consumer.
+#[derive(Debug, Default)]
+pub struct WaitingPods {
+    maps: Mutex<Maps>,
+}
+
+impl WaitingPods {
+    /// The Pods of `namespace` that name the claim and wait for the scheduler, by name.
+    pub fn of(&self, namespace: &str, claim: &str) -> Vec<String> {
+        let key = (namespace.to_string(), claim.to_string());
+        let maps = self.maps.lock();
+        maps.by_claim
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// How many waiting Pods are indexed.
+    pub fn len(&self) -> usize {
+        self.maps.lock().claims_of.len()
+    }
+
+    /// Whether no waiting Pod is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn name_of(pod: &Pod) -> Option<(&str, &str)> {
+    Some((
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref()?,
+    ))
+}
+
+impl WatchIndex<Pod> for WaitingPods {
+    fn apply(&self, pod: &Pod) {
+        let Some((namespace, name)) = name_of(pod) else {
+            return;
+        };
+        let mut maps = self.maps.lock();
+        maps.unlink(namespace, name);
+        if !awaits_scheduling(pod) {
+            return;
+        }
+        let claims = pod_claim_names(pod);
+        if claims.is_empty() {
+            return;
+        }
+        for claim in &claims {
+            maps.by_claim
+                .entry((namespace.to_string(), claim.clone()))
+                .or_default()
+                .insert(name.to_string());
+        }
+        maps.claims_of
+            .insert((namespace.to_string(), name.to_string()), claims);
+    }
+
+    fn delete(&self, pod: &Pod) {
+        if let Some((namespace, name)) = name_of(pod) {
+            self.maps.lock().unlink(namespace, name);
+        }
+    }
+
+    fn reset(&self, keep: &HashSet<ObjectKey>) {
+        let mut maps = self.maps.lock();
+        let gone: Vec<Name> = maps
+            .claims_of
+            .keys()
+            .filter(|(ns, name)| !listed(keep, Some(ns.as_str()), name))
+            .cloned()
+            .collect();
+        for (namespace, name) in gone {
+            maps.unlink(&namespace, &name);
+        }
+    }
+}
+
+/// Keeps of a Pod only what [`awaits_scheduling`] and the claims it names read: its name and
+/// deletion, its claim volumes, its node, its phase and its containers' states.
+pub fn shrink(pod: &mut Pod) {
+    let meta = &mut pod.metadata;
+    meta.labels = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        let volumes = spec.volumes.take().map(|volumes| {
+            volumes
+                .into_iter()
+                .filter(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+                .map(|v| Volume {
+                    name: v.name,
+                    persistent_volume_claim: v.persistent_volume_claim,
+                    ephemeral: v.ephemeral.map(|_| Default::default()),
+                    ..Default::default()
+                })
+                .collect()
+        });
+        *spec = PodSpec {
+            volumes,
+            node_name: spec.node_name.take(),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        let states = |statuses: Option<Vec<ContainerStatus>>| {
+            statuses.map(|statuses| {
+                statuses
+                    .into_iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        state: c.state,
+                        ..Default::default()
+                    })
+                    .collect()
+            })
+        };
+        *status = PodStatus {
+            phase: status.phase.take(),
+            init_container_statuses: states(status.init_container_statuses.take()),
+            container_statuses: states(status.container_statuses.take()),
+            ephemeral_container_statuses: states(status.ephemeral_container_statuses.take()),
+            ..Default::default()
+        };
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::EphemeralVolumeSource;
+    use kube::runtime::watcher::Event;
+    use sidecar_kit::testing;
+    use sidecar_kit::watch_index::Feed;
+
+    fn pending(name: &str, claims: &[&str]) -> Pod {
+        claims
+            .iter()
+            .enumerate()
+            .fold(testing::pod(name), |pod, (i, claim)| {
+                pod.claim(&format!("v{i}"), claim, false)
+            })
+            .build()
+    }
+
+    #[test]
+    fn pods_are_indexed_under_their_claims_while_they_wait_for_the_scheduler() {
+        let index = WaitingPods::default();
+        index.apply(&pending("b", &["data"]));
+        index.apply(&pending("a", &["data", "logs"]));
+        index.apply(&pending("no-claims", &[]));
+        assert_eq!(index.of("default", "data"), ["a", "b"]);
+        assert_eq!(index.of("default", "logs"), ["a"]);
+        assert!(index.of("other", "data").is_empty(), "another namespace");
+        assert_eq!(index.len(), 2);
+        // Scheduled, finished, changed volumes, deleted: each leaves the index as it should.
+        let mut scheduled = pending("b", &["data"]);
+        scheduled.spec.as_mut().unwrap().node_name = Some("n1".into());
+        index.apply(&scheduled);
+        assert_eq!(index.of("default", "data"), ["a"]);
+        index.apply(&pending("a", &["logs"]));
+        assert!(index.of("default", "data").is_empty());
+        index.apply(
+            &testing::pod("a")
+                .phase("Failed")
+                .claim("v", "logs", false)
+                .build(),
+        );
+        assert!(index.of("default", "logs").is_empty());
+        index.apply(&pending("c", &["data"]));
+        index.delete(&pending("c", &["data"]));
+        assert!(index.is_empty());
+    }
+
+    #[test]
+    fn a_generic_ephemeral_volume_names_its_claim_after_the_pod() {
+        let index = WaitingPods::default();
+        let mut pod = pending("web", &[]);
+        pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+            name: "scratch".into(),
+            ephemeral: Some(EphemeralVolumeSource::default()),
+            ..Default::default()
+        }]);
+        index.apply(&pod);
+        assert_eq!(index.of("default", "web-scratch"), ["web"]);
+    }
+
+    #[test]
+    fn a_relist_forgets_pods_deleted_while_the_watch_was_away() {
+        let (feed, index) = (Feed::default(), WaitingPods::default());
+        feed.event(&Event::Apply(pending("gone", &["data"])), &index);
+        feed.event(&Event::Apply(pending("kept", &["data"])), &index);
+        feed.event(&Event::Init, &index);
+        feed.event(&Event::InitApply(pending("kept", &["data"])), &index);
+        feed.event(&Event::InitDone, &index);
+        assert_eq!(index.of("default", "data"), ["kept"]);
+        assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn a_shrunk_pod_decides_alike_and_keeps_no_containers_or_labels() {
+        let mut pod = testing::pod("p")
+            .claim("v", "data", false)
+            .empty_dir("tmp")
+            .node("n1")
+            .phase("Running")
+            .build();
+        pod.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        let before = (awaits_scheduling(&pod), pod_claim_names(&pod));
+        shrink(&mut pod);
+        assert_eq!((awaits_scheduling(&pod), pod_claim_names(&pod)), before);
+        let spec = pod.spec.as_ref().unwrap();
+        assert!(spec.containers.is_empty());
+        assert_eq!(
+            spec.volumes.as_ref().map(Vec::len),
+            Some(1),
+            "the emptyDir goes"
+        );
+        assert_eq!(pod.metadata.labels, None);
+        assert_eq!(pod.status.and_then(|s| s.phase), Some("Running".into()));
+    }
+}
