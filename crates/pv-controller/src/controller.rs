@@ -19,7 +19,9 @@ use crate::decide::binder::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
     ANN_STORAGE_PROVISIONER, ClaimAction, ClaimSource, VolumeAction, decide_claim, decide_volume,
 };
-use crate::decide::binder::{claim_is_gone, left_to_node_recyclers, named_volumes};
+use crate::decide::binder::{
+    claim_is_gone, leaves_claim_pending, left_to_node_recyclers, named_volumes, pending_status,
+};
 
 /// The names provisioners give the volume of a claim, `<prefix>-<claim uid>`: upstream's
 /// default `--volume-name-prefix`.
@@ -371,9 +373,8 @@ impl PvController {
         let Some(claim) = self.claim(key) else {
             return Ok(());
         };
-        if claim.metadata.deletion_timestamp.is_some() {
-            return Ok(());
-        }
+        // A claim being deleted is synced as any other (kube-controller-manager's does not
+        // look): a Pod that still holds it may wait for its binding.
         let classes = self.classes.state();
         // The volumes the decision can depend on, looked up by name rather than scanning
         // every volume for each claim (quadratic in a storm).
@@ -389,6 +390,11 @@ impl PvController {
         });
         let default = default_class(classes.iter().map(|c| c.as_ref()));
         let action = decide_claim(&claim, &volumes, &classes, default);
+        if leaves_claim_pending(&action)
+            && let Some(status) = pending_status(&claim)
+        {
+            self.mark_pending(&claim, status).await?;
+        }
         let ns = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
@@ -499,6 +505,24 @@ impl PvController {
                 Ok(())
             }
         }
+    }
+
+    /// Writes a claim's `Pending` status (see [`pending_status`]).
+    async fn mark_pending(
+        &self,
+        claim: &PersistentVolumeClaim,
+        status: k8s_openapi::api::core::v1::PersistentVolumeClaimStatus,
+    ) -> Result<(), SyncError> {
+        let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+        let name = claim.metadata.name.as_deref().unwrap_or_default();
+        let mut pending = claim.clone();
+        pending.status = Some(status);
+        let written = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns)
+            .replace_status(name, &PostParams::default(), &pending)
+            .await
+            .map_err(write_err("mark the claim Pending"))?;
+        self.wrote_claim(&written);
+        Ok(())
     }
 
     /// Writes the rest of a binding whose volume side is done: volume phase, claim spec and

@@ -36,9 +36,17 @@ fn static_volume(name: &str, class: &str, size: &str, extra: Value) -> Value {
     pv
 }
 
+/// A CSI source (kube-apiserver wants one on a volume with an attributes class) and the class.
+fn attributes_class(name: &str, class: &str) -> Value {
+    json!({"spec": {"hostPath": null, "volumeAttributesClassName": class,
+                    "csi": {"driver": "static.example.com", "volumeHandle": name}}})
+}
+
 /// The scenarios: what is made, in order.
 async fn make_scenarios(bed: &Bed) {
-    for class in ["named", "sel", "big", "modes", "block", "retain"] {
+    for class in [
+        "named", "sel", "big", "modes", "block", "retain", "vac", "going",
+    ] {
         bed.create_cluster::<StorageClass>(
             json!({"metadata": {"name": class}, "provisioner": NO_PROVISIONER}),
         )
@@ -96,6 +104,21 @@ async fn make_scenarios(bed: &Bed) {
         static_volume("pv-retain", "retain", "1Gi", json!({})),
         // Named by a claim of another class.
         static_volume("pv-other-class", "named", "1Gi", json!({})),
+        // Volume attributes classes: a claim of class gold takes only a gold volume (a larger
+        // one than the smallest fit), a claim of none refuses a named silver one.
+        static_volume("pv-vac-none", "vac", "1Gi", json!({})),
+        static_volume(
+            "pv-vac-gold",
+            "vac",
+            "2Gi",
+            attributes_class("pv-vac-gold", "gold"),
+        ),
+        static_volume(
+            "pv-vac-silver",
+            "vac",
+            "1Gi",
+            attributes_class("pv-vac-silver", "silver"),
+        ),
         // A local volume on node-1, for a late-binding claim: the scheduler picks it.
         static_volume(
             "pv-local",
@@ -147,6 +170,33 @@ async fn make_scenarios(bed: &Bed) {
     .await;
     bed.claim("c-retain", "retain", "1Gi", json!({})).await;
     bed.claim("c-dyn", "fast", "1Gi", json!({})).await;
+    bed.claim(
+        "c-vac",
+        "vac",
+        "1Gi",
+        json!({"spec": {"volumeAttributesClassName": "gold"}}),
+    )
+    .await;
+    bed.claim(
+        "c-vac-named",
+        "vac",
+        "1Gi",
+        json!({"spec": {"volumeName": "pv-vac-silver"}}),
+    )
+    .await;
+    // A claim being deleted (a finalizer holds it) whose volume comes after: bound all the same
+    // (it names the volume: neither binder says anything of a volume not there yet).
+    bed.claim(
+        "c-going",
+        "going",
+        "1Gi",
+        json!({"metadata": {"finalizers": ["volstack.test/hold"]},
+               "spec": {"volumeName": "pv-going"}}),
+    )
+    .await;
+    bed.delete_claim_only("c-going").await;
+    bed.create_cluster::<PersistentVolume>(static_volume("pv-going", "going", "1Gi", json!({})))
+        .await;
     bed.claim(
         "c-mismatch",
         "sel",
@@ -211,6 +261,8 @@ async fn make_scenarios(bed: &Bed) {
         "c-dyn",
         "c-late",
         "c-local",
+        "c-vac",
+        "c-going",
     ] {
         bed.bound(bound, WAIT).await;
     }
@@ -241,15 +293,22 @@ async fn make_scenarios(bed: &Bed) {
         WAIT,
         || async {
             let all = events.list(&Default::default()).await.unwrap().items;
-            ["c-big", "c-rox", "c-dyn", "c-mismatch", "c-steal"]
-                .iter()
-                .all(|claim| {
-                    all.iter().any(|e| {
-                        e.involved_object.name.as_deref() == Some(*claim)
-                            && e.source.as_ref().and_then(|s| s.component.as_deref())
-                                == Some("persistentvolume-controller")
-                    })
+            [
+                "c-big",
+                "c-rox",
+                "c-dyn",
+                "c-mismatch",
+                "c-steal",
+                "c-vac-named",
+            ]
+            .iter()
+            .all(|claim| {
+                all.iter().any(|e| {
+                    e.involved_object.name.as_deref() == Some(*claim)
+                        && e.source.as_ref().and_then(|s| s.component.as_deref())
+                            == Some("persistentvolume-controller")
                 })
+            })
         },
     )
     .await;

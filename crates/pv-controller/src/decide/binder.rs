@@ -5,16 +5,18 @@
 
 use sidecar_kit::vocabulary::pv_phase as phase;
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use sidecar_kit::quantity::parse_bytes;
 pub use sidecar_kit::vocabulary::{
     ANN_BETA_STORAGE_CLASS, ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER, ANN_PROVISIONED_BY, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER,
 };
+
+pub use super::matching::{best_match, mismatch, named_volumes, selector_matches};
+use super::matching::{claim_ref_names, pre_bound_fits};
 
 /// The pseudo-provisioner of classes for static volumes only.
 pub use sidecar_kit::vocabulary::NO_PROVISIONER;
@@ -108,147 +110,36 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::{annotation, requested_class};
 
-fn volume_class(pv: &PersistentVolume) -> String {
-    annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS)
-        .map(str::to_string)
-        .or_else(|| pv.spec.as_ref()?.storage_class_name.clone())
-        .unwrap_or_default()
+/// Whether kube-controller-manager marks the claim `Pending` after this decision
+/// (`syncUnboundClaim`'s `updateClaimStatus(ClaimPending, nil)`): when it waits for its first
+/// consumer, for the volume it names, or cannot bind (a mismatch, a volume bound elsewhere, no
+/// class); not when it asks a provisioner, whose failure it only reports.
+pub fn leaves_claim_pending(action: &ClaimAction) -> bool {
+    match action {
+        ClaimAction::WaitForFirstConsumer | ClaimAction::Wait(_) => true,
+        ClaimAction::Pending { reason, .. } => *reason != "ProvisioningFailed",
+        ClaimAction::Nothing
+        | ClaimAction::AssignDefaultClass(_)
+        | ClaimAction::Bind(_)
+        | ClaimAction::CompleteBinding(_)
+        | ClaimAction::Provision { .. }
+        | ClaimAction::MigratedTo(_)
+        | ClaimAction::Lost { .. } => false,
+    }
 }
 
-fn capacity(pv: &PersistentVolume) -> Option<i64> {
-    let q = pv.spec.as_ref()?.capacity.as_ref()?.get("storage")?;
-    parse_bytes(&q.0).ok()
-}
-
-/// Whether `labels` satisfy a label selector.
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_ok = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_ok = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.clone().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    labels_ok && exprs_ok
-}
-
-/// Why a volume does not satisfy a claim, if it does not: kube-controller-manager's checks of a
-/// volume the claim names, in its order and words (`checkVolumeSatisfyClaim`).
-pub fn mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<String> {
-    if pv.metadata.deletion_timestamp.is_some() {
-        return Some(format!(
-            "the volume is marked for deletion {:?}",
-            pv.metadata.name.as_deref().unwrap_or_default()
-        ));
-    }
-    let cs = claim.spec.clone().unwrap_or_default();
-    let ps = pv.spec.clone().unwrap_or_default();
-    let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
-    if capacity(pv).unwrap_or(0) < want {
-        return Some("requested PV is too small".into());
-    }
-    if volume_class(pv) != requested_class(claim).unwrap_or_default() {
-        return Some("storageClassName does not match".into());
-    }
-    let claim_mode = cs.volume_mode.unwrap_or_else(|| "Filesystem".into());
-    let pv_mode = ps.volume_mode.unwrap_or_else(|| "Filesystem".into());
-    if claim_mode != pv_mode {
-        return Some("incompatible volumeMode".into());
-    }
-    let pv_modes = ps.access_modes.unwrap_or_default();
-    if cs
-        .access_modes
-        .iter()
-        .flatten()
-        .any(|m| !pv_modes.contains(m))
-    {
-        return Some("incompatible accessMode".into());
-    }
-    None
-}
-
-/// Whether a volume's labels satisfy the claim's selector (none: any volume).
-fn selected(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
-    let Some(selector) = claim.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
-        return true;
+/// The status of a claim marked `Pending` with no volume, as kube-controller-manager writes it:
+/// the phase, and neither access modes nor capacity. `None` when the claim has it already (no
+/// write).
+pub fn pending_status(claim: &PersistentVolumeClaim) -> Option<PersistentVolumeClaimStatus> {
+    let status = claim.status.clone().unwrap_or_default();
+    let pending = PersistentVolumeClaimStatus {
+        phase: Some("Pending".into()),
+        access_modes: None,
+        capacity: None,
+        ..status.clone()
     };
-    let labels = pv.metadata.labels.clone().unwrap_or_default();
-    selector_matches(selector, &labels)
-}
-
-fn claim_ref_names(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
-    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-        return false;
-    };
-    r.namespace == claim.metadata.namespace
-        && r.name == claim.metadata.name
-        && r.uid
-            .as_ref()
-            .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_ref())
-}
-
-/// The volumes [`decide_claim`] needs for `claim` when they can be looked up by name instead of
-/// scanning every volume (the scan made a 10,000-claim storm quadratic):
-/// - the claim names a volume (`spec.volumeName`): that volume alone, or none if it is gone;
-/// - a volume named `<prefix>-<claim uid>` (the provisioners' naming) whose claimRef names the
-///   claim: that volume (the provisioner's PV waiting to be bound).
-///
-/// `None`: the decision needs every volume (a claim still looking for a match).
-pub fn named_volumes<V: Borrow<PersistentVolume>>(
-    claim: &PersistentVolumeClaim,
-    prefixes: &[&str],
-    lookup: impl Fn(&str) -> Option<V>,
-) -> Option<Vec<V>> {
-    if let Some(name) = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .filter(|v| !v.is_empty())
-    {
-        return Some(lookup(name).into_iter().collect());
-    }
-    let uid = claim.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
-    prefixes.iter().find_map(|prefix| {
-        let pv = lookup(&format!("{prefix}-{uid}"))?;
-        let made_for_it = claim_ref_names(pv.borrow(), claim)
-            && pv.borrow().metadata.deletion_timestamp.is_none();
-        made_for_it.then(|| vec![pv])
-    })
-}
-
-/// The Available volume that fits the claim best: the fewest access modes, then the smallest.
-pub fn best_match<'a, V: Borrow<PersistentVolume>>(
-    claim: &PersistentVolumeClaim,
-    volumes: &'a [V],
-) -> Option<&'a PersistentVolume> {
-    volumes
-        .iter()
-        .map(Borrow::borrow)
-        .filter(|pv| pv.metadata.deletion_timestamp.is_none())
-        .filter(|pv| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .is_none()
-        })
-        .filter(|pv| phase(pv) == "Available")
-        .filter(|pv| mismatch(claim, pv).is_none() && selected(claim, pv))
-        // kube-controller-manager looks through the volumes by their sets of access modes,
-        // the fewest modes first, and takes the smallest of the first set with a match.
-        .min_by(|a, b| {
-            mode_count(a)
-                .cmp(&mode_count(b))
-                .then_with(|| capacity(a).cmp(&capacity(b)))
-                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-        })
+    (pending != status).then_some(pending)
 }
 
 /// Decides a claim, as kube-controller-manager's `syncClaim`: a claim whose binding completed
@@ -433,26 +324,6 @@ fn decide_bound_claim(
     )
 }
 
-/// Whether a volume pre-bound to a claim can hold it (kube-controller-manager's matching looks
-/// at its size, volume mode, access modes and deletion, not at its class).
-fn pre_bound_fits(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
-    if pv.metadata.deletion_timestamp.is_some() {
-        return false;
-    }
-    let cs = claim.spec.clone().unwrap_or_default();
-    let ps = pv.spec.clone().unwrap_or_default();
-    let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
-    let modes_fit = cs
-        .access_modes
-        .iter()
-        .flatten()
-        .all(|m| ps.access_modes.iter().flatten().any(|p| p == m));
-    capacity(pv).unwrap_or(0) >= want
-        && cs.volume_mode.as_deref().unwrap_or("Filesystem")
-            == ps.volume_mode.as_deref().unwrap_or("Filesystem")
-        && modes_fit
-}
-
 /// What becomes of a Released volume by its reclaim policy, as kube-controller-manager's
 /// `reclaimVolume` (with no in-tree deleter or recycler left but for what CSI drivers and
 /// their provisioners do).
@@ -509,17 +380,6 @@ fn migration_mark(
         Some(_) => None,
         None => current.filter(|m| !m.is_empty()).map(|_| None),
     }
-}
-
-fn mode_count(pv: &PersistentVolume) -> usize {
-    let modes: std::collections::BTreeSet<&String> = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.as_ref())
-        .into_iter()
-        .flatten()
-        .collect();
-    modes.len()
 }
 
 fn reclaim_policy(pv: &PersistentVolume) -> &str {

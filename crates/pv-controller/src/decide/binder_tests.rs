@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeStatus, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 
 use super::*;
 
@@ -902,5 +904,133 @@ fn the_fewest_access_modes_come_before_the_smallest_size_and_only_available_volu
     assert_eq!(
         dc(&c, &[wide], &[], None),
         ClaimAction::Bind("wide-small".into())
+    );
+}
+
+#[test]
+fn only_volumes_of_the_claims_attributes_class_match_pre_bound_ones_included() {
+    let vac = |mut v: PersistentVolume, class: Option<&str>| {
+        v.spec.as_mut().unwrap().volume_attributes_class_name = class.map(str::to_string);
+        v
+    };
+    let mut gold = claim("c", Some("fast"), "1Gi");
+    gold.spec.as_mut().unwrap().volume_attributes_class_name = Some("gold".into());
+    let plain = claim("p", Some("fast"), "1Gi");
+    // (case, claim, volumes, expected best match): none and "" are alike.
+    let volumes = [
+        vac(pv("small-none", "fast", "1Gi"), None),
+        vac(pv("mid-silver", "fast", "2Gi"), Some("silver")),
+        vac(pv("big-gold", "fast", "5Gi"), Some("gold")),
+    ];
+    let rows: [(
+        &str,
+        &PersistentVolumeClaim,
+        &[PersistentVolume],
+        Option<&str>,
+    ); 4] = [
+        (
+            "gold claim: the gold volume, though larger",
+            &gold,
+            &volumes,
+            Some("big-gold"),
+        ),
+        (
+            "plain claim: the volume without a class",
+            &plain,
+            &volumes,
+            Some("small-none"),
+        ),
+        (
+            "an empty class is none",
+            &plain,
+            &[vac(pv("empty", "fast", "1Gi"), Some(""))],
+            Some("empty"),
+        ),
+        ("gold claim, no gold volume", &gold, &volumes[..2], None),
+    ];
+    for (case, c, volumes, want) in rows {
+        let got = best_match(c, volumes).and_then(|v| v.metadata.name.as_deref());
+        assert_eq!(got, want, "{case}");
+    }
+    // A volume pre-bound to the claim with another attributes class is not taken: the claim
+    // goes on to the best match (kube-controller-manager checks the class before the
+    // pre-binding).
+    let reserved = vac(
+        bound_to(pv("reserved", "fast", "1Gi"), &gold),
+        Some("silver"),
+    );
+    let matching = vac(pv("gold", "fast", "1Gi"), Some("gold"));
+    assert_eq!(
+        dc(
+            &gold,
+            &[reserved, matching],
+            &[sc("fast", "x", false)],
+            None
+        ),
+        ClaimAction::Bind("gold".into())
+    );
+    // A named volume of another attributes class is refused in kube-controller-manager's
+    // words, after the class check and before the volume mode.
+    assert_eq!(
+        mismatch(&gold, &vac(pv("named", "fast", "1Gi"), Some("silver"))),
+        Some("volumeAttributesClassName does not match".into())
+    );
+    assert_eq!(
+        mismatch(&gold, &vac(pv("named", "other", "1Gi"), Some("silver"))),
+        Some("storageClassName does not match".into())
+    );
+}
+
+#[test]
+fn a_claim_left_unbound_is_marked_pending_as_kube_controller_manager_marks_it() {
+    let pending = |reason| ClaimAction::Pending {
+        event: sidecar_kit::events::EventType::Warning,
+        reason,
+        message: String::new(),
+    };
+    let rows = [
+        (ClaimAction::WaitForFirstConsumer, true),
+        (ClaimAction::Wait("volume \"v\" not found".into()), true),
+        (pending("VolumeMismatch"), true),
+        (pending("FailedBinding"), true),
+        (pending("ProvisioningFailed"), false),
+        (
+            ClaimAction::Provision {
+                provisioner: "x".into(),
+                annotated: true,
+            },
+            false,
+        ),
+        (ClaimAction::Bind("v".into()), false),
+        (ClaimAction::Nothing, false),
+    ];
+    for (action, want) in rows {
+        assert_eq!(leaves_claim_pending(&action), want, "{action:?}");
+    }
+    // The write: only when the phase, access modes or capacity say otherwise.
+    let c = claim("c", Some("fast"), "1Gi");
+    assert_eq!(pending_status(&c), None, "Pending already");
+    let mut lost = c.clone();
+    lost.status = Some(PersistentVolumeClaimStatus {
+        phase: Some("Lost".into()),
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
+        capacity: Some(BTreeMap::from([(
+            "storage".to_string(),
+            Quantity("1Gi".into()),
+        )])),
+        ..Default::default()
+    });
+    assert_eq!(
+        pending_status(&lost),
+        Some(PersistentVolumeClaimStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        })
+    );
+    let mut no_status = c;
+    no_status.status = None;
+    assert_eq!(
+        pending_status(&no_status).and_then(|s| s.phase),
+        Some("Pending".into())
     );
 }

@@ -5,6 +5,7 @@ pub mod binder;
 pub mod classes;
 pub mod consumers;
 pub mod ephemeral;
+pub mod matching;
 pub mod protection;
 
 #[cfg(test)]
