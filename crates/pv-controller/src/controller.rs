@@ -20,7 +20,8 @@ use crate::decide::binder::{
     ANN_STORAGE_PROVISIONER, ClaimAction, ClaimSource, VolumeAction, decide_claim, decide_volume,
 };
 use crate::decide::binder::{
-    claim_is_gone, leaves_claim_pending, left_to_node_recyclers, named_volumes, pending_status,
+    awaits_external_deleter, claim_is_gone, leaves_claim_pending, left_to_node_recyclers,
+    named_volumes, pending_status,
 };
 
 /// The names provisioners give the volume of a claim, `<prefix>-<claim uid>`: upstream's
@@ -80,6 +81,8 @@ pub struct PvController {
     assumed_volumes: Arc<Assumed<PersistentVolume>>,
     /// The default-class assignment counters, with metrics.
     retroactive: Option<crate::metrics::Retroactive>,
+    /// The provision and delete operations' end-to-end times and errors, with metrics.
+    operations: Option<Arc<crate::metrics::Operations>>,
     /// Pods, kept only as far as deciding whether they wait for the scheduler needs.
     pods: Store<Pod>,
     /// The Pods waiting for the scheduler, by the claims they name.
@@ -167,6 +170,12 @@ impl PvController {
                 .map_err(|error| tracing::warn!(%error, "the retroactive StorageClass counters are not registered"))
                 .ok()
         });
+        let operations = metrics.and_then(|m| {
+            crate::metrics::Operations::register(&m.registry)
+                .map_err(|error| tracing::warn!(%error, "the volume operation metrics are not registered"))
+                .ok()
+                .map(Arc::new)
+        });
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> =
             queue(backoff, metrics, "claims");
         let volume_queue: WorkQueue<String> = queue(backoff, metrics, "volumes");
@@ -175,6 +184,7 @@ impl PvController {
         let assumed_claims: Arc<Assumed<PersistentVolumeClaim>> = Arc::default();
         let assumed_volumes: Arc<Assumed<PersistentVolume>> = Arc::default();
         let gone_claims = assumed_claims.clone();
+        let claim_ops = operations.clone();
         // Claims and volumes are written back whole (updates): their caches keep every
         // annotation, so a write does not remove kubectl's last-applied configuration.
         let claims = watches.reflect_for_updates(
@@ -182,6 +192,9 @@ impl PvController {
             move |e| {
                 if let kube::runtime::watcher::Event::Delete(c) = e {
                     gone_claims.forget(&key_of(c));
+                    if let Some(ops) = &claim_ops {
+                        ops.forget(&key_of(c));
+                    }
                 }
                 each(e, |c| {
                     q.add(ObjectRef::from_obj(c));
@@ -207,10 +220,15 @@ impl PvController {
         let (vq, cq, by_claim) = (volume_queue.clone(), claim_queue.clone(), index.clone());
         let feed = Feed::default();
         let gone_volumes = assumed_volumes.clone();
+        let volume_ops = operations.clone();
         let volumes =
             watches.reflect_for_updates(Api::<PersistentVolume>::all(client.clone()), move |e| {
                 if let kube::runtime::watcher::Event::Delete(v) = e {
                     gone_volumes.forget(&key_of(v));
+                    // Deleted by its external deleter: the delete operation ends.
+                    if let Some(ops) = &volume_ops {
+                        ops.finish(&key_of(v));
+                    }
                 }
                 feed.event(e, &*by_claim);
                 each(e, |v| {
@@ -273,6 +291,7 @@ impl PvController {
             assumed_claims,
             assumed_volumes,
             retroactive,
+            operations,
         })
     }
 
@@ -434,18 +453,24 @@ impl PvController {
                     .await
                     .map_err(write_err("bind the volume"))?;
                 self.wrote_volume(&bound);
-                self.finish_binding(&claim, &bound).await
+                let finished = self.finish_binding(&claim, &bound).await;
+                self.operation_ended(&claim, finished)
             }
             ClaimAction::CompleteBinding(pv_name) => {
                 let pv = self
                     .volume(&pv_name)
                     .ok_or_else(|| SyncError::Waiting(format!("volume {pv_name} vanished")))?;
-                self.finish_binding(&claim, &pv).await
+                let finished = self.finish_binding(&claim, &pv).await;
+                self.operation_ended(&claim, finished)
             }
             ClaimAction::Provision {
                 provisioner,
                 annotated,
             } => {
+                let key = key_of(&*claim);
+                if let Some(ops) = &self.operations {
+                    ops.start(&key, &provisioner, "provision");
+                }
                 if !annotated {
                     let mut updated = (*claim).clone();
                     let a = updated
@@ -457,7 +482,8 @@ impl PvController {
                     let written = claims
                         .replace(&name, &PostParams::default(), &updated)
                         .await
-                        .map_err(write_err("annotate the claim"))?;
+                        .map_err(write_err("annotate the claim"))
+                        .inspect_err(|_| self.operation_failed(&key))?;
                     self.wrote_claim(&written);
                 }
                 self.recorder
@@ -505,6 +531,43 @@ impl PvController {
                 Ok(())
             }
         }
+    }
+
+    /// A step of the operation under way for `key` failed (see [`crate::metrics::Operations`]).
+    fn operation_failed(&self, key: &str) {
+        if let Some(ops) = &self.operations {
+            ops.failed(key);
+        }
+    }
+
+    /// A binding was written (the provision operation of its claim, if any, ends) or failed.
+    fn operation_ended(
+        &self,
+        claim: &PersistentVolumeClaim,
+        finished: Result<(), SyncError>,
+    ) -> Result<(), SyncError> {
+        if let Some(ops) = &self.operations {
+            match &finished {
+                Ok(()) => ops.finish(&key_of(claim)),
+                Err(_) => ops.failed(&key_of(claim)),
+            }
+        }
+        finished
+    }
+
+    /// The plugin a volume's delete operation is counted under, as kube-controller-manager
+    /// names it for an external deleter: its class's provisioner (the CSI driver of a migrated
+    /// plugin), `N/A` when the class is gone.
+    fn deleter_of(&self, pv: &PersistentVolume) -> String {
+        let class = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref())
+            .unwrap_or_default();
+        self.classes
+            .get(&ObjectRef::new(class))
+            .map(|c| sidecar_kit::migration::driver_of(&c.provisioner).to_string())
+            .unwrap_or_else(|| crate::metrics::NO_PLUGIN.to_string())
     }
 
     /// Writes a claim's `Pending` status (see [`pending_status`]).
@@ -651,6 +714,11 @@ impl PvController {
             // As kube-controller-manager: the cache may lag; the server decides.
             let live = self.read_named_claim(&pv).await?;
             action = decide_volume(&pv, &live, ClaimSource::Server);
+        }
+        if let Some(ops) = &self.operations
+            && awaits_external_deleter(&pv)
+        {
+            ops.start(name, &self.deleter_of(&pv), "delete");
         }
         match action {
             // Never the answer for a claim read from the server (a row of `decide_volume`'s

@@ -203,7 +203,7 @@ impl Collector for PvCollector {
 /// (`retroactive_storageclass_total`, `retroactive_storageclass_errors_total`).
 #[derive(Debug, Clone)]
 pub struct Retroactive {
-    /// Assignments written.
+    /// Assignments tried (written or not).
     pub assigned: prometheus::IntCounter,
     /// Assignments that failed.
     pub failed: prometheus::IntCounter,
@@ -225,13 +225,123 @@ impl Retroactive {
         Ok(Retroactive { assigned, failed })
     }
 
-    /// Counts one assignment, written or failed.
+    /// Counts one assignment, written or failed: as kube-controller-manager's
+    /// `RecordRetroactiveStorageClassMetric`, the total counts every attempt, failures
+    /// included.
     pub fn record(&self, written: bool) {
-        if written {
-            self.assigned.inc();
-        } else {
+        self.assigned.inc();
+        if !written {
             self.failed.inc();
         }
+    }
+}
+
+/// kube-controller-manager's end-to-end operation metrics
+/// (`volume_operation_total_seconds{plugin_name, operation_name}`, from the binder asking a
+/// provisioner to the claim's binding, or from a volume's release to its deletion by an
+/// external deleter; and `volume_operation_total_errors`, a failed step on the way): each
+/// operation's start is kept by its key (the claim's `namespace/name`, the volume's name)
+/// until it ends or its object goes.
+#[derive(Debug)]
+pub struct Operations {
+    seconds: prometheus::HistogramVec,
+    errors: prometheus::IntCounterVec,
+    started: parking_lot::Mutex<std::collections::HashMap<String, Started>>,
+}
+
+#[derive(Debug, Clone)]
+struct Started {
+    plugin: String,
+    operation: &'static str,
+    at: std::time::Instant,
+}
+
+/// The plugin label of an operation whose plugin is not known.
+pub const NO_PLUGIN: &str = "N/A";
+
+impl Operations {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &prometheus::Registry) -> Result<Operations, prometheus::Error> {
+        let labels = ["plugin_name", "operation_name"];
+        let seconds = prometheus::HistogramVec::new(
+            prometheus::HistogramOpts::new(
+                "volume_operation_total_seconds",
+                "Storage operation end to end duration in seconds",
+            )
+            .buckets(vec![
+                0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+            ]),
+            &labels,
+        )?;
+        let errors = prometheus::IntCounterVec::new(
+            Opts::new(
+                "volume_operation_total_errors",
+                "Total volume operation errors",
+            ),
+            &labels,
+        )?;
+        registry.register(Box::new(seconds.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        Ok(Operations {
+            seconds,
+            errors,
+            started: Default::default(),
+        })
+    }
+
+    /// `operation` of `plugin` started for `key`, unless one is under way for it already.
+    pub fn start(&self, key: &str, plugin: &str, operation: &'static str) {
+        self.started
+            .lock()
+            .entry(key.to_string())
+            .or_insert_with(|| Started {
+                plugin: plugin_label(plugin),
+                operation,
+                at: std::time::Instant::now(),
+            });
+    }
+
+    /// The operation under way for `key` ended: its duration is observed.
+    pub fn finish(&self, key: &str) {
+        let Some(started) = self.started.lock().remove(key) else {
+            return;
+        };
+        self.seconds
+            .with_label_values(&[started.plugin.as_str(), started.operation])
+            .observe(started.at.elapsed().as_secs_f64());
+    }
+
+    /// A step of the operation under way for `key` failed; the operation goes on.
+    pub fn failed(&self, key: &str) {
+        let started = self.started.lock().get(key).cloned();
+        if let Some(started) = started {
+            self.error(&started.plugin, started.operation);
+        }
+    }
+
+    /// `operation` of `plugin` failed, whether or not one was under way.
+    pub fn error(&self, plugin: &str, operation: &str) {
+        self.errors
+            .with_label_values(&[plugin_label(plugin).as_str(), operation])
+            .inc();
+    }
+
+    /// `key`'s object is gone: its operation is dropped unobserved.
+    pub fn forget(&self, key: &str) {
+        self.started.lock().remove(key);
+    }
+
+    /// How many operations are under way.
+    pub fn under_way(&self) -> usize {
+        self.started.lock().len()
+    }
+}
+
+fn plugin_label(plugin: &str) -> String {
+    if plugin.is_empty() {
+        NO_PLUGIN.to_string()
+    } else {
+        plugin.to_string()
     }
 }
 
@@ -309,6 +419,38 @@ mod tests {
     }
 
     #[test]
+    fn operations_are_timed_end_to_end_and_their_failures_counted_by_plugin() {
+        let registry = prometheus::Registry::new();
+        let ops = Operations::register(&registry).unwrap();
+        ops.start("default/a", "d.example", "provision");
+        // A second start for the same claim keeps the first (and its plugin).
+        ops.start("default/a", "other.example", "provision");
+        ops.failed("default/a");
+        ops.finish("default/a");
+        ops.start("pv-1", "", "delete");
+        ops.finish("pv-1");
+        ops.start("default/gone", "d.example", "provision");
+        ops.forget("default/gone");
+        // Nothing under way: neither observed nor counted.
+        ops.finish("default/never");
+        ops.failed("default/never");
+        ops.error("d.example", "provision");
+        assert_eq!(ops.under_way(), 0);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        for wanted in [
+            r#"volume_operation_total_seconds_count{operation_name="provision",plugin_name="d.example"} 1"#,
+            r#"volume_operation_total_seconds_count{operation_name="delete",plugin_name="N/A"} 1"#,
+            r#"volume_operation_total_errors{operation_name="provision",plugin_name="d.example"} 2"#,
+            r#"volume_operation_total_seconds_bucket{operation_name="delete",plugin_name="N/A",le="600"} 1"#,
+        ] {
+            assert!(text.contains(wanted), "{wanted} missing from\n{text}");
+        }
+        assert!(!text.contains("other.example"), "{text}");
+    }
+
+    #[test]
     fn retroactive_class_assignments_are_counted_under_kube_controller_managers_names() {
         let registry = prometheus::Registry::new();
         let counters = Retroactive::register(&registry).unwrap();
@@ -318,7 +460,10 @@ mod tests {
         let text = prometheus::TextEncoder::new()
             .encode_to_string(&registry.gather())
             .unwrap();
-        assert!(text.contains("retroactive_storageclass_total 2"), "{text}");
+        assert!(
+            text.contains("retroactive_storageclass_total 3"),
+            "every attempt counts in the total: {text}"
+        );
         assert!(
             text.contains("retroactive_storageclass_errors_total 1"),
             "{text}"

@@ -2,7 +2,7 @@
 //! `persistentvolume-binder-controller`), under its ServiceAccount with
 //! `deploy/kubernetes/pv-controller-rbac.yaml`: it leads through its Lease, binds a claim the
 //! provisioner made a volume for, releases the volume when the claim goes (the provisioner
-//! then deletes it), and serves its health and `workqueue_*` metrics.
+//! then deletes it), and serves its health, `workqueue_*` and operation metrics.
 
 use std::time::Duration;
 
@@ -91,6 +91,8 @@ async fn our_pv_controller_binds_and_releases_in_place_of_kube_controller_manage
         "leader_election_master_status",
         "retroactive_storageclass_total 0",
         "retroactive_storageclass_errors_total 0",
+        // From asking the provisioner to the binding, under the provisioner's name.
+        r#"volume_operation_total_seconds_count{operation_name="provision",plugin_name="hostpath.csi.volstack.dev"} 1"#,
     ] {
         assert!(metrics.contains(wanted), "{wanted} missing from\n{metrics}");
     }
@@ -98,6 +100,12 @@ async fn our_pv_controller_binds_and_releases_in_place_of_kube_controller_manage
     bed.delete_claim("data", WAIT).await;
     bed.until("the driver's volume deleted", WAIT, || async {
         bed.driver_volumes().await.is_empty()
+    })
+    .await;
+    // From the release to the volume's deletion by the provisioner (the class's provisioner).
+    let deleted = r#"volume_operation_total_seconds_count{operation_name="delete",plugin_name="hostpath.csi.volstack.dev"} 1"#;
+    bed.until("the delete operation timed", WAIT, || async {
+        http_get(port, "/metrics").await.contains(deleted)
     })
     .await;
     bed.finish().await;

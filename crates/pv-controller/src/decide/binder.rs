@@ -324,6 +324,23 @@ fn decide_bound_claim(
     )
 }
 
+/// Whether an external deleter (a CSI provisioner) deletes the volume when it is released with
+/// policy `Delete`: a CSI volume, one an external provisioner made, or one of a migrated plugin.
+fn deleted_externally(pv: &PersistentVolume) -> bool {
+    let migrated = annotation(&pv.metadata, sidecar_kit::migration::ANN_MIGRATED_TO)
+        .is_some_and(|m| !m.is_empty());
+    let external = annotation(&pv.metadata, ANN_PROVISIONED_BY)
+        .is_some_and(|by| !by.starts_with("kubernetes.io/"));
+    let csi = pv.spec.as_ref().is_some_and(|s| s.csi.is_some());
+    migrated || external || csi
+}
+
+/// Whether the volume is Released and waits for its external deleter: kube-controller-manager
+/// times its `delete` operation from then to the volume's deletion.
+pub fn awaits_external_deleter(pv: &PersistentVolume) -> bool {
+    phase(pv) == "Released" && reclaim_policy(pv) == "Delete" && deleted_externally(pv)
+}
+
 /// What becomes of a Released volume by its reclaim policy, as kube-controller-manager's
 /// `reclaimVolume` (with no in-tree deleter or recycler left but for what CSI drivers and
 /// their provisioners do).
@@ -333,12 +350,7 @@ fn reclaim(pv: &PersistentVolume) -> VolumeAction {
         "Retain" => VolumeAction::Nothing,
         "Recycle" => VolumeAction::Recycle,
         "Delete" => {
-            let migrated = annotation(&pv.metadata, sidecar_kit::migration::ANN_MIGRATED_TO)
-                .is_some_and(|m| !m.is_empty());
-            let external = annotation(&pv.metadata, ANN_PROVISIONED_BY)
-                .is_some_and(|by| !by.starts_with("kubernetes.io/"));
-            let csi = pv.spec.as_ref().is_some_and(|s| s.csi.is_some());
-            if migrated || external || csi {
+            if deleted_externally(pv) {
                 // An external deleter's (a CSI provisioner's).
                 VolumeAction::Nothing
             } else {
