@@ -833,11 +833,20 @@ fn mark_migrated_to(
     }
 }
 
-/// Default backoff of the PV controller.
+/// Default backoff of the PV controller: at most [`ORPHAN_RESYNC`] between tries, as
+/// kube-controller-manager retries whatever failed at its resync (every
+/// `--pvclaimbinder-sync-period`).
 pub fn default_backoff() -> Backoff {
+    backoff_within(ORPHAN_RESYNC)
+}
+
+/// The backoff of a controller resyncing every `sync_period`: a claim or volume that failed is
+/// looked at again at least that often (kube-controller-manager's queues do not back off; its
+/// resync retries everything every period).
+pub fn backoff_within(sync_period: Duration) -> Backoff {
     Backoff {
-        start: Duration::from_millis(500),
-        max: Duration::from_secs(60),
+        start: Duration::from_millis(500).min(sync_period),
+        max: sync_period,
     }
 }
 
@@ -866,5 +875,27 @@ mod tests {
         );
         assert!(after_conflict(Err(api_error(500))).is_err());
         assert!(after_conflict(Err(SyncError::Waiting("class".into()))).is_err());
+    }
+
+    #[test]
+    fn a_failure_is_tried_again_within_the_sync_period() {
+        let rows = [
+            (ORPHAN_RESYNC, Duration::from_millis(500), ORPHAN_RESYNC),
+            (
+                Duration::from_secs(60),
+                Duration::from_millis(500),
+                Duration::from_secs(60),
+            ),
+            (
+                Duration::from_millis(200),
+                Duration::from_millis(200),
+                Duration::from_millis(200),
+            ),
+        ];
+        for (period, start, max) in rows {
+            let backoff = backoff_within(period);
+            assert_eq!((backoff.start, backoff.max), (start, max), "{period:?}");
+        }
+        assert_eq!(default_backoff().max, Duration::from_secs(15));
     }
 }

@@ -13,7 +13,7 @@ use sidecar_kit::leader::ElectionConfig;
 use sidecar_kit::metrics::Metrics;
 use sidecar_kit::process::{Serve, ServeError};
 
-use crate::controller::{PvController, default_backoff};
+use crate::controller::{PvController, backoff_within};
 
 /// The lease replicas elect a leader through (`--leader-elect-resource-name`).
 pub const LEASE: &str = "volstack-pv-controller";
@@ -39,7 +39,7 @@ pub struct PvControllerArgs {
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
     /// How often volumes whose claim is missing are looked at again, whatever the events
-    /// said.
+    /// said; also the longest wait before a claim or volume that failed is tried again.
     #[arg(long, default_value = "15s", value_parser = go_duration)]
     pub pvclaimbinder_sync_period: Duration,
     /// Elect a leader among replicas through a Lease (one binds at a time).
@@ -170,7 +170,8 @@ pub async fn run(
     })
     .await?;
     let metrics = Metrics::new()?;
-    let controller = PvController::with_metrics(client.clone(), default_backoff(), &metrics);
+    let backoff = backoff_within(args.pvclaimbinder_sync_period);
+    let controller = PvController::with_metrics(client.clone(), backoff, &metrics);
     metrics
         .registry
         .register(Box::new(controller.collector()))?;
