@@ -83,8 +83,6 @@ pub struct PvController {
     retroactive: Option<crate::metrics::Retroactive>,
     /// The provision and delete operations' end-to-end times and errors, with metrics.
     operations: Option<Arc<crate::metrics::Operations>>,
-    /// Pods, kept only as far as deciding whether they wait for the scheduler needs.
-    pods: Store<Pod>,
     /// The Pods waiting for the scheduler, by the claims they name.
     waiting_pods: Arc<WaitingPods>,
 }
@@ -258,7 +256,9 @@ impl PvController {
             Feed::default(),
         );
         let by_claim = waiting_pods.clone();
-        let pods = watches.reflect_trimmed(
+        // No Pod cache: binding does not wait for one (a claim synced before the Pod list
+        // arrives says WaitForFirstConsumer, and the listed Pod requeues it).
+        watches.watch_only(
             Api::<Pod>::all(client.clone()),
             crate::pods::shrink,
             move |e| {
@@ -276,7 +276,6 @@ impl PvController {
         );
         let recorder = Recorder::new(client.clone(), "persistentvolume-controller", hostname());
         Arc::new(PvController {
-            pods,
             waiting_pods,
             node_recyclers,
             index,
@@ -330,6 +329,14 @@ impl PvController {
     /// A missed event must not leak a volume; kube-controller-manager re-syncs every 15 s.
     /// Uses [`WorkQueue::add`], so a volume waiting out a backoff keeps waiting.
     pub fn resync_orphans(&self) -> usize {
+        if let Some(ops) = &self.operations {
+            // Objects deleted while a watch was away got no delete event: their operations
+            // end here (a volume's deletion is its delete operation's end).
+            ops.sweep(
+                |claim| self.claims.get(&claim_ref(claim)).is_some(),
+                |volume| self.volumes.get(&ObjectRef::new(volume)).is_some(),
+            );
+        }
         let mut queued = 0;
         for pv in self.volumes.state() {
             let Some((ns, name)) = claim_named_by(&pv) else {
@@ -371,7 +378,6 @@ impl PvController {
             .wait_for(&self.claims)
             .wait_for(&self.volumes)
             .wait_for(&self.classes)
-            .wait_for(&self.pods)
             .reconcile("claim", self.claim_queue.clone(), workers, move |key| {
                 let this = claims.clone();
                 async move { after_conflict(this.sync_claim(&key).await) }
@@ -409,11 +415,10 @@ impl PvController {
         });
         let default = default_class(classes.iter().map(|c| c.as_ref()));
         let action = decide_claim(&claim, &volumes, &classes, default);
-        if leaves_claim_pending(&action)
-            && let Some(status) = pending_status(&claim)
-        {
-            self.mark_pending(&claim, status).await?;
-        }
+        // Written after the decision's event, as kube-controller-manager orders them.
+        let pending = leaves_claim_pending(&action)
+            .then(|| pending_status(&claim))
+            .flatten();
         let ns = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
@@ -451,7 +456,8 @@ impl PvController {
                 let bound = pvs
                     .replace(&pv_name, &PostParams::default(), &bound)
                     .await
-                    .map_err(write_err("bind the volume"))?;
+                    .map_err(write_err("bind the volume"))
+                    .inspect_err(|_| self.operation_failed(&key_of(&*claim)))?;
                 self.wrote_volume(&bound);
                 let finished = self.finish_binding(&claim, &bound).await;
                 self.operation_ended(&claim, finished)
@@ -469,7 +475,7 @@ impl PvController {
             } => {
                 let key = key_of(&*claim);
                 if let Some(ops) = &self.operations {
-                    ops.start(&key, &provisioner, "provision");
+                    ops.start(&key, uid_of(&claim.metadata), &provisioner, "provision");
                 }
                 if !annotated {
                     let mut updated = (*claim).clone();
@@ -496,7 +502,7 @@ impl PvController {
                 let (reason, message) = first_consumer_event(&self.waiting_pods.of(&ns, &name));
                 self.recorder
                     .record(&reference(&*claim), EventType::Normal, reason, &message);
-                Ok(())
+                self.mark_pending(&claim, pending).await
             }
             ClaimAction::Pending {
                 event,
@@ -505,9 +511,13 @@ impl PvController {
             } => {
                 self.recorder
                     .record(&reference(&*claim), event, reason, &message);
+                self.mark_pending(&claim, pending).await?;
                 Err(SyncError::Waiting(message))
             }
-            ClaimAction::Wait(why) => Err(SyncError::Waiting(why)),
+            ClaimAction::Wait(why) => {
+                self.mark_pending(&claim, pending).await?;
+                Err(SyncError::Waiting(why))
+            }
             ClaimAction::MigratedTo(driver) => {
                 let mut updated = (*claim).clone();
                 mark_migrated_to(&mut updated.metadata, driver);
@@ -555,27 +565,34 @@ impl PvController {
         finished
     }
 
+    /// The delete operation of a volume left to its external deleter starts (once).
+    fn deletion_started(&self, pv: &PersistentVolume) {
+        if let Some(ops) = &self.operations {
+            let name = pv.metadata.name.as_deref().unwrap_or_default();
+            ops.start(name, uid_of(&pv.metadata), &self.deleter_of(pv), "delete");
+        }
+    }
+
     /// The plugin a volume's delete operation is counted under, as kube-controller-manager
     /// names it for an external deleter: its class's provisioner (the CSI driver of a migrated
     /// plugin), `N/A` when the class is gone.
     fn deleter_of(&self, pv: &PersistentVolume) -> String {
-        let class = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.storage_class_name.as_deref())
-            .unwrap_or_default();
+        let class = crate::decide::matching::volume_class(pv);
         self.classes
-            .get(&ObjectRef::new(class))
+            .get(&ObjectRef::new(&class))
             .map(|c| sidecar_kit::migration::driver_of(&c.provisioner).to_string())
             .unwrap_or_else(|| crate::metrics::NO_PLUGIN.to_string())
     }
 
-    /// Writes a claim's `Pending` status (see [`pending_status`]).
+    /// Writes a claim's `Pending` status, if it needs one (see [`pending_status`]).
     async fn mark_pending(
         &self,
         claim: &PersistentVolumeClaim,
-        status: k8s_openapi::api::core::v1::PersistentVolumeClaimStatus,
+        status: Option<k8s_openapi::api::core::v1::PersistentVolumeClaimStatus>,
     ) -> Result<(), SyncError> {
+        let Some(status) = status else {
+            return Ok(());
+        };
         let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
         let name = claim.metadata.name.as_deref().unwrap_or_default();
         let mut pending = claim.clone();
@@ -667,6 +684,12 @@ impl PvController {
         let spec = pv.spec.clone().unwrap_or_default();
         let status = updated.status.get_or_insert_with(Default::default);
         if status.phase.as_deref() != Some("Bound") {
+            // As kube-controller-manager: a claim going from Pending to Bound gets its
+            // volume's attributes class as its current one.
+            if status.phase.as_deref().is_none_or(|p| p == "Pending") {
+                status.current_volume_attributes_class_name =
+                    spec.volume_attributes_class_name.clone();
+            }
             status.phase = Some("Bound".into());
             status.capacity = spec.capacity.clone();
             status.access_modes = spec.access_modes.clone();
@@ -715,10 +738,8 @@ impl PvController {
             let live = self.read_named_claim(&pv).await?;
             action = decide_volume(&pv, &live, ClaimSource::Server);
         }
-        if let Some(ops) = &self.operations
-            && awaits_external_deleter(&pv)
-        {
-            ops.start(name, &self.deleter_of(&pv), "delete");
+        if awaits_external_deleter(&pv) {
+            self.deletion_started(&pv);
         }
         match action {
             // Never the answer for a claim read from the server (a row of `decide_volume`'s
@@ -732,6 +753,11 @@ impl PvController {
                     .await
                     .map_err(write_err("set the volume phase"))?;
                 self.wrote_volume(&written);
+                // Released for its external deleter: the delete operation starts now, as the
+                // deleter may be done before this controller syncs the volume again.
+                if awaits_external_deleter(&written) {
+                    self.deletion_started(&written);
+                }
                 tracing::info!(phase, "volume phase changed");
                 Ok(())
             }
@@ -830,6 +856,19 @@ fn mark_migrated_to(
         None => {
             annotations.remove(sidecar_kit::migration::ANN_MIGRATED_TO);
         }
+    }
+}
+
+/// The UID of an object (`""` when it has none).
+fn uid_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.uid.as_deref().unwrap_or_default()
+}
+
+/// A claim's reference from its `namespace/name` key.
+fn claim_ref(key: &str) -> ObjectRef<PersistentVolumeClaim> {
+    match key.split_once('/') {
+        Some((namespace, name)) => ObjectRef::new(name).within(namespace),
+        None => ObjectRef::new(key),
     }
 }
 

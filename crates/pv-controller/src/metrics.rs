@@ -251,6 +251,8 @@ pub struct Operations {
 
 #[derive(Debug, Clone)]
 struct Started {
+    /// The object's UID: an object made again under the name starts anew.
+    uid: String,
     plugin: String,
     operation: &'static str,
     at: std::time::Instant,
@@ -289,16 +291,44 @@ impl Operations {
         })
     }
 
-    /// `operation` of `plugin` started for `key`, unless one is under way for it already.
-    pub fn start(&self, key: &str, plugin: &str, operation: &'static str) {
-        self.started
-            .lock()
-            .entry(key.to_string())
-            .or_insert_with(|| Started {
+    /// `operation` of `plugin` started for `key` (the object with `uid`), unless one is under
+    /// way for that object already.
+    pub fn start(&self, key: &str, uid: &str, plugin: &str, operation: &'static str) {
+        let mut started = self.started.lock();
+        if started.get(key).is_some_and(|s| s.uid == uid) {
+            return;
+        }
+        started.insert(
+            key.to_string(),
+            Started {
+                uid: uid.to_string(),
                 plugin: plugin_label(plugin),
                 operation,
                 at: std::time::Instant::now(),
-            });
+            },
+        );
+    }
+
+    /// Ends the operations whose object is gone without a delete event (deleted while a watch
+    /// was away): a claim's provision is dropped unobserved, a volume's delete is observed
+    /// (its deletion is the operation's end). `claim_exists` and `volume_exists` take keys.
+    pub fn sweep(&self, claim_exists: impl Fn(&str) -> bool, volume_exists: impl Fn(&str) -> bool) {
+        let gone: Vec<(String, &'static str)> = self
+            .started
+            .lock()
+            .iter()
+            .filter(|(key, s)| match s.operation {
+                "delete" => !volume_exists(key),
+                _ => !claim_exists(key),
+            })
+            .map(|(key, s)| (key.clone(), s.operation))
+            .collect();
+        for (key, operation) in gone {
+            match operation {
+                "delete" => self.finish(&key),
+                _ => self.forget(&key),
+            }
+        }
     }
 
     /// The operation under way for `key` ended: its duration is observed.
@@ -422,15 +452,25 @@ mod tests {
     fn operations_are_timed_end_to_end_and_their_failures_counted_by_plugin() {
         let registry = prometheus::Registry::new();
         let ops = Operations::register(&registry).unwrap();
-        ops.start("default/a", "d.example", "provision");
+        ops.start("default/a", "u1", "d.example", "provision");
         // A second start for the same claim keeps the first (and its plugin).
-        ops.start("default/a", "other.example", "provision");
+        ops.start("default/a", "u1", "other.example", "provision");
         ops.failed("default/a");
         ops.finish("default/a");
-        ops.start("pv-1", "", "delete");
+        ops.start("pv-1", "v1", "", "delete");
         ops.finish("pv-1");
-        ops.start("default/gone", "d.example", "provision");
+        ops.start("default/gone", "u2", "d.example", "provision");
         ops.forget("default/gone");
+        // Deleted while the watches were away: the claim's provision is dropped, the volume's
+        // delete observed; what still exists keeps its operation.
+        ops.start("default/missed", "u3", "d.example", "provision");
+        ops.start("pv-missed", "v2", "d.example", "delete");
+        ops.start("default/kept", "u4", "d.example", "provision");
+        ops.sweep(|claim| claim == "default/kept", |_| false);
+        assert_eq!(ops.under_way(), 1);
+        // The same name made again is a new object: its operation starts anew.
+        ops.start("default/kept", "u5", "new.example", "provision");
+        ops.finish("default/kept");
         // Nothing under way: neither observed nor counted.
         ops.finish("default/never");
         ops.failed("default/never");
@@ -442,12 +482,19 @@ mod tests {
         for wanted in [
             r#"volume_operation_total_seconds_count{operation_name="provision",plugin_name="d.example"} 1"#,
             r#"volume_operation_total_seconds_count{operation_name="delete",plugin_name="N/A"} 1"#,
+            r#"volume_operation_total_seconds_count{operation_name="delete",plugin_name="d.example"} 1"#,
+            r#"volume_operation_total_seconds_count{operation_name="provision",plugin_name="new.example"} 1"#,
             r#"volume_operation_total_errors{operation_name="provision",plugin_name="d.example"} 2"#,
             r#"volume_operation_total_seconds_bucket{operation_name="delete",plugin_name="N/A",le="600"} 1"#,
         ] {
             assert!(text.contains(wanted), "{wanted} missing from\n{text}");
         }
         assert!(!text.contains("other.example"), "{text}");
+        assert_eq!(
+            text.matches("volume_operation_total_seconds_count").count(),
+            4,
+            "the claims dropped or never started are not observed: {text}"
+        );
     }
 
     #[test]

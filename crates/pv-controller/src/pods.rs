@@ -1,11 +1,13 @@
 //! The Pods that wait for the scheduler, by the claims they name (kube-controller-manager's
 //! Pod index by claim, for the `WaitForPodScheduled` event of a WaitForFirstConsumer claim).
-//! Only the names of waiting Pods are indexed; the Pod cache itself keeps what deciding
-//! "waiting" reads and nothing else.
+//! Only the names of waiting Pods are kept (no Pod cache); each Pod is shrunk on arrival to
+//! what deciding "waiting" reads.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec, PodStatus, Volume};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStatus, Pod, PodSpec, PodStatus, Volume,
+};
 use parking_lot::Mutex;
 use sidecar_kit::key::ObjectKey;
 use sidecar_kit::vocabulary::pod_claim_names;
@@ -155,7 +157,12 @@ pub fn shrink(pod: &mut Pod) {
                     .into_iter()
                     .map(|c| ContainerStatus {
                         name: c.name,
-                        state: c.state,
+                        // Which state, not its reason, message or times.
+                        state: c.state.map(|s| ContainerState {
+                            running: s.running.map(|_| Default::default()),
+                            terminated: s.terminated.map(|_| Default::default()),
+                            waiting: s.waiting.map(|_| Default::default()),
+                        }),
                         ..Default::default()
                     })
                     .collect()
@@ -265,5 +272,41 @@ mod tests {
         );
         assert_eq!(pod.metadata.labels, None);
         assert_eq!(pod.status.and_then(|s| s.phase), Some("Running".into()));
+        // Being deleted, one container done (with its message) and one still running: the
+        // states decide, and only which state each is stays.
+        let mut going = testing::pod("g").claim("v", "data", false).build();
+        going.metadata.deletion_timestamp = Some(sidecar_kit::vocabulary::now());
+        let state = |running: bool| k8s_openapi::api::core::v1::ContainerState {
+            running: running.then(Default::default),
+            terminated: (!running).then(|| k8s_openapi::api::core::v1::ContainerStateTerminated {
+                message: Some("x".repeat(4096)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let statuses = [false, true].map(|running| ContainerStatus {
+            name: format!("c{running}"),
+            state: Some(state(running)),
+            ..Default::default()
+        });
+        going.status.get_or_insert_default().container_statuses = Some(statuses.to_vec());
+        for running in [true, false] {
+            let mut pod = going.clone();
+            if !running {
+                pod.status
+                    .as_mut()
+                    .unwrap()
+                    .container_statuses
+                    .as_mut()
+                    .unwrap()
+                    .pop();
+            }
+            let before = awaits_scheduling(&pod);
+            assert_eq!(before, running, "a running container keeps it waiting");
+            shrink(&mut pod);
+            assert_eq!(awaits_scheduling(&pod), before);
+            let kept = serde_json::to_string(&pod).unwrap();
+            assert!(!kept.contains("xxxx"), "the message goes: {kept}");
+        }
     }
 }

@@ -196,6 +196,24 @@ impl Watches {
         store
     }
 
+    /// A watch without a cache, for a kind a controller only indexes: `on_event` sees every
+    /// event (a re-list's included), each object trimmed and passed through `shrink` first.
+    pub fn watch_only<K, S, F>(&self, api: Api<K>, shrink: S, on_event: F)
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        S: Fn(&mut K) + Send + 'static,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(move |obj: &mut K| {
+                trim(obj);
+                shrink(obj);
+            });
+        self.spawn_events(stream, on_event);
+    }
+
     /// Runs a watch stream until stopped, calling `on_event` for every event; errors are
     /// logged and the watch resumes with its backoff.
     fn spawn_events<K, St, F>(&self, stream: St, mut on_event: F)

@@ -359,6 +359,8 @@ async fn end_state(bed: &Bed) -> BTreeMap<String, Value> {
                 "volumeName": spec.volume_name.as_deref().map(|v| normal_volume(v, &pvs)),
                 "capacity": claim.status.as_ref().and_then(|s| s.capacity.clone()),
                 "accessModes": claim.status.as_ref().and_then(|s| s.access_modes.clone()),
+                "currentVolumeAttributesClassName": claim.status.as_ref()
+                    .and_then(|s| s.current_volume_attributes_class_name.clone()),
                 "annotations": binder_annotations(&claim.metadata),
             }),
         );

@@ -91,11 +91,16 @@ async fn our_pv_controller_binds_and_releases_in_place_of_kube_controller_manage
         "leader_election_master_status",
         "retroactive_storageclass_total 0",
         "retroactive_storageclass_errors_total 0",
-        // From asking the provisioner to the binding, under the provisioner's name.
-        r#"volume_operation_total_seconds_count{operation_name="provision",plugin_name="hostpath.csi.volstack.dev"} 1"#,
     ] {
         assert!(metrics.contains(wanted), "{wanted} missing from\n{metrics}");
     }
+    // From asking the provisioner to the binding, under the provisioner's name (observed once
+    // the claim's status write returns, which may be after the claim is seen Bound).
+    let provisioned = "\nvolume_operation_total_seconds_count{operation_name=\"provision\",plugin_name=\"hostpath.csi.volstack.dev\"} 1\n";
+    bed.until("the provision operation timed", WAIT, || async {
+        http_get(port, "/metrics").await.contains(provisioned)
+    })
+    .await;
     // The claim goes: the volume is Released by ours, and deleted by the provisioner.
     bed.delete_claim("data", WAIT).await;
     bed.until("the driver's volume deleted", WAIT, || async {
@@ -103,7 +108,7 @@ async fn our_pv_controller_binds_and_releases_in_place_of_kube_controller_manage
     })
     .await;
     // From the release to the volume's deletion by the provisioner (the class's provisioner).
-    let deleted = r#"volume_operation_total_seconds_count{operation_name="delete",plugin_name="hostpath.csi.volstack.dev"} 1"#;
+    let deleted = "\nvolume_operation_total_seconds_count{operation_name=\"delete\",plugin_name=\"hostpath.csi.volstack.dev\"} 1\n";
     bed.until("the delete operation timed", WAIT, || async {
         http_get(port, "/metrics").await.contains(deleted)
     })

@@ -15,7 +15,7 @@ pub use sidecar_kit::vocabulary::{
     ANN_BOUND_BY_CONTROLLER, ANN_PROVISIONED_BY, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER,
 };
 
-pub use super::matching::{best_match, mismatch, named_volumes, selector_matches};
+pub use super::matching::{best_match, mismatch, named_volumes};
 use super::matching::{claim_ref_names, pre_bound_fits};
 
 /// The pseudo-provisioner of classes for static volumes only.
@@ -129,14 +129,18 @@ pub fn leaves_claim_pending(action: &ClaimAction) -> bool {
 }
 
 /// The status of a claim marked `Pending` with no volume, as kube-controller-manager writes it:
-/// the phase, and neither access modes nor capacity. `None` when the claim has it already (no
+/// the phase, and neither access modes, capacity nor current attributes class. `None` when the claim has it already (no
 /// write).
 pub fn pending_status(claim: &PersistentVolumeClaim) -> Option<PersistentVolumeClaimStatus> {
-    let status = claim.status.clone().unwrap_or_default();
+    let mut status = claim.status.clone().unwrap_or_default();
+    // Empty lists and maps are none (a server may send them back either way).
+    status.access_modes = status.access_modes.filter(|m| !m.is_empty());
+    status.capacity = status.capacity.filter(|c| !c.is_empty());
     let pending = PersistentVolumeClaimStatus {
         phase: Some("Pending".into()),
         access_modes: None,
         capacity: None,
+        current_volume_attributes_class_name: None,
         ..status.clone()
     };
     (pending != status).then_some(pending)

@@ -1018,6 +1018,7 @@ fn a_claim_left_unbound_is_marked_pending_as_kube_controller_manager_marks_it() 
             "storage".to_string(),
             Quantity("1Gi".into()),
         )])),
+        current_volume_attributes_class_name: Some("gold".into()),
         ..Default::default()
     });
     assert_eq!(
@@ -1027,6 +1028,14 @@ fn a_claim_left_unbound_is_marked_pending_as_kube_controller_manager_marks_it() 
             ..Default::default()
         })
     );
+    let mut empty = c.clone();
+    empty.status = Some(PersistentVolumeClaimStatus {
+        phase: Some("Pending".into()),
+        access_modes: Some(vec![]),
+        capacity: Some(BTreeMap::new()),
+        ..Default::default()
+    });
+    assert_eq!(pending_status(&empty), None, "empty lists are none");
     let mut no_status = c;
     no_status.status = None;
     assert_eq!(

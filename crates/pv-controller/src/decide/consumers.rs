@@ -29,14 +29,17 @@ pub fn pod_terminated(pod: &Pod) -> bool {
         })
 }
 
-/// Whether a Pod waits for the scheduler: not on a node yet, and not terminated.
-pub fn awaits_scheduling(pod: &Pod) -> bool {
-    let on_node = pod
-        .spec
+/// Whether the scheduler has put the Pod on a node.
+pub fn on_node(pod: &Pod) -> bool {
+    pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    !on_node && !pod_terminated(pod)
+        .is_some_and(|n| !n.is_empty())
+}
+
+/// Whether a Pod waits for the scheduler: not on a node yet, and not terminated.
+pub fn awaits_scheduling(pod: &Pod) -> bool {
+    !on_node(pod) && !pod_terminated(pod)
 }
 
 /// The Normal event of a claim waiting for its consumer: `WaitForFirstConsumer`, or

@@ -4,11 +4,10 @@
 //! reads, looked up by name where it can be.
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use sidecar_kit::quantity::parse_bytes;
+use sidecar_kit::selectors::label_selector_matches;
 use sidecar_kit::vocabulary::pv_phase as phase;
 use sidecar_kit::vocabulary::{ANN_BETA_STORAGE_CLASS, annotation, requested_class};
 
@@ -26,7 +25,9 @@ fn same_attributes_class(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -
     of_claim.unwrap_or_default() == of_volume.unwrap_or_default()
 }
 
-fn volume_class(pv: &PersistentVolume) -> String {
+/// A volume's class: the beta annotation, else `spec.storageClassName` (kube-controller-
+/// manager's `GetPersistentVolumeClass`).
+pub(crate) fn volume_class(pv: &PersistentVolume) -> String {
     annotation(&pv.metadata, ANN_BETA_STORAGE_CLASS)
         .map(str::to_string)
         .or_else(|| pv.spec.as_ref()?.storage_class_name.clone())
@@ -36,26 +37,6 @@ fn volume_class(pv: &PersistentVolume) -> String {
 pub(crate) fn capacity(pv: &PersistentVolume) -> Option<i64> {
     let q = pv.spec.as_ref()?.capacity.as_ref()?.get("storage")?;
     parse_bytes(&q.0).ok()
-}
-
-/// Whether `labels` satisfy a label selector.
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_ok = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_ok = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.clone().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    labels_ok && exprs_ok
 }
 
 /// Why a volume does not satisfy a claim, if it does not: kube-controller-manager's checks of a
@@ -102,7 +83,7 @@ fn selected(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
         return true;
     };
     let labels = pv.metadata.labels.clone().unwrap_or_default();
-    selector_matches(selector, &labels)
+    label_selector_matches(selector, &labels)
 }
 
 pub(crate) fn claim_ref_names(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {

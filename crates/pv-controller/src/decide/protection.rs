@@ -38,12 +38,7 @@ fn decide(meta: &ObjectMeta, finalizer: &str, in_use: bool) -> Protection {
 /// Whether a Pod counts as using its claims: scheduled (kubelet only sees scheduled Pods) and
 /// not finished.
 pub fn pod_holds_claims(pod: &Pod) -> bool {
-    let scheduled = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    scheduled && !sidecar_kit::vocabulary::pod_finished(pod)
+    super::consumers::on_node(pod) && !sidecar_kit::vocabulary::pod_finished(pod)
 }
 
 /// The claims a Pod names (its own namespace), generic ephemeral volumes' included.
