@@ -1,0 +1,310 @@
+//! The claim side: carrying out the binder's decision for a claim (default class, binding,
+//! asking a provisioner, waiting, Lost), the binding's writes and the provision operation's
+//! metrics.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use sidecar_kit::assume::key_of;
+use sidecar_kit::events::EventType;
+use sidecar_kit::vocabulary::reference;
+
+use super::*;
+
+impl PvController {
+    /// Decides a claim and carries the decision out.
+    pub(super) async fn sync_claim(
+        &self,
+        key: &ObjectRef<PersistentVolumeClaim>,
+    ) -> Result<(), SyncError> {
+        let Some(claim) = self.claim(key) else {
+            return Ok(());
+        };
+        // A claim being deleted is synced as any other (kube-controller-manager's does not
+        // look): a Pod that still holds it may wait for its binding.
+        let classes = self.classes.state();
+        // The volumes the decision can depend on, looked up by name rather than scanning
+        // every volume for each claim (quadratic in a storm).
+        let lookup = |name: &str| self.volume(name);
+        let volumes = named_volumes(&claim, VOLUME_NAME_PREFIXES, lookup).unwrap_or_else(|| {
+            let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+            let name = claim.metadata.name.as_deref().unwrap_or_default();
+            self.index
+                .candidates_for(ns, name)
+                .iter()
+                .filter_map(|volume| lookup(volume))
+                .collect()
+        });
+        let default = default_class(classes.iter().map(|c| c.as_ref()));
+        let action = decide_claim(&claim, &volumes, &classes, default);
+        // Written after the decision's event, as kube-controller-manager orders them.
+        let pending = leaves_claim_pending(&action)
+            .then(|| pending_status(&claim))
+            .flatten();
+        let ns = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        match action {
+            ClaimAction::Nothing => Ok(()),
+            ClaimAction::AssignDefaultClass(class) => {
+                let mut updated = (*claim).clone();
+                updated
+                    .spec
+                    .get_or_insert_with(Default::default)
+                    .storage_class_name = Some(class);
+                let written = claims
+                    .replace(&name, &PostParams::default(), &updated)
+                    .await;
+                if let Some(counters) = &self.retroactive {
+                    counters.record(written.is_ok());
+                }
+                let written = written.map_err(write_err("assign the default class"))?;
+                self.wrote_claim(&written);
+                Ok(())
+            }
+            ClaimAction::Bind(pv_name) => {
+                let pv = self
+                    .volume(&pv_name)
+                    .ok_or_else(|| SyncError::Waiting(format!("volume {pv_name} vanished")))?;
+                let mut bound = (*pv).clone();
+                bound.spec.get_or_insert_with(Default::default).claim_ref =
+                    Some(reference(&*claim));
+                bound
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(ANN_BOUND_BY_CONTROLLER.into(), "yes".into());
+                let bound = pvs
+                    .replace(&pv_name, &PostParams::default(), &bound)
+                    .await
+                    .map_err(write_err("bind the volume"))
+                    .inspect_err(|_| self.operation_failed(&key_of(&*claim)))?;
+                self.wrote_volume(&bound);
+                let finished = self.finish_binding(&claim, &bound).await;
+                self.operation_ended(&claim, finished)
+            }
+            ClaimAction::CompleteBinding(pv_name) => {
+                let pv = self
+                    .volume(&pv_name)
+                    .ok_or_else(|| SyncError::Waiting(format!("volume {pv_name} vanished")))?;
+                let finished = self.finish_binding(&claim, &pv).await;
+                self.operation_ended(&claim, finished)
+            }
+            ClaimAction::Provision {
+                provisioner,
+                annotated,
+            } => {
+                let key = key_of(&*claim);
+                if let Some(ops) = &self.operations {
+                    ops.start(&key, uid_of(&claim.metadata), &provisioner, "provision");
+                }
+                if !annotated {
+                    let mut updated = (*claim).clone();
+                    let a = updated
+                        .metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new);
+                    a.insert(ANN_STORAGE_PROVISIONER.into(), provisioner.clone());
+                    a.insert(ANN_BETA_STORAGE_PROVISIONER.into(), provisioner.clone());
+                    let written = claims
+                        .replace(&name, &PostParams::default(), &updated)
+                        .await
+                        .map_err(write_err("annotate the claim"))
+                        .inspect_err(|_| self.operation_failed(&key))?;
+                    self.wrote_claim(&written);
+                }
+                self.recorder
+                    .record(&reference(&*claim), EventType::Normal, "ExternalProvisioning", &format!(
+                        "Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
+                    ));
+                Ok(())
+            }
+            ClaimAction::WaitForFirstConsumer => {
+                let (reason, message) = first_consumer_event(&self.waiting_pods.of(&ns, &name));
+                self.recorder
+                    .record(&reference(&*claim), EventType::Normal, reason, &message);
+                self.mark_pending(&claim, pending).await
+            }
+            ClaimAction::Pending {
+                event,
+                reason,
+                message,
+            } => {
+                self.recorder
+                    .record(&reference(&*claim), event, reason, &message);
+                self.mark_pending(&claim, pending).await?;
+                Err(SyncError::Waiting(message))
+            }
+            ClaimAction::Wait(why) => {
+                self.mark_pending(&claim, pending).await?;
+                Err(SyncError::Waiting(why))
+            }
+            ClaimAction::MigratedTo(driver) => {
+                let mut updated = (*claim).clone();
+                mark_migrated_to(&mut updated.metadata, driver);
+                let written = claims
+                    .replace(&name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("mark the claim migrated"))?;
+                self.wrote_claim(&written);
+                Ok(())
+            }
+            ClaimAction::Lost { reason, message } => {
+                let mut updated = (*claim).clone();
+                updated.status.get_or_insert_with(Default::default).phase = Some("Lost".into());
+                let written = claims
+                    .replace_status(&name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("mark the claim Lost"))?;
+                self.wrote_claim(&written);
+                self.recorder
+                    .record(&reference(&*claim), EventType::Warning, reason, message);
+                Ok(())
+            }
+        }
+    }
+
+    /// A step of the operation under way for `key` failed (see [`crate::metrics::Operations`]).
+    fn operation_failed(&self, key: &str) {
+        if let Some(ops) = &self.operations {
+            ops.failed(key);
+        }
+    }
+
+    /// A binding was written (the provision operation of its claim, if any, ends) or failed.
+    fn operation_ended(
+        &self,
+        claim: &PersistentVolumeClaim,
+        finished: Result<(), SyncError>,
+    ) -> Result<(), SyncError> {
+        if let Some(ops) = &self.operations {
+            match &finished {
+                Ok(()) => ops.finish(&key_of(claim)),
+                Err(_) => ops.failed(&key_of(claim)),
+            }
+        }
+        finished
+    }
+
+    /// Writes a claim's `Pending` status, if it needs one (see [`pending_status`]).
+    async fn mark_pending(
+        &self,
+        claim: &PersistentVolumeClaim,
+        status: Option<k8s_openapi::api::core::v1::PersistentVolumeClaimStatus>,
+    ) -> Result<(), SyncError> {
+        let Some(status) = status else {
+            return Ok(());
+        };
+        let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+        let name = claim.metadata.name.as_deref().unwrap_or_default();
+        let mut pending = claim.clone();
+        pending.status = Some(status);
+        let written = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns)
+            .replace_status(name, &PostParams::default(), &pending)
+            .await
+            .map_err(write_err("mark the claim Pending"))?;
+        self.wrote_claim(&written);
+        Ok(())
+    }
+
+    /// Writes the rest of a binding whose volume side is done: volume phase, claim spec and
+    /// annotations, claim status.
+    async fn finish_binding(
+        &self,
+        claim: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+    ) -> Result<(), SyncError> {
+        let pv_name = pv.metadata.name.clone().unwrap_or_default();
+        let ns = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        // A volume pre-bound by name only gets the claim's whole reference (its UID), as
+        // kube-controller-manager writes it; it was bound by the user, not by us.
+        let ref_uid = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.uid.clone())
+            .unwrap_or_default();
+        let written;
+        let pv = if ref_uid.is_empty() {
+            let mut whole = pv.clone();
+            whole.spec.get_or_insert_with(Default::default).claim_ref = Some(reference(claim));
+            written = pvs
+                .replace(&pv_name, &PostParams::default(), &whole)
+                .await
+                .map_err(write_err("bind the volume"))?;
+            self.wrote_volume(&written);
+            &written
+        } else {
+            pv
+        };
+        if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+            let mut status = pv.clone();
+            status.status.get_or_insert_with(Default::default).phase = Some("Bound".into());
+            let written = pvs
+                .replace_status(&pv_name, &PostParams::default(), &status)
+                .await
+                .map_err(write_err("mark the volume Bound"))?;
+            self.wrote_volume(&written);
+        }
+        let mut updated = claim.clone();
+        let needs_spec = updated.spec.as_ref().and_then(|s| s.volume_name.as_deref())
+            != Some(pv_name.as_str())
+            || updated
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANN_BIND_COMPLETED))
+                .is_none();
+        if needs_spec {
+            // As kube-controller-manager: the claim is marked bound by the controller when the
+            // controller names its volume (not when the user did).
+            let named_by_us = updated.spec.as_ref().and_then(|s| s.volume_name.as_deref())
+                != Some(pv_name.as_str());
+            updated
+                .spec
+                .get_or_insert_with(Default::default)
+                .volume_name = Some(pv_name.clone());
+            let a = updated
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new);
+            a.entry(ANN_BIND_COMPLETED.into())
+                .or_insert_with(|| "yes".into());
+            if named_by_us {
+                a.entry(ANN_BOUND_BY_CONTROLLER.into())
+                    .or_insert_with(|| "yes".into());
+            }
+            updated = claims
+                .replace(&name, &PostParams::default(), &updated)
+                .await
+                .map_err(write_err("bind the claim"))?;
+            self.wrote_claim(&updated);
+        }
+        let spec = pv.spec.clone().unwrap_or_default();
+        let status = updated.status.get_or_insert_with(Default::default);
+        if status.phase.as_deref() != Some("Bound") {
+            // As kube-controller-manager: a claim going from Pending to Bound gets its
+            // volume's attributes class as its current one.
+            if status.phase.as_deref().is_none_or(|p| p == "Pending") {
+                status.current_volume_attributes_class_name =
+                    spec.volume_attributes_class_name.clone();
+            }
+            status.phase = Some("Bound".into());
+            status.capacity = spec.capacity.clone();
+            status.access_modes = spec.access_modes.clone();
+            let written = claims
+                .replace_status(&name, &PostParams::default(), &updated)
+                .await
+                .map_err(write_err("mark the claim Bound"))?;
+            self.wrote_claim(&written);
+            tracing::info!(volume = %pv_name, "claim bound");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,495 @@
+//! The PV controller's I/O: watches feed caches, workers carry out the binder's decisions.
+//! Binding writes the volume first (its claimRef, under optimistic concurrency), so two claims
+//! racing for one volume end with exactly one binding: the loser's write conflicts and it
+//! looks again.
+
+mod claims;
+mod volumes;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use sidecar_kit::events::Recorder;
+use sidecar_kit::runtime::Controller;
+use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
+
+use crate::decide::binder::{
+    ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
+    ANN_STORAGE_PROVISIONER, ClaimAction, ClaimSource, VolumeAction, decide_claim, decide_volume,
+};
+use crate::decide::binder::{
+    awaits_external_deleter, claim_is_gone, leaves_claim_pending, left_to_node_recyclers,
+    named_volumes, pending_status,
+};
+
+/// The names provisioners give the volume of a claim, `<prefix>-<claim uid>`: upstream's
+/// default `--volume-name-prefix`.
+const VOLUME_NAME_PREFIXES: &[&str] = &["pvc"];
+use crate::decide::classes::default_class;
+use crate::decide::consumers::{awaits_scheduling, first_consumer_event};
+use crate::index::{ClaimRefIndex, claim_named_by};
+use crate::pods::WaitingPods;
+
+/// A failed write; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// An API write failed (a conflict means someone else changed the object first).
+    #[error("failed to {action}: {source}")]
+    Write {
+        /// What was being written (as the message says it).
+        action: &'static str,
+        /// The API server's error.
+        source: kube::Error,
+    },
+    /// The claim must wait (class missing...); retried with backoff.
+    #[error("{0}")]
+    Waiting(String),
+    /// The claim a volume is bound to could not be read from the API server (the volume is
+    /// not released on the cache's word alone).
+    #[error("failed to read claim {claim} of volume {volume}: {source}")]
+    ReadClaim {
+        /// `namespace/name` of the claim.
+        claim: String,
+        /// The volume.
+        volume: String,
+        /// The API server's error.
+        source: kube::Error,
+    },
+}
+
+/// The controller.
+pub struct PvController {
+    client: kube::Client,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    classes: Store<StorageClass>,
+    claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>>,
+    volume_queue: WorkQueue<String>,
+    recorder: Recorder,
+    /// The watches feeding the caches (stopped with the controller).
+    watches: Watches,
+    /// Whether node agents recycle CSI volumes (then `Recycle` is theirs, not an error here).
+    node_recyclers: bool,
+    /// Volumes by the claim their claimRef names, and those no claimRef names.
+    index: Arc<ClaimRefIndex>,
+    /// Claims and volumes as this controller last wrote them, while the caches are behind: a
+    /// claim synced again before its binding reaches the cache is seen bound, and a volume it
+    /// just bound is seen taken.
+    assumed_claims: Arc<Assumed<PersistentVolumeClaim>>,
+    assumed_volumes: Arc<Assumed<PersistentVolume>>,
+    /// The default-class assignment counters, with metrics.
+    retroactive: Option<crate::metrics::Retroactive>,
+    /// The provision and delete operations' end-to-end times and errors, with metrics.
+    operations: Option<Arc<crate::metrics::Operations>>,
+    /// The Pods waiting for the scheduler, by the claims they name.
+    waiting_pods: Arc<WaitingPods>,
+}
+
+/// How often volumes whose claim is missing are looked at again, whatever the events said.
+pub const ORPHAN_RESYNC: Duration = Duration::from_secs(15);
+
+impl std::fmt::Debug for PvController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PvController").finish_non_exhaustive()
+    }
+}
+
+use sidecar_kit::assume::{Assumed, key_of};
+use sidecar_kit::vocabulary::hostname;
+use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::watch_index::Feed;
+
+/// A work queue, with its `workqueue_*` series when there are metrics.
+fn queue<K: Clone + Eq + std::hash::Hash + Send + 'static>(
+    backoff: Backoff,
+    metrics: Option<&sidecar_kit::metrics::Metrics>,
+    name: &str,
+) -> WorkQueue<K> {
+    let queue = WorkQueue::new(backoff);
+    match metrics {
+        Some(metrics) => queue.with_metrics(QueueMetrics::new(metrics, name)),
+        None => queue,
+    }
+}
+
+/// How soon an object whose write conflicted is looked at again.
+const CONFLICT_RETRY: Duration = sidecar_kit::api_errors::CHANGED_LOOK_AGAIN;
+
+/// A write that conflicted lost a race with another writer (the pvc-protection finalizer, the
+/// provisioner, another claim binding the volume): the object is looked at again shortly from
+/// its new version, without the failure backoff a real error earns (which grows to a minute
+/// and held 50 claims unbound when every one of them raced the finalizer).
+fn after_conflict(result: Result<(), SyncError>) -> Result<Next, SyncError> {
+    match result {
+        Ok(()) => Ok(Next::Done),
+        Err(SyncError::Write { source, action })
+            if sidecar_kit::api_errors::is_conflict(&source) =>
+        {
+            tracing::debug!(action, "write conflicted; looking again at the new version");
+            Ok(Next::After(CONFLICT_RETRY))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+fn write_err(action: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
+    move |source| SyncError::Write { action, source }
+}
+
+impl PvController {
+    /// Starts the watches. `node_recyclers`: node agents recycle Released CSI volumes with
+    /// policy `Recycle` (the embedded stack's); without them such a volume gets a
+    /// `VolumeFailedRecycle` event.
+    pub fn new(client: kube::Client, backoff: Backoff, node_recyclers: bool) -> Arc<Self> {
+        Self::with_queues(client, backoff, node_recyclers, None)
+    }
+
+    /// Like [`PvController::new`], with kube-controller-manager's `workqueue_*` series for its
+    /// two queues (`claims`, `volumes`) in `metrics`.
+    pub fn with_metrics(
+        client: kube::Client,
+        backoff: Backoff,
+        metrics: &sidecar_kit::metrics::Metrics,
+    ) -> Arc<Self> {
+        Self::with_queues(client, backoff, false, Some(metrics))
+    }
+
+    fn with_queues(
+        client: kube::Client,
+        backoff: Backoff,
+        node_recyclers: bool,
+        metrics: Option<&sidecar_kit::metrics::Metrics>,
+    ) -> Arc<Self> {
+        let watches = Watches::default();
+        let retroactive = metrics.and_then(|m| {
+            crate::metrics::Retroactive::register(&m.registry)
+                .map_err(|error| tracing::warn!(%error, "the retroactive StorageClass counters are not registered"))
+                .ok()
+        });
+        let operations = metrics.and_then(|m| {
+            crate::metrics::Operations::register(&m.registry)
+                .map_err(|error| tracing::warn!(%error, "the volume operation metrics are not registered"))
+                .ok()
+                .map(Arc::new)
+        });
+        let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> =
+            queue(backoff, metrics, "claims");
+        let volume_queue: WorkQueue<String> = queue(backoff, metrics, "volumes");
+        let index = Arc::new(ClaimRefIndex::default());
+        let (q, vq, by_claim) = (claim_queue.clone(), volume_queue.clone(), index.clone());
+        let assumed_claims: Arc<Assumed<PersistentVolumeClaim>> = Arc::default();
+        let assumed_volumes: Arc<Assumed<PersistentVolume>> = Arc::default();
+        let gone_claims = assumed_claims.clone();
+        let claim_ops = operations.clone();
+        // Claims and volumes are written back whole (updates): their caches keep every
+        // annotation, so a write does not remove kubectl's last-applied configuration.
+        let claims = watches.reflect_for_updates(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            move |e| {
+                if let kube::runtime::watcher::Event::Delete(c) = e {
+                    gone_claims.forget(&key_of(c));
+                    if let Some(ops) = &claim_ops {
+                        ops.forget(&key_of(c));
+                    }
+                }
+                each(e, |c| {
+                    q.add(ObjectRef::from_obj(c));
+                    // A deleted or changed claim may release its volume: the one it names and
+                    // every one whose claimRef names it.
+                    if let Some(v) = c
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.volume_name.as_ref())
+                        .filter(|v| !v.is_empty())
+                    {
+                        vq.add(v.clone());
+                    }
+                    let ns = c.metadata.namespace.as_deref().unwrap_or_default();
+                    let name = c.metadata.name.as_deref().unwrap_or_default();
+                    for v in by_claim.volumes_of(ns, name) {
+                        vq.add(v);
+                    }
+                });
+            },
+        );
+        // A volume change may complete or free a claim's binding.
+        let (vq, cq, by_claim) = (volume_queue.clone(), claim_queue.clone(), index.clone());
+        let feed = Feed::default();
+        let gone_volumes = assumed_volumes.clone();
+        let volume_ops = operations.clone();
+        let volumes =
+            watches.reflect_for_updates(Api::<PersistentVolume>::all(client.clone()), move |e| {
+                if let kube::runtime::watcher::Event::Delete(v) = e {
+                    gone_volumes.forget(&key_of(v));
+                    // Deleted by its external deleter: the delete operation ends.
+                    if let Some(ops) = &volume_ops {
+                        ops.finish(&key_of(v));
+                    }
+                }
+                feed.event(e, &*by_claim);
+                each(e, |v| {
+                    if let Some(name) = &v.metadata.name {
+                        vq.add(name.clone());
+                    }
+                    if let Some((ns, name)) = claim_named_by(v) {
+                        cq.add(ObjectRef::new(&name).within(&ns));
+                    }
+                });
+            });
+        // Any class change may change the default class: every unbound claim looks again.
+        let q = claim_queue.clone();
+        let classes = watches.reflect_classes(
+            Api::<StorageClass>::all(client.clone()),
+            {
+                let claims = claims.clone();
+                move || claims.state()
+            },
+            |_, _| true,
+            move |claim| q.add_now(ObjectRef::from_obj(claim)),
+        );
+        // A Pod that waits for the scheduler changes what its claims say they wait for.
+        let (q, waiting_pods, feed) = (
+            claim_queue.clone(),
+            Arc::new(WaitingPods::default()),
+            Feed::default(),
+        );
+        let by_claim = waiting_pods.clone();
+        // No Pod cache: binding does not wait for one (a claim synced before the Pod list
+        // arrives says WaitForFirstConsumer, and the listed Pod requeues it).
+        watches.watch_only(
+            Api::<Pod>::all(client.clone()),
+            crate::pods::shrink,
+            move |e| {
+                feed.event(e, &*by_claim);
+                each(e, |pod| {
+                    if !awaits_scheduling(pod) {
+                        return;
+                    }
+                    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+                    for claim in sidecar_kit::vocabulary::pod_claim_names(pod) {
+                        q.add(ObjectRef::new(&claim).within(ns));
+                    }
+                });
+            },
+        );
+        let recorder = Recorder::new(client.clone(), "persistentvolume-controller", hostname());
+        Arc::new(PvController {
+            waiting_pods,
+            node_recyclers,
+            index,
+            client,
+            claims,
+            volumes,
+            classes,
+            claim_queue,
+            volume_queue,
+            recorder,
+            watches,
+            assumed_claims,
+            assumed_volumes,
+            retroactive,
+            operations,
+        })
+    }
+
+    /// A claim as last known: the cache's, or this controller's own write while the cache is
+    /// behind it.
+    fn claim(&self, key: &ObjectRef<PersistentVolumeClaim>) -> Option<Arc<PersistentVolumeClaim>> {
+        let name = match &key.namespace {
+            Some(ns) => format!("{ns}/{}", key.name),
+            None => key.name.clone(),
+        };
+        self.assumed_claims.latest(&name, self.claims.get(key))
+    }
+
+    /// A volume as last known (see [`PvController::claim`]).
+    fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.assumed_volumes
+            .latest(name, self.volumes.get(&ObjectRef::new(name)))
+    }
+
+    /// Remembers a claim this controller wrote.
+    fn wrote_claim(&self, claim: &PersistentVolumeClaim) {
+        self.assumed_claims.assume(claim.clone());
+    }
+
+    /// Remembers a volume this controller wrote.
+    fn wrote_volume(&self, pv: &PersistentVolume) {
+        self.assumed_volumes.assume(pv.clone());
+    }
+
+    /// kube-controller-manager's `pv_collector_*` gauges, counted from this controller's caches.
+    pub fn collector(&self) -> crate::metrics::PvCollector {
+        crate::metrics::PvCollector::new(self.volumes.clone(), self.claims.clone())
+    }
+
+    /// Queues every volume whose claimRef names a claim that is missing or has another UID.
+    /// A missed event must not leak a volume; kube-controller-manager re-syncs every 15 s.
+    /// Uses [`WorkQueue::add`], so a volume waiting out a backoff keeps waiting.
+    pub fn resync_orphans(&self) -> usize {
+        if let Some(ops) = &self.operations {
+            // Objects deleted while a watch was away got no delete event: their operations
+            // end here (a volume's deletion is its delete operation's end).
+            ops.sweep(
+                |claim| self.claims.get(&claim_ref(claim)).is_some(),
+                |volume| self.volumes.get(&ObjectRef::new(volume)).is_some(),
+            );
+        }
+        let mut queued = 0;
+        for pv in self.volumes.state() {
+            let Some((ns, name)) = claim_named_by(&pv) else {
+                continue;
+            };
+            let claim = self.claims.get(&ObjectRef::new(&name).within(&ns));
+            if claim_is_gone(&pv, claim.as_deref())
+                && let Some(pv_name) = &pv.metadata.name
+            {
+                self.volume_queue.add(pv_name.clone());
+                queued += 1;
+            }
+        }
+        queued
+    }
+
+    /// Runs `workers` claim and volume workers until `stop` resolves.
+    pub async fn run(self: Arc<Self>, workers: usize, stop: impl std::future::Future<Output = ()>) {
+        self.run_with(workers, ORPHAN_RESYNC, stop).await;
+    }
+
+    /// Like [`PvController::run`], with the period of the pass over volumes whose claim is
+    /// missing (tests make it long to show that events alone release such volumes).
+    pub async fn run_with(
+        self: Arc<Self>,
+        workers: usize,
+        orphan_resync: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        self.controller(workers, orphan_resync).run(stop).await;
+    }
+
+    /// The controller on the shared runtime: `workers` claim and volume workers, and the pass
+    /// over volumes whose claim is missing every `orphan_resync`.
+    pub fn controller(self: &Arc<Self>, workers: usize, orphan_resync: Duration) -> Controller {
+        let (claims, volumes, resync) = (self.clone(), self.clone(), self.clone());
+        Controller::new("persistentvolume-controller")
+            .watches(&self.watches)
+            .wait_for(&self.claims)
+            .wait_for(&self.volumes)
+            .wait_for(&self.classes)
+            .reconcile("claim", self.claim_queue.clone(), workers, move |key| {
+                let this = claims.clone();
+                async move { after_conflict(this.sync_claim(&key).await) }
+            })
+            .reconcile("volume", self.volume_queue.clone(), workers, move |key| {
+                let this = volumes.clone();
+                async move { after_conflict(this.sync_volume(&key).await) }
+            })
+            .every(orphan_resync, move || {
+                let queued = resync.resync_orphans();
+                if queued > 0 {
+                    tracing::debug!(volumes = queued, "re-queued volumes whose claim is missing");
+                }
+            })
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) `pv.kubernetes.io/migrated-to`.
+fn mark_migrated_to(
+    meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    driver: Option<String>,
+) {
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    match driver {
+        Some(driver) => {
+            annotations.insert(sidecar_kit::migration::ANN_MIGRATED_TO.into(), driver);
+        }
+        None => {
+            annotations.remove(sidecar_kit::migration::ANN_MIGRATED_TO);
+        }
+    }
+}
+
+/// The UID of an object (`""` when it has none).
+fn uid_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.uid.as_deref().unwrap_or_default()
+}
+
+/// A claim's reference from its `namespace/name` key.
+fn claim_ref(key: &str) -> ObjectRef<PersistentVolumeClaim> {
+    match key.split_once('/') {
+        Some((namespace, name)) => ObjectRef::new(name).within(namespace),
+        None => ObjectRef::new(key),
+    }
+}
+
+/// Default backoff of the PV controller: at most [`ORPHAN_RESYNC`] between tries, as
+/// kube-controller-manager retries whatever failed at its resync (every
+/// `--pvclaimbinder-sync-period`).
+pub fn default_backoff() -> Backoff {
+    backoff_within(ORPHAN_RESYNC)
+}
+
+/// The backoff of a controller resyncing every `sync_period`: a claim or volume that failed is
+/// looked at again at least that often (kube-controller-manager's queues do not back off; its
+/// resync retries everything every period).
+pub fn backoff_within(sync_period: Duration) -> Backoff {
+    Backoff {
+        start: Duration::from_millis(500).min(sync_period),
+        max: sync_period,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> SyncError {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": "m", "reason": "r", "code": code
+        }))
+        .unwrap();
+        SyncError::Write {
+            action: "bind",
+            source: kube::Error::Api(Box::new(status)),
+        }
+    }
+
+    #[test]
+    fn a_conflict_is_looked_at_again_soon_and_other_errors_back_off() {
+        assert_eq!(after_conflict(Ok(())).unwrap(), Next::Done);
+        assert_eq!(
+            after_conflict(Err(api_error(409))).unwrap(),
+            Next::After(CONFLICT_RETRY)
+        );
+        assert!(after_conflict(Err(api_error(500))).is_err());
+        assert!(after_conflict(Err(SyncError::Waiting("class".into()))).is_err());
+    }
+
+    #[test]
+    fn a_failure_is_tried_again_within_the_sync_period() {
+        let rows = [
+            (ORPHAN_RESYNC, Duration::from_millis(500), ORPHAN_RESYNC),
+            (
+                Duration::from_secs(60),
+                Duration::from_millis(500),
+                Duration::from_secs(60),
+            ),
+            (
+                Duration::from_millis(200),
+                Duration::from_millis(200),
+                Duration::from_millis(200),
+            ),
+        ];
+        for (period, start, max) in rows {
+            let backoff = backoff_within(period);
+            assert_eq!((backoff.start, backoff.max), (start, max), "{period:?}");
+        }
+        assert_eq!(default_backoff().max, Duration::from_secs(15));
+    }
+}

@@ -1,0 +1,172 @@
+//! The volume side: carrying out the binder's decision for a volume (phases, unbinding,
+//! release after a live read of its claim, Failed, recycling) and the delete operation's
+//! metrics.
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use sidecar_kit::events::EventType;
+use sidecar_kit::vocabulary::reference;
+
+use super::*;
+
+impl PvController {
+    /// The delete operation of a volume left to its external deleter starts (once).
+    fn deletion_started(&self, pv: &PersistentVolume) {
+        if let Some(ops) = &self.operations {
+            let name = pv.metadata.name.as_deref().unwrap_or_default();
+            ops.start(name, uid_of(&pv.metadata), &self.deleter_of(pv), "delete");
+        }
+    }
+
+    /// The plugin a volume's delete operation is counted under, as kube-controller-manager
+    /// names it for an external deleter: its class's provisioner (the CSI driver of a migrated
+    /// plugin), `N/A` when the class is gone.
+    fn deleter_of(&self, pv: &PersistentVolume) -> String {
+        let class = crate::decide::matching::volume_class(pv);
+        self.classes
+            .get(&ObjectRef::new(&class))
+            .map(|c| sidecar_kit::migration::driver_of(&c.provisioner).to_string())
+            .unwrap_or_else(|| crate::metrics::NO_PLUGIN.to_string())
+    }
+
+    /// The claim `pv`'s claimRef names, read from the API server (none when it is gone).
+    async fn read_named_claim(
+        &self,
+        pv: &PersistentVolume,
+    ) -> Result<Vec<PersistentVolumeClaim>, SyncError> {
+        let Some((namespace, name)) = claim_named_by(pv) else {
+            return Ok(Vec::new());
+        };
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
+        match claims.get_opt(&name).await {
+            Ok(found) => Ok(found.into_iter().collect()),
+            Err(source) => Err(SyncError::ReadClaim {
+                claim: format!("{namespace}/{name}"),
+                volume: pv.metadata.name.clone().unwrap_or_default(),
+                source,
+            }),
+        }
+    }
+
+    /// Decides a volume and carries the decision out.
+    pub(super) async fn sync_volume(&self, name: &str) -> Result<(), SyncError> {
+        let Some(pv) = self.volume(name) else {
+            return Ok(());
+        };
+        // Only the claim the volume names matters: look it up instead of scanning all claims.
+        let named: Vec<std::sync::Arc<PersistentVolumeClaim>> = claim_named_by(&pv)
+            .and_then(|(ns, name)| self.claim(&ObjectRef::new(&name).within(&ns)))
+            .into_iter()
+            .collect();
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let mut action = decide_volume(&pv, &named, ClaimSource::Cache);
+        if action == VolumeAction::ReadClaimLive {
+            // As kube-controller-manager: the cache may lag; the server decides.
+            let live = self.read_named_claim(&pv).await?;
+            action = decide_volume(&pv, &live, ClaimSource::Server);
+        }
+        if awaits_external_deleter(&pv) {
+            self.deletion_started(&pv);
+        }
+        match action {
+            // Never the answer for a claim read from the server (a row of `decide_volume`'s
+            // table); were it, nothing is written and the next event looks again.
+            VolumeAction::ReadClaimLive | VolumeAction::Nothing => Ok(()),
+            VolumeAction::SetPhase(phase) => {
+                let mut updated = (*pv).clone();
+                updated.status.get_or_insert_with(Default::default).phase = Some(phase.into());
+                let written = pvs
+                    .replace_status(name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("set the volume phase"))?;
+                self.wrote_volume(&written);
+                // Released for its external deleter: the delete operation starts now, as the
+                // deleter may be done before this controller syncs the volume again.
+                if awaits_external_deleter(&written) {
+                    self.deletion_started(&written);
+                }
+                tracing::info!(phase, "volume phase changed");
+                Ok(())
+            }
+            VolumeAction::Unbind => {
+                let mut updated = (*pv).clone();
+                if let Some(spec) = updated.spec.as_mut() {
+                    spec.claim_ref = None;
+                }
+                if let Some(a) = updated.metadata.annotations.as_mut() {
+                    a.remove(ANN_BOUND_BY_CONTROLLER);
+                }
+                let written = pvs
+                    .replace(name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("unbind the volume"))?;
+                self.wrote_volume(&written);
+                Ok(())
+            }
+            VolumeAction::ClearClaimUid => {
+                let mut updated = (*pv).clone();
+                if let Some(claim_ref) = updated.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
+                    claim_ref.uid = None;
+                }
+                let written = pvs
+                    .replace(name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("clear the volume's claim UID"))?;
+                self.wrote_volume(&written);
+                Ok(())
+            }
+            VolumeAction::Fail { reason, message } => self.fail(&pv, reason, &message).await,
+            VolumeAction::MigratedTo(driver) => {
+                let mut updated = (*pv).clone();
+                mark_migrated_to(&mut updated.metadata, driver);
+                let written = pvs
+                    .replace(name, &PostParams::default(), &updated)
+                    .await
+                    .map_err(write_err("mark the volume migrated"))?;
+                self.wrote_volume(&written);
+                Ok(())
+            }
+            VolumeAction::Recycle if left_to_node_recyclers(&pv, self.node_recyclers) => {
+                tracing::debug!(pv = name, "left to the node agents' recycler");
+                Ok(())
+            }
+            // As kube-controller-manager for a volume no recycler plugin serves.
+            VolumeAction::Recycle => {
+                self.fail(
+                    &pv,
+                    "VolumeFailedRecycle",
+                    "No recycler plugin found for the volume!",
+                )
+                .await
+            }
+        }
+    }
+
+    /// Marks a volume Failed with the reason (status message and a Warning event), as
+    /// kube-controller-manager's `updateVolumePhaseWithEvent`: the event only on the change.
+    async fn fail(
+        &self,
+        pv: &PersistentVolume,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), SyncError> {
+        if pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
+            return Ok(());
+        }
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let mut updated = pv.clone();
+        let status = updated.status.get_or_insert_with(Default::default);
+        status.phase = Some("Failed".into());
+        status.message = Some(message.to_string());
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let written = pvs
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await
+            .map_err(write_err("mark the volume Failed"))?;
+        self.wrote_volume(&written);
+        self.recorder
+            .record(&reference(pv), EventType::Warning, reason, message);
+        Ok(())
+    }
+}
