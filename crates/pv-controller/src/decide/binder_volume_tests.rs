@@ -1,0 +1,255 @@
+//! The volume side of the binder's table: phases, release, reclaim policies, unbinding and
+//! the migration mark (helpers from the claim side's tests).
+
+use super::*;
+
+#[test]
+fn a_volume_whose_claim_bound_elsewhere_is_released_unbound_or_kept_reserved() {
+    let mut c = claim("c", Some(""), "1Gi");
+    c.spec.as_mut().unwrap().volume_name = Some("elsewhere".into());
+    let annotated = |mut v: PersistentVolume, key: &str| {
+        v.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_string(), "yes".to_string());
+        v
+    };
+    let delete = |mut v: PersistentVolume| {
+        v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Delete".into());
+        v
+    };
+    let by_name = reserved_for(pv("v", "", "1Gi"), &c);
+    // (volume, action)
+    let table = [
+        // Provisioned for it, policy Delete: Released, for the provisioner to delete.
+        (
+            with_phase(
+                delete(annotated(
+                    bound_to(pv("v", "", "1Gi"), &c),
+                    ANN_PROVISIONED_BY,
+                )),
+                "Bound",
+            ),
+            VolumeAction::SetPhase("Released"),
+        ),
+        (
+            with_phase(
+                delete(annotated(
+                    bound_to(pv("v", "", "1Gi"), &c),
+                    ANN_PROVISIONED_BY,
+                )),
+                "Released",
+            ),
+            VolumeAction::Nothing,
+        ),
+        // Bound by this controller: unbound.
+        (
+            with_phase(
+                annotated(bound_to(pv("v", "", "1Gi"), &c), ANN_BOUND_BY_CONTROLLER),
+                "Bound",
+            ),
+            VolumeAction::Unbind,
+        ),
+        // Pre-bound by the user: the UID goes, the reservation stays.
+        (
+            with_phase(bound_to(pv("v", "", "1Gi"), &c), "Bound"),
+            VolumeAction::ClearClaimUid,
+        ),
+        (
+            with_phase(by_name.clone(), "Bound"),
+            VolumeAction::SetPhase("Available"),
+        ),
+        (with_phase(by_name, "Available"), VolumeAction::Nothing),
+    ];
+    for (v, want) in table {
+        assert_eq!(dv(&v, std::slice::from_ref(&c)), want, "{:?}", v.metadata);
+    }
+}
+
+#[test]
+fn volumes_move_through_their_phases() {
+    let c = claim("c", Some(""), "1Gi");
+    assert_eq!(
+        dv(&with_phase(pv("v", "", "1Gi"), "Pending"), &[]),
+        VolumeAction::SetPhase("Available")
+    );
+    assert_eq!(dv(&pv("v", "", "1Gi"), &[]), VolumeAction::Nothing);
+    let mut bound_claim = c.clone();
+    bound_claim.spec.as_mut().unwrap().volume_name = Some("v".into());
+    let v = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Available");
+    assert_eq!(
+        dv(&v, &[bound_claim.clone()]),
+        VolumeAction::SetPhase("Bound")
+    );
+    let v = with_phase(v, "Bound");
+    assert_eq!(dv(&v, &[bound_claim]), VolumeAction::Nothing);
+    assert_eq!(
+        dv(&v, &[]),
+        VolumeAction::SetPhase("Released"),
+        "claim deleted"
+    );
+    let mut replaced = c.clone();
+    replaced.metadata.uid = Some("another-uid".into());
+    assert_eq!(
+        dv(&v, &[replaced.clone()]),
+        VolumeAction::SetPhase("Released"),
+        "same name, new claim"
+    );
+    // From the cache, neither releases: the claim is read from the server first.
+    for cached in [vec![], vec![replaced]] {
+        assert_eq!(
+            decide_volume(&v, &cached, ClaimSource::Cache),
+            VolumeAction::ReadClaimLive,
+            "{cached:?}"
+        );
+    }
+    let released = with_phase(v.clone(), "Released");
+    assert_eq!(
+        decide_volume(
+            &released,
+            &[] as &[PersistentVolumeClaim],
+            ClaimSource::Cache
+        ),
+        VolumeAction::Nothing,
+        "released already: nothing to read"
+    );
+}
+
+#[test]
+fn released_volumes_follow_their_reclaim_policy() {
+    let c = claim("c", Some(""), "1Gi");
+    let released = |policy: &str, provisioned: bool| {
+        let mut v = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Released");
+        v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some(policy.into());
+        if provisioned {
+            v.metadata.annotations = Some(BTreeMap::from([(
+                ANN_PROVISIONED_BY.to_string(),
+                "csi.example".to_string(),
+            )]));
+        }
+        v
+    };
+    assert_eq!(dv(&released("Retain", true), &[]), VolumeAction::Nothing);
+    assert_eq!(
+        dv(&released("Delete", true), &[]),
+        VolumeAction::Nothing,
+        "the provisioner deletes it"
+    );
+    assert_eq!(
+        dv(&released("Delete", false), &[]),
+        VolumeAction::Fail {
+            reason: "VolumeFailedDelete",
+            message: "error getting deleter volume plugin for volume \"v\": no deletable volume plugin matched".into(),
+        },
+        "no deleter for a hostPath volume"
+    );
+    let mut csi_delete = released("Delete", false);
+    csi_delete.spec.as_mut().unwrap().csi = Some(Default::default());
+    assert_eq!(
+        dv(&csi_delete, &[]),
+        VolumeAction::Nothing,
+        "a CSI volume: external, silent"
+    );
+    let mut migrated = released("Delete", false);
+    migrated.metadata.annotations = Some(BTreeMap::from([(
+        "pv.kubernetes.io/migrated-to".to_string(),
+        "ebs.csi.aws.com".to_string(),
+    )]));
+    assert_eq!(
+        dv(&migrated, &[]),
+        VolumeAction::Nothing,
+        "migrated: the CSI provisioner's"
+    );
+    assert_eq!(
+        dv(&released("Scrub", true), &[]),
+        VolumeAction::Fail {
+            reason: "VolumeUnknownReclaimPolicy",
+            message: "Volume has unrecognized PersistentVolumeReclaimPolicy".into(),
+        }
+    );
+    assert_eq!(dv(&released("Recycle", false), &[]), VolumeAction::Recycle);
+    // With node agents (the embedded stack), CSI volumes are theirs to recycle.
+    let mut csi = released("Recycle", false);
+    csi.spec.get_or_insert_with(Default::default).csi = Some(Default::default());
+    assert!(left_to_node_recyclers(&csi, true));
+    assert!(!left_to_node_recyclers(&csi, false));
+    assert!(
+        !left_to_node_recyclers(&released("Recycle", false), true),
+        "not CSI"
+    );
+}
+
+#[test]
+fn a_controller_binding_to_a_claim_that_bound_elsewhere_is_undone() {
+    let mut c = claim("c", Some(""), "1Gi");
+    c.spec.as_mut().unwrap().volume_name = Some("winner".into());
+    let mut loser = bound_to(pv("loser", "", "1Gi"), &c);
+    loser.metadata.annotations = Some(BTreeMap::from([(
+        ANN_BOUND_BY_CONTROLLER.to_string(),
+        "yes".to_string(),
+    )]));
+    assert_eq!(dv(&loser, &[c]), VolumeAction::Unbind);
+}
+
+#[test]
+fn volumes_an_in_tree_plugin_provisioned_are_marked_migrated_to_its_csi_driver() {
+    let annotated = |pairs: &[(&str, &str)]| {
+        let mut v = with_phase(pv("v", "", "1Gi"), "Available");
+        v.metadata.annotations = Some(
+            pairs
+                .iter()
+                .map(|(k, val)| (k.to_string(), val.to_string()))
+                .collect(),
+        );
+        v
+    };
+    const TO: &str = "pv.kubernetes.io/migrated-to";
+    // (annotations, action)
+    let table = [
+        (
+            vec![(ANN_PROVISIONED_BY, "kubernetes.io/aws-ebs")],
+            VolumeAction::MigratedTo(Some("ebs.csi.aws.com".into())),
+        ),
+        (
+            vec![
+                (ANN_PROVISIONED_BY, "kubernetes.io/aws-ebs"),
+                (TO, "ebs.csi.aws.com"),
+            ],
+            VolumeAction::Nothing,
+        ),
+        (
+            vec![
+                (ANN_PROVISIONED_BY, "kubernetes.io/gce-pd"),
+                (TO, "ebs.csi.aws.com"),
+            ],
+            VolumeAction::MigratedTo(Some("pd.csi.storage.gke.io".into())),
+        ),
+        (
+            vec![(ANN_PROVISIONED_BY, "csi.example"), (TO, "ebs.csi.aws.com")],
+            VolumeAction::MigratedTo(None),
+        ),
+        (
+            vec![(ANN_PROVISIONED_BY, "csi.example")],
+            VolumeAction::Nothing,
+        ),
+        // Static: left alone.
+        (vec![(TO, "ebs.csi.aws.com")], VolumeAction::Nothing),
+    ];
+    for (pairs, want) in table {
+        assert_eq!(dv(&annotated(&pairs), &[]), want, "{pairs:?}");
+    }
+}
+
+#[test]
+fn a_failed_volume_without_a_claim_and_a_reserved_one_are_available() {
+    assert_eq!(
+        dv(&with_phase(pv("v", "", "1Gi"), "Failed"), &[]),
+        VolumeAction::SetPhase("Available")
+    );
+    let c = claim("c", Some(""), "1Gi");
+    let reserved = with_phase(reserved_for(pv("v", "", "1Gi"), &c), "Bound");
+    assert_eq!(
+        dv(&reserved, std::slice::from_ref(&c)),
+        VolumeAction::SetPhase("Available")
+    );
+}
