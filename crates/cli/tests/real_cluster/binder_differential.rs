@@ -266,6 +266,36 @@ async fn make_scenarios(bed: &Bed) {
     ] {
         bed.bound(bound, WAIT).await;
     }
+    // A claim naming a volume not there whose status someone set to Lost with access modes:
+    // the binder marks it Pending again, without them.
+    bed.claim(
+        "c-relost",
+        "named",
+        "1Gi",
+        json!({"spec": {"volumeName": "pv-absent"}}),
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(bed.admin.clone(), "default");
+    let mut relost = claims.get("c-relost").await.unwrap();
+    relost.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+        phase: Some("Lost".into()),
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
+        ..Default::default()
+    });
+    claims
+        .replace_status("c-relost", &Default::default(), &relost)
+        .await
+        .unwrap();
+    bed.until("c-relost Pending again", WAIT, || async {
+        let status = claims
+            .get("c-relost")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        status.phase.as_deref() == Some("Pending") && status.access_modes.is_none()
+    })
+    .await;
     // A claim naming a volume another claim holds.
     bed.claim(
         "c-steal",
