@@ -138,6 +138,15 @@ impl PvController {
                 self.mark_pending(&claim, pending).await?;
                 Err(SyncError::Waiting(message))
             }
+            ClaimAction::ProvisioningFailed(message) => {
+                self.recorder.record(
+                    &reference(&*claim),
+                    EventType::Warning,
+                    "ProvisioningFailed",
+                    &message,
+                );
+                Err(SyncError::Waiting(message))
+            }
             ClaimAction::Wait(why) => {
                 self.mark_pending(&claim, pending).await?;
                 Err(SyncError::Waiting(why))

@@ -50,6 +50,10 @@ pub enum ClaimAction {
         /// Event message.
         message: String,
     },
+    /// The class's provisioner cannot be asked (the class is missing, or no plugin provisions
+    /// for it): a Warning `ProvisioningFailed` event with this message, and the claim's status
+    /// left as it is (kube-controller-manager's `provisionClaim` returns before marking it).
+    ProvisioningFailed(String),
     /// Stay Pending without an event (why, for the log), looked at again later.
     Wait(String),
     /// Set (`Some`) or remove (`None`) `pv.kubernetes.io/migrated-to` on the claim: the CSI
@@ -117,12 +121,13 @@ use sidecar_kit::vocabulary::{annotation, requested_class};
 pub fn leaves_claim_pending(action: &ClaimAction) -> bool {
     match action {
         ClaimAction::WaitForFirstConsumer | ClaimAction::Wait(_) => true,
-        ClaimAction::Pending { reason, .. } => *reason != "ProvisioningFailed",
+        ClaimAction::Pending { .. } => true,
         ClaimAction::Nothing
         | ClaimAction::AssignDefaultClass(_)
         | ClaimAction::Bind(_)
         | ClaimAction::CompleteBinding(_)
         | ClaimAction::Provision { .. }
+        | ClaimAction::ProvisioningFailed(_)
         | ClaimAction::MigratedTo(_)
         | ClaimAction::Lost { .. } => false,
     }
@@ -245,11 +250,9 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         };
     }
     let Some(sc) = sc else {
-        return ClaimAction::Pending {
-            event: EventType::Warning,
-            reason: "ProvisioningFailed",
-            message: format!("storageclass.storage.k8s.io {class_name:?} not found"),
-        };
+        return ClaimAction::ProvisioningFailed(format!(
+            "storageclass.storage.k8s.io {class_name:?} not found"
+        ));
     };
     // kube-controller-manager looks for an in-tree plugin for a `kubernetes.io/` provisioner
     // that is not migrated to CSI (`kubernetes.io/no-provisioner` included, and no in-tree
@@ -257,11 +260,10 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     let in_tree = sc.provisioner.starts_with("kubernetes.io/")
         && sidecar_kit::migration::Plugin::from_in_tree_name(&sc.provisioner).is_none();
     if in_tree || sc.provisioner.is_empty() {
-        return ClaimAction::Pending {
-            event: EventType::Warning,
-            reason: "ProvisioningFailed",
-            message: format!("no volume plugin matched name: {}", sc.provisioner),
-        };
+        return ClaimAction::ProvisioningFailed(format!(
+            "no volume plugin matched name: {}",
+            sc.provisioner
+        ));
     }
     // CSI migration (on for every migratable plugin in kube-controller-manager): a class of an
     // in-tree plugin is provisioned by the CSI driver that stands in for it.

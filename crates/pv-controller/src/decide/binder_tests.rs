@@ -206,26 +206,20 @@ fn without_a_match_the_class_provisioner_is_asked() {
     // real control plane by cli/tests/real_cluster/binder_differential.rs).
     assert_eq!(
         dc(&claim("c", Some("static"), "1Gi"), &[], &classes, None),
-        ClaimAction::Pending {
-            event: sidecar_kit::events::EventType::Warning,
-            reason: "ProvisioningFailed",
-            message: "no volume plugin matched name: kubernetes.io/no-provisioner".into(),
-        }
+        ClaimAction::ProvisioningFailed(
+            "no volume plugin matched name: kubernetes.io/no-provisioner".into()
+        )
     );
     let mut in_tree = classes.clone();
     in_tree.push(sc("rbd", "kubernetes.io/rbd", false));
     assert!(matches!(
         dc(&claim("c", Some("rbd"), "1Gi"), &[], &in_tree, None),
-        ClaimAction::Pending { reason: "ProvisioningFailed", message, .. } if message == "no volume plugin matched name: kubernetes.io/rbd"
+        ClaimAction::ProvisioningFailed(message) if message == "no volume plugin matched name: kubernetes.io/rbd"
     ));
     let missing = dc(&claim("c", Some("nope"), "1Gi"), &[], &classes, None);
     assert_eq!(
         missing,
-        ClaimAction::Pending {
-            event: sidecar_kit::events::EventType::Warning,
-            reason: "ProvisioningFailed",
-            message: "storageclass.storage.k8s.io \"nope\" not found".into()
-        }
+        ClaimAction::ProvisioningFailed("storageclass.storage.k8s.io \"nope\" not found".into())
     );
 }
 
@@ -404,10 +398,7 @@ fn late_binding_leaves_unbound_volumes_to_the_scheduler() {
     )]));
     assert!(matches!(
         dc(&selected, std::slice::from_ref(&local), &classes, None),
-        ClaimAction::Pending {
-            reason: "ProvisioningFailed",
-            ..
-        }
+        ClaimAction::ProvisioningFailed(_)
     ));
 }
 
@@ -502,7 +493,10 @@ fn a_claim_left_unbound_is_marked_pending_as_kube_controller_manager_marks_it() 
         (ClaimAction::Wait("volume \"v\" not found".into()), true),
         (pending("VolumeMismatch"), true),
         (pending("FailedBinding"), true),
-        (pending("ProvisioningFailed"), false),
+        (
+            ClaimAction::ProvisioningFailed("no volume plugin".into()),
+            false,
+        ),
         (
             ClaimAction::Provision {
                 provisioner: "x".into(),
