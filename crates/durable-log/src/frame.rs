@@ -40,10 +40,17 @@ pub(crate) struct Frames<'a> {
 
 /// Appends one frame holding `payload` to `out`.
 pub(crate) fn push_frame(out: &mut Vec<u8>, payload: &[u8]) {
-    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(&frame_header(payload));
     out.extend_from_slice(payload);
+}
+
+/// A frame's header: the payload's length and CRC-32, little-endian.
+fn frame_header(payload: &[u8]) -> [u8; HEADER] {
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    let mut header = [0u8; HEADER];
+    header[..4].copy_from_slice(&len.to_le_bytes());
+    header[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    header
 }
 
 /// Splits a file into verified frames, telling a torn tail from corruption.
@@ -178,10 +185,8 @@ pub(crate) fn snapshot_frames(
                 break;
             }
         }
-        let (header, payload) = frame.split_at_mut(HEADER);
-        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        header[..4].copy_from_slice(&len.to_le_bytes());
-        header[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        let header = frame_header(&frame[HEADER..]);
+        frame[..HEADER].copy_from_slice(&header);
         Some(frame)
     }))
 }
