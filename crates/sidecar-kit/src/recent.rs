@@ -4,7 +4,8 @@
 //! on average. (A scan on every insert beyond 10,000 keys, with nothing old enough to drop
 //! within the window, made a storm of 100,000 claims quadratic in both places.) A bounded map
 //! ([`Recent::bounded`]) instead drops, whenever one key more than its limit comes, the expired
-//! keys and then its older half: also constant time a key on average.
+//! keys and then, unless that left at most half the limit, all but the newest half: also
+//! constant time a key on average.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -121,7 +122,10 @@ impl<K: Hash + Eq> Recent<K> {
             inner
                 .at
                 .retain(|_, at| now.saturating_duration_since(*at) < window);
-            if inner.at.len() > limit {
+            // Unless the expired keys made room for half the limit, the older keys go too, so
+            // that the next pass is at least half the limit of inserts away (constant time a
+            // key on average, however the keys expire).
+            if inner.at.len() > limit / 2 {
                 // The newest half stays: those remembered at or after the median time.
                 let mut times: Vec<Instant> = inner.at.values().copied().collect();
                 let newest = limit / 2;
@@ -129,7 +133,7 @@ impl<K: Hash + Eq> Recent<K> {
                 let (_, median, _) = times.select_nth_unstable(cut);
                 let median = *median;
                 inner.at.retain(|_, at| *at >= median);
-                if inner.at.len() > limit {
+                if inner.at.len() > newest {
                     // More than half remembered at that same instant: those go too.
                     inner.at.retain(|_, at| *at > median);
                 }
