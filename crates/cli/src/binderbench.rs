@@ -404,7 +404,6 @@ struct BoundClaims {
 #[derive(Default)]
 struct Seen {
     bound: std::collections::HashSet<String>,
-    first: Option<Duration>,
     /// When each claim was first seen Bound, in that order.
     reached: Vec<Duration>,
 }
@@ -422,7 +421,6 @@ impl BoundClaims {
         let elapsed = self.clock.get().map(Instant::elapsed).unwrap_or_default();
         let mut seen = self.seen.lock();
         if seen.bound.insert(name.clone()) {
-            seen.first.get_or_insert(elapsed);
             seen.reached.push(elapsed);
             drop(seen);
             self.changed.notify_waiters();
@@ -439,7 +437,7 @@ impl BoundClaims {
                     let now = self.clock.get().map(Instant::elapsed).unwrap_or_default();
                     return Progress {
                         bound: seen.bound.len(),
-                        first: seen.first.unwrap_or(now),
+                        first: seen.reached.first().copied().unwrap_or(now),
                         half: seen
                             .reached
                             .get(n.div_ceil(2).saturating_sub(1))
