@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, PostParams};
+
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::assume::key_of;
 use sidecar_kit::events::EventType;
@@ -45,8 +45,6 @@ impl PvController {
             .flatten();
         let ns = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
-        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         match action {
             ClaimAction::Nothing => Ok(()),
             ClaimAction::AssignDefaultClass(class) => {
@@ -55,15 +53,13 @@ impl PvController {
                     .spec
                     .get_or_insert_with(Default::default)
                     .storage_class_name = Some(class);
-                let written = claims
-                    .replace(&name, &PostParams::default(), &updated)
+                let written = self
+                    .put_claim(&updated, Part::Whole, "assign the default class")
                     .await;
                 if let Some(counters) = &self.retroactive {
                     counters.record(written.is_ok());
                 }
-                let written = written.map_err(write_err("assign the default class"))?;
-                self.wrote_claim(&written);
-                Ok(())
+                written.map(drop)
             }
             ClaimAction::Bind(pv_name) => {
                 let pv = self
@@ -77,12 +73,10 @@ impl PvController {
                     .annotations
                     .get_or_insert_with(BTreeMap::new)
                     .insert(ANN_BOUND_BY_CONTROLLER.into(), "yes".into());
-                let bound = pvs
-                    .replace(&pv_name, &PostParams::default(), &bound)
+                let bound = self
+                    .put_volume(&bound, Part::Whole, "bind the volume")
                     .await
-                    .map_err(write_err("bind the volume"))
                     .inspect_err(|_| self.operation_failed(&key_of(&*claim)))?;
-                self.wrote_volume(&bound);
                 let finished = self.finish_binding(&claim, &bound).await;
                 self.operation_ended(&claim, finished)
             }
@@ -109,12 +103,9 @@ impl PvController {
                         .get_or_insert_with(BTreeMap::new);
                     a.insert(ANN_STORAGE_PROVISIONER.into(), provisioner.clone());
                     a.insert(ANN_BETA_STORAGE_PROVISIONER.into(), provisioner.clone());
-                    let written = claims
-                        .replace(&name, &PostParams::default(), &updated)
+                    self.put_claim(&updated, Part::Whole, "annotate the claim")
                         .await
-                        .map_err(write_err("annotate the claim"))
                         .inspect_err(|_| self.operation_failed(&key))?;
-                    self.wrote_claim(&written);
                 }
                 self.recorder
                     .record(&reference(&*claim), EventType::Normal, "ExternalProvisioning", &format!(
@@ -154,21 +145,15 @@ impl PvController {
             ClaimAction::MigratedTo(driver) => {
                 let mut updated = (*claim).clone();
                 mark_migrated_to(&mut updated.metadata, driver);
-                let written = claims
-                    .replace(&name, &PostParams::default(), &updated)
+                self.put_claim(&updated, Part::Whole, "mark the claim migrated")
                     .await
-                    .map_err(write_err("mark the claim migrated"))?;
-                self.wrote_claim(&written);
-                Ok(())
+                    .map(drop)
             }
             ClaimAction::Lost { reason, message } => {
                 let mut updated = (*claim).clone();
                 updated.status.get_or_insert_with(Default::default).phase = Some("Lost".into());
-                let written = claims
-                    .replace_status(&name, &PostParams::default(), &updated)
-                    .await
-                    .map_err(write_err("mark the claim Lost"))?;
-                self.wrote_claim(&written);
+                self.put_claim(&updated, Part::Status, "mark the claim Lost")
+                    .await?;
                 self.recorder
                     .record(&reference(&*claim), EventType::Warning, reason, message);
                 Ok(())
@@ -207,16 +192,11 @@ impl PvController {
         let Some(status) = status else {
             return Ok(());
         };
-        let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
-        let name = claim.metadata.name.as_deref().unwrap_or_default();
         let mut pending = claim.clone();
         pending.status = Some(status);
-        let written = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns)
-            .replace_status(name, &PostParams::default(), &pending)
+        self.put_claim(&pending, Part::Status, "mark the claim Pending")
             .await
-            .map_err(write_err("mark the claim Pending"))?;
-        self.wrote_claim(&written);
-        Ok(())
+            .map(drop)
     }
 
     /// Writes the rest of a binding whose volume side is done: volume phase, claim spec and
@@ -227,10 +207,6 @@ impl PvController {
         pv: &PersistentVolume,
     ) -> Result<(), SyncError> {
         let pv_name = pv.metadata.name.clone().unwrap_or_default();
-        let ns = claim.metadata.namespace.clone().unwrap_or_default();
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
-        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         // A volume pre-bound by name only gets the claim's whole reference (its UID), as
         // kube-controller-manager writes it; it was bound by the user, not by us.
         let ref_uid = pv
@@ -243,11 +219,9 @@ impl PvController {
         let pv = if ref_uid.is_empty() {
             let mut whole = pv.clone();
             whole.spec.get_or_insert_with(Default::default).claim_ref = Some(reference(claim));
-            written = pvs
-                .replace(&pv_name, &PostParams::default(), &whole)
-                .await
-                .map_err(write_err("bind the volume"))?;
-            self.wrote_volume(&written);
+            written = self
+                .put_volume(&whole, Part::Whole, "bind the volume")
+                .await?;
             &written
         } else {
             pv
@@ -255,63 +229,19 @@ impl PvController {
         if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
             let mut status = pv.clone();
             status.status.get_or_insert_with(Default::default).phase = Some("Bound".into());
-            let written = pvs
-                .replace_status(&pv_name, &PostParams::default(), &status)
-                .await
-                .map_err(write_err("mark the volume Bound"))?;
-            self.wrote_volume(&written);
+            self.put_volume(&status, Part::Status, "mark the volume Bound")
+                .await?;
         }
-        let mut updated = claim.clone();
-        let needs_spec = updated.spec.as_ref().and_then(|s| s.volume_name.as_deref())
-            != Some(pv_name.as_str())
-            || updated
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANN_BIND_COMPLETED))
-                .is_none();
-        if needs_spec {
-            // As kube-controller-manager: the claim is marked bound by the controller when the
-            // controller names its volume (not when the user did).
-            let named_by_us = updated.spec.as_ref().and_then(|s| s.volume_name.as_deref())
-                != Some(pv_name.as_str());
-            updated
-                .spec
-                .get_or_insert_with(Default::default)
-                .volume_name = Some(pv_name.clone());
-            let a = updated
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new);
-            a.entry(ANN_BIND_COMPLETED.into())
-                .or_insert_with(|| "yes".into());
-            if named_by_us {
-                a.entry(ANN_BOUND_BY_CONTROLLER.into())
-                    .or_insert_with(|| "yes".into());
-            }
-            updated = claims
-                .replace(&name, &PostParams::default(), &updated)
-                .await
-                .map_err(write_err("bind the claim"))?;
-            self.wrote_claim(&updated);
+        let mut claim = claim.clone();
+        if let Some(bound) = claim_bound_to(&claim, &pv_name) {
+            claim = self
+                .put_claim(&bound, Part::Whole, "bind the claim")
+                .await?;
         }
-        let spec = pv.spec.clone().unwrap_or_default();
-        let status = updated.status.get_or_insert_with(Default::default);
-        if status.phase.as_deref() != Some("Bound") {
-            // As kube-controller-manager: a claim going from Pending to Bound gets its
-            // volume's attributes class as its current one.
-            if status.phase.as_deref().is_none_or(|p| p == "Pending") {
-                status.current_volume_attributes_class_name =
-                    spec.volume_attributes_class_name.clone();
-            }
-            status.phase = Some("Bound".into());
-            status.capacity = spec.capacity.clone();
-            status.access_modes = spec.access_modes.clone();
-            let written = claims
-                .replace_status(&name, &PostParams::default(), &updated)
-                .await
-                .map_err(write_err("mark the claim Bound"))?;
-            self.wrote_claim(&written);
+        if let Some(status) = bound_status(&claim, pv) {
+            claim.status = Some(status);
+            self.put_claim(&claim, Part::Status, "mark the claim Bound")
+                .await?;
             tracing::info!(volume = %pv_name, "claim bound");
         }
         Ok(())

@@ -19,12 +19,12 @@ use sidecar_kit::runtime::Controller;
 use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
 
 use crate::decide::binder::{
-    ANN_BETA_STORAGE_PROVISIONER, ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER,
-    ANN_STORAGE_PROVISIONER, ClaimAction, ClaimSource, VolumeAction, decide_claim, decide_volume,
+    ANN_BETA_STORAGE_PROVISIONER, ANN_BOUND_BY_CONTROLLER, ANN_STORAGE_PROVISIONER, ClaimAction,
+    ClaimSource, VolumeAction, decide_claim, decide_volume,
 };
 use crate::decide::binder::{
-    awaits_external_deleter, claim_is_gone, leaves_claim_pending, left_to_node_recyclers,
-    named_volumes, pending_status,
+    awaits_external_deleter, bound_status, claim_bound_to, claim_is_gone, leaves_claim_pending,
+    left_to_node_recyclers, named_volumes, pending_status,
 };
 
 /// The names provisioners give the volume of a claim, `<prefix>-<claim uid>`: upstream's
@@ -411,6 +411,58 @@ fn mark_migrated_to(
         None => {
             annotations.remove(sidecar_kit::migration::ANN_MIGRATED_TO);
         }
+    }
+}
+
+/// Which part of an object a write replaces.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    /// The object (its status is the server's).
+    Whole,
+    /// Its status subresource.
+    Status,
+}
+
+impl PvController {
+    /// Replaces `updated`'s `part` on the API server and remembers what it returned (see
+    /// [`PvController::claim`]); `action` names the write in its error.
+    async fn put_claim(
+        &self,
+        updated: &PersistentVolumeClaim,
+        part: Part,
+        action: &'static str,
+    ) -> Result<PersistentVolumeClaim, SyncError> {
+        let ns = updated.metadata.namespace.as_deref().unwrap_or_default();
+        let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns);
+        let written = put(&api, updated, part).await.map_err(write_err(action))?;
+        self.wrote_claim(&written);
+        Ok(written)
+    }
+
+    /// As [`PvController::put_claim`], for a volume.
+    async fn put_volume(
+        &self,
+        updated: &PersistentVolume,
+        part: Part,
+        action: &'static str,
+    ) -> Result<PersistentVolume, SyncError> {
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        let written = put(&api, updated, part).await.map_err(write_err(action))?;
+        self.wrote_volume(&written);
+        Ok(written)
+    }
+}
+
+/// Replaces `updated`'s `part` under its resourceVersion.
+async fn put<K>(api: &Api<K>, updated: &K, part: Part) -> Result<K, kube::Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = updated.meta().name.as_deref().unwrap_or_default();
+    let params = kube::api::PostParams::default();
+    match part {
+        Part::Whole => api.replace(name, &params, updated).await,
+        Part::Status => api.replace_status(name, &params, updated).await,
     }
 }
 

@@ -3,7 +3,7 @@
 //! metrics.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::reference;
@@ -59,7 +59,6 @@ impl PvController {
             .and_then(|(ns, name)| self.claim(&ObjectRef::new(&name).within(&ns)))
             .into_iter()
             .collect();
-        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         let mut action = decide_volume(&pv, &named, ClaimSource::Cache);
         if action == VolumeAction::ReadClaimLive {
             // As kube-controller-manager: the cache may lag; the server decides.
@@ -76,11 +75,9 @@ impl PvController {
             VolumeAction::SetPhase(phase) => {
                 let mut updated = (*pv).clone();
                 updated.status.get_or_insert_with(Default::default).phase = Some(phase.into());
-                let written = pvs
-                    .replace_status(name, &PostParams::default(), &updated)
-                    .await
-                    .map_err(write_err("set the volume phase"))?;
-                self.wrote_volume(&written);
+                let written = self
+                    .put_volume(&updated, Part::Status, "set the volume phase")
+                    .await?;
                 // Released for its external deleter: the delete operation starts now, as the
                 // deleter may be done before this controller syncs the volume again.
                 if awaits_external_deleter(&written) {
@@ -97,35 +94,26 @@ impl PvController {
                 if let Some(a) = updated.metadata.annotations.as_mut() {
                     a.remove(ANN_BOUND_BY_CONTROLLER);
                 }
-                let written = pvs
-                    .replace(name, &PostParams::default(), &updated)
+                self.put_volume(&updated, Part::Whole, "unbind the volume")
                     .await
-                    .map_err(write_err("unbind the volume"))?;
-                self.wrote_volume(&written);
-                Ok(())
+                    .map(drop)
             }
             VolumeAction::ClearClaimUid => {
                 let mut updated = (*pv).clone();
                 if let Some(claim_ref) = updated.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
                     claim_ref.uid = None;
                 }
-                let written = pvs
-                    .replace(name, &PostParams::default(), &updated)
+                self.put_volume(&updated, Part::Whole, "clear the volume's claim UID")
                     .await
-                    .map_err(write_err("clear the volume's claim UID"))?;
-                self.wrote_volume(&written);
-                Ok(())
+                    .map(drop)
             }
             VolumeAction::Fail { reason, message } => self.fail(&pv, reason, &message).await,
             VolumeAction::MigratedTo(driver) => {
                 let mut updated = (*pv).clone();
                 mark_migrated_to(&mut updated.metadata, driver);
-                let written = pvs
-                    .replace(name, &PostParams::default(), &updated)
+                self.put_volume(&updated, Part::Whole, "mark the volume migrated")
                     .await
-                    .map_err(write_err("mark the volume migrated"))?;
-                self.wrote_volume(&written);
-                Ok(())
+                    .map(drop)
             }
             VolumeAction::Recycle if left_to_node_recyclers(&pv, self.node_recyclers) => {
                 tracing::debug!(pv = name, "left to the node agents' recycler");
@@ -154,17 +142,12 @@ impl PvController {
         if pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
             return Ok(());
         }
-        let name = pv.metadata.name.clone().unwrap_or_default();
         let mut updated = pv.clone();
         let status = updated.status.get_or_insert_with(Default::default);
         status.phase = Some("Failed".into());
         status.message = Some(message.to_string());
-        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
-        let written = pvs
-            .replace_status(&name, &PostParams::default(), &updated)
-            .await
-            .map_err(write_err("mark the volume Failed"))?;
-        self.wrote_volume(&written);
+        self.put_volume(&updated, Part::Status, "mark the volume Failed")
+            .await?;
         self.recorder
             .record(&reference(pv), EventType::Warning, reason, message);
         Ok(())
