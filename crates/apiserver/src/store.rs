@@ -11,11 +11,11 @@
 //! - After a log failure every write is refused until the server is restarted.
 //! - An object nested deeper than [`MAX_DEPTH`] is refused, so everything stored can be read back.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 
 use durable_log::{Log, LogError, Options};
@@ -123,11 +123,30 @@ struct Inner {
     history_bytes: usize,
     /// Lowest resourceVersion a watch can resume from.
     compacted: u64,
+    /// The live feed of each resource someone watches: a change wakes only the watchers of
+    /// its resource. Made on the first subscription, dropped when a change finds no one left.
+    feeds: HashMap<String, broadcast::Sender<Arc<Change>>>,
+}
+
+impl Inner {
+    /// A subscription to the changes of `resource` (made under the store's lock, so none is
+    /// missed between a snapshot or history and the feed).
+    fn subscribe(&mut self, resource: &str, capacity: usize) -> broadcast::Receiver<Arc<Change>> {
+        match self.feeds.get(resource) {
+            Some(feed) => feed.subscribe(),
+            None => {
+                let (feed, rx) = broadcast::channel(capacity);
+                self.feeds.insert(resource.to_string(), feed);
+                rx
+            }
+        }
+    }
 }
 
 struct Core {
     inner: Mutex<Inner>,
-    events: broadcast::Sender<Arc<Change>>,
+    /// How many changes a watcher of one resource may fall behind before its watch ends.
+    feed_capacity: usize,
     /// The visible resourceVersion, for waiters on a version not reached yet.
     visible: tokio::sync::watch::Sender<u64>,
     history_cap: usize,
@@ -172,7 +191,6 @@ impl Store {
         history: HistoryLimits,
         log_options: Options,
     ) -> Result<Store, StoreError> {
-        let (events, _) = broadcast::channel(history.count.clamp(1024, 65_536));
         let core = Arc::new(Core {
             inner: Mutex::new(Inner {
                 visible_rv: 0,
@@ -183,8 +201,9 @@ impl Store {
                 history: VecDeque::new(),
                 history_bytes: 0,
                 compacted: 0,
+                feeds: HashMap::new(),
             }),
-            events,
+            feed_capacity: history.count.clamp(1024, 65_536),
             visible: tokio::sync::watch::Sender::new(0),
             history_cap: history.count,
             history_budget: history.bytes,
@@ -410,19 +429,20 @@ impl Store {
         }
         let bytes = record.len();
         // Watchers are sent the object's JSON: the record holds it, except a deletion's.
-        let json = match &stored {
-            Some(_) => Bytes::copy_from_slice(record::object_json(&record)),
-            None => Bytes::from(serde_json::to_vec(&*object).map_err(StoreError::Encode)?),
+        let json: Cow<'_, [u8]> = match &stored {
+            Some(_) => Cow::Borrowed(record::object_json(&record)),
+            None => Cow::Owned(serde_json::to_vec(&*object).map_err(StoreError::Encode)?),
         };
+        let change = Arc::new(
+            Change::new(next_rv, kind, resource, namespace, object.clone(), current)
+                .with_json(&json),
+        );
+        drop(json);
         if let Some(log) = &self.log {
             log.append(next_rv, record).map_err(StoreError::Failed)?;
         }
         inner.next_rv = next_rv;
         inner.overlay.insert(key.clone(), (next_rv, stored));
-        let change = Arc::new(
-            Change::new(next_rv, kind, resource, namespace, object.clone(), current)
-                .with_json(json),
-        );
         inner.pending.push_back(Pending {
             key,
             change: change.clone(),
@@ -457,9 +477,10 @@ impl Store {
         }
     }
 
-    /// Changes after `rv` plus a live subscription, with no gap between them.
-    pub fn watch_from(&self, rv: u64) -> Result<Resume, ResumeError> {
-        let inner = self.core.inner.lock();
+    /// Changes of `resource` after `rv` plus a live subscription to them, with no gap
+    /// between them.
+    pub fn watch_from(&self, resource: &str, rv: u64) -> Result<Resume, ResumeError> {
+        let mut inner = self.core.inner.lock();
         if rv < inner.compacted {
             return Err(ResumeError::Gone(inner.compacted));
         }
@@ -469,10 +490,10 @@ impl Store {
         let backlog = inner
             .history
             .iter()
-            .filter(|(c, _)| c.rv > rv)
+            .filter(|(c, _)| c.rv > rv && c.resource == resource)
             .map(|(c, _)| c.clone())
             .collect();
-        Ok((backlog, self.core.events.subscribe()))
+        Ok((backlog, inner.subscribe(resource, self.core.feed_capacity)))
     }
 
     /// Current objects of a resource plus a live subscription, atomically.
@@ -481,9 +502,10 @@ impl Store {
         resource: &str,
         namespace: Option<&str>,
     ) -> (Vec<Arc<Value>>, u64, broadcast::Receiver<Arc<Change>>) {
-        let inner = self.core.inner.lock();
+        let mut inner = self.core.inner.lock();
         let items = objects_of(&inner, resource, namespace);
-        (items, inner.visible_rv, self.core.events.subscribe())
+        let rx = inner.subscribe(resource, self.core.feed_capacity);
+        (items, inner.visible_rv, rx)
     }
 
     /// Every object in a namespace (for namespace deletion), as (resource, name).
@@ -549,8 +571,19 @@ fn publish(core: &Core, inner: &mut Inner, durable: u64) {
             inner.history_bytes -= size;
             inner.compacted = old.rv;
         }
-        let _ = core.events.send(change);
+        if let Some(feed) = inner.feeds.get(&change.resource) {
+            if feed.receiver_count() > 0 {
+                let _ = feed.send(change);
+            } else {
+                inner.feeds.remove(&key_resource(&key));
+            }
+        }
     }
+}
+
+/// The resource of an object key.
+fn key_resource(key: &str) -> String {
+    key.split('\u{0}').next().unwrap_or_default().to_string()
 }
 
 /// Objects of a resource (in one namespace, or all), in key order.

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::change::event_line_of;
 use crate::registry::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::{App, Query, Shared, Target, selectors, wants_table};
@@ -28,18 +29,6 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
         kind,
         &serde_json::to_vec(object).unwrap_or_else(|_| b"null".to_vec()),
     )
-}
-
-/// One JSON event line around an object's JSON (written once for every watcher).
-fn event_line_of(kind: &str, object_json: &[u8]) -> Bytes {
-    let mut line = Vec::with_capacity(object_json.len() + kind.len() + 24);
-    line.extend_from_slice(b"{\"type\":");
-    // The event types are plain words; written as a JSON string all the same.
-    let _ = serde_json::to_writer(&mut line, kind);
-    line.extend_from_slice(b",\"object\":");
-    line.extend_from_slice(object_json);
-    line.extend_from_slice(b"}\n");
-    Bytes::from(line)
 }
 
 /// How a stream writes its events.
@@ -120,8 +109,9 @@ fn render<'a>(table_of: Option<&ResourceType>, object: &'a Value) -> Cow<'a, Val
     }
 }
 
-/// Sends a change: as its JSON, written once for every watcher, unless it must be rendered as
-/// a table or framed in protobuf. False when the stream is over (as [`send`]).
+/// Sends a change: as its event line, written once for every watcher (a watcher whose selectors
+/// make it see another event type writes the line around the object's JSON), unless it must
+/// be rendered as a table or framed in protobuf. False when the stream is over (as [`send`]).
 async fn send_change(
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
     framing: Framing,
@@ -130,10 +120,12 @@ async fn send_change(
     change: &Change,
 ) -> bool {
     if framing == Framing::Json && table_of.is_none() {
-        return tx
-            .send(Ok(event_line_of(event, &change.json())))
-            .await
-            .is_ok();
+        let line = if event == change.kind.as_str() {
+            change.event_line()
+        } else {
+            event_line_of(event, &change.json())
+        };
+        return tx.send(Ok(line)).await.is_ok();
     }
     send(tx, framing, event, &render(table_of, &change.object)).await
 }
@@ -168,25 +160,27 @@ pub(crate) async fn watch(
     };
     let (initial, backlog, mut rx, start_rv): (Vec<Arc<Value>>, Vec<Arc<Change>>, Feed, u64) =
         match requested_rv {
-            Some(rv) if rv > 0 && !send_initial => match resume_watch(app, rv).await {
-                Ok((backlog, rx)) => (Vec::new(), backlog, rx, rv),
-                Err(ResumeError::TooLarge(current)) => {
-                    return Err(ApiError::too_large_resource_version(rv, current));
+            Some(rv) if rv > 0 && !send_initial => {
+                match resume_watch(app, &filter.resource, rv).await {
+                    Ok((backlog, rx)) => (Vec::new(), backlog, rx, rv),
+                    Err(ResumeError::TooLarge(current)) => {
+                        return Err(ApiError::too_large_resource_version(rv, current));
+                    }
+                    Err(ResumeError::Gone(oldest)) => {
+                        let status =
+                            ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
+                                .to_status();
+                        let framing = Framing::choose(headers, &t.rt.api_version(), &t.rt.kind);
+                        let body = framing.frame("ERROR", &status).unwrap_or_else(|e| e);
+                        return Ok((
+                            StatusCode::OK,
+                            [(header::CONTENT_TYPE, framing.content_type())],
+                            body,
+                        )
+                            .into_response());
+                    }
                 }
-                Err(ResumeError::Gone(oldest)) => {
-                    let status =
-                        ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
-                            .to_status();
-                    let framing = Framing::choose(headers, &t.rt.api_version(), &t.rt.kind);
-                    let body = framing.frame("ERROR", &status).unwrap_or_else(|e| e);
-                    return Ok((
-                        StatusCode::OK,
-                        [(header::CONTENT_TYPE, framing.content_type())],
-                        body,
-                    )
-                        .into_response());
-                }
-            },
+            }
             _ => {
                 let (items, rv, rx) = app
                     .store
@@ -334,13 +328,17 @@ fn bookmark_rv(current: u64, queued: usize, last_sent: u64) -> u64 {
 
 /// Resumes a watch; a version newer than the store's is waited for (as kube-apiserver's watch
 /// cache does) before it is refused.
-async fn resume_watch(app: &App, rv: u64) -> Result<crate::store::Resume, ResumeError> {
-    match app.store.watch_from(rv) {
+async fn resume_watch(
+    app: &App,
+    resource: &str,
+    rv: u64,
+) -> Result<crate::store::Resume, ResumeError> {
+    match app.store.watch_from(resource, rv) {
         Err(ResumeError::TooLarge(_)) => {
             app.store
                 .wait_visible(rv, crate::store::FUTURE_VERSION_WAIT)
                 .await;
-            app.store.watch_from(rv)
+            app.store.watch_from(resource, rv)
         }
         other => other,
     }

@@ -61,11 +61,43 @@ async fn a_second_write_reads_the_first_before_it_is_durable() {
 async fn a_watch_cannot_resume_from_the_future() {
     let store = Store::open(None, limits(), Options::default()).unwrap();
     let rv = put(&store, "a", json!({"metadata": {"name": "a"}}));
-    assert!(store.watch_from(rv).is_ok());
+    assert!(store.watch_from("/configmaps", rv).is_ok());
     assert_eq!(
-        store.watch_from(rv + 5).err(),
+        store.watch_from("/configmaps", rv + 5).err(),
         Some(ResumeError::TooLarge(rv))
     );
+}
+
+#[tokio::test]
+async fn a_watcher_hears_only_the_changes_of_its_resource() {
+    let store = Store::open(None, limits(), Options::default()).unwrap();
+    let write = |resource: &str, name: &str| {
+        store
+            .write(resource, "ns", name, |_, _| {
+                Ok::<_, StoreError>(Write2::Put(json!({"metadata": {"name": name}})))
+            })
+            .unwrap()
+            .1
+    };
+    let first = write("/configmaps", "a");
+    write("/secrets", "s");
+    let (_, _, mut secrets) = store.snapshot_and_watch("/secrets", None);
+    let (backlog, mut maps) = store.watch_from("/configmaps", first - 1).unwrap();
+    // The history replays only the resource's own changes.
+    assert_eq!(backlog.len(), 1);
+    assert_eq!(backlog[0].resource, "/configmaps");
+    write("/secrets", "t");
+    let b = write("/configmaps", "b");
+    assert_eq!(maps.try_recv().unwrap().rv, b);
+    assert!(maps.try_recv().is_err());
+    assert_eq!(secrets.try_recv().unwrap().object["metadata"]["name"], "t");
+    assert!(secrets.try_recv().is_err());
+    // A resource whose watchers left gets a feed anew for the next one.
+    drop(maps);
+    write("/configmaps", "c");
+    let (_, _, mut again) = store.snapshot_and_watch("/configmaps", None);
+    let d = write("/configmaps", "d");
+    assert_eq!(again.try_recv().unwrap().rv, d);
 }
 
 #[tokio::test]
@@ -88,8 +120,11 @@ async fn the_history_is_bounded_in_bytes() {
             json!({"metadata": {"name": "o"}, "data": big}),
         );
     }
-    assert!(matches!(store.watch_from(1), Err(ResumeError::Gone(_))));
-    let (backlog, _) = store.watch_from(last - 2).unwrap();
+    assert!(matches!(
+        store.watch_from("/configmaps", 1),
+        Err(ResumeError::Gone(_))
+    ));
+    let (backlog, _) = store.watch_from("/configmaps", last - 2).unwrap();
     assert_eq!(backlog.len(), 2);
 }
 
