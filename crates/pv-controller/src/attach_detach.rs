@@ -93,9 +93,9 @@ fn every_node<K>(
 }
 
 impl AttachDetachController {
-    /// Starts the watches.
-    pub fn new(client: kube::Client) -> Arc<Self> {
-        let watches = Watches::default();
+    /// Starts the watches on `watches` (its own, or [`Watches::sharing`] the watches of the
+    /// controllers of its process).
+    pub fn new(client: kube::Client, watches: Watches) -> Arc<Self> {
         let queue: WorkQueue<String> = WorkQueue::new(Backoff {
             start: Duration::from_millis(100),
             max: Duration::from_secs(30),

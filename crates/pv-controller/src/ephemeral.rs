@@ -79,13 +79,13 @@ fn ephemeral_names(pod: &Pod) -> Vec<String> {
 }
 
 impl EphemeralController {
-    /// Starts the watches.
-    pub fn new(client: kube::Client) -> Arc<Self> {
+    /// Starts the watches on `watches` (its own, or [`Watches::sharing`] the watches of the
+    /// controllers of its process).
+    pub fn new(client: kube::Client, watches: Watches) -> Arc<Self> {
         let backoff = Backoff {
             start: Duration::from_millis(100),
             max: Duration::from_secs(30),
         };
-        let watches = Watches::default();
         let pod_queue: WorkQueue<ObjectRef<Pod>> = WorkQueue::new(backoff);
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> = WorkQueue::new(backoff);
         let (pq, cq) = (pod_queue.clone(), claim_queue.clone());

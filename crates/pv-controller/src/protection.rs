@@ -48,13 +48,13 @@ impl std::fmt::Debug for ProtectionController {
 }
 
 impl ProtectionController {
-    /// Starts the watches.
-    pub fn new(client: kube::Client) -> Arc<Self> {
+    /// Starts the watches on `watches` (its own, or [`Watches::sharing`] the watches of the
+    /// controllers of its process).
+    pub fn new(client: kube::Client, watches: Watches) -> Arc<Self> {
         let backoff = Backoff {
             start: Duration::from_millis(100),
             max: Duration::from_secs(30),
         };
-        let watches = Watches::default();
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> = WorkQueue::new(backoff);
         let volume_queue: WorkQueue<String> = WorkQueue::new(backoff);
         let q = claim_queue.clone();

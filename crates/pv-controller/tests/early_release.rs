@@ -14,6 +14,7 @@ use kube::Api;
 use kube::api::PostParams;
 use pv_controller::controller::{PvController, default_backoff};
 use serde_json::json;
+use sidecar_kit::watch::Watches;
 
 use common::{CLIENT, serve, wait_for, watch_open};
 
@@ -27,7 +28,7 @@ fn phase(pv: &PersistentVolume) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
     let (server, admin, client) = serve().await;
-    let controller = PvController::new(client, default_backoff(), false);
+    let controller = PvController::new(client, default_backoff(), false, Watches::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(controller.run(4, async {
         let _ = stopped.await;

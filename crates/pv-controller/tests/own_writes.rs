@@ -15,6 +15,7 @@ use kube::Api;
 use kube::api::PostParams;
 use pv_controller::controller::{PvController, default_backoff};
 use serde_json::json;
+use sidecar_kit::watch::Watches;
 
 use common::{CLIENT, serve, wait_for, watch_open};
 
@@ -47,7 +48,7 @@ async fn a_volume_just_bound_is_not_offered_to_the_next_claim_while_the_cache_la
             .await
             .unwrap();
     }
-    let controller = PvController::new(client, default_backoff(), false);
+    let controller = PvController::new(client, default_backoff(), false, Watches::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(controller.run(4, async {
         let _ = stopped.await;

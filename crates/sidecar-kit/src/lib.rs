@@ -39,4 +39,5 @@ pub mod update;
 pub mod vocabulary;
 pub mod watch;
 pub mod watch_index;
+mod watch_shared;
 pub mod workqueue;

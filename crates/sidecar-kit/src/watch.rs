@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::compact::CompactStore;
+pub use crate::watch_shared::SharedWatches;
 
 /// Removes what no decision reads, so memory grows slowly with the number of objects: the
 /// field ownership and kubectl's last-applied configuration. A controller that writes such an
@@ -35,15 +36,42 @@ fn drop_field_ownership<K: ResourceExt>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
+/// What runs when a controller's watches stop.
+type OnStop = Box<dyn FnOnce() + Send>;
+
 /// The watches a controller started. They stop together with it ([`Watches::stop`], called
 /// by the runtime after the workers finished), so none outlives the controller and retries
 /// against an API server that is going away.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Watches {
     tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// What else stops with them: leaving shared watches.
+    on_stop: Arc<Mutex<Vec<OnStop>>>,
+    /// The shared watches [`Watches::reflect`] and [`Watches::reflect_for_updates`] join.
+    shared: Option<SharedWatches>,
+}
+
+impl Debug for Watches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watches")
+            .field("tasks", &self.tasks.lock().len())
+            .field("shared", &self.shared)
+            .finish()
+    }
 }
 
 impl Watches {
+    /// Watches of a controller in a process whose controllers share a watch per kind:
+    /// [`Watches::reflect`] and [`Watches::reflect_for_updates`] join the kind's shared watch
+    /// while it has not started (see [`SharedWatches`]), so their objects keep every annotation;
+    /// the other watches are the controller's own.
+    pub fn sharing(shared: &SharedWatches) -> Self {
+        Watches {
+            shared: Some(shared.clone()),
+            ..Watches::default()
+        }
+    }
+
     /// Starts a reflector of trimmed objects and calls `on_event` for every change, after the
     /// store has it. Watch errors are logged and the watch resumes with backoff.
     pub fn reflect<K, F>(&self, api: Api<K>, on_event: F) -> Store<K>
@@ -52,7 +80,24 @@ impl Watches {
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
         F: Fn(&watcher::Event<K>) + Send + 'static,
     {
-        self.reflect_trimmed(api, |_: &mut K| {}, on_event)
+        match self.join_shared(api.clone(), on_event) {
+            Ok(store) => store,
+            Err(on_event) => self.reflect_trimmed(api, |_: &mut K| {}, on_event),
+        }
+    }
+
+    /// The shared watch of `K`, if this controller shares watches and they have not started;
+    /// else `on_event` back.
+    fn join_shared<K, F>(&self, api: Api<K>, on_event: F) -> Result<Store<K>, F>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
+        match &self.shared {
+            Some(shared) => shared.join(api, on_event, self),
+            None => Err(on_event),
+        }
     }
 
     /// Starts a reflector of StorageClasses: a class that appears or changes may unblock
@@ -96,12 +141,15 @@ impl Watches {
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
         F: Fn(&watcher::Event<K>) + Send + 'static,
     {
-        self.reflect_modified(
-            api,
-            watcher::Config::default(),
-            drop_field_ownership::<K>,
-            on_event,
-        )
+        match self.join_shared(api.clone(), on_event) {
+            Ok(store) => store,
+            Err(on_event) => self.reflect_modified(
+                api,
+                watcher::Config::default(),
+                drop_field_ownership::<K>,
+                on_event,
+            ),
+        }
     }
 
     /// Like [`Watches::reflect`], with a kind-specific `shrink` that also drops fields no
@@ -216,7 +264,7 @@ impl Watches {
 
     /// Runs a watch stream until stopped, calling `on_event` for every event; errors are
     /// logged and the watch resumes with its backoff.
-    fn spawn_events<K, St, F>(&self, stream: St, mut on_event: F)
+    pub(crate) fn spawn_events<K, St, F>(&self, stream: St, mut on_event: F)
     where
         K: Resource + 'static,
         K::DynamicType: Default,
@@ -242,10 +290,19 @@ impl Watches {
         self.tasks.lock().push(task);
     }
 
-    /// Stops every watch started so far.
+    /// Runs `f` when these watches stop.
+    pub(crate) fn on_stop(&self, f: impl FnOnce() + Send + 'static) {
+        self.on_stop.lock().push(Box::new(f));
+    }
+
+    /// Stops every watch started so far, and leaves the shared ones.
     pub fn stop(&self) {
         for task in self.tasks.lock().drain(..) {
             task.abort();
+        }
+        let leave = std::mem::take(&mut *self.on_stop.lock());
+        for f in leave {
+            f();
         }
     }
 }

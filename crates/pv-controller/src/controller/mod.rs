@@ -142,11 +142,17 @@ fn write_err(action: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
 }
 
 impl PvController {
-    /// Starts the watches. `node_recyclers`: node agents recycle Released CSI volumes with
-    /// policy `Recycle` (the embedded stack's); without them such a volume gets a
+    /// Starts the watches on `watches` (its own, or [`Watches::sharing`] the watches of the
+    /// controllers of its process). `node_recyclers`: node agents recycle Released CSI
+    /// volumes with policy `Recycle` (the embedded stack's); without them such a volume gets a
     /// `VolumeFailedRecycle` event.
-    pub fn new(client: kube::Client, backoff: Backoff, node_recyclers: bool) -> Arc<Self> {
-        Self::with_queues(client, backoff, node_recyclers, None)
+    pub fn new(
+        client: kube::Client,
+        backoff: Backoff,
+        node_recyclers: bool,
+        watches: Watches,
+    ) -> Arc<Self> {
+        Self::with_queues(client, backoff, node_recyclers, None, watches)
     }
 
     /// Like [`PvController::new`], with kube-controller-manager's `workqueue_*` series for its
@@ -156,7 +162,7 @@ impl PvController {
         backoff: Backoff,
         metrics: &sidecar_kit::metrics::Metrics,
     ) -> Arc<Self> {
-        Self::with_queues(client, backoff, false, Some(metrics))
+        Self::with_queues(client, backoff, false, Some(metrics), Watches::default())
     }
 
     fn with_queues(
@@ -164,8 +170,8 @@ impl PvController {
         backoff: Backoff,
         node_recyclers: bool,
         metrics: Option<&sidecar_kit::metrics::Metrics>,
+        watches: Watches,
     ) -> Arc<Self> {
-        let watches = Watches::default();
         let retroactive = metrics.and_then(|m| {
             crate::metrics::Retroactive::register(&m.registry)
                 .map_err(|error| tracing::warn!(%error, "the retroactive StorageClass counters are not registered"))

@@ -104,10 +104,15 @@ impl std::fmt::Debug for Resizer {
 }
 
 impl Resizer {
-    /// Starts the watches; [`Resizer::controller`] runs the workers.
-    pub fn new(client: kube::Client, csi: Channel, settings: ResizerSettings) -> Arc<Self> {
+    /// Starts the watches on `watches` (its own, or [`Watches::sharing`] the watches of the
+    /// controllers of its process); [`Resizer::controller`] runs the workers.
+    pub fn new(
+        client: kube::Client,
+        csi: Channel,
+        settings: ResizerSettings,
+        watches: Watches,
+    ) -> Arc<Self> {
         let queue = WorkQueue::new(settings.backoff);
-        let watches = Watches::default();
         // A claim is looked at when what the resizer decides from changed, not for its own
         // status writes (a failed pass then waits for its backoff instead of looping).
         let q = queue.clone();

@@ -1,0 +1,159 @@
+//! Watches shared by the controllers of one process (the embedded stack's), as
+//! kube-controller-manager's controllers share informers: one watch per kind, each event
+//! decoded once and passed to every controller that asked for the kind, into its own cache
+//! and then to its handler.
+//!
+//! Each controller keeps a cache of its own: kube-runtime's `Store::wait_until_ready` wakes
+//! only the last task that waited on a store, so one store waited on by several controllers
+//! would leave all but one waiting for ever.
+//!
+//! Controllers join before the shared watches start ([`SharedWatches::start`]): a controller
+//! that asks after that gets a watch of its own, so none misses the initial list. A shared
+//! watch lists under the identity of the first controller that asked for its kind, and keeps
+//! every annotation (only the field ownership is dropped, as [`Watches::reflect_for_updates`]
+//! does), so it serves controllers that write objects back whole and those that only read.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+
+use crate::watch::Watches;
+
+/// A controller listening to a shared watch: the number it joined with, its cache, its
+/// handler.
+struct Listener<K: Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    id: u64,
+    cache: reflector::store::Writer<K>,
+    on_event: Handler<K>,
+}
+
+/// What a controller does with each event, after its cache has it.
+type Handler<K> = Box<dyn Fn(&watcher::Event<K>) + Send>;
+
+/// The controllers listening to one kind.
+type Listeners<K> = Arc<Mutex<Vec<Listener<K>>>>;
+
+/// Starts one shared watch on the watches given.
+type Starter = Box<dyn FnOnce(&Watches) + Send>;
+
+/// The shared watches of one process; clones share them.
+#[derive(Clone, Default)]
+pub struct SharedWatches {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Debug for SharedWatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("SharedWatches")
+            .field("kinds", &inner.kinds.len())
+            .field("started", &inner.started)
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The `Listeners<K>` of each kind.
+    kinds: HashMap<TypeId, Box<dyn Any + Send>>,
+    /// The watches to start, one per kind.
+    starters: Vec<Starter>,
+    started: bool,
+    /// The running watches.
+    watches: Watches,
+    next_listener: u64,
+}
+
+impl SharedWatches {
+    /// Joins the shared watch of `K` (made from `api` if it is the first to ask): the cache
+    /// returned gets every event, then `on_event` is called with it, until `owner` stops.
+    /// Gives `on_event` back when the shared watches have already started.
+    pub(crate) fn join<K, F>(
+        &self,
+        api: Api<K>,
+        on_event: F,
+        owner: &Watches,
+    ) -> Result<Store<K>, F>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+        F: Fn(&watcher::Event<K>) + Send + 'static,
+    {
+        let mut inner = self.inner.lock();
+        if inner.started {
+            return Err(on_event);
+        }
+        let id = inner.next_listener;
+        inner.next_listener += 1;
+        let known = inner
+            .kinds
+            .get(&TypeId::of::<K>())
+            .and_then(|kind| kind.downcast_ref::<Listeners<K>>())
+            .cloned();
+        let listeners = match known {
+            Some(listeners) => listeners,
+            None => {
+                let listeners: Listeners<K> = Arc::default();
+                inner.starters.push(starter(api, listeners.clone()));
+                inner
+                    .kinds
+                    .insert(TypeId::of::<K>(), Box::new(listeners.clone()));
+                listeners
+            }
+        };
+        let (store, cache) = reflector::store();
+        listeners.lock().push(Listener {
+            id,
+            cache,
+            on_event: Box::new(on_event),
+        });
+        owner.on_stop(move || listeners.lock().retain(|l| l.id != id));
+        Ok(store)
+    }
+
+    /// Starts every shared watch (on the current runtime); later controllers watch on their
+    /// own.
+    pub fn start(&self) {
+        let mut inner = self.inner.lock();
+        inner.started = true;
+        let starters = std::mem::take(&mut inner.starters);
+        for start in starters {
+            start(&inner.watches);
+        }
+    }
+
+    /// Stops every shared watch.
+    pub fn stop(&self) {
+        self.inner.lock().watches.stop();
+    }
+}
+
+/// The task of one kind's shared watch: each listener's cache, then its handler.
+fn starter<K>(api: Api<K>, listeners: Listeners<K>) -> Starter
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    Box::new(move |watches: &Watches| {
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|obj: &mut K| obj.meta_mut().managed_fields = None);
+        watches.spawn_events(stream, move |event| {
+            for listener in listeners.lock().iter_mut() {
+                listener.cache.apply_watcher_event(event);
+                (listener.on_event)(event);
+            }
+        });
+    })
+}
