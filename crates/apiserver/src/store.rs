@@ -29,6 +29,9 @@ use crate::record::{self, decode, encode, snapshot_entries};
 
 mod limits;
 
+/// Most changes a watcher of one resource may fall behind (see `Core::feed_capacity`).
+const MAX_FEED: usize = 16_384;
+
 /// How long a request naming a resourceVersion the store has not reached waits for it.
 pub const FUTURE_VERSION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -145,7 +148,9 @@ impl Inner {
 
 struct Core {
     inner: Mutex<Inner>,
-    /// How many changes a watcher of one resource may fall behind before its watch ends.
+    /// How many changes a watcher of one resource may fall behind before its watch ends (its
+    /// client then resumes from the history). Each feed holds this many slots from the start
+    /// (32 bytes each): 16,384 keeps a watched resource's feed at 512 KiB.
     feed_capacity: usize,
     /// The visible resourceVersion, for waiters on a version not reached yet.
     visible: tokio::sync::watch::Sender<u64>,
@@ -203,7 +208,7 @@ impl Store {
                 compacted: 0,
                 feeds: HashMap::new(),
             }),
-            feed_capacity: history.count.clamp(1024, 65_536),
+            feed_capacity: history.count.clamp(1024, MAX_FEED),
             visible: tokio::sync::watch::Sender::new(0),
             history_cap: history.count,
             history_budget: history.bytes,

@@ -256,7 +256,8 @@ pub(crate) async fn watch(
                             return;
                         }
                     }
-                    // Fell behind: end the watch; the client re-lists.
+                    // Fell behind: end the watch; the client watches again from the last
+                    // version it saw (the history replays the rest) or re-lists if that is gone.
                     Err(_) => return,
                 },
             }

@@ -101,6 +101,38 @@ async fn a_watcher_hears_only_the_changes_of_its_resource() {
 }
 
 #[tokio::test]
+async fn a_watcher_too_far_behind_its_feed_resumes_from_the_history() {
+    let store = Store::open(
+        None,
+        HistoryLimits {
+            count: 100_000,
+            bytes: 1 << 30,
+        },
+        Options::default(),
+    )
+    .unwrap();
+    let first = put(&store, "a", json!({"metadata": {"name": "a"}}));
+    let (_, _, mut live) = store.snapshot_and_watch("/configmaps", None);
+    let mut last = first;
+    for i in 0..=MAX_FEED {
+        last = put(
+            &store,
+            "a",
+            json!({"metadata": {"name": "a"}, "data": {"i": i.to_string()}}),
+        );
+    }
+    // The feed holds at most MAX_FEED changes: this watcher has missed one.
+    assert!(matches!(
+        live.try_recv(),
+        Err(broadcast::error::TryRecvError::Lagged(1))
+    ));
+    // Its client watches again from the last version it saw: nothing is lost.
+    let (backlog, _) = store.watch_from("/configmaps", first).unwrap();
+    assert_eq!(backlog.len(), MAX_FEED + 1);
+    assert_eq!(backlog.last().map(|c| c.rv), Some(last));
+}
+
+#[tokio::test]
 async fn the_history_is_bounded_in_bytes() {
     let store = Store::open(
         None,
