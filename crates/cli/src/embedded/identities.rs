@@ -5,7 +5,10 @@
 //! tokens by the TokenRequest API; the scheduler is `system:kube-scheduler` and each node
 //! agent `system:node:<node>` (group `system:nodes`), as kube-scheduler and kubelet are, with
 //! tokens of the server's token file. Only the stack's own set-up and the user's kubeconfig
-//! are the administrator.
+//! are the administrator. The control-plane controllers share a watch per kind
+//! (`controllers::start`): a shared watch lists under the identity of the first controller
+//! that asked for the kind; each of them may list and watch it, and all their writes are
+//! their own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
