@@ -62,6 +62,11 @@ impl Provisioner {
     }
 
     async fn reclaim(&self, name: &str) -> Result<(), VolumeError> {
+        // Read before the cache: the PV's deletion event takes it out of the cache before it
+        // forgets that its deletion was finished here, so a PV read after a `false` here is
+        // never a stale copy of one finished (read after, the cache could hand out the copy
+        // from just before the deletion event and the check see it already forgotten).
+        let finished = self.finished.contains(name);
         let Some(pv) = self.caches.volumes.get(&ObjectRef::new(name)) else {
             return Ok(());
         };
@@ -70,7 +75,7 @@ impl Provisioner {
         if self.ledger.contains(name) {
             self.ledger.settle(name);
         }
-        if self.finished.contains(name) {
+        if finished {
             return Ok(());
         }
         // A PV kept at its deletion (its policy set at creation, or changed since): its volume
