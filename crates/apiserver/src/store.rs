@@ -127,7 +127,8 @@ struct Inner {
     /// Lowest resourceVersion a watch can resume from.
     compacted: u64,
     /// The live feed of each resource someone watches: a change wakes only the watchers of
-    /// its resource. Made on the first subscription, dropped when a change finds no one left.
+    /// its resource. Made on the first subscription, dropped when a change finds no one left
+    /// (a resource that no longer changes keeps its feed's 512 KiB until it does).
     feeds: HashMap<String, broadcast::Sender<Arc<Change>>>,
 }
 
@@ -580,15 +581,10 @@ fn publish(core: &Core, inner: &mut Inner, durable: u64) {
             if feed.receiver_count() > 0 {
                 let _ = feed.send(change);
             } else {
-                inner.feeds.remove(&key_resource(&key));
+                inner.feeds.remove(&change.resource);
             }
         }
     }
-}
-
-/// The resource of an object key.
-fn key_resource(key: &str) -> String {
-    key.split('\u{0}').next().unwrap_or_default().to_string()
 }
 
 /// Objects of a resource (in one namespace, or all), in key order.

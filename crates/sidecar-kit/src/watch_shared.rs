@@ -44,8 +44,8 @@ type Handler<K> = Box<dyn Fn(&watcher::Event<K>) + Send>;
 /// The controllers listening to one kind.
 type Listeners<K> = Arc<Mutex<Vec<Listener<K>>>>;
 
-/// Starts one shared watch on the watches given.
-type Starter = Box<dyn FnOnce(&Watches) + Send>;
+/// Starts one shared watch.
+type Starter = Box<dyn FnOnce() + Send>;
 
 /// The shared watches of one process; clones share them.
 #[derive(Clone, Default)]
@@ -70,8 +70,8 @@ struct Inner {
     /// The watches to start, one per kind.
     starters: Vec<Starter>,
     started: bool,
-    /// The running watches.
-    watches: Watches,
+    /// The task of each kind's watch: it stops when its last controller stops, or with all.
+    tasks: Vec<Watches>,
     next_listener: u64,
 }
 
@@ -99,17 +99,20 @@ impl SharedWatches {
         let known = inner
             .kinds
             .get(&TypeId::of::<K>())
-            .and_then(|kind| kind.downcast_ref::<Listeners<K>>())
+            .and_then(|kind| kind.downcast_ref::<(Listeners<K>, Watches)>())
             .cloned();
-        let listeners = match known {
-            Some(listeners) => listeners,
+        let (listeners, task) = match known {
+            Some(known) => known,
             None => {
                 let listeners: Listeners<K> = Arc::default();
-                inner.starters.push(starter(api, listeners.clone()));
+                let task = Watches::default();
                 inner
-                    .kinds
-                    .insert(TypeId::of::<K>(), Box::new(listeners.clone()));
-                listeners
+                    .starters
+                    .push(starter(api, listeners.clone(), task.clone()));
+                inner.tasks.push(task.clone());
+                let kind = (listeners.clone(), task.clone());
+                inner.kinds.insert(TypeId::of::<K>(), Box::new(kind));
+                (listeners, task)
             }
         };
         let (store, cache) = reflector::store();
@@ -118,7 +121,14 @@ impl SharedWatches {
             cache,
             on_event: Box::new(on_event),
         });
-        owner.on_stop(move || listeners.lock().retain(|l| l.id != id));
+        owner.on_stop(move || {
+            let mut left = listeners.lock();
+            left.retain(|l| l.id != id);
+            if left.is_empty() {
+                drop(left);
+                task.stop();
+            }
+        });
         Ok(store)
     }
 
@@ -129,27 +139,29 @@ impl SharedWatches {
         inner.started = true;
         let starters = std::mem::take(&mut inner.starters);
         for start in starters {
-            start(&inner.watches);
+            start();
         }
     }
 
-    /// Stops every shared watch.
+    /// Stops every shared watch (each also stops once its last controller stopped).
     pub fn stop(&self) {
-        self.inner.lock().watches.stop();
+        for task in &self.inner.lock().tasks {
+            task.stop();
+        }
     }
 }
 
 /// The task of one kind's shared watch: each listener's cache, then its handler.
-fn starter<K>(api: Api<K>, listeners: Listeners<K>) -> Starter
+fn starter<K>(api: Api<K>, listeners: Listeners<K>, task: Watches) -> Starter
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    Box::new(move |watches: &Watches| {
+    Box::new(move || {
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(|obj: &mut K| obj.meta_mut().managed_fields = None);
-        watches.spawn_events(stream, move |event| {
+        task.spawn_events(stream, move |event| {
             for listener in listeners.lock().iter_mut() {
                 listener.cache.apply_watcher_event(event);
                 (listener.on_event)(event);

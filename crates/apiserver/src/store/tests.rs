@@ -92,9 +92,12 @@ async fn a_watcher_hears_only_the_changes_of_its_resource() {
     assert!(maps.try_recv().is_err());
     assert_eq!(secrets.try_recv().unwrap().object["metadata"]["name"], "t");
     assert!(secrets.try_recv().is_err());
-    // A resource whose watchers left gets a feed anew for the next one.
+    // A resource whose watchers left loses its feed at its next change, and gets one anew
+    // for the next watcher.
     drop(maps);
     write("/configmaps", "c");
+    assert!(!store.core.inner.lock().feeds.contains_key("/configmaps"));
+    assert!(store.core.inner.lock().feeds.contains_key("/secrets"));
     let (_, _, mut again) = store.snapshot_and_watch("/configmaps", None);
     let d = write("/configmaps", "d");
     assert_eq!(again.try_recv().unwrap().rv, d);

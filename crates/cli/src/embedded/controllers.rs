@@ -101,11 +101,6 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let clients = &parts.clients;
     let socket = parts.socket.clone();
     let mut tasks = Vec::new();
-    // The controllers of the control plane share a watch per kind (as kube-controller-manager's
-    // share informers), started once they all asked: at 100,000 claims each claim event is
-    // decoded once instead of once per controller. The node agents and the snapshot
-    // controller keep their own (a node's identity sees what its node may see).
-    let shared = SharedWatches::default();
     if options.attach {
         let kubeconfig = identities::kubeconfig_path(&options.dir, "csi-attacher");
         let argv = [
@@ -123,6 +118,40 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
             }
         }));
     }
+    // What is awaited comes first (the node agents' registration, the driver's answers), so
+    // the shared watches below start as soon as their controllers are built.
+    if options.kubelet {
+        for (node_socket, client) in parts.node_sockets.iter().zip(&clients.nodes) {
+            let agent = stack::node::NodeAgent::start(
+                client.clone(),
+                stack::node::NodeSettings {
+                    socket: node_socket.clone(),
+                    root: options.dir.join("kubelet"),
+                },
+            )
+            .await
+            .with_context(|| format!("start the node agent behind {node_socket}"))?;
+            tasks.push(tokio::spawn(agent.controller().run(parts.stopped())));
+        }
+    }
+    let snapshots = match options.snapshots {
+        true => Some(
+            sidecar_kit::csi::connect(&socket)
+                .await
+                .context("connect the snapshot controller to the driver")?,
+        ),
+        false => None,
+    };
+    let resizer_driver = match options.resizer {
+        true => resizer_driver(&parts).await?,
+        false => None,
+    };
+    // The controllers of the control plane share a watch per kind (as kube-controller-manager's
+    // share informers), started once they all asked: at 100,000 claims each claim event is
+    // decoded once instead of once per controller. A shared watch stops with the last of its
+    // controllers. The node agents and the snapshot controller keep their own (a node's
+    // identity sees what its node may see).
+    let shared = SharedWatches::default();
     if options.kubelet {
         let manager = &clients.controller_manager;
         let protection = pv_controller::protection::ProtectionController::new(
@@ -142,18 +171,6 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         tasks.push(tokio::spawn(
             attach_detach.controller().run(parts.stopped()),
         ));
-        for (node_socket, client) in parts.node_sockets.iter().zip(&clients.nodes) {
-            let agent = stack::node::NodeAgent::start(
-                client.clone(),
-                stack::node::NodeSettings {
-                    socket: node_socket.clone(),
-                    root: options.dir.join("kubelet"),
-                },
-            )
-            .await
-            .with_context(|| format!("start the node agent behind {node_socket}"))?;
-            tasks.push(tokio::spawn(agent.controller().run(parts.stopped())));
-        }
     }
     if options.scheduler {
         let scheduler =
@@ -174,10 +191,7 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
             parts.stopped(),
         )));
     }
-    if options.snapshots {
-        let channel = sidecar_kit::csi::connect(&socket)
-            .await
-            .context("connect the snapshot controller to the driver")?;
+    if let Some(channel) = snapshots {
         let controller = stack::snapshots::SnapshotController::new(
             clients.snapshots.clone(),
             channel,
@@ -194,27 +208,25 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
         );
         tasks.push(tokio::spawn(controller.controller().run(parts.stopped())));
     }
-    if options.resizer
-        && let Some(resizer) = resizer(&parts, Watches::sharing(&shared)).await?
-    {
+    if let Some((channel, settings)) = resizer_driver {
+        let resizer = stack::resizer::Resizer::new(
+            parts.clients.resizer.clone(),
+            channel,
+            settings,
+            Watches::sharing(&shared),
+        );
         tasks.push(tokio::spawn(resizer.controller().run(parts.stopped())));
     }
     shared.start();
-    let stopped = parts.stopped();
-    tasks.push(tokio::spawn(async move {
-        stopped.await;
-        shared.stop();
-    }));
     Ok(tasks)
 }
 
-/// The resizer, when the driver can grow volumes (ControllerExpandVolume, or only
-/// NodeExpandVolume on its first node) or modify them; None, as external-resizer stays idle,
-/// when it can do neither.
-async fn resizer(
+/// The resizer's connection to the driver and its settings, when the driver can grow volumes
+/// (ControllerExpandVolume, or only NodeExpandVolume on its first node) or modify them; None,
+/// as external-resizer stays idle, when it can do neither.
+async fn resizer_driver(
     parts: &Parts,
-    watches: Watches,
-) -> anyhow::Result<Option<std::sync::Arc<stack::resizer::Resizer>>> {
+) -> anyhow::Result<Option<(tonic::transport::Channel, stack::resizer::ResizerSettings)>> {
     use csi_proto::v1::controller_service_capability::rpc::Type as Rpc;
     let timeout = Duration::from_secs(60);
     let (channel, info) = sidecar_kit::driver::identify(&parts.socket, timeout)
@@ -232,8 +244,7 @@ async fn resizer(
         tracing::info!(driver = %parts.driver_name, "the driver neither expands nor modifies volumes: no resizer");
         return Ok(None);
     }
-    Ok(Some(stack::resizer::Resizer::new(
-        parts.clients.resizer.clone(),
+    Ok(Some((
         channel,
         stack::resizer::ResizerSettings {
             driver: parts.driver_name.clone(),
@@ -247,6 +258,5 @@ async fn resizer(
             },
             workers: 10,
         },
-        watches,
     )))
 }
