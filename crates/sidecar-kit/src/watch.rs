@@ -292,6 +292,11 @@ impl Watches {
         self.tasks.lock().push(task);
     }
 
+    /// Whether any watch started here still runs.
+    pub(crate) fn running(&self) -> bool {
+        self.tasks.lock().iter().any(|task| !task.is_finished())
+    }
+
     /// Runs `f` when these watches stop.
     pub(crate) fn on_stop(&self, f: impl FnOnce() + Send + 'static) {
         self.on_stop.lock().push(Box::new(f));

@@ -143,6 +143,12 @@ impl SharedWatches {
         }
     }
 
+    /// How many kinds' shared watches run.
+    pub fn running(&self) -> usize {
+        let inner = self.inner.lock();
+        inner.tasks.iter().filter(|task| task.running()).count()
+    }
+
     /// Stops every shared watch (each also stops once its last controller stopped).
     pub fn stop(&self) {
         for task in &self.inner.lock().tasks {

@@ -178,7 +178,13 @@ async fn controllers_joining_before_the_start_share_one_watch() {
     assert!(!heard_a.lock().contains(&"y".to_string()));
     assert_eq!(heard_a.lock().as_slice(), ["before", "x"]);
 
+    // The shared watch runs while one of its controllers does, and stops with the last.
+    assert_eq!(shared.running(), 1);
     b.stop();
+    until("the shared watch stops with its last controller", || {
+        shared.running() == 0
+    })
+    .await;
     c.stop();
     shared.stop();
     let _ = stop.send(());
