@@ -384,20 +384,11 @@ async fn a_late_binding_claim_names_the_pods_waiting_for_the_scheduler() {
                      "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]},
         })
     };
-    c.apply::<k8s_openapi::api::core::v1::Pod>(stuck("web-b"))
-        .await;
-    c.wait_event(
-        "data",
-        "WaitForPodScheduled",
-        "waiting for pod web-b to be scheduled",
-    )
-    .await;
-    c.apply::<k8s_openapi::api::core::v1::Pod>(stuck("web-a"))
-        .await;
-    c.wait_event(
-        "data",
-        "WaitForPodScheduled",
-        "waiting for pods web-a,web-b to be scheduled",
-    )
-    .await;
+    for (pod, message) in [
+        ("web-b", "waiting for pod web-b to be scheduled"),
+        ("web-a", "waiting for pods web-a,web-b to be scheduled"),
+    ] {
+        c.apply::<k8s_openapi::api::core::v1::Pod>(stuck(pod)).await;
+        c.wait_event("data", "WaitForPodScheduled", message).await;
+    }
 }

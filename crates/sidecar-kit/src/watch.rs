@@ -32,7 +32,7 @@ pub fn trim<K: ResourceExt>(obj: &mut K) {
 /// it out keeps the object's field ownership; one that sends an empty list clears it
 /// (kube-apiserver's field manager, and ours), so an object written back whole must not carry
 /// `[]`.
-fn drop_field_ownership<K: ResourceExt>(obj: &mut K) {
+pub(crate) fn drop_field_ownership<K: ResourceExt>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
@@ -233,13 +233,7 @@ impl Watches {
         F: Fn(&watcher::Event<K>) + Send + 'static,
     {
         let (store, mut writer) = CompactStore::with_words(words);
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(move |obj: &mut K| {
-                trim(obj);
-                shrink(obj);
-            });
-        self.spawn_events(stream, move |event| {
+        self.watch_only(api, shrink, move |event| {
             writer.apply(event);
             on_event(event);
         });
@@ -253,7 +247,7 @@ impl Watches {
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
         S: Fn(&mut K) + Send + 'static,
-        F: Fn(&watcher::Event<K>) + Send + 'static,
+        F: FnMut(&watcher::Event<K>) + Send + 'static,
     {
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()

@@ -166,7 +166,7 @@ where
     Box::new(move || {
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(|obj: &mut K| obj.meta_mut().managed_fields = None);
+            .modify(crate::watch::drop_field_ownership::<K>);
         task.spawn_events(stream, move |event| {
             for listener in listeners.lock().iter_mut() {
                 listener.cache.apply_watcher_event(event);
