@@ -502,7 +502,7 @@ pub fn merge_update(
         },
     }
     if !status_only {
-        let spec_changed = spec_of(current) != spec_of(&next);
+        let spec_changed = !same_but_meta_and_status(current, &next);
         if spec_changed {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
             next["metadata"]["generation"] = json!(generation);
@@ -512,19 +512,44 @@ pub fn merge_update(
     Ok(next)
 }
 
-fn spec_of(v: &Value) -> Value {
-    let mut copy = v.clone();
-    if let Some(m) = copy.as_object_mut() {
-        m.remove("metadata");
-        m.remove("status");
-    }
-    copy
+/// Whether `a` and `b` are equal but for their metadata and status (compared in place: an
+/// update used to copy both objects for this).
+fn same_but_meta_and_status(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let rest = |m: &Map<String, Value>| {
+        m.keys()
+            .filter(|k| *k != "metadata" && *k != "status")
+            .count()
+    };
+    rest(a) == rest(b)
+        && a.iter()
+            .filter(|(k, _)| *k != "metadata" && *k != "status")
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_what_is_outside_metadata_and_status_counts_as_the_spec() {
+        let base = json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"p": "A"}});
+        let cases = [
+            (json!({"metadata": {"name": "b"}, "spec": {"x": 1}}), true),
+            (json!({"spec": {"x": 1}, "status": {"p": "B"}}), true),
+            (json!({"metadata": {"name": "a"}, "spec": {"x": 2}}), false),
+            (json!({"spec": {"x": 1}, "data": {}}), false),
+            (json!({"metadata": {}}), false),
+            (json!("not an object"), false),
+        ];
+        for (other, same) in cases {
+            assert_eq!(same_but_meta_and_status(&base, &other), same, "{other}");
+            assert_eq!(same_but_meta_and_status(&other, &base), same, "{other}");
+        }
+    }
 
     #[test]
     fn subdomains_have_no_limit_per_part_but_labels_do() {

@@ -44,10 +44,20 @@ where
     fn synced(&self) -> Boxed<()> {
         let store = self.clone();
         Box::pin(async move {
-            let _ = store.wait_until_ready().await;
+            // `wait_until_ready` wakes only the last task that waited on the store (its
+            // readiness is a oneshot with one waker); the controllers sharing a kind's cache
+            // each wait on it, so each asks again every `READY_RECHECK`. A ready store, or
+            // one whose writer is gone, answers at once.
+            while tokio::time::timeout(READY_RECHECK, store.wait_until_ready())
+                .await
+                .is_err()
+            {}
         })
     }
 }
+
+/// How often a wait for a kube-runtime store asks again whether it is ready.
+const READY_RECHECK: Duration = Duration::from_millis(50);
 
 /// Spawns a queue's workers into the controller's task set.
 type Spawn = Box<dyn FnOnce(&mut tokio::task::JoinSet<()>) + Send>;
@@ -343,5 +353,24 @@ mod tests {
         });
         controller.run(async {}).await;
         assert_eq!(started.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_task_waiting_on_one_store_sees_it_synced() {
+        // Controllers sharing a kind's cache each wait on it from a task of their own;
+        // kube-runtime's `wait_until_ready` alone would wake only the last of them. Paused
+        // time: the deadline passes only when nothing else can happen.
+        let (reader, mut writer) = store::<ConfigMap>();
+        let waiters: Vec<_> = (0..3).map(|_| tokio::spawn(reader.synced())).collect();
+        tokio::task::yield_now().await;
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        for waiter in waiters {
+            let done = tokio::time::timeout(Duration::from_secs(60), waiter).await;
+            assert!(
+                matches!(done, Ok(Ok(()))),
+                "a waiter never saw the store synced"
+            );
+        }
     }
 }

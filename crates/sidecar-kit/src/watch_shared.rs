@@ -1,11 +1,11 @@
 //! Watches shared by the controllers of one process (the embedded stack's), as
-//! kube-controller-manager's controllers share informers: one watch per kind, each event
-//! decoded once and passed to every controller that asked for the kind, into its own cache
-//! and then to its handler.
+//! kube-controller-manager's controllers share informers: one watch and one cache per kind,
+//! each event decoded once, applied to the cache once, then passed to the handler of every
+//! controller that asked for the kind.
 //!
-//! Each controller keeps a cache of its own: kube-runtime's `Store::wait_until_ready` wakes
-//! only the last task that waited on a store, so one store waited on by several controllers
-//! would leave all but one waiting for ever.
+//! kube-runtime's `Store::wait_until_ready` wakes only the last task that waited on a store;
+//! the runtime's wait for a cache ([`crate::runtime::Cache`]) asks again now and then, so
+//! every controller waiting on the shared cache starts.
 //!
 //! Controllers join before the shared watches start ([`SharedWatches::start`]): a controller
 //! that asks after that gets a watch of its own, so none misses the initial list. A shared
@@ -27,14 +27,9 @@ use serde::de::DeserializeOwned;
 
 use crate::watch::Watches;
 
-/// A controller listening to a shared watch: the number it joined with, its cache, its
-/// handler.
-struct Listener<K: Resource + Clone + 'static>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
+/// A controller listening to a shared watch: the number it joined with, its handler.
+struct Listener<K> {
     id: u64,
-    cache: reflector::store::Writer<K>,
     on_event: Handler<K>,
 }
 
@@ -43,6 +38,9 @@ type Handler<K> = Box<dyn Fn(&watcher::Event<K>) + Send>;
 
 /// The controllers listening to one kind.
 type Listeners<K> = Arc<Mutex<Vec<Listener<K>>>>;
+
+/// One kind's shared watch: its listeners, its cache, its task.
+type Kind<K> = (Listeners<K>, Store<K>, Watches);
 
 /// Starts one shared watch.
 type Starter = Box<dyn FnOnce() + Send>;
@@ -76,8 +74,9 @@ struct Inner {
 }
 
 impl SharedWatches {
-    /// Joins the shared watch of `K` (made from `api` if it is the first to ask): the cache
-    /// returned gets every event, then `on_event` is called with it, until `owner` stops.
+    /// Joins the shared watch of `K` (made from `api` if it is the first to ask): the kind's
+    /// cache, shared by its controllers, gets every event, then `on_event` is called with it,
+    /// until `owner` stops.
     /// Gives `on_event` back when the shared watches have already started.
     pub(crate) fn join<K, F>(
         &self,
@@ -99,26 +98,25 @@ impl SharedWatches {
         let known = inner
             .kinds
             .get(&TypeId::of::<K>())
-            .and_then(|kind| kind.downcast_ref::<(Listeners<K>, Watches)>())
+            .and_then(|kind| kind.downcast_ref::<Kind<K>>())
             .cloned();
-        let (listeners, task) = match known {
+        let (listeners, store, task) = match known {
             Some(known) => known,
             None => {
                 let listeners: Listeners<K> = Arc::default();
                 let task = Watches::default();
+                let (store, cache) = reflector::store();
                 inner
                     .starters
-                    .push(starter(api, listeners.clone(), task.clone()));
+                    .push(starter(api, cache, listeners.clone(), task.clone()));
                 inner.tasks.push(task.clone());
-                let kind = (listeners.clone(), task.clone());
+                let kind: Kind<K> = (listeners.clone(), store.clone(), task.clone());
                 inner.kinds.insert(TypeId::of::<K>(), Box::new(kind));
-                (listeners, task)
+                (listeners, store, task)
             }
         };
-        let (store, cache) = reflector::store();
         listeners.lock().push(Listener {
             id,
-            cache,
             on_event: Box::new(on_event),
         });
         owner.on_stop(move || {
@@ -157,8 +155,13 @@ impl SharedWatches {
     }
 }
 
-/// The task of one kind's shared watch: each listener's cache, then its handler.
-fn starter<K>(api: Api<K>, listeners: Listeners<K>, task: Watches) -> Starter
+/// The task of one kind's shared watch: the cache, then each listener's handler.
+fn starter<K>(
+    api: Api<K>,
+    mut cache: reflector::store::Writer<K>,
+    listeners: Listeners<K>,
+    task: Watches,
+) -> Starter
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
@@ -168,8 +171,8 @@ where
             .default_backoff()
             .modify(crate::watch::drop_field_ownership::<K>);
         task.spawn_events(stream, move |event| {
-            for listener in listeners.lock().iter_mut() {
-                listener.cache.apply_watcher_event(event);
+            cache.apply_watcher_event(event);
+            for listener in listeners.lock().iter() {
                 (listener.on_event)(event);
             }
         });

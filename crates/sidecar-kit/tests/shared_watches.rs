@@ -1,5 +1,5 @@
 //! Shared watches against our API server: controllers that join before the start share one
-//! watch per kind, each with its cache ready for its own waiters; one that comes later
+//! watch and one cache per kind, ready for each one's waiter; one that comes later
 //! watches on its own; one that stops is told nothing more.
 
 #![allow(clippy::unwrap_used)]
@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher::Event;
 use parking_lot::Mutex;
+use sidecar_kit::runtime::Cache;
 use sidecar_kit::watch::{SharedWatches, Watches, each};
 
 /// Names each listener was told of, in order.
@@ -79,16 +80,17 @@ async fn controllers_joining_before_the_start_share_one_watch() {
     let (heard_a, heard_b): (Heard, Heard) = Default::default();
     let store_a = a.reflect(api.clone(), listener(&heard_a));
     let store_b = b.reflect_for_updates(api.clone(), listener(&heard_b));
-    // Each controller waits for its cache on a task of its own, before the watch starts (as
-    // the runtime does): every one of them must be woken.
+    // Each controller waits for the kind's cache on a task of its own, before the watch
+    // starts, as the runtime does: every one of them must be woken (kube-runtime's own wait
+    // wakes only the last).
     let waiting: Vec<_> = [store_a.clone(), store_b.clone()]
         .into_iter()
-        .map(|store| tokio::spawn(async move { store.wait_until_ready().await.is_ok() }))
+        .map(|store| tokio::spawn(store.synced()))
         .collect();
     shared.start();
     for waiter in waiting {
         let ready = tokio::time::timeout(Duration::from_secs(30), waiter).await;
-        assert!(matches!(ready, Ok(Ok(true))), "a cache never became ready");
+        assert!(matches!(ready, Ok(Ok(()))), "a cache never became ready");
     }
     until("both listeners hear the listed object", || {
         heard_a.lock().contains(&"before".to_string())
@@ -125,6 +127,15 @@ async fn controllers_joining_before_the_start_share_one_watch() {
         .into_iter()
         .find(|c| c.metadata.name.as_deref() == Some("x"));
     let x = x.unwrap();
+    // One cache for the kind: both controllers read the same object, decoded once.
+    let x_of_b = store_b
+        .state()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some("x"));
+    assert!(
+        Arc::ptr_eq(&x, &x_of_b.unwrap()),
+        "two copies of one object"
+    );
     assert!(x.metadata.managed_fields.is_none());
     assert!(
         x.metadata

@@ -199,6 +199,8 @@ pub enum SchemaError {
 #[derive(Debug, Default)]
 pub struct Schema {
     messages: HashMap<String, Message>,
+    /// The messages that hold a time, in a field of their own or of a message they hold.
+    timed: std::collections::HashSet<String>,
 }
 
 impl Schema {
@@ -268,7 +270,16 @@ impl Schema {
             }
             by_name.insert(message.name.clone(), message);
         }
-        Ok(Schema { messages: by_name })
+        let timed = timed_messages(&by_name);
+        Ok(Schema {
+            messages: by_name,
+            timed,
+        })
+    }
+
+    /// Whether message `name` holds a time anywhere (checks of times pass over the others).
+    pub fn holds_times(&self, name: &str) -> bool {
+        self.timed.contains(name)
     }
 
     /// A message by its table name.
@@ -308,6 +319,36 @@ pub enum Shape<'a> {
     Object(&'a Message),
     /// A list: ListMeta at 1, items at 2.
     List(Option<&'a Message>, &'a Message),
+}
+
+/// The messages holding a time field, or a message that does (to a fixed point: a message
+/// joins once one of its messages has).
+fn timed_messages(messages: &HashMap<String, Message>) -> std::collections::HashSet<String> {
+    let mut timed = std::collections::HashSet::new();
+    loop {
+        let before = timed.len();
+        for message in messages.values() {
+            let holds = message.fields.iter().any(|field| match &field.kind {
+                Kind::Time | Kind::MicroTime => true,
+                Kind::Message(inner) => timed.contains(inner),
+                Kind::String
+                | Kind::Bytes
+                | Kind::I32
+                | Kind::I64
+                | Kind::Bool
+                | Kind::Quantity
+                | Kind::IntOrString
+                | Kind::Fields
+                | Kind::Extra => false,
+            });
+            if holds {
+                timed.insert(message.name.clone());
+            }
+        }
+        if timed.len() == before {
+            return timed;
+        }
+    }
 }
 
 fn parse_field(word: &str, line: usize) -> Result<Field, SchemaError> {
@@ -400,6 +441,19 @@ mod tests {
                 .iter()
                 .any(|f| f.json == "storageClassName" && f.keep_zero)
         );
+    }
+
+    #[test]
+    fn messages_holding_a_time_are_known_through_their_messages() {
+        // D holds C holds B holds a time; E holds only a string.
+        let schema = Schema::parse("D c=1:C\nC b=1:B s=2\nB t=1:time\nE s=1").unwrap();
+        for (name, holds) in [("B", true), ("C", true), ("D", true), ("E", false)] {
+            assert_eq!(schema.holds_times(name), holds, "{name}");
+        }
+        let builtin = Schema::builtin();
+        assert!(builtin.holds_times("PersistentVolume"));
+        assert!(builtin.holds_times("ObjectMeta"));
+        assert!(!builtin.holds_times("CSIPersistentVolumeSource"));
     }
 
     #[test]

@@ -18,6 +18,24 @@ pub fn check(api_version: &str, kind: &str, object: &Value) -> Result<(), TimeEr
 
 fn walk(schema: &Schema, message: &Message, object: &Value) -> Result<(), TimeError> {
     for field in &message.fields {
+        // Only times and the messages holding one are looked at: a volume's spec has dozens
+        // of volume sources, none with a time.
+        let wanted = match &field.kind {
+            Kind::Time | Kind::MicroTime => true,
+            Kind::Message(inner) => schema.holds_times(inner),
+            Kind::String
+            | Kind::Bytes
+            | Kind::I32
+            | Kind::I64
+            | Kind::Bool
+            | Kind::Quantity
+            | Kind::IntOrString
+            | Kind::Fields
+            | Kind::Extra => false,
+        };
+        if !wanted {
+            continue;
+        }
         if field.cardinality == Cardinality::Inline {
             if let Kind::Message(inner) = &field.kind
                 && let Some(inner) = schema.message(inner)

@@ -81,7 +81,12 @@ pub(crate) async fn create_object(
         change,
         rv,
     } = loop {
-        let candidate = obj.clone();
+        // Kept for another try only where a generated name may collide.
+        let candidate = if generated {
+            obj.clone()
+        } else {
+            std::mem::take(&mut obj)
+        };
         let written = app
             .store
             .write_change(&rt.key(), &ns, &name, |current, _| match current {

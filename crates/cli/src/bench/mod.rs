@@ -171,6 +171,12 @@ struct Report {
     requests_per_deleted_volume: BTreeMap<String, f64>,
     writes_per_provisioned_volume: f64,
     writes_per_deleted_volume: f64,
+    /// Every client's writes (creates, updates, patches, deletes) per volume while
+    /// provisioning, by User-Agent, verb and resource: the benchmark's claims, the PV
+    /// controller's bindings, ...
+    writes_per_provisioned_volume_by_client: BTreeMap<String, f64>,
+    /// The same while deleting.
+    writes_per_deleted_volume_by_client: BTreeMap<String, f64>,
     correct: bool,
     problems: Vec<String>,
     /// (seconds since the first claim, or the provisioner's start in `backlog`; claims Bound).
@@ -200,6 +206,18 @@ fn counts(server: &apiserver::RunningServer, client: &str) -> BTreeMap<String, u
     for ((verb, resource, _code, c), n) in server.request_counts() {
         if c == client {
             *out.entry(format!("{verb} {resource}")).or_default() += n;
+        }
+    }
+    out
+}
+
+/// Writes by `"<User-Agent> <VERB> <resource>"`.
+fn writes_by_client(server: &apiserver::RunningServer) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for ((verb, resource, _code, client), n) in server.request_counts() {
+        if matches!(verb.as_str(), "CREATE" | "UPDATE" | "PATCH" | "DELETE") {
+            *out.entry(format!("{client} {verb} {resource}"))
+                .or_default() += n;
         }
     }
     out
@@ -490,6 +508,10 @@ fn print_report(r: &Report) {
     println!(
         "  writes per deleted         {:>10.2}",
         r.writes_per_deleted_volume
+    );
+    println!(
+        "  writes by client           provisioning {:?}, deleting {:?}",
+        r.writes_per_provisioned_volume_by_client, r.writes_per_deleted_volume_by_client
     );
     println!(
         "  end state                  {}",

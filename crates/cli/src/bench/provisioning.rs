@@ -14,7 +14,9 @@ use serde_json::json;
 use super::observe::{Observers, Times};
 use super::progress::Progress;
 use super::under_test::{stack_options, start_provisioner};
-use super::{BenchArgs, Report, counts, cpu_seconds, diff, percentile, proc_status, writes};
+use super::{
+    BenchArgs, Report, counts, cpu_seconds, diff, percentile, proc_status, writes, writes_by_client,
+};
 use crate::embedded::Stack;
 use crate::embedded::lanes::{Lane, cpu_by_thread, cpu_since};
 
@@ -110,6 +112,7 @@ pub(super) async fn scenario_run(
     };
     let cpu_before = Cpu::now(pid);
     let before = counts(&stack.server, PROVISIONER_CLIENT);
+    let writes_before = writes_by_client(&stack.server);
     let observers = match early {
         Some(observers) => observers.watching(pid),
         None => Observers::start(&stack.client, "default", pid),
@@ -138,6 +141,7 @@ pub(super) async fn scenario_run(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_rest = proc_status(pid, "VmRSS:").unwrap_or(0.0);
     let after_provision = counts(&stack.server, PROVISIONER_CLIENT);
+    let writes_provisioned = writes_by_client(&stack.server);
     let cpu_provisioned = Cpu::now(pid);
     let mut problems = Vec::new();
     if !bound_ok {
@@ -183,6 +187,7 @@ pub(super) async fn scenario_run(
         problems.push("PVs or driver volumes left after deletion".into());
     }
     let after_delete = counts(&stack.server, PROVISIONER_CLIENT);
+    let writes_deleted = writes_by_client(&stack.server);
     let cpu_deleted = Cpu::now(pid);
     let cpu = cpu_deleted.since(&cpu_before);
     drop(progress);
@@ -221,6 +226,8 @@ pub(super) async fn scenario_run(
         requests_per_deleted_volume: per(&deletion),
         writes_per_provisioned_volume: writes(&provisioning) as f64 / n.max(1) as f64,
         writes_per_deleted_volume: writes(&deletion) as f64 / n.max(1) as f64,
+        writes_per_provisioned_volume_by_client: per(&diff(&writes_provisioned, &writes_before)),
+        writes_per_deleted_volume_by_client: per(&diff(&writes_deleted, &writes_provisioned)),
         correct: problems.is_empty(),
         problems,
         bound_over_time,

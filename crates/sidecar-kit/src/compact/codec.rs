@@ -40,30 +40,60 @@ const WORD: u8 = 0x1F;
 
 /// Words a store adds to the dictionary (at most 256, none empty): strings its objects repeat
 /// that no fixed dictionary can know, such as the driver's name.
-#[derive(Debug, Clone, Default)]
-pub struct Words(Vec<Box<[u8]>>);
+#[derive(Debug, Clone)]
+pub struct Words {
+    words: Vec<Box<[u8]>>,
+    /// Whether some word starts with the byte: most bytes start none, and are passed over
+    /// without a look at each word.
+    starts: [bool; 256],
+}
+
+impl Default for Words {
+    fn default() -> Self {
+        Words::NONE
+    }
+}
 
 impl Words {
+    /// No words.
+    pub const NONE: Words = Words {
+        words: Vec::new(),
+        starts: [false; 256],
+    };
+
     /// The first 256 non-empty `words`.
     pub fn new<W: AsRef<str>>(words: impl IntoIterator<Item = W>) -> Self {
-        Words(
-            words
-                .into_iter()
-                .filter(|w| !w.as_ref().is_empty())
-                .take(256)
-                .map(|w| w.as_ref().as_bytes().into())
-                .collect(),
-        )
+        let words: Vec<Box<[u8]>> = words
+            .into_iter()
+            .filter(|w| !w.as_ref().is_empty())
+            .take(256)
+            .map(|w| w.as_ref().as_bytes().into())
+            .collect();
+        let mut starts = [false; 256];
+        for word in &words {
+            if let Some(&first) = word.first() {
+                starts[usize::from(first)] = true;
+            }
+        }
+        Words { words, starts }
     }
 
     /// The index and length of the word `text` starts with, if any.
     fn find(&self, text: &[u8]) -> Option<(u8, usize)> {
+        if !self.starts[usize::from(*text.first()?)] {
+            return None;
+        }
         let (index, word) = self
-            .0
+            .words
             .iter()
             .enumerate()
             .find(|(_, word)| text.starts_with(word))?;
         Some((u8::try_from(index).ok()?, word.len()))
+    }
+
+    /// Word `index`.
+    fn get(&self, index: u8) -> Option<&[u8]> {
+        self.words.get(usize::from(index)).map(|w| &w[..])
     }
 }
 
@@ -80,6 +110,9 @@ const DASHES: [usize; 4] = [8, 13, 18, 23];
 /// (uppercase digits are left as they are: they would not come back the same).
 fn pack_uuid(text: &[u8]) -> Option<[u8; 16]> {
     let text = text.get(..UUID_TEXT)?;
+    if DASHES.iter().any(|&i| text[i] != b'-') {
+        return None;
+    }
     let mut packed = [0u8; 16];
     let mut nibbles = 0;
     for (i, &byte) in text.iter().enumerate() {
@@ -212,7 +245,7 @@ pub fn expand(short: &[u8], words: &Words) -> Result<Vec<u8>, CodecError> {
         if byte == WORD {
             let word = short
                 .get(offset + 1)
-                .and_then(|&index| words.0.get(usize::from(index)))
+                .and_then(|&index| words.get(index))
                 .ok_or(CodecError::UnknownWord { offset })?;
             out.extend_from_slice(word);
             offset += 2;
@@ -232,7 +265,7 @@ pub fn expand(short: &[u8], words: &Words) -> Result<Vec<u8>, CodecError> {
 mod tests {
     use super::*;
 
-    static NONE: Words = Words(Vec::new());
+    static NONE: Words = Words::NONE;
 
     #[test]
     fn every_entry_is_json_text_without_control_bytes_and_entries_are_distinct() {
@@ -326,7 +359,7 @@ mod tests {
             expand(&[WORD, 2], &words),
             Err(CodecError::UnknownWord { offset: 0 })
         ));
-        assert_eq!(Words::new((0..300).map(|i| i.to_string())).0.len(), 256);
+        assert_eq!(Words::new((0..300).map(|i| i.to_string())).words.len(), 256);
     }
 
     #[test]
