@@ -515,18 +515,14 @@ pub fn merge_update(
 /// Whether `a` and `b` are equal but for their metadata and status (compared in place: an
 /// update used to copy both objects for this).
 fn same_but_meta_and_status(a: &Value, b: &Value) -> bool {
+    fn spec(m: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+        m.iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
+    }
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return a == b;
     };
-    let rest = |m: &Map<String, Value>| {
-        m.keys()
-            .filter(|k| *k != "metadata" && *k != "status")
-            .count()
-    };
-    rest(a) == rest(b)
-        && a.iter()
-            .filter(|(k, _)| *k != "metadata" && *k != "status")
-            .all(|(k, v)| b.get(k) == Some(v))
+    spec(a).count() == spec(b).count() && spec(a).all(|(k, v)| b.get(k) == Some(v))
 }
 
 #[cfg(test)]

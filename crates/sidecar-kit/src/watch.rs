@@ -75,7 +75,10 @@ impl Watches {
     /// Starts a reflector of trimmed objects and calls `on_event` for every change, after the
     /// store has it. Watch errors are logged and the watch resumes with backoff. On watches
     /// [`Watches::sharing`] a process's, before those start, it joins the kind's shared watch
-    /// instead, whose objects keep every annotation (only the field ownership is dropped).
+    /// instead, whose objects keep every annotation (only the field ownership is dropped), and
+    /// its store is the kind's, shared with other controllers: wait for it with
+    /// [`crate::runtime::Cache::synced`], not `Store::wait_until_ready` (which wakes only the
+    /// last of several waiters).
     pub fn reflect<K, F>(&self, api: Api<K>, on_event: F) -> Store<K>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,

@@ -33,7 +33,7 @@ struct Listener<K> {
     on_event: Handler<K>,
 }
 
-/// What a controller does with each event, after its cache has it.
+/// What a controller does with each event, after the kind's cache has it.
 type Handler<K> = Box<dyn Fn(&watcher::Event<K>) + Send>;
 
 /// The controllers listening to one kind.
@@ -55,7 +55,7 @@ impl Debug for SharedWatches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = self.inner.lock();
         f.debug_struct("SharedWatches")
-            .field("kinds", &inner.kinds.len())
+            .field("kinds", &inner.tasks.len())
             .field("started", &inner.started)
             .finish()
     }
@@ -63,7 +63,8 @@ impl Debug for SharedWatches {
 
 #[derive(Default)]
 struct Inner {
-    /// The `Listeners<K>` of each kind.
+    /// The `Kind<K>` of each kind, until the start: then only the tasks keep them, so a
+    /// kind's cache is freed once its watch has stopped.
     kinds: HashMap<TypeId, Box<dyn Any + Send>>,
     /// The watches to start, one per kind.
     starters: Vec<Starter>,
@@ -135,6 +136,7 @@ impl SharedWatches {
     pub fn start(&self) {
         let mut inner = self.inner.lock();
         inner.started = true;
+        inner.kinds.clear();
         let starters = std::mem::take(&mut inner.starters);
         for start in starters {
             start();

@@ -106,6 +106,11 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Whether values are times (`metav1.Time` or `metav1.MicroTime`).
+    pub fn is_time(&self) -> bool {
+        matches!(self, Kind::Time | Kind::MicroTime)
+    }
+
     /// Whether values travel length-delimited (wire type 2).
     pub fn delimited(&self) -> bool {
         !matches!(self, Kind::I32 | Kind::I64 | Kind::Bool)
@@ -329,17 +334,8 @@ fn timed_messages(messages: &HashMap<String, Message>) -> std::collections::Hash
         let before = timed.len();
         for message in messages.values() {
             let holds = message.fields.iter().any(|field| match &field.kind {
-                Kind::Time | Kind::MicroTime => true,
                 Kind::Message(inner) => timed.contains(inner),
-                Kind::String
-                | Kind::Bytes
-                | Kind::I32
-                | Kind::I64
-                | Kind::Bool
-                | Kind::Quantity
-                | Kind::IntOrString
-                | Kind::Fields
-                | Kind::Extra => false,
+                other => other.is_time(),
             });
             if holds {
                 timed.insert(message.name.clone());
@@ -446,8 +442,15 @@ mod tests {
     #[test]
     fn messages_holding_a_time_are_known_through_their_messages() {
         // D holds C holds B holds a time; E holds only a string.
-        let schema = Schema::parse("D c=1:C\nC b=1:B s=2\nB t=1:time\nE s=1").unwrap();
-        for (name, holds) in [("B", true), ("C", true), ("D", true), ("E", false)] {
+        // R holds only itself.
+        let schema = Schema::parse("D c=1:C\nC b=1:B s=2\nB t=1:time\nE s=1\nR r=1:R").unwrap();
+        for (name, holds) in [
+            ("B", true),
+            ("C", true),
+            ("D", true),
+            ("E", false),
+            ("R", false),
+        ] {
             assert_eq!(schema.holds_times(name), holds, "{name}");
         }
         let builtin = Schema::builtin();

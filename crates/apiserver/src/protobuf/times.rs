@@ -21,17 +21,8 @@ fn walk(schema: &Schema, message: &Message, object: &Value) -> Result<(), TimeEr
         // Only times and the messages holding one are looked at: a volume's spec has dozens
         // of volume sources, none with a time.
         let wanted = match &field.kind {
-            Kind::Time | Kind::MicroTime => true,
             Kind::Message(inner) => schema.holds_times(inner),
-            Kind::String
-            | Kind::Bytes
-            | Kind::I32
-            | Kind::I64
-            | Kind::Bool
-            | Kind::Quantity
-            | Kind::IntOrString
-            | Kind::Fields
-            | Kind::Extra => false,
+            other => other.is_time(),
         };
         if !wanted {
             continue;
@@ -87,6 +78,7 @@ fn walk(schema: &Schema, message: &Message, object: &Value) -> Result<(), TimeEr
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
@@ -119,5 +111,16 @@ mod tests {
         assert!(check("v1", "PersistentVolumeClaim", &claim).is_err());
         // A custom resource has no message: it passes.
         assert!(check("example.com/v1", "Widget", &json!({"when": "never"})).is_ok());
+    }
+
+    #[test]
+    fn inlined_messages_holding_times_are_checked_and_the_others_passed_over() {
+        // D inlines B (a time) and holds E (no time) and an inlined F (no time).
+        let schema = Schema::parse("D x=1:~B e=2:E y=3:~F\nB t=1:time\nE s=1\nF u=1").unwrap();
+        let d = schema.message("D").unwrap();
+        assert!(walk(&schema, d, &json!({"t": "2026-11-23T10:00:00Z"})).is_ok());
+        assert!(walk(&schema, d, &json!({"t": "yesterday"})).is_err());
+        // Fields without a time are not looked at, whatever they hold.
+        assert!(walk(&schema, d, &json!({"e": {"s": 1}, "u": []})).is_ok());
     }
 }

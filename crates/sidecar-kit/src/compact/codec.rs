@@ -117,9 +117,6 @@ fn pack_uuid(text: &[u8]) -> Option<[u8; 16]> {
     let mut nibbles = 0;
     for (i, &byte) in text.iter().enumerate() {
         if DASHES.contains(&i) {
-            if byte != b'-' {
-                return None;
-            }
             continue;
         }
         let value = match byte {
