@@ -207,29 +207,18 @@ impl PvController {
         pv: &PersistentVolume,
     ) -> Result<(), SyncError> {
         let pv_name = pv.metadata.name.clone().unwrap_or_default();
-        // A volume pre-bound by name only gets the claim's whole reference (its UID), as
-        // kube-controller-manager writes it; it was bound by the user, not by us.
-        let ref_uid = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .and_then(|r| r.uid.clone())
-            .unwrap_or_default();
         let written;
-        let pv = if ref_uid.is_empty() {
-            let mut whole = pv.clone();
-            whole.spec.get_or_insert_with(Default::default).claim_ref = Some(reference(claim));
-            written = self
-                .put_volume(&whole, Part::Whole, "bind the volume")
-                .await?;
-            &written
-        } else {
-            pv
+        let pv = match volume_bound_to(pv, claim) {
+            Some(whole) => {
+                written = self
+                    .put_volume(&whole, Part::Whole, "bind the volume")
+                    .await?;
+                &written
+            }
+            None => pv,
         };
-        if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
-            let mut status = pv.clone();
-            status.status.get_or_insert_with(Default::default).phase = Some("Bound".into());
-            self.put_volume(&status, Part::Status, "mark the volume Bound")
+        if let Some(marked) = volume_marked_bound(pv) {
+            self.put_volume(&marked, Part::Status, "mark the volume Bound")
                 .await?;
         }
         let mut claim = claim.clone();

@@ -23,9 +23,10 @@ use crate::decide::binder::{
     ClaimSource, VolumeAction, decide_claim, decide_volume,
 };
 use crate::decide::binder::{
-    awaits_external_deleter, bound_status, claim_bound_to, claim_is_gone, leaves_claim_pending,
-    left_to_node_recyclers, named_volumes, pending_status,
+    awaits_external_deleter, claim_is_gone, leaves_claim_pending, left_to_node_recyclers,
+    named_volumes, pending_status,
 };
+use crate::decide::binding::{bound_status, claim_bound_to, volume_bound_to, volume_marked_bound};
 
 /// The names provisioners give the volume of a claim, `<prefix>-<claim uid>`: upstream's
 /// default `--volume-name-prefix`.

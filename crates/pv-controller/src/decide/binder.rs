@@ -151,56 +151,6 @@ pub fn pending_status(claim: &PersistentVolumeClaim) -> Option<PersistentVolumeC
     (pending != status).then_some(pending)
 }
 
-/// The claim with its side of a binding to `pv_name` written, as kube-controller-manager's
-/// `bindClaimToVolume`: `spec.volumeName`, `bind-completed`, and `bound-by-controller` when the
-/// controller names the volume (not when the claim named it). `None` when it has them.
-pub fn claim_bound_to(
-    claim: &PersistentVolumeClaim,
-    pv_name: &str,
-) -> Option<PersistentVolumeClaim> {
-    let named = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()) == Some(pv_name);
-    if named && annotation(&claim.metadata, ANN_BIND_COMPLETED).is_some() {
-        return None;
-    }
-    let mut bound = claim.clone();
-    bound.spec.get_or_insert_with(Default::default).volume_name = Some(pv_name.to_string());
-    let annotations = bound
-        .metadata
-        .annotations
-        .get_or_insert_with(Default::default);
-    annotations
-        .entry(ANN_BIND_COMPLETED.into())
-        .or_insert_with(|| "yes".into());
-    if !named {
-        annotations
-            .entry(ANN_BOUND_BY_CONTROLLER.into())
-            .or_insert_with(|| "yes".into());
-    }
-    Some(bound)
-}
-
-/// The status of a claim bound to `pv`, as kube-controller-manager's `updateClaimStatus` with
-/// a volume writes it: phase Bound, the volume's capacity and access modes, and, going from
-/// Pending, its attributes class as the current one. `None` when the claim is Bound already.
-pub fn bound_status(
-    claim: &PersistentVolumeClaim,
-    pv: &PersistentVolume,
-) -> Option<PersistentVolumeClaimStatus> {
-    let mut status = claim.status.clone().unwrap_or_default();
-    if status.phase.as_deref() == Some("Bound") {
-        return None;
-    }
-    let spec = pv.spec.as_ref();
-    if status.phase.as_deref().is_none_or(|p| p == "Pending") {
-        status.current_volume_attributes_class_name =
-            spec.and_then(|s| s.volume_attributes_class_name.clone());
-    }
-    status.phase = Some("Bound".into());
-    status.capacity = spec.and_then(|s| s.capacity.clone());
-    status.access_modes = spec.and_then(|s| s.access_modes.clone());
-    Some(status)
-}
-
 /// Decides a claim, as kube-controller-manager's `syncClaim`: a claim whose binding completed
 /// (`pv.kubernetes.io/bind-completed`) is checked against its volume; any other is bound to the
 /// volume it names, one pre-bound to it or the best match, else provisioned.

@@ -128,6 +128,9 @@ mod volumes;
 #[path = "binder_matching_tests.rs"]
 mod matching;
 
+#[path = "binding_tests.rs"]
+mod binding;
+
 #[test]
 fn a_claim_without_class_gets_the_default_and_an_empty_class_does_not() {
     let default = sc("standard", "csi.example", false);
@@ -545,51 +548,4 @@ fn a_claim_left_unbound_is_marked_pending_as_kube_controller_manager_marks_it() 
         pending_status(&no_status).and_then(|s| s.phase),
         Some("Pending".into())
     );
-}
-
-#[test]
-fn the_claims_side_of_a_binding_is_written_as_kube_controller_manager_writes_it() {
-    let annotations = |c: &PersistentVolumeClaim| {
-        let a = c.metadata.annotations.clone().unwrap_or_default();
-        (
-            a.contains_key(ANN_BIND_COMPLETED),
-            a.contains_key(ANN_BOUND_BY_CONTROLLER),
-        )
-    };
-    // Named by the controller: both annotations; named by the user: bind-completed only.
-    let chosen = claim_bound_to(&claim("c", Some("fast"), "1Gi"), "pv-1").unwrap();
-    assert_eq!(
-        chosen.spec.as_ref().unwrap().volume_name.as_deref(),
-        Some("pv-1")
-    );
-    assert_eq!(annotations(&chosen), (true, true));
-    let mut named = claim("n", Some("fast"), "1Gi");
-    named.spec.as_mut().unwrap().volume_name = Some("pv-1".into());
-    assert_eq!(
-        annotations(&claim_bound_to(&named, "pv-1").unwrap()),
-        (true, false)
-    );
-    assert_eq!(claim_bound_to(&chosen, "pv-1"), None, "written already");
-
-    // The status: from Pending the volume's attributes class comes along; Bound is left.
-    let mut pv = pv("pv-1", "fast", "2Gi");
-    pv.spec.as_mut().unwrap().volume_attributes_class_name = Some("gold".into());
-    let status = bound_status(&chosen, &pv).unwrap();
-    assert_eq!(status.phase.as_deref(), Some("Bound"));
-    assert_eq!(
-        status.current_volume_attributes_class_name.as_deref(),
-        Some("gold")
-    );
-    assert_eq!(status.access_modes, pv.spec.as_ref().unwrap().access_modes);
-    assert_eq!(status.capacity, pv.spec.as_ref().unwrap().capacity);
-    let mut lost = chosen.clone();
-    lost.status.as_mut().unwrap().phase = Some("Lost".into());
-    assert_eq!(
-        bound_status(&lost, &pv).and_then(|s| s.current_volume_attributes_class_name),
-        None,
-        "only a Pending claim takes the class"
-    );
-    let mut bound = chosen;
-    bound.status = Some(status);
-    assert_eq!(bound_status(&bound, &pv), None);
 }

@@ -2,6 +2,7 @@
 
 pub mod attach_detach;
 pub mod binder;
+pub mod binding;
 pub mod classes;
 pub mod consumers;
 pub mod ephemeral;

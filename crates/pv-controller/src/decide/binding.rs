@@ -1,0 +1,95 @@
+//! What completing a binding writes, as kube-controller-manager's `bind` does it in turn: the
+//! volume's reference to the claim (`bindVolumeToClaim`), the volume's phase, the claim's volume
+//! name and annotations (`bindClaimToVolume`), the claim's status (`updateClaimStatus`). Each
+//! answers `None` when its object already says it, so a binding resumed after a failed write
+//! repeats none of the writes that went through.
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeStatus,
+};
+use sidecar_kit::vocabulary::{ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, annotation, reference};
+
+/// The volume with the claim's whole reference when it names the claim without a UID (pre-bound
+/// by name and namespace, by the user: it gets no `bound-by-controller`). `None` when the
+/// reference has a UID already (as a provisioned volume's has).
+pub fn volume_bound_to(
+    pv: &PersistentVolume,
+    claim: &PersistentVolumeClaim,
+) -> Option<PersistentVolume> {
+    let has_uid = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref())
+        .is_some_and(|uid| !uid.is_empty());
+    if has_uid {
+        return None;
+    }
+    let mut whole = pv.clone();
+    whole.spec.get_or_insert_with(Default::default).claim_ref = Some(reference(claim));
+    Some(whole)
+}
+
+/// The volume with its phase Bound (its status written as it is otherwise). `None` when it is
+/// Bound already.
+pub fn volume_marked_bound(pv: &PersistentVolume) -> Option<PersistentVolume> {
+    if pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") {
+        return None;
+    }
+    let mut marked = pv.clone();
+    marked
+        .status
+        .get_or_insert_with(PersistentVolumeStatus::default)
+        .phase = Some("Bound".into());
+    Some(marked)
+}
+
+/// The claim with its side of a binding to `pv_name` written, as kube-controller-manager's
+/// `bindClaimToVolume`: `spec.volumeName`, `bind-completed`, and `bound-by-controller` when the
+/// controller names the volume (not when the claim named it). `None` when it has them.
+pub fn claim_bound_to(
+    claim: &PersistentVolumeClaim,
+    pv_name: &str,
+) -> Option<PersistentVolumeClaim> {
+    let named = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()) == Some(pv_name);
+    if named && annotation(&claim.metadata, ANN_BIND_COMPLETED).is_some() {
+        return None;
+    }
+    let mut bound = claim.clone();
+    bound.spec.get_or_insert_with(Default::default).volume_name = Some(pv_name.to_string());
+    let annotations = bound
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations
+        .entry(ANN_BIND_COMPLETED.into())
+        .or_insert_with(|| "yes".into());
+    if !named {
+        annotations
+            .entry(ANN_BOUND_BY_CONTROLLER.into())
+            .or_insert_with(|| "yes".into());
+    }
+    Some(bound)
+}
+
+/// The status of a claim bound to `pv`, as kube-controller-manager's `updateClaimStatus` with
+/// a volume writes it: phase Bound, the volume's capacity and access modes, and, going from
+/// Pending, its attributes class as the current one. `None` when the claim is Bound already.
+pub fn bound_status(
+    claim: &PersistentVolumeClaim,
+    pv: &PersistentVolume,
+) -> Option<PersistentVolumeClaimStatus> {
+    let mut status = claim.status.clone().unwrap_or_default();
+    if status.phase.as_deref() == Some("Bound") {
+        return None;
+    }
+    let spec = pv.spec.as_ref();
+    if status.phase.as_deref().is_none_or(|p| p == "Pending") {
+        status.current_volume_attributes_class_name =
+            spec.and_then(|s| s.volume_attributes_class_name.clone());
+    }
+    status.phase = Some("Bound".into());
+    status.capacity = spec.and_then(|s| s.capacity.clone());
+    status.access_modes = spec.and_then(|s| s.access_modes.clone());
+    Some(status)
+}

@@ -1,0 +1,116 @@
+//! What completing a binding writes, both sides (helpers from the binder's tests).
+
+use super::*;
+use crate::decide::binding::{bound_status, claim_bound_to, volume_bound_to, volume_marked_bound};
+
+#[test]
+fn the_volumes_side_of_a_binding_is_written_only_where_it_is_missing() {
+    let c = claim("c", Some("fast"), "1Gi");
+    let phase = |v: &PersistentVolume| v.status.as_ref().and_then(|s| s.phase.clone());
+    let uid_of = |v: &PersistentVolume| {
+        v.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.uid.clone())
+    };
+    // (volume, whether its reference is written, whether its phase is)
+    let table = [
+        // Provisioned for the claim: the reference has its UID; the phase is still to come.
+        (bound_to(pv("v", "fast", "1Gi"), &c), false, true),
+        // Pre-bound by name only: the whole reference is written, then the phase.
+        (reserved_for(pv("v", "fast", "1Gi"), &c), true, true),
+        // A reference with an empty UID counts as none.
+        (
+            {
+                let mut v = bound_to(pv("v", "fast", "1Gi"), &c);
+                v.spec.as_mut().unwrap().claim_ref.as_mut().unwrap().uid = Some(String::new());
+                v
+            },
+            true,
+            true,
+        ),
+        // Done already: nothing.
+        (
+            with_phase(bound_to(pv("v", "fast", "1Gi"), &c), "Bound"),
+            false,
+            false,
+        ),
+        // Available and named by UID (a write after the reference went through).
+        (
+            with_phase(bound_to(pv("v", "fast", "1Gi"), &c), "Available"),
+            false,
+            true,
+        ),
+    ];
+    for (i, (volume, reference_written, phase_written)) in table.into_iter().enumerate() {
+        let bound = volume_bound_to(&volume, &c);
+        assert_eq!(bound.is_some(), reference_written, "row {i}");
+        if let Some(bound) = &bound {
+            assert_eq!(uid_of(bound), c.metadata.uid.clone(), "row {i}");
+            let r = bound.spec.as_ref().unwrap().claim_ref.as_ref().unwrap();
+            assert_eq!(r.name, c.metadata.name, "row {i}");
+            assert_eq!(r.namespace, c.metadata.namespace, "row {i}");
+            assert_eq!(
+                bound.metadata.annotations, volume.metadata.annotations,
+                "row {i}: no bound-by-controller"
+            );
+        }
+        let marked = volume_marked_bound(bound.as_ref().unwrap_or(&volume));
+        assert_eq!(marked.is_some(), phase_written, "row {i}");
+        if let Some(marked) = marked {
+            assert_eq!(phase(&marked).as_deref(), Some("Bound"), "row {i}");
+            assert_eq!(
+                marked.spec,
+                bound.as_ref().unwrap_or(&volume).spec,
+                "row {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_claims_side_of_a_binding_is_written_as_kube_controller_manager_writes_it() {
+    let annotations = |c: &PersistentVolumeClaim| {
+        let a = c.metadata.annotations.clone().unwrap_or_default();
+        (
+            a.contains_key(ANN_BIND_COMPLETED),
+            a.contains_key(ANN_BOUND_BY_CONTROLLER),
+        )
+    };
+    // Named by the controller: both annotations; named by the user: bind-completed only.
+    let chosen = claim_bound_to(&claim("c", Some("fast"), "1Gi"), "pv-1").unwrap();
+    assert_eq!(
+        chosen.spec.as_ref().unwrap().volume_name.as_deref(),
+        Some("pv-1")
+    );
+    assert_eq!(annotations(&chosen), (true, true));
+    let mut named = claim("n", Some("fast"), "1Gi");
+    named.spec.as_mut().unwrap().volume_name = Some("pv-1".into());
+    assert_eq!(
+        annotations(&claim_bound_to(&named, "pv-1").unwrap()),
+        (true, false)
+    );
+    assert_eq!(claim_bound_to(&chosen, "pv-1"), None, "written already");
+
+    // The status: from Pending the volume's attributes class comes along; Bound is left.
+    let mut pv = pv("pv-1", "fast", "2Gi");
+    pv.spec.as_mut().unwrap().volume_attributes_class_name = Some("gold".into());
+    let status = bound_status(&chosen, &pv).unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Bound"));
+    assert_eq!(
+        status.current_volume_attributes_class_name.as_deref(),
+        Some("gold")
+    );
+    assert_eq!(status.access_modes, pv.spec.as_ref().unwrap().access_modes);
+    assert_eq!(status.capacity, pv.spec.as_ref().unwrap().capacity);
+    let mut lost = chosen.clone();
+    lost.status.as_mut().unwrap().phase = Some("Lost".into());
+    assert_eq!(
+        bound_status(&lost, &pv).and_then(|s| s.current_volume_attributes_class_name),
+        None,
+        "only a Pending claim takes the class"
+    );
+    let mut bound = chosen;
+    bound.status = Some(status);
+    assert_eq!(bound_status(&bound, &pv), None);
+}
