@@ -199,8 +199,8 @@ impl PvController {
             .map(drop)
     }
 
-    /// Writes the rest of a binding whose volume side is done: volume phase, claim spec and
-    /// annotations, claim status.
+    /// Writes the rest of a binding: the volume's whole reference if it lacks the claim's UID,
+    /// its phase, the claim's spec and annotations, its status (see `decide::binding`).
     async fn finish_binding(
         &self,
         claim: &PersistentVolumeClaim,

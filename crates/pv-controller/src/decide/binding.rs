@@ -2,16 +2,17 @@
 //! volume's reference to the claim (`bindVolumeToClaim`), the volume's phase, the claim's volume
 //! name and annotations (`bindClaimToVolume`), the claim's status (`updateClaimStatus`). Each
 //! answers `None` when its object already says it, so a binding resumed after a failed write
-//! repeats none of the writes that went through.
+//! (from up-to-date objects) repeats none of the writes that went through.
 
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeStatus,
 };
 use sidecar_kit::vocabulary::{ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, annotation, reference};
 
-/// The volume with the claim's whole reference when it names the claim without a UID (pre-bound
-/// by name and namespace, by the user: it gets no `bound-by-controller`). `None` when the
-/// reference has a UID already (as a provisioned volume's has).
+/// The volume with the claim's whole reference when its reference is missing or has no (or an
+/// empty) UID: a volume pre-bound by name and namespace, by the user, so it gets no
+/// `bound-by-controller`. Callers pass a volume whose reference names the claim (see
+/// `claim_ref_names`). `None` when the reference has a UID (as a provisioned volume's has).
 pub fn volume_bound_to(
     pv: &PersistentVolume,
     claim: &PersistentVolumeClaim,

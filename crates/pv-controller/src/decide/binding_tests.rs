@@ -35,9 +35,22 @@ fn the_volumes_side_of_a_binding_is_written_only_where_it_is_missing() {
             false,
             false,
         ),
-        // Available and named by UID (a write after the reference went through).
+        // Pre-bound by name and Bound already: only the reference is written; the phase is read
+        // from the volume that write returns.
         (
-            with_phase(bound_to(pv("v", "fast", "1Gi"), &c), "Available"),
+            with_phase(reserved_for(pv("v", "fast", "1Gi"), &c), "Bound"),
+            true,
+            false,
+        ),
+        // No reference at all (callers pass volumes naming the claim): the whole reference.
+        (pv("v", "fast", "1Gi"), true, true),
+        // No status at all: the phase is written.
+        (
+            {
+                let mut v = bound_to(pv("v", "fast", "1Gi"), &c);
+                v.status = None;
+                v
+            },
             false,
             true,
         ),
@@ -53,6 +66,10 @@ fn the_volumes_side_of_a_binding_is_written_only_where_it_is_missing() {
             assert_eq!(
                 bound.metadata.annotations, volume.metadata.annotations,
                 "row {i}: no bound-by-controller"
+            );
+            assert_eq!(
+                bound.status, volume.status,
+                "row {i}: the status is not written here"
             );
         }
         let marked = volume_marked_bound(bound.as_ref().unwrap_or(&volume));
