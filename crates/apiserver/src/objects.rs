@@ -502,7 +502,7 @@ pub fn merge_update(
         },
     }
     if !status_only {
-        let spec_changed = !same_but_meta_and_status(current, &next);
+        let spec_changed = !same_apart_from(current, &next, &["metadata", "status"]);
         if spec_changed {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
             next["metadata"]["generation"] = json!(generation);
@@ -512,17 +512,17 @@ pub fn merge_update(
     Ok(next)
 }
 
-/// Whether `a` and `b` are equal but for their metadata and status (compared in place: an
-/// update used to copy both objects for this).
-fn same_but_meta_and_status(a: &Value, b: &Value) -> bool {
-    fn spec(m: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
-        m.iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
-    }
+/// Whether two JSON values are equal apart from the fields `skipped` (compared in place: an
+/// update used to copy both objects to compare their specs).
+pub(crate) fn same_apart_from(a: &Value, b: &Value, skipped: &[&str]) -> bool {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return a == b;
     };
-    spec(a).count() == spec(b).count() && spec(a).all(|(k, v)| b.get(k) == Some(v))
+    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skipped.contains(&k.as_str())).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skipped.contains(&k.as_str()))
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
 #[cfg(test)]
@@ -542,8 +542,9 @@ mod tests {
             (json!("not an object"), false),
         ];
         for (other, same) in cases {
-            assert_eq!(same_but_meta_and_status(&base, &other), same, "{other}");
-            assert_eq!(same_but_meta_and_status(&other, &base), same, "{other}");
+            let same_spec = |a, b| same_apart_from(a, b, &["metadata", "status"]);
+            assert_eq!(same_spec(&base, &other), same, "{other}");
+            assert_eq!(same_spec(&other, &base), same, "{other}");
         }
     }
 

@@ -69,7 +69,7 @@ struct Inner {
     /// The watches to start, one per kind.
     starters: Vec<Starter>,
     started: bool,
-    /// The task of each kind's watch: it stops when its last controller stops, or with all.
+    /// The task of each kind's watch: it stops when its last controller stops.
     tasks: Vec<Watches>,
     next_listener: u64,
 }
@@ -147,13 +147,6 @@ impl SharedWatches {
     pub fn running(&self) -> usize {
         let inner = self.inner.lock();
         inner.tasks.iter().filter(|task| task.running()).count()
-    }
-
-    /// Stops every shared watch (each also stops once its last controller stopped).
-    pub fn stop(&self) {
-        for task in &self.inner.lock().tasks {
-            task.stop();
-        }
     }
 }
 

@@ -197,7 +197,6 @@ async fn controllers_joining_before_the_start_share_one_watch() {
     })
     .await;
     c.stop();
-    shared.stop();
     let _ = stop.send(());
     server.join().await;
 }

@@ -1,7 +1,7 @@
 //! The protobuf shape of the built-in types, read from `messages.txt`, and which message each
 //! (apiVersion, kind) is.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 /// The table of messages, as written in `messages.txt`.
@@ -143,6 +143,9 @@ pub struct Field {
     pub cardinality: Cardinality,
     /// A zero value that arrives in protobuf stays in JSON (a Go pointer, or no omitempty).
     pub keep_zero: bool,
+    /// Whether it holds a time: is one, or a message holding one at any depth (set when the
+    /// table is read; checks of times pass over the others).
+    pub timed: bool,
 }
 
 /// A message: its fields in field-number order.
@@ -204,8 +207,6 @@ pub enum SchemaError {
 #[derive(Debug, Default)]
 pub struct Schema {
     messages: HashMap<String, Message>,
-    /// The messages that hold a time, in a field of their own or of a message they hold.
-    timed: std::collections::HashSet<String>,
 }
 
 impl Schema {
@@ -247,8 +248,7 @@ impl Schema {
                 message.fields.push(parse_field(word, line)?);
             }
         }
-        let names: std::collections::HashSet<String> =
-            messages.iter().map(|m| m.name.clone()).collect();
+        let names: HashSet<String> = messages.iter().map(|m| m.name.clone()).collect();
         let mut by_name = HashMap::new();
         for mut message in messages {
             message.fields.sort_by_key(|f| f.number);
@@ -275,16 +275,8 @@ impl Schema {
             }
             by_name.insert(message.name.clone(), message);
         }
-        let timed = timed_messages(&by_name);
-        Ok(Schema {
-            messages: by_name,
-            timed,
-        })
-    }
-
-    /// Whether message `name` holds a time anywhere (checks of times pass over the others).
-    pub fn holds_times(&self, name: &str) -> bool {
-        self.timed.contains(name)
+        mark_timed(&mut by_name);
+        Ok(Schema { messages: by_name })
     }
 
     /// A message by its table name.
@@ -326,24 +318,27 @@ pub enum Shape<'a> {
     List(Option<&'a Message>, &'a Message),
 }
 
-/// The messages holding a time field, or a message that does (to a fixed point: a message
-/// joins once one of its messages has).
-fn timed_messages(messages: &HashMap<String, Message>) -> std::collections::HashSet<String> {
-    let mut timed = std::collections::HashSet::new();
+/// Marks the fields holding a time ([`Field::timed`]): the messages holding one are found to a
+/// fixed point (a message joins once one of its fields is a time or a message that joined).
+fn mark_timed(messages: &mut HashMap<String, Message>) {
+    let holds = |kind: &Kind, timed: &HashSet<String>| match kind {
+        Kind::Message(inner) => timed.contains(inner),
+        other => other.is_time(),
+    };
+    let mut timed = HashSet::new();
     loop {
         let before = timed.len();
         for message in messages.values() {
-            let holds = message.fields.iter().any(|field| match &field.kind {
-                Kind::Message(inner) => timed.contains(inner),
-                other => other.is_time(),
-            });
-            if holds {
+            if message.fields.iter().any(|f| holds(&f.kind, &timed)) {
                 timed.insert(message.name.clone());
             }
         }
         if timed.len() == before {
-            return timed;
+            break;
         }
+    }
+    for field in messages.values_mut().flat_map(|m| m.fields.iter_mut()) {
+        field.timed = holds(&field.kind, &timed);
     }
 }
 
@@ -401,6 +396,7 @@ fn parse_field(word: &str, line: usize) -> Result<Field, SchemaError> {
         kind,
         cardinality,
         keep_zero: keep_number || keep_type,
+        timed: false,
     })
 }
 
@@ -440,23 +436,37 @@ mod tests {
     }
 
     #[test]
-    fn messages_holding_a_time_are_known_through_their_messages() {
-        // D holds C holds B holds a time; E holds only a string.
-        // R holds only itself.
+    fn fields_holding_a_time_are_known_through_their_messages() {
+        let timed = |schema: &Schema, message: &str, field: &str| {
+            let message = schema.message(message).unwrap();
+            message
+                .fields
+                .iter()
+                .find(|f| f.json == field)
+                .unwrap()
+                .timed
+        };
+        // D holds C holds B holds a time; E holds only a string; R holds only itself.
         let schema = Schema::parse("D c=1:C\nC b=1:B s=2\nB t=1:time\nE s=1\nR r=1:R").unwrap();
-        for (name, holds) in [
-            ("B", true),
-            ("C", true),
-            ("D", true),
-            ("E", false),
-            ("R", false),
+        for (message, field, holds) in [
+            ("B", "t", true),
+            ("C", "b", true),
+            ("C", "s", false),
+            ("D", "c", true),
+            ("E", "s", false),
+            ("R", "r", false),
         ] {
-            assert_eq!(schema.holds_times(name), holds, "{name}");
+            assert_eq!(timed(&schema, message, field), holds, "{message}.{field}");
         }
         let builtin = Schema::builtin();
-        assert!(builtin.holds_times("PersistentVolume"));
-        assert!(builtin.holds_times("ObjectMeta"));
-        assert!(!builtin.holds_times("CSIPersistentVolumeSource"));
+        assert!(timed(builtin, "PersistentVolume", "metadata"));
+        assert!(timed(builtin, "PersistentVolume", "status"));
+        assert!(!timed(builtin, "PersistentVolumeSource", "csi"));
+        assert!(!timed(
+            builtin,
+            "PersistentVolumeSpec",
+            "persistentVolumeSource"
+        ));
     }
 
     #[test]

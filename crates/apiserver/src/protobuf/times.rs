@@ -20,11 +20,7 @@ fn walk(schema: &Schema, message: &Message, object: &Value) -> Result<(), TimeEr
     for field in &message.fields {
         // Only times and the messages holding one are looked at: a volume's spec has dozens
         // of volume sources, none with a time.
-        let wanted = match &field.kind {
-            Kind::Message(inner) => schema.holds_times(inner),
-            other => other.is_time(),
-        };
-        if !wanted {
+        if !field.timed {
             continue;
         }
         if field.cardinality == Cardinality::Inline {

@@ -217,21 +217,9 @@ fn same_but_version(a: &Value, b: &Value) -> bool {
     a.len() == b.len()
         && a.iter().all(|(key, va)| match b.get(key) {
             None => false,
-            Some(vb) if key == "metadata" => same_apart_from(va, vb, "resourceVersion"),
+            Some(vb) if key == "metadata" => objects::same_apart_from(va, vb, &["resourceVersion"]),
             Some(vb) => va == vb,
         })
-}
-
-/// Whether two JSON objects are equal apart from the field `skipped`.
-fn same_apart_from(a: &Value, b: &Value, skipped: &str) -> bool {
-    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
-        return a == b;
-    };
-    let kept = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| *k != skipped).count();
-    kept(a) == kept(b)
-        && a.iter()
-            .filter(|(key, _)| *key != skipped)
-            .all(|(key, va)| b.get(key) == Some(va))
 }
 
 pub(crate) async fn update(

@@ -95,6 +95,7 @@ fn encode_fields(
                         kind: field.kind.clone(),
                         cardinality: Cardinality::One,
                         keep_zero: true,
+                        timed: field.timed,
                     };
                     if !v.is_null() {
                         encode_value(
