@@ -48,6 +48,10 @@ pub struct BinderBenchArgs {
     /// lifted more keep kube-apiserver busier: 1,000 claims Bound in 6.0 s with 8, 4.6 s with 64).
     #[arg(long, default_value_t = 64)]
     pub workers: usize,
+    /// Copy every process's log (driver, csi-provisioner, ours) and kube-apiserver's audit log
+    /// into this directory after each run, named `<binder>-<process>.log`.
+    #[arg(long)]
+    pub logs: Option<std::path::PathBuf>,
     /// Give up waiting for all Bound after this long.
     #[arg(long, default_value = "15m", value_parser = sidecar_kit::flags::go_duration)]
     pub timeout: Duration,
@@ -62,6 +66,8 @@ struct Run {
     /// When the first claim and half of them were Bound.
     first_bound: Duration,
     half_bound: Duration,
+    /// When the volumes were made (seen by the volume watch): first, half, all.
+    volumes: Progress,
     /// Writes to claims and to volumes seen by watches from the start until all were Bound
     /// (and 3 s more): each a new resourceVersion of an object, whoever wrote it.
     claim_writes: usize,
@@ -103,6 +109,12 @@ pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(reason, (objects, count))| format!("{reason} {objects} ({count})"))
             .collect();
+        println!(
+            "  volumes made: first {:.1} s, half {:.1} s, all {:.1} s",
+            run.volumes.first.as_secs_f64(),
+            run.volumes.half.as_secs_f64(),
+            run.volumes.last.as_secs_f64(),
+        );
         println!(
             "  events by reason, objects (occurrences): {}",
             events.join(", ")
@@ -196,17 +208,26 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
     // work for kube-apiserver, the busiest process here).
     let claim_versions = Versions::default();
     let volume_versions = Versions::default();
-    let bound_claims = Arc::new(BoundClaims::default());
-    let seen = bound_claims.clone();
+    let bound_claims = Arc::new(Reached::default());
+    let made_volumes = Arc::new(Reached::default());
+    let (seen, made) = (bound_claims.clone(), made_volumes.clone());
     let watching = [
-        tokio::spawn(
-            claim_versions
-                .clone()
-                .follow(claims.clone(), move |claim| seen.see(claim)),
-        ),
+        tokio::spawn(claim_versions.clone().follow(
+            claims.clone(),
+            move |claim: &PersistentVolumeClaim| {
+                let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+                if let (Some("Bound"), Some(name)) = (phase, &claim.metadata.name) {
+                    seen.see(name);
+                }
+            },
+        )),
         tokio::spawn(volume_versions.clone().follow(
             Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(admin.clone()),
-            |_| {},
+            move |volume| {
+                if let Some(name) = &volume.metadata.name {
+                    made.see(name);
+                }
+            },
         )),
     ];
     claim_versions.wait_listed().await;
@@ -215,6 +236,7 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
     // The backlog is in; the clock starts as the sidecars do.
     let started = Instant::now();
     bound_claims.start_clock(started);
+    made_volumes.start_clock(started);
     let provisioner = plane
         .service_account_kubeconfig("default", "csi-provisioner")
         .await?;
@@ -244,6 +266,10 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
             )
         }
     };
+    // Every Bound claim has its volume: the volume watch sees them all soon.
+    let volumes = tokio::time::timeout(Duration::from_secs(60), made_volumes.all(args.claims))
+        .await
+        .context("the volume watch did not see a volume for every claim within 60 s")?;
     // The writes that finish the last bindings reach the watches.
     tokio::time::sleep(Duration::from_secs(3)).await;
     for task in watching {
@@ -262,12 +288,30 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
     for process in &mut processes {
         process.terminate(Duration::from_secs(5));
     }
+    if let Some(dir) = &args.logs {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let audit = plane.dir().join("audit.log");
+        let logs = processes
+            .iter()
+            .map(|p| p.log_path())
+            .chain([audit.as_path()]);
+        for from in logs {
+            let name = from
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("process.log");
+            let to = dir.join(format!("{binder:?}-{name}").to_lowercase());
+            std::fs::copy(from, &to)
+                .with_context(|| format!("copy {} to {}", from.display(), to.display()))?;
+        }
+    }
     Ok(Run {
         binder,
         bound_after,
-        bound: bound.bound,
+        bound: bound.count,
         first_bound: bound.first,
         half_bound: bound.half,
+        volumes,
         // The claims' creations are the benchmark's.
         claim_writes: claim_versions.writes().saturating_sub(args.claims),
         volume_writes: volume_versions.writes(),
@@ -386,16 +430,20 @@ impl Versions {
     }
 }
 
-/// How the claims came to be Bound.
+/// How the objects came to a state.
+#[derive(Debug)]
 struct Progress {
-    bound: usize,
+    count: usize,
     first: Duration,
     half: Duration,
+    /// When the `n`th, the last awaited, did.
+    last: Duration,
 }
 
-/// The claims the claim watch saw Bound, and when after the clock started.
+/// The objects a watch saw reach a state (claims Bound, volumes made), and when after the
+/// clock started.
 #[derive(Default)]
-struct BoundClaims {
+struct Reached {
     clock: std::sync::OnceLock<Instant>,
     seen: parking_lot::Mutex<Seen>,
     changed: tokio::sync::Notify,
@@ -404,30 +452,28 @@ struct BoundClaims {
 #[derive(Default)]
 struct Seen {
     bound: std::collections::HashSet<String>,
-    /// When each claim was first seen Bound, in that order.
+    /// When each object was first seen in the state, in that order.
     reached: Vec<Duration>,
 }
 
-impl BoundClaims {
+impl Reached {
     fn start_clock(&self, started: Instant) {
         let _ = self.clock.set(started);
     }
 
-    fn see(&self, claim: &PersistentVolumeClaim) {
-        let is_bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-        let Some(name) = claim.metadata.name.as_ref().filter(|_| is_bound) else {
-            return;
-        };
+    /// Records that the object `name` is in the state (the first time counts).
+    fn see(&self, name: &str) {
         let elapsed = self.clock.get().map(Instant::elapsed).unwrap_or_default();
         let mut seen = self.seen.lock();
-        if seen.bound.insert(name.clone()) {
+        if !seen.bound.contains(name) {
+            seen.bound.insert(name.to_string());
             seen.reached.push(elapsed);
             drop(seen);
             self.changed.notify_waiters();
         }
     }
 
-    /// Waits until `n` claims are Bound.
+    /// Waits until `n` objects are in the state.
     async fn all(&self, n: usize) -> Progress {
         loop {
             let notified = self.changed.notified();
@@ -436,7 +482,12 @@ impl BoundClaims {
                 if seen.bound.len() >= n {
                     let now = self.clock.get().map(Instant::elapsed).unwrap_or_default();
                     return Progress {
-                        bound: seen.bound.len(),
+                        count: seen.bound.len(),
+                        last: seen
+                            .reached
+                            .get(n.saturating_sub(1))
+                            .copied()
+                            .unwrap_or(now),
                         first: seen.reached.first().copied().unwrap_or(now),
                         half: seen
                             .reached
