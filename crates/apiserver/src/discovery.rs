@@ -157,7 +157,7 @@ pub fn api_groups(app: &App) -> Value {
 }
 
 /// The types served under one group and version.
-fn types_of(app: &App, group: &str, version: &str) -> Vec<ResourceType> {
+fn types_of(app: &App, group: &str, version: &str) -> Vec<std::sync::Arc<ResourceType>> {
     app.registry
         .all()
         .into_iter()

@@ -16,6 +16,7 @@ use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
 use crate::registry::ResourceType;
+use std::sync::Arc;
 
 /// The schema of a built-in kind, added to `generator`'s definitions; its definition's name,
 /// or None for a kind without one.
@@ -82,11 +83,11 @@ fn gvk(rt: &ResourceType) -> Value {
 }
 
 /// The built-in kinds' schemas of a group version, made once per group version.
-fn builtin(types: &[ResourceType]) -> Map<String, Value> {
+fn builtin(types: &[Arc<ResourceType>]) -> Map<String, Value> {
     let mut generator = SchemaSettings::openapi3().into_generator();
     let named: Vec<(String, &ResourceType)> = types
         .iter()
-        .filter_map(|rt| define(&mut generator, &rt.api_version(), &rt.kind).map(|n| (n, rt)))
+        .filter_map(|rt| define(&mut generator, &rt.api_version(), &rt.kind).map(|n| (n, &**rt)))
         .collect();
     let mut schemas = generator.take_definitions(true);
     for (name, rt) in named {
@@ -98,11 +99,11 @@ fn builtin(types: &[ResourceType]) -> Map<String, Value> {
 }
 
 /// The `components.schemas` of the document of `group/version`, whose kinds are `types`.
-pub fn schemas(group: &str, version: &str, types: &[ResourceType]) -> Map<String, Value> {
+pub fn schemas(group: &str, version: &str, types: &[Arc<ResourceType>]) -> Map<String, Value> {
     static BUILTIN: OnceLock<parking_lot::Mutex<HashMap<String, Map<String, Value>>>> =
         OnceLock::new();
     let key = format!("{group}/{version}");
-    let builtins: Vec<ResourceType> = types
+    let builtins: Vec<Arc<ResourceType>> = types
         .iter()
         .filter(|t| t.schema.is_none())
         .cloned()
@@ -138,7 +139,7 @@ mod tests {
     #[test]
     fn a_kinds_schema_is_found_by_its_group_version_kind_and_its_fields_by_reference() {
         let registry = crate::registry::Registry::default();
-        let core: Vec<ResourceType> = registry
+        let core: Vec<Arc<ResourceType>> = registry
             .all()
             .into_iter()
             .filter(|t| t.group.is_empty())

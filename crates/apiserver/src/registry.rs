@@ -1,5 +1,8 @@
 //! The resources the server knows: built-in types and those declared by CRDs.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use parking_lot::RwLock;
 
 /// One resource type.
@@ -295,10 +298,29 @@ const BUILTIN: &[Builtin] = &[
     ),
 ];
 
-/// The table of resource types; CRDs add and remove entries at run time.
+/// The table of resource types; CRDs add and remove entries at run time. Every request looks
+/// its type up ([`Registry::find`]): the types are shared (`Arc`), not copied, and found by
+/// plural through an index rather than by comparing each type's names.
 #[derive(Debug)]
 pub struct Registry {
-    types: RwLock<Vec<ResourceType>>,
+    types: RwLock<Types>,
+}
+
+/// The types in their order (built-in first, then the CRDs'), and by plural.
+#[derive(Debug, Default)]
+struct Types {
+    all: Vec<Arc<ResourceType>>,
+    by_plural: HashMap<String, Vec<Arc<ResourceType>>>,
+}
+
+impl Types {
+    fn new(all: Vec<Arc<ResourceType>>) -> Self {
+        let mut by_plural: HashMap<String, Vec<Arc<ResourceType>>> = HashMap::new();
+        for t in &all {
+            by_plural.entry(t.plural.clone()).or_default().push(t.clone());
+        }
+        Types { all, by_plural }
+    }
 }
 
 impl Default for Registry {
@@ -318,26 +340,29 @@ impl Default for Registry {
                 schema: None,
                 scale: None,
             })
+            .map(Arc::new)
             .collect();
         Registry {
-            types: RwLock::new(types),
+            types: RwLock::new(Types::new(types)),
         }
     }
 }
 
 impl Registry {
     /// Looks a resource up by group, version and plural.
-    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<ResourceType> {
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
         self.types
             .read()
+            .by_plural
+            .get(plural)?
             .iter()
-            .find(|t| t.group == group && t.version == version && t.plural == plural)
+            .find(|t| t.group == group && t.version == version)
             .cloned()
     }
 
-    /// All types.
-    pub fn all(&self) -> Vec<ResourceType> {
-        self.types.read().clone()
+    /// All types, built-in first.
+    pub fn all(&self) -> Vec<Arc<ResourceType>> {
+        self.types.read().all.clone()
     }
 
     /// Replaces the CRD-declared types with those described by `crds` (CRD objects as JSON).
@@ -359,7 +384,7 @@ impl Registry {
                 let Some(name) = version["name"].as_str() else {
                     continue;
                 };
-                custom.push(ResourceType {
+                custom.push(Arc::new(ResourceType {
                     group: group.to_string(),
                     version: name.to_string(),
                     plural: plural.to_string(),
@@ -401,12 +426,14 @@ impl Registry {
                         }),
                     schema: version["schema"]["openAPIV3Schema"]
                         .is_object()
-                        .then(|| std::sync::Arc::new(version["schema"]["openAPIV3Schema"].clone())),
-                });
+                        .then(|| Arc::new(version["schema"]["openAPIV3Schema"].clone())),
+                }));
             }
         }
         let mut types = self.types.write();
-        types.truncate(BUILTIN.len());
-        types.extend(custom);
+        let mut all = std::mem::take(&mut types.all);
+        all.truncate(BUILTIN.len());
+        all.extend(custom);
+        *types = Types::new(all);
     }
 }

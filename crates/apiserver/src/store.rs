@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -28,6 +28,9 @@ pub use crate::change::{Change, ChangeKind};
 use crate::record::{self, decode, encode, snapshot_entries};
 
 mod limits;
+mod publish;
+
+use self::publish::{Released, publish, publish_weak};
 
 /// Most changes a watcher of one resource may fall behind (see `Core::feed_capacity`).
 const MAX_FEED: usize = 16_384;
@@ -454,7 +457,7 @@ impl Store {
             change: change.clone(),
             bytes,
         });
-        match &self.log {
+        let released = match &self.log {
             None => publish(&self.core, &mut inner, next_rv),
             Some(log) if log.wants_compaction() => {
                 let objects = inner.objects.clone();
@@ -465,9 +468,12 @@ impl Store {
                     .collect();
                 log.compact(move || snapshot_entries(objects, overlay))
                     .map_err(StoreError::Failed)?;
+                Released::default()
             }
-            Some(_) => {}
-        }
+            Some(_) => Released::default(),
+        };
+        drop(inner);
+        drop(released);
         Ok(Written {
             object: Some(object),
             change: Some(change),
@@ -526,64 +532,6 @@ impl Store {
                 (ns == namespace).then(|| (r.to_string(), n.to_string()))
             })
             .collect()
-    }
-}
-
-fn publish_weak(core: &Weak<Core>, rv: u64) {
-    if let Some(core) = core.upgrade() {
-        let mut inner = core.inner.lock();
-        publish(&core, &mut inner, rv);
-    }
-}
-
-/// Makes every pending change up to `durable` visible, in order, and tells watchers.
-fn publish(core: &Core, inner: &mut Inner, durable: u64) {
-    while inner
-        .pending
-        .front()
-        .is_some_and(|p| p.change.rv <= durable)
-    {
-        let Some(Pending { key, change, bytes }) = inner.pending.pop_front() else {
-            break;
-        };
-        match change.kind {
-            ChangeKind::Deleted => {
-                inner.objects.remove(&key);
-            }
-            ChangeKind::Added | ChangeKind::Modified => {
-                inner.objects.insert(key.clone(), change.object.clone());
-            }
-        }
-        if inner
-            .overlay
-            .get(&key)
-            .is_some_and(|(rv, _)| *rv == change.rv)
-        {
-            inner.overlay.remove(&key);
-        }
-        inner.visible_rv = change.rv;
-        if let Some(observer) = core.observer.get() {
-            observer(&change);
-        }
-        core.visible.send_replace(change.rv);
-        inner
-            .history
-            .push_back((Arc::new(change.without_json()), bytes));
-        inner.history_bytes += bytes;
-        while inner.history.len() > core.history_cap || inner.history_bytes > core.history_budget {
-            let Some((old, size)) = inner.history.pop_front() else {
-                break;
-            };
-            inner.history_bytes -= size;
-            inner.compacted = old.rv;
-        }
-        if let Some(feed) = inner.feeds.get(&change.resource) {
-            if feed.receiver_count() > 0 {
-                let _ = feed.send(change);
-            } else {
-                inner.feeds.remove(&change.resource);
-            }
-        }
     }
 }
 

@@ -200,7 +200,7 @@ pub(crate) async fn watch(
     let mut close = app.close_watches.subscribe();
     let plural = rt.plural.clone();
     tokio::spawn(async move {
-        let table_of = as_table.then_some(&rt);
+        let table_of = as_table.then_some(&*rt);
         let mut last_rv = start_rv;
         for obj in &initial {
             if filter.selects(obj) && !send(&tx, framing, "ADDED", &render(table_of, obj)).await {

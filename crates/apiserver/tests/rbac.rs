@@ -93,6 +93,15 @@ async fn a_service_account_may_do_what_its_role_grants_and_gets_kube_apiservers_
     ok(&f, &["delete", "serviceaccount", "reader"], None).await;
     let (allowed, _, err) = kubectl_as(&f, &token, &["get", "pvc"]).await;
     assert!(!allowed && err.contains("Unauthorized"), "{err}");
+    // Nor an account made again under its name (another uid), though the token was accepted
+    // before and is remembered.
+    ok(&f, &["create", "serviceaccount", "reader"], None).await;
+    let (allowed, _, err) = kubectl_as(&f, &token, &["get", "pvc"]).await;
+    assert!(!allowed && err.contains("Unauthorized"), "{err}");
+    // A token of the new account is accepted.
+    let token = token_of(&f, "reader").await;
+    let (allowed, _, err) = kubectl_as(&f, &token, &["get", "pvc"]).await;
+    assert!(allowed, "{err}");
 }
 
 #[tokio::test]

@@ -55,7 +55,20 @@ pub struct Auth {
     policy: RwLock<(u64, Arc<Policy>)>,
     /// ServiceAccount tokens already verified (their signature is checked once, not on every
     /// request; expiry and the account are checked on every request).
-    verified: RwLock<std::collections::HashMap<String, tokens::AccountClaims>>,
+    verified: RwLock<std::collections::HashMap<String, Verified>>,
+    /// Bumped by the store's observer on every change of a ServiceAccount: an account found
+    /// with its token's uid at this generation is still there, unchanged, so a request does not
+    /// read the store (and take its lock) to check it again.
+    accounts: Arc<AtomicU64>,
+}
+
+/// A verified ServiceAccount token.
+#[derive(Debug)]
+struct Verified {
+    claims: tokens::AccountClaims,
+    /// Its user, once its account was found with the token's uid, and the generation of the
+    /// accounts ([`Auth::accounts`]) read before that lookup.
+    user: Option<(u64, User)>,
 }
 
 /// Verified tokens remembered before the memory is cleared.
@@ -65,13 +78,17 @@ impl Auth {
     /// Authorization over the objects of `store` (it tells this of their changes).
     pub fn new(authenticator: Authenticator, store: &Store) -> Auth {
         let generation = Arc::new(AtomicU64::new(1));
-        let bump = generation.clone();
+        let accounts = Arc::new(AtomicU64::new(1));
+        let (bump, bump_accounts) = (generation.clone(), accounts.clone());
         store.observe(Box::new(move |change: &Change| {
-            if matches!(
-                change.resource.as_str(),
-                CLUSTER_ROLES | ROLES | CLUSTER_ROLE_BINDINGS | ROLE_BINDINGS
-            ) {
-                bump.fetch_add(1, Ordering::Release);
+            match change.resource.as_str() {
+                CLUSTER_ROLES | ROLES | CLUSTER_ROLE_BINDINGS | ROLE_BINDINGS => {
+                    bump.fetch_add(1, Ordering::Release);
+                }
+                SERVICE_ACCOUNTS => {
+                    bump_accounts.fetch_add(1, Ordering::Release);
+                }
+                _ => {}
             }
         }));
         Auth {
@@ -80,6 +97,7 @@ impl Auth {
             // Generation 0 is never current: the first use compiles.
             policy: RwLock::new((0, Arc::new(Policy::default()))),
             verified: RwLock::new(std::collections::HashMap::new()),
+            accounts,
         }
     }
 
@@ -91,26 +109,41 @@ impl Auth {
         if self.authenticator.is_admin(token) {
             return Some(tokens::admin());
         }
-        let remembered = self.verified.read().get(token).cloned();
+        // Read before the account is: a change of any account after this makes what is found
+        // now stale.
+        let accounts = self.accounts.load(Ordering::Acquire);
+        let remembered = match self.verified.read().get(token) {
+            Some(v) if v.claims.expires > now => match &v.user {
+                Some((seen, user)) if *seen == accounts => return Some(user.clone()),
+                Some(_) | None => Some(v.claims.clone()),
+            },
+            Some(_) | None => None,
+        };
         let claims = match remembered {
-            Some(claims) if claims.expires > now => claims,
-            _ => match self.authenticator.identify(token, now)? {
+            Some(claims) => claims,
+            None => match self.authenticator.identify(token, now)? {
                 Identity::User(user) => return Some(user),
-                Identity::ServiceAccount(claims) => {
-                    let mut verified = self.verified.write();
-                    if verified.len() >= VERIFIED_REMEMBERED {
-                        verified.retain(|_, c| c.expires > now);
-                    }
-                    if verified.len() < VERIFIED_REMEMBERED {
-                        verified.insert(token.to_string(), claims.clone());
-                    }
-                    claims
-                }
+                Identity::ServiceAccount(claims) => claims,
             },
         };
         let account = store.get(SERVICE_ACCOUNTS, &claims.namespace, &claims.name)?;
         let uid = account["metadata"]["uid"].as_str().unwrap_or_default();
-        (uid == claims.uid).then(|| User::service_account(&claims.namespace, &claims.name, uid))
+        if uid != claims.uid {
+            return None;
+        }
+        let user = User::service_account(&claims.namespace, &claims.name, uid);
+        let mut verified = self.verified.write();
+        if verified.len() >= VERIFIED_REMEMBERED {
+            verified.retain(|_, v| v.claims.expires > now);
+        }
+        if verified.len() < VERIFIED_REMEMBERED || verified.contains_key(token) {
+            let entry = Verified {
+                claims,
+                user: Some((accounts, user.clone())),
+            };
+            verified.insert(token.to_string(), entry);
+        }
+        Some(user)
     }
 
     /// The policy in force (compiled again after any RBAC change).

@@ -183,7 +183,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    fn rt(group: &str, plural: &str) -> ResourceType {
+    fn rt(group: &str, plural: &str) -> std::sync::Arc<ResourceType> {
         crate::registry::Registry::default()
             .find(group, "v1", plural)
             .unwrap_or_else(|| panic!("{plural} is registered"))

@@ -141,7 +141,7 @@ pub(crate) async fn delete_collection(
 mod tests {
     use super::*;
 
-    fn rt(plural: &str) -> ResourceType {
+    fn rt(plural: &str) -> std::sync::Arc<ResourceType> {
         Registry::default().find("", "v1", plural).unwrap()
     }
 

@@ -53,7 +53,7 @@ pub(crate) fn decode(s: &str) -> String {
 /// A resolved resource path.
 #[derive(Clone)]
 pub(crate) struct Target {
-    pub(crate) rt: ResourceType,
+    pub(crate) rt: std::sync::Arc<ResourceType>,
     pub(crate) namespace: Option<String>,
     pub(crate) name: Option<String>,
     pub(crate) subresource: Option<String>,

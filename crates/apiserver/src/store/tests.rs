@@ -175,3 +175,27 @@ fn objects_too_deep_to_read_back_are_refused() {
     });
     assert!(matches!(result, Err(StoreError::TooDeep)));
 }
+
+#[tokio::test]
+async fn an_old_version_is_freed_once_replaced_and_out_of_the_history() {
+    let dir = tempfile::tempdir().unwrap();
+    // A history of two changes: the first version leaves it at the third write.
+    let limits = HistoryLimits {
+        count: 2,
+        bytes: 1 << 20,
+    };
+    let store = Store::open(Some(dir.path()), limits, Options::default()).unwrap();
+    let rv = put(&store, "a", json!({"metadata": {"name": "a"}, "v": 1}));
+    store.wait_durable(rv).await.unwrap();
+    let first = Arc::downgrade(&store.get("/configmaps", "ns", "a").unwrap());
+    let rv = put(&store, "a", json!({"metadata": {"name": "a"}, "v": 2}));
+    store.wait_durable(rv).await.unwrap();
+    // Replaced, but the history still holds it (a watch may resume before the second).
+    assert!(first.upgrade().is_some());
+    let rv = put(&store, "b", json!({"metadata": {"name": "b"}}));
+    store.wait_durable(rv).await.unwrap();
+    let rv = put(&store, "c", json!({"metadata": {"name": "c"}}));
+    store.wait_durable(rv).await.unwrap();
+    assert!(first.upgrade().is_none(), "the first version is still held");
+    assert_eq!(store.get("/configmaps", "ns", "a").unwrap()["v"], 2);
+}
