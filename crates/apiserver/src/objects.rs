@@ -456,9 +456,18 @@ pub fn merge_update(
 ) -> Result<Value, ApiError> {
     check_type(rt, &mut incoming)?;
     let mut next = if status_only {
-        let mut next = current.clone();
-        next["status"] = incoming["status"].clone();
-        next
+        // The current object's fields but its status, and the incoming status moved in: the
+        // old status is not copied only to be replaced.
+        let status = incoming.get_mut("status").map_or(Value::Null, Value::take);
+        let mut next: Map<String, Value> = current
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| *key != "status")
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        next.insert("status".into(), status);
+        Value::Object(next)
     } else {
         if rt.status {
             incoming["status"] = current["status"].clone();
@@ -529,6 +538,39 @@ pub(crate) fn same_apart_from(a: &Value, b: &Value, skipped: &[&str]) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_update_takes_only_the_status_from_the_request() {
+        let rt = crate::registry::Registry::default()
+            .find("", "v1", "persistentvolumeclaims")
+            .unwrap();
+        let current = json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "labels": {"a": "1"},
+                         "resourceVersion": "5"},
+            "spec": {"volumeName": "pv-1"},
+            "status": {"phase": "Pending"},
+        });
+        let incoming = json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u2", "labels": {"b": "2"},
+                         "resourceVersion": "5"},
+            "spec": {"volumeName": "pv-2"},
+            "status": {"phase": "Bound"},
+        });
+        let next = merge_update(&rt, &current, incoming.clone(), true).unwrap();
+        assert_eq!(next["status"], json!({"phase": "Bound"}));
+        assert_eq!(next["spec"]["volumeName"], "pv-1", "the spec is the stored one");
+        assert_eq!(next["metadata"]["labels"], json!({"a": "1"}));
+        assert_eq!(next["metadata"]["uid"], "u1");
+        assert_eq!(next["metadata"]["generation"], current["metadata"]["generation"]);
+        // A request without a status empties it.
+        let mut bare = incoming;
+        bare.as_object_mut().unwrap().remove("status");
+        let next = merge_update(&rt, &current, bare, true).unwrap();
+        assert!(next["status"].is_null(), "{next}");
+        assert_eq!(next["spec"]["volumeName"], "pv-1");
+    }
 
     #[test]
     fn only_what_is_outside_metadata_and_status_counts_as_the_spec() {
