@@ -560,10 +560,16 @@ mod tests {
         });
         let next = merge_update(&rt, &current, incoming.clone(), true).unwrap();
         assert_eq!(next["status"], json!({"phase": "Bound"}));
-        assert_eq!(next["spec"]["volumeName"], "pv-1", "the spec is the stored one");
+        assert_eq!(
+            next["spec"]["volumeName"], "pv-1",
+            "the spec is the stored one"
+        );
         assert_eq!(next["metadata"]["labels"], json!({"a": "1"}));
         assert_eq!(next["metadata"]["uid"], "u1");
-        assert_eq!(next["metadata"]["generation"], current["metadata"]["generation"]);
+        assert_eq!(
+            next["metadata"]["generation"],
+            current["metadata"]["generation"]
+        );
         // A request without a status empties it.
         let mut bare = incoming;
         bare.as_object_mut().unwrap().remove("status");

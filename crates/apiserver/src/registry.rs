@@ -317,7 +317,10 @@ impl Types {
     fn new(all: Vec<Arc<ResourceType>>) -> Self {
         let mut by_plural: HashMap<String, Vec<Arc<ResourceType>>> = HashMap::new();
         for t in &all {
-            by_plural.entry(t.plural.clone()).or_default().push(t.clone());
+            by_plural
+                .entry(t.plural.clone())
+                .or_default()
+                .push(t.clone());
         }
         Types { all, by_plural }
     }

@@ -289,6 +289,18 @@ impl Store {
             .map(|reason| reason.to_string())
     }
 
+    /// The newest version of one object, written but perhaps not yet durable: what
+    /// [`Store::write_change`] would give its decision now (a caller may decide ahead, outside
+    /// the store's lock, and check in the decision that the object is still this one).
+    pub fn newest(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let key = object_key(resource, namespace, name);
+        let inner = self.core.inner.lock();
+        match inner.overlay.get(&key) {
+            Some((_, object)) => object.clone(),
+            None => inner.objects.get(&key).cloned(),
+        }
+    }
+
     /// One object.
     pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.core

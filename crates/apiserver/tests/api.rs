@@ -772,3 +772,50 @@ async fn a_pod_is_bound_to_a_node_once_through_its_binding_subresource() {
         .await;
     assert!(matches!(empty, Err(kube::Error::Api(s)) if s.code == 422));
 }
+
+/// Updates decided ahead of the store's lock: concurrent updates that name no resourceVersion
+/// all succeed (one decided against a version replaced meanwhile is decided again), and those
+/// that name one each win or get a conflict, never both writes on one version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_updates_are_decided_against_the_version_they_replace() {
+    let (_server, client, _stop) = start(None).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &cm("u")).await.unwrap();
+    let writers = (0..16).map(|w| {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for i in 0..10 {
+                let mut c = cm("u");
+                c.data = Some(BTreeMap::from([("k".to_string(), format!("{w}-{i}"))]));
+                api.replace("u", &PostParams::default(), &c).await.unwrap();
+            }
+        })
+    });
+    for writer in futures::future::join_all(writers).await {
+        writer.unwrap();
+    }
+    // With resourceVersions: of two updates from one version, one wins.
+    let read = api.get("u").await.unwrap();
+    let tries = (0..8).map(|w| {
+        let (api, mut c) = (api.clone(), read.clone());
+        c.data = Some(BTreeMap::from([("k".to_string(), format!("rv-{w}"))]));
+        tokio::spawn(async move { api.replace("u", &PostParams::default(), &c).await })
+    });
+    let results: Vec<_> = futures::future::join_all(tries)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let won = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(won, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| matches!(e, kube::Error::Api(s) if s.code == 409)),
+        "{results:?}"
+    );
+    let last = api.get("u").await.unwrap();
+    let winner = results.iter().find_map(|r| r.as_ref().ok()).unwrap();
+    assert_eq!(last.data, winner.data);
+}

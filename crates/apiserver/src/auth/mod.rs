@@ -54,7 +54,8 @@ pub struct Auth {
     /// The policy and the generation it was compiled at.
     policy: RwLock<(u64, Arc<Policy>)>,
     /// ServiceAccount tokens already verified (their signature is checked once, not on every
-    /// request; expiry and the account are checked on every request).
+    /// request; expiry on every request, the account again whenever any ServiceAccount
+    /// changed since it was last found).
     verified: RwLock<std::collections::HashMap<String, Verified>>,
     /// Bumped by the store's observer on every change of a ServiceAccount: an account found
     /// with its token's uid at this generation is still there, unchanged, so a request does not

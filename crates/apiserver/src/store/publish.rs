@@ -80,4 +80,3 @@ pub(super) fn publish(core: &Core, inner: &mut Inner, durable: u64) -> Released 
     }
     released
 }
-
