@@ -160,8 +160,8 @@ struct Core {
     visible: tokio::sync::watch::Sender<u64>,
     history_cap: usize,
     history_budget: usize,
-    /// Told of every change as it becomes visible (under the store's lock: it must be quick).
-    observer: std::sync::OnceLock<Observer>,
+    /// Told of every change as it becomes visible (under the store's lock: they must be quick).
+    observers: parking_lot::RwLock<Vec<Observer>>,
 }
 
 /// What [`Store::observe`] is given.
@@ -216,7 +216,7 @@ impl Store {
             visible: tokio::sync::watch::Sender::new(0),
             history_cap: history.count,
             history_budget: history.bytes,
-            observer: std::sync::OnceLock::new(),
+            observers: parking_lot::RwLock::new(Vec::new()),
         });
         let Some(dir) = data_dir else {
             return Ok(Store { core, log: None });
@@ -262,9 +262,11 @@ impl Store {
 
     /// Tells `observer` of every change as it becomes visible, before any reader or watcher
     /// can see it (a write's answer comes after). Called under the store's lock: it must only
-    /// note the change. Only the first observer is kept.
+    /// note the change. Every observer added is told (authentication keeps what it found
+    /// only while its observer reports no change: one left out would keep a deleted account's
+    /// tokens valid).
     pub fn observe(&self, observer: Observer) {
-        let _ = self.core.observer.set(observer);
+        self.core.observers.write().push(observer);
     }
 
     /// The current (visible, durable) resourceVersion.
@@ -287,18 +289,6 @@ impl Store {
             .as_ref()
             .and_then(Log::failure)
             .map(|reason| reason.to_string())
-    }
-
-    /// The newest version of one object, written but perhaps not yet durable: what
-    /// [`Store::write_change`] would give its decision now (a caller may decide ahead, outside
-    /// the store's lock, and check in the decision that the object is still this one).
-    pub fn newest(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        let key = object_key(resource, namespace, name);
-        let inner = self.core.inner.lock();
-        match inner.overlay.get(&key) {
-            Some((_, object)) => object.clone(),
-            None => inner.objects.get(&key).cloned(),
-        }
     }
 
     /// One object.

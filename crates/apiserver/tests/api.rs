@@ -773,9 +773,8 @@ async fn a_pod_is_bound_to_a_node_once_through_its_binding_subresource() {
     assert!(matches!(empty, Err(kube::Error::Api(s)) if s.code == 422));
 }
 
-/// Updates decided ahead of the store's lock: concurrent updates that name no resourceVersion
-/// all succeed (one decided against a version replaced meanwhile is decided again), and those
-/// that name one each win or get a conflict, never both writes on one version.
+/// Concurrent updates: those that name no resourceVersion all succeed, each on the version
+/// it replaces; of those that name the same one, one wins and the others get a conflict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_updates_are_decided_against_the_version_they_replace() {
     let (_server, client, _stop) = start(None).await;

@@ -48,8 +48,9 @@ pub struct BinderBenchArgs {
     /// lifted more keep kube-apiserver busier: 1,000 claims Bound in 6.0 s with 8, 4.6 s with 64).
     #[arg(long, default_value_t = 64)]
     pub workers: usize,
-    /// Copy every process's log (driver, csi-provisioner, ours) and kube-apiserver's audit log
-    /// into this directory after each run, named `<binder>-<process>.log`.
+    /// Copy every process's log (the control plane's, the driver's, csi-provisioner's, ours)
+    /// and kube-apiserver's audit log into this directory after each run, failed or not, named
+    /// `<run>-<binder>-<file>` (`1-kcm-kube-controller-manager.log`).
     #[arg(long)]
     pub logs: Option<std::path::PathBuf>,
     /// Give up waiting for all Bound after this long.
@@ -84,8 +85,8 @@ pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
         .map(Path::to_path_buf)
         .context("volstack has no directory")?;
     let mut runs = Vec::new();
-    for &binder in &args.binders {
-        let run = once(&args, binder, &bin).await?;
+    for (i, &binder) in args.binders.iter().enumerate() {
+        let run = once(&args, i + 1, binder, &bin).await?;
         println!(
             "{:?}: {} of {} claims Bound after {:.1} s ({:.0} claims/s; first {:.1} s, half {:.1} s), qps {}, pv-controller workers {}; writes per claim: {:.2} to claims, {:.2} to volumes (every writer's, from watches)",
             run.binder,
@@ -141,7 +142,12 @@ fn qps_flags(qps: f32, lifted: f32) -> Vec<String> {
     ]
 }
 
-async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Result<Run> {
+async fn once(
+    args: &BinderBenchArgs,
+    run: usize,
+    binder: Binder,
+    bin: &Path,
+) -> anyhow::Result<Run> {
     let controllers = match binder {
         Binder::Kcm => "*,-node-lifecycle-controller",
         Binder::Ours => "*,-node-lifecycle-controller,-persistentvolume-binder-controller",
@@ -201,122 +207,138 @@ async fn once(args: &BinderBenchArgs, binder: Binder, bin: &Path) -> anyhow::Res
             plane.dir(),
         )?);
     }
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
-    // Every version of every claim and volume from before the claims are made: a binder that
-    // runs during the backlog's creation (kube-controller-manager's) writes then too.
-    // One watch of the claims both counts their writes and sees them Bound (each watch is
-    // work for kube-apiserver, the busiest process here).
-    let claim_versions = Versions::default();
-    let volume_versions = Versions::default();
-    let bound_claims = Arc::new(Reached::default());
-    let made_volumes = Arc::new(Reached::default());
-    let (seen, made) = (bound_claims.clone(), made_volumes.clone());
-    let watching = [
-        tokio::spawn(claim_versions.clone().follow(
-            claims.clone(),
-            move |claim: &PersistentVolumeClaim| {
-                let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
-                if let (Some("Bound"), Some(name)) = (phase, &claim.metadata.name) {
-                    seen.see(name);
-                }
-            },
-        )),
-        tokio::spawn(volume_versions.clone().follow(
-            Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(admin.clone()),
-            move |volume| {
-                if let Some(name) = &volume.metadata.name {
-                    made.see(name);
-                }
-            },
-        )),
-    ];
-    claim_versions.wait_listed().await;
-    volume_versions.wait_listed().await;
-    create_claims(&claims, args.claims).await?;
-    // The backlog is in; the clock starts as the sidecars do.
-    let started = Instant::now();
-    bound_claims.start_clock(started);
-    made_volumes.start_clock(started);
-    let provisioner = plane
-        .service_account_kubeconfig("default", "csi-provisioner")
-        .await?;
-    let mut argv = vec![
-        format!("--csi-address={socket}"),
-        format!("--kubeconfig={}", provisioner.display()),
-        "--worker-threads=100".to_string(),
-    ];
-    argv.extend(qps_flags(args.qps, 0.0));
-    processes.push(Process::spawn(
-        "csi-provisioner",
-        &bin.join("csi-provisioner"),
-        &argv,
-        &[],
-        plane.dir(),
-    )?);
-    let bound = tokio::time::timeout(args.timeout, bound_claims.all(args.claims)).await;
-    let bound_after = started.elapsed();
-    let bound = match bound {
-        Ok(progress) => progress,
-        Err(_) => {
-            let logs: Vec<String> = processes.iter().map(|p| p.log()).collect();
-            anyhow::bail!(
-                "not all Bound after {:?}; logs:\n{}",
-                args.timeout,
-                logs.join("\n")
-            )
+    let measured = async {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+        // Every version of every claim and volume from before the claims are made: a binder that
+        // runs during the backlog's creation (kube-controller-manager's) writes then too.
+        // One watch of the claims both counts their writes and sees them Bound (each watch is
+        // work for kube-apiserver, the busiest process here).
+        let claim_versions = Versions::default();
+        let volume_versions = Versions::default();
+        let bound_claims = Arc::new(Reached::default());
+        let made_volumes = Arc::new(Reached::default());
+        let (seen, made) = (bound_claims.clone(), made_volumes.clone());
+        let watching = [
+            tokio::spawn(claim_versions.clone().follow(
+                claims.clone(),
+                move |claim: &PersistentVolumeClaim| {
+                    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+                    if let (Some("Bound"), Some(name)) = (phase, &claim.metadata.name) {
+                        seen.see(name);
+                    }
+                },
+            )),
+            tokio::spawn(volume_versions.clone().follow(
+                Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(admin.clone()),
+                move |volume| {
+                    if let Some(name) = &volume.metadata.name {
+                        made.see(name);
+                    }
+                },
+            )),
+        ];
+        claim_versions.wait_listed().await;
+        volume_versions.wait_listed().await;
+        create_claims(&claims, args.claims).await?;
+        // The backlog is in; the clock starts as the sidecars do.
+        let started = Instant::now();
+        bound_claims.start_clock(started);
+        made_volumes.start_clock(started);
+        let provisioner = plane
+            .service_account_kubeconfig("default", "csi-provisioner")
+            .await?;
+        let mut argv = vec![
+            format!("--csi-address={socket}"),
+            format!("--kubeconfig={}", provisioner.display()),
+            "--worker-threads=100".to_string(),
+        ];
+        argv.extend(qps_flags(args.qps, 0.0));
+        processes.push(Process::spawn(
+            "csi-provisioner",
+            &bin.join("csi-provisioner"),
+            &argv,
+            &[],
+            plane.dir(),
+        )?);
+        let bound = tokio::time::timeout(args.timeout, bound_claims.all(args.claims)).await;
+        let bound_after = started.elapsed();
+        let bound = match bound {
+            Ok(progress) => progress,
+            Err(_) => {
+                let logs: Vec<String> = processes.iter().map(|p| p.log()).collect();
+                anyhow::bail!(
+                    "not all Bound after {:?}; logs:\n{}",
+                    args.timeout,
+                    logs.join("\n")
+                )
+            }
+        };
+        // Every Bound claim has its volume: the volume watch sees them all soon.
+        let volumes = tokio::time::timeout(Duration::from_secs(60), made_volumes.all(args.claims))
+            .await
+            .context("the volume watch did not see a volume for every claim within 60 s")?;
+        // The writes that finish the last bindings reach the watches.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        for task in watching {
+            task.abort();
         }
-    };
-    // Every Bound claim has its volume: the volume watch sees them all soon.
-    let volumes = tokio::time::timeout(Duration::from_secs(60), made_volumes.all(args.claims))
-        .await
-        .context("the volume watch did not see a volume for every claim within 60 s")?;
-    // The writes that finish the last bindings reach the watches.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    for task in watching {
-        task.abort();
+        let mut events = std::collections::BTreeMap::<String, (usize, i64)>::new();
+        let listed = Api::<k8s_openapi::api::core::v1::Event>::namespaced(admin.clone(), "default")
+            .list(&Default::default())
+            .await
+            .context("list the events")?;
+        for event in listed.items {
+            let entry = events.entry(event.reason.unwrap_or_default()).or_default();
+            entry.0 += 1;
+            entry.1 += i64::from(event.count.unwrap_or(1));
+        }
+        Ok::<Run, anyhow::Error>(Run {
+            binder,
+            bound_after,
+            bound: bound.count,
+            first_bound: bound.first,
+            half_bound: bound.half,
+            volumes,
+            // The claims' creations are the benchmark's.
+            claim_writes: claim_versions.writes().saturating_sub(args.claims),
+            volume_writes: volume_versions.writes(),
+            events,
+        })
     }
-    let mut events = std::collections::BTreeMap::<String, (usize, i64)>::new();
-    let listed = Api::<k8s_openapi::api::core::v1::Event>::namespaced(admin.clone(), "default")
-        .list(&Default::default())
-        .await
-        .context("list the events")?;
-    for event in listed.items {
-        let entry = events.entry(event.reason.unwrap_or_default()).or_default();
-        entry.0 += 1;
-        entry.1 += i64::from(event.count.unwrap_or(1));
-    }
+    .await;
     for process in &mut processes {
         process.terminate(Duration::from_secs(5));
     }
+    // Kept whether the run succeeded or not (a failed run's logs are the ones wanted).
     if let Some(dir) = &args.logs {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-        let audit = plane.dir().join("audit.log");
-        let logs = processes
-            .iter()
-            .map(|p| p.log_path())
-            .chain([audit.as_path()]);
-        for from in logs {
-            let name = from
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("process.log");
-            let to = dir.join(format!("{binder:?}-{name}").to_lowercase());
-            std::fs::copy(from, &to)
-                .with_context(|| format!("copy {} to {}", from.display(), to.display()))?;
-        }
+        keep_logs(dir, &format!("{run}-{binder:?}"), &plane, &processes)?;
     }
-    Ok(Run {
-        binder,
-        bound_after,
-        bound: bound.count,
-        first_bound: bound.first,
-        half_bound: bound.half,
-        volumes,
-        // The claims' creations are the benchmark's.
-        claim_writes: claim_versions.writes().saturating_sub(args.claims),
-        volume_writes: volume_versions.writes(),
-        events,
-    })
+    measured
+}
+
+/// Copies the logs of the control plane (its audit log included) and of `processes` into `dir`,
+/// each named `<label>-<file name>`.
+fn keep_logs(
+    dir: &Path,
+    label: &str,
+    plane: &ControlPlane,
+    processes: &[Process],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let logs = plane
+        .logs()
+        .into_iter()
+        .chain(processes.iter().map(Process::log_path));
+    for from in logs {
+        let name = from
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("process.log");
+        let to = dir.join(format!("{label}-{name}").to_lowercase());
+        std::fs::copy(from, &to)
+            .with_context(|| format!("copy {} to {}", from.display(), to.display()))?;
+    }
+    Ok(())
 }
 
 /// The Node, its CSINode, the CSIDriver and an Immediate class, as kubelet and an operator
@@ -451,7 +473,7 @@ struct Reached {
 
 #[derive(Default)]
 struct Seen {
-    bound: std::collections::HashSet<String>,
+    names: std::collections::HashSet<String>,
     /// When each object was first seen in the state, in that order.
     reached: Vec<Duration>,
 }
@@ -465,8 +487,8 @@ impl Reached {
     fn see(&self, name: &str) {
         let elapsed = self.clock.get().map(Instant::elapsed).unwrap_or_default();
         let mut seen = self.seen.lock();
-        if !seen.bound.contains(name) {
-            seen.bound.insert(name.to_string());
+        if !seen.names.contains(name) {
+            seen.names.insert(name.to_string());
             seen.reached.push(elapsed);
             drop(seen);
             self.changed.notify_waiters();
@@ -479,10 +501,10 @@ impl Reached {
             let notified = self.changed.notified();
             {
                 let seen = self.seen.lock();
-                if seen.bound.len() >= n {
+                if seen.names.len() >= n {
                     let now = self.clock.get().map(Instant::elapsed).unwrap_or_default();
                     return Progress {
-                        count: seen.bound.len(),
+                        count: seen.names.len(),
                         last: seen
                             .reached
                             .get(n.saturating_sub(1))

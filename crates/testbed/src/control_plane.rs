@@ -268,6 +268,16 @@ impl ControlPlane {
         self.dir.path()
     }
 
+    /// The logs of the control plane's processes (etcd, kube-apiserver, kube-controller-manager,
+    /// kube-scheduler, those started) and kube-apiserver's audit log.
+    pub fn logs(&self) -> Vec<&Path> {
+        self.processes
+            .iter()
+            .map(Process::log_path)
+            .chain([self.audit_log.as_path()])
+            .collect()
+    }
+
     /// The administrator's kubeconfig (group `system:masters`).
     pub fn admin_kubeconfig(&self) -> &Path {
         &self.admin_kubeconfig

@@ -59,7 +59,8 @@ pub struct Auth {
     verified: RwLock<std::collections::HashMap<String, Verified>>,
     /// Bumped by the store's observer on every change of a ServiceAccount: an account found
     /// with its token's uid at this generation is still there, unchanged, so a request does not
-    /// read the store (and take its lock) to check it again.
+    /// read the store (and take its lock) to check it again. Any account's change makes every
+    /// remembered user be looked for again, once.
     accounts: Arc<AtomicU64>,
 }
 
@@ -67,8 +68,9 @@ pub struct Auth {
 #[derive(Debug)]
 struct Verified {
     claims: tokens::AccountClaims,
-    /// Its user, once its account was found with the token's uid, and the generation of the
-    /// accounts ([`Auth::accounts`]) read before that lookup.
+    /// Its user, when its account was last looked for and found with the token's uid, and the
+    /// generation of the accounts ([`Auth::accounts`]) read before that lookup; `None` when it
+    /// was not found (looked for again on the next request).
     user: Option<(u64, User)>,
 }
 
@@ -127,12 +129,15 @@ impl Auth {
                 Identity::ServiceAccount(claims) => claims,
             },
         };
-        let account = store.get(SERVICE_ACCOUNTS, &claims.namespace, &claims.name)?;
-        let uid = account["metadata"]["uid"].as_str().unwrap_or_default();
-        if uid != claims.uid {
-            return None;
-        }
-        let user = User::service_account(&claims.namespace, &claims.name, uid);
+        let account = store.get(SERVICE_ACCOUNTS, &claims.namespace, &claims.name);
+        let uid = account
+            .as_ref()
+            .and_then(|a| a["metadata"]["uid"].as_str())
+            .unwrap_or_default();
+        // The token is remembered either way (its signature is not checked again); its user
+        // only while its account is there with its uid.
+        let user = (account.is_some() && uid == claims.uid)
+            .then(|| User::service_account(&claims.namespace, &claims.name, uid));
         let mut verified = self.verified.write();
         if verified.len() >= VERIFIED_REMEMBERED {
             verified.retain(|_, v| v.claims.expires > now);
@@ -140,11 +145,11 @@ impl Auth {
         if verified.len() < VERIFIED_REMEMBERED || verified.contains_key(token) {
             let entry = Verified {
                 claims,
-                user: Some((accounts, user.clone())),
+                user: user.clone().map(|user| (accounts, user)),
             };
             verified.insert(token.to_string(), entry);
         }
-        Some(user)
+        user
     }
 
     /// The policy in force (compiled again after any RBAC change).

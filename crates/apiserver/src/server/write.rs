@@ -165,27 +165,16 @@ pub(crate) async fn apply_update(
         .to_string();
     let resize = (rt.group.is_empty() && rt.plural == "persistentvolumeclaims" && !status_only)
         .then(|| allows_expansion(app, crate::claim_rules::claim_class(&incoming)));
-    let conflict = || {
-        ApiError::conflict(
-            &rt.group,
-            &rt.plural,
-            name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        )
-    };
-    let decide = |current: &Value, incoming: Value| {
-        let current_rv = current["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or("");
+    let Written { object: result, change, rv } = app.store.write_change(&rt.key(), &ns, name, |current, _| {
+        let Some(current) = current else { return Err(ApiError::not_found(&rt.group, &rt.plural, name)) };
+        let current_rv = current["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !wanted_rv.is_empty() && wanted_rv != current_rv {
-            return Err(conflict());
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name, "the object has been modified; please apply your changes to the latest version and try again"));
         }
         let mut next = merge_update(&rt, current, incoming, status_only)?;
         validate(&rt, &next, Some(current))?;
-        if let Some(allowed) = &resize
-            && let Some(why) = crate::claim_rules::refuse_resize(&next, current, |class| {
-                allowed.as_deref() == Some(class)
-            })
+        if let Some(allowed) = resize
+            && let Some(why) = crate::claim_rules::refuse_resize(&next, current, |class| allowed.as_deref() == Some(class))
         {
             return Err(ApiError::forbidden_object(&rt.group, &rt.plural, name, why));
         }
@@ -193,9 +182,7 @@ pub(crate) async fn apply_update(
             crate::apply::record_update(current, &mut next, manager, &api_version);
         }
         let deleting = !next["metadata"]["deletionTimestamp"].is_null();
-        let no_finalizers = next["metadata"]["finalizers"]
-            .as_array()
-            .is_none_or(Vec::is_empty);
+        let no_finalizers = next["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty);
         if deleting && no_finalizers {
             return Ok(Write2::Delete);
         }
@@ -203,27 +190,6 @@ pub(crate) async fn apply_update(
             return Ok(Write2::Keep);
         }
         Ok(Write2::Put(next))
-    };
-    // Decided ahead against the newest version, outside the store's lock (every write takes
-    // it); under the lock the decision stands if the object is still that version. If it is
-    // not, an update naming a resourceVersion conflicts either way (the version it named is
-    // not the current one); one without is decided again on a copy of the request.
-    let again = wanted_rv.is_empty().then(|| incoming.clone());
-    let seen = app.store.newest(&rt.key(), &ns, name);
-    let ahead = seen.as_ref().map(|seen| decide(seen, incoming));
-    let Written {
-        object: result,
-        change,
-        rv,
-    } = app.store.write_change(&rt.key(), &ns, name, |current, _| {
-        let Some(current) = current else {
-            return Err(ApiError::not_found(&rt.group, &rt.plural, name));
-        };
-        match (&seen, ahead, again) {
-            (Some(seen), Some(decided), _) if std::ptr::eq(&**seen, current) => decided,
-            (_, _, Some(incoming)) => decide(current, incoming),
-            (_, _, None) => Err(conflict()),
-        }
     })?;
     commit(app, &rt, rv).await?;
     let object = result.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;

@@ -19,8 +19,10 @@ pub(super) fn publish_weak(core: &Weak<Core>, rv: u64) {
     }
 }
 
-/// What publishing lets go of: the objects replaced or deleted and the changes that left the
-/// history. Dropped by the caller once the store's lock is released.
+/// What publishing lets go of: the objects replaced or deleted, the pending copies of those
+/// published, and the changes that left the history. Dropped by the caller once the store's
+/// lock is released (a popped change no watcher listens to, and the slots a feed overwrites,
+/// are still freed under it).
 #[derive(Default)]
 pub(super) struct Released {
     objects: Vec<Arc<Value>>,
@@ -54,7 +56,7 @@ pub(super) fn publish(core: &Core, inner: &mut Inner, durable: u64) -> Released 
             released.objects.extend(pending);
         }
         inner.visible_rv = change.rv;
-        if let Some(observer) = core.observer.get() {
+        for observer in core.observers.read().iter() {
             observer(&change);
         }
         core.visible.send_replace(change.rv);

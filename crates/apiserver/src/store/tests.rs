@@ -179,7 +179,9 @@ fn objects_too_deep_to_read_back_are_refused() {
 #[tokio::test]
 async fn an_old_version_is_freed_once_replaced_and_out_of_the_history() {
     let dir = tempfile::tempdir().unwrap();
-    // A history of two changes: the first version leaves it at the third write.
+    // A history of two changes: the first version is held by the first change and, as its
+    // `previous`, by the second, so it is freed when the second leaves, at the fourth write.
+    // (`wait_durable` returns after the log's report has published the write.)
     let limits = HistoryLimits {
         count: 2,
         bytes: 1 << 20,

@@ -1,0 +1,103 @@
+//! Tests of the object rules: status updates, graceful deletion, spec comparison.
+#![allow(clippy::unwrap_used)]
+use super::*;
+
+#[test]
+fn a_status_update_takes_only_the_status_from_the_request() {
+    let rt = crate::registry::Registry::default()
+        .find("", "v1", "persistentvolumeclaims")
+        .unwrap();
+    let current = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "labels": {"a": "1"},
+                     "resourceVersion": "5", "generation": 3},
+        "spec": {"volumeName": "pv-1"},
+        "status": {"phase": "Pending"},
+    });
+    let incoming = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u2", "labels": {"b": "2"},
+                     "resourceVersion": "5"},
+        "spec": {"volumeName": "pv-2"},
+        "status": {"phase": "Bound"},
+    });
+    let next = merge_update(&rt, &current, incoming.clone(), true).unwrap();
+    assert_eq!(next["status"], json!({"phase": "Bound"}));
+    assert_eq!(
+        next["spec"]["volumeName"], "pv-1",
+        "the spec is the stored one"
+    );
+    assert_eq!(next["metadata"]["labels"], json!({"a": "1"}));
+    assert_eq!(next["metadata"]["uid"], "u1");
+    assert_eq!(next["metadata"]["generation"], 3);
+    // A request without a status empties it.
+    let mut bare = incoming;
+    bare.as_object_mut().unwrap().remove("status");
+    let next = merge_update(&rt, &current, bare, true).unwrap();
+    assert!(next["status"].is_null(), "{next}");
+    assert_eq!(next["spec"]["volumeName"], "pv-1");
+}
+
+#[test]
+fn only_what_is_outside_metadata_and_status_counts_as_the_spec() {
+    let base = json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"p": "A"}});
+    let cases = [
+        (json!({"metadata": {"name": "b"}, "spec": {"x": 1}}), true),
+        (json!({"spec": {"x": 1}, "status": {"p": "B"}}), true),
+        (json!({"metadata": {"name": "a"}, "spec": {"x": 2}}), false),
+        (json!({"spec": {"x": 1}, "data": {}}), false),
+        (json!({"metadata": {}}), false),
+        (json!("not an object"), false),
+    ];
+    for (other, same) in cases {
+        let same_spec = |a, b| same_apart_from(a, b, &["metadata", "status"]);
+        assert_eq!(same_spec(&base, &other), same, "{other}");
+        assert_eq!(same_spec(&other, &base), same, "{other}");
+    }
+}
+
+#[test]
+fn subdomains_have_no_limit_per_part_but_labels_do() {
+    let long = format!("csi-{}", "a".repeat(64));
+    assert!(is_dns_subdomain(&long) && !is_dns_label(&long));
+    assert!(is_dns_subdomain("a.b-c.d") && !is_dns_subdomain("a..b") && !is_dns_subdomain("-a"));
+    assert!(!is_dns_subdomain(&"a".repeat(254)) && !is_dns_subdomain("A"));
+}
+
+#[test]
+fn timestamps_round_trip() {
+    assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(1_700_000_000));
+    assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+}
+
+#[test]
+fn assigned_running_pods_are_deleted_gracefully_and_only_ever_sooner() {
+    let pod = |node: &str, phase: &str, term: Option<i64>| json!({"metadata": {"name": "p"}, "spec": {"nodeName": node, "terminationGracePeriodSeconds": term}, "status": {"phase": phase}});
+    let cases = [
+        (pod("", "Pending", None), None, 0),
+        (pod("n1", "Running", None), None, 30),
+        (pod("n1", "Running", Some(5)), None, 5),
+        (pod("n1", "Running", Some(5)), Some(0), 0),
+        (pod("n1", "Running", None), Some(12), 12),
+        (pod("n1", "Succeeded", None), None, 0),
+        (pod("n1", "Failed", None), Some(10), 0),
+        (pod("n1", "Running", None), Some(-3), 0),
+    ];
+    for (p, requested, want) in cases {
+        assert_eq!(pod_grace_seconds(&p, requested), want, "{p} {requested:?}");
+    }
+    let first = graceful_deletion(&pod("n1", "Running", None), 30).unwrap();
+    assert_eq!(first["metadata"]["deletionGracePeriodSeconds"], json!(30));
+    let at = parse_rfc3339(first["metadata"]["deletionTimestamp"].as_str().unwrap()).unwrap();
+    let now = parse_rfc3339(&now_rfc3339()).unwrap();
+    assert!(at >= now + 29 && at <= now + 31, "now + grace");
+    assert!(
+        graceful_deletion(&first, 30).is_none(),
+        "the same grace: no change"
+    );
+    assert!(graceful_deletion(&first, 60).is_none(), "never later");
+    let sooner = graceful_deletion(&first, 1).unwrap();
+    assert_eq!(sooner["metadata"]["deletionGracePeriodSeconds"], json!(1));
+}
