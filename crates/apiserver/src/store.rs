@@ -291,6 +291,19 @@ impl Store {
             .map(|reason| reason.to_string())
     }
 
+    /// The newest version of one object, written but perhaps not yet durable: the version
+    /// [`Store::write_change`] would decide on now. A read-modify-write (a patch) starts from it,
+    /// so its resourceVersion is the one the write checks; [`Store::get`] may still give the
+    /// version before, until the newest is on disk.
+    pub fn newest(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let key = object_key(resource, namespace, name);
+        let inner = self.core.inner.lock();
+        match inner.overlay.get(&key) {
+            Some((_, object)) => object.clone(),
+            None => inner.objects.get(&key).cloned(),
+        }
+    }
+
     /// One object.
     pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.core

@@ -183,8 +183,9 @@ pub(crate) async fn server_side_apply(
     let force = query.flag("force");
     let api_version = t.rt.api_version();
     let ns = t.namespace.clone().unwrap_or_default();
-    for _ in 0..5 {
-        let Some(live) = app.store.get(&t.rt.key(), &ns, name) else {
+    // Applied to the newest version, durable or not (the one the write checks).
+    for _ in 0..crate::server::PATCH_TRIES {
+        let Some(live) = app.store.newest(&t.rt.key(), &ns, name) else {
             // Applying to a subresource of a missing object creates nothing: 404, as
             // kube-apiserver answers.
             if t.subresource.is_some() {

@@ -50,7 +50,7 @@ pub(crate) use routing::{Query, Target};
 use routing::{Route, route, verb_of};
 use token::token_request;
 pub(crate) use token::token_request as token_request_for;
-pub(crate) use write::{apply_update, create_object};
+pub(crate) use write::{PATCH_TRIES, apply_update, create_object};
 use write::{commit, create, patch, refresh_crds, update};
 
 /// Largest accepted body (kube-apiserver's default is 3 MiB).

@@ -99,8 +99,12 @@ pub(crate) async fn scale(
         subresource: None,
         ..t.clone()
     };
-    for _ in 0..5 {
-        let current = get()?;
+    // Changed from the newest version, durable or not (the one the write checks).
+    for _ in 0..super::write::PATCH_TRIES {
+        let current = app
+            .store
+            .newest(&t.rt.key(), &ns, name)
+            .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
         let before = scale_of(paths, &current);
         let wanted = match kind {
             None => request.clone(),

@@ -245,6 +245,10 @@ pub(crate) fn patched_is_an_object(t: &Target, name: &str, next: &Value) -> Resu
     ))
 }
 
+/// Reads and writes a patch (an apply, a scale) without a resourceVersion tries before
+/// answering 409 (each try loses only to a write that came between its read and its write).
+pub(crate) const PATCH_TRIES: usize = 16;
+
 pub(crate) async fn patch(
     app: &Shared,
     t: &Target,
@@ -264,14 +268,15 @@ pub(crate) async fn patch(
     }
     let ns = t.namespace.clone().unwrap_or_default();
     // A patch that names a resourceVersion is a precondition; otherwise the patch applies to
-    // what was just read, and a concurrent change makes it read again and retry.
+    // the newest version (durable or not: the one the write checks against), and a concurrent
+    // change makes it read again and retry.
     let patched_rv = patch_value["metadata"]["resourceVersion"]
         .as_str()
         .map(str::to_string);
-    for _ in 0..5 {
+    for _ in 0..PATCH_TRIES {
         let current = app
             .store
-            .get(&t.rt.key(), &ns, name)
+            .newest(&t.rt.key(), &ns, name)
             .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
         let mut next = patch::apply(kind, &current, &patch_value).map_err(|e| match e {
             PatchError::Parse(message) => ApiError::bad_request(message),
