@@ -773,6 +773,27 @@ async fn a_pod_is_bound_to_a_node_once_through_its_binding_subresource() {
     assert!(matches!(empty, Err(kube::Error::Api(s)) if s.code == 422));
 }
 
+/// Runs `each(0)`, ..., `each(n - 1)` as tasks at once and waits for all (a panic in one fails
+/// the test).
+async fn all_at_once<F, Fut>(n: usize, each: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let tasks = (0..n).map(|w| tokio::spawn(each(w)));
+    for task in futures::future::join_all(tasks).await {
+        task.unwrap();
+    }
+}
+
+/// That `data` holds `value` under each of `<prefix>0` to `<prefix>{n-1}`.
+fn assert_every_key(data: &BTreeMap<String, String>, prefix: &str, n: usize, value: &str) {
+    for w in 0..n {
+        let key = format!("{prefix}{w}");
+        assert_eq!(data.get(&key).map(String::as_str), Some(value), "{data:?}");
+    }
+}
+
 /// Concurrent updates: those that name no resourceVersion all succeed, each on the version
 /// it replaces; of those that name the same one, one wins and the others get a conflict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -780,19 +801,17 @@ async fn concurrent_updates_with_and_without_resource_versions() {
     let (_server, client, _stop) = start(None).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     api.create(&PostParams::default(), &cm("u")).await.unwrap();
-    let writers = (0..16).map(|w| {
+    all_at_once(16, |w| {
         let api = api.clone();
-        tokio::spawn(async move {
+        async move {
             for i in 0..10 {
                 let mut c = cm("u");
                 c.data = Some(BTreeMap::from([("k".to_string(), format!("{w}-{i}"))]));
                 api.replace("u", &PostParams::default(), &c).await.unwrap();
             }
-        })
-    });
-    for writer in futures::future::join_all(writers).await {
-        writer.unwrap();
-    }
+        }
+    })
+    .await;
     // With resourceVersions: of two updates from one version, one wins.
     let read = api.get("u").await.unwrap();
     let tries = (0..8).map(|w| {
@@ -829,32 +848,23 @@ async fn concurrent_patches_without_a_resource_version_all_apply() {
     let (_server, client, _stop) = start(Some(dir.path().to_path_buf())).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     api.create(&PostParams::default(), &cm("p")).await.unwrap();
-    let writers = (0..16).map(|w| {
+    all_at_once(16, |w| {
         let api = api.clone();
-        tokio::spawn(async move {
+        async move {
             for i in 0..10 {
                 let patch = json!({"data": {format!("k{w}"): format!("{i}")}});
                 api.patch("p", &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .unwrap();
             }
-        })
-    });
-    for writer in futures::future::join_all(writers).await {
-        writer.unwrap();
-    }
-    let data = api.get("p").await.unwrap().data.unwrap();
-    for w in 0..16 {
-        assert_eq!(
-            data.get(&format!("k{w}")).map(String::as_str),
-            Some("9"),
-            "{data:?}"
-        );
-    }
+        }
+    })
+    .await;
+    assert_every_key(&api.get("p").await.unwrap().data.unwrap(), "k", 16, "9");
     // Server-side applies by as many field managers, each of its own key, the same.
-    let appliers = (0..16).map(|w| {
+    all_at_once(16, |w| {
         let api = api.clone();
-        tokio::spawn(async move {
+        async move {
             for i in 0..5 {
                 let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "p"}, "data": {format!("a{w}"): format!("{i}")}});
@@ -863,17 +873,8 @@ async fn concurrent_patches_without_a_resource_version_all_apply() {
                     .await
                     .unwrap();
             }
-        })
-    });
-    for applier in futures::future::join_all(appliers).await {
-        applier.unwrap();
-    }
-    let data = api.get("p").await.unwrap().data.unwrap();
-    for w in 0..16 {
-        assert_eq!(
-            data.get(&format!("a{w}")).map(String::as_str),
-            Some("4"),
-            "{data:?}"
-        );
-    }
+        }
+    })
+    .await;
+    assert_every_key(&api.get("p").await.unwrap().data.unwrap(), "a", 16, "4");
 }
