@@ -136,6 +136,15 @@ struct Inner {
 }
 
 impl Inner {
+    /// The newest version of the object at `key` (its pending write's, else the visible one)
+    /// and the resourceVersion of that pending write (0 when none is pending).
+    fn newest(&self, key: &str) -> (Option<Arc<Value>>, u64) {
+        match self.overlay.get(key) {
+            Some((rv, object)) => (object.clone(), *rv),
+            None => (self.objects.get(key).cloned(), 0),
+        }
+    }
+
     /// A subscription to the changes of `resource` (made under the store's lock, so none is
     /// missed between a snapshot or history and the feed).
     fn subscribe(&mut self, resource: &str, capacity: usize) -> broadcast::Receiver<Arc<Change>> {
@@ -297,11 +306,7 @@ impl Store {
     /// version before, until the newest is on disk.
     pub fn newest(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
         let key = object_key(resource, namespace, name);
-        let inner = self.core.inner.lock();
-        match inner.overlay.get(&key) {
-            Some((_, object)) => object.clone(),
-            None => inner.objects.get(&key).cloned(),
-        }
+        self.core.inner.lock().newest(&key).0
     }
 
     /// One object.
@@ -399,10 +404,7 @@ impl Store {
         }
         let key = object_key(resource, namespace, name);
         let mut inner = self.core.inner.lock();
-        let (current, pending_rv) = match inner.overlay.get(&key) {
-            Some((rv, object)) => (object.clone(), *rv),
-            None => (inner.objects.get(&key).cloned(), 0),
-        };
+        let (current, pending_rv) = inner.newest(&key);
         let next_rv = inner.next_rv + 1;
         let decision = decide(current.as_deref(), next_rv)?;
         let (kind, object, stored) = match decision {
