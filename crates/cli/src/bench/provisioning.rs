@@ -71,7 +71,10 @@ pub(super) async fn scenario_run(
 ) -> anyhow::Result<Report> {
     let dir = tempfile::tempdir()?;
     let mut options = stack_options(dir.path());
-    options.separate_lanes = Some(2);
+    // One thread a lane: with two each (and the benchmark's own two) eight runtime threads
+    // woke one another across runtimes on the 2 cores; the in-process controllers used about
+    // a sixth less CPU for the same storm with one (docs/bench, 2026-11-27).
+    options.separate_lanes = Some(1);
     let stack = Stack::start(options).await?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");
     let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());

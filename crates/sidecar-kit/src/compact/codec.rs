@@ -184,10 +184,48 @@ fn token(index: usize) -> u8 {
     u8::try_from(index + 1).unwrap_or(u8::MAX)
 }
 
+/// The dictionary's entries by their second byte (every entry starts with `"` or `{`, so the
+/// byte after it tells them apart), longest first: a place starting with `"` is checked
+/// against the two to eight entries that can start there, not all thirty.
+static BY_SECOND_BYTE: std::sync::LazyLock<[Vec<u8>; 256]> = std::sync::LazyLock::new(|| {
+    let mut table: [Vec<u8>; 256] = std::array::from_fn(|_| Vec::new());
+    let mut order: Vec<usize> = (0..DICTIONARY.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(DICTIONARY[i].len()));
+    for index in order {
+        if let (Some(&second), Ok(index)) =
+            (DICTIONARY[index].as_bytes().get(1), u8::try_from(index))
+        {
+            table[usize::from(second)].push(index);
+        }
+    }
+    table
+});
+
+/// The longest dictionary entry `rest` starts with: its index and length.
+fn entry_at(rest: &[u8]) -> Option<(usize, usize)> {
+    if !matches!(rest.first(), Some(b'"' | b'{')) {
+        return None;
+    }
+    let candidates = &BY_SECOND_BYTE[usize::from(*rest.get(1)?)];
+    candidates.iter().find_map(|&index| {
+        let index = usize::from(index);
+        let entry = DICTIONARY[index].as_bytes();
+        rest.starts_with(entry).then_some((index, entry.len()))
+    })
+}
+
 /// Replaces dictionary entries in `json` (longest first where several start at one place)
 /// and `words`, and packs lowercase UUIDs.
+#[cfg(test)]
 pub fn shorten(json: &[u8], words: &Words) -> Vec<u8> {
-    let mut out = Vec::with_capacity(json.len() / 2);
+    let mut out = Vec::new();
+    shorten_into(json, words, &mut out);
+    out
+}
+
+/// [`shorten`], appending to `out` (a buffer the caller keeps from one object to the next).
+pub fn shorten_into(json: &[u8], words: &Words, out: &mut Vec<u8>) {
+    out.reserve(json.len() / 2);
     let mut at = 0;
     while let Some(&byte) = json.get(at) {
         let rest = &json[at..];
@@ -197,18 +235,9 @@ pub fn shorten(json: &[u8], words: &Words) -> Vec<u8> {
             at += UUID_TEXT;
             continue;
         }
-        let best = if byte == b'"' || byte == b'{' {
-            DICTIONARY
-                .iter()
-                .enumerate()
-                .filter(|(_, entry)| rest.starts_with(entry.as_bytes()))
-                .max_by_key(|(_, entry)| entry.len())
-        } else {
-            None
-        };
-        if let Some((index, entry)) = best {
+        if let Some((index, length)) = entry_at(rest) {
             out.push(token(index));
-            at += entry.len();
+            at += length;
         } else if let Some((index, length)) = words.find(rest) {
             out.extend_from_slice(&[WORD, index]);
             at += length;
@@ -217,13 +246,19 @@ pub fn shorten(json: &[u8], words: &Words) -> Vec<u8> {
             at += 1;
         }
     }
-    out.shrink_to_fit();
-    out
 }
 
 /// The JSON [`shorten`] was given (with the same `words`).
+#[cfg(test)]
 pub fn expand(short: &[u8], words: &Words) -> Result<Vec<u8>, CodecError> {
-    let mut out = Vec::with_capacity(short.len() * 3);
+    let mut out = Vec::new();
+    expand_into(short, words, &mut out)?;
+    Ok(out)
+}
+
+/// [`expand`], appending to `out` (a buffer the caller keeps from one object to the next).
+pub fn expand_into(short: &[u8], words: &Words, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    out.reserve(short.len() * 3);
     let mut offset = 0;
     while let Some(&byte) = short.get(offset) {
         if byte >= 0x20 {
@@ -235,7 +270,7 @@ pub fn expand(short: &[u8], words: &Words) -> Result<Vec<u8>, CodecError> {
             let packed = short
                 .get(offset + 1..offset + 17)
                 .ok_or(CodecError::TruncatedUuid { offset })?;
-            unpack_uuid(packed, &mut out);
+            unpack_uuid(packed, out);
             offset += 17;
             continue;
         }
@@ -255,7 +290,7 @@ pub fn expand(short: &[u8], words: &Words) -> Result<Vec<u8>, CodecError> {
         out.extend_from_slice(entry.as_bytes());
         offset += 1;
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -301,6 +336,28 @@ mod tests {
         }
         let claim = shorten(cases[0].as_bytes(), &NONE);
         assert!(claim.len() * 2 < cases[0].len(), "{} bytes", claim.len());
+    }
+
+    #[test]
+    fn the_entry_found_is_the_longest_the_text_starts_with() {
+        let every_entry = |rest: &[u8]| {
+            DICTIONARY
+                .iter()
+                .enumerate()
+                .filter(|(_, entry)| rest.starts_with(entry.as_bytes()))
+                .max_by_key(|(_, entry)| entry.len())
+                .map(|(index, entry)| (index, entry.len()))
+        };
+        for entry in DICTIONARY {
+            for tail in ["", "x", "\"", "{\"a\":1}", "\"storage\":\"1Gi\""] {
+                let text = format!("{entry}{tail}");
+                for cut in 0..=text.len() {
+                    let rest = &text.as_bytes()[..cut];
+                    assert_eq!(entry_at(rest), every_entry(rest), "{:?}", &text[..cut]);
+                }
+            }
+        }
+        assert_eq!(entry_at(b"x\"name\":\""), None);
     }
 
     #[test]

@@ -19,13 +19,25 @@ const LENGTH: usize = 2;
 impl Entry {
     /// The entry of `key` holding `body`; `None` if the key is longer than 65,535 bytes
     /// (Kubernetes names and namespaces are far shorter).
+    #[cfg(test)]
     pub(super) fn new(key: &str, body: &[u8]) -> Option<Entry> {
+        Entry::build(key, &mut Vec::new(), |out| out.extend_from_slice(body))
+    }
+
+    /// The entry of `key` holding what `body` appends: written into `scratch` (a buffer the
+    /// caller keeps; emptied first) and copied once into the entry's own allocation. `None`
+    /// if the key is longer than 65,535 bytes.
+    pub(super) fn build(
+        key: &str,
+        scratch: &mut Vec<u8>,
+        body: impl FnOnce(&mut Vec<u8>),
+    ) -> Option<Entry> {
         let length = u16::try_from(key.len()).ok()?;
-        let mut bytes = Vec::with_capacity(LENGTH + key.len() + body.len());
-        bytes.extend_from_slice(&length.to_le_bytes());
-        bytes.extend_from_slice(key.as_bytes());
-        bytes.extend_from_slice(body);
-        Some(Entry(bytes.into()))
+        scratch.clear();
+        scratch.extend_from_slice(&length.to_le_bytes());
+        scratch.extend_from_slice(key.as_bytes());
+        body(scratch);
+        Some(Entry(Arc::from(&scratch[..])))
     }
 
     fn key_length(&self) -> usize {
