@@ -214,8 +214,7 @@ fn entry_at(rest: &[u8]) -> Option<(usize, usize)> {
     })
 }
 
-/// Replaces dictionary entries in `json` (longest first where several start at one place)
-/// and `words`, and packs lowercase UUIDs.
+/// [`shorten_into`] a new buffer.
 #[cfg(test)]
 pub fn shorten(json: &[u8], words: &Words) -> Vec<u8> {
     let mut out = Vec::new();
@@ -223,7 +222,9 @@ pub fn shorten(json: &[u8], words: &Words) -> Vec<u8> {
     out
 }
 
-/// [`shorten`], appending to `out` (a buffer the caller keeps from one object to the next).
+/// Appends `json` to `out` (a buffer the caller keeps from one object to the next) with
+/// dictionary entries (longest first where several start at one place) and `words` replaced
+/// by their tokens and lowercase UUIDs packed.
 pub fn shorten_into(json: &[u8], words: &Words, out: &mut Vec<u8>) {
     out.reserve(json.len() / 2);
     let mut at = 0;
@@ -248,7 +249,7 @@ pub fn shorten_into(json: &[u8], words: &Words, out: &mut Vec<u8>) {
     }
 }
 
-/// The JSON [`shorten`] was given (with the same `words`).
+/// [`expand_into`] a new buffer.
 #[cfg(test)]
 pub fn expand(short: &[u8], words: &Words) -> Result<Vec<u8>, CodecError> {
     let mut out = Vec::new();
@@ -256,7 +257,8 @@ pub fn expand(short: &[u8], words: &Words) -> Result<Vec<u8>, CodecError> {
     Ok(out)
 }
 
-/// [`expand`], appending to `out` (a buffer the caller keeps from one object to the next).
+/// Appends to `out` (a buffer the caller keeps from one object to the next) the JSON
+/// [`shorten_into`] was given (with the same `words`).
 pub fn expand_into(short: &[u8], words: &Words, out: &mut Vec<u8>) -> Result<(), CodecError> {
     out.reserve(short.len() * 3);
     let mut offset = 0;

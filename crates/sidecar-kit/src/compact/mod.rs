@@ -373,6 +373,43 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_object_reads_back_and_its_buffers_are_not_kept() {
+        let mut big = claim("a", "big", "fast");
+        big.metadata.annotations = Some([("note".to_string(), "x".repeat(200_000))].into());
+        let (store, mut writer) = CompactStore::<PersistentVolumeClaim>::new();
+        writer.apply(&watcher::Event::Apply(big.clone()));
+        let key = ObjectRef::new("big").within("a");
+        assert_eq!(store.get(&key).as_deref(), Some(&big));
+        let kept = BUFFERS.with(|b| {
+            let b = b.borrow();
+            (b.0.capacity(), b.1.capacity())
+        });
+        // Smaller than the object: what held it was let go.
+        assert!(kept.0 < 200_000 && kept.1 < 200_000, "{kept:?}");
+        // A small object afterwards still reads back from the same thread's buffers.
+        writer.apply(&watcher::Event::Apply(claim("a", "small", "slow")));
+        let small = store.get(&ObjectRef::new("small").within("a"));
+        assert_eq!(small.as_deref(), Some(&claim("a", "small", "slow")));
+    }
+
+    #[test]
+    fn buffers_in_use_are_not_shared_with_a_nested_call() {
+        let outer = with_buffers(|first, second| {
+            first.extend_from_slice(b"outer");
+            second.extend_from_slice(b"held");
+            let inner = with_buffers(|f, s| {
+                let empty = f.is_empty() && s.is_empty();
+                f.extend_from_slice(b"inner");
+                empty
+            });
+            (inner, first.clone(), second.clone())
+        });
+        assert_eq!(outer, (true, b"outer".to_vec(), b"held".to_vec()));
+        // Emptied for the next caller.
+        assert!(with_buffers(|f, s| f.is_empty() && s.is_empty()));
+    }
+
+    #[test]
     fn a_stores_words_shorten_what_it_holds_and_read_back_the_same() {
         let driver = "hostpath.csi.volstack.dev";
         let mut pv = PersistentVolume::default();
