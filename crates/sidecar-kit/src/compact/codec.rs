@@ -12,8 +12,8 @@
 /// Why cached bytes could not be expanded (a bug of ours: they are our own encoding).
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
-    /// A byte below 0x20 that names no dictionary entry (none while the dictionary has 31
-    /// entries and 0x00 is the UUID token).
+    /// A byte below 0x20 that names no dictionary entry (none while the dictionary has 30
+    /// entries, 0x00 is the UUID token and 0x1F the word token).
     #[error("byte {byte:#04x} at offset {offset} names no dictionary entry")]
     UnknownToken {
         /// The byte.
@@ -142,7 +142,7 @@ fn unpack_uuid(packed: &[u8], out: &mut Vec<u8>) {
     }
 }
 
-/// What bytes 0x01 to 0x1F stand for, in that order: what serde_json writes for the fields of
+/// What bytes 0x01 to 0x1E stand for, in that order: what serde_json writes for the fields of
 /// `k8s-openapi` claims and volumes that every one of them has, and the annotations and
 /// finalizers Kubernetes and the provisioner put on them.
 const DICTIONARY: [&str; 30] = [
@@ -184,9 +184,9 @@ fn token(index: usize) -> u8 {
     u8::try_from(index + 1).unwrap_or(u8::MAX)
 }
 
-/// The dictionary's entries by their second byte (every entry starts with `"` or `{`, so the
-/// byte after it tells them apart), longest first: a place starting with `"` is checked
-/// against the two to eight entries that can start there, not all thirty.
+/// The dictionary's entries grouped by their second byte (every entry starts with `"` or `{`),
+/// longest first: a place starting with `"` is checked against the one to seven entries whose
+/// second byte is the next one, not all thirty.
 static BY_SECOND_BYTE: std::sync::LazyLock<[Vec<u8>; 256]> = std::sync::LazyLock::new(|| {
     let mut table: [Vec<u8>; 256] = std::array::from_fn(|_| Vec::new());
     let mut order: Vec<usize> = (0..DICTIONARY.len()).collect();
@@ -359,7 +359,10 @@ mod tests {
                 }
             }
         }
-        assert_eq!(entry_at(b"x\"name\":\""), None);
+        // A first byte no entry starts with, or one that leads into the wrong group.
+        for text in [&b"x\"name\":\""[..], b"{name\":\"", b"\"\"", b"{", b"\""] {
+            assert_eq!(entry_at(text), None, "{:?}", String::from_utf8_lossy(text));
+        }
     }
 
     #[test]

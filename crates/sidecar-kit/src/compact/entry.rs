@@ -117,6 +117,15 @@ mod tests {
     }
 
     #[test]
+    fn a_scratch_buffer_holding_bytes_is_emptied_first() {
+        let mut scratch = b"left over from the last object".to_vec();
+        let entry = Entry::build("ns/c", &mut scratch, |out| out.extend_from_slice(b"{}"))
+            .expect("short key");
+        assert_eq!((entry.key(), entry.body()), (&b"ns/c"[..], &b"{}"[..]));
+        assert_eq!(entry.size(), 2 + 4 + 2);
+    }
+
+    #[test]
     fn a_key_too_long_for_its_length_is_refused() {
         assert!(Entry::new(&"k".repeat(65_536), b"{}").is_none());
         assert!(Entry::new(&"k".repeat(65_535), b"{}").is_some());

@@ -189,8 +189,8 @@ thread_local! {
     };
 }
 
-/// A buffer of [`BUFFERS`] holding this much after use is let go instead of kept (one huge
-/// object does not pin its size for good).
+/// A buffer of [`BUFFERS`] holding more than this after use is let go instead of kept (one
+/// huge object does not pin its size for good).
 const KEPT_BUFFER: usize = 64 * 1024;
 
 /// Runs `f` with this thread's two buffers, emptied (fresh ones if they are in use).
