@@ -42,10 +42,11 @@ pub fn key_of<K: Resource>(object: &K) -> String {
 }
 
 impl<K: Resource> Assumed<K> {
-    /// Remembers what a write returned.
-    pub fn assume(&self, written: K) {
-        let key = key_of(&written);
-        self.written.lock().insert(key, Arc::new(written));
+    /// Remembers what a write returned (an `Arc` the caller keeps is shared, not copied).
+    pub fn assume(&self, written: impl Into<Arc<K>>) {
+        let written = written.into();
+        let key = key_of(written.as_ref());
+        self.written.lock().insert(key, written);
     }
 
     /// The newer of `cached` and the object written under `key`: the written one while the

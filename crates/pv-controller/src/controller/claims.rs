@@ -221,15 +221,20 @@ impl PvController {
             self.put_volume(&marked, Part::Status, "mark the volume Bound")
                 .await?;
         }
-        let mut claim = claim.clone();
-        if let Some(bound) = claim_bound_to(&claim, &pv_name) {
-            claim = self
-                .put_claim(&bound, Part::Whole, "bind the claim")
-                .await?;
-        }
-        if let Some(status) = bound_status(&claim, pv) {
-            claim.status = Some(status);
-            self.put_claim(&claim, Part::Status, "mark the claim Bound")
+        let bound_claim;
+        let claim = match claim_bound_to(claim, &pv_name) {
+            Some(bound) => {
+                bound_claim = self
+                    .put_claim(&bound, Part::Whole, "bind the claim")
+                    .await?;
+                &*bound_claim
+            }
+            None => claim,
+        };
+        if let Some(status) = bound_status(claim, pv) {
+            let mut marked = claim.clone();
+            marked.status = Some(status);
+            self.put_claim(&marked, Part::Status, "mark the claim Bound")
                 .await?;
             tracing::info!(volume = %pv_name, "claim bound");
         }

@@ -321,13 +321,13 @@ impl PvController {
     }
 
     /// Remembers a claim this controller wrote.
-    fn wrote_claim(&self, claim: &PersistentVolumeClaim) {
-        self.assumed_claims.assume(claim.clone());
+    fn wrote_claim(&self, claim: Arc<PersistentVolumeClaim>) {
+        self.assumed_claims.assume(claim);
     }
 
     /// Remembers a volume this controller wrote.
-    fn wrote_volume(&self, pv: &PersistentVolume) {
-        self.assumed_volumes.assume(pv.clone());
+    fn wrote_volume(&self, pv: Arc<PersistentVolume>) {
+        self.assumed_volumes.assume(pv);
     }
 
     /// kube-controller-manager's `pv_collector_*` gauges, counted from this controller's caches.
@@ -438,11 +438,11 @@ impl PvController {
         updated: &PersistentVolumeClaim,
         part: Part,
         action: &'static str,
-    ) -> Result<PersistentVolumeClaim, SyncError> {
+    ) -> Result<Arc<PersistentVolumeClaim>, SyncError> {
         let ns = updated.metadata.namespace.as_deref().unwrap_or_default();
         let api = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns);
-        let written = put(&api, updated, part).await.map_err(write_err(action))?;
-        self.wrote_claim(&written);
+        let written = Arc::new(put(&api, updated, part).await.map_err(write_err(action))?);
+        self.wrote_claim(written.clone());
         Ok(written)
     }
 
@@ -452,10 +452,10 @@ impl PvController {
         updated: &PersistentVolume,
         part: Part,
         action: &'static str,
-    ) -> Result<PersistentVolume, SyncError> {
+    ) -> Result<Arc<PersistentVolume>, SyncError> {
         let api = Api::<PersistentVolume>::all(self.client.clone());
-        let written = put(&api, updated, part).await.map_err(write_err(action))?;
-        self.wrote_volume(&written);
+        let written = Arc::new(put(&api, updated, part).await.map_err(write_err(action))?);
+        self.wrote_volume(written.clone());
         Ok(written)
     }
 }
