@@ -71,10 +71,9 @@ pub(super) async fn scenario_run(
 ) -> anyhow::Result<Report> {
     let dir = tempfile::tempdir()?;
     let mut options = stack_options(dir.path());
-    // One thread a lane: with two each (and the benchmark's own two) eight runtime threads
-    // woke one another across runtimes on the 2 cores; the in-process controllers used about
-    // a sixth less CPU for the same storm with one (docs/bench, 2026-11-27).
-    options.separate_lanes = Some(1);
+    // Two threads for the API server, one for the driver and one for the controllers
+    // (`Lanes::separate`; docs/bench, 2026-11-27).
+    options.separate_lanes = Some(2);
     let stack = Stack::start(options).await?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(stack.client.clone(), "default");
     let pvs: Api<PersistentVolume> = Api::all(stack.client.clone());

@@ -58,7 +58,8 @@ pub struct StackOptions {
     /// The User-Agent of the stack's own client.
     pub user_agent: &'static str,
     /// Whether the API server, the driver and the controllers each run on a runtime of their
-    /// own (threads named after them, so their CPU can be told apart), with this many threads.
+    /// own (threads named after them, so their CPU can be told apart): the API server's with
+    /// this many threads, the others with one ([`Lanes::separate`]).
     pub separate_lanes: Option<usize>,
     /// A CSI driver someone else runs, in place of the reference driver (`driver_args` and
     /// `extra_nodes` are then not used).
