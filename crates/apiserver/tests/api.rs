@@ -773,17 +773,20 @@ async fn a_pod_is_bound_to_a_node_once_through_its_binding_subresource() {
     assert!(matches!(empty, Err(kube::Error::Api(s)) if s.code == 422));
 }
 
-/// Runs `each(0)`, ..., `each(n - 1)` as tasks at once and waits for all (a panic in one fails
-/// the test).
-async fn all_at_once<F, Fut>(n: usize, each: F)
+/// Runs `each(0)`, ..., `each(n - 1)` as tasks at once and waits for all; their outputs in
+/// that order (a panic in one fails the test).
+async fn all_at_once<F, Fut>(n: usize, each: F) -> Vec<Fut::Output>
 where
     F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    Fut: std::future::Future + Send + 'static,
+    Fut::Output: Send + 'static,
 {
     let tasks = (0..n).map(|w| tokio::spawn(each(w)));
-    for task in futures::future::join_all(tasks).await {
-        task.unwrap();
-    }
+    futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
 }
 
 /// That `data` holds `value` under each of `<prefix>0` to `<prefix>{n-1}`.
@@ -814,16 +817,12 @@ async fn concurrent_updates_with_and_without_resource_versions() {
     .await;
     // With resourceVersions: of two updates from one version, one wins.
     let read = api.get("u").await.unwrap();
-    let tries = (0..8).map(|w| {
+    let results = all_at_once(8, |w| {
         let (api, mut c) = (api.clone(), read.clone());
         c.data = Some(BTreeMap::from([("k".to_string(), format!("rv-{w}"))]));
-        tokio::spawn(async move { api.replace("u", &PostParams::default(), &c).await })
-    });
-    let results: Vec<_> = futures::future::join_all(tries)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+        async move { api.replace("u", &PostParams::default(), &c).await }
+    })
+    .await;
     let won = results.iter().filter(|r| r.is_ok()).count();
     assert_eq!(won, 1, "{results:?}");
     assert!(

@@ -100,7 +100,7 @@ pub(crate) async fn scale(
         ..t.clone()
     };
     // Changed from the newest version, durable or not (the one the write checks).
-    for _ in 0..super::write::PATCH_TRIES {
+    for _ in 0..super::PATCH_TRIES {
         let current = app
             .store
             .newest(&t.rt.key(), &ns, name)
