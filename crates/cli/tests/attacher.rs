@@ -365,8 +365,8 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
     let env = Env::start(
         &[
             "--enable-attach",
-            "--require-secret=ControllerPublishVolume:token=abc",
-            "--require-secret=ControllerUnpublishVolume:token=abc",
+            "--require-secret=ControllerPublishVolume:token=s3cret-publish-token",
+            "--require-secret=ControllerUnpublishVolume:token=s3cret-publish-token",
         ],
         &[],
     )
@@ -407,14 +407,18 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
         !error.to_string().contains("wrong"),
         "secret values never appear: {error}"
     );
-    let fix = json!({"stringData": {"token": "abc"}});
+    // Long enough not to turn up by chance in a log of UIDs and hashes, as "abc" can.
+    let fix = json!({"stringData": {"token": "s3cret-publish-token"}});
     secrets
         .patch("publish", &PatchParams::default(), &Patch::Merge(&fix))
         .await
         .unwrap();
     env.wait_attached("va-s").await;
     assert!(env.published().await.contains_key(&id));
-    assert!(!env.log().contains("abc"), "secret values are never logged");
+    assert!(
+        !env.log().contains("s3cret-publish-token"),
+        "secret values are never logged"
+    );
 
     // An injected error on detach: detachError, then a retry once it is gone.
     env.faults("ControllerUnpublishVolume=error:UNAVAILABLE\n");
