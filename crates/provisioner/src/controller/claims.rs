@@ -25,8 +25,8 @@ use super::node_deployment::Gate;
 use super::recovery;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
-    ANN_SELECTED_NODE, ClaimDecision, InFlightFate, decide_claim, in_flight_fate, selected_node,
-    waits_for_node,
+    ANN_SELECTED_NODE, ClaimDecision, InFlightFate, decide_claim, in_flight_fate,
+    provisioning_message, selected_node, waits_for_node,
 };
 use crate::decide::classify::{
     CreateOutcome, DeleteOutcome, classify_create, classify_delete, may_reschedule,
@@ -212,6 +212,14 @@ impl Provisioner {
             tracing::debug!("waiting for the scheduler to select a node");
             return Ok(None);
         }
+        // As upstream, before each attempt and whatever its outcome: the data source, the
+        // parameters, the topology, the secrets and the driver come after it.
+        self.recorder.record(
+            &reference(claim),
+            EventType::Normal,
+            "Provisioning",
+            &provisioning_message(claim),
+        );
         let (content_source, protect) =
             match Box::pin(data_sources::resolve(self, claim, class_name)).await? {
                 Resolved::Empty => (None, None),
