@@ -6,11 +6,12 @@ use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 /// A PersistentVolumeClaim as the benchmark watches it.
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct ClaimView {
+    #[serde(deserialize_with = "lean_meta")]
     pub(super) metadata: ObjectMeta,
     #[serde(default)]
     status: Option<ClaimStatusView>,
@@ -32,6 +33,7 @@ impl ClaimView {
 /// A PersistentVolume as the benchmark watches it.
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct VolumeView {
+    #[serde(deserialize_with = "lean_meta")]
     pub(super) metadata: ObjectMeta,
     #[serde(default)]
     spec: Option<VolumeSpecView>,
@@ -54,6 +56,27 @@ impl VolumeView {
     pub(super) fn claim(&self) -> Option<&str> {
         self.spec.as_ref()?.claim_ref.as_ref()?.name.as_deref()
     }
+}
+
+/// The metadata a watch needs: the name, the namespace and the resourceVersion it resumes
+/// from; the rest (labels, annotations, finalizers, times) is skipped, not decoded.
+fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    struct Lean {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default, rename = "resourceVersion")]
+        resource_version: Option<String>,
+    }
+    let lean = Lean::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: lean.name,
+        namespace: lean.namespace,
+        resource_version: lean.resource_version,
+        ..ObjectMeta::default()
+    })
 }
 
 /// `kube::Resource` for a view of a core/v1 kind, read from the full kind's.
@@ -127,5 +150,37 @@ mod tests {
             "/api/v1/namespaces/default/persistentvolumeclaims"
         );
         assert_eq!(VolumeView::url_path(&(), None), "/api/v1/persistentvolumes");
+    }
+
+    #[test]
+    fn views_keep_the_name_namespace_and_resource_version_and_skip_the_rest_of_the_metadata() {
+        // A time that would not parse shows the rest is skipped, not decoded.
+        let claim: ClaimView = serde_json::from_value(json!({
+            "metadata": {
+                "name": "bench-1", "namespace": "default", "resourceVersion": "42",
+                "uid": "u-1", "creationTimestamp": "not a time",
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+                "labels": {"a": "b"}, "finalizers": ["kubernetes.io/pvc-protection"],
+            },
+            "status": {"phase": "Bound"},
+        }))
+        .unwrap();
+        assert_eq!(claim.metadata.name.as_deref(), Some("bench-1"));
+        assert_eq!(claim.metadata.namespace.as_deref(), Some("default"));
+        assert_eq!(claim.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(claim.metadata.uid, None);
+        assert_eq!(claim.metadata.annotations, None);
+        assert_eq!(claim.metadata.labels, None);
+        assert_eq!(claim.metadata.finalizers, None);
+        assert_eq!(claim.metadata.creation_timestamp, None);
+        assert!(claim.bound());
+        let volume: VolumeView = serde_json::from_value(json!({
+            "metadata": {"name": "pvc-1", "resourceVersion": "7", "annotations": {"x": "y"}},
+            "spec": {"claimRef": {"name": "bench-1"}},
+        }))
+        .unwrap();
+        assert_eq!(volume.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(volume.metadata.annotations, None);
+        assert_eq!(volume.claim(), Some("bench-1"));
     }
 }
