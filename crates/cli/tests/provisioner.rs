@@ -386,6 +386,33 @@ async fn a_driver_that_times_out_then_succeeds_makes_exactly_one_volume() {
 }
 
 #[tokio::test]
+async fn an_invalid_argument_from_the_driver_is_reported_as_infeasible_and_waits_for_the_longest_retry()
+ {
+    // Failures are retried after 100 ms, 200 ms...; an infeasible claim waits the maximum.
+    let c = Cluster::start(&[], &["--retry-interval-max=10m"], false).await;
+    c.class("plain", json!({})).await;
+    c.faults("CreateVolume=error:INVALID_ARGUMENT\n");
+    c.claim("odd", "plain", "1Gi", json!({}), true).await;
+    let message = c
+        .wait_event(
+            "odd",
+            "ProvisioningFailed",
+            "Volume provisioning failed with infeasible error. Retries will be delayed. rpc error: code = InvalidArgument desc = ",
+        )
+        .await;
+    assert!(
+        message.starts_with("Volume provisioning failed"),
+        "{message}"
+    );
+    // The retry that comes after the backoff's first step is held back.
+    c.wait_until("the next attempt to wait", T, || async {
+        c.provisioner_log()
+            .contains("its next attempt waits for --retry-interval-max")
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_claim_deleted_while_its_volume_is_in_flight_leaves_no_volume() {
     let c = Cluster::start(&[], &["--timeout=500ms"], false).await;
     c.class("plain", json!({})).await;

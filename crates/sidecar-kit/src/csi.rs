@@ -114,6 +114,18 @@ pub struct CallError {
     pub message: String,
 }
 
+impl CallError {
+    /// The error as Go's gRPC status error prints it, `rpc error: code = X desc = Y`: the
+    /// text the upstream sidecars put in their events.
+    pub fn status_text(&self) -> String {
+        format!(
+            "rpc error: code = {} desc = {}",
+            go_code_name(self.code),
+            self.message
+        )
+    }
+}
+
 /// Makes CSI calls the way every sidecar makes them: each with a deadline (sent to the driver
 /// as `grpc-timeout` and enforced here), counted in `csi_sidecar_operations_seconds`, failing
 /// with a [`CallError`].
@@ -253,6 +265,19 @@ pub fn parse_code(text: &str) -> Option<tonic::Code> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    #[test]
+    fn a_call_error_prints_as_gos_grpc_status_error() {
+        let error = super::CallError {
+            method: "DeleteVolume",
+            code: tonic::Code::FailedPrecondition,
+            message: "volume in use".into(),
+        };
+        assert_eq!(
+            error.status_text(),
+            "rpc error: code = FailedPrecondition desc = volume in use"
+        );
+    }
+
     #[test]
     fn only_codes_after_which_the_driver_may_still_work_are_not_final() {
         use tonic::Code;

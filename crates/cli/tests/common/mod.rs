@@ -91,11 +91,20 @@ impl Cluster {
         tweak(&mut options);
         let stack = cli::embedded::Stack::start(options).await.unwrap();
         let mut args = stack.provisioner_args();
-        args.extend([
-            "--retry-interval-start=100ms".to_string(),
-            "--retry-interval-max=1s".to_string(),
-            "--kube-api-qps=0".to_string(),
-        ]);
+        // Defaults a test may set otherwise (a flag given twice is refused).
+        for default in [
+            "--retry-interval-start=100ms",
+            "--retry-interval-max=1s",
+            "--kube-api-qps=0",
+        ] {
+            let flag = default.split('=').next().unwrap_or(default);
+            if !provisioner_args
+                .iter()
+                .any(|a| a.split('=').next() == Some(flag))
+            {
+                args.push(default.to_string());
+            }
+        }
         args.extend(provisioner_args.iter().map(|s| s.to_string()));
         let mut cluster = Cluster {
             client: stack.client.clone(),

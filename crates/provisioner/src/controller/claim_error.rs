@@ -108,6 +108,24 @@ pub enum ClaimError {
 }
 
 impl ClaimError {
+    /// Whether the driver refused CreateVolume with INVALID_ARGUMENT: upstream (v6.1 on) calls
+    /// it infeasible and tries the claim again only after `--retry-interval-max`.
+    pub(super) fn infeasible(&self) -> bool {
+        matches!(self, ClaimError::Create { code, .. } if *code == "InvalidArgument")
+    }
+
+    /// The message of its `ProvisioningFailed` event, as upstream v6 words it: the error
+    /// itself, prefixed for an infeasible one.
+    pub(super) fn event_message(&self) -> String {
+        if self.infeasible() {
+            format!(
+                "Volume provisioning failed with infeasible error. Retries will be delayed. {self}"
+            )
+        } else {
+            self.to_string()
+        }
+    }
+
     /// Whether the user should hear about it in a `ProvisioningFailed` event.
     pub(super) fn event_worthy(&self) -> bool {
         match self {
@@ -132,5 +150,40 @@ impl ClaimError {
             | ClaimError::Intent(_)
             | ClaimError::Recheck { .. } => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(code: &'static str) -> ClaimError {
+        ClaimError::Create {
+            code,
+            message: "size 3 is odd".into(),
+            outcome: CreateOutcome::Final,
+        }
+    }
+
+    #[test]
+    fn the_event_is_the_error_as_upstream_v6_words_it_and_infeasible_ones_say_so() {
+        assert!(create("InvalidArgument").infeasible());
+        assert_eq!(
+            create("InvalidArgument").event_message(),
+            "Volume provisioning failed with infeasible error. Retries will be delayed. rpc error: code = InvalidArgument desc = size 3 is odd"
+        );
+        for code in ["Internal", "ResourceExhausted", "FailedPrecondition"] {
+            assert!(!create(code).infeasible());
+            assert_eq!(
+                create(code).event_message(),
+                format!("rpc error: code = {code} desc = size 3 is odd")
+            );
+        }
+        let missing = ClaimError::ClassNotFound("fast".into());
+        assert!(!missing.infeasible());
+        assert_eq!(
+            missing.event_message(),
+            "storageclass.storage.k8s.io \"fast\" not found"
+        );
     }
 }

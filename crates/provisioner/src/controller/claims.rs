@@ -29,7 +29,8 @@ use crate::decide::claim::{
     provisioning_message, selected_node, waits_for_node,
 };
 use crate::decide::classify::{
-    CreateOutcome, DeleteOutcome, classify_create, classify_delete, may_reschedule,
+    CreateOutcome, DeleteOutcome, Infeasible, classify_create, classify_delete, infeasible_wait,
+    may_reschedule,
 };
 use crate::decide::provision::{
     ProvisionPlan, build_pv, check_content_source, create_request, made_for_claim, plan_provision,
@@ -121,6 +122,13 @@ impl Provisioner {
                 return Ok(Next::Done);
             }
         };
+        if let Some(wait) = self.infeasible_wait(key, &claim, &class_name) {
+            tracing::info!(
+                wait = ?wait,
+                "the driver refused this claim as infeasible (INVALID_ARGUMENT): its next attempt waits for --retry-interval-max"
+            );
+            return Ok(Next::After(wait));
+        }
         if let Some(gate) = &self.gate
             && let Gate::Wait(next) = Box::pin(gate.admit(self, &claim, &class_name)).await
         {
@@ -128,6 +136,18 @@ impl Provisioner {
         }
         let started = std::time::Instant::now();
         let result = self.provision_claim(&claim, &class_name).await;
+        if let Err(error) = &result
+            && error.infeasible()
+        {
+            self.infeasible.lock().insert(
+                key.clone(),
+                Infeasible {
+                    at: std::time::Instant::now(),
+                    claim_uid: claim.metadata.uid.clone().unwrap_or_default(),
+                    class_uid: self.class_uid(&class_name),
+                },
+            );
+        }
         match &result {
             Ok(Provisioned::Volume) => {
                 self.metrics
@@ -150,13 +170,11 @@ impl Provisioner {
         if let Err(error) = &result
             && error.event_worthy()
         {
-            let message =
-                format!("failed to provision volume with StorageClass {class_name:?}: {error}");
             self.recorder.record(
                 &reference(&*claim),
                 EventType::Warning,
                 "ProvisioningFailed",
-                &message,
+                &error.event_message(),
             );
         }
         result
@@ -485,7 +503,39 @@ impl Provisioner {
     }
 
     /// The claim is provisioned, not ours or gone: what was kept for its attempts goes.
+    /// How long a claim the driver refused as infeasible still waits (None: it may try now,
+    /// and is no longer marked).
+    fn infeasible_wait(
+        &self,
+        key: &ClaimKey,
+        claim: &PersistentVolumeClaim,
+        class_name: &str,
+    ) -> Option<std::time::Duration> {
+        let marked = self.infeasible.lock().get(key).cloned()?;
+        let wait = infeasible_wait(
+            &marked,
+            claim.metadata.uid.as_deref().unwrap_or_default(),
+            &self.class_uid(class_name),
+            std::time::Instant::now(),
+            self.cfg.backoff.max,
+        );
+        if wait.is_none() {
+            self.infeasible.lock().remove(key);
+        }
+        wait
+    }
+
+    /// The UID of class `name` as cached ("" when it is not).
+    fn class_uid(&self, name: &str) -> String {
+        self.caches
+            .classes
+            .get(&ObjectRef::new(name))
+            .and_then(|c| c.metadata.uid.clone())
+            .unwrap_or_default()
+    }
+
     fn forget_claim(&self, key: &ClaimKey) {
+        self.infeasible.lock().remove(key);
         self.topology.forget(key);
         if let Some(gate) = &self.gate {
             gate.forget(key);

@@ -145,6 +145,11 @@ pub struct Provisioner {
     pub(crate) gate: Option<node_deployment::NodeGate>,
     /// `--enable-volume-sets`: the PersistentVolumeSet manager.
     pub(crate) sets: Option<Arc<crate::volume_sets::manager::SetManager>>,
+    /// Claims whose CreateVolume the driver refused as infeasible (INVALID_ARGUMENT), waiting
+    /// `--retry-interval-max` before their next attempt; dropped when the claim is forgotten.
+    pub(crate) infeasible: parking_lot::Mutex<
+        std::collections::HashMap<ClaimKey, crate::decide::classify::Infeasible>,
+    >,
 }
 
 impl std::fmt::Debug for Provisioner {
@@ -350,6 +355,7 @@ impl Provisioner {
             capacity,
             gate,
             sets,
+            infeasible: parking_lot::Mutex::default(),
         }))
     }
 

@@ -126,7 +126,6 @@ impl Provisioner {
                     if let Err(error) = result
                         && classify_delete(Err(error.code)) == DeleteOutcome::Retry
                     {
-                        let code = sidecar_kit::csi::go_code_name(error.code);
                         self.metrics
                             .delete_failed
                             .with_label_values(&[class.as_str()])
@@ -135,7 +134,8 @@ impl Provisioner {
                             &sidecar_kit::vocabulary::reference(&*pv),
                             EventType::Warning,
                             "VolumeFailedDelete",
-                            &format!("DeleteVolume of {volume_handle:?} failed with {code}"),
+                            // As upstream: the driver's status, message included.
+                            &error.status_text(),
                         );
                         return Err(VolumeError::Driver(error));
                     }

@@ -50,6 +50,35 @@ pub fn classify_create(result: Result<(), Code>, may_reschedule: bool) -> Create
     }
 }
 
+/// A claim whose CreateVolume the driver refused with INVALID_ARGUMENT ("infeasible", as
+/// upstream calls it since v6.1): when, and the UIDs of the claim and of its class then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Infeasible {
+    /// When the driver refused it.
+    pub at: std::time::Instant,
+    /// The claim's UID (a claim made again under the same name is another claim).
+    pub claim_uid: String,
+    /// Its class's UID (a class made again under the same name may accept it).
+    pub class_uid: String,
+}
+
+/// How long a claim refused as infeasible still waits before its next attempt: `wait`
+/// (`--retry-interval-max`, as upstream) from the refusal, whatever changes meanwhile except
+/// the claim or its class being another object; None: it may try now.
+pub fn infeasible_wait(
+    marked: &Infeasible,
+    claim_uid: &str,
+    class_uid: &str,
+    now: std::time::Instant,
+    wait: std::time::Duration,
+) -> Option<std::time::Duration> {
+    if marked.claim_uid != claim_uid || marked.class_uid != class_uid {
+        return None;
+    }
+    let remaining = (marked.at + wait).saturating_duration_since(now);
+    (!remaining.is_zero()).then_some(remaining)
+}
+
 /// Whether a ResourceExhausted answer may send the claim back to the scheduler: it has a
 /// selected node and the request carried topology.
 pub fn may_reschedule(node_selected: bool, uses_topology: bool) -> bool {
@@ -94,6 +123,34 @@ pub fn classify_delete(result: Result<(), Code>) -> DeleteOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_infeasible_claim_waits_from_its_refusal_unless_it_or_its_class_is_another_object() {
+        use std::time::{Duration, Instant};
+        let at = Instant::now();
+        let wait = Duration::from_secs(300);
+        let marked = Infeasible {
+            at,
+            claim_uid: "claim-1".into(),
+            class_uid: "class-1".into(),
+        };
+        let cases = [
+            // (claim uid, class uid, seconds since the refusal, expected wait in seconds)
+            ("claim-1", "class-1", 0, Some(300)),
+            ("claim-1", "class-1", 120, Some(180)),
+            ("claim-1", "class-1", 300, None),
+            ("claim-1", "class-1", 900, None),
+            ("claim-1", "class-2", 0, None),
+            ("claim-2", "class-1", 0, None),
+        ];
+        for (claim, class, since, expected) in cases {
+            assert_eq!(
+                infeasible_wait(&marked, claim, class, at + Duration::from_secs(since), wait),
+                expected.map(Duration::from_secs),
+                "{claim} {class} {since}"
+            );
+        }
+    }
 
     #[test]
     fn only_a_selected_node_with_topology_may_be_rescheduled() {
