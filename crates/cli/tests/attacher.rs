@@ -388,7 +388,7 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
     env.wait_error(
         "va-s",
         false,
-        r#"failed to load secret "default/publish": not found"#,
+        r#"failed to load secret "default/publish": secrets "publish" not found"#,
     )
     .await;
     let secrets: Api<Secret> = Api::namespaced(env.client(), "default");

@@ -235,7 +235,7 @@ async fn bad_input_ends_in_a_provisioning_failed_event_and_no_create_volume() {
             "plain",
             "1Gi",
             json!({"spec": {"selector": {"matchLabels": {"a": "b"}}}}),
-            "selector",
+            "claim Selector is not supported",
         ),
         (
             "unknown-key",
@@ -270,7 +270,7 @@ async fn bad_input_ends_in_a_provisioning_failed_event_and_no_create_volume() {
             "missing-secret",
             "1Gi",
             json!({}),
-            "default/nowhere",
+            "error getting secret nowhere in namespace default: secrets \"nowhere\" not found",
         ),
         ("size-huge", "plain", "7Ei", json!({}), "too large"),
         (
@@ -339,8 +339,12 @@ async fn a_missing_class_is_retried_until_it_appears_and_secrets_are_fetched_liv
         }}),
     )
     .await;
-    c.wait_event("waits", "ProvisioningFailed", "default/waits-creds")
-        .await;
+    c.wait_event(
+        "waits",
+        "ProvisioningFailed",
+        "error getting secret waits-creds in namespace default: secrets \"waits-creds\" not found",
+    )
+    .await;
     c.apply::<Secret>(
         json!({"metadata": {"name": "waits-creds"}, "stringData": {"password": "hunter2"}}),
     )

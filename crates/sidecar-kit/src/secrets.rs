@@ -61,8 +61,11 @@ pub async fn fetch(
         reason,
     };
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    // The API server's own words (`secrets "name" not found`), as the Go sidecars print
+    // client-go's error; kube's rendering of a Status adds its whole debug form.
     let found = api.get(name).await.map_err(|e| match e {
-        e if crate::api_errors::is_not_found(&e) => fail("not found".into()),
+        kube::Error::Api(status) if !status.message.is_empty() => fail(status.message),
+        e if crate::api_errors::is_not_found(&e) => fail(format!("secrets {name:?} not found")),
         other => fail(other.to_string()),
     })?;
     let mut out = HashMap::new();

@@ -47,7 +47,7 @@ pub enum ClaimError {
     #[error("selected node {0:?} not found")]
     NodeNotFound(String),
     /// No change: the secret may appear.
-    #[error("failed to get secret {namespace}/{name}: {reason}")]
+    #[error("error getting secret {name} in namespace {namespace}: {reason}")]
     Secret {
         /// The Secret's namespace, after templates.
         namespace: String,

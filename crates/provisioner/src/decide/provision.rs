@@ -73,7 +73,7 @@ pub struct ProvisionOptions {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProvisionError {
     /// The claim has a label selector.
-    #[error("claim has a spec.selector: dynamically provisioned volumes cannot satisfy a selector")]
+    #[error("claim Selector is not supported")]
     Selector,
     /// The claim's size.
     #[error(transparent)]
@@ -334,7 +334,7 @@ pub enum ResponseError {
     #[error("driver returned no volume id")]
     NoVolumeId,
     /// Smaller than asked.
-    #[error("driver created a volume of {got} bytes, smaller than the {wanted} bytes requested")]
+    #[error("created volume capacity {got} less than requested capacity {wanted}")]
     TooSmall {
         /// Bytes returned.
         got: i64,

@@ -188,7 +188,7 @@ fn bad_claims_and_classes_are_refused_before_any_create_volume() {
         (
             claim("c").size("1Gi").selector().build(),
             sc.clone(),
-            "selector",
+            "claim Selector is not supported",
         ),
         (
             claim("c").size("lots").build(),
