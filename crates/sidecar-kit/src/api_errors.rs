@@ -44,6 +44,16 @@ fn is(error: &kube::Error, reason: &str, code: u16) -> bool {
     })
 }
 
+/// The error as a Go client prints it: an API refusal is the API server's message
+/// (`persistentvolumes "pv" not found`), without the Status's debug form kube adds to it;
+/// anything else as it displays.
+pub fn message(error: &kube::Error) -> String {
+    match status(error) {
+        Some(s) if !s.message.is_empty() => s.message.clone(),
+        _ => error.to_string(),
+    }
+}
+
 /// 404: the object (or its namespace) does not exist.
 pub fn is_not_found(error: &kube::Error) -> bool {
     is(error, "NotFound", 404)
@@ -180,6 +190,13 @@ mod tests {
         }))
         .unwrap_or_else(|_| Status::failure("m", reason));
         kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn an_api_refusal_prints_as_the_api_servers_message() {
+        assert_eq!(message(&api(404, "NotFound", 0)), "m");
+        let other = kube::Error::LinesCodecMaxLineLengthExceeded;
+        assert_eq!(message(&other), other.to_string());
     }
 
     #[test]

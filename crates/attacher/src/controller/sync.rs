@@ -385,7 +385,10 @@ impl Attacher {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
-                    let message = format!("could not add PersistentVolume finalizer: {source}");
+                    let message = format!(
+                        "could not add PersistentVolume finalizer: {}",
+                        sidecar_kit::api_errors::message(&source)
+                    );
                     let error = SyncError::ProtectVolume { pv, source };
                     return Err(self.failed(va, Side::Attach, message, None, error).await);
                 }
@@ -397,7 +400,10 @@ impl Attacher {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
-                    let message = format!("could not save VolumeAttachment: {source}");
+                    let message = format!(
+                        "could not save VolumeAttachment: {}",
+                        sidecar_kit::api_errors::message(&source)
+                    );
                     let error = SyncError::ProtectAttachment { name, source };
                     return Err(self.failed(va, Side::Attach, message, None, error).await);
                 }

@@ -18,7 +18,7 @@ pub enum ClaimError {
     #[error("volumeattributesclass {0:?} not found")]
     VacNotFound(String),
     /// Reading the claim's VolumeAttributesClass failed; nothing changed, retried.
-    #[error("failed to get the volumeattributesclass: {0}")]
+    #[error("failed to get the volumeattributesclass: {}", sidecar_kit::api_errors::message(.0))]
     VacLookup(#[source] kube::Error),
     /// Final: the claim or class is invalid as it stands.
     #[error(transparent)]
@@ -27,7 +27,10 @@ pub enum ClaimError {
     #[error(transparent)]
     DataSource(#[from] DataSourceError),
     /// Looking up the data source failed.
-    #[error("error getting {what} from api server: {source}")]
+    #[error(
+        "error getting {what} from api server: {}",
+        sidecar_kit::api_errors::message(source)
+    )]
     SourceLookup {
         /// What was looked up.
         what: &'static str,
@@ -35,7 +38,7 @@ pub enum ClaimError {
         source: kube::Error,
     },
     /// Adding or removing the cloning-protection finalizer failed.
-    #[error("failed to update the cloning-protection finalizer: {0}")]
+    #[error("failed to update the cloning-protection finalizer: {}", sidecar_kit::api_errors::message(.0))]
     CloneFinalizer(#[source] kube::Error),
     /// The clone's source claim was deleted before it could be protected.
     #[error("the source claim {0} of the clone no longer exists")]
