@@ -33,7 +33,8 @@ use crate::decide::classify::{
     may_reschedule,
 };
 use crate::decide::provision::{
-    ProvisionPlan, build_pv, check_content_source, create_request, made_for_claim, plan_provision,
+    ProvisionPlan, build_pv, check_content_source, check_modify_volume, create_request,
+    made_for_claim, plan_provision,
 };
 use crate::decide::secrets::SecretRef;
 use crate::decide::topology::Requirement;
@@ -244,6 +245,7 @@ impl Provisioner {
                 Resolved::Populator => return Ok(None),
                 Resolved::Copy { source, protect } => (Some(source), protect),
             };
+        check_modify_volume(&self.cfg.caps, claim, self.cfg.volume_attributes_class)?;
         let vac = self.attributes_class(claim).await?;
         let plan = plan_provision(
             &self.cfg.caps,

@@ -39,6 +39,7 @@ pub async fn start(
         get_capacity: info.has(Rpc::GetCapacity),
         clone_volume: info.has(Rpc::CloneVolume),
         create_delete_snapshot: info.has(Rpc::CreateDeleteSnapshot),
+        modify_volume: info.has(Rpc::ModifyVolume),
         recoverable: info.has(Rpc::ListVolumes)
             && sidecar_kit::recoverable::follows(&info.manifest),
         // CSI migration: a driver that stands in for an in-tree plugin also serves its classes

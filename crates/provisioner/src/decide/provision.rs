@@ -49,6 +49,8 @@ pub struct DriverCapabilities {
     pub clone_volume: bool,
     /// CREATE_DELETE_SNAPSHOT (restores from snapshots).
     pub create_delete_snapshot: bool,
+    /// MODIFY_VOLUME (claims naming a VolumeAttributesClass).
+    pub modify_volume: bool,
     /// LIST_VOLUMES, and the recoverable-volumes convention in GetPluginInfo's manifest.
     pub recoverable: bool,
     /// The in-tree plugin the driver stands in for (CSI migration), if any.
@@ -75,6 +77,11 @@ pub enum ProvisionError {
     /// The claim has a label selector.
     #[error("claim Selector is not supported")]
     Selector,
+    /// The claim names a VolumeAttributesClass and the driver cannot modify volumes.
+    #[error(
+        "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported"
+    )]
+    ModifyVolumeUnsupported,
     /// The claim's size.
     #[error(transparent)]
     Size(#[from] SizeError),
@@ -163,6 +170,26 @@ fn access_mode_to_csi(mode: &str, caps: &DriverCapabilities) -> Result<Mode, Pro
 }
 
 /// Plans the provisioning of a claim with its class (and VolumeAttributesClass).
+/// Upstream's capability check for a claim that names a VolumeAttributesClass (`vac_gate`:
+/// the VolumeAttributesClass feature gate): the driver must advertise MODIFY_VOLUME. Made
+/// after the data source's checks and before the class is read or the claim's other fields
+/// are looked at, as upstream orders them.
+pub fn check_modify_volume(
+    caps: &DriverCapabilities,
+    claim: &PersistentVolumeClaim,
+    vac_gate: bool,
+) -> Result<(), ProvisionError> {
+    let names_a_class = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_attributes_class_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    if vac_gate && names_a_class && !caps.modify_volume {
+        return Err(ProvisionError::ModifyVolumeUnsupported);
+    }
+    Ok(())
+}
+
 pub fn plan_provision(
     caps: &DriverCapabilities,
     options: &ProvisionOptions,

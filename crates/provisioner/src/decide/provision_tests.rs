@@ -451,3 +451,32 @@ fn an_existing_pv_is_ours_only_if_it_names_the_same_claim_uid() {
     assert!(!made_for_claim(&pv(None), "u1"));
     assert!(!made_for_claim(&PersistentVolume::default(), "u1"));
 }
+
+#[test]
+fn a_claim_naming_an_attributes_class_needs_a_driver_that_modifies_volumes() {
+    let modifies = DriverCapabilities {
+        modify_volume: true,
+        ..caps()
+    };
+    let named = claim("c").size("1Gi").vac("gold").build();
+    let unnamed = claim("c").size("1Gi").build();
+    let empty = claim("c").size("1Gi").vac("").build();
+    // (driver, claim, gate, refused)
+    let cases = [
+        (&caps(), &named, true, true),
+        (&caps(), &named, false, false),
+        (&modifies, &named, true, false),
+        (&caps(), &unnamed, true, false),
+        (&caps(), &empty, true, false),
+    ];
+    for (driver, c, gate, refused) in cases {
+        let result = check_modify_volume(driver, c, gate);
+        assert_eq!(result.is_err(), refused, "{driver:?} {gate}");
+        if let Err(error) = result {
+            assert_eq!(
+                error.to_string(),
+                "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported"
+            );
+        }
+    }
+}
