@@ -81,7 +81,13 @@ pub async fn run(args: AttacherArgs, shutdown: impl Future<Output = ()>) -> Resu
     );
     let election = args
         .common
-        .election(crate::decide::lease(&driver.name), settings.release_on_exit);
+        // Upstream's RBAC grants no events: the Go attacher's LeaderElection events are
+        // refused, and ours are not asked for.
+        .election(
+            crate::decide::lease(&driver.name),
+            settings.release_on_exit,
+            false,
+        );
     let attacher = Attacher::new(
         client.clone(),
         channel,

@@ -344,7 +344,8 @@ pub async fn run(
         metrics,
         election: args
             .common
-            .election(lease_name(&driver_name), settings.release_on_exit),
+            // Upstream's RBAC grants events: its LeaderElection events are written.
+            .election(lease_name(&driver_name), settings.release_on_exit, true),
     };
     sidecar_kit::process::serve(provisioner.controller(), client, serve, shutdown).await?;
     Ok(())

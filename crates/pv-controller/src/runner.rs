@@ -149,6 +149,8 @@ impl PvControllerArgs {
             retry_period: self.leader_elect_retry_period,
             labels: Default::default(),
             release_on_exit: true,
+            // kube-controller-manager records them; the ClusterRole grants events.
+            events: true,
         })
     }
 }

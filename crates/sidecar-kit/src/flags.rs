@@ -205,8 +205,14 @@ impl CommonArgs {
             .cloned())
     }
 
-    /// The election of the Lease `name`, when `--leader-election` is on.
-    pub fn election(&self, name: String, release_on_exit: bool) -> Option<ElectionConfig> {
+    /// The election of the Lease `name`, when `--leader-election` is on (`events`: see
+    /// [`ElectionConfig::events`]).
+    pub fn election(
+        &self,
+        name: String,
+        release_on_exit: bool,
+        events: bool,
+    ) -> Option<ElectionConfig> {
         self.leader_election.then(|| ElectionConfig {
             namespace: lease_namespace(&self.leader_election_namespace),
             name,
@@ -216,6 +222,7 @@ impl CommonArgs {
             retry_period: self.leader_election_retry_period,
             labels: self.leader_election_labels.iter().cloned().collect(),
             release_on_exit,
+            events,
         })
     }
 }

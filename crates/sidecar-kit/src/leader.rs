@@ -1,7 +1,9 @@
 //! Leader election on a coordination.k8s.io/v1 Lease, compatible with client-go's `LeaseLock`
 //! (same name rule, same spec fields and the same takeover rule), so a Go replica and ours can
 //! hand over during a rolling upgrade. Unlike upstream's default, the lease is released on exit
-//! so a standby takes over at its next retry instead of after the lease duration.
+//! so a standby takes over at its next retry instead of after the lease duration. As client-go's
+//! lock, it records a Normal `LeaderElection` event on the Lease when it becomes leader and when
+//! it stops leading (`<identity> became leader`, from component `<lease>/<identity>`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -10,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
@@ -71,6 +74,10 @@ pub struct ElectionConfig {
     pub labels: BTreeMap<String, String>,
     /// Release the lease when stopping.
     pub release_on_exit: bool,
+    /// Record client-go's `LeaderElection` events on the lease. Off for a sidecar whose
+    /// upstream RBAC grants no events (the Go external-attacher's): its events are refused
+    /// there, and ours would show as 403s in a cluster that keeps that RBAC.
+    pub events: bool,
 }
 
 /// What to write to the lease, decided from what it holds now.
@@ -194,6 +201,10 @@ pub struct Elector {
     status: LeaderStatus,
     /// The lease record as last seen and when it was first seen in that state (local clock).
     observed: parking_lot::Mutex<Option<(LeaseSpec, tokio::time::Instant)>>,
+    /// The metadata of the lease as this replica last wrote it: the object its events name.
+    written: parking_lot::Mutex<Option<ObjectMeta>>,
+    /// Its `LeaderElection` events (None: `events` is off).
+    recorder: Option<crate::events::Recorder>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -206,13 +217,48 @@ impl std::fmt::Debug for Elector {
 
 impl Elector {
     /// An elector for the lease in `config`.
+    /// Needs a Tokio runtime (its event recorder starts its writer).
     pub fn new(client: kube::Client, config: ElectionConfig) -> Self {
+        let recorder = config.events.then(|| {
+            crate::events::Recorder::new(
+                client.clone(),
+                format!("{}/{}", config.name, config.identity),
+                "",
+            )
+        });
         Elector {
             api: Api::namespaced(client, &config.namespace),
             config,
             status: LeaderStatus::default(),
             observed: parking_lot::Mutex::new(None),
+            written: parking_lot::Mutex::new(None),
+            recorder,
         }
+    }
+
+    /// Records `<identity> <what>` on the lease, as client-go's lease lock does.
+    fn record(&self, what: &str) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let meta = self.written.lock().clone().unwrap_or_default();
+        let lease = ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".into()),
+            kind: Some("Lease".into()),
+            name: meta.name.or_else(|| Some(self.config.name.clone())),
+            namespace: meta
+                .namespace
+                .or_else(|| Some(self.config.namespace.clone())),
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            ..Default::default()
+        };
+        recorder.record(
+            &lease,
+            crate::events::EventType::Normal,
+            "LeaderElection",
+            &format!("{} {what}", self.config.identity),
+        );
     }
 
     /// Notes the record seen now; returns for how long it has been seen unchanged.
@@ -280,6 +326,7 @@ impl Elector {
                 match self.api.create(&PostParams::default(), &lease).await {
                     Ok(written) => {
                         self.observe(written.spec.as_ref());
+                        *self.written.lock() = Some(written.metadata);
                         Ok(true)
                     }
                     Err(error) if crate::api_errors::is_already_exists(&error) => Ok(false),
@@ -289,6 +336,7 @@ impl Elector {
             Some(lease) => match self.replace(lease, spec).await {
                 Ok(written) => {
                     self.observe(written.spec.as_ref());
+                    *self.written.lock() = Some(written.metadata);
                     Ok(true)
                 }
                 Err(error) if crate::api_errors::is_conflict(&error) => Ok(false),
@@ -360,6 +408,7 @@ impl Elector {
             }
         }
         tracing::info!(lease = %self.config.name, "became leader");
+        self.record("became leader");
         self.status.renewed();
         self.status.leading.store(true, Ordering::SeqCst);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -392,6 +441,7 @@ impl Elector {
             }
         };
         self.status.leading.store(false, Ordering::SeqCst);
+        self.record("stopped leading");
         let _ = stop_tx.send(true);
         match &outcome {
             Ok(()) => {

@@ -28,6 +28,7 @@ fn config(identity: &str, lease: u64, renew: Duration, retry: Duration) -> Elect
         retry_period: retry,
         labels: Default::default(),
         release_on_exit: false,
+        events: true,
     }
 }
 
@@ -50,6 +51,8 @@ struct LeaseEndpoint {
     version: Mutex<u64>,
     answer: Mutex<Option<Answer>>,
     writes: Mutex<Vec<Instant>>,
+    /// Events created in the lease's namespace.
+    events: Mutex<Vec<Value>>,
 }
 
 const COLLECTION: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
@@ -101,6 +104,11 @@ impl LeaseEndpoint {
                 let stored = written(&mut object, &mut self.version.lock());
                 *lease = Some(stored.clone());
                 (200, stored)
+            }
+            ("POST", "/api/v1/namespaces/default/events") => {
+                let event: Value = serde_json::from_slice(body).unwrap();
+                self.events.lock().push(event.clone());
+                (201, event)
             }
             _ => status(404, "NotFound"),
         }
@@ -194,6 +202,33 @@ async fn lose((status, stopped, run): Leading, within: Duration) {
         "the leader's work was not stopped"
     );
     assert!(!status.is_leader());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_records_a_leader_election_event_on_its_lease_as_client_go_does() {
+    let endpoint = Arc::new(LeaseEndpoint::default());
+    let elector = Elector::new(
+        endpoint.client(),
+        config("me_1", 15, Duration::from_secs(10), Duration::from_secs(2)),
+    );
+    let run = tokio::spawn(elector.run(|_| async {}, std::future::pending()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while endpoint.events.lock().is_empty() {
+        assert!(Instant::now() < deadline, "no event recorded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let event = endpoint.events.lock()[0].clone();
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["reason"], "LeaderElection");
+    assert_eq!(event["message"], "me_1 became leader");
+    assert_eq!(event["source"]["component"], "election/me_1");
+    let lease = &event["involvedObject"];
+    assert_eq!(lease["kind"], "Lease");
+    assert_eq!(lease["apiVersion"], "coordination.k8s.io/v1");
+    assert_eq!(lease["name"], "election");
+    assert_eq!(lease["namespace"], "default");
+    assert_eq!(lease["resourceVersion"], "1", "the lease as it was written");
+    run.abort();
 }
 
 #[tokio::test(start_paused = true)]
