@@ -353,7 +353,11 @@ impl Provisioner {
             CreateOutcome::Reschedule => {
                 self.ledger.settle(&p.pv_name);
                 self.capacity_changed(&p.class_name, p.topology.as_ref());
-                Box::pin(self.reschedule(claim)).await?;
+                // As upstream, the driver's refusal is what the claim's event reports even when
+                // the selected node cannot be removed (the claim is tried again with backoff).
+                if let Err(error) = Box::pin(self.reschedule(claim)).await {
+                    tracing::warn!(%error, "removing the selected node failed; tried again later");
+                }
             }
         }
         Err(ClaimError::Create {
