@@ -391,6 +391,13 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
         r#"failed to load secret "default/publish": secrets "publish" not found"#,
     )
     .await;
+    // As upstream, the secret comes before the attachment's finalizer: without it there is
+    // nothing to detach, and the attachment could be deleted at once.
+    let finalizers = env.va("va-s").await.unwrap().metadata.finalizers;
+    assert!(
+        finalizers.unwrap_or_default().is_empty(),
+        "no finalizer before the secret is found"
+    );
     let secrets: Api<Secret> = Api::namespaced(env.client(), "default");
     let secret: Secret = serde_json::from_value(
         json!({"metadata": {"name": "publish"}, "stringData": {"token": "wrong"}}),

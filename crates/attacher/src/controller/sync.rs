@@ -394,6 +394,11 @@ impl Attacher {
                 }
             }
         }
+        // Before the attachment's finalizer, as upstream: an attachment whose secret is missing
+        // has nothing to detach and can be deleted at once.
+        let secrets = self
+            .secrets(va, Side::Attach, plan.publish.secret.as_ref())
+            .await?;
         if let Some(ops) = plan.protect_attachment {
             let api: Api<VolumeAttachment> = Api::all(self.client.clone());
             match self.json_patch(api, &name, ops, Some(Next::Done)).await {
@@ -409,9 +414,6 @@ impl Attacher {
                 }
             }
         }
-        let secrets = self
-            .secrets(va, Side::Attach, plan.publish.secret.as_ref())
-            .await?;
         match self.driver.publish(&plan.publish, secrets).await {
             Ok(context) => {
                 match self.write_status(&name, &status::attached(&context)).await {
