@@ -14,13 +14,11 @@ pub fn attached(publish_context: &HashMap<String, String>) -> Value {
     json!({"status": {"attached": true, "attachmentMetadata": metadata, "attachError": null}})
 }
 
-/// An attach failure: when and why (and the gRPC code, when asked for and known).
+/// An attach failure: when and why, and the gRPC code when asked for and known; without one,
+/// a code an earlier failure left is removed (upstream replaces the whole error).
 pub fn attach_error(time: &str, message: &str, code: Option<i32>) -> Value {
-    let mut error = json!({"time": time, "message": message});
-    if let Some(code) = code {
-        error["errorCode"] = json!(code);
-    }
-    json!({"status": {"attachError": error}})
+    let code = code.map_or(Value::Null, |code| json!(code));
+    json!({"status": {"attachError": {"time": time, "message": message, "errorCode": code}}})
 }
 
 /// Detached: not attached, no metadata, no detach error.

@@ -590,7 +590,7 @@ fn status_writes_are_upstreams() {
     );
     assert_eq!(
         status::attach_error("T", "m", None),
-        json!({"status": {"attachError": {"time": "T", "message": "m"}}})
+        json!({"status": {"attachError": {"time": "T", "message": "m", "errorCode": null}}})
     );
     assert_eq!(
         status::detach_error("T", "m"),
