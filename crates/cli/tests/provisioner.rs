@@ -368,6 +368,31 @@ async fn a_missing_class_is_retried_until_it_appears_and_secrets_are_fetched_liv
         !c.provisioner_log().contains("hunter2"),
         "secrets never reach the logs"
     );
+    // A deletion secret gone before its volume does not keep the volume: as upstream, the
+    // driver is asked without it.
+    Api::<Secret>::namespaced(c.client.clone(), "default")
+        .delete("waits-creds", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Released, as the PV controller (not running here) marks it once its claim is gone.
+    let name = pv.metadata.name.clone().unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    pvs.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Released"}})),
+    )
+    .await
+    .unwrap();
+    c.wait_until("the volume deleted without its secret", T, || async {
+        pvs.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        c.provisioner_log()
+            .contains("deleting the volume without its deletion secret"),
+        "the missing secret is logged"
+    );
 }
 
 #[tokio::test]

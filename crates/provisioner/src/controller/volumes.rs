@@ -23,9 +23,6 @@ pub enum VolumeError {
     /// A VolumeAttachment still names the PV: wait for the detach (no event: this is normal).
     #[error("waiting for VolumeAttachment {0:?} to be deleted")]
     Attached(String),
-    /// The deletion secret could not be read.
-    #[error(transparent)]
-    Secret(Box<super::claims::ClaimError>),
     /// The driver did not delete the volume.
     #[error(transparent)]
     Driver(#[from] sidecar_kit::csi::CallError),
@@ -53,8 +50,7 @@ impl Provisioner {
                 Ok(Next::Retry)
             }
             Err(
-                error @ (VolumeError::Secret(_)
-                | VolumeError::Driver(_)
+                error @ (VolumeError::Driver(_)
                 | VolumeError::Translate(_)
                 | VolumeError::Api { .. }),
             ) => Err(error),
@@ -118,10 +114,15 @@ impl Provisioner {
                         Some(recorded) => recorded,
                         None => self.class_secret(&pv),
                     };
-                    let secrets = self
-                        .fetch_secret(secret.as_ref())
-                        .await
-                        .map_err(|e| VolumeError::Secret(Box::new(e)))?;
+                    // As upstream: a deletion secret that cannot be read (it may be deleted
+                    // already) does not stop the deletion; the driver decides without it.
+                    let secrets = match self.fetch_secret(secret.as_ref()).await {
+                        Ok(secrets) => secrets,
+                        Err(error) => {
+                            tracing::warn!(volume = name, %error, "deleting the volume without its deletion secret");
+                            std::collections::HashMap::new()
+                        }
+                    };
                     let result = self.delete_volume_call(&volume_handle, secrets).await;
                     if let Err(error) = result
                         && classify_delete(Err(error.code)) == DeleteOutcome::Retry
