@@ -15,10 +15,10 @@ pub enum ClaimError {
     #[error("storageclass.storage.k8s.io {0:?} not found")]
     ClassNotFound(String),
     /// No change: the VolumeAttributesClass may appear.
-    #[error("volumeattributesclass {0:?} not found")]
+    #[error("volumeattributesclasses.storage.k8s.io {0:?} not found")]
     VacNotFound(String),
     /// Reading the claim's VolumeAttributesClass failed; nothing changed, retried.
-    #[error("failed to get the volumeattributesclass: {}", sidecar_kit::api_errors::message(.0))]
+    #[error("{}", sidecar_kit::api_errors::message(.0))]
     VacLookup(#[source] kube::Error),
     /// Final: the claim or class is invalid as it stands.
     #[error(transparent)]
@@ -182,6 +182,10 @@ mod tests {
                 format!("rpc error: code = {code} desc = size 3 is odd")
             );
         }
+        assert_eq!(
+            ClaimError::VacNotFound("gold".into()).event_message(),
+            "volumeattributesclasses.storage.k8s.io \"gold\" not found"
+        );
         let missing = ClaimError::ClassNotFound("fast".into());
         assert!(!missing.infeasible());
         assert_eq!(

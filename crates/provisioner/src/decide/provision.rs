@@ -103,12 +103,16 @@ pub enum ProvisionError {
         provisioner: String,
     },
     /// The VolumeAttributesClass belongs to another driver.
-    #[error("VolumeAttributesClass {name:?} is for driver {driver:?}, not this driver")]
+    #[error(
+        "VAC {name} referenced in PVC is for driver {driver} which does not match driver name {ours}"
+    )]
     VacDriver {
         /// VAC name.
         name: String,
         /// Its driver.
         driver: String,
+        /// This provisioner's driver.
+        ours: String,
     },
     /// Block volume with mount options.
     #[error("StorageClass mountOptions cannot apply to a block volume")]
@@ -290,6 +294,7 @@ pub fn plan_provision(
                 return Err(ProvisionError::VacDriver {
                     name: vac.metadata.name.clone().unwrap_or_default(),
                     driver: vac.driver_name.clone(),
+                    ours: caps.name.clone(),
                 });
             }
             vac.parameters

@@ -271,16 +271,22 @@ fn volume_attributes_class_parameters_become_mutable_parameters() {
         driver_name: "other".into(),
         ..vac
     };
-    assert!(matches!(
-        plan_provision(
-            &caps(),
-            &options(),
-            &c,
-            &class("sc", D).build(),
-            Some(&foreign)
-        ),
-        Err(ProvisionError::VacDriver { .. })
-    ));
+    let refused = plan_provision(
+        &caps(),
+        &options(),
+        &c,
+        &class("sc", D).build(),
+        Some(&foreign),
+    )
+    .unwrap_err();
+    assert!(matches!(refused, ProvisionError::VacDriver { .. }));
+    let name = foreign.metadata.name.clone().unwrap_or_default();
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "VAC {name} referenced in PVC is for driver other which does not match driver name {D}"
+        )
+    );
 }
 
 fn volume(bytes: i64, topology: &[(&str, &str)]) -> csi::Volume {
