@@ -505,6 +505,40 @@ async fn resource_exhausted_with_a_selected_node_reschedules() {
 }
 
 #[tokio::test]
+async fn a_selected_node_without_a_csinode_sends_the_claim_back_to_the_scheduler() {
+    let c = Cluster::start(&[], &[], false).await;
+    c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    let lost = c
+        .claim(
+            "lost",
+            "late",
+            "1Gi",
+            json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "gone"}}}),
+            true,
+        )
+        .await;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    c.wait_until("selected-node removed", T, || async {
+        let claim = api.get("lost").await.unwrap();
+        !claim
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("volume.kubernetes.io/selected-node")
+    })
+    .await;
+    c.wait_event(
+        "lost",
+        "ProvisioningFailed",
+        "failed to get selected CSINode gone: csinode.storage.k8s.io \"gone\" not found",
+    )
+    .await;
+    assert!(c.pv_for(&lost).await.is_none());
+    assert_eq!(c.driver_volumes().await, 0, "no CreateVolume was sent");
+}
+
+#[tokio::test]
 async fn a_conflicting_pv_is_reported_not_overwritten() {
     let c = Cluster::start(&[], &[], false).await;
     c.class("plain", json!({})).await;

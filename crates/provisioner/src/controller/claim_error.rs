@@ -46,6 +46,10 @@ pub enum ClaimError {
     /// No change: the node or its CSINode may appear.
     #[error(transparent)]
     Topology(#[from] TopologyError),
+    /// The selected node has no CSINode (gone, or its driver never registered): the claim
+    /// goes back to the scheduler.
+    #[error("failed to get selected CSINode {0}: csinode.storage.k8s.io {0:?} not found")]
+    SelectedCsiNodeGone(String),
     /// No change: the selected node is unknown.
     #[error("selected node {0:?} not found")]
     NodeNotFound(String),
@@ -142,6 +146,7 @@ impl ClaimError {
             | ClaimError::CloneSourceGone(_)
             | ClaimError::Topology(_)
             | ClaimError::NodeNotFound(_)
+            | ClaimError::SelectedCsiNodeGone(_)
             | ClaimError::Secret { .. }
             | ClaimError::Create { .. }
             | ClaimError::Response(_)
@@ -185,6 +190,10 @@ mod tests {
         assert_eq!(
             ClaimError::VacNotFound("gold".into()).event_message(),
             "volumeattributesclasses.storage.k8s.io \"gold\" not found"
+        );
+        assert_eq!(
+            ClaimError::SelectedCsiNodeGone("node-1".into()).event_message(),
+            "failed to get selected CSINode node-1: csinode.storage.k8s.io \"node-1\" not found"
         );
         let missing = ClaimError::ClassNotFound("fast".into());
         assert!(!missing.infeasible());

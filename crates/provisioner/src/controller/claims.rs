@@ -255,9 +255,15 @@ impl Provisioner {
             vac.as_ref(),
         )?;
         let selected = selected_node(claim).map(str::to_string);
-        let topology = self
-            .topology
-            .for_claim(claim, &class, selected.as_deref())?;
+        let topology = match self.topology.for_claim(claim, &class, selected.as_deref()) {
+            Err(error @ ClaimError::SelectedCsiNodeGone(_)) => {
+                if let Err(failed) = Box::pin(self.reschedule(claim)).await {
+                    tracing::warn!(error = %failed, "removing the selected node failed; tried again later");
+                }
+                return Err(error);
+            }
+            other => other?,
+        };
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
         let copying = content_source.is_some();
         let mut request = create_request(&plan, HashMap::new(), topology.as_ref());
