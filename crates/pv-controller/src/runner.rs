@@ -151,6 +151,7 @@ impl PvControllerArgs {
             release_on_exit: true,
             // kube-controller-manager records them; the ClusterRole grants events.
             events: true,
+            metric_name: self.leader_elect_resource_name.clone(),
         })
     }
 }

@@ -223,6 +223,8 @@ impl CommonArgs {
             labels: self.leader_election_labels.iter().cloned().collect(),
             release_on_exit,
             events,
+            // csi-lib-utils sets no election name.
+            metric_name: String::new(),
         })
     }
 }

@@ -78,6 +78,10 @@ pub struct ElectionConfig {
     /// upstream RBAC grants no events (the Go external-attacher's): its events are refused
     /// there, and ours would show as 403s in a cluster that keeps that RBAC.
     pub events: bool,
+    /// The `name` label of `leader_election_master_status`: client-go's election name, which
+    /// csi-lib-utils leaves empty (the Go sidecars export `name=""`) and kube-controller-manager
+    /// sets to its lease's name.
+    pub metric_name: String,
 }
 
 /// What to write to the lease, decided from what it holds now.

@@ -61,7 +61,7 @@ pub async fn serve(
         return Ok(());
     };
     let lease_duration = election.lease_duration;
-    let lease = election.name.clone();
+    let metric_name = election.metric_name.clone();
     let elector = Elector::new(client, election);
     let status = elector.status();
     if let Some(address) = &http_address {
@@ -75,7 +75,7 @@ pub async fn serve(
         )
         .await?;
     }
-    let gauge = metrics.leader.with_label_values(&[lease.as_str()]);
+    let gauge = metrics.leader.with_label_values(&[metric_name.as_str()]);
     let shown = tokio::spawn(async move {
         loop {
             gauge.set(i64::from(status.is_leader()));

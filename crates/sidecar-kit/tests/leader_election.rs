@@ -29,6 +29,7 @@ fn config(identity: &str, lease: u64, renew: Duration, retry: Duration) -> Elect
         labels: Default::default(),
         release_on_exit: false,
         events: true,
+        metric_name: String::new(),
     }
 }
 

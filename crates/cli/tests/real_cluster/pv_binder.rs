@@ -88,7 +88,8 @@ async fn our_pv_controller_binds_and_releases_in_place_of_kube_controller_manage
         r#"workqueue_adds_total{name="volumes"}"#,
         r#"pv_collector_bound_pvc_count{namespace="default",storage_class="fast",volume_attributes_class=""} 1"#,
         r#"pv_collector_bound_pv_count{storage_class="fast"} 1"#,
-        "leader_election_master_status",
+        // kube-controller-manager names its election after its lease.
+        r#"leader_election_master_status{name="volstack-pv-controller"}"#,
         "retroactive_storageclass_total 0",
         "retroactive_storageclass_errors_total 0",
     ] {
