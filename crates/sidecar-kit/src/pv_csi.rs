@@ -25,7 +25,8 @@ pub enum VolumeSpecError {
     #[error("CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume")]
     ReadOnlyManyWithReadWriteOnce,
     /// No mode CSI can express.
-    #[error("unsupported AccessMode combination: {0:?}")]
+    /// The modes as Go's `%+v` prints a slice: `[ReadWriteOnce X]`.
+    #[error("unsupported AccessMode combination: [{}]", .0.join(" "))]
     Unsupported(Vec<String>),
 }
 
@@ -206,6 +207,11 @@ mod tests {
                 "{list:?} snmw={snmw}"
             );
         }
+        // As Go prints the slice.
+        assert_eq!(
+            E::Unsupported(modes(&["ReadWriteOnce", "Sideways"])).to_string(),
+            "unsupported AccessMode combination: [ReadWriteOnce Sideways]"
+        );
     }
 
     #[test]
