@@ -46,8 +46,8 @@ pub enum ClaimError {
     /// No change: the node or its CSINode may appear.
     #[error(transparent)]
     Topology(#[from] TopologyError),
-    /// The selected node has no CSINode (gone, or its driver never registered): the claim
-    /// goes back to the scheduler.
+    /// The selected node has no CSINode (the node is gone, or its CSINode is not made yet):
+    /// the claim goes back to the scheduler.
     #[error("failed to get selected CSINode {0}: csinode.storage.k8s.io {0:?} not found")]
     SelectedCsiNodeGone(String),
     /// No change: the selected node is unknown.

@@ -98,8 +98,8 @@ impl ClaimTopology {
         if let Some(cached) = self.chosen.get(&cache_key, &uid, &selected_name) {
             return Ok(cached);
         }
-        // As upstream: no CSINode for the selected node (the node is gone, or its driver never
-        // registered) sends the claim back to the scheduler.
+        // As upstream: no CSINode for the selected node (the node is gone, or its CSINode is
+        // not made yet) sends the claim back to the scheduler.
         if let Some(name) = selected
             && self.csinodes.get(&ObjectRef::new(name)).is_none()
         {

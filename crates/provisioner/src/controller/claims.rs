@@ -25,16 +25,15 @@ use super::node_deployment::Gate;
 use super::recovery;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
-    ANN_SELECTED_NODE, ClaimDecision, InFlightFate, decide_claim, in_flight_fate,
-    provisioning_message, selected_node, waits_for_node,
+    ANN_SELECTED_NODE, ClaimDecision, InFlightFate, decide_claim, in_flight_fate, selected_node,
+    waits_for_node,
 };
 use crate::decide::classify::{
     CreateOutcome, DeleteOutcome, Infeasible, classify_create, classify_delete, infeasible_wait,
     may_reschedule,
 };
 use crate::decide::provision::{
-    ProvisionPlan, build_pv, check_content_source, check_modify_volume, create_request,
-    made_for_claim, plan_provision,
+    ProvisionPlan, build_pv, check_content_source, create_request, made_for_claim, plan_provision,
 };
 use crate::decide::secrets::SecretRef;
 use crate::decide::topology::Requirement;
@@ -231,21 +230,12 @@ impl Provisioner {
             tracing::debug!("waiting for the scheduler to select a node");
             return Ok(None);
         }
-        // As upstream, before each attempt and whatever its outcome: the data source, the
-        // parameters, the topology, the secrets and the driver come after it.
-        self.recorder.record(
-            &reference(claim),
-            EventType::Normal,
-            "Provisioning",
-            &provisioning_message(claim),
-        );
         let (content_source, protect) =
             match Box::pin(data_sources::resolve(self, claim, class_name)).await? {
                 Resolved::Empty => (None, None),
                 Resolved::Populator => return Ok(None),
                 Resolved::Copy { source, protect } => (Some(source), protect),
             };
-        check_modify_volume(&self.cfg.caps, claim, self.cfg.volume_attributes_class)?;
         let vac = self.attributes_class(claim).await?;
         let plan = plan_provision(
             &self.cfg.caps,
@@ -255,15 +245,13 @@ impl Provisioner {
             vac.as_ref(),
         )?;
         let selected = selected_node(claim).map(str::to_string);
-        let topology = match self.topology.for_claim(claim, &class, selected.as_deref()) {
-            Err(error @ ClaimError::SelectedCsiNodeGone(_)) => {
-                if let Err(failed) = Box::pin(self.reschedule(claim)).await {
-                    tracing::warn!(error = %failed, "removing the selected node failed; tried again later");
-                }
-                return Err(error);
-            }
-            other => other?,
-        };
+        let topology = self.topology.for_claim(claim, &class, selected.as_deref());
+        if let Err(ClaimError::SelectedCsiNodeGone(_)) = &topology
+            && let Err(failed) = Box::pin(self.reschedule(claim)).await
+        {
+            tracing::warn!(error = %failed, "removing the selected node failed; tried again later");
+        }
+        let topology = topology?;
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
         let copying = content_source.is_some();
         let mut request = create_request(&plan, HashMap::new(), topology.as_ref());
@@ -514,7 +502,6 @@ impl Provisioner {
         }
     }
 
-    /// The claim is provisioned, not ours or gone: what was kept for its attempts goes.
     /// How long a claim the driver refused as infeasible still waits (None: it may try now,
     /// and is no longer marked).
     fn infeasible_wait(
@@ -546,6 +533,7 @@ impl Provisioner {
             .unwrap_or_default()
     }
 
+    /// The claim is provisioned, not ours or gone: what was kept for its attempts goes.
     fn forget_claim(&self, key: &ClaimKey) {
         self.infeasible.lock().remove(key);
         self.topology.forget(key);

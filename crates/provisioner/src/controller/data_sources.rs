@@ -74,7 +74,17 @@ pub(crate) async fn resolve(
     claim: &PersistentVolumeClaim,
     class_name: &str,
 ) -> Result<Resolved, ClaimError> {
+    // Upstream checks the driver's capabilities (MODIFY_VOLUME for a claim naming a
+    // VolumeAttributesClass) once it knows the source's kind, before looking the source up.
+    let modify = || {
+        crate::decide::provision::check_modify_volume(
+            &p.cfg.caps,
+            claim,
+            p.cfg.volume_attributes_class,
+        )
+    };
     let Some(source) = source_of(claim, p.cfg.cross_namespace)? else {
+        modify()?;
         return Ok(Resolved::Empty);
     };
     let claim_namespace = claim.metadata.namespace.clone().unwrap_or_default();
@@ -118,8 +128,12 @@ pub(crate) async fn resolve(
             );
             Ok(Resolved::Populator)
         }
-        SourceKind::Clone => clone_of(p, claim, &source).await,
+        SourceKind::Clone => {
+            modify()?;
+            clone_of(p, claim, &source).await
+        }
         SourceKind::Snapshot => {
+            modify()?;
             let content = restore_of(p, claim, &source, class_name).await?;
             Ok(Resolved::Copy {
                 source: content,

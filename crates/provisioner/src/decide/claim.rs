@@ -47,21 +47,6 @@ pub fn waits_for_node(
         && selected_node(claim).is_none()
 }
 
-/// The message of the Normal `Provisioning` event upstream records on a claim before each
-/// attempt to provision it (once its class is found and, with WaitForFirstConsumer, a node
-/// is selected; before anything is asked of the driver): `"namespace/name"`, quoted as Go's
-/// `%q` quotes it (names are DNS names: no character needs escaping).
-pub fn provisioning_message(claim: &PersistentVolumeClaim) -> String {
-    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    let key = if namespace.is_empty() {
-        name.to_string()
-    } else {
-        format!("{namespace}/{name}")
-    };
-    format!("External provisioner is provisioning volume for claim {key:?}")
-}
-
 /// Decides whether the claim is ours to provision: it names our driver, or (CSI migration,
 /// `in_tree` is the plugin our driver stands in for) it names that plugin and
 /// kube-controller-manager marked it `pv.kubernetes.io/migrated-to` our driver.
@@ -189,21 +174,6 @@ mod tests {
     use crate::decide::testing::claim;
 
     const DRIVER: &str = "hostpath.csi";
-
-    #[test]
-    fn the_provisioning_event_names_the_claim_as_upstream_does() {
-        let c = claim("data").build();
-        assert_eq!(
-            provisioning_message(&c),
-            "External provisioner is provisioning volume for claim \"default/data\""
-        );
-        let mut bare = c.clone();
-        bare.metadata.namespace = None;
-        assert_eq!(
-            provisioning_message(&bare),
-            "External provisioner is provisioning volume for claim \"data\""
-        );
-    }
 
     #[test]
     fn a_late_binding_class_waits_for_the_scheduler_to_pick_a_node() {

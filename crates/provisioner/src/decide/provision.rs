@@ -173,11 +173,10 @@ fn access_mode_to_csi(mode: &str, caps: &DriverCapabilities) -> Result<Mode, Pro
     })
 }
 
-/// Plans the provisioning of a claim with its class (and VolumeAttributesClass).
 /// Upstream's capability check for a claim that names a VolumeAttributesClass (`vac_gate`:
-/// the VolumeAttributesClass feature gate): the driver must advertise MODIFY_VOLUME. Made
-/// after the data source's checks and before the class is read or the claim's other fields
-/// are looked at, as upstream orders them.
+/// the VolumeAttributesClass feature gate): the driver must advertise MODIFY_VOLUME. Made once
+/// the data source's kind is known (a populator's claim is not checked) and before the source
+/// or the class is looked up, as upstream orders them.
 pub fn check_modify_volume(
     caps: &DriverCapabilities,
     claim: &PersistentVolumeClaim,
@@ -194,6 +193,7 @@ pub fn check_modify_volume(
     Ok(())
 }
 
+/// Plans the provisioning of a claim with its class (and VolumeAttributesClass).
 pub fn plan_provision(
     caps: &DriverCapabilities,
     options: &ProvisionOptions,
