@@ -86,7 +86,7 @@ pub async fn run(args: AttacherArgs, shutdown: impl Future<Output = ()>) -> Resu
         .election(
             crate::decide::lease(&driver.name),
             settings.release_on_exit,
-            false,
+            None,
         );
     let attacher = Attacher::new(
         client.clone(),

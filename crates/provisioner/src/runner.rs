@@ -344,8 +344,13 @@ pub async fn run(
         metrics,
         election: args
             .common
-            // Upstream's RBAC grants events: its LeaderElection events are written.
-            .election(lease_name(&driver_name), settings.release_on_exit, true),
+            // Upstream's RBAC grants events: its LeaderElection events are written, from
+            // csi-lib-utils' lock name (the driver's, `/` as `-`).
+            .election(
+                lease_name(&driver_name),
+                settings.release_on_exit,
+                Some(driver_name.replace('/', "-")),
+            ),
     };
     sidecar_kit::process::serve(provisioner.controller(), client, serve, shutdown).await?;
     Ok(())

@@ -149,8 +149,8 @@ impl PvControllerArgs {
             retry_period: self.leader_elect_retry_period,
             labels: Default::default(),
             release_on_exit: true,
-            // kube-controller-manager records them; the ClusterRole grants events.
-            events: true,
+            // The ClusterRole grants events.
+            events: Some(self.leader_elect_resource_name.clone()),
             metric_name: self.leader_elect_resource_name.clone(),
         })
     }

@@ -211,7 +211,7 @@ impl CommonArgs {
         &self,
         name: String,
         release_on_exit: bool,
-        events: bool,
+        events: Option<String>,
     ) -> Option<ElectionConfig> {
         self.leader_election.then(|| ElectionConfig {
             namespace: lease_namespace(&self.leader_election_namespace),

@@ -74,10 +74,12 @@ pub struct ElectionConfig {
     pub labels: BTreeMap<String, String>,
     /// Release the lease when stopping.
     pub release_on_exit: bool,
-    /// Record client-go's `LeaderElection` events on the lease. Off for a sidecar whose
-    /// upstream RBAC grants no events (the Go external-attacher's): its events are refused
-    /// there, and ours would show as 403s in a cluster that keeps that RBAC.
-    pub events: bool,
+    /// Record client-go's `LeaderElection` events on the lease, from component
+    /// `<this>/<identity>` (csi-lib-utils' lock name: the driver's name with `/` as `-`, not
+    /// sanitized as the lease's name is). None for a sidecar whose upstream RBAC grants no
+    /// events (the Go external-attacher's): its events are refused there, and ours would show
+    /// as 403s in a cluster that keeps that RBAC.
+    pub events: Option<String>,
     /// The `name` label of `leader_election_master_status`: client-go's election name, which
     /// csi-lib-utils leaves empty (the Go sidecars export `name=""`) and kube-controller-manager
     /// sets to its lease's name.
@@ -207,7 +209,7 @@ pub struct Elector {
     observed: parking_lot::Mutex<Option<(LeaseSpec, tokio::time::Instant)>>,
     /// The metadata of the lease as this replica last wrote it: the object its events name.
     written: parking_lot::Mutex<Option<ObjectMeta>>,
-    /// Its `LeaderElection` events (None: `events` is off).
+    /// Its `LeaderElection` events (None: no `events`).
     recorder: Option<crate::events::Recorder>,
 }
 
@@ -223,12 +225,8 @@ impl Elector {
     /// An elector for the lease in `config`.
     /// Needs a Tokio runtime (its event recorder starts its writer).
     pub fn new(client: kube::Client, config: ElectionConfig) -> Self {
-        let recorder = config.events.then(|| {
-            crate::events::Recorder::new(
-                client.clone(),
-                format!("{}/{}", config.name, config.identity),
-                "",
-            )
+        let recorder = config.events.as_ref().map(|lock| {
+            crate::events::Recorder::new(client.clone(), format!("{lock}/{}", config.identity), "")
         });
         Elector {
             api: Api::namespaced(client, &config.namespace),
@@ -380,7 +378,10 @@ impl Elector {
             Timestamp::now(),
         );
         match self.replace(lease, spec).await {
-            Ok(_) => tracing::info!(lease = %self.config.name, "released the leader lease"),
+            Ok(written) => {
+                *self.written.lock() = Some(written.metadata);
+                tracing::info!(lease = %self.config.name, "released the leader lease");
+            }
             Err(error) => tracing::warn!(%error, "failed to release the leader lease"),
         }
     }
@@ -445,7 +446,6 @@ impl Elector {
             }
         };
         self.status.leading.store(false, Ordering::SeqCst);
-        self.record("stopped leading");
         let _ = stop_tx.send(true);
         match &outcome {
             Ok(()) => {
@@ -463,6 +463,8 @@ impl Elector {
                 tracing::error!(lease = %self.config.name, "leadership lost; stopped all work");
             }
         }
+        // As client-go, once the lease is let go (naming it as released, when it was).
+        self.record("stopped leading");
         outcome
     }
 }

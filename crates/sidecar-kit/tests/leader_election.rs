@@ -28,7 +28,7 @@ fn config(identity: &str, lease: u64, renew: Duration, retry: Duration) -> Elect
         retry_period: retry,
         labels: Default::default(),
         release_on_exit: false,
-        events: true,
+        events: Some("hostpath.csi.k8s.io".into()),
         metric_name: String::new(),
     }
 }
@@ -208,28 +208,48 @@ async fn lose((status, stopped, run): Leading, within: Duration) {
 #[tokio::test(start_paused = true)]
 async fn a_new_leader_records_a_leader_election_event_on_its_lease_as_client_go_does() {
     let endpoint = Arc::new(LeaseEndpoint::default());
-    let elector = Elector::new(
-        endpoint.client(),
-        config("me_1", 15, Duration::from_secs(10), Duration::from_secs(2)),
-    );
-    let run = tokio::spawn(elector.run(|_| async {}, std::future::pending()));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while endpoint.events.lock().is_empty() {
-        assert!(Instant::now() < deadline, "no event recorded");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut releasing = config("me_1", 15, Duration::from_secs(10), Duration::from_secs(2));
+    releasing.release_on_exit = true;
+    let elector = Elector::new(endpoint.client(), releasing);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(elector.run(|_| async {}, async {
+        let _ = stopped.await;
+    }));
+    let events = |n: usize| {
+        let endpoint = endpoint.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while endpoint.events.lock().len() < n {
+                assert!(Instant::now() < deadline, "fewer than {n} events recorded");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    events(1).await;
     let event = endpoint.events.lock()[0].clone();
     assert_eq!(event["type"], "Normal");
     assert_eq!(event["reason"], "LeaderElection");
     assert_eq!(event["message"], "me_1 became leader");
-    assert_eq!(event["source"]["component"], "election/me_1");
+    // csi-lib-utils' lock name (the driver's), not the lease's sanitized one.
+    assert_eq!(event["source"]["component"], "hostpath.csi.k8s.io/me_1");
     let lease = &event["involvedObject"];
     assert_eq!(lease["kind"], "Lease");
     assert_eq!(lease["apiVersion"], "coordination.k8s.io/v1");
     assert_eq!(lease["name"], "election");
     assert_eq!(lease["namespace"], "default");
     assert_eq!(lease["resourceVersion"], "1", "the lease as it was written");
-    run.abort();
+    // Stopping releases the lease, then says so, naming the lease as released.
+    stop.send(()).unwrap();
+    events(2).await;
+    let stopped = endpoint.events.lock()[1].clone();
+    assert_eq!(stopped["message"], "me_1 stopped leading");
+    let released = endpoint.lease.lock().clone().unwrap();
+    assert_eq!(released["spec"]["holderIdentity"], serde_json::Value::Null);
+    assert_eq!(
+        stopped["involvedObject"]["resourceVersion"],
+        released["metadata"]["resourceVersion"]
+    );
+    run.await.unwrap().unwrap();
 }
 
 #[tokio::test(start_paused = true)]
