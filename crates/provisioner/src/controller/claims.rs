@@ -29,8 +29,7 @@ use crate::decide::claim::{
     waits_for_node,
 };
 use crate::decide::classify::{
-    CreateOutcome, DeleteOutcome, Infeasible, classify_create, classify_delete, infeasible_wait,
-    may_reschedule,
+    CreateOutcome, DeleteOutcome, classify_create, classify_delete, may_reschedule,
 };
 use crate::decide::provision::{
     ProvisionPlan, build_pv, check_content_source, create_request, made_for_claim, plan_provision,
@@ -139,14 +138,7 @@ impl Provisioner {
         if let Err(error) = &result
             && error.infeasible()
         {
-            self.infeasible.lock().insert(
-                key.clone(),
-                Infeasible {
-                    at: std::time::Instant::now(),
-                    claim_uid: claim.metadata.uid.clone().unwrap_or_default(),
-                    class_uid: self.class_uid(&class_name),
-                },
-            );
+            self.mark_infeasible(key, &claim, &class_name);
         }
         match &result {
             Ok(Provisioned::Volume) => {
@@ -500,37 +492,6 @@ impl Provisioner {
         } else {
             Err(ClaimError::PvConflict(name))
         }
-    }
-
-    /// How long a claim the driver refused as infeasible still waits (None: it may try now,
-    /// and is no longer marked).
-    fn infeasible_wait(
-        &self,
-        key: &ClaimKey,
-        claim: &PersistentVolumeClaim,
-        class_name: &str,
-    ) -> Option<std::time::Duration> {
-        let marked = self.infeasible.lock().get(key).cloned()?;
-        let wait = infeasible_wait(
-            &marked,
-            claim.metadata.uid.as_deref().unwrap_or_default(),
-            &self.class_uid(class_name),
-            std::time::Instant::now(),
-            self.cfg.backoff.max,
-        );
-        if wait.is_none() {
-            self.infeasible.lock().remove(key);
-        }
-        wait
-    }
-
-    /// The UID of class `name` as cached ("" when it is not).
-    fn class_uid(&self, name: &str) -> String {
-        self.caches
-            .classes
-            .get(&ObjectRef::new(name))
-            .and_then(|c| c.metadata.uid.clone())
-            .unwrap_or_default()
     }
 
     /// The claim is provisioned, not ours or gone: what was kept for its attempts goes.

@@ -11,6 +11,7 @@ mod claims;
 mod data_sources;
 pub mod driver;
 mod in_flight;
+mod infeasible;
 mod intent_record;
 pub mod intents;
 mod ledger;
