@@ -161,6 +161,24 @@ async fn clones_that_break_a_rule_get_an_event_and_no_volume() {
         "Assuming an external populator will provision the volume",
     )
     .await;
+    // From upstream's CSI layer's own recorder, as `kubectl describe` shows it there.
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(c.client.clone(), "default");
+    let populator = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| {
+            e.involved_object.name.as_deref() == Some("populated")
+                && e.reason.as_deref() == Some("Provisioning")
+        })
+        .unwrap();
+    assert_eq!(
+        populator.source.and_then(|s| s.component).as_deref(),
+        Some("external-provisioner")
+    );
     assert_eq!(
         c.driver_volumes().await,
         before,

@@ -120,7 +120,7 @@ pub(crate) async fn resolve(
         caps.create_delete_snapshot,
     )? {
         SourceKind::Populator => {
-            p.recorder.record(
+            p.csi_layer_recorder.record(
                 &reference(claim),
                 EventType::Normal,
                 "Provisioning",

@@ -120,6 +120,10 @@ pub struct Provisioner {
     /// Source claims whose cloning-protection finalizer may go (only with CLONE_VOLUME).
     pub(crate) cloning: WorkQueue<ClaimKey>,
     pub(crate) recorder: Recorder,
+    /// The events upstream's CSI layer records with a recorder of its own, from component
+    /// `external-provisioner` (only "Assuming an external populator will provision the
+    /// volume"); the others come from the controller's identity, as upstream's.
+    pub(crate) csi_layer_recorder: Recorder,
     pub(crate) metrics: sidecar_kit::metrics::Metrics,
     /// The watches feeding the caches (stopped with the controller).
     pub(crate) watches: Watches,
@@ -326,6 +330,7 @@ impl Provisioner {
         };
         let topology = claim_topology::ClaimTopology::new(&cfg, csinodes, nodes);
         let gate = cfg.node.clone().map(node_deployment::NodeGate::new);
+        let csi_layer_recorder = Recorder::new(client.clone(), "external-provisioner", "");
         Ok(Arc::new(Provisioner {
             client,
             csi,
@@ -340,6 +345,7 @@ impl Provisioner {
             claims: claims_q,
             volumes: volumes_q,
             cloning: cloning_q,
+            csi_layer_recorder,
             recorder,
             metrics,
             watches,
