@@ -63,6 +63,8 @@ struct Queued {
 /// Writes events; one per (object, type, reason, message) per window.
 pub struct Recorder {
     queue: mpsc::Sender<Queued>,
+    /// The task writing the queue (it ends once the queue is closed and written).
+    writer: tokio::task::JoinHandle<()>,
     dropped: AtomicU64,
     component: String,
     host: String,
@@ -92,9 +94,10 @@ impl Recorder {
         host: impl Into<String>,
     ) -> Self {
         let (queue, events) = mpsc::channel(QUEUED_EVENTS);
-        tokio::spawn(write_events(client, events));
+        let writer = tokio::spawn(write_events(client, events));
         Recorder {
             queue,
+            writer,
             dropped: AtomicU64::new(0),
             component: component.into(),
             host: host.into(),
@@ -138,6 +141,17 @@ impl Recorder {
                     "event queue full ({QUEUED_EVENTS} waiting to be written): event dropped"
                 );
             }
+        }
+    }
+
+    /// Closes the queue and waits, at most `within`, until what it holds is written: a process
+    /// that stops right after its last event (a leader that stops leading) would otherwise
+    /// cut the write off.
+    pub async fn flush(self, within: Duration) {
+        let Recorder { queue, writer, .. } = self;
+        drop(queue);
+        if tokio::time::timeout(within, writer).await.is_err() {
+            tracing::warn!(?within, "events still queued when stopping; not written");
         }
     }
 

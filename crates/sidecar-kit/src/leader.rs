@@ -3,7 +3,8 @@
 //! hand over during a rolling upgrade. Unlike upstream's default, the lease is released on exit
 //! so a standby takes over at its next retry instead of after the lease duration. As client-go's
 //! lock, it records a Normal `LeaderElection` event on the Lease when it becomes leader and when
-//! it stops leading (`<identity> became leader`, from component `<lease>/<identity>`).
+//! it stops leading (`<identity> became leader`, from component `<lock>/<identity>`), unless
+//! [`ElectionConfig::events`] is None.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -463,8 +464,15 @@ impl Elector {
                 tracing::error!(lease = %self.config.name, "leadership lost; stopped all work");
             }
         }
-        // As client-go, once the lease is let go (naming it as released, when it was).
+        // As client-go, once the lease is let go (naming it as released, when it was). On a
+        // shutdown it is written before this returns (the process stops next); a leader that
+        // lost its lease stops at once, its event left to chance as client-go's.
         self.record("stopped leading");
+        if outcome.is_ok()
+            && let Some(recorder) = self.recorder
+        {
+            recorder.flush(self.config.renew_deadline).await;
+        }
         outcome
     }
 }

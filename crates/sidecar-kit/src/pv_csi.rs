@@ -25,7 +25,7 @@ pub enum VolumeSpecError {
     #[error("CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume")]
     ReadOnlyManyWithReadWriteOnce,
     /// No mode CSI can express.
-    /// The modes as Go's `%+v` prints a slice: `[ReadWriteOnce X]`.
+    /// The modes as Go's `%+v` prints a slice: `[A B]`.
     #[error("unsupported AccessMode combination: [{}]", .0.join(" "))]
     Unsupported(Vec<String>),
 }
@@ -209,8 +209,8 @@ mod tests {
         }
         // As Go prints the slice.
         assert_eq!(
-            E::Unsupported(modes(&["ReadWriteOnce", "Sideways"])).to_string(),
-            "unsupported AccessMode combination: [ReadWriteOnce Sideways]"
+            E::Unsupported(modes(&["Sideways", "Upwards"])).to_string(),
+            "unsupported AccessMode combination: [Sideways Upwards]"
         );
     }
 

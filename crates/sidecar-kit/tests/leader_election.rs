@@ -238,9 +238,11 @@ async fn a_new_leader_records_a_leader_election_event_on_its_lease_as_client_go_
     assert_eq!(lease["name"], "election");
     assert_eq!(lease["namespace"], "default");
     assert_eq!(lease["resourceVersion"], "1", "the lease as it was written");
-    // Stopping releases the lease, then says so, naming the lease as released.
+    // Stopping releases the lease, then says so, naming the lease as released, and the event
+    // is written before the election returns (the process stops next).
     stop.send(()).unwrap();
-    events(2).await;
+    run.await.unwrap().unwrap();
+    assert_eq!(endpoint.events.lock().len(), 2, "the last event is written");
     let stopped = endpoint.events.lock()[1].clone();
     assert_eq!(stopped["message"], "me_1 stopped leading");
     let released = endpoint.lease.lock().clone().unwrap();
@@ -249,7 +251,6 @@ async fn a_new_leader_records_a_leader_election_event_on_its_lease_as_client_go_
         stopped["involvedObject"]["resourceVersion"],
         released["metadata"]["resourceVersion"]
     );
-    run.await.unwrap().unwrap();
 }
 
 #[tokio::test(start_paused = true)]

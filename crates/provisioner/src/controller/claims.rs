@@ -544,6 +544,22 @@ impl Provisioner {
         Ok(())
     }
 
+    /// The deletion secret of `volume`, or none when it cannot be read: as upstream, a secret
+    /// that may be deleted already does not stop a deletion; the driver decides without it.
+    pub(crate) async fn secrets_or_none(
+        &self,
+        volume: &str,
+        secret: Option<&SecretRef>,
+    ) -> HashMap<String, String> {
+        match self.fetch_secret(secret).await {
+            Ok(secrets) => secrets,
+            Err(error) => {
+                tracing::warn!(volume, %error, "deleting the volume without its deletion secret");
+                HashMap::new()
+            }
+        }
+    }
+
     /// Fetches a secret live (never cached, never logged) as CSI wants it: UTF-8 strings.
     pub(crate) async fn fetch_secret(
         &self,

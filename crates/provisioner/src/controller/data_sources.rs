@@ -68,7 +68,8 @@ fn as_json(object: DynamicObject) -> Result<Value, ClaimError> {
     })
 }
 
-/// Resolves a claim's data source, with every check upstream makes before CreateVolume.
+/// Resolves a claim's data source, with every check upstream makes before CreateVolume, and
+/// the MODIFY_VOLUME capability check upstream makes once the source's kind is known.
 pub(crate) async fn resolve(
     p: &Provisioner,
     claim: &PersistentVolumeClaim,

@@ -325,7 +325,8 @@ pub(crate) async fn clean_up_listed(
             return Ok(());
         }
     }
-    let secrets = p.fetch_secret(flight.secret.as_ref()).await?;
+    // As a PV's deletion: a secret that cannot be read does not keep the volume.
+    let secrets = p.secrets_or_none(name, flight.secret.as_ref()).await;
     tracing::info!(
         volume = name,
         volume_id,

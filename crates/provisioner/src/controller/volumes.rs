@@ -114,15 +114,7 @@ impl Provisioner {
                         Some(recorded) => recorded,
                         None => self.class_secret(&pv),
                     };
-                    // As upstream: a deletion secret that cannot be read (it may be deleted
-                    // already) does not stop the deletion; the driver decides without it.
-                    let secrets = match self.fetch_secret(secret.as_ref()).await {
-                        Ok(secrets) => secrets,
-                        Err(error) => {
-                            tracing::warn!(volume = name, %error, "deleting the volume without its deletion secret");
-                            std::collections::HashMap::new()
-                        }
-                    };
+                    let secrets = self.secrets_or_none(name, secret.as_ref()).await;
                     let result = self.delete_volume_call(&volume_handle, secrets).await;
                     if let Err(error) = result
                         && classify_delete(Err(error.code)) == DeleteOutcome::Retry

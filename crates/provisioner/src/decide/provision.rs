@@ -176,7 +176,7 @@ fn access_mode_to_csi(mode: &str, caps: &DriverCapabilities) -> Result<Mode, Pro
 /// Upstream's capability check for a claim that names a VolumeAttributesClass (`vac_gate`:
 /// the VolumeAttributesClass feature gate): the driver must advertise MODIFY_VOLUME. Made once
 /// the data source's kind is known (a populator's claim is not checked) and before the source
-/// or the class is looked up, as upstream orders them.
+/// or the VolumeAttributesClass is looked up, as upstream orders them.
 pub fn check_modify_volume(
     caps: &DriverCapabilities,
     claim: &PersistentVolumeClaim,

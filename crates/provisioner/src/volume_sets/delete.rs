@@ -74,13 +74,8 @@ pub(crate) async fn finish_deletion(
     };
     if let Some(handle) = handle {
         let secret = recorded_secret(pv).flatten();
-        let secrets =
-            p.fetch_secret(secret.as_ref())
-                .await
-                .map_err(|e| SetError::DeleteSecret {
-                    volume: volume.clone(),
-                    source: Box::new(e),
-                })?;
+        // As a PV's deletion: a secret that cannot be read does not keep the volume.
+        let secrets = p.secrets_or_none(&volume, secret.as_ref()).await;
         if let Err(source) = p.delete_volume_call(&handle, secrets).await
             && classify_delete(Err(source.code)) == DeleteOutcome::Retry
         {

@@ -99,14 +99,6 @@ pub enum SetError {
         /// The driver's error.
         source: sidecar_kit::csi::CallError,
     },
-    /// The DeleteVolume secret.
-    #[error("failed to read the secret for DeleteVolume of {volume}: {source}")]
-    DeleteSecret {
-        /// The volume.
-        volume: String,
-        /// Why the secret could not be read.
-        source: Box<crate::controller::ClaimError>,
-    },
     /// Removing the finalizer of a deleted volume failed.
     #[error("failed to remove the finalizer of volume {volume}: {source}")]
     Finalize {
@@ -134,8 +126,7 @@ impl SetError {
             | SetError::Secret(_)
             | SetError::Create { .. }
             | SetError::Response { .. }
-            | SetError::Delete { .. }
-            | SetError::DeleteSecret { .. } => true,
+            | SetError::Delete { .. } => true,
             SetError::Intent(_)
             | SetError::SavePv { .. }
             | SetError::Undo { .. }
