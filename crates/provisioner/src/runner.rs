@@ -349,7 +349,7 @@ pub async fn run(
             .election(
                 lease_name(&driver_name),
                 settings.release_on_exit,
-                Some(driver_name.replace('/', "-")),
+                Some(sidecar_kit::leader::lock_name(&driver_name)),
             ),
     };
     sidecar_kit::process::serve(provisioner.controller(), client, serve, shutdown).await?;

@@ -19,6 +19,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
+/// The lock name csi-lib-utils gives a driver's election before it sanitizes it into the
+/// Lease's name: the driver's name with `/` as `-`. Its `LeaderElection` events come from
+/// `<lock name>/<identity>`.
+pub fn lock_name(driver: &str) -> String {
+    driver.replace('/', "-")
+}
+
 /// The Lease name for a driver, as csi-lib-utils makes it: every character other than
 /// `[a-zA-Z0-9-]` becomes `-`, and a trailing `-` gets an `X`.
 pub fn lease_name(driver: &str) -> String {
@@ -505,6 +512,8 @@ mod tests {
         assert_eq!(lease_name("example.com/driver"), "example-com-driver");
         assert_eq!(lease_name("driver."), "driver-X");
         assert_eq!(lease_name("a-b"), "a-b");
+        assert_eq!(lock_name("hostpath.csi.k8s.io"), "hostpath.csi.k8s.io");
+        assert_eq!(lock_name("example.com/driver"), "example.com-driver");
     }
 
     #[test]
