@@ -382,6 +382,16 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
         r#"csinode.storage.k8s.io "ghost" not found"#,
     )
     .await;
+    // As upstream, the volume is protected as soon as it is read, before the node is looked
+    // up: the PV carries our finalizer although the attach could not be tried.
+    let finalizers = env.pv("pv-s").await.unwrap().metadata.finalizers;
+    assert!(
+        finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == FINALIZER),
+        "the volume is protected before the node is looked up"
+    );
     env.detach("va-ghost").await;
 
     env.attach("va-s", "pv-s", "node-1", &[]).await;

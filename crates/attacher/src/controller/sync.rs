@@ -361,7 +361,15 @@ impl Attacher {
                     }),
                 }
             }
-            Plan::AttachFailed(message) => {
+            Plan::AttachFailed {
+                message,
+                protect_volume,
+            } => {
+                if let Some((pv, ops)) = protect_volume
+                    && let Some(next) = self.protect_volume(&va, pv, ops).await?
+                {
+                    return Ok(next);
+                }
                 let error = SyncError::AttachRefused {
                     name: name.to_string(),
                     message: message.clone(),
@@ -377,22 +385,35 @@ impl Attacher {
         }
     }
 
+    /// Adds our finalizer to the attachment's PV, for an attach or a refused one (upstream adds
+    /// it right after reading the PV). `Some(next)`: the PV changed meanwhile, look again.
+    async fn protect_volume(
+        &self,
+        va: &VolumeAttachment,
+        pv: String,
+        ops: Vec<Op>,
+    ) -> Result<Option<Next>, SyncError> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        match self.json_patch(api, &pv, ops, Some(Next::Retry)).await {
+            Wrote::Done => Ok(None),
+            Wrote::Next(next) => Ok(Some(next)),
+            Wrote::Failed(source) => {
+                let message = format!(
+                    "could not add PersistentVolume finalizer: {}",
+                    sidecar_kit::api_errors::message(&source)
+                );
+                let error = SyncError::ProtectVolume { pv, source };
+                Err(self.failed(va, Side::Attach, message, None, error).await)
+            }
+        }
+    }
+
     async fn attach(&self, va: &VolumeAttachment, plan: attach::Attach) -> Result<Next, SyncError> {
         let name = va.metadata.name.clone().unwrap_or_default();
-        if let Some((pv, ops)) = plan.protect_volume {
-            let api: Api<PersistentVolume> = Api::all(self.client.clone());
-            match self.json_patch(api, &pv, ops, Some(Next::Retry)).await {
-                Wrote::Done => {}
-                Wrote::Next(next) => return Ok(next),
-                Wrote::Failed(source) => {
-                    let message = format!(
-                        "could not add PersistentVolume finalizer: {}",
-                        sidecar_kit::api_errors::message(&source)
-                    );
-                    let error = SyncError::ProtectVolume { pv, source };
-                    return Err(self.failed(va, Side::Attach, message, None, error).await);
-                }
-            }
+        if let Some((pv, ops)) = plan.protect_volume
+            && let Some(next) = self.protect_volume(va, pv, ops).await?
+        {
+            return Ok(next);
         }
         // Before the attachment's finalizer, as upstream: an attachment whose secret is missing
         // has nothing to detach and can be deleted at once.
@@ -471,7 +492,7 @@ impl Attacher {
                 };
                 return Err(self.failed(&va, Side::Detach, message, None, error).await);
             }
-            Plan::MarkAttached | Plan::Attach(_) | Plan::AttachFailed(_) | Plan::Nothing => {
+            Plan::MarkAttached | Plan::Attach(_) | Plan::AttachFailed { .. } | Plan::Nothing => {
                 self.forced.lock().remove(name);
                 return Ok(Next::Done);
             }

@@ -76,7 +76,14 @@ pub enum Plan {
     /// ControllerUnpublishVolume, then the finalizer and the status.
     Detach(Detach),
     /// The attach cannot be tried: the message goes to `attachError`, retried with backoff.
-    AttachFailed(String),
+    /// The volume's finalizer is added first when the volume was found and is not being
+    /// deleted, as upstream adds it right after reading the PV, before its other checks.
+    AttachFailed {
+        /// Why (what `attachError` says).
+        message: String,
+        /// The PV and the ops that add our finalizer to it.
+        protect_volume: Option<(String, Vec<Op>)>,
+    },
     /// The detach cannot be tried: the message goes to `detachError`, retried with backoff.
     DetachFailed(String),
 }
@@ -259,31 +266,44 @@ pub fn plan(va: &VolumeAttachment, world: World<'_>, force: bool) -> Plan {
     }
     match plan_attach(va, world, &ours) {
         Ok(attach) => Plan::Attach(attach),
-        Err(message) => Plan::AttachFailed(message),
+        Err((message, protect_volume)) => Plan::AttachFailed {
+            message,
+            protect_volume,
+        },
     }
 }
 
-fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<Attach, String> {
+/// Why an attach cannot be tried, and the volume's finalizer to add all the same.
+type Refused = (String, Option<(String, Vec<Op>)>);
+
+fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<Attach, Refused> {
     let driver = world.driver;
-    let spec = volume_spec(va, world.volume)?;
+    let spec = volume_spec(va, world.volume).map_err(|message| (message, None))?;
     let mut protect_volume = None;
     if va.spec.source.persistent_volume_name.is_some()
         && let Some(pv) = world.volume
     {
         let name = pv.metadata.name.clone().unwrap_or_default();
         if pv.metadata.deletion_timestamp.is_some() {
-            return Err(format!("PersistentVolume {name:?} is marked for deletion"));
+            return Err((
+                format!("PersistentVolume {name:?} is marked for deletion"),
+                None,
+            ));
         }
         protect_volume = finalizers::add_ops(&pv.metadata, ours).map(|ops| (name, ops));
     }
-    let source = pv_csi::csi_source(&spec).map_err(spec_error)?;
+    let refused = |message: String| (message, protect_volume.clone());
+    let source = pv_csi::csi_source(&spec)
+        .map_err(spec_error)
+        .map_err(refused)?;
     let capability = pv_csi::capability(
         &spec,
         driver.single_node_multi_writer,
         &world.options.default_fstype,
     )
-    .map_err(spec_error)?;
-    let node_id = node_id(va, world.csinode, world.node, &driver.name)?;
+    .map_err(spec_error)
+    .map_err(refused)?;
+    let node_id = node_id(va, world.csinode, world.node, &driver.name).map_err(refused)?;
     let mut ops = finalizers::add_ops(&va.metadata, ours).unwrap_or_default();
     if sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID) != Some(node_id.as_str()) {
         ops.push(finalizers::annotation_op(

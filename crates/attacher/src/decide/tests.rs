@@ -175,7 +175,7 @@ fn in_tree_volumes_of_a_migrated_plugin_are_attached_and_detached_by_their_csi_h
     // A source that does not translate: the attach fails, saying why.
     assert!(matches!(
         plan(&attachment, world(&bad), false),
-        Plan::AttachFailed(why) if why.starts_with("failed to translate in tree pv to CSI: failed to translate Kubernetes ID to EBS Volume ID")
+        Plan::AttachFailed { message, .. } if message.starts_with("failed to translate in tree pv to CSI: failed to translate Kubernetes ID to EBS Volume ID")
     ));
     // A PV with neither a CSI source nor a migrated plugin's.
     let mut nfs = pv();
@@ -188,7 +188,7 @@ fn in_tree_volumes_of_a_migrated_plugin_are_attached_and_detached_by_their_csi_h
     });
     assert!(matches!(
         plan(&attachment, world(&nfs), false),
-        Plan::AttachFailed(_)
+        Plan::AttachFailed { .. }
     ));
 }
 
@@ -356,7 +356,7 @@ fn the_plan_for_each_state_of_an_attachment() {
             None,
             &d,
             false,
-            "attach error: csinode.storage.k8s.io \"node-1\" not found",
+            "attach error, volume protected: csinode.storage.k8s.io \"node-1\" not found",
         ),
         (
             "CSINode without the driver",
@@ -365,7 +365,7 @@ fn the_plan_for_each_state_of_an_attachment() {
             Some(csinode(None)),
             &d,
             false,
-            "attach error: CSINode node-1 does not contain driver hostpath.csi.k8s.io",
+            "attach error, volume protected: CSINode node-1 does not contain driver hostpath.csi.k8s.io",
         ),
         (
             "both sources",
@@ -484,7 +484,17 @@ fn the_plan_for_each_state_of_an_attachment() {
                     (false, false) => ", status clean",
                 }
             ),
-            P::AttachFailed(m) => format!("attach error: {m}"),
+            P::AttachFailed {
+                message,
+                protect_volume,
+            } => format!(
+                "attach error{}: {message}",
+                if protect_volume.is_some() {
+                    ", volume protected"
+                } else {
+                    ""
+                }
+            ),
             P::DetachFailed(m) => format!("detach error: {m}"),
         };
         assert_eq!(got, want, "{name}");
