@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
@@ -251,20 +250,17 @@ impl Elector {
         let Some(recorder) = &self.recorder else {
             return;
         };
-        let meta = self.written.lock().clone().unwrap_or_default();
-        let lease = ObjectReference {
-            api_version: Some("coordination.k8s.io/v1".into()),
-            kind: Some("Lease".into()),
-            name: meta.name.or_else(|| Some(self.config.name.clone())),
-            namespace: meta
-                .namespace
-                .or_else(|| Some(self.config.namespace.clone())),
-            uid: meta.uid,
-            resource_version: meta.resource_version,
+        // Leading follows a write, so the lease as written is known; its name otherwise.
+        let metadata = self.written.lock().clone().unwrap_or_else(|| ObjectMeta {
+            name: Some(self.config.name.clone()),
+            namespace: Some(self.config.namespace.clone()),
             ..Default::default()
-        };
+        });
         recorder.record(
-            &lease,
+            &crate::vocabulary::reference(&Lease {
+                metadata,
+                spec: None,
+            }),
             crate::events::EventType::Normal,
             "LeaderElection",
             &format!("{} {what}", self.config.identity),

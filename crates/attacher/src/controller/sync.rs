@@ -462,7 +462,7 @@ impl Attacher {
                 Ok(Next::Done)
             }
             Err(source) => {
-                let message = status::grpc_message(&source);
+                let message = source.status_text();
                 let code = Some(source.code);
                 let error = SyncError::Publish { name, source };
                 Err(self.failed(va, Side::Attach, message, code, error).await)
@@ -501,7 +501,7 @@ impl Attacher {
             .secrets(&va, Side::Detach, plan.secret.as_ref())
             .await?;
         if let Err(source) = self.driver.unpublish(&plan, secrets).await {
-            let message = status::grpc_message(&source);
+            let message = source.status_text();
             let error = SyncError::Unpublish {
                 name: name.to_string(),
                 source,

@@ -30,12 +30,3 @@ pub fn detached() -> Value {
 pub fn detach_error(time: &str, message: &str) -> Value {
     json!({"status": {"detachError": {"time": time, "message": message}}})
 }
-
-/// The text upstream writes for a failed call: Go's gRPC error string.
-pub fn grpc_message(error: &sidecar_kit::csi::CallError) -> String {
-    format!(
-        "rpc error: code = {} desc = {}",
-        sidecar_kit::csi::go_code_name(error.code),
-        error.message
-    )
-}

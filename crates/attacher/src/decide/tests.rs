@@ -612,7 +612,7 @@ fn status_writes_are_upstreams() {
         message: "too many".into(),
     };
     assert_eq!(
-        status::grpc_message(&err),
+        err.status_text(),
         "rpc error: code = ResourceExhausted desc = too many"
     );
 }

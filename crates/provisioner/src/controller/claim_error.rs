@@ -87,9 +87,6 @@ pub enum ClaimError {
     /// A PV with our name exists for another claim.
     #[error("PersistentVolume {0:?} already exists for another claim")]
     PvConflict(String),
-    /// Removing the selected-node annotation failed.
-    #[error("failed to reschedule: {0}")]
-    Reschedule(kube::Error),
     /// The intent could not be recorded; no CreateVolume was sent.
     #[error("failed to record the in-flight volume: {0}")]
     Intent(#[source] super::intents::IntentError),
@@ -152,7 +149,6 @@ impl ClaimError {
             | ClaimError::Response(_)
             | ClaimError::PvConflict(_) => true,
             ClaimError::SavePv { .. }
-            | ClaimError::Reschedule(_)
             | ClaimError::Cleanup { .. }
             | ClaimError::Csi(_)
             | ClaimError::Intent(_)

@@ -238,10 +238,8 @@ impl Provisioner {
         )?;
         let selected = selected_node(claim).map(str::to_string);
         let topology = self.topology.for_claim(claim, &class, selected.as_deref());
-        if let Err(ClaimError::SelectedCsiNodeGone(_)) = &topology
-            && let Err(failed) = Box::pin(self.reschedule(claim)).await
-        {
-            tracing::warn!(error = %failed, "removing the selected node failed; tried again later");
+        if let Err(ClaimError::SelectedCsiNodeGone(_)) = &topology {
+            Box::pin(self.reschedule(claim)).await;
         }
         let topology = topology?;
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
@@ -339,11 +337,9 @@ impl Provisioner {
             CreateOutcome::Reschedule => {
                 self.ledger.settle(&p.pv_name);
                 self.capacity_changed(&p.class_name, p.topology.as_ref());
-                // As upstream, the driver's refusal is what the claim's event reports even when
-                // the selected node cannot be removed (the claim is tried again with backoff).
-                if let Err(error) = Box::pin(self.reschedule(claim)).await {
-                    tracing::warn!(%error, "removing the selected node failed; tried again later");
-                }
+                // The driver's refusal is what the claim's event reports, whether or not the
+                // selected node could be removed.
+                Box::pin(self.reschedule(claim)).await;
             }
         }
         Err(ClaimError::Create {
@@ -516,8 +512,10 @@ impl Provisioner {
 
     /// Removes the selected node so the scheduler picks another. The claim is read live and
     /// written back whole (`update`, as upstream's RBAC grants: the cached claim is trimmed);
-    /// only the node this decision was about is removed, not one chosen since.
-    async fn reschedule(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
+    /// only the node this decision was about is removed, not one chosen since. A failure is
+    /// logged: as upstream, the claim's event reports why it was sent back, and the claim is
+    /// tried again with backoff (and sent back again).
+    async fn reschedule(&self, claim: &PersistentVolumeClaim) {
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
@@ -536,12 +534,16 @@ impl Provisioner {
                 false
             }
         })
-        .await
-        .map_err(ClaimError::Reschedule)?;
-        if matches!(result, Updated::Written(_)) {
-            tracing::info!("removed the selected node so the scheduler picks another");
+        .await;
+        match result {
+            Ok(Updated::Written(_)) => {
+                tracing::info!("removed the selected node so the scheduler picks another");
+            }
+            Ok(Updated::Unchanged(_) | Updated::Gone) => {}
+            Err(error) => {
+                tracing::warn!(%error, "removing the selected node failed; tried again later");
+            }
         }
-        Ok(())
     }
 
     /// The deletion secret of `volume`, or none when it cannot be read: as upstream, a secret

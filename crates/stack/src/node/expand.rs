@@ -70,7 +70,7 @@ impl NodeAgent {
                 .await
                 .err()
                 .map(|e| {
-                    let printed = crate::resizer::decide::go_error(e.code, &e.message);
+                    let printed = e.status_text();
                     (
                         Some(e.code),
                         decide_expand::expander_error(Some(e.code), &printed),

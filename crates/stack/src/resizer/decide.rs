@@ -431,14 +431,6 @@ pub fn pre_resize_annotation_done(
         )
 }
 
-/// A CSI error as Go's gRPC prints it (what upstream's events and conditions show).
-pub fn go_error(code: tonic::Code, message: &str) -> String {
-    format!(
-        "rpc error: code = {} desc = {message}",
-        sidecar_kit::csi::go_code_name(code)
-    )
-}
-
 /// Whether a CSI code means the driver refused the size for good (the user must change the
 /// request): InvalidArgument, OutOfRange, NotFound.
 pub fn infeasible(code: tonic::Code) -> bool {

@@ -345,7 +345,12 @@ fn statuses_follow_external_resizers_steps() {
         json!({"storage": null})
     );
 
-    let error = go_error(tonic::Code::OutOfRange, "too big");
+    let error = sidecar_kit::csi::CallError {
+        method: "ControllerExpandVolume",
+        code: tonic::Code::OutOfRange,
+        message: "too big".into(),
+    }
+    .status_text();
     assert_eq!(error, "rpc error: code = OutOfRange desc = too big");
     let failed = resize_failed(&resizing, tonic::Code::OutOfRange, &error, "T").unwrap();
     assert_eq!(

@@ -322,7 +322,7 @@ impl Resizer {
                         answer.node_expansion_required,
                     ),
                     Err(source) => {
-                        let error = decide::go_error(source.code, &source.message);
+                        let error = source.status_text();
                         self.event(
                             claim,
                             EventType::Warning,
@@ -424,7 +424,7 @@ impl Resizer {
             )
             .await;
         if let Err(source) = answer {
-            let mut message = decide::go_error(source.code, &source.message);
+            let mut message = source.status_text();
             if decide::uncertain(source.code) {
                 message.push_str(&format!(". Still modifying to VAC {target}"));
             }
