@@ -50,9 +50,6 @@ pub enum ClaimError {
     /// the claim goes back to the scheduler.
     #[error("failed to get selected CSINode {0}: csinode.storage.k8s.io {0:?} not found")]
     SelectedCsiNodeGone(String),
-    /// No change: the selected node is unknown.
-    #[error("selected node {0:?} not found")]
-    NodeNotFound(String),
     /// No change: the secret may appear.
     #[error("error getting secret {name} in namespace {namespace}: {reason}")]
     Secret {
@@ -142,7 +139,6 @@ impl ClaimError {
             | ClaimError::CloneFinalizer(_)
             | ClaimError::CloneSourceGone(_)
             | ClaimError::Topology(_)
-            | ClaimError::NodeNotFound(_)
             | ClaimError::SelectedCsiNodeGone(_)
             | ClaimError::Secret { .. }
             | ClaimError::Create { .. }

@@ -56,16 +56,33 @@ impl ClaimTopology {
         self.chosen.forget(key);
     }
 
-    fn node(&self, name: &str) -> Option<NodeTopology> {
-        let node = self.nodes.get(&ObjectRef::new(name))?;
-        Some(self.of(&node))
+    /// The selected node's topology; a Node not (yet) known has no labels, as upstream's
+    /// lookup, which then fails on the first key it misses.
+    fn node(&self, name: &str) -> NodeTopology {
+        match self.nodes.get(&ObjectRef::new(name)) {
+            Some(node) => self.of(&node),
+            None => NodeTopology {
+                name: name.to_string(),
+                keys: self.keys(name),
+                labels: Default::default(),
+            },
+        }
     }
 
     fn of(&self, node: &Node) -> NodeTopology {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let keys = self
-            .csinodes
-            .get(&ObjectRef::new(&name))
+        NodeTopology {
+            keys: self.keys(&name),
+            name,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The topology keys the node's CSINode lists for the driver; None when it does not list
+    /// the driver.
+    fn keys(&self, node: &str) -> Option<Vec<String>> {
+        self.csinodes
+            .get(&ObjectRef::new(node))
             .and_then(|csinode| {
                 csinode
                     .spec
@@ -73,12 +90,7 @@ impl ClaimTopology {
                     .iter()
                     .find(|d| d.name == self.driver)
                     .map(|d| d.topology_keys.clone().unwrap_or_default())
-            });
-        NodeTopology {
-            name,
-            keys,
-            labels: node.metadata.labels.clone().unwrap_or_default(),
-        }
+            })
     }
 
     /// The claim's requirement for this selected node (or none): computed the first time,
@@ -105,13 +117,7 @@ impl ClaimTopology {
         {
             return Err(ClaimError::SelectedCsiNodeGone(name.to_string()));
         }
-        let selected_topology = match selected {
-            Some(name) => Some(
-                self.node(name)
-                    .ok_or_else(|| ClaimError::NodeNotFound(name.to_string()))?,
-            ),
-            None => None,
-        };
+        let selected_topology = selected.map(|name| self.node(name));
         let cluster: Vec<NodeTopology> = self.nodes.state().iter().map(|n| self.of(n)).collect();
         let allowed = class.allowed_topologies.clone().unwrap_or_default();
         let claim_name = claim.metadata.name.clone().unwrap_or_default();

@@ -8,10 +8,13 @@
 //! | immediate | -      | no                | cluster aggregate (only with --immediate-topology) | requisite rotated by claim-name hash |
 //! | immediate | -      | yes               | allowed, flattened       | requisite rotated by claim-name hash |
 //!
-//! Terms are sorted and de-duplicated; StatefulSet claims (`<claim>-<set>-<N>`) hash the set
+//! The cluster aggregate is the segments of the nodes whose CSINode lists the driver (the
+//! design's "nodes that contain a node ID from the driver"; upstream's code takes every node
+//! with the labels). Terms are sorted (shorter first) and de-duplicated; the errors are
+//! upstream's, word for word; StatefulSet claims (`<claim>-<set>-<N>`) hash the set
 //! name and add N so that replicas spread over segments.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::TopologySelectorTerm;
 
@@ -39,28 +42,86 @@ impl NodeTopology {
     }
 }
 
-/// Why no requirement can be computed. The claim is retried; the reason goes into an event.
+/// Why no requirement can be computed. The claim is retried; the reason goes into an event,
+/// worded as upstream's (Go's `%v` of its maps, lists and terms: [`go_map`], [`go_terms`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyError {
-    /// The selected node has no CSINode entry for the driver.
+    /// The selected node's CSINode does not list the driver, or lists no topology keys for it.
+    #[error("no topology key found for node {0}")]
+    NoTopologyKeys(String),
+    /// The selected node lacks a label for one of the keys (a Node not known has no labels).
     #[error(
-        "selected node {0:?} has no CSINode entry for this driver yet (is the driver running there?)"
+        "topology labels from selected node {} does not match topology keys from CSINode [{}]",
+        go_map(labels),
+        keys.join(" ")
     )]
-    NoCsiNode(String),
-    /// The selected node lacks a topology label.
-    #[error("selected node {node:?} has no label {key:?}, a topology key of this driver")]
     MissingLabel {
+        /// The selected node's labels, all of them.
+        labels: BTreeMap<String, String>,
+        /// The topology keys its CSINode lists for the driver.
+        keys: Vec<String>,
+    },
+    /// `--strict-topology`: the selected node's segment is outside the class's
+    /// allowedTopologies.
+    #[error(
+        "selected node '\"{node}\"' topology '{}' is not in allowed topologies: {}",
+        go_term(topology),
+        go_terms(allowed)
+    )]
+    NotAllowed {
         /// The node the scheduler selected.
         node: String,
-        /// The topology key the node lacks.
-        key: String,
+        /// Its segment.
+        topology: Segment,
+        /// allowedTopologies flattened, in upstream's order.
+        allowed: Vec<Segment>,
     },
-    /// The selected node is outside the class's allowedTopologies.
-    #[error("selected node {0:?} is not in the StorageClass allowedTopologies")]
-    NotAllowed(String),
-    /// An allowedTopologies expression without values.
+    /// No requisite segment fits the selected node's (allowedTopologies that leave it out).
+    #[error(
+        "topology {} from selected node \"{node}\" is not in requisite: {}",
+        go_term(topology),
+        go_terms(requisite)
+    )]
+    NotInRequisite {
+        /// The node the scheduler selected.
+        node: String,
+        /// Its segment.
+        topology: Segment,
+        /// The requisite, sorted.
+        requisite: Vec<Segment>,
+    },
+    /// Immediate binding with `--immediate-topology` and no allowedTopologies, and no node's
+    /// CSINode lists topology keys for the driver (it runs on no node yet).
+    #[error("no available topology found")]
+    NoAvailableTopology,
+    /// As above, keys were found but no node has a label for each of them.
+    #[error("topologyKeys [{}] were not found on any nodes", .0.join(" "))]
+    KeysOnNoNode(Vec<String>),
+    /// An allowedTopologies expression without values (kube-apiserver refuses such a class).
     #[error("StorageClass allowedTopologies has an expression for {0:?} without values")]
     EmptyValues(String),
+}
+
+/// Go's `%v` of a `map[string]string`: `map[k1:v1 k2:v2]`, keys sorted.
+pub fn go_map(map: &BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = map.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    format!("map[{}]", pairs.join(" "))
+}
+
+/// Go's `%v` of upstream's topology term (a list of key/value structs sorted by key):
+/// `[{k1 v1} {k2 v2}]`.
+pub fn go_term(segment: &Segment) -> String {
+    let pairs: Vec<String> = segment
+        .iter()
+        .map(|(k, v)| format!("{{{k} {v}}}"))
+        .collect();
+    format!("[{}]", pairs.join(" "))
+}
+
+/// Go's `%v` of a list of terms: `[[{k v}] [{k v2}]]`.
+pub fn go_terms(segments: &[Segment]) -> String {
+    let terms: Vec<String> = segments.iter().map(go_term).collect();
+    format!("[{}]", terms.join(" "))
 }
 
 /// The inputs of [`accessibility_requirements`].
@@ -83,59 +144,73 @@ pub struct TopologyInput<'a> {
 /// `(requisite, preferred)`.
 pub type Requirement = (Vec<Segment>, Vec<Segment>);
 
-/// Flattens allowedTopologies: each term is the cartesian product of its expressions' values.
+/// Flattens allowedTopologies in upstream's order (not sorted, repeats kept: see
+/// [`sort_terms`]): each term is the cartesian product of its expressions' values, the values
+/// of a later expression outermost.
 pub fn flatten_allowed(terms: &[TopologySelectorTerm]) -> Result<Vec<Segment>, TopologyError> {
-    let mut out = BTreeSet::new();
+    let mut out = Vec::new();
     for term in terms {
-        let mut segments = vec![Segment::new()];
+        let mut segments: Vec<Segment> = Vec::new();
         for expr in term.match_label_expressions.iter().flatten() {
             if expr.values.is_empty() {
                 return Err(TopologyError::EmptyValues(expr.key.clone()));
             }
-            segments = segments
-                .into_iter()
-                .flat_map(|seg| {
-                    expr.values.iter().map(move |v| {
-                        let mut s = seg.clone();
-                        s.insert(expr.key.clone(), v.clone());
-                        s
+            segments = match segments.is_empty() {
+                true => expr
+                    .values
+                    .iter()
+                    .map(|v| Segment::from([(expr.key.clone(), v.clone())]))
+                    .collect(),
+                false => expr
+                    .values
+                    .iter()
+                    .flat_map(|v| {
+                        segments.iter().map(move |seg| {
+                            let mut s = seg.clone();
+                            s.insert(expr.key.clone(), v.clone());
+                            s
+                        })
                     })
-                })
-                .collect();
+                    .collect(),
+            };
         }
-        out.extend(segments.into_iter().filter(|s| !s.is_empty()));
+        out.extend(segments);
     }
-    Ok(out.into_iter().collect())
+    Ok(out)
+}
+
+/// Sorts and de-duplicates terms as upstream does: shorter terms first, then key by key and
+/// value by value. Empty terms are dropped (upstream leaves them out of the request).
+pub fn sort_terms(mut terms: Vec<Segment>) -> Vec<Segment> {
+    terms.retain(|t| !t.is_empty());
+    terms.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.iter().cmp(b.iter())));
+    terms.dedup();
+    terms
 }
 
 /// The segments of every node whose CSINode lists the driver and that has all `keys`.
 pub fn aggregate(cluster: &[NodeTopology], keys: &[String]) -> Vec<Segment> {
-    let set: BTreeSet<Segment> = cluster
+    let segments = cluster
         .iter()
         .filter(|n| n.keys.is_some())
         .filter_map(|n| n.segment_for(keys))
-        .filter(|s| !s.is_empty())
         .collect();
-    set.into_iter().collect()
+    sort_terms(segments)
 }
 
-fn selected_segment(node: &NodeTopology) -> Result<Segment, TopologyError> {
-    let keys = node
-        .keys
-        .as_ref()
-        .ok_or_else(|| TopologyError::NoCsiNode(node.name.clone()))?;
-    let mut seg = Segment::new();
-    for key in keys {
-        let value = node
-            .labels
-            .get(key)
-            .ok_or_else(|| TopologyError::MissingLabel {
-                node: node.name.clone(),
-                key: key.clone(),
-            })?;
-        seg.insert(key.clone(), value.clone());
+/// The selected node's topology keys and its segment for them.
+fn selected_segment(node: &NodeTopology) -> Result<(Vec<String>, Segment), TopologyError> {
+    let keys = match &node.keys {
+        Some(keys) if !keys.is_empty() => keys.clone(),
+        _ => return Err(TopologyError::NoTopologyKeys(node.name.clone())),
+    };
+    match node.segment_for(&keys) {
+        Some(segment) => Ok((keys, segment)),
+        None => Err(TopologyError::MissingLabel {
+            labels: node.labels.clone(),
+            keys,
+        }),
     }
-    Ok(seg)
 }
 
 fn is_subset(term: &Segment, of: &Segment) -> bool {
@@ -190,42 +265,53 @@ pub fn accessibility_requirements(
     let allowed = flatten_allowed(input.allowed)?;
     match input.selected {
         Some(node) => {
-            let selected = selected_segment(node)?;
+            let (keys, selected) = selected_segment(node)?;
             if input.strict {
                 if !allowed.is_empty() && !allowed.iter().any(|t| is_subset(t, &selected)) {
-                    return Err(TopologyError::NotAllowed(node.name.clone()));
+                    return Err(TopologyError::NotAllowed {
+                        node: node.name.clone(),
+                        topology: selected,
+                        allowed,
+                    });
                 }
                 return Ok(Some((vec![selected.clone()], vec![selected])));
             }
-            let requisite = if allowed.is_empty() {
-                let keys: Vec<String> = selected.keys().cloned().collect();
-                let mut all = aggregate(input.cluster, &keys);
-                if !all.contains(&selected) {
-                    all.push(selected.clone());
-                    all.sort();
-                }
-                all
-            } else {
-                allowed
+            let requisite = match allowed.is_empty() {
+                // The selected node is one of the cluster's, so its segment is there.
+                true => aggregate(input.cluster, &keys),
+                false => sort_terms(allowed),
             };
+            if requisite.is_empty() {
+                return Ok(None);
+            }
             let first = requisite.iter().position(|t| is_subset(t, &selected));
             let Some(first) = first else {
-                return Err(TopologyError::NotAllowed(node.name.clone()));
+                return Err(TopologyError::NotInRequisite {
+                    node: node.name.clone(),
+                    topology: selected,
+                    requisite,
+                });
             };
             let preferred = rotate(requisite.clone(), first);
             Ok(Some((requisite, preferred)))
         }
         None => {
             let requisite = if !allowed.is_empty() {
-                allowed
+                sort_terms(allowed)
             } else if input.immediate_topology {
+                // Upstream waits (an error, retried) until the driver runs on a node with
+                // its topology: a volume made without it might be reachable from nowhere.
                 let keys: Vec<String> = input
                     .cluster
                     .iter()
                     .filter_map(|n| n.keys.clone())
                     .find(|k| !k.is_empty())
-                    .unwrap_or_default();
-                aggregate(input.cluster, &keys)
+                    .ok_or(TopologyError::NoAvailableTopology)?;
+                let all = aggregate(input.cluster, &keys);
+                if all.is_empty() {
+                    return Err(TopologyError::KeysOnNoNode(keys));
+                }
+                all
             } else {
                 Vec::new()
             };
@@ -313,7 +399,21 @@ mod tests {
         let not_allowed = allowed(&["a"]);
         let err =
             accessibility_requirements(&input(Some(&c[1]), true, &not_allowed, &c)).unwrap_err();
-        assert_eq!(err, TopologyError::NotAllowed("n2".into()));
+        assert_eq!(
+            err.to_string(),
+            "selected node '\"n2\"' topology '[{topology.kubernetes.io/zone b}]' is not in allowed topologies: [[{topology.kubernetes.io/zone a}]]"
+        );
+    }
+
+    #[test]
+    fn late_binding_outside_allowed_topologies_is_not_in_requisite() {
+        let c = cluster();
+        let terms = allowed(&["c", "a"]);
+        let err = accessibility_requirements(&input(Some(&c[1]), false, &terms, &c)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "topology [{topology.kubernetes.io/zone b}] from selected node \"n2\" is not in requisite: [[{topology.kubernetes.io/zone a}] [{topology.kubernetes.io/zone c}]]"
+        );
     }
 
     #[test]
@@ -353,18 +453,38 @@ mod tests {
     }
 
     #[test]
-    fn selected_nodes_without_csinode_or_labels_are_errors() {
-        let bare = node("bare", "a", None);
+    fn selected_nodes_without_keys_or_labels_are_errors_worded_as_upstream() {
         let c = cluster();
-        assert_eq!(
-            accessibility_requirements(&input(Some(&bare), false, &[], &c)).unwrap_err(),
-            TopologyError::NoCsiNode("bare".into())
-        );
-        let unlabeled = node("u", "a", Some(&["example.com/rack"]));
-        assert!(matches!(
-            accessibility_requirements(&input(Some(&unlabeled), false, &[], &c)).unwrap_err(),
-            TopologyError::MissingLabel { .. }
-        ));
+        // (selected node, the error's text)
+        let cases = [
+            (
+                node("bare", "a", None),
+                "no topology key found for node bare",
+            ),
+            (
+                node("keyless", "a", Some(&[])),
+                "no topology key found for node keyless",
+            ),
+            (
+                node("u", "a", Some(&["example.com/rack", ZONE])),
+                "topology labels from selected node map[example.com/host:u topology.kubernetes.io/zone:a] does not match topology keys from CSINode [example.com/rack topology.kubernetes.io/zone]",
+            ),
+            (
+                NodeTopology {
+                    name: "gone".into(),
+                    keys: Some(vec![ZONE.into()]),
+                    labels: BTreeMap::new(),
+                },
+                "topology labels from selected node map[] does not match topology keys from CSINode [topology.kubernetes.io/zone]",
+            ),
+        ];
+        for (selected, text) in cases {
+            for strict in [false, true] {
+                let err = accessibility_requirements(&input(Some(&selected), strict, &[], &c))
+                    .unwrap_err();
+                assert_eq!(err.to_string(), text, "{} strict={strict}", selected.name);
+            }
+        }
     }
 
     #[test]
@@ -393,7 +513,7 @@ mod tests {
     }
 
     #[test]
-    fn immediate_binding_without_immediate_topology_or_nodes_has_no_requirement() {
+    fn immediate_binding_without_immediate_topology_has_no_requirement() {
         let c = cluster();
         let mut inp = input(None, false, &[], &c);
         inp.immediate_topology = false;
@@ -404,10 +524,50 @@ mod tests {
             accessibility_requirements(&inp).unwrap().unwrap().0,
             vec![seg(&[(ZONE, "a")])]
         );
+    }
+
+    #[test]
+    fn immediate_topology_waits_for_a_node_with_the_driver_and_its_labels() {
         let empty: Vec<NodeTopology> = Vec::new();
+        let no_keys = vec![node("n1", "a", None), node("n2", "b", Some(&[]))];
+        for cluster in [&empty, &no_keys] {
+            let err = accessibility_requirements(&input(None, false, &[], cluster)).unwrap_err();
+            assert_eq!(err, TopologyError::NoAvailableTopology);
+            assert_eq!(err.to_string(), "no available topology found");
+        }
+        let unlabeled = vec![node("n1", "a", Some(&["example.com/rack"]))];
+        let err = accessibility_requirements(&input(None, false, &[], &unlabeled)).unwrap_err();
         assert_eq!(
-            accessibility_requirements(&input(None, false, &[], &empty)).unwrap(),
-            None
+            err.to_string(),
+            "topologyKeys [example.com/rack] were not found on any nodes"
+        );
+        // allowedTopologies decide without the nodes.
+        let terms = allowed(&["a"]);
+        assert!(
+            accessibility_requirements(&input(None, false, &terms, &empty))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn terms_sort_shorter_first_then_by_key_and_value() {
+        let terms = vec![
+            seg(&[(ZONE, "b")]),
+            seg(&[(HOST, "h1"), (ZONE, "a")]),
+            seg(&[(ZONE, "a")]),
+            seg(&[]),
+            seg(&[(ZONE, "b")]),
+            seg(&[(HOST, "h0"), (ZONE, "b")]),
+        ];
+        assert_eq!(
+            sort_terms(terms),
+            vec![
+                seg(&[(ZONE, "a")]),
+                seg(&[(ZONE, "b")]),
+                seg(&[(HOST, "h0"), (ZONE, "b")]),
+                seg(&[(HOST, "h1"), (ZONE, "a")]),
+            ]
         );
     }
 
@@ -425,9 +585,16 @@ mod tests {
                 },
             ]),
         }];
-        let flat = flatten_allowed(&terms).unwrap();
-        assert_eq!(flat.len(), 4);
-        assert!(flat.contains(&seg(&[(ZONE, "b"), (HOST, "h1")])));
+        // Upstream's order: the later expression's values outermost.
+        assert_eq!(
+            flatten_allowed(&terms).unwrap(),
+            vec![
+                seg(&[(ZONE, "a"), (HOST, "h1")]),
+                seg(&[(ZONE, "b"), (HOST, "h1")]),
+                seg(&[(ZONE, "a"), (HOST, "h2")]),
+                seg(&[(ZONE, "b"), (HOST, "h2")]),
+            ]
+        );
         let empty = vec![TopologySelectorTerm {
             match_label_expressions: Some(vec![TopologySelectorLabelRequirement {
                 key: ZONE.into(),
