@@ -127,11 +127,13 @@ impl ClaimError {
         }
     }
 
-    /// Whether the user should hear about it in a `ProvisioningFailed` event.
+    /// Whether the user should hear about it in a `ProvisioningFailed` event. A class gone
+    /// after the claim was handed to us is logged and retried without one, as upstream's
+    /// (kube-controller-manager's binder reports a claim naming a class that never existed).
     pub(super) fn event_worthy(&self) -> bool {
         match self {
-            ClaimError::ClassNotFound(_)
-            | ClaimError::VacNotFound(_)
+            ClaimError::ClassNotFound(_) => false,
+            ClaimError::VacNotFound(_)
             | ClaimError::VacLookup(_)
             | ClaimError::Plan(_)
             | ClaimError::DataSource(_)
@@ -189,6 +191,7 @@ mod tests {
         );
         let missing = ClaimError::ClassNotFound("fast".into());
         assert!(!missing.infeasible());
+        assert!(!missing.event_worthy(), "upstream only logs it");
         assert_eq!(
             missing.event_message(),
             "storageclass.storage.k8s.io \"fast\" not found"
