@@ -374,14 +374,11 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
     let secret_ref = json!({"spec": {"csi": {"controllerPublishSecretRef": {"name": "publish", "namespace": "default"}}}});
     let id = env.volume("pv-s", secret_ref).await;
 
-    // No CSINode for the node.
+    // No CSINode for the node, and no secret yet: as upstream, which reads the secret before
+    // it looks for the node's id, the secret is what the attachment reports.
+    let missing_secret = r#"failed to load secret "default/publish": secrets "publish" not found"#;
     env.attach("va-ghost", "pv-s", "ghost", &[]).await;
-    env.wait_error(
-        "va-ghost",
-        false,
-        r#"csinode.storage.k8s.io "ghost" not found"#,
-    )
-    .await;
+    env.wait_error("va-ghost", false, missing_secret).await;
     // As upstream, the volume is protected as soon as it is read, before the node is looked
     // up: the PV carries our finalizer although the attach could not be tried.
     let finalizers = env.pv("pv-s").await.unwrap().metadata.finalizers;
@@ -392,15 +389,9 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
             .any(|f| f == FINALIZER),
         "the volume is protected before the node is looked up"
     );
-    env.detach("va-ghost").await;
 
     env.attach("va-s", "pv-s", "node-1", &[]).await;
-    env.wait_error(
-        "va-s",
-        false,
-        r#"failed to load secret "default/publish": secrets "publish" not found"#,
-    )
-    .await;
+    env.wait_error("va-s", false, missing_secret).await;
     // As upstream, the secret comes before the attachment's finalizer: without it there is
     // nothing to detach, and the attachment could be deleted at once.
     let finalizers = env.va("va-s").await.unwrap().metadata.finalizers;
@@ -424,6 +415,14 @@ async fn failures_and_missing_secrets_are_written_to_the_status_and_retried() {
         !error.to_string().contains("wrong"),
         "secret values never appear: {error}"
     );
+    // With the secret there, the node without a CSINode is what remains.
+    env.wait_error(
+        "va-ghost",
+        false,
+        r#"csinode.storage.k8s.io "ghost" not found"#,
+    )
+    .await;
+    env.detach("va-ghost").await;
     // Long enough not to turn up by chance in a log of UIDs and hashes, as "abc" can.
     let fix = json!({"stringData": {"token": "s3cret-publish-token"}});
     secrets
@@ -704,6 +703,57 @@ async fn http_get(port: u16, path: &str) -> String {
     out.split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default()
+}
+
+/// A detach whose driver call succeeded but whose attachment cannot be marked detached (its
+/// finalizer not removed) says so, in upstream's words, and is tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detach_that_cannot_be_marked_says_so_and_is_retried() {
+    let env = Env::start(&["--enable-attach"], &[]).await;
+    let id = env.volume("pv-m", json!({})).await;
+    env.attach("va-m", "pv-m", "node-1", &[]).await;
+    env.wait_attached("va-m").await;
+    // Every write of a VolumeAttachment fails: the status cannot hold the error, the event
+    // does.
+    env.stack.server.set_faults(vec![
+        serde_json::from_value(
+            json!({"resource": "volumeattachments", "verb": "PATCH", "error": 500}),
+        )
+        .unwrap(),
+    ]);
+    env.detach("va-m").await;
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(env.client(), "default");
+    let message = common::poll_for(
+        "a DetachFailed event on va-m",
+        WAIT,
+        || env.log(),
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("DetachFailed")
+                        && e.involved_object.name.as_deref() == Some("va-m")
+                })
+                .and_then(|e| e.message)
+                .ok_or_else(|| "no event yet".to_string())
+        },
+    )
+    .await;
+    assert!(
+        message.starts_with("could not mark as detached: "),
+        "{message}"
+    );
+    assert!(
+        !env.published().await.contains_key(&id),
+        "the driver detached it"
+    );
+    env.stack.server.set_faults(Vec::new());
+    env.wait_until("va-m gone", || async { env.va("va-m").await.is_none() })
+        .await;
 }
 
 /// A write that conflicts (the object changed meanwhile) is not a failure: the attacher looks

@@ -364,11 +364,16 @@ impl Attacher {
             Plan::AttachFailed {
                 message,
                 protect_volume,
+                secret_first,
             } => {
                 if let Some((pv, ops)) = protect_volume
                     && let Some(next) = self.protect_volume(&va, pv, ops).await?
                 {
                     return Ok(next);
+                }
+                if secret_first.is_some() {
+                    self.secrets(&va, Side::Attach, secret_first.as_ref())
+                        .await?;
                 }
                 let error = SyncError::AttachRefused {
                     name: name.to_string(),
@@ -376,7 +381,7 @@ impl Attacher {
                 };
                 Err(self.failed(&va, Side::Attach, message, None, error).await)
             }
-            Plan::Detach(_) | Plan::DetachFailed(_) => {
+            Plan::Detach(_) | Plan::DetachFailed { .. } => {
                 // Being deleted meanwhile (the trivial driver never gets here).
                 self.detach_queue.add_now(name.to_string());
                 Ok(Next::Done)
@@ -485,7 +490,14 @@ impl Attacher {
         let force = self.forced(&va);
         let plan = match self.plan_for(&va, force).await {
             Plan::Detach(plan) => plan,
-            Plan::DetachFailed(message) => {
+            Plan::DetachFailed {
+                message,
+                secret_first,
+            } => {
+                if secret_first.is_some() {
+                    self.secrets(&va, Side::Detach, secret_first.as_ref())
+                        .await?;
+                }
                 let error = SyncError::DetachRefused {
                     name: name.to_string(),
                     message: message.clone(),
@@ -515,10 +527,15 @@ impl Attacher {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
-                    return Err(SyncError::ReleaseAttachment {
+                    let message = format!(
+                        "could not mark as detached: {}",
+                        api_errors::message(&source)
+                    );
+                    let error = SyncError::ReleaseAttachment {
                         name: name.to_string(),
                         source,
-                    });
+                    };
+                    return Err(self.failed(&va, Side::Detach, message, None, error).await);
                 }
             }
         }
@@ -528,10 +545,15 @@ impl Attacher {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
-                    return Err(SyncError::Status {
+                    let message = format!(
+                        "could not mark as detached: {}",
+                        api_errors::message(&source)
+                    );
+                    let error = SyncError::Status {
                         name: name.to_string(),
                         source,
-                    });
+                    };
+                    return Err(self.failed(&va, Side::Detach, message, None, error).await);
                 }
             }
         }

@@ -83,9 +83,18 @@ pub enum Plan {
         message: String,
         /// The PV and the ops that add our finalizer to it.
         protect_volume: Option<(String, Vec<Op>)>,
+        /// The attach secret to read before reporting `message`: upstream reads it before it
+        /// looks for the node's id, so a missing secret is what an attachment refused for
+        /// both reasons reports. Set only for a refusal that comes after that read.
+        secret_first: Option<SecretRef>,
     },
     /// The detach cannot be tried: the message goes to `detachError`, retried with backoff.
-    DetachFailed(String),
+    DetachFailed {
+        /// Why (what `detachError` says).
+        message: String,
+        /// The detach secret to read first, as in [`Plan::AttachFailed`].
+        secret_first: Option<SecretRef>,
+    },
 }
 
 /// The objects a plan reads.
@@ -266,33 +275,52 @@ pub fn plan(va: &VolumeAttachment, world: World<'_>, force: bool) -> Plan {
     }
     match plan_attach(va, world, &ours) {
         Ok(attach) => Plan::Attach(attach),
-        Err((message, protect_volume)) => Plan::AttachFailed {
-            message,
-            protect_volume,
+        Err(refused) => Plan::AttachFailed {
+            message: refused.message,
+            protect_volume: refused.protect_volume,
+            secret_first: refused.secret_first,
         },
     }
 }
 
-/// Why an attach cannot be tried, and the volume's finalizer to add all the same.
-type Refused = (String, Option<(String, Vec<Op>)>);
+/// Why an attach cannot be tried, the volume's finalizer to add all the same, and the secret
+/// upstream would have read first.
+struct Refused {
+    message: String,
+    protect_volume: Option<(String, Vec<Op>)>,
+    secret_first: Option<SecretRef>,
+}
+
+impl Refused {
+    fn because(message: String) -> Self {
+        Refused {
+            message,
+            protect_volume: None,
+            secret_first: None,
+        }
+    }
+}
 
 fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<Attach, Refused> {
     let driver = world.driver;
-    let spec = volume_spec(va, world.volume).map_err(|message| (message, None))?;
+    let spec = volume_spec(va, world.volume).map_err(Refused::because)?;
     let mut protect_volume = None;
     if va.spec.source.persistent_volume_name.is_some()
         && let Some(pv) = world.volume
     {
         let name = pv.metadata.name.clone().unwrap_or_default();
         if pv.metadata.deletion_timestamp.is_some() {
-            return Err((
-                format!("PersistentVolume {name:?} is marked for deletion"),
-                None,
-            ));
+            return Err(Refused::because(format!(
+                "PersistentVolume {name:?} is marked for deletion"
+            )));
         }
         protect_volume = finalizers::add_ops(&pv.metadata, ours).map(|ops| (name, ops));
     }
-    let refused = |message: String| (message, protect_volume.clone());
+    let refused = |message: String| Refused {
+        message,
+        protect_volume: protect_volume.clone(),
+        secret_first: None,
+    };
     let source = pv_csi::csi_source(&spec)
         .map_err(spec_error)
         .map_err(refused)?;
@@ -303,7 +331,11 @@ fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<At
     )
     .map_err(spec_error)
     .map_err(refused)?;
-    let node_id = node_id(va, world.csinode, world.node, &driver.name).map_err(refused)?;
+    let node_id =
+        node_id(va, world.csinode, world.node, &driver.name).map_err(|message| Refused {
+            secret_first: secret_of(&spec),
+            ..refused(message)
+        })?;
     let mut ops = finalizers::add_ops(&va.metadata, ours).unwrap_or_default();
     if sidecar_kit::vocabulary::annotation(&va.metadata, ANN_NODE_ID) != Some(node_id.as_str()) {
         ops.push(finalizers::annotation_op(
@@ -335,14 +367,27 @@ fn plan_detach(va: &VolumeAttachment, world: World<'_>, force: bool, ours: &str)
     if release.is_none() && !force {
         return Plan::Nothing;
     }
-    let resolved = volume_spec(va, world.volume).and_then(|spec| {
-        let source = pv_csi::csi_source(&spec).map_err(spec_error)?;
-        let node_id = node_id_for_detach(va, world.csinode, world.node, &world.driver.name)?;
-        Ok((source.volume_handle.clone(), node_id, secret_of(&spec)))
-    });
+    let resolved = volume_spec(va, world.volume)
+        .and_then(|spec| {
+            let source = pv_csi::csi_source(&spec).map_err(spec_error)?;
+            Ok((source.volume_handle.clone(), secret_of(&spec)))
+        })
+        .map_err(|message| (message, None))
+        .and_then(|(volume_id, secret)| {
+            // Upstream reads the secret before it looks for the node's id.
+            match node_id_for_detach(va, world.csinode, world.node, &world.driver.name) {
+                Ok(node_id) => Ok((volume_id, node_id, secret)),
+                Err(message) => Err((message, secret)),
+            }
+        });
     let (volume_id, node_id, secret) = match resolved {
         Ok(r) => r,
-        Err(message) => return Plan::DetachFailed(message),
+        Err((message, secret_first)) => {
+            return Plan::DetachFailed {
+                message,
+                secret_first,
+            };
+        }
     };
     let only_ours = va
         .metadata

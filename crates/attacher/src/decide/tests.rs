@@ -356,7 +356,7 @@ fn the_plan_for_each_state_of_an_attachment() {
             None,
             &d,
             false,
-            "attach error, volume protected: csinode.storage.k8s.io \"node-1\" not found",
+            "attach error, volume protected, secret ns/publish first: csinode.storage.k8s.io \"node-1\" not found",
         ),
         (
             "CSINode without the driver",
@@ -365,7 +365,7 @@ fn the_plan_for_each_state_of_an_attachment() {
             Some(csinode(None)),
             &d,
             false,
-            "attach error, volume protected: CSINode node-1 does not contain driver hostpath.csi.k8s.io",
+            "attach error, volume protected, secret ns/publish first: CSINode node-1 does not contain driver hostpath.csi.k8s.io",
         ),
         (
             "both sources",
@@ -437,7 +437,7 @@ fn the_plan_for_each_state_of_an_attachment() {
             None,
             &d,
             false,
-            "detach error: csinode.storage.k8s.io \"node-1\" not found",
+            "detach error, secret ns/publish first: csinode.storage.k8s.io \"node-1\" not found",
         ),
         (
             "deleting, PV gone",
@@ -487,15 +487,29 @@ fn the_plan_for_each_state_of_an_attachment() {
             P::AttachFailed {
                 message,
                 protect_volume,
+                secret_first,
             } => format!(
-                "attach error{}: {message}",
+                "attach error{}{}: {message}",
                 if protect_volume.is_some() {
                     ", volume protected"
                 } else {
                     ""
+                },
+                match secret_first {
+                    Some(secret) => format!(", secret {}/{} first", secret.namespace, secret.name),
+                    None => String::new(),
                 }
             ),
-            P::DetachFailed(m) => format!("detach error: {m}"),
+            P::DetachFailed {
+                message,
+                secret_first,
+            } => format!(
+                "detach error{}: {message}",
+                match secret_first {
+                    Some(secret) => format!(", secret {}/{} first", secret.namespace, secret.name),
+                    None => String::new(),
+                }
+            ),
         };
         assert_eq!(got, want, "{name}");
     }

@@ -361,6 +361,15 @@ impl Cluster {
         .await
     }
 
+    /// Waits until the provisioner's log holds `words`.
+    pub async fn wait_log(&self, words: &str) {
+        let what = format!("{words:?} in the provisioner's log");
+        poll_until(&what, Duration::from_secs(15), String::new, || async {
+            self.provisioner_log().contains(words)
+        })
+        .await;
+    }
+
     pub async fn wait_until<F, Fut>(&self, what: &str, timeout: Duration, f: F)
     where
         F: FnMut() -> Fut,
