@@ -264,6 +264,14 @@ async fn bad_input_ends_in_a_provisioning_failed_event_and_no_create_volume() {
             json!({}),
             "error getting secret nowhere in namespace default: secrets \"nowhere\" not found",
         ),
+        // Upstream reads the VolumeAttributesClass after the secret: the secret is reported.
+        (
+            "vac-and-secret",
+            "missing-secret",
+            "1Gi",
+            json!({"spec": {"volumeAttributesClassName": "nowhere-vac"}}),
+            "error getting secret nowhere in namespace default",
+        ),
         ("size-huge", "plain", "7Ei", json!({}), "too large"),
         (
             "no-csinode",

@@ -44,7 +44,7 @@ pub enum ClaimError {
     #[error("the source claim {0} of the clone no longer exists")]
     CloneSourceGone(String),
     /// No change: the node or its CSINode may appear.
-    #[error(transparent)]
+    #[error("error generating accessibility requirements: {0}")]
     Topology(#[from] TopologyError),
     /// The selected node has no CSINode (the node is gone, or its CSINode is not made yet):
     /// the claim goes back to the scheduler.

@@ -33,6 +33,7 @@ use crate::decide::classify::{
 };
 use crate::decide::provision::{
     ProvisionPlan, build_pv, check_content_source, create_request, made_for_claim, plan_provision,
+    vac_parameters,
 };
 use crate::decide::secrets::SecretRef;
 use crate::decide::topology::Requirement;
@@ -228,14 +229,7 @@ impl Provisioner {
                 Resolved::Populator => return Ok(None),
                 Resolved::Copy { source, protect } => (Some(source), protect),
             };
-        let vac = self.attributes_class(claim).await?;
-        let plan = plan_provision(
-            &self.cfg.caps,
-            &self.cfg.options,
-            claim,
-            &class,
-            vac.as_ref(),
-        )?;
+        let mut plan = plan_provision(&self.cfg.caps, &self.cfg.options, claim, &class)?;
         let selected = selected_node(claim).map(str::to_string);
         let topology = self.topology.for_claim(claim, &class, selected.as_deref());
         if let Err(ClaimError::SelectedCsiNodeGone(_)) = &topology {
@@ -243,6 +237,9 @@ impl Provisioner {
         }
         let topology = topology?;
         let secrets = Box::pin(self.fetch_secret(plan.provisioner_secret.as_ref())).await?;
+        // After the topology and the secret, as upstream reads it.
+        let vac = self.attributes_class(claim).await?;
+        plan.mutable_parameters = vac_parameters(&self.cfg.caps, vac.as_ref())?;
         let copying = content_source.is_some();
         let mut request = create_request(&plan, HashMap::new(), topology.as_ref());
         request.volume_content_source = content_source;

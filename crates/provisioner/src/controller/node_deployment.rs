@@ -230,7 +230,6 @@ async fn has_room(
         &provisioner.cfg.options,
         claim,
         class,
-        None,
     ) else {
         return true;
     };

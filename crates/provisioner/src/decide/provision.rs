@@ -193,13 +193,14 @@ pub fn check_modify_volume(
     Ok(())
 }
 
-/// Plans the provisioning of a claim with its class (and VolumeAttributesClass).
+/// Plans the provisioning of a claim with its class; the VolumeAttributesClass's parameters
+/// come later ([`vac_parameters`]), as upstream reads that class after the topology and the
+/// secret.
 pub fn plan_provision(
     caps: &DriverCapabilities,
     options: &ProvisionOptions,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
-    vac: Option<&VolumeAttributesClass>,
 ) -> Result<ProvisionPlan, ProvisionError> {
     let class_name = class.metadata.name.clone().unwrap_or_default();
     let Some(chosen) = super::migration::provisioning_class(&caps.name, caps.migrated_from, class)
@@ -287,23 +288,6 @@ pub fn plan_provision(
         parameters.insert(PVC_NAMESPACE_KEY.into(), claim_namespace.clone());
         parameters.insert(PV_NAME_KEY.into(), pv_name.clone());
     }
-    let mutable_parameters = match vac {
-        None => BTreeMap::new(),
-        Some(vac) => {
-            if vac.driver_name != caps.name {
-                return Err(ProvisionError::VacDriver {
-                    name: vac.metadata.name.clone().unwrap_or_default(),
-                    driver: vac.driver_name.clone(),
-                    ours: caps.name.clone(),
-                });
-            }
-            vac.parameters
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .collect()
-        }
-    };
     Ok(ProvisionPlan {
         pv_name,
         claim_key: format!("{claim_namespace}/{claim_name}"),
@@ -313,7 +297,7 @@ pub fn plan_provision(
         fs_type,
         capabilities,
         parameters,
-        mutable_parameters,
+        mutable_parameters: BTreeMap::new(),
         provisioner_secret,
         pv_secrets,
         class_name,
@@ -324,6 +308,30 @@ pub fn plan_provision(
         mount_options,
         migrated_from,
     })
+}
+
+/// The `mutable_parameters` of CreateVolume: the claim's VolumeAttributesClass's parameters,
+/// refused when the class is another driver's.
+pub fn vac_parameters(
+    caps: &DriverCapabilities,
+    vac: Option<&VolumeAttributesClass>,
+) -> Result<BTreeMap<String, String>, ProvisionError> {
+    let Some(vac) = vac else {
+        return Ok(BTreeMap::new());
+    };
+    if vac.driver_name != caps.name {
+        return Err(ProvisionError::VacDriver {
+            name: vac.metadata.name.clone().unwrap_or_default(),
+            driver: vac.driver_name.clone(),
+            ours: caps.name.clone(),
+        });
+    }
+    Ok(vac
+        .parameters
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect())
 }
 
 /// The CreateVolume request for a plan, with the fetched secret data and the topology.

@@ -44,7 +44,7 @@ fn access_modes_map_to_csi_capabilities() {
         ])
         .build();
     let sc = class("sc", D).build();
-    let plan = plan_provision(&caps(), &options(), &c, &sc, None).unwrap();
+    let plan = plan_provision(&caps(), &options(), &c, &sc).unwrap();
     assert_eq!(
         modes(&plan),
         vec![
@@ -58,7 +58,7 @@ fn access_modes_map_to_csi_capabilities() {
         single_node_multi_writer: true,
         ..caps()
     };
-    let plan = plan_provision(&multi, &options(), &c, &sc, None).unwrap();
+    let plan = plan_provision(&multi, &options(), &c, &sc).unwrap();
     assert_eq!(modes(&plan)[0], Mode::SingleNodeMultiWriter);
     assert_eq!(modes(&plan)[3], Mode::SingleNodeSingleWriter);
     let bad = claim("c")
@@ -66,12 +66,12 @@ fn access_modes_map_to_csi_capabilities() {
         .access_modes(&["ReadWriteSometimes"])
         .build();
     assert!(matches!(
-        plan_provision(&caps(), &options(), &bad, &sc, None),
+        plan_provision(&caps(), &options(), &bad, &sc),
         Err(ProvisionError::AccessMode(_))
     ));
     let none = claim("c").size("1Gi").access_modes(&[]).build();
     assert!(matches!(
-        plan_provision(&caps(), &options(), &none, &sc, None),
+        plan_provision(&caps(), &options(), &none, &sc),
         Err(ProvisionError::AccessMode(_))
     ));
 }
@@ -92,7 +92,7 @@ fn the_request_carries_name_size_fstype_mount_options_and_driver_parameters() {
         )
         .mount_options(&["noatime"])
         .build();
-    let plan = plan_provision(&caps(), &options(), &c, &sc, None).unwrap();
+    let plan = plan_provision(&caps(), &options(), &c, &sc).unwrap();
     let secrets = HashMap::from([("password".to_string(), "hunter2".to_string())]);
     let req = create_request(&plan, secrets.clone(), None);
     assert_eq!(req.name, "pvc-3f2c1c9e-4a51-4d8e-9c1e-0d7f1b2a3c4d");
@@ -129,16 +129,9 @@ fn default_fstype_applies_only_without_a_class_fstype_and_never_to_block() {
     let mut opts = options();
     opts.default_fstype = "ext4".into();
     let sc = class("sc", D).build();
-    let plan = plan_provision(&caps(), &opts, &claim("c").size("1").build(), &sc, None).unwrap();
+    let plan = plan_provision(&caps(), &opts, &claim("c").size("1").build(), &sc).unwrap();
     assert_eq!(plan.fs_type, "ext4");
-    let plan = plan_provision(
-        &caps(),
-        &opts,
-        &claim("c").size("1").block().build(),
-        &sc,
-        None,
-    )
-    .unwrap();
+    let plan = plan_provision(&caps(), &opts, &claim("c").size("1").block().build(), &sc).unwrap();
     assert!(plan.block);
     assert!(matches!(
         plan.capabilities[0].access_type,
@@ -150,8 +143,7 @@ fn default_fstype_applies_only_without_a_class_fstype_and_never_to_block() {
             &caps(),
             &opts,
             &claim("c").size("1").block().build(),
-            &with_opts,
-            None
+            &with_opts
         )
         .unwrap_err(),
         ProvisionError::BlockMountOptions
@@ -167,7 +159,6 @@ fn extra_create_metadata_adds_the_three_keys() {
         &opts,
         &claim("data").size("1").build(),
         &class("sc", D).build(),
-        None,
     )
     .unwrap();
     assert_eq!(
@@ -230,7 +221,7 @@ fn bad_claims_and_classes_are_refused_before_any_create_volume() {
         ),
     ];
     for (c, sc, words) in table {
-        let err = plan_provision(&caps(), &options(), &c, &sc, None).unwrap_err();
+        let err = plan_provision(&caps(), &options(), &c, &sc).unwrap_err();
         assert!(err.to_string().contains(words), "{words}: got {err}");
     }
     let err = plan_provision(
@@ -238,7 +229,6 @@ fn bad_claims_and_classes_are_refused_before_any_create_volume() {
         &options(),
         &claim("c").size("1").build(),
         &class("sc", D).param("csi.storage.k8s.io/x", "1").build(),
-        None,
     )
     .unwrap_err();
     assert!(matches!(
@@ -258,8 +248,9 @@ fn volume_attributes_class_parameters_become_mutable_parameters() {
         parameters: Some(BTreeMap::from([("iops".to_string(), "3000".to_string())])),
     };
     let c = claim("c").size("1Gi").vac("gold").build();
-    let plan =
-        plan_provision(&caps(), &options(), &c, &class("sc", D).build(), Some(&vac)).unwrap();
+    let mut plan = plan_provision(&caps(), &options(), &c, &class("sc", D).build()).unwrap();
+    assert!(plan.mutable_parameters.is_empty(), "read after the plan");
+    plan.mutable_parameters = vac_parameters(&caps(), Some(&vac)).unwrap();
     assert_eq!(
         create_request(&plan, HashMap::new(), None)
             .mutable_parameters
@@ -271,14 +262,7 @@ fn volume_attributes_class_parameters_become_mutable_parameters() {
         driver_name: "other".into(),
         ..vac
     };
-    let refused = plan_provision(
-        &caps(),
-        &options(),
-        &c,
-        &class("sc", D).build(),
-        Some(&foreign),
-    )
-    .unwrap_err();
+    let refused = vac_parameters(&caps(), Some(&foreign)).unwrap_err();
     assert!(matches!(refused, ProvisionError::VacDriver { .. }));
     let name = foreign.metadata.name.clone().unwrap_or_default();
     assert_eq!(
@@ -316,7 +300,7 @@ fn the_pv_is_written_as_upstream_writes_it() {
         .param("csi.storage.k8s.io/node-publish-secret-name", "np")
         .param("csi.storage.k8s.io/node-publish-secret-namespace", "ns")
         .build();
-    let plan = plan_provision(&caps(), &options(), &c, &sc, None).unwrap();
+    let plan = plan_provision(&caps(), &options(), &c, &sc).unwrap();
     let pv = build_pv(
         &plan,
         &caps(),
@@ -389,7 +373,7 @@ fn pv_details_follow_the_class_and_claim() {
     let retain = class("keep", D).policy("Retain").build();
     let mut opts = options();
     opts.controller_publish_readonly = true;
-    let plan = plan_provision(&caps(), &opts, &c, &retain, None).unwrap();
+    let plan = plan_provision(&caps(), &opts, &c, &retain).unwrap();
     let pv = build_pv(&plan, &caps(), &opts, &c, Some(&volume(0, &[])), "id").unwrap();
     assert_eq!(
         pv.metadata.finalizers, None,
@@ -417,7 +401,7 @@ fn pv_details_follow_the_class_and_claim() {
 #[test]
 fn an_unusable_answer_is_an_error() {
     let c = claim("data").size("1Gi").build();
-    let plan = plan_provision(&caps(), &options(), &c, &class("sc", D).build(), None).unwrap();
+    let plan = plan_provision(&caps(), &options(), &c, &class("sc", D).build()).unwrap();
     assert_eq!(
         build_pv(&plan, &caps(), &options(), &c, None, "id").unwrap_err(),
         ResponseError::NoVolumeId

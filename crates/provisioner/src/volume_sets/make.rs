@@ -122,7 +122,7 @@ pub fn plan_member(
     }
     let class = effective_class(set, class);
     let claim = stand_in(set, name, token);
-    let mut plan = plan_provision(caps, options, &claim, &class, None)?;
+    let mut plan = plan_provision(caps, options, &claim, &class)?;
     plan.pv_name = name.to_string();
     plan.claim_key = format!(
         "persistentvolumeset/{}",
