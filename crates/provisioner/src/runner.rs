@@ -285,7 +285,8 @@ pub async fn run(
     }
     let host = hostname();
     let component = format!("{}_{}_{}", caps.name, host, uuid::Uuid::new_v4());
-    let recorder = Recorder::new(client.clone(), component, host);
+    // Upstream's event source names no host.
+    let recorder = Recorder::new(client.clone(), component, "");
     let caps_name = caps.name.clone();
     let config = ControllerConfig {
         options: ProvisionOptions {

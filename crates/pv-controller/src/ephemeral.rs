@@ -13,7 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use sidecar_kit::events::{EventType, Recorder};
 use sidecar_kit::runtime::Controller;
-use sidecar_kit::vocabulary::{hostname, reference};
+use sidecar_kit::vocabulary::reference;
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
@@ -124,7 +124,7 @@ impl EphemeralController {
                 });
             },
         );
-        let recorder = Recorder::new(client.clone(), "ephemeral-volume-controller", hostname());
+        let recorder = Recorder::new(client.clone(), "ephemeral-volume-controller", "");
         Arc::new(EphemeralController {
             client,
             recorder,

@@ -86,8 +86,9 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
-    /// A recorder reporting as `component` from `host`. Starts its writer task: needs a Tokio
-    /// runtime. The task ends once the recorder is dropped and its queue is written.
+    /// A recorder reporting as `component` from `host` (`source.host` and
+    /// `reportingInstance`; "" for none, as client-go's recorders of the sidecars and of
+    /// kube-controller-manager's controllers). Starts its writer task: needs a Tokio runtime. The task ends once the recorder is dropped and its queue is written.
     pub fn new(
         client: kube::Client,
         component: impl Into<String>,
@@ -185,9 +186,11 @@ impl Recorder {
             reason: Some(reason.to_string()),
             message: Some(message.to_string()),
             type_: Some(kind.as_str().to_string()),
+            // As client-go: the source's host is also the reporting instance; controllers of
+            // kube-controller-manager and the sidecars name no host, kubelet its node.
             source: Some(EventSource {
                 component: Some(self.component.clone()),
-                host: None,
+                host: (!self.host.is_empty()).then(|| self.host.clone()),
             }),
             first_timestamp: Some(Time(now)),
             last_timestamp: Some(Time(now)),
@@ -279,6 +282,11 @@ mod tests {
         assert_eq!(written.message.as_deref(), Some("no room"));
         assert_eq!(written.type_.as_deref(), Some("Warning"));
         assert_eq!(written.reporting_instance.as_deref(), Some("host-1"));
+        assert_eq!(written.source.unwrap().host.as_deref(), Some("host-1"));
+        let hostless = Recorder::new(stuck_client(), "persistentvolume-controller", "");
+        let event = hostless.build(&object, EventType::Normal, "R", "m", Timestamp::now());
+        assert_eq!(event.source.unwrap().host, None);
+        assert_eq!(event.reporting_instance.as_deref(), Some(""));
         assert!(written.metadata.name.unwrap().starts_with("c1."));
     }
 

@@ -446,12 +446,18 @@ async fn end_state(bed: &Bed) -> BTreeMap<String, Value> {
         })
         .map(|e| {
             let object = normal_volume(e.involved_object.name.as_deref().unwrap_or_default(), &pvs);
+            // Who reports it too: client-go's source and reporting fields.
+            let source = e.source.clone().unwrap_or_default();
             format!(
-                "{} {object}: {} {} {}",
+                "{} {object}: {} {} {} (from {:?}/{:?}, reporting {:?}/{:?})",
                 e.involved_object.kind.clone().unwrap_or_default(),
                 e.type_.clone().unwrap_or_default(),
                 e.reason.clone().unwrap_or_default(),
-                e.message.clone().unwrap_or_default()
+                e.message.clone().unwrap_or_default(),
+                source.component,
+                source.host,
+                e.reporting_component,
+                e.reporting_instance,
             )
         })
         .collect();

@@ -101,7 +101,6 @@ impl std::fmt::Debug for PvController {
 }
 
 use sidecar_kit::assume::{Assumed, key_of};
-use sidecar_kit::vocabulary::hostname;
 use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::watch_index::Feed;
 
@@ -284,7 +283,7 @@ impl PvController {
                 });
             },
         );
-        let recorder = Recorder::new(client.clone(), "persistentvolume-controller", hostname());
+        let recorder = Recorder::new(client.clone(), "persistentvolume-controller", "");
         Arc::new(PvController {
             waiting_pods,
             node_recyclers,
