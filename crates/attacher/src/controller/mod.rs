@@ -136,9 +136,10 @@ impl Attacher {
             );
             let on_volume = {
                 let (queue, finalizer) = (volume_queue.clone(), finalizer.clone());
+                let driver = cfg.driver.name.clone();
                 move |event: &watcher::Event<PersistentVolume>| {
                     each(event, |pv| {
-                        if pv.metadata.deletion_timestamp.is_some()
+                        if decide::volume::releasable(pv, &driver)
                             && sidecar_kit::finalizers::has(&pv.metadata, &finalizer)
                         {
                             queue.add(pv.metadata.name.clone().unwrap_or_default());

@@ -562,8 +562,8 @@ impl Attacher {
         Ok(Next::Done)
     }
 
-    /// The volume queue's reconcile: a deleted PV loses our finalizer once no
-    /// VolumeAttachment names it.
+    /// The volume queue's reconcile: a deleted PV (or an in-tree one handed back,
+    /// [`volume::releasable`]) loses our finalizer once no VolumeAttachment names it.
     pub(super) async fn sync_volume(self: &Arc<Self>, name: &str) -> Result<Next, SyncError> {
         let Some(pv) = self.volumes.get(&ObjectRef::new(name)) else {
             return Ok(Next::Done);
@@ -573,7 +573,7 @@ impl Attacher {
             .state()
             .iter()
             .any(|va| va.spec.source.persistent_volume_name.as_deref() == Some(name));
-        let Some(ops) = volume::release(&pv, &self.finalizer, named) else {
+        let Some(ops) = volume::release(&pv, &self.finalizer, &self.cfg.driver.name, named) else {
             return Ok(Next::Done);
         };
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
