@@ -523,6 +523,50 @@ async fn a_selected_node_without_a_csinode_sends_the_claim_back_to_the_scheduler
     .await;
 }
 
+/// Sending a claim back to the scheduler keeps its ProvisioningFailed event when removing the
+/// selected node fails (the claim's writes answered 500), and the removal is tried again.
+#[tokio::test]
+async fn a_failed_send_back_keeps_its_event_and_is_tried_again() {
+    let c = Cluster::start(&[], &[], false).await;
+    c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    c.stack.server.set_faults(vec![
+        serde_json::from_value(
+            json!({"resource": "persistentvolumeclaims", "verb": "UPDATE", "error": 500}),
+        )
+        .unwrap(),
+    ]);
+    c.claim(
+        "stuck",
+        "late",
+        "1Gi",
+        json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "gone"}}}),
+        true,
+    )
+    .await;
+    c.wait_event(
+        "stuck",
+        "ProvisioningFailed",
+        "failed to get selected CSINode gone",
+    )
+    .await;
+    c.wait_log("removing the selected node failed").await;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let selected = |claim: PersistentVolumeClaim| {
+        claim
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("volume.kubernetes.io/selected-node")
+    };
+    assert!(selected(api.get("stuck").await.unwrap()), "not written");
+    c.stack.server.set_faults(Vec::new());
+    c.wait_until("selected-node removed", T, || async {
+        !selected(api.get("stuck").await.unwrap())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_conflicting_pv_is_reported_not_overwritten() {
     let c = Cluster::start(&[], &[], false).await;
