@@ -272,6 +272,63 @@ async fn scaling_down_deletes_the_largest_available_volumes_first() {
     assert_eq!(s["replicas"], 3, "{s}");
 }
 
+/// As upstream's deletions, a set's volume whose deletion secret is gone is still deleted
+/// (DeleteVolume without it) when the set scales down, instead of waiting for the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_down_deletes_volumes_whose_deletion_secret_is_gone() {
+    let c = Cluster::start(&["--capacity=1Gi"], &FLAGS, true).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(c.client.clone(), "default");
+    let secret = serde_json::from_value(
+        json!({"metadata": {"name": "pool-creds"}, "stringData": {"password": "hunter2"}}),
+    )
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    c.class(
+        "pool",
+        json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "pool-creds",
+                              "csi.storage.k8s.io/provisioner-secret-namespace": "default"}}),
+    )
+    .await;
+    make_set(&c, "guarded", 2, 2, "1Mi").await;
+    c.wait_until("2 volumes", Duration::from_secs(30), || async {
+        count(&c, "guarded", "Available").await == 2 && c.driver_volumes().await == 2
+    })
+    .await;
+    for pv in members(&c, "guarded").await {
+        let annotations = pv.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("volume.kubernetes.io/provisioner-deletion-secret-name")
+                .map(String::as_str),
+            Some("pool-creds"),
+            "the volume records its deletion secret"
+        );
+    }
+    secrets
+        .delete("pool-creds", &DeleteParams::default())
+        .await
+        .unwrap();
+    patch_set(&c, "guarded", json!({"spec": {"minimumReplicas": 0}})).await;
+    Api::<PersistentVolumeSet>::all(c.client.clone())
+        .patch_scale(
+            "guarded",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    c.wait_until(
+        "both volumes deleted without their secret",
+        Duration::from_secs(30),
+        || async { members(&c, "guarded").await.is_empty() && c.driver_volumes().await == 0 },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_failures_and_sigkills_leak_nothing_and_never_pass_the_maximum() {
     sets_under_chaos("auto").await;
