@@ -214,8 +214,13 @@ pub struct Elector {
     status: LeaderStatus,
     /// The lease record as last seen and when it was first seen in that state (local clock).
     observed: parking_lot::Mutex<Option<(LeaseSpec, tokio::time::Instant)>>,
-    /// The metadata of the lease as this replica last wrote it: the object its events name.
-    written: parking_lot::Mutex<Option<ObjectMeta>>,
+    /// The lease as this replica last wrote it: the object its events name, and what a leader
+    /// renews without reading it first (client-go's fast path).
+    written: parking_lot::Mutex<Option<Lease>>,
+    /// `leader_election_slowpath_total{name}`: renewals of a leader that had to read the lease
+    /// (its optimistic write failed).
+    /// Created at the first one, as client-go's series appears then.
+    slow_paths: Option<(prometheus::IntCounterVec, String)>,
     /// Its `LeaderElection` events (None: no `events`).
     recorder: Option<crate::events::Recorder>,
 }
@@ -241,8 +246,16 @@ impl Elector {
             status: LeaderStatus::default(),
             observed: parking_lot::Mutex::new(None),
             written: parking_lot::Mutex::new(None),
+            slow_paths: None,
             recorder,
         }
+    }
+
+    /// Counts the renewals that took client-go's slow path in `counter`
+    /// (`leader_election_slowpath_total`) under `{name}`.
+    pub fn count_slow_paths(mut self, counter: prometheus::IntCounterVec, name: &str) -> Self {
+        self.slow_paths = Some((counter, name.to_string()));
+        self
     }
 
     /// Records `<identity> <what>` on the lease, as client-go's lease lock does.
@@ -251,7 +264,8 @@ impl Elector {
             return;
         };
         // Leading follows a write, so the lease as written is known; its name otherwise.
-        let metadata = self.written.lock().clone().unwrap_or_else(|| ObjectMeta {
+        let written = self.written.lock().as_ref().map(|l| l.metadata.clone());
+        let metadata = written.unwrap_or_else(|| ObjectMeta {
             name: Some(self.config.name.clone()),
             namespace: Some(self.config.namespace.clone()),
             ..Default::default()
@@ -298,7 +312,49 @@ impl Elector {
         self.status.clone()
     }
 
+    /// client-go's fast path: a leader whose lease is still valid (seen unchanged, on its
+    /// own clock, for less than the lease duration since it wrote it) renews it from what it
+    /// wrote last, one write and no read; None when that does not apply or the write fails
+    /// (someone changed the lease: the slow path reads it).
+    async fn renew_optimistically(&self) -> Option<()> {
+        if !self.status.is_leader() {
+            return None;
+        }
+        let last = self.written.lock().clone()?;
+        let observed_for = {
+            let observed = self.observed.lock();
+            let (seen, since) = observed.as_ref()?;
+            (last.spec.as_ref() == Some(seen)).then(|| since.elapsed())?
+        };
+        if observed_for >= self.config.lease_duration {
+            return None;
+        }
+        let LeaseAction::Write(spec) = decide(
+            last.spec.as_ref(),
+            &self.config.identity,
+            Timestamp::now(),
+            self.config.lease_duration,
+            observed_for,
+        ) else {
+            return None;
+        };
+        match self.replace(last, spec).await {
+            Ok(written) => {
+                self.observe(written.spec.as_ref());
+                *self.written.lock() = Some(written);
+                Some(())
+            }
+            Err(error) => {
+                tracing::debug!(%error, "failed to renew the lease optimistically; reading it");
+                None
+            }
+        }
+    }
+
     async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        if self.renew_optimistically().await.is_some() {
+            return Ok(true);
+        }
         let existing = match self.api.get(&self.config.name).await {
             Ok(lease) => Some(lease),
             Err(error) if crate::api_errors::is_not_found(&error) => None,
@@ -332,22 +388,29 @@ impl Elector {
                 match self.api.create(&PostParams::default(), &lease).await {
                     Ok(written) => {
                         self.observe(written.spec.as_ref());
-                        *self.written.lock() = Some(written.metadata);
+                        *self.written.lock() = Some(written);
                         Ok(true)
                     }
                     Err(error) if crate::api_errors::is_already_exists(&error) => Ok(false),
                     Err(e) => Err(e),
                 }
             }
-            Some(lease) => match self.replace(lease, spec).await {
-                Ok(written) => {
-                    self.observe(written.spec.as_ref());
-                    *self.written.lock() = Some(written.metadata);
-                    Ok(true)
+            Some(lease) => {
+                if self.status.is_leader()
+                    && let Some((counter, name)) = &self.slow_paths
+                {
+                    counter.with_label_values(&[name.as_str()]).inc();
                 }
-                Err(error) if crate::api_errors::is_conflict(&error) => Ok(false),
-                Err(e) => Err(e),
-            },
+                match self.replace(lease, spec).await {
+                    Ok(written) => {
+                        self.observe(written.spec.as_ref());
+                        *self.written.lock() = Some(written);
+                        Ok(true)
+                    }
+                    Err(error) if crate::api_errors::is_conflict(&error) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
         }
     }
 
@@ -360,7 +423,25 @@ impl Elector {
             .await
     }
 
+    /// Releases the lease: from the lease as last written when that write still stands (one
+    /// write, as client-go's release), else from the lease read now.
     async fn release(&self) {
+        let last = self.written.lock().clone();
+        if let Some(lease) = last
+            && let Some(spec) = lease.spec.clone()
+            && spec.holder_identity.as_deref() == Some(self.config.identity.as_str())
+        {
+            match self.replace(lease, released(&spec, Timestamp::now())).await {
+                Ok(written) => {
+                    *self.written.lock() = Some(written);
+                    tracing::info!(lease = %self.config.name, "released the leader lease");
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "the lease changed since it was renewed; reading it");
+                }
+            }
+        }
         let Ok(lease) = self.api.get(&self.config.name).await else {
             return;
         };
@@ -383,7 +464,7 @@ impl Elector {
         );
         match self.replace(lease, spec).await {
             Ok(written) => {
-                *self.written.lock() = Some(written.metadata);
+                *self.written.lock() = Some(written);
                 tracing::info!(lease = %self.config.name, "released the leader lease");
             }
             Err(error) => tracing::warn!(%error, "failed to release the leader lease"),

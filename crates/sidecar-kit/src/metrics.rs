@@ -51,6 +51,8 @@ pub struct Metrics {
     pub queue_longest: prometheus::GaugeVec,
     /// `leader_election_master_status{name}`.
     pub leader: IntGaugeVec,
+    /// `leader_election_slowpath_total{name}`: a leader's renewals that had to read the lease.
+    pub leader_slow_paths: IntCounterVec,
 }
 
 fn counter(
@@ -202,6 +204,12 @@ impl Metrics {
                 &registry,
                 "leader_election_master_status",
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+                &["name"],
+            )?,
+            leader_slow_paths: counter(
+                &registry,
+                "leader_election_slowpath_total",
+                "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
                 &["name"],
             )?,
             registry,

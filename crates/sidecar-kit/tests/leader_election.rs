@@ -52,6 +52,8 @@ struct LeaseEndpoint {
     version: Mutex<u64>,
     answer: Mutex<Option<Answer>>,
     writes: Mutex<Vec<Instant>>,
+    /// Reads of the lease.
+    reads: Mutex<usize>,
     /// Events created in the lease's namespace.
     events: Mutex<Vec<Value>>,
 }
@@ -81,7 +83,7 @@ impl LeaseEndpoint {
             object.clone()
         };
         match (method, path) {
-            ("GET", p) if p == item => match lease.as_ref() {
+            ("GET", p) if p == item => match lease.as_ref().inspect(|_| *self.reads.lock() += 1) {
                 Some(object) => (200, object.clone()),
                 None => status(404, "NotFound"),
             },
@@ -371,4 +373,75 @@ async fn against_our_api_server_a_hanging_lease_call_does_not_keep_a_leader_lead
     );
     lose(leading, Duration::from_secs(120)).await;
     let _ = stop.send(());
+}
+
+/// Waits until `done` holds, failing after a minute of the test's clock.
+async fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// As client-go: a leader renews its lease with one write and no read while nobody else
+/// changed it; once someone did (the write conflicts) it reads the lease (the slow path,
+/// counted in `leader_election_slowpath_total`), goes on leading, and writes without reading
+/// again.
+#[tokio::test(start_paused = true)]
+async fn a_leader_renews_without_reading_until_the_lease_changes_under_it() {
+    let endpoint = Arc::new(LeaseEndpoint::default());
+    let counter = prometheus::IntCounterVec::new(
+        prometheus::Opts::new("leader_election_slowpath_total", "slow paths"),
+        &["name"],
+    )
+    .unwrap();
+    let mut releasing = config("me_1", 15, Duration::from_secs(10), Duration::from_secs(2));
+    releasing.release_on_exit = true;
+    let elector = Elector::new(endpoint.client(), releasing).count_slow_paths(counter.clone(), "");
+    let status = elector.status();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(elector.run(|_| async {}, async {
+        let _ = stopped.await;
+    }));
+    wait_to_lead(&status, Duration::from_secs(60)).await;
+    let reads = *endpoint.reads.lock();
+    let writes = endpoint.writes.lock().len();
+    wait_for("three renewals", || {
+        endpoint.writes.lock().len() >= writes + 3
+    })
+    .await;
+    assert_eq!(*endpoint.reads.lock(), reads, "renewed without reading");
+    assert!(
+        counter.get_metric_with_label_values(&[""]).unwrap().get() == 0,
+        "no slow path yet"
+    );
+    // Someone else writes the lease (its resourceVersion moves): the next renewal conflicts.
+    if let Some(lease) = endpoint.lease.lock().as_mut() {
+        lease["metadata"]["labels"] = json!({"touched": "yes"});
+        lease["metadata"]["resourceVersion"] = json!("999");
+    }
+    wait_for("the lease read again", || *endpoint.reads.lock() > reads).await;
+    let writes = endpoint.writes.lock().len();
+    wait_for("two more renewals", || {
+        endpoint.writes.lock().len() >= writes + 2
+    })
+    .await;
+    assert!(status.is_leader(), "still leading");
+    assert_eq!(
+        *endpoint.reads.lock(),
+        reads + 1,
+        "one read, then fast again"
+    );
+    assert_eq!(counter.with_label_values(&[""]).get(), 1);
+    stop.send(()).unwrap();
+    run.await.unwrap().unwrap();
+    // Released from the lease as written, without reading it.
+    let released = endpoint.lease.lock().clone().unwrap();
+    assert_eq!(released["spec"]["holderIdentity"], Value::Null);
+    assert_eq!(
+        *endpoint.reads.lock(),
+        reads + 1,
+        "released without reading"
+    );
 }
