@@ -74,11 +74,8 @@ pub async fn run(args: AttacherArgs, shutdown: impl Future<Output = ()>) -> Resu
     })
     .await?;
     let metrics = Metrics::new()?;
-    let recorder = Recorder::new(
-        client.clone(),
-        "csi-attacher",
-        sidecar_kit::vocabulary::hostname(),
-    );
+    // As the other sidecars' event sources: no host.
+    let recorder = Recorder::new(client.clone(), "csi-attacher", "");
     let election = args
         .common
         // Upstream's RBAC grants no events: the Go attacher's LeaderElection events are

@@ -88,7 +88,8 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder reporting as `component` from `host` (`source.host` and
     /// `reportingInstance`; "" for none, as client-go's recorders of the sidecars and of
-    /// kube-controller-manager's controllers). Starts its writer task: needs a Tokio runtime. The task ends once the recorder is dropped and its queue is written.
+    /// kube-controller-manager's controllers). Starts its writer task: needs a Tokio runtime.
+    /// The task ends once the recorder is dropped and its queue is written.
     pub fn new(
         client: kube::Client,
         component: impl Into<String>,

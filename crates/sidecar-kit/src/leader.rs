@@ -214,11 +214,12 @@ pub struct Elector {
     status: LeaderStatus,
     /// The lease record as last seen and when it was first seen in that state (local clock).
     observed: parking_lot::Mutex<Option<(LeaseSpec, tokio::time::Instant)>>,
-    /// The lease as this replica last wrote it: the object its events name, and what a leader
-    /// renews without reading it first (client-go's fast path).
+    /// The lease as this replica last wrote (or, on the slow path, read) it: the object its
+    /// events name, and what a leader renews without reading it first (client-go's fast
+    /// path).
     written: parking_lot::Mutex<Option<Lease>>,
-    /// `leader_election_slowpath_total{name}`: renewals of a leader that had to read the lease
-    /// (its optimistic write failed).
+    /// `leader_election_slowpath_total{name}`: renewals of a leader that read the lease (its
+    /// write from the lease as last known failed, or that lease was no longer known valid).
     /// Created at the first one, as client-go's series appears then.
     slow_paths: Option<(prometheus::IntCounterVec, String)>,
     /// Its `LeaderElection` events (None: no `events`).
@@ -314,9 +315,37 @@ impl Elector {
 
     /// client-go's fast path: a leader whose lease is still valid (seen unchanged, on its
     /// own clock, for less than the lease duration since it wrote it) renews it from what it
-    /// wrote last, one write and no read; None when that does not apply or the write fails
-    /// (someone changed the lease: the slow path reads it).
-    async fn renew_optimistically(&self) -> Option<()> {
+    /// wrote last, one write and no read. False when that does not apply or the write fails
+    /// (the lease changed, or the write was refused: the slow path reads it).
+    async fn renew_optimistically(&self) -> bool {
+        let Some((last, observed_for)) = self.renewable() else {
+            return false;
+        };
+        let LeaseAction::Write(spec) = decide(
+            last.spec.as_ref(),
+            &self.config.identity,
+            Timestamp::now(),
+            self.config.lease_duration,
+            observed_for,
+        ) else {
+            return false;
+        };
+        match self.replace(last, spec).await {
+            Ok(written) => {
+                self.observe(written.spec.as_ref());
+                *self.written.lock() = Some(written);
+                true
+            }
+            Err(error) => {
+                tracing::debug!(%error, "failed to renew the lease optimistically; reading it");
+                false
+            }
+        }
+    }
+
+    /// The lease a leader may renew without reading it, and for how long it has been seen
+    /// unchanged: None unless leading with that lease still valid on this replica's clock.
+    fn renewable(&self) -> Option<(Lease, Duration)> {
         if !self.status.is_leader() {
             return None;
         }
@@ -326,33 +355,11 @@ impl Elector {
             let (seen, since) = observed.as_ref()?;
             (last.spec.as_ref() == Some(seen)).then(|| since.elapsed())?
         };
-        if observed_for >= self.config.lease_duration {
-            return None;
-        }
-        let LeaseAction::Write(spec) = decide(
-            last.spec.as_ref(),
-            &self.config.identity,
-            Timestamp::now(),
-            self.config.lease_duration,
-            observed_for,
-        ) else {
-            return None;
-        };
-        match self.replace(last, spec).await {
-            Ok(written) => {
-                self.observe(written.spec.as_ref());
-                *self.written.lock() = Some(written);
-                Some(())
-            }
-            Err(error) => {
-                tracing::debug!(%error, "failed to renew the lease optimistically; reading it");
-                None
-            }
-        }
+        (observed_for < self.config.lease_duration).then_some((last, observed_for))
     }
 
     async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
-        if self.renew_optimistically().await.is_some() {
+        if self.renew_optimistically().await {
             return Ok(true);
         }
         let existing = match self.api.get(&self.config.name).await {
@@ -396,11 +403,21 @@ impl Elector {
                 }
             }
             Some(lease) => {
-                if self.status.is_leader()
+                // client-go's slow path of a leader: the lease read still names us.
+                let ours = lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.as_deref())
+                    == Some(self.config.identity.as_str());
+                if ours
+                    && self.status.is_leader()
                     && let Some((counter, name)) = &self.slow_paths
                 {
                     counter.with_label_values(&[name.as_str()]).inc();
                 }
+                // As client-go's lock keeps the lease it read: should this write fail, the
+                // next renewal starts from it.
+                *self.written.lock() = Some(lease.clone());
                 match self.replace(lease, spec).await {
                     Ok(written) => {
                         self.observe(written.spec.as_ref());
@@ -423,25 +440,8 @@ impl Elector {
             .await
     }
 
-    /// Releases the lease: from the lease as last written when that write still stands (one
-    /// write, as client-go's release), else from the lease read now.
+    /// Releases the lease, read first as client-go's release does.
     async fn release(&self) {
-        let last = self.written.lock().clone();
-        if let Some(lease) = last
-            && let Some(spec) = lease.spec.clone()
-            && spec.holder_identity.as_deref() == Some(self.config.identity.as_str())
-        {
-            match self.replace(lease, released(&spec, Timestamp::now())).await {
-                Ok(written) => {
-                    *self.written.lock() = Some(written);
-                    tracing::info!(lease = %self.config.name, "released the leader lease");
-                    return;
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "the lease changed since it was renewed; reading it");
-                }
-            }
-        }
         let Ok(lease) = self.api.get(&self.config.name).await else {
             return;
         };
@@ -573,114 +573,5 @@ enum AttemptError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    const D: Duration = Duration::from_secs(15);
-
-    fn at(secs: i64) -> Timestamp {
-        Timestamp::from_second(1_700_000_000 + secs).unwrap()
-    }
-
-    #[test]
-    fn lease_names_follow_csi_lib_utils() {
-        assert_eq!(lease_name("hostpath.csi.k8s.io"), "hostpath-csi-k8s-io");
-        assert_eq!(lease_name("example.com/driver"), "example-com-driver");
-        assert_eq!(lease_name("driver."), "driver-X");
-        assert_eq!(lease_name("a-b"), "a-b");
-        assert_eq!(lock_name("hostpath.csi.k8s.io"), "hostpath.csi.k8s.io");
-        assert_eq!(lock_name("example.com/driver"), "example.com-driver");
-    }
-
-    #[test]
-    fn a_missing_lease_is_created_with_us_as_holder() {
-        let LeaseAction::Write(spec) = decide(None, "me", at(0), D, Duration::ZERO) else {
-            panic!("expected a write")
-        };
-        assert_eq!(spec.holder_identity.as_deref(), Some("me"));
-        assert_eq!(spec.lease_duration_seconds, Some(15));
-        assert_eq!(spec.lease_transitions, Some(0));
-        assert_eq!(spec.acquire_time, spec.renew_time);
-    }
-
-    #[test]
-    fn a_valid_lease_of_another_holder_is_respected_and_an_expired_one_taken() {
-        let LeaseAction::Write(theirs) = decide(None, "other", at(0), D, Duration::ZERO) else {
-            panic!()
-        };
-        assert_eq!(
-            decide(Some(&theirs), "me", at(10), D, Duration::from_secs(10)),
-            LeaseAction::Wait {
-                holder: "other".into()
-            }
-        );
-        let LeaseAction::Write(mine) =
-            decide(Some(&theirs), "me", at(16), D, Duration::from_secs(16))
-        else {
-            panic!("expired lease is taken")
-        };
-        assert_eq!(mine.holder_identity.as_deref(), Some("me"));
-        assert_eq!(mine.lease_transitions, Some(1));
-        assert_eq!(mine.acquire_time, Some(MicroTime(at(16))));
-    }
-
-    #[test]
-    fn expiry_follows_the_local_observation_not_the_holders_clock() {
-        // A record renewed "an hour ago" by a holder whose clock is behind is still valid
-        // until this replica has seen it unchanged for the lease duration.
-        let LeaseAction::Write(theirs) = decide(None, "other", at(-3600), D, Duration::ZERO) else {
-            panic!()
-        };
-        assert_eq!(
-            decide(Some(&theirs), "me", at(0), D, Duration::ZERO),
-            LeaseAction::Wait {
-                holder: "other".into()
-            }
-        );
-        assert_eq!(
-            decide(Some(&theirs), "me", at(14), D, Duration::from_secs(14)),
-            LeaseAction::Wait {
-                holder: "other".into()
-            }
-        );
-        // And a record renewed "in the future" expires after the duration all the same.
-        let LeaseAction::Write(ahead) = decide(None, "other", at(3600), D, Duration::ZERO) else {
-            panic!()
-        };
-        assert!(matches!(
-            decide(Some(&ahead), "me", at(15), D, Duration::from_secs(15)),
-            LeaseAction::Write(_)
-        ));
-    }
-
-    #[test]
-    fn renewing_keeps_acquire_time_and_transitions() {
-        let LeaseAction::Write(first) = decide(None, "me", at(0), D, Duration::ZERO) else {
-            panic!()
-        };
-        let LeaseAction::Write(renewed) =
-            decide(Some(&first), "me", at(5), D, Duration::from_secs(5))
-        else {
-            panic!()
-        };
-        assert_eq!(renewed.acquire_time, first.acquire_time);
-        assert_eq!(renewed.renew_time, Some(MicroTime(at(5))));
-        assert_eq!(renewed.lease_transitions, Some(0));
-    }
-
-    #[test]
-    fn a_released_lease_is_taken_at_once() {
-        let LeaseAction::Write(theirs) = decide(None, "other", at(0), D, Duration::ZERO) else {
-            panic!()
-        };
-        let free = released(&theirs, at(1));
-        assert_eq!(free.holder_identity, None);
-        assert_eq!(free.lease_duration_seconds, Some(1));
-        let LeaseAction::Write(mine) = decide(Some(&free), "me", at(1), D, Duration::ZERO) else {
-            panic!("a released lease is free")
-        };
-        assert_eq!(mine.holder_identity.as_deref(), Some("me"));
-        assert_eq!(mine.lease_transitions, Some(1));
-    }
-}
+#[path = "leader_tests.rs"]
+mod tests;

@@ -267,8 +267,8 @@ impl Attacher {
         }
     }
 
-    /// Queues every VolumeAttachment of ours (the resync), and at start every PV that waits
-    /// for its finalizer to go.
+    /// Queues every VolumeAttachment of ours (the resync), and at start every PV whose
+    /// finalizer may go ([`decide::volume::releasable`]).
     fn queue_all(&self, at_start: bool) {
         for va in self.attachments.state() {
             if decide::ours(&va, &self.cfg.driver.name) {
@@ -277,7 +277,7 @@ impl Attacher {
         }
         if at_start {
             for pv in self.volumes.state() {
-                if pv.metadata.deletion_timestamp.is_some()
+                if decide::volume::releasable(&pv, &self.cfg.driver.name)
                     && sidecar_kit::finalizers::has(&pv.metadata, &self.finalizer)
                 {
                     self.volume_queue
@@ -358,7 +358,7 @@ impl WatchIndex<VolumeAttachment> for Attacher {
             return;
         }
         for pv in self.volumes.state() {
-            if pv.metadata.deletion_timestamp.is_some()
+            if decide::volume::releasable(&pv, &self.cfg.driver.name)
                 && let Some(name) = &pv.metadata.name
             {
                 self.volume_queue.add(name.clone());

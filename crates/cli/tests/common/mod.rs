@@ -364,7 +364,7 @@ impl Cluster {
     /// Waits until the provisioner's log holds `words`.
     pub async fn wait_log(&self, words: &str) {
         let what = format!("{words:?} in the provisioner's log");
-        poll_until(&what, Duration::from_secs(15), String::new, || async {
+        poll_until(&what, Duration::from_secs(30), String::new, || async {
             self.provisioner_log().contains(words)
         })
         .await;

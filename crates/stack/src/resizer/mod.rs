@@ -165,7 +165,7 @@ impl Resizer {
         let recorder = Recorder::new(
             client.clone(),
             format!("external-resizer {}", settings.driver),
-            sidecar_kit::vocabulary::hostname(),
+            "",
         );
         Arc::new(Resizer {
             client,
