@@ -260,11 +260,20 @@ async fn once(
             &[],
             plane.dir(),
         )?);
-        let bound = tokio::time::timeout(args.timeout, bound_claims.all(args.claims)).await;
+        let bound = wait_reporting(args.timeout, bound_claims.all(args.claims), || {
+            eprintln!(
+                "bench-binder: {binder:?}: {} of {} claims Bound, {} volumes made after {:.0} s",
+                bound_claims.count(),
+                args.claims,
+                made_volumes.count(),
+                started.elapsed().as_secs_f64()
+            )
+        })
+        .await;
         let bound_after = started.elapsed();
         let bound = match bound {
-            Ok(progress) => progress,
-            Err(_) => {
+            Some(progress) => progress,
+            None => {
                 let logs: Vec<String> = processes.iter().map(|p| p.log()).collect();
                 anyhow::bail!(
                     "not all Bound after {:?}; logs:\n{}",
@@ -342,16 +351,20 @@ fn keep_logs(
 }
 
 /// The Node, its CSINode, the CSIDriver and an Immediate class, as kubelet and an operator
-/// would make them.
+/// would make them: kubelet labels the Node with the driver's topology (the reference driver
+/// reports its key with the node id as value) and lists the key in the CSINode. Without it
+/// a provisioner of a topology-aware driver (upstream's v6 and ours) waits for a node with
+/// topology: `no available topology found`.
 async fn register(admin: &kube::Client) -> anyhow::Result<()> {
     let pp = PostParams::default();
+    let key = hostpath_driver::config::DEFAULT_TOPOLOGY_KEY;
     let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+        "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, key: NODE}},
     }))?;
     let node = Api::<Node>::all(admin.clone()).create(&pp, &node).await?;
     let csinode: CSINode = serde_json::from_value(json!({
         "metadata": {"name": NODE, "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node.metadata.uid}]},
-        "spec": {"drivers": [{"name": DRIVER, "nodeID": NODE}]},
+        "spec": {"drivers": [{"name": DRIVER, "nodeID": NODE, "topologyKeys": [key]}]},
     }))?;
     Api::<CSINode>::all(admin.clone())
         .create(&pp, &csinode)
@@ -452,6 +465,26 @@ impl Versions {
     }
 }
 
+/// Waits for `done` at most `timeout`, calling `report` every 10 s meanwhile (a run that
+/// does not move shows it long before its timeout); None at the timeout.
+async fn wait_reporting<T>(
+    timeout: Duration,
+    done: impl Future<Output = T>,
+    report: impl Fn(),
+) -> Option<T> {
+    let period = Duration::from_secs(10);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(done, deadline);
+    loop {
+        tokio::select! {
+            value = &mut done => return Some(value),
+            () = &mut deadline => return None,
+            _ = ticks.tick() => report(),
+        }
+    }
+}
+
 /// How the objects came to a state.
 #[derive(Debug)]
 struct Progress {
@@ -493,6 +526,11 @@ impl Reached {
             drop(seen);
             self.changed.notify_waiters();
         }
+    }
+
+    /// How many objects are in the state so far.
+    fn count(&self) -> usize {
+        self.seen.lock().names.len()
     }
 
     /// Waits until `n` objects are in the state.
