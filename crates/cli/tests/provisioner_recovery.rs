@@ -171,6 +171,56 @@ async fn a_crash_while_a_volume_is_in_flight_and_a_deleted_claim_leave_no_volume
     assert!(c.intent_shards().await.iter().all(|(_, v)| v.is_empty()));
 }
 
+/// A listed volume whose claim and provisioning secret were both deleted while the
+/// provisioner was down is deleted all the same (DeleteVolume without the secret), as a PV's
+/// deletion goes on without an unreadable secret; it used to wait for the secret for ever.
+#[tokio::test]
+async fn a_listed_volume_whose_claim_and_secret_are_gone_is_deleted_without_the_secret() {
+    let mut c = Cluster::start(
+        &[],
+        &["--timeout=500ms", "--in-flight-recovery=list-volumes"],
+        false,
+    )
+    .await;
+    c.apply::<k8s_openapi::api::core::v1::Secret>(
+        json!({"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}}),
+    )
+    .await;
+    c.class(
+        "guarded",
+        json!({"parameters": {"csi.storage.k8s.io/provisioner-secret-name": "creds",
+                              "csi.storage.k8s.io/provisioner-secret-namespace": "default"}}),
+    )
+    .await;
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    c.claim("orphan", "guarded", "1Gi", json!({}), true).await;
+    c.wait_event("orphan", "ProvisioningFailed", "Unavailable")
+        .await;
+    assert_eq!(c.driver_volumes().await, 1);
+    c.kill_provisioner();
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("orphan", &DeleteParams::default())
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.client.clone(), "default")
+        .delete("creds", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.faults("");
+    c.start_provisioner();
+    c.wait_until(
+        "the listed volume deleted without its secret",
+        T,
+        || async { c.driver_volumes().await == 0 },
+    )
+    .await;
+    assert!(
+        c.provisioner_log()
+            .contains("deleting the volume without its deletion secret"),
+        "the secret was asked for and missed"
+    );
+}
+
 #[tokio::test]
 async fn a_switch_either_way_after_a_crash_finishes_what_the_other_way_left() {
     for (before, after) in [
