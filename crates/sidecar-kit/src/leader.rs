@@ -536,8 +536,14 @@ impl Elector {
             Ok(()) => {
                 // Shutting down: in-flight work finishes, then the lease is released.
                 let _ = (&mut leading).await;
-                if self.config.release_on_exit {
-                    self.release().await;
+                // Bounded as client-go's release (by the renew deadline): a hanging API
+                // server does not hold the shutdown.
+                if self.config.release_on_exit
+                    && tokio::time::timeout(self.config.renew_deadline, self.release())
+                        .await
+                        .is_err()
+                {
+                    tracing::warn!(lease = %self.config.name, "the lease was not released within the renew deadline");
                 }
             }
             Err(_) => {

@@ -359,6 +359,7 @@ impl WatchIndex<VolumeAttachment> for Attacher {
         }
         for pv in self.volumes.state() {
             if decide::volume::releasable(&pv, &self.cfg.driver.name)
+                && sidecar_kit::finalizers::has(&pv.metadata, &self.finalizer)
                 && let Some(name) = &pv.metadata.name
             {
                 self.volume_queue.add(name.clone());

@@ -263,12 +263,16 @@ fn rotate(mut terms: Vec<Segment>, by: usize) -> Vec<Segment> {
 pub fn accessibility_requirements(
     input: &TopologyInput<'_>,
 ) -> Result<Option<Requirement>, TopologyError> {
+    // As upstream, a class that names allowedTopologies uses them, even when its terms
+    // flatten to nothing (terms without expressions, which kube-apiserver accepts): then no
+    // segment fits a strict selected node, and the request carries no topology otherwise.
+    let names_allowed = !input.allowed.is_empty();
     let allowed = flatten_allowed(input.allowed)?;
     match input.selected {
         Some(node) => {
             let (keys, selected) = selected_segment(node)?;
             if input.strict {
-                if !allowed.is_empty() && !allowed.iter().any(|t| is_subset(t, &selected)) {
+                if names_allowed && !allowed.iter().any(|t| is_subset(t, &selected)) {
                     return Err(TopologyError::NotAllowed {
                         node: node.name.clone(),
                         topology: selected,
@@ -277,18 +281,20 @@ pub fn accessibility_requirements(
                 }
                 return Ok(Some((vec![selected.clone()], vec![selected])));
             }
-            let requisite = match allowed.is_empty() {
-                true => aggregate(input.cluster, &keys),
-                false => sort_terms(allowed),
+            let requisite = match names_allowed {
+                false => {
+                    // No node with the keys (the selected one left the cache meanwhile):
+                    // upstream's error, never a volume without a requirement.
+                    let all = aggregate(input.cluster, &keys);
+                    if all.is_empty() {
+                        return Err(TopologyError::KeysOnNoNode(keys));
+                    }
+                    all
+                }
+                true => sort_terms(allowed),
             };
-            // No node with the keys (the selected one left the cache meanwhile): upstream's
-            // error, never a volume without a requirement. Empty allowedTopologies terms
-            // count as none, as upstream's.
             if requisite.is_empty() {
-                return match input.allowed.is_empty() {
-                    true => Err(TopologyError::KeysOnNoNode(keys)),
-                    false => Ok(None),
-                };
+                return Ok(None);
             }
             let first = requisite.iter().position(|t| is_subset(t, &selected));
             let Some(first) = first else {
@@ -302,7 +308,7 @@ pub fn accessibility_requirements(
             Ok(Some((requisite, preferred)))
         }
         None => {
-            let requisite = if !allowed.is_empty() {
+            let requisite = if names_allowed {
                 sort_terms(allowed)
             } else if input.immediate_topology {
                 // Upstream waits (an error, retried) until the driver runs on a node with

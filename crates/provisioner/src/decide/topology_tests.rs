@@ -316,12 +316,30 @@ fn late_binding_without_a_node_having_the_keys_is_an_error_not_a_bare_request() 
         err.to_string(),
         "topologyKeys [topology.kubernetes.io/zone] were not found on any nodes"
     );
-    // allowedTopologies terms without expressions mean none, as upstream's.
+}
+
+/// allowedTopologies whose terms have no expressions (kube-apiserver accepts them) are used
+/// as upstream uses them: no requirement, no aggregate; nothing fits a strict selected node.
+#[test]
+fn allowed_topologies_that_flatten_to_nothing_are_used_as_upstream() {
+    let c = cluster();
     let bare = vec![TopologySelectorTerm {
         match_label_expressions: None,
     }];
+    let selected = node("n1", "a", Some(&[ZONE]));
     assert_eq!(
         accessibility_requirements(&input(Some(&selected), false, &bare, &[])).unwrap(),
         None
+    );
+    assert_eq!(
+        accessibility_requirements(&input(None, false, &bare, &c)).unwrap(),
+        None,
+        "not the cluster aggregate"
+    );
+    assert_eq!(
+        accessibility_requirements(&input(Some(&selected), true, &bare, &c))
+            .unwrap_err()
+            .to_string(),
+        "selected node '\"n1\"' topology '[{topology.kubernetes.io/zone a}]' is not in allowed topologies: []"
     );
 }
