@@ -218,10 +218,11 @@ pub struct Elector {
     /// events name, and what a leader renews without reading it first (client-go's fast
     /// path).
     written: parking_lot::Mutex<Option<Lease>>,
-    /// `leader_election_slowpath_total{name}`: renewals of a leader that read the lease (its
-    /// write from the lease as last known failed, or that lease was no longer known valid).
-    /// Created at the first one, as client-go's series appears then.
-    slow_paths: Option<(prometheus::IntCounterVec, String)>,
+    /// `leader_election_slowpath_total{name}` (`name`: [`ElectionConfig::metric_name`]):
+    /// renewals of a leader that read the lease (its write from the lease as last known
+    /// failed, or that lease was no longer known valid). Created at the first one, as
+    /// client-go's series appears then.
+    slow_paths: Option<prometheus::IntCounterVec>,
     /// Its `LeaderElection` events (None: no `events`).
     recorder: Option<crate::events::Recorder>,
 }
@@ -253,10 +254,16 @@ impl Elector {
     }
 
     /// Counts the renewals that took client-go's slow path in `counter`
-    /// (`leader_election_slowpath_total`) under `{name}`.
-    pub fn count_slow_paths(mut self, counter: prometheus::IntCounterVec, name: &str) -> Self {
-        self.slow_paths = Some((counter, name.to_string()));
+    /// (`leader_election_slowpath_total`), under the election's metric name.
+    pub fn count_slow_paths(mut self, counter: prometheus::IntCounterVec) -> Self {
+        self.slow_paths = Some(counter);
         self
+    }
+
+    /// Notes the lease as this replica wrote it: seen now, renewed from next time.
+    fn wrote(&self, lease: Lease) {
+        self.observe(lease.spec.as_ref());
+        *self.written.lock() = Some(lease);
     }
 
     /// Records `<identity> <what>` on the lease, as client-go's lease lock does.
@@ -332,8 +339,7 @@ impl Elector {
         };
         match self.replace(last, spec).await {
             Ok(written) => {
-                self.observe(written.spec.as_ref());
-                *self.written.lock() = Some(written);
+                self.wrote(written);
                 true
             }
             Err(error) => {
@@ -394,8 +400,7 @@ impl Elector {
                 };
                 match self.api.create(&PostParams::default(), &lease).await {
                     Ok(written) => {
-                        self.observe(written.spec.as_ref());
-                        *self.written.lock() = Some(written);
+                        self.wrote(written);
                         Ok(true)
                     }
                     Err(error) if crate::api_errors::is_already_exists(&error) => Ok(false),
@@ -411,17 +416,18 @@ impl Elector {
                     == Some(self.config.identity.as_str());
                 if ours
                     && self.status.is_leader()
-                    && let Some((counter, name)) = &self.slow_paths
+                    && let Some(counter) = &self.slow_paths
                 {
-                    counter.with_label_values(&[name.as_str()]).inc();
+                    counter
+                        .with_label_values(&[self.config.metric_name.as_str()])
+                        .inc();
                 }
                 // As client-go's lock keeps the lease it read: should this write fail, the
                 // next renewal starts from it.
                 *self.written.lock() = Some(lease.clone());
                 match self.replace(lease, spec).await {
                     Ok(written) => {
-                        self.observe(written.spec.as_ref());
-                        *self.written.lock() = Some(written);
+                        self.wrote(written);
                         Ok(true)
                     }
                     Err(error) if crate::api_errors::is_conflict(&error) => Ok(false),

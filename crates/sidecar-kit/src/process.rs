@@ -62,8 +62,8 @@ pub async fn serve(
     };
     let lease_duration = election.lease_duration;
     let metric_name = election.metric_name.clone();
-    let elector = Elector::new(client, election)
-        .count_slow_paths(metrics.leader_slow_paths.clone(), &metric_name);
+    let elector =
+        Elector::new(client, election).count_slow_paths(metrics.leader_slow_paths.clone());
     let status = elector.status();
     if let Some(address) = &http_address {
         http::serve(

@@ -398,7 +398,7 @@ async fn a_leader_renews_without_reading_until_the_lease_changes_under_it() {
     .unwrap();
     let mut releasing = config("me_1", 15, Duration::from_secs(10), Duration::from_secs(2));
     releasing.release_on_exit = true;
-    let elector = Elector::new(endpoint.client(), releasing).count_slow_paths(counter.clone(), "");
+    let elector = Elector::new(endpoint.client(), releasing).count_slow_paths(counter.clone());
     let status = elector.status();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(elector.run(|_| async {}, async {

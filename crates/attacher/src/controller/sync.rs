@@ -11,6 +11,9 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 use sidecar_kit::api_errors;
+
+/// Upstream's words for a detach whose attachment could not be marked detached.
+const MARK_DETACHED: &str = "could not mark as detached";
 use sidecar_kit::csi::CallError;
 use sidecar_kit::events::EventType;
 use sidecar_kit::patch_ops::{self, Op};
@@ -311,6 +314,20 @@ impl Attacher {
         error
     }
 
+    /// Records a refused write of `side` as upstream words it (`<what>: <the API server's
+    /// message>`) and returns the error `error` makes of it.
+    async fn write_failed(
+        &self,
+        va: &VolumeAttachment,
+        side: Side,
+        what: &str,
+        source: kube::Error,
+        error: impl FnOnce(kube::Error) -> SyncError,
+    ) -> SyncError {
+        let message = format!("{what}: {}", api_errors::message(&source));
+        self.failed(va, side, message, None, error(source)).await
+    }
+
     /// The secret a call of `side` needs (none without a reference); a failure is recorded
     /// as the side's error.
     async fn secrets(
@@ -371,10 +388,9 @@ impl Attacher {
                 {
                     return Ok(next);
                 }
-                if secret_first.is_some() {
-                    self.secrets(&va, Side::Attach, secret_first.as_ref())
-                        .await?;
-                }
+                // Upstream reads the secret first: a missing one is what this reports.
+                self.secrets(&va, Side::Attach, secret_first.as_ref())
+                    .await?;
                 let error = SyncError::AttachRefused {
                     name: name.to_string(),
                     message: message.clone(),
@@ -402,14 +418,15 @@ impl Attacher {
         match self.json_patch(api, &pv, ops, Some(Next::Retry)).await {
             Wrote::Done => Ok(None),
             Wrote::Next(next) => Ok(Some(next)),
-            Wrote::Failed(source) => {
-                let message = format!(
-                    "could not add PersistentVolume finalizer: {}",
-                    sidecar_kit::api_errors::message(&source)
-                );
-                let error = SyncError::ProtectVolume { pv, source };
-                Err(self.failed(va, Side::Attach, message, None, error).await)
-            }
+            Wrote::Failed(source) => Err(self
+                .write_failed(
+                    va,
+                    Side::Attach,
+                    "could not add PersistentVolume finalizer",
+                    source,
+                    |source| SyncError::ProtectVolume { pv, source },
+                )
+                .await),
         }
     }
 
@@ -431,12 +448,15 @@ impl Attacher {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
-                    let message = format!(
-                        "could not save VolumeAttachment: {}",
-                        sidecar_kit::api_errors::message(&source)
-                    );
-                    let error = SyncError::ProtectAttachment { name, source };
-                    return Err(self.failed(va, Side::Attach, message, None, error).await);
+                    return Err(self
+                        .write_failed(
+                            va,
+                            Side::Attach,
+                            "could not save VolumeAttachment",
+                            source,
+                            |source| SyncError::ProtectAttachment { name, source },
+                        )
+                        .await);
                 }
             }
         }
@@ -494,10 +514,8 @@ impl Attacher {
                 message,
                 secret_first,
             } => {
-                if secret_first.is_some() {
-                    self.secrets(&va, Side::Detach, secret_first.as_ref())
-                        .await?;
-                }
+                self.secrets(&va, Side::Detach, secret_first.as_ref())
+                    .await?;
                 let error = SyncError::DetachRefused {
                     name: name.to_string(),
                     message: message.clone(),
@@ -527,15 +545,14 @@ impl Attacher {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
-                    let message = format!(
-                        "could not mark as detached: {}",
-                        api_errors::message(&source)
-                    );
-                    let error = SyncError::ReleaseAttachment {
-                        name: name.to_string(),
-                        source,
-                    };
-                    return Err(self.failed(&va, Side::Detach, message, None, error).await);
+                    return Err(self
+                        .write_failed(&va, Side::Detach, MARK_DETACHED, source, |source| {
+                            SyncError::ReleaseAttachment {
+                                name: name.to_string(),
+                                source,
+                            }
+                        })
+                        .await);
                 }
             }
         }
@@ -545,15 +562,14 @@ impl Attacher {
                 Wrote::Done => {}
                 Wrote::Next(next) => return Ok(next),
                 Wrote::Failed(source) => {
-                    let message = format!(
-                        "could not mark as detached: {}",
-                        api_errors::message(&source)
-                    );
-                    let error = SyncError::Status {
-                        name: name.to_string(),
-                        source,
-                    };
-                    return Err(self.failed(&va, Side::Detach, message, None, error).await);
+                    return Err(self
+                        .write_failed(&va, Side::Detach, MARK_DETACHED, source, |source| {
+                            SyncError::Status {
+                                name: name.to_string(),
+                                source,
+                            }
+                        })
+                        .await);
                 }
             }
         }

@@ -2,7 +2,6 @@
 
 use sidecar_kit::csi::CallError;
 
-use crate::decide::classify::CreateOutcome;
 use crate::decide::data_source::DataSourceError;
 use crate::decide::provision::{ProvisionError, ResponseError};
 use crate::decide::topology::TopologyError;
@@ -60,16 +59,9 @@ pub enum ClaimError {
         /// Why (never the content).
         reason: String,
     },
-    /// CreateVolume failed; the outcome says what that means.
-    #[error("rpc error: code = {code} desc = {message}")]
-    Create {
-        /// Go code name.
-        code: &'static str,
-        /// Driver message.
-        message: String,
-        /// Whether it is final, retried, or rescheduled (`decide::classify`).
-        outcome: CreateOutcome,
-    },
+    /// CreateVolume failed (what that means is `decide::classify`'s, acted on already).
+    #[error("{}", .0.status_text())]
+    Create(#[source] CallError),
     /// The driver's answer was unusable; the volume was deleted again.
     #[error(transparent)]
     Response(#[from] ResponseError),
@@ -112,7 +104,7 @@ impl ClaimError {
     /// Whether the driver refused CreateVolume with INVALID_ARGUMENT: upstream (v6.1 on) calls
     /// it infeasible and tries the claim again only after `--retry-interval-max`.
     pub(super) fn infeasible(&self) -> bool {
-        matches!(self, ClaimError::Create { code, .. } if *code == "InvalidArgument")
+        matches!(self, ClaimError::Create(e) if e.code == tonic::Code::InvalidArgument)
     }
 
     /// The message of its `ProvisioningFailed` event, as upstream v6 words it: the error
@@ -143,7 +135,7 @@ impl ClaimError {
             | ClaimError::Topology(_)
             | ClaimError::SelectedCsiNodeGone(_)
             | ClaimError::Secret { .. }
-            | ClaimError::Create { .. }
+            | ClaimError::Create(_)
             | ClaimError::Response(_)
             | ClaimError::PvConflict(_) => true,
             ClaimError::SavePv { .. }
@@ -156,15 +148,16 @@ impl ClaimError {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     fn create(code: &'static str) -> ClaimError {
-        ClaimError::Create {
-            code,
+        ClaimError::Create(CallError {
+            method: "CreateVolume",
+            code: sidecar_kit::csi::parse_code(code).unwrap(),
             message: "size 3 is odd".into(),
-            outcome: CreateOutcome::Final,
-        }
+        })
     }
 
     #[test]

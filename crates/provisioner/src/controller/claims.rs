@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::VolumeAttributesClass;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use sidecar_kit::csi::{CallError, go_code_name};
+use sidecar_kit::csi::CallError;
 use sidecar_kit::events::EventType;
 use sidecar_kit::update::{Updated, update_live};
 
@@ -339,11 +339,7 @@ impl Provisioner {
                 Box::pin(self.reschedule(claim)).await;
             }
         }
-        Err(ClaimError::Create {
-            code: go_code_name(error.code),
-            message: error.message,
-            outcome,
-        })
+        Err(ClaimError::Create(error))
     }
 
     /// The PV from the driver's answer; an answer that cannot be used is deleted at once.

@@ -48,16 +48,12 @@ pub enum SetError {
     #[error(transparent)]
     Intent(#[from] crate::controller::intents::IntentError),
     /// CreateVolume failed.
-    #[error("CreateVolume of {volume} failed: rpc error: code = {code} desc = {message}")]
+    #[error("CreateVolume of {volume} failed: {}", source.status_text())]
     Create {
         /// The volume.
         volume: String,
-        /// Go's name of the code.
-        code: &'static str,
-        /// The driver's message.
-        message: String,
-        /// What happens next.
-        outcome: CreateOutcome,
+        /// The driver's refusal.
+        source: sidecar_kit::csi::CallError,
     },
     /// The driver's answer cannot be used (the volume was deleted again).
     #[error("volume {volume}: {source}")]
@@ -407,16 +403,13 @@ async fn finish_member(
     let created = match p.create_volume(request).await {
         Ok(created) => created,
         Err(error) => {
-            let outcome = classify_create(Err(error.code), false);
-            match outcome {
+            match classify_create(Err(error.code), false) {
                 CreateOutcome::Final | CreateOutcome::Reschedule => p.ledger.settle(volume),
                 CreateOutcome::InBackground | CreateOutcome::Conflict | CreateOutcome::Created => {}
             }
             return Err(SetError::Create {
                 volume: volume.to_string(),
-                code: sidecar_kit::csi::go_code_name(error.code),
-                message: error.message,
-                outcome,
+                source: error,
             });
         }
     };
