@@ -1,7 +1,7 @@
 //! The store's log records: `[u32 LE key length][key][object JSON, empty for a deletion]`,
 //! and a snapshot's records.
 
-use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -20,13 +20,22 @@ pub(crate) fn encode(key: &str, object: Option<&Value>) -> Result<Vec<u8>, serde
     Ok(out)
 }
 
-/// The object's JSON in a record (empty for a deletion or a record cut short).
-pub(crate) fn object_json(record: &[u8]) -> &[u8] {
-    let len = record
+/// The length a record gives its key (0 for a record cut short).
+fn key_len(record: &[u8]) -> usize {
+    record
         .get(..4)
         .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map_or(0, |b| u32::from_le_bytes(b) as usize);
-    record.get(4 + len..).unwrap_or_default()
+        .map_or(0, |b| u32::from_le_bytes(b) as usize)
+}
+
+/// The object's JSON in a record (empty for a deletion or a record cut short).
+pub(crate) fn object_json(record: &[u8]) -> &[u8] {
+    record.get(4 + key_len(record)..).unwrap_or_default()
+}
+
+/// A record's key (empty for a record cut short).
+fn record_key(record: &[u8]) -> &[u8] {
+    record.get(4..4 + key_len(record)).unwrap_or_default()
 }
 
 /// A record's key and object (`None` for a deletion).
@@ -54,22 +63,18 @@ pub(crate) fn decode(record: &[u8]) -> Result<(String, Option<Value>), StoreErro
 
 /// The records of a snapshot: the published objects with the overlay's writes applied.
 pub(crate) fn snapshot_entries(
-    mut objects: BTreeMap<String, Arc<Value>>,
-    overlay: Vec<(String, Option<Arc<Value>>)>,
+    published: Vec<Arc<[u8]>>,
+    overlay: Vec<(String, Option<Arc<[u8]>>)>,
 ) -> durable_log::Snapshot {
-    for (key, object) in overlay {
-        match object {
-            Some(object) => objects.insert(key, object),
-            None => objects.remove(&key),
-        };
-    }
-    // Encoded one by one as the snapshot is written (one that fails to encode leaves the
-    // snapshot short of its count, and the compaction fails without harm).
+    let rewritten: HashSet<&[u8]> = overlay.iter().map(|(key, _)| key.as_bytes()).collect();
+    let mut entries: Vec<Arc<[u8]>> = published
+        .into_iter()
+        .filter(|record| !rewritten.contains(record_key(record)))
+        .collect();
+    entries.extend(overlay.iter().filter_map(|(_, record)| record.clone()));
     durable_log::Snapshot::new(
-        objects.len(),
-        objects
-            .into_iter()
-            .filter_map(|(key, object)| encode(&key, Some(&object)).ok()),
+        entries.len(),
+        entries.into_iter().map(|record| record.to_vec()),
     )
 }
 
@@ -100,5 +105,38 @@ mod tests {
         assert_eq!(object_json(&record), serde_json::to_vec(&object).unwrap());
         assert!(object_json(&encode("k", None).unwrap()).is_empty());
         assert!(object_json(&[9, 0, 0, 0, b'a']).is_empty());
+    }
+
+    #[test]
+    fn a_snapshot_is_the_published_records_with_the_pending_ones_applied() {
+        let record = |name: &str, generation: u64| -> Arc<[u8]> {
+            let object = json!({"metadata": {"name": name, "generation": generation}});
+            encode(&format!("r\u{0}ns\u{0}{name}"), Some(&object))
+                .unwrap()
+                .into()
+        };
+        let published = vec![record("kept", 1), record("changed", 1), record("gone", 1)];
+        let overlay = vec![
+            (
+                "r\u{0}ns\u{0}changed".to_string(),
+                Some(record("changed", 2)),
+            ),
+            ("r\u{0}ns\u{0}gone".to_string(), None),
+            ("r\u{0}ns\u{0}new".to_string(), Some(record("new", 1))),
+        ];
+        let (count, entries) = snapshot_entries(published, overlay).into_parts();
+        let mut state: Vec<(String, Option<Value>)> =
+            entries.map(|e| decode(&e).unwrap()).collect();
+        state.sort_by(|a, b| a.0.cmp(&b.0));
+        let generation_of = |name: &str| {
+            let generation = if name == "changed" { 2 } else { 1 };
+            json!({"metadata": {"name": name, "generation": generation}})
+        };
+        let expected: Vec<(String, Option<Value>)> = ["changed", "kept", "new"]
+            .iter()
+            .map(|n| (format!("r\u{0}ns\u{0}{n}"), Some(generation_of(n))))
+            .collect();
+        assert_eq!(state, expected);
+        assert_eq!(count, 3);
     }
 }

@@ -154,6 +154,13 @@ impl Snapshot {
     }
 }
 
+impl Snapshot {
+    /// How many entries it announces, and the entries as the log would write them.
+    pub fn into_parts(self) -> (u64, impl Iterator<Item = Vec<u8>>) {
+        (self.count, self.entries)
+    }
+}
+
 impl From<Vec<Vec<u8>>> for Snapshot {
     fn from(entries: Vec<Vec<u8>>) -> Self {
         Snapshot::new(entries.len(), entries.into_iter())

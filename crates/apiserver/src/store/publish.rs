@@ -3,9 +3,7 @@
 
 use std::sync::{Arc, Weak};
 
-use serde_json::Value;
-
-use super::{Change, ChangeKind, Core, Inner, Pending};
+use super::{Change, Core, Inner, Pending, Stored};
 
 /// The log's report that `rv` is on disk: publishes up to it, if the store is still there.
 pub(super) fn publish_weak(core: &Weak<Core>, rv: u64) {
@@ -25,7 +23,7 @@ pub(super) fn publish_weak(core: &Weak<Core>, rv: u64) {
 /// are still freed under it).
 #[derive(Default)]
 pub(super) struct Released {
-    objects: Vec<Arc<Value>>,
+    objects: Vec<Stored>,
     changes: Vec<Arc<Change>>,
 }
 
@@ -37,14 +35,18 @@ pub(super) fn publish(core: &Core, inner: &mut Inner, durable: u64) -> Released 
         .front()
         .is_some_and(|p| p.change.rv <= durable)
     {
-        let Some(Pending { key, change, bytes }) = inner.pending.pop_front() else {
+        let Some(Pending {
+            key,
+            change,
+            bytes,
+            stored,
+        }) = inner.pending.pop_front()
+        else {
             break;
         };
-        let replaced = match change.kind {
-            ChangeKind::Deleted => inner.objects.remove(&key),
-            ChangeKind::Added | ChangeKind::Modified => {
-                inner.objects.insert(key.clone(), change.object.clone())
-            }
+        let replaced = match stored {
+            Some(stored) => inner.objects.insert(key.clone(), stored),
+            None => inner.objects.remove(&key),
         };
         released.objects.extend(replaced);
         if inner
