@@ -75,7 +75,7 @@ pub async fn run(args: AttacherArgs, shutdown: impl Future<Output = ()>) -> Resu
     .await?;
     let metrics = Metrics::new()?;
     // As the other sidecars' event sources: no host.
-    let recorder = Recorder::new(client.clone(), "csi-attacher", "");
+    let recorder = Recorder::new(client.clone(), "csi-attacher");
     let election = args
         .common
         // Upstream's RBAC grants no events: the Go attacher's LeaderElection events are

@@ -286,7 +286,7 @@ pub async fn run(
     let host = hostname();
     let component = format!("{}_{}_{}", caps.name, host, uuid::Uuid::new_v4());
     // Upstream's event source names no host.
-    let recorder = Recorder::new(client.clone(), component, "");
+    let recorder = Recorder::new(client.clone(), component);
     let caps_name = caps.name.clone();
     let config = ControllerConfig {
         options: ProvisionOptions {

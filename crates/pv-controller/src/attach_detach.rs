@@ -128,7 +128,7 @@ impl AttachDetachController {
         let attachments = watches.reflect(Api::<VolumeAttachment>::all(client.clone()), move |e| {
             each(e, |va| q.add(va.spec.node_name.clone()));
         });
-        let recorder = Recorder::new(client.clone(), "attachdetach-controller", "");
+        let recorder = Recorder::new(client.clone(), "attachdetach-controller");
         Arc::new(AttachDetachController {
             client,
             recorder,

@@ -124,7 +124,7 @@ impl EphemeralController {
                 });
             },
         );
-        let recorder = Recorder::new(client.clone(), "ephemeral-volume-controller", "");
+        let recorder = Recorder::new(client.clone(), "ephemeral-volume-controller");
         Arc::new(EphemeralController {
             client,
             recorder,

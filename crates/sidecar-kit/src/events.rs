@@ -86,11 +86,17 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
-    /// A recorder reporting as `component` from `host` (`source.host` and
-    /// `reportingInstance`; "" for none, as client-go's recorders of the sidecars and of
+    /// A recorder reporting as `component` from no host (`source.host` unset and
+    /// `reportingInstance` "", as client-go's recorders of the sidecars and of
     /// kube-controller-manager's controllers). Starts its writer task: needs a Tokio runtime.
     /// The task ends once the recorder is dropped and its queue is written.
-    pub fn new(
+    pub fn new(client: kube::Client, component: impl Into<String>) -> Self {
+        Recorder::on_host(client, component, "")
+    }
+
+    /// A recorder reporting as `component` from `host` (`source.host` and
+    /// `reportingInstance`), as kubelet's names its node; otherwise as [`Recorder::new`].
+    pub fn on_host(
         client: kube::Client,
         component: impl Into<String>,
         host: impl Into<String>,
@@ -268,7 +274,7 @@ mod tests {
                 Ok::<_, tower::BoxError>(response)
             }
         });
-        let recorder = Recorder::new(
+        let recorder = Recorder::on_host(
             kube::Client::new(service, "default"),
             "csi-provisioner",
             "host-1",
@@ -284,7 +290,7 @@ mod tests {
         assert_eq!(written.type_.as_deref(), Some("Warning"));
         assert_eq!(written.reporting_instance.as_deref(), Some("host-1"));
         assert_eq!(written.source.unwrap().host.as_deref(), Some("host-1"));
-        let hostless = Recorder::new(stuck_client(), "persistentvolume-controller", "");
+        let hostless = Recorder::new(stuck_client(), "persistentvolume-controller");
         let event = hostless.build(&object, EventType::Normal, "R", "m", Timestamp::now());
         assert_eq!(event.source.unwrap().host, None);
         assert_eq!(event.reporting_instance.as_deref(), Some(""));
@@ -293,7 +299,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn recording_never_waits_and_drops_past_the_queue() {
-        let recorder = Recorder::new(stuck_client(), "csi-provisioner", "host");
+        let recorder = Recorder::on_host(stuck_client(), "csi-provisioner", "host");
         // Nothing else runs until this test yields: the writer takes nothing meanwhile.
         for i in 0..QUEUED_EVENTS + 100 {
             recorder.record(

@@ -199,12 +199,19 @@ impl LeaderStatus {
     }
 }
 
-/// Why the election ended with an error.
+/// Why the election, or one acquire-or-renew of it, failed. Only [`ElectionError::Lost`]
+/// ends an election; a failed attempt is tried again at the next turn.
 #[derive(Debug, thiserror::Error)]
 pub enum ElectionError {
     /// Renewal failed for longer than the renew deadline.
     #[error("leader election lost: the lease could not be renewed within {0:?}")]
     Lost(Duration),
+    /// Reading or writing the lease: the API answered with an error.
+    #[error("{0}")]
+    Lease(#[source] kube::Error),
+    /// Reading or writing the lease did not finish within the renew deadline.
+    #[error("the lease call did not finish within the renew deadline")]
+    LeaseTimedOut,
 }
 
 /// The election loop.
@@ -240,7 +247,7 @@ impl Elector {
     /// Needs a Tokio runtime (its event recorder starts its writer).
     pub fn new(client: kube::Client, config: ElectionConfig) -> Self {
         let recorder = config.events.as_ref().map(|lock| {
-            crate::events::Recorder::new(client.clone(), format!("{lock}/{}", config.identity), "")
+            crate::events::Recorder::new(client.clone(), format!("{lock}/{}", config.identity))
         });
         Elector {
             api: Api::namespaced(client, &config.namespace),
@@ -307,11 +314,11 @@ impl Elector {
     }
 
     /// One acquire-or-renew, bounded by `deadline` (a hanging API call counts as a failure).
-    async fn attempt(&self, deadline: tokio::time::Instant) -> Result<bool, AttemptError> {
+    async fn attempt(&self, deadline: tokio::time::Instant) -> Result<bool, ElectionError> {
         match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
             Ok(Ok(acquired)) => Ok(acquired),
-            Ok(Err(error)) => Err(AttemptError::Api(error)),
-            Err(_) => Err(AttemptError::TimedOut),
+            Ok(Err(error)) => Err(ElectionError::Lease(error)),
+            Err(_) => Err(ElectionError::LeaseTimedOut),
         }
     }
 
@@ -571,17 +578,6 @@ impl Elector {
         }
         outcome
     }
-}
-
-/// Why one acquire-or-renew did not complete.
-#[derive(Debug, thiserror::Error)]
-enum AttemptError {
-    /// The API answered with an error.
-    #[error("{0}")]
-    Api(kube::Error),
-    /// The call did not finish within the renew deadline.
-    #[error("the lease call did not finish within the renew deadline")]
-    TimedOut,
 }
 
 #[cfg(test)]

@@ -330,7 +330,7 @@ impl Provisioner {
         };
         let topology = claim_topology::ClaimTopology::new(&cfg, csinodes, nodes);
         let gate = cfg.node.clone().map(node_deployment::NodeGate::new);
-        let csi_layer_recorder = Recorder::new(client.clone(), "external-provisioner", "");
+        let csi_layer_recorder = Recorder::new(client.clone(), "external-provisioner");
         Ok(Arc::new(Provisioner {
             client,
             csi,

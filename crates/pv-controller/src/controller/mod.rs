@@ -283,7 +283,7 @@ impl PvController {
                 });
             },
         );
-        let recorder = Recorder::new(client.clone(), "persistentvolume-controller", "");
+        let recorder = Recorder::new(client.clone(), "persistentvolume-controller");
         Arc::new(PvController {
             waiting_pods,
             node_recyclers,

@@ -353,7 +353,7 @@ impl NodeAgent {
             |_: &mut Node| {},
             |_| {},
         );
-        let recorder = Recorder::new(client.clone(), "kubelet", node.clone());
+        let recorder = Recorder::on_host(client.clone(), "kubelet", node.clone());
         let paths = Paths {
             root: settings.root.join(&node),
         };

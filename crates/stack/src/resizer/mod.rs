@@ -165,7 +165,6 @@ impl Resizer {
         let recorder = Recorder::new(
             client.clone(),
             format!("external-resizer {}", settings.driver),
-            "",
         );
         Arc::new(Resizer {
             client,

@@ -194,7 +194,7 @@ impl Scheduler {
             Api::<CSINode>::all(client.clone()),
             wake(pods.clone(), queue.clone()),
         );
-        let recorder = Recorder::new(client.clone(), "default-scheduler", "");
+        let recorder = Recorder::new(client.clone(), "default-scheduler");
         Arc::new(Scheduler {
             client,
             recorder,

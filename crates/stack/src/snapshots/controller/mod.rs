@@ -217,7 +217,7 @@ impl SnapshotController {
         );
         let volumes = watches.reflect(Api::<PersistentVolume>::all(client.clone()), |_| {});
         let caller = Caller::new(&settings.driver, settings.timeout, metrics);
-        let recorder = Recorder::new(client.clone(), "snapshot-controller", "");
+        let recorder = Recorder::new(client.clone(), "snapshot-controller");
         Arc::new(SnapshotController {
             client,
             csi,
