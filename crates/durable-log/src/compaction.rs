@@ -9,10 +9,79 @@
 
 use std::fs;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
 
 use crate::{LogError, Shared, SnapshotFn, files, frame, io};
+
+/// The thread that writes the snapshots, started at the log's first compaction and kept while
+/// the log is open: its CPU stays countable under the writer's name (a thread started for each
+/// compaction took its figure with it when it ended). One compaction at a time: the writer
+/// waits for the last one ([`Compactor::finish`]) before it cuts again.
+pub(crate) struct Compactor {
+    jobs: Option<mpsc::Sender<(Compaction, SnapshotFn)>>,
+    done: mpsc::Receiver<()>,
+    /// A compaction was handed over and has not reported back.
+    busy: bool,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Compactor {
+    pub(crate) fn start(name: &'static str) -> std::io::Result<Self> {
+        let (jobs, received) = mpsc::channel::<(Compaction, SnapshotFn)>();
+        let (finished, done) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                for (job, snapshot) in received {
+                    // A snapshot closure that panics fails its compaction, not the later ones.
+                    let run = std::panic::AssertUnwindSafe(|| job.run(snapshot));
+                    if std::panic::catch_unwind(run).is_err() {
+                        tracing::error!("a log compaction panicked; the log is still complete");
+                    }
+                    if finished.send(()).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Compactor {
+            jobs: Some(jobs),
+            done,
+            busy: false,
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands a compaction to the thread; false when it is gone (nothing was started).
+    pub(crate) fn run(&mut self, job: Compaction, snapshot: SnapshotFn) -> bool {
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send((job, snapshot)).is_ok());
+        self.busy = sent;
+        sent
+    }
+
+    /// Waits for the compaction under way, if one is.
+    pub(crate) fn finish(&mut self) {
+        if std::mem::take(&mut self.busy) && self.done.recv().is_err() {
+            tracing::error!("the log's compaction thread stopped; the log is still complete");
+        }
+    }
+}
+
+/// The thread never outlives the log's writer: a log reopened in the same process must not
+/// have older generations removed under it.
+impl Drop for Compactor {
+    fn drop(&mut self) {
+        self.finish();
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 /// One snapshot to write.
 pub(crate) struct Compaction {

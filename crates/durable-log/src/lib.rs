@@ -9,7 +9,7 @@
 //! - Compaction: the caller hands a closure that produces the whole state as entries, taken at
 //!   the point in the record stream where [`Log::compact`] is called. The writer cuts there: it
 //!   creates `log-<g+1>`, fsyncs the directory and appends to it from then on. A thread of its
-//!   own (named like the writer) runs the closure, writes `snapshot-<g+1>.tmp`, fsyncs, renames
+//!   own (named like the writer, kept from the first compaction on) runs the closure, writes `snapshot-<g+1>.tmp`, fsyncs, renames
 //!   it to `snapshot-<g+1>`, fsyncs the directory, and only then removes the older generations
 //!   (`compaction`). Appends never wait for a snapshot. A crash before the rename leaves
 //!   `snapshot-<g>` with `log-<g>` and `log-<g+1>`; after it, generation `g+1` whole.
@@ -342,16 +342,8 @@ struct Writer {
     shared: Arc<Shared>,
     on_durable: OnDurable,
     thread_name: &'static str,
-    /// The thread writing the snapshot of the last cut, if one is under way.
-    compactor: Option<JoinHandle<()>>,
-}
-
-/// The compaction thread never outlives the writer, even one that panicked: a log reopened in
-/// the same process must not have older generations removed under it.
-impl Drop for Writer {
-    fn drop(&mut self) {
-        self.finish_compaction();
-    }
+    /// The thread writing snapshots, once there was a compaction.
+    compactor: Option<compaction::Compactor>,
 }
 
 impl Writer {
@@ -430,23 +422,26 @@ impl Writer {
             seq: self.last_seq,
             shared: self.shared.clone(),
         };
-        let spawned = std::thread::Builder::new()
-            .name(self.thread_name.into())
-            .spawn(move || job.run(snapshot));
-        match spawned {
-            Ok(handle) => self.compactor = Some(handle),
-            Err(error) => {
-                tracing::warn!(%error, "log compaction could not start; the log is still complete");
-                self.shared.compacting.store(false, Ordering::Relaxed);
+        if self.compactor.is_none() {
+            match compaction::Compactor::start(self.thread_name) {
+                Ok(compactor) => self.compactor = Some(compactor),
+                Err(error) => {
+                    tracing::warn!(%error, "log compaction could not start; the log is still complete");
+                }
             }
+        }
+        let started = self
+            .compactor
+            .as_mut()
+            .is_some_and(|compactor| compactor.run(job, snapshot));
+        if !started {
+            self.shared.compacting.store(false, Ordering::Relaxed);
         }
     }
 
     fn finish_compaction(&mut self) {
-        if let Some(compactor) = self.compactor.take()
-            && compactor.join().is_err()
-        {
-            tracing::error!("the log's compaction thread panicked; the log is still complete");
+        if let Some(compactor) = &mut self.compactor {
+            compactor.finish();
         }
     }
 
