@@ -63,11 +63,13 @@ impl Compactor {
         sent
     }
 
-    /// Waits for the compaction under way, if one is.
-    pub(crate) fn finish(&mut self) {
+    /// Waits for the compaction under way, if one is; false when the thread is gone.
+    pub(crate) fn finish(&mut self) -> bool {
         if std::mem::take(&mut self.busy) && self.done.recv().is_err() {
             tracing::error!("the log's compaction thread stopped; the log is still complete");
+            return false;
         }
+        true
     }
 }
 

@@ -9,9 +9,10 @@
 //! - Compaction: the caller hands a closure that produces the whole state as entries, taken at
 //!   the point in the record stream where [`Log::compact`] is called. The writer cuts there: it
 //!   creates `log-<g+1>`, fsyncs the directory and appends to it from then on. A thread of its
-//!   own (named like the writer, kept from the first compaction on) runs the closure, writes `snapshot-<g+1>.tmp`, fsyncs, renames
-//!   it to `snapshot-<g+1>`, fsyncs the directory, and only then removes the older generations
-//!   (`compaction`). Appends never wait for a snapshot. A crash before the rename leaves
+//!   own (named like the writer, kept from the first compaction on) runs the closure, writes
+//!   `snapshot-<g+1>.tmp`, fsyncs, renames it to `snapshot-<g+1>`, fsyncs the directory, and
+//!   only then removes the older generations (`compaction`). Appends never wait for a
+//!   snapshot. A crash before the rename leaves
 //!   `snapshot-<g>` with `log-<g>` and `log-<g+1>`; after it, generation `g+1` whole.
 //! - Recovery reads the newest snapshot and every log from its generation on (`recovery`).
 //!   Only the newest log's last frame can be torn (cut off and truncated); a bad frame with
@@ -96,8 +97,8 @@ pub struct Options {
     /// Compaction is wanted once the current log holds this many bytes, or twice the last
     /// snapshot's size if that is larger.
     pub compact_min_bytes: u64,
-    /// The name of the writer thread (at most 15 bytes are kept by Linux), so a process that
-    /// holds several logs can tell their CPU apart.
+    /// The name of the writer thread and of the compaction thread (at most 15 bytes are kept
+    /// by Linux), so a process that holds several logs can tell their CPU apart.
     pub thread_name: &'static str,
 }
 
@@ -152,9 +153,7 @@ impl Snapshot {
             entries: Box::new(entries),
         }
     }
-}
 
-impl Snapshot {
     /// How many entries it announces, and the entries as the log would write them.
     pub fn into_parts(self) -> (u64, impl Iterator<Item = Vec<u8>>) {
         (self.count, self.entries)
@@ -389,6 +388,18 @@ impl Writer {
     fn start_compaction(&mut self, snapshot: SnapshotFn) {
         // One at a time: the flag keeps callers from asking for another while one runs.
         self.finish_compaction();
+        // The thread first: without it there is no cut (a cut with no snapshot behind it would
+        // leave one more generation for every start-up to replay).
+        if self.compactor.is_none() {
+            match compaction::Compactor::start(self.thread_name) {
+                Ok(compactor) => self.compactor = Some(compactor),
+                Err(error) => {
+                    tracing::warn!(%error, "log compaction could not start; the log keeps growing and is still complete");
+                    self.postpone_compaction();
+                    return;
+                }
+            }
+        }
         let next = self.generation + 1;
         let log_path = files::log_path(&self.dir, next);
         let cut = files::open_private_append(&log_path)
@@ -404,12 +415,7 @@ impl Writer {
                 // attempt waits for another threshold's worth of log instead of every append.
                 let _ = std::fs::remove_file(&log_path);
                 tracing::warn!(%error, "log compaction failed; the log keeps growing and is still complete");
-                let grown = self.shared.log_bytes.load(Ordering::Relaxed);
-                let threshold = self.shared.threshold.load(Ordering::Relaxed);
-                self.shared
-                    .threshold
-                    .store(grown.saturating_add(threshold), Ordering::Relaxed);
-                self.shared.compacting.store(false, Ordering::Relaxed);
+                self.postpone_compaction();
                 return;
             }
         };
@@ -422,26 +428,36 @@ impl Writer {
             seq: self.last_seq,
             shared: self.shared.clone(),
         };
-        if self.compactor.is_none() {
-            match compaction::Compactor::start(self.thread_name) {
-                Ok(compactor) => self.compactor = Some(compactor),
-                Err(error) => {
-                    tracing::warn!(%error, "log compaction could not start; the log is still complete");
-                }
-            }
-        }
         let started = self
             .compactor
             .as_mut()
             .is_some_and(|compactor| compactor.run(job, snapshot));
         if !started {
+            // Its thread is gone: the next compaction starts another.
+            tracing::warn!("the log's compaction thread has stopped; the log is still complete");
+            self.compactor = None;
             self.shared.compacting.store(false, Ordering::Relaxed);
         }
     }
 
+    /// No compaction now: the next is wanted once another threshold's worth of log is written,
+    /// not at every append.
+    fn postpone_compaction(&self) {
+        let grown = self.shared.log_bytes.load(Ordering::Relaxed);
+        let threshold = self.shared.threshold.load(Ordering::Relaxed);
+        self.shared
+            .threshold
+            .store(grown.saturating_add(threshold), Ordering::Relaxed);
+        self.shared.compacting.store(false, Ordering::Relaxed);
+    }
+
+    /// Waits for the compaction under way; a compaction thread found gone is dropped, so the
+    /// next compaction starts another.
     fn finish_compaction(&mut self) {
-        if let Some(compactor) = &mut self.compactor {
-            compactor.finish();
+        if let Some(compactor) = &mut self.compactor
+            && !compactor.finish()
+        {
+            self.compactor = None;
         }
     }
 

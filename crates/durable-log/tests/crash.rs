@@ -383,6 +383,10 @@ async fn a_snapshot_that_panics_leaves_the_log_complete_and_compaction_possible_
     let (_log, recovered) = open(dir.path());
     assert_eq!(recovered.last_seq(), seq);
     assert_eq!(State::from(&recovered).0, state.lock().unwrap().0);
+    assert!(
+        recovered.snapshot_seq > 1,
+        "the compaction after the panicked one installed its snapshot"
+    );
 }
 
 /// A snapshot whose entries do not number what it announced is not installed: the log keeps

@@ -207,7 +207,7 @@ pub enum ElectionError {
     #[error("leader election lost: the lease could not be renewed within {0:?}")]
     Lost(Duration),
     /// Reading or writing the lease: the API answered with an error.
-    #[error("{0}")]
+    #[error("the lease call failed: {0}")]
     Lease(#[source] kube::Error),
     /// Reading or writing the lease did not finish within the renew deadline.
     #[error("the lease call did not finish within the renew deadline")]
@@ -485,7 +485,8 @@ impl Elector {
     }
 
     /// Waits for leadership, runs `lead` with a stop signal while leading, and returns when
-    /// `shutdown` resolves (after releasing the lease) or leadership is lost.
+    /// `shutdown` resolves (after releasing the lease) or leadership is lost
+    /// ([`ElectionError::Lost`], the only error it returns).
     pub async fn run<F, Fut>(
         self,
         lead: F,

@@ -1,6 +1,7 @@
 //! Where the stack's parts run. Shared: all on the caller's runtime (`volstack up`). Separate:
 //! the API server, the driver and the controllers each on a runtime of their own whose threads
-//! carry its name (their logs' writers too), so the benchmark can tell their CPU apart
+//! carry its name (their logs' writers and compaction threads too), so the benchmark can tell
+//! their CPU apart
 //! ([`cpu_by_thread`], [`Lane::cpu_of`]).
 
 use std::collections::BTreeMap;
@@ -45,7 +46,7 @@ impl Lane {
     }
 
     /// CPU seconds by lane from CPU seconds by thread name ([`cpu_since`]): its runtime's
-    /// threads and its log's writer.
+    /// threads and its log's writer and compaction thread.
     pub fn cpu_of(by_name: &BTreeMap<String, f64>) -> BTreeMap<Lane, f64> {
         Lane::ALL
             .iter()
