@@ -119,6 +119,33 @@ impl ClaimError {
         }
     }
 
+    /// Whether the claim goes back to the scheduler (its selected node removed), as upstream's
+    /// `ProvisioningReschedule` before CreateVolume: only when the selected node's CSINode is
+    /// gone (a refusal of CreateVolume itself is classified by `classify_create`).
+    pub(super) fn sends_back_to_scheduler(&self) -> bool {
+        match self {
+            ClaimError::SelectedCsiNodeGone(_) => true,
+            ClaimError::ClassNotFound(_)
+            | ClaimError::VacNotFound(_)
+            | ClaimError::VacLookup(_)
+            | ClaimError::Plan(_)
+            | ClaimError::DataSource(_)
+            | ClaimError::SourceLookup { .. }
+            | ClaimError::CloneFinalizer(_)
+            | ClaimError::CloneSourceGone(_)
+            | ClaimError::Topology(_)
+            | ClaimError::Secret { .. }
+            | ClaimError::Create(_)
+            | ClaimError::Response(_)
+            | ClaimError::PvConflict(_)
+            | ClaimError::SavePv { .. }
+            | ClaimError::Cleanup { .. }
+            | ClaimError::Csi(_)
+            | ClaimError::Intent(_)
+            | ClaimError::Recheck { .. } => false,
+        }
+    }
+
     /// Whether the user should hear about it in a `ProvisioningFailed` event. A class gone
     /// after the claim was handed to us is logged and retried without one, as upstream's
     /// (kube-controller-manager's binder reports a claim naming a class that never existed).
@@ -178,10 +205,14 @@ mod tests {
             ClaimError::VacNotFound("gold".into()).event_message(),
             "volumeattributesclasses.storage.k8s.io \"gold\" not found"
         );
+        let gone = ClaimError::SelectedCsiNodeGone("node-1".into());
         assert_eq!(
-            ClaimError::SelectedCsiNodeGone("node-1".into()).event_message(),
+            gone.event_message(),
             "failed to get selected CSINode node-1: csinode.storage.k8s.io \"node-1\" not found"
         );
+        assert!(gone.sends_back_to_scheduler());
+        // A refused CreateVolume is classified by classify_create, not here.
+        assert!(!create("ResourceExhausted").sends_back_to_scheduler());
         let missing = ClaimError::ClassNotFound("fast".into());
         assert!(!missing.infeasible());
         assert!(!missing.event_worthy(), "upstream only logs it");

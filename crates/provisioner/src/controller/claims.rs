@@ -232,7 +232,9 @@ impl Provisioner {
         let mut plan = plan_provision(&self.cfg.caps, &self.cfg.options, claim, &class)?;
         let selected = selected_node(claim).map(str::to_string);
         let topology = self.topology.for_claim(claim, &class, selected.as_deref());
-        if let Err(ClaimError::SelectedCsiNodeGone(_)) = &topology {
+        if let Err(error) = &topology
+            && error.sends_back_to_scheduler()
+        {
             Box::pin(self.reschedule(claim)).await;
         }
         let topology = topology?;
