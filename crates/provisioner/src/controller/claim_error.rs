@@ -123,35 +123,31 @@ impl ClaimError {
     /// `ProvisioningReschedule` before CreateVolume: only when the selected node's CSINode is
     /// gone (a refusal of CreateVolume itself is classified by `classify_create`).
     pub(super) fn sends_back_to_scheduler(&self) -> bool {
-        match self {
-            ClaimError::SelectedCsiNodeGone(_) => true,
-            ClaimError::ClassNotFound(_)
-            | ClaimError::VacNotFound(_)
-            | ClaimError::VacLookup(_)
-            | ClaimError::Plan(_)
-            | ClaimError::DataSource(_)
-            | ClaimError::SourceLookup { .. }
-            | ClaimError::CloneFinalizer(_)
-            | ClaimError::CloneSourceGone(_)
-            | ClaimError::Topology(_)
-            | ClaimError::Secret { .. }
-            | ClaimError::Create(_)
-            | ClaimError::Response(_)
-            | ClaimError::PvConflict(_)
-            | ClaimError::SavePv { .. }
-            | ClaimError::Cleanup { .. }
-            | ClaimError::Csi(_)
-            | ClaimError::Intent(_)
-            | ClaimError::Recheck { .. } => false,
-        }
+        self.handling().send_back
     }
 
     /// Whether the user should hear about it in a `ProvisioningFailed` event. A class gone
     /// after the claim was handed to us is logged and retried without one, as upstream's
     /// (kube-controller-manager's binder reports a claim naming a class that never existed).
     pub(super) fn event_worthy(&self) -> bool {
+        self.handling().event
+    }
+
+    /// How it is handled, decided in one match over every variant.
+    fn handling(&self) -> Handling {
+        const EVENT: Handling = Handling {
+            event: true,
+            send_back: false,
+        };
+        const LOG_ONLY: Handling = Handling {
+            event: false,
+            send_back: false,
+        };
         match self {
-            ClaimError::ClassNotFound(_) => false,
+            ClaimError::SelectedCsiNodeGone(_) => Handling {
+                event: true,
+                send_back: true,
+            },
             ClaimError::VacNotFound(_)
             | ClaimError::VacLookup(_)
             | ClaimError::Plan(_)
@@ -160,18 +156,26 @@ impl ClaimError {
             | ClaimError::CloneFinalizer(_)
             | ClaimError::CloneSourceGone(_)
             | ClaimError::Topology(_)
-            | ClaimError::SelectedCsiNodeGone(_)
             | ClaimError::Secret { .. }
             | ClaimError::Create(_)
             | ClaimError::Response(_)
-            | ClaimError::PvConflict(_) => true,
-            ClaimError::SavePv { .. }
+            | ClaimError::PvConflict(_) => EVENT,
+            ClaimError::ClassNotFound(_)
+            | ClaimError::SavePv { .. }
             | ClaimError::Cleanup { .. }
             | ClaimError::Csi(_)
             | ClaimError::Intent(_)
-            | ClaimError::Recheck { .. } => false,
+            | ClaimError::Recheck { .. } => LOG_ONLY,
         }
     }
+}
+
+/// What a claim's error leads to besides its retry.
+struct Handling {
+    /// A `ProvisioningFailed` event.
+    event: bool,
+    /// The claim sent back to the scheduler.
+    send_back: bool,
 }
 
 #[cfg(test)]
