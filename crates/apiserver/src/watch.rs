@@ -226,15 +226,19 @@ pub(crate) async fn watch(
         let mut ticker = tokio::time::interval(Duration::from_secs(10));
         ticker.tick().await;
         loop {
+            // In this order: a watch closed (by the fault admin) or ended passes on no change
+            // made after that, even when both are ready at once, as on a busy machine where
+            // this task runs only after the close and the next write.
             tokio::select! {
-                () = &mut deadline => return,
-                () = tx.closed() => return,
+                biased;
                 changed = close.changed() => {
                     let which = close.borrow().0.clone();
                     if changed.is_err() || which == "*" || which == plural {
                         return;
                     }
                 }
+                () = &mut deadline => return,
+                () = tx.closed() => return,
                 _ = ticker.tick(), if bookmarks => {
                     // Every change up to the store's version has been broadcast before that
                     // version became current; only when none of them is still queued for this

@@ -36,8 +36,9 @@ async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
     let pvs: Api<PersistentVolume> = Api::all(admin.clone());
 
-    // The controller is running (its first claim is bound by it); then its claim watch lags:
-    // it is closed and may come back only after 120 s (longer than the test: on a busy machine
+    // The controller is running (a first claim exists, waiting for the volume it names); then
+    // its claim watch lags: it is closed (a closed watch passes on no later change) and may
+    // come back only after 120 s (longer than the test: on a busy machine
     // the decision may take seconds, and a watch back by then would make the live read moot).
     let warm: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": "warm"},

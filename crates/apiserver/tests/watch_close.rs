@@ -1,0 +1,73 @@
+//! Closing watches (the fault admin's `closeWatches`, `RunningServer::close_watches`) ends them
+//! before any later change: a test that closes a client's watch and then writes relies on the
+//! client not seeing that write until it watches again, however late the server's watch task
+//! runs.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+}
+
+/// More objects than a watch's send buffer holds: the watch task is still sending the initial
+/// ones (blocked until the client reads) when the watch is closed and the next write is made,
+/// so both are waiting for it when it gets to them.
+const FILLER: usize = 300;
+
+#[tokio::test]
+async fn a_closed_watch_passes_on_no_change_made_after_the_close() {
+    let f = common::start().await;
+    let client = kube::Client::new(f.server.local_service("close-test").unwrap(), "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    for i in 0..FILLER {
+        maps.create(&PostParams::default(), &config_map(&format!("filler-{i}")))
+            .await
+            .unwrap();
+    }
+    // Were the close and the change taken in either order once both are waiting, each round
+    // would pass the change on with even odds; 12 rounds all passing would be 1 in 4,096.
+    for round in 0..12 {
+        let stream = maps
+            .watch(&WatchParams::default().timeout(60), "0")
+            .await
+            .unwrap();
+        futures::pin_mut!(stream);
+        // The first event read lets the watch task run up to its full buffer.
+        let mut names = match stream.next().await.unwrap().unwrap() {
+            WatchEvent::Added(map) => Vec::from_iter(map.metadata.name),
+            other => panic!("round {round}: expected ADDED first, got {other:?}"),
+        };
+        tokio::task::yield_now().await;
+        f.server.close_watches(Some("configmaps"));
+        let late = format!("after-close-{round}");
+        maps.create(&PostParams::default(), &config_map(&late))
+            .await
+            .unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(event) = stream.next().await {
+                if let Ok(WatchEvent::Added(map) | WatchEvent::Modified(map)) = event {
+                    names.extend(map.metadata.name);
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "round {round}: the closed watch must end");
+        assert!(
+            names.len() >= FILLER,
+            "round {round}: the objects listed before the close are all passed on ({} of them)",
+            names.len()
+        );
+        assert!(
+            !names.contains(&late),
+            "round {round}: {late} was written after the close and must not be passed on"
+        );
+    }
+}
