@@ -159,12 +159,10 @@ async fn the_reconcile_repairs_what_the_driver_lost_and_what_it_kept() {
     })
     .await;
     assert!(!env.published().await.contains_key(&kept));
-    let cap = csi::VolumeCapability {
-        access_mode: Some(csi::volume_capability::AccessMode {
-            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
-        }),
-        access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
-    };
+    let cap = csi::VolumeCapability::mount(
+        "",
+        csi::volume_capability::access_mode::Mode::SingleNodeWriter,
+    );
     client
         .controller_publish_volume(csi::ControllerPublishVolumeRequest {
             volume_id: kept.clone(),

@@ -540,14 +540,10 @@ async fn a_pod_placed_on_stale_capacity_is_placed_again_after_the_driver_refuses
                 required_bytes: 8 << 30,
                 limit_bytes: 0,
             }),
-            volume_capabilities: vec![csi::VolumeCapability {
-                access_type: Some(csi::volume_capability::AccessType::Mount(
-                    csi::volume_capability::MountVolume::default(),
-                )),
-                access_mode: Some(csi::volume_capability::AccessMode {
-                    mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
-                }),
-            }],
+            volume_capabilities: vec![csi::VolumeCapability::mount(
+                "",
+                csi::volume_capability::access_mode::Mode::SingleNodeWriter,
+            )],
             accessibility_requirements: Some(csi::TopologyRequirement {
                 requisite: vec![topology("node-1")],
                 preferred: vec![topology("node-1")],

@@ -305,10 +305,11 @@ fn acknowledged_volumes_survive_kill_9() {
                 let block = w % 2 == 1;
                 for i in 0.. {
                     let name = format!("{}{w}-{i}", if block { "b" } else { "k" });
-                    let access_type = if block {
-                        csi_proto::v1::volume_capability::AccessType::Block(Default::default())
-                    } else {
-                        csi_proto::v1::volume_capability::AccessType::Mount(Default::default())
+                    let mode =
+                        csi_proto::v1::volume_capability::access_mode::Mode::SingleNodeWriter;
+                    let capability = match block {
+                        true => csi_proto::v1::VolumeCapability::block(mode),
+                        false => csi_proto::v1::VolumeCapability::mount("", mode),
                     };
                     let req = csi_proto::v1::CreateVolumeRequest {
                         name: name.clone(),
@@ -316,12 +317,7 @@ fn acknowledged_volumes_survive_kill_9() {
                             required_bytes: 1024,
                             limit_bytes: 0,
                         }),
-                        volume_capabilities: vec![csi_proto::v1::VolumeCapability {
-                            access_mode: Some(csi_proto::v1::volume_capability::AccessMode {
-                                mode: 1,
-                            }),
-                            access_type: Some(access_type),
-                        }],
+                        volume_capabilities: vec![capability],
                         ..Default::default()
                     };
                     match client.create_volume(req).await {

@@ -100,14 +100,10 @@ async fn foreign_volume(c: &Cluster) -> String {
             required_bytes: 1 << 20,
             limit_bytes: 0,
         }),
-        volume_capabilities: vec![csi_proto::v1::VolumeCapability {
-            access_mode: Some(csi_proto::v1::volume_capability::AccessMode {
-                mode: csi_proto::v1::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
-            }),
-            access_type: Some(csi_proto::v1::volume_capability::AccessType::Mount(
-                Default::default(),
-            )),
-        }],
+        volume_capabilities: vec![csi_proto::v1::VolumeCapability::mount(
+            "",
+            csi_proto::v1::volume_capability::access_mode::Mode::SingleNodeWriter,
+        )],
         parameters,
         ..Default::default()
     };

@@ -18,6 +18,32 @@ pub mod v1 {
 
 pub use v1::*;
 
+impl VolumeCapability {
+    /// A filesystem mount in `mode`: of `fs_type` (empty for the driver's default), without
+    /// mount flags or a volume mount group.
+    pub fn mount(fs_type: &str, mode: volume_capability::access_mode::Mode) -> VolumeCapability {
+        VolumeCapability {
+            access_mode: Some(volume_capability::AccessMode { mode: mode as i32 }),
+            access_type: Some(volume_capability::AccessType::Mount(
+                volume_capability::MountVolume {
+                    fs_type: fs_type.to_string(),
+                    ..Default::default()
+                },
+            )),
+        }
+    }
+
+    /// A raw block device in `mode`.
+    pub fn block(mode: volume_capability::access_mode::Mode) -> VolumeCapability {
+        VolumeCapability {
+            access_mode: Some(volume_capability::AccessMode { mode: mode as i32 }),
+            access_type: Some(volume_capability::AccessType::Block(
+                volume_capability::BlockVolume {},
+            )),
+        }
+    }
+}
+
 /// Bytes of a call's encoding and decoding buffers (tonic's default is 8 KiB).
 pub const CODEC_BUFFER: usize = 1024;
 
@@ -52,5 +78,29 @@ where
 
     fn decoder(&mut self) -> Self::Decoder {
         ProstDecoder::new(BufferSettings::new(CODEC_BUFFER, YIELD_THRESHOLD))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::volume_capability::access_mode::Mode;
+    use super::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+    use super::*;
+
+    #[test]
+    fn capabilities_name_their_access_type_and_mode() {
+        let mount = VolumeCapability::mount("ext4", Mode::SingleNodeWriter);
+        assert_eq!(mount.access_mode, Some(AccessMode { mode: 1 }));
+        assert_eq!(
+            mount.access_type,
+            Some(AccessType::Mount(MountVolume {
+                fs_type: "ext4".into(),
+                mount_flags: Vec::new(),
+                volume_mount_group: String::new(),
+            }))
+        );
+        let block = VolumeCapability::block(Mode::MultiNodeMultiWriter);
+        assert_eq!(block.access_mode, Some(AccessMode { mode: 5 }));
+        assert_eq!(block.access_type, Some(AccessType::Block(BlockVolume {})));
     }
 }

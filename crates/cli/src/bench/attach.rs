@@ -87,12 +87,10 @@ async fn volumes(stack: &Stack, n: usize, concurrency: usize) -> anyhow::Result<
         let (channel, pvs) = (channel.clone(), pvs.clone());
         async move {
             let mut client = csi::controller_client::ControllerClient::new(channel);
-            let cap = csi::VolumeCapability {
-                access_mode: Some(csi::volume_capability::AccessMode {
-                    mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
-                }),
-                access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
-            };
+            let cap = csi::VolumeCapability::mount(
+                "",
+                csi::volume_capability::access_mode::Mode::SingleNodeWriter,
+            );
             let id = client
                 .create_volume(csi::CreateVolumeRequest {
                     name: format!("bench-{i:05}"),

@@ -411,17 +411,9 @@ fn grpc<T>(result: Result<tonic::Response<T>, tonic::Status>) -> anyhow::Result<
 }
 
 fn capability(block: bool, fs_type: &str, mode: Mode) -> csi::VolumeCapability {
-    use csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
-    csi::VolumeCapability {
-        access_mode: Some(AccessMode { mode: mode as i32 }),
-        access_type: Some(if block {
-            AccessType::Block(BlockVolume {})
-        } else {
-            AccessType::Mount(MountVolume {
-                fs_type: fs_type.to_string(),
-                ..Default::default()
-            })
-        }),
+    match block {
+        true => csi::VolumeCapability::block(mode),
+        false => csi::VolumeCapability::mount(fs_type, mode),
     }
 }
 

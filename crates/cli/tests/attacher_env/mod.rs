@@ -107,12 +107,10 @@ impl Env {
     /// A volume made at the driver and its PV (Retain, no claim).
     pub async fn volume(&self, name: &str, extra: Value) -> String {
         let mut client = self.controller().await;
-        let cap = csi::VolumeCapability {
-            access_mode: Some(csi::volume_capability::AccessMode {
-                mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
-            }),
-            access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
-        };
+        let cap = csi::VolumeCapability::mount(
+            "",
+            csi::volume_capability::access_mode::Mode::SingleNodeWriter,
+        );
         let id = client
             .create_volume(csi::CreateVolumeRequest {
                 name: name.into(),

@@ -2,8 +2,6 @@
 
 use std::collections::HashMap;
 
-use csi::volume_capability::{AccessMode, BlockVolume, MountVolume};
-
 use super::*;
 
 const KEY: &str = "topology.test/node";
@@ -13,17 +11,11 @@ fn config() -> DriverConfig {
 }
 
 fn mount(mode: Mode) -> csi::VolumeCapability {
-    csi::VolumeCapability {
-        access_mode: Some(AccessMode { mode: mode as i32 }),
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-    }
+    csi::VolumeCapability::mount("", mode)
 }
 
 fn block(mode: Mode) -> csi::VolumeCapability {
-    csi::VolumeCapability {
-        access_mode: Some(AccessMode { mode: mode as i32 }),
-        access_type: Some(AccessType::Block(BlockVolume {})),
-    }
+    csi::VolumeCapability::block(mode)
 }
 
 fn seg(value: &str) -> csi::Topology {

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use csi::volume_capability::access_mode::Mode;
-use csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_proto::v1 as csi;
 use hostpath_driver::{Driver, DriverArgs, bind_socket};
 use tokio::sync::oneshot;
@@ -164,17 +163,11 @@ async fn launch(
 }
 
 pub fn mount(mode: Mode) -> csi::VolumeCapability {
-    csi::VolumeCapability {
-        access_mode: Some(AccessMode { mode: mode as i32 }),
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-    }
+    csi::VolumeCapability::mount("", mode)
 }
 
 pub fn block(mode: Mode) -> csi::VolumeCapability {
-    csi::VolumeCapability {
-        access_mode: Some(AccessMode { mode: mode as i32 }),
-        access_type: Some(AccessType::Block(BlockVolume {})),
-    }
+    csi::VolumeCapability::block(mode)
 }
 
 pub fn create_request(name: &str, bytes: i64) -> csi::CreateVolumeRequest {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use csi::node_service_capability::rpc::Type as NodeRpc;
-use csi::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use csi::volume_capability::access_mode;
 use csi_proto::v1 as csi;
 use tonic::transport::Channel;
 
@@ -36,12 +36,7 @@ macro_rules! twice {
 }
 
 fn mount_capability() -> csi::VolumeCapability {
-    csi::VolumeCapability {
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-        access_mode: Some(AccessMode {
-            mode: access_mode::Mode::SingleNodeWriter as i32,
-        }),
-    }
+    csi::VolumeCapability::mount("", access_mode::Mode::SingleNodeWriter)
 }
 
 impl World {
