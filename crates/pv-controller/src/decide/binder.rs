@@ -160,7 +160,6 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     classes: &[C],
     default_class: Option<&StorageClass>,
 ) -> ClaimAction {
-    let spec = claim.spec.clone().unwrap_or_default();
     let claim_phase = claim
         .status
         .as_ref()
@@ -169,7 +168,11 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     if let Some(update) = claim_migrated_to_update(claim) {
         return ClaimAction::MigratedTo(update);
     }
-    let volume_name = spec.volume_name.as_deref().filter(|v| !v.is_empty());
+    let volume_name = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|v| !v.is_empty());
     let named = volume_name.and_then(|name| {
         volumes
             .iter()

@@ -48,8 +48,7 @@ pub fn mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<
             pv.metadata.name.as_deref().unwrap_or_default()
         ));
     }
-    let cs = claim.spec.clone().unwrap_or_default();
-    let ps = pv.spec.clone().unwrap_or_default();
+    let (cs, ps) = (claim.spec.as_ref(), pv.spec.as_ref());
     let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
     if capacity(pv).unwrap_or(0) < want {
         return Some("requested PV is too small".into());
@@ -60,18 +59,15 @@ pub fn mismatch(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<
     if !same_attributes_class(claim, pv) {
         return Some("volumeAttributesClassName does not match".into());
     }
-    let claim_mode = cs.volume_mode.unwrap_or_else(|| "Filesystem".into());
-    let pv_mode = ps.volume_mode.unwrap_or_else(|| "Filesystem".into());
-    if claim_mode != pv_mode {
+    if volume_mode(cs.and_then(|s| s.volume_mode.as_deref()))
+        != volume_mode(ps.and_then(|s| s.volume_mode.as_deref()))
+    {
         return Some("incompatible volumeMode".into());
     }
-    let pv_modes = ps.access_modes.unwrap_or_default();
-    if cs
-        .access_modes
-        .iter()
-        .flatten()
-        .any(|m| !pv_modes.contains(m))
-    {
+    if !access_modes_fit(
+        cs.and_then(|s| s.access_modes.as_deref()),
+        ps.and_then(|s| s.access_modes.as_deref()),
+    ) {
         return Some("incompatible accessMode".into());
     }
     None
@@ -82,8 +78,8 @@ fn selected(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
     let Some(selector) = claim.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
         return true;
     };
-    let labels = pv.metadata.labels.clone().unwrap_or_default();
-    label_selector_matches(selector, &labels)
+    let no_labels = std::collections::BTreeMap::new();
+    label_selector_matches(selector, pv.metadata.labels.as_ref().unwrap_or(&no_labels))
 }
 
 pub(crate) fn claim_ref_names(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
@@ -159,19 +155,27 @@ pub(crate) fn pre_bound_fits(claim: &PersistentVolumeClaim, pv: &PersistentVolum
     if pv.metadata.deletion_timestamp.is_some() {
         return false;
     }
-    let cs = claim.spec.clone().unwrap_or_default();
-    let ps = pv.spec.clone().unwrap_or_default();
+    let (cs, ps) = (claim.spec.as_ref(), pv.spec.as_ref());
     let want = sidecar_kit::quantity::claim_request_bytes(claim).unwrap_or(0);
-    let modes_fit = cs
-        .access_modes
-        .iter()
-        .flatten()
-        .all(|m| ps.access_modes.iter().flatten().any(|p| p == m));
     capacity(pv).unwrap_or(0) >= want
         && same_attributes_class(claim, pv)
-        && cs.volume_mode.as_deref().unwrap_or("Filesystem")
-            == ps.volume_mode.as_deref().unwrap_or("Filesystem")
-        && modes_fit
+        && volume_mode(cs.and_then(|s| s.volume_mode.as_deref()))
+            == volume_mode(ps.and_then(|s| s.volume_mode.as_deref()))
+        && access_modes_fit(
+            cs.and_then(|s| s.access_modes.as_deref()),
+            ps.and_then(|s| s.access_modes.as_deref()),
+        )
+}
+
+/// A volume mode as written, `Filesystem` when not.
+fn volume_mode(mode: Option<&str>) -> &str {
+    mode.unwrap_or("Filesystem")
+}
+
+/// Whether a volume offers every access mode a claim asks for.
+fn access_modes_fit(claim: Option<&[String]>, volume: Option<&[String]>) -> bool {
+    let offered = volume.unwrap_or_default();
+    claim.unwrap_or_default().iter().all(|m| offered.contains(m))
 }
 
 fn mode_count(pv: &PersistentVolume) -> usize {
