@@ -1,7 +1,8 @@
-//! The Pods that wait for the scheduler, by the claims they name (kube-controller-manager's
-//! Pod index by claim, for the `WaitForPodScheduled` event of a WaitForFirstConsumer claim).
-//! Only the names of waiting Pods are kept (no Pod cache); each Pod is shrunk on arrival to
-//! what deciding "waiting" reads.
+//! Pods by the claims they name, as kube-controller-manager indexes them (its Pod index by
+//! claim): those that wait for the scheduler (for the `WaitForPodScheduled` event of a
+//! WaitForFirstConsumer claim), or every Pod naming a claim (for pvc-protection, which would
+//! otherwise look at every Pod for each claim). Only names are kept (no Pod cache); the
+//! binder's Pods are shrunk on arrival to what deciding "waiting" reads.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -20,9 +21,9 @@ type Name = (String, String);
 
 #[derive(Debug, Default)]
 struct Maps {
-    /// Waiting Pods by the claim they name.
+    /// Indexed Pods by the claim they name.
     by_claim: HashMap<Name, BTreeSet<String>>,
-    /// The claims each waiting Pod is indexed under.
+    /// The claims each indexed Pod is under.
     claims_of: HashMap<Name, Vec<String>>,
 }
 
@@ -41,14 +42,34 @@ impl Maps {
     }
 }
 
-/// The index. Fed by the Pod watch, read when a claim waits for its consumer.
-#[derive(Debug, Default)]
-pub struct WaitingPods {
+/// The index. Fed by a Pod watch; holds the Pods that name a claim and that it keeps.
+#[derive(Debug)]
+pub struct PodsByClaim {
     maps: Mutex<Maps>,
+    /// Which Pods naming a claim are indexed.
+    keeps: fn(&Pod) -> bool,
 }
 
-impl WaitingPods {
-    /// The Pods of `namespace` that name the claim and wait for the scheduler, by name.
+impl PodsByClaim {
+    /// The Pods that wait for the scheduler (the binder's, read when a claim waits for its
+    /// consumer).
+    pub fn waiting() -> Self {
+        PodsByClaim {
+            maps: Mutex::default(),
+            keeps: awaits_scheduling,
+        }
+    }
+
+    /// Every Pod that names a claim, whatever its state (pvc-protection's: whether a Pod
+    /// still holds the claim is its decision).
+    pub fn naming_claims() -> Self {
+        PodsByClaim {
+            maps: Mutex::default(),
+            keeps: |_| true,
+        }
+    }
+
+    /// The indexed Pods of `namespace` that name the claim, by name.
     pub fn of(&self, namespace: &str, claim: &str) -> Vec<String> {
         let key = (namespace.to_string(), claim.to_string());
         let maps = self.maps.lock();
@@ -60,12 +81,12 @@ impl WaitingPods {
             .collect()
     }
 
-    /// How many waiting Pods are indexed.
+    /// How many Pods are indexed.
     pub fn len(&self) -> usize {
         self.maps.lock().claims_of.len()
     }
 
-    /// Whether no waiting Pod is indexed.
+    /// Whether no Pod is indexed.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -78,14 +99,14 @@ fn name_of(pod: &Pod) -> Option<(&str, &str)> {
     ))
 }
 
-impl WatchIndex<Pod> for WaitingPods {
+impl WatchIndex<Pod> for PodsByClaim {
     fn apply(&self, pod: &Pod) {
         let Some((namespace, name)) = name_of(pod) else {
             return;
         };
         let mut maps = self.maps.lock();
         maps.unlink(namespace, name);
-        if !awaits_scheduling(pod) {
+        if !(self.keeps)(pod) {
             return;
         }
         let claims = pod_claim_names(pod);
@@ -199,7 +220,7 @@ mod tests {
 
     #[test]
     fn pods_are_indexed_under_their_claims_while_they_wait_for_the_scheduler() {
-        let index = WaitingPods::default();
+        let index = PodsByClaim::waiting();
         index.apply(&pending("b", &["data"]));
         index.apply(&pending("a", &["data", "logs"]));
         index.apply(&pending("no-claims", &[]));
@@ -227,8 +248,35 @@ mod tests {
     }
 
     #[test]
+    fn pvc_protection_indexes_every_pod_naming_a_claim_whatever_its_state() {
+        let index = PodsByClaim::naming_claims();
+        let mut scheduled = pending("scheduled", &["data"]);
+        scheduled.spec.as_mut().unwrap().node_name = Some("n1".into());
+        index.apply(&scheduled);
+        index.apply(&pending("waiting", &["data"]));
+        index.apply(
+            &testing::pod("done")
+                .phase("Succeeded")
+                .claim("v", "data", false)
+                .build(),
+        );
+        index.apply(&pending("no-claims", &[]));
+        // Whether each still holds the claim is pvc-protection's decision, not the index's.
+        assert_eq!(
+            index.of("default", "data"),
+            ["done", "scheduled", "waiting"]
+        );
+        assert_eq!(index.len(), 3);
+        index.apply(&pending("scheduled", &["logs"]));
+        assert_eq!(index.of("default", "data"), ["done", "waiting"]);
+        assert_eq!(index.of("default", "logs"), ["scheduled"]);
+        index.delete(&pending("done", &["data"]));
+        assert_eq!(index.of("default", "data"), ["waiting"]);
+    }
+
+    #[test]
     fn a_generic_ephemeral_volume_names_its_claim_after_the_pod() {
-        let index = WaitingPods::default();
+        let index = PodsByClaim::waiting();
         let mut pod = pending("web", &[]);
         pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
             name: "scratch".into(),
@@ -241,7 +289,7 @@ mod tests {
 
     #[test]
     fn a_relist_forgets_pods_deleted_while_the_watch_was_away() {
-        let (feed, index) = (Feed::default(), WaitingPods::default());
+        let (feed, index) = (Feed::default(), PodsByClaim::waiting());
         feed.event(&Event::Apply(pending("gone", &["data"])), &index);
         feed.event(&Event::Apply(pending("kept", &["data"])), &index);
         feed.event(&Event::Init, &index);

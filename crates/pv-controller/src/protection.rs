@@ -10,9 +10,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use sidecar_kit::patch_ops::Op;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::watch_index::Feed;
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
 use crate::decide::protection::{self, Protection};
+use crate::pods::PodsByClaim;
 
 /// A failed write (retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +38,8 @@ pub struct ProtectionController {
     claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
     pods: Store<Pod>,
+    /// The Pods naming each claim: a claim's sync reads those, not every Pod.
+    users: Arc<PodsByClaim>,
     claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>>,
     volume_queue: WorkQueue<String>,
 }
@@ -69,8 +73,14 @@ impl ProtectionController {
             each(e, |v| q.add(v.metadata.name.clone().unwrap_or_default()));
         });
         // A Pod that goes (or finishes) may free the claims it named.
-        let q = claim_queue.clone();
+        let (q, users, feed) = (
+            claim_queue.clone(),
+            Arc::new(PodsByClaim::naming_claims()),
+            Feed::default(),
+        );
+        let index = users.clone();
         let pods = watches.reflect(Api::<Pod>::all(client.clone()), move |e| {
+            feed.event(e, &*index);
             each(e, |pod| {
                 let ns = pod.metadata.namespace.clone().unwrap_or_default();
                 for claim in protection::claims_of(pod) {
@@ -84,6 +94,7 @@ impl ProtectionController {
             claims,
             volumes,
             pods,
+            users,
             claim_queue,
             volume_queue,
         })
@@ -114,12 +125,15 @@ impl ProtectionController {
         let Some(claim) = self.claims.get(key) else {
             return Ok(Next::Done);
         };
-        let pods = self.pods.state();
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let pods: Vec<Arc<Pod>> = self
+            .users
+            .of(namespace, &key.name)
+            .iter()
+            .filter_map(|pod| self.pods.get(&ObjectRef::new(pod).within(namespace)))
+            .collect();
         let plan = protection::claim(&claim, pods.iter().map(AsRef::as_ref));
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(
-            self.client.clone(),
-            key.namespace.as_deref().unwrap_or_default(),
-        );
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
         apply(api, &key.name, plan, &key.to_string()).await
     }
 

@@ -34,7 +34,7 @@ const VOLUME_NAME_PREFIXES: &[&str] = &["pvc"];
 use crate::decide::classes::default_class;
 use crate::decide::consumers::{awaits_scheduling, first_consumer_event};
 use crate::index::{ClaimRefIndex, claim_named_by};
-use crate::pods::WaitingPods;
+use crate::pods::PodsByClaim;
 
 /// A failed write; retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +88,7 @@ pub struct PvController {
     /// The provision and delete operations' end-to-end times and errors, with metrics.
     operations: Option<Arc<crate::metrics::Operations>>,
     /// The Pods waiting for the scheduler, by the claims they name.
-    waiting_pods: Arc<WaitingPods>,
+    waiting_pods: Arc<PodsByClaim>,
 }
 
 /// How often volumes whose claim is missing are looked at again, whatever the events said.
@@ -261,7 +261,7 @@ impl PvController {
         // A Pod that waits for the scheduler changes what its claims say they wait for.
         let (q, waiting_pods, feed) = (
             claim_queue.clone(),
-            Arc::new(WaitingPods::default()),
+            Arc::new(PodsByClaim::waiting()),
             Feed::default(),
         );
         let by_claim = waiting_pods.clone();

@@ -175,7 +175,10 @@ fn volume_mode(mode: Option<&str>) -> &str {
 /// Whether a volume offers every access mode a claim asks for.
 fn access_modes_fit(claim: Option<&[String]>, volume: Option<&[String]>) -> bool {
     let offered = volume.unwrap_or_default();
-    claim.unwrap_or_default().iter().all(|m| offered.contains(m))
+    claim
+        .unwrap_or_default()
+        .iter()
+        .all(|m| offered.contains(m))
 }
 
 fn mode_count(pv: &PersistentVolume) -> usize {
