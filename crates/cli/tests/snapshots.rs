@@ -275,3 +275,49 @@ async fn retained_contents_outlive_their_snapshot_and_pre_provisioned_ones_bind(
     let bound = contents.get("imported").await.unwrap();
     assert_eq!(bound.spec.volume_snapshot_ref.uid, imported.metadata.uid);
 }
+
+#[tokio::test]
+async fn a_snapshot_a_pending_claim_restores_from_is_deleted_only_after_that_claim() {
+    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    bound_source(&c).await;
+    create_snapshot(
+        &c,
+        "snap",
+        json!({"source": {"persistentVolumeClaimName": "src"}}),
+    )
+    .await;
+    wait_ready(&c, "snap").await;
+    // Its class does not exist: the claim stays Pending, restoring from the snapshot.
+    let source = json!({"spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}}});
+    c.claim("restoring", "no-such-class", "1Gi", source, false)
+        .await;
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
+    snapshots
+        .delete("snap", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.wait_event(
+        "snap",
+        "SnapshotDeletePending",
+        "being used to restore a PVC",
+    )
+    .await;
+    let held = snapshots.get("snap").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(
+        held.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER_AS_SOURCE.to_string()),
+        "kept while the claim restores from it"
+    );
+    // The claim goes: so does the snapshot.
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("restoring", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.wait_until("the snapshot gone after its restoring claim", T, || async {
+        snapshots.get_opt("snap").await.unwrap().is_none()
+    })
+    .await;
+}

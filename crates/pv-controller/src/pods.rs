@@ -4,143 +4,30 @@
 //! otherwise look at every Pod for each claim). Only names are kept (no Pod cache); the
 //! binder's Pods are shrunk on arrival to what deciding "waiting" reads.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStatus, Pod, PodSpec, PodStatus, Volume,
 };
-use parking_lot::Mutex;
-use sidecar_kit::key::ObjectKey;
 use sidecar_kit::vocabulary::pod_claim_names;
-use sidecar_kit::watch_index::{WatchIndex, listed};
+use sidecar_kit::watch_index::ByReference;
 
 use crate::decide::consumers::awaits_scheduling;
 
-/// `(namespace, name)`.
-type Name = (String, String);
+/// Pods by the claims they name. Fed by a Pod watch.
+pub type PodsByClaim = ByReference<Pod>;
 
-#[derive(Debug, Default)]
-struct Maps {
-    /// Indexed Pods by the claim they name.
-    by_claim: HashMap<Name, BTreeSet<String>>,
-    /// The claims each indexed Pod is under.
-    claims_of: HashMap<Name, Vec<String>>,
+/// The Pods that wait for the scheduler (the binder's, read when a claim waits for its
+/// consumer).
+pub fn waiting_pods() -> PodsByClaim {
+    ByReference::new(|pod| match awaits_scheduling(pod) {
+        true => pod_claim_names(pod),
+        false => Vec::new(),
+    })
 }
 
-impl Maps {
-    fn unlink(&mut self, namespace: &str, pod: &str) {
-        let key = (namespace.to_string(), pod.to_string());
-        for claim in self.claims_of.remove(&key).into_iter().flatten() {
-            let claim_key = (namespace.to_string(), claim);
-            if let Some(pods) = self.by_claim.get_mut(&claim_key) {
-                pods.remove(pod);
-                if pods.is_empty() {
-                    self.by_claim.remove(&claim_key);
-                }
-            }
-        }
-    }
-}
-
-/// The index. Fed by a Pod watch; holds the Pods that name a claim and that it keeps.
-#[derive(Debug)]
-pub struct PodsByClaim {
-    maps: Mutex<Maps>,
-    /// Which Pods naming a claim are indexed.
-    keeps: fn(&Pod) -> bool,
-}
-
-impl PodsByClaim {
-    /// The Pods that wait for the scheduler (the binder's, read when a claim waits for its
-    /// consumer).
-    pub fn waiting() -> Self {
-        PodsByClaim {
-            maps: Mutex::default(),
-            keeps: awaits_scheduling,
-        }
-    }
-
-    /// Every Pod that names a claim, whatever its state (pvc-protection's: whether a Pod
-    /// still holds the claim is its decision).
-    pub fn naming_claims() -> Self {
-        PodsByClaim {
-            maps: Mutex::default(),
-            keeps: |_| true,
-        }
-    }
-
-    /// The indexed Pods of `namespace` that name the claim, by name.
-    pub fn of(&self, namespace: &str, claim: &str) -> Vec<String> {
-        let key = (namespace.to_string(), claim.to_string());
-        let maps = self.maps.lock();
-        maps.by_claim
-            .get(&key)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect()
-    }
-
-    /// How many Pods are indexed.
-    pub fn len(&self) -> usize {
-        self.maps.lock().claims_of.len()
-    }
-
-    /// Whether no Pod is indexed.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-fn name_of(pod: &Pod) -> Option<(&str, &str)> {
-    Some((
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref()?,
-    ))
-}
-
-impl WatchIndex<Pod> for PodsByClaim {
-    fn apply(&self, pod: &Pod) {
-        let Some((namespace, name)) = name_of(pod) else {
-            return;
-        };
-        let mut maps = self.maps.lock();
-        maps.unlink(namespace, name);
-        if !(self.keeps)(pod) {
-            return;
-        }
-        let claims = pod_claim_names(pod);
-        if claims.is_empty() {
-            return;
-        }
-        for claim in &claims {
-            maps.by_claim
-                .entry((namespace.to_string(), claim.clone()))
-                .or_default()
-                .insert(name.to_string());
-        }
-        maps.claims_of
-            .insert((namespace.to_string(), name.to_string()), claims);
-    }
-
-    fn delete(&self, pod: &Pod) {
-        if let Some((namespace, name)) = name_of(pod) {
-            self.maps.lock().unlink(namespace, name);
-        }
-    }
-
-    fn reset(&self, keep: &HashSet<ObjectKey>) {
-        let mut maps = self.maps.lock();
-        let gone: Vec<Name> = maps
-            .claims_of
-            .keys()
-            .filter(|(ns, name)| !listed(keep, Some(ns.as_str()), name))
-            .cloned()
-            .collect();
-        for (namespace, name) in gone {
-            maps.unlink(&namespace, &name);
-        }
-    }
+/// Every Pod that names a claim, whatever its state (pvc-protection's: whether a Pod still
+/// holds the claim is its decision).
+pub fn pods_naming_claims() -> PodsByClaim {
+    ByReference::new(pod_claim_names)
 }
 
 /// Keeps of a Pod only what [`awaits_scheduling`] and the claims it names read: its name and
@@ -207,6 +94,7 @@ mod tests {
     use kube::runtime::watcher::Event;
     use sidecar_kit::testing;
     use sidecar_kit::watch_index::Feed;
+    use sidecar_kit::watch_index::WatchIndex;
 
     fn pending(name: &str, claims: &[&str]) -> Pod {
         claims
@@ -220,7 +108,7 @@ mod tests {
 
     #[test]
     fn pods_are_indexed_under_their_claims_while_they_wait_for_the_scheduler() {
-        let index = PodsByClaim::waiting();
+        let index = waiting_pods();
         index.apply(&pending("b", &["data"]));
         index.apply(&pending("a", &["data", "logs"]));
         index.apply(&pending("no-claims", &[]));
@@ -249,7 +137,7 @@ mod tests {
 
     #[test]
     fn pvc_protection_indexes_every_pod_naming_a_claim_whatever_its_state() {
-        let index = PodsByClaim::naming_claims();
+        let index = pods_naming_claims();
         let mut scheduled = pending("scheduled", &["data"]);
         scheduled.spec.as_mut().unwrap().node_name = Some("n1".into());
         index.apply(&scheduled);
@@ -276,7 +164,7 @@ mod tests {
 
     #[test]
     fn a_generic_ephemeral_volume_names_its_claim_after_the_pod() {
-        let index = PodsByClaim::waiting();
+        let index = waiting_pods();
         let mut pod = pending("web", &[]);
         pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
             name: "scratch".into(),
@@ -289,7 +177,7 @@ mod tests {
 
     #[test]
     fn a_relist_forgets_pods_deleted_while_the_watch_was_away() {
-        let (feed, index) = (Feed::default(), PodsByClaim::waiting());
+        let (feed, index) = (Feed::default(), waiting_pods());
         feed.event(&Event::Apply(pending("gone", &["data"])), &index);
         feed.event(&Event::Apply(pending("kept", &["data"])), &index);
         feed.event(&Event::Init, &index);

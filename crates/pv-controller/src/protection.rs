@@ -75,7 +75,7 @@ impl ProtectionController {
         // A Pod that goes (or finishes) may free the claims it named.
         let (q, users, feed) = (
             claim_queue.clone(),
-            Arc::new(PodsByClaim::naming_claims()),
+            Arc::new(crate::pods::pods_naming_claims()),
             Feed::default(),
         );
         let index = users.clone();

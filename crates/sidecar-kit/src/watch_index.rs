@@ -138,6 +138,126 @@ impl<K: Clone + Eq + Hash> Referrers<K> {
     }
 }
 
+/// `(namespace, name)`.
+type Named = (String, String);
+
+/// Namespaced objects by the names (in their own namespace) each refers to: Pods by the claims
+/// they name, snapshots by their source claim, claims by the snapshot they restore from. An
+/// object's references are whatever `refers_to` reads from it as it now is (none: it is not
+/// indexed), so a changed object moves and a deleted one goes.
+pub struct ByReference<K> {
+    maps: Mutex<NamedMaps>,
+    refers_to: fn(&K) -> Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct NamedMaps {
+    /// The objects referring to each name, by their names.
+    by_target: HashMap<Named, BTreeSet<String>>,
+    /// The names each indexed object refers to.
+    targets_of: HashMap<Named, Vec<String>>,
+}
+
+impl NamedMaps {
+    fn unlink(&mut self, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        for target in self.targets_of.remove(&key).into_iter().flatten() {
+            let target_key = (namespace.to_string(), target);
+            if let Some(referrers) = self.by_target.get_mut(&target_key) {
+                referrers.remove(name);
+                if referrers.is_empty() {
+                    self.by_target.remove(&target_key);
+                }
+            }
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for ByReference<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByReference")
+            .field("indexed", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> ByReference<K> {
+    /// An empty index of what `refers_to` reads.
+    pub fn new(refers_to: fn(&K) -> Vec<String>) -> Self {
+        ByReference {
+            maps: Mutex::default(),
+            refers_to,
+        }
+    }
+
+    /// The objects of `namespace` that refer to `target`, by name, in order.
+    pub fn of(&self, namespace: &str, target: &str) -> Vec<String> {
+        let key = (namespace.to_string(), target.to_string());
+        let maps = self.maps.lock();
+        maps.by_target
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// How many objects are indexed.
+    pub fn len(&self) -> usize {
+        self.maps.lock().targets_of.len()
+    }
+
+    /// Whether no object is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<K: Resource> WatchIndex<K> for ByReference<K> {
+    fn apply(&self, object: &K) {
+        let meta = object.meta();
+        let Some(name) = meta.name.as_deref() else {
+            return;
+        };
+        let namespace = meta.namespace.as_deref().unwrap_or_default();
+        let targets = (self.refers_to)(object);
+        let mut maps = self.maps.lock();
+        maps.unlink(namespace, name);
+        if targets.is_empty() {
+            return;
+        }
+        for target in &targets {
+            maps.by_target
+                .entry((namespace.to_string(), target.clone()))
+                .or_default()
+                .insert(name.to_string());
+        }
+        maps.targets_of
+            .insert((namespace.to_string(), name.to_string()), targets);
+    }
+
+    fn delete(&self, object: &K) {
+        let meta = object.meta();
+        if let Some(name) = meta.name.as_deref() {
+            let namespace = meta.namespace.as_deref().unwrap_or_default();
+            self.maps.lock().unlink(namespace, name);
+        }
+    }
+
+    fn reset(&self, keep: &HashSet<ObjectKey>) {
+        let mut maps = self.maps.lock();
+        let gone: Vec<Named> = maps
+            .targets_of
+            .keys()
+            .filter(|(namespace, name)| !listed(keep, Some(namespace.as_str()), name))
+            .cloned()
+            .collect();
+        for (namespace, name) in gone {
+            maps.unlink(&namespace, &name);
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -213,6 +333,64 @@ mod tests {
         feed.event(&watcher::Event::Init, &index);
         feed.event(&watcher::Event::InitDone, &index);
         assert!(names(&index).is_empty());
+    }
+
+    /// A config map's references: its data's values.
+    fn values(map: &ConfigMap) -> Vec<String> {
+        map.data.iter().flatten().map(|(_, v)| v.clone()).collect()
+    }
+
+    fn referring(name: &str, namespace: &str, to: &[&str]) -> ConfigMap {
+        let mut m = map(name);
+        m.metadata.namespace = Some(namespace.into());
+        m.data = Some(
+            to.iter()
+                .enumerate()
+                .map(|(i, t)| (format!("k{i}"), t.to_string()))
+                .collect(),
+        );
+        m
+    }
+
+    #[test]
+    fn objects_are_found_by_what_they_refer_to_in_their_namespace() {
+        let (feed, index) = (Feed::default(), ByReference::new(values));
+        feed.event(&watcher::Event::Apply(referring("b", "ns", &["x"])), &index);
+        feed.event(
+            &watcher::Event::Apply(referring("a", "ns", &["x", "y"])),
+            &index,
+        );
+        feed.event(
+            &watcher::Event::Apply(referring("c", "other", &["x"])),
+            &index,
+        );
+        feed.event(&watcher::Event::Apply(referring("none", "ns", &[])), &index);
+        assert_eq!(index.of("ns", "x"), ["a", "b"]);
+        assert_eq!(index.of("ns", "y"), ["a"]);
+        assert_eq!(index.of("other", "x"), ["c"]);
+        assert_eq!(
+            index.len(),
+            3,
+            "an object referring to nothing is not indexed"
+        );
+        // A changed object moves; a deleted one goes.
+        feed.event(&watcher::Event::Apply(referring("a", "ns", &["y"])), &index);
+        assert_eq!(index.of("ns", "x"), ["b"]);
+        feed.event(
+            &watcher::Event::Delete(referring("b", "ns", &["x"])),
+            &index,
+        );
+        assert!(index.of("ns", "x").is_empty());
+        // A re-list that shows only a: c, deleted while the watch was away, goes.
+        feed.event(&watcher::Event::Init, &index);
+        feed.event(
+            &watcher::Event::InitApply(referring("a", "ns", &["y"])),
+            &index,
+        );
+        feed.event(&watcher::Event::InitDone, &index);
+        assert!(index.of("other", "x").is_empty());
+        assert_eq!(index.of("ns", "y"), ["a"]);
+        assert_eq!(index.len(), 1);
     }
 
     #[test]

@@ -149,8 +149,8 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
     // The controllers of the control plane share a watch per kind (as kube-controller-manager's
     // share informers), started once they all asked: at 100,000 claims each claim event is
     // decoded once instead of once per controller. A shared watch stops with the last of its
-    // controllers. The node agents and the snapshot controller keep their own (a node's
-    // identity sees what its node may see).
+    // controllers. The node agents keep their own (a node's identity sees what its node may
+    // see).
     let shared = SharedWatches::default();
     if options.kubelet {
         let manager = &clients.controller_manager;
@@ -205,6 +205,7 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
                 workers: 4,
             },
             None,
+            Watches::sharing(&shared),
         );
         tasks.push(tokio::spawn(controller.controller().run(parts.stopped())));
     }

@@ -261,7 +261,7 @@ impl PvController {
         // A Pod that waits for the scheduler changes what its claims say they wait for.
         let (q, waiting_pods, feed) = (
             claim_queue.clone(),
-            Arc::new(PodsByClaim::waiting()),
+            Arc::new(crate::pods::waiting_pods()),
             Feed::default(),
         );
         let by_claim = waiting_pods.clone();

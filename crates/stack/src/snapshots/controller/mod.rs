@@ -22,6 +22,7 @@ use sidecar_kit::patch_ops::{self, Op};
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::vocabulary::reference;
 use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::watch_index::{ByReference, Feed};
 use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
 
@@ -142,6 +143,12 @@ pub struct SnapshotController {
     classes: Store<VolumeSnapshotClass>,
     claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
+    /// Snapshots by their source claim: a claim's event and a snapshot's sync read those, not
+    /// every snapshot.
+    snapshots_of_claim: Arc<ByReference<VolumeSnapshot>>,
+    /// Claims by the snapshot they restore from: a snapshot's sync reads those, not every
+    /// claim.
+    restoring_claims: Arc<ByReference<PersistentVolumeClaim>>,
     snapshot_queue: WorkQueue<ObjectRef<VolumeSnapshot>>,
     content_queue: WorkQueue<String>,
 }
@@ -159,12 +166,14 @@ fn snapshot_key(namespace: &str, name: &str) -> ObjectRef<VolumeSnapshot> {
 }
 
 impl SnapshotController {
-    /// Starts the watches; [`SnapshotController::controller`] runs the workers.
+    /// Starts the watches on `watches` (its own, or [`Watches::sharing`] the watches of the
+    /// controllers of its process); [`SnapshotController::controller`] runs the workers.
     pub fn new(
         client: kube::Client,
         csi: Channel,
         settings: SnapshotSettings,
         metrics: Option<sidecar_kit::metrics::Metrics>,
+        watches: Watches,
     ) -> Arc<Self> {
         let mut snapshot_queue = WorkQueue::new(settings.backoff);
         let mut content_queue = WorkQueue::new(settings.backoff);
@@ -172,9 +181,21 @@ impl SnapshotController {
             snapshot_queue = snapshot_queue.with_metrics(QueueMetrics::new(m, "snapshots"));
             content_queue = content_queue.with_metrics(QueueMetrics::new(m, "contents"));
         }
-        let watches = Watches::default();
-        let q = snapshot_queue.clone();
+        let (q, snapshots_of_claim, feed) = (
+            snapshot_queue.clone(),
+            Arc::new(ByReference::new(|s: &VolumeSnapshot| {
+                s.spec
+                    .source
+                    .persistent_volume_claim_name
+                    .clone()
+                    .into_iter()
+                    .collect()
+            })),
+            Feed::default(),
+        );
+        let index = snapshots_of_claim.clone();
         let snapshots = watches.reflect(Api::<VolumeSnapshot>::all(client.clone()), move |event| {
+            feed.event(event, &*index);
             each(event, |s| q.add(ObjectRef::from_obj(s)));
         });
         let (cq, sq) = (content_queue.clone(), snapshot_queue.clone());
@@ -194,23 +215,26 @@ impl SnapshotController {
         );
         let classes = watches.reflect(Api::<VolumeSnapshotClass>::all(client.clone()), |_| {});
         // A claim restoring from a snapshot, or being snapshotted, brings the snapshot back.
-        let q = snapshot_queue.clone();
-        let snapshot_cache = snapshots.clone();
+        let (q, restoring_claims, feed) = (
+            snapshot_queue.clone(),
+            Arc::new(ByReference::new(|c: &PersistentVolumeClaim| {
+                decide::restores_from(c).into_iter().collect()
+            })),
+            Feed::default(),
+        );
+        let (index, of_claim) = (restoring_claims.clone(), snapshots_of_claim.clone());
         let claims = watches.reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             move |event| {
+                feed.event(event, &*index);
                 each(event, |claim| {
-                    let ns = claim.metadata.namespace.clone().unwrap_or_default();
+                    let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
                     if let Some(name) = decide::restores_from(claim) {
-                        q.add(snapshot_key(&ns, &name));
+                        q.add(snapshot_key(ns, &name));
                     }
-                    let claim_name = claim.metadata.name.as_deref();
-                    for s in snapshot_cache.state() {
-                        if s.metadata.namespace.as_deref() == Some(ns.as_str())
-                            && s.spec.source.persistent_volume_claim_name.as_deref() == claim_name
-                        {
-                            q.add(ObjectRef::from_obj(s.as_ref()));
-                        }
+                    let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
+                    for snapshot in of_claim.of(ns, claim_name) {
+                        q.add(snapshot_key(ns, &snapshot));
                     }
                 });
             },
@@ -230,6 +254,8 @@ impl SnapshotController {
             classes,
             claims,
             volumes,
+            snapshots_of_claim,
+            restoring_claims,
             snapshot_queue,
             content_queue,
         })

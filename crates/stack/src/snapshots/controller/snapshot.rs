@@ -26,9 +26,21 @@ impl SnapshotController {
             .and_then(|c| c.spec.as_ref())
             .and_then(|s| s.volume_name.clone())
             .and_then(|n| self.volumes.get(&ObjectRef::new(&n)));
-        let claims = self.claims.state();
+        let snapshot_name = snapshot.metadata.name.as_deref().unwrap_or_default();
+        let claims: Vec<_> = self
+            .restoring_claims
+            .of(&namespace, snapshot_name)
+            .iter()
+            .filter_map(|c| self.claims.get(&ObjectRef::new(c).within(&namespace)))
+            .collect();
         let restoring = decide::restoring(&snapshot, claims.iter().map(|c| c.as_ref()));
-        let snapshots = self.snapshots.state();
+        let snapshots: Vec<_> = claim_name
+            .as_deref()
+            .map(|c| self.snapshots_of_claim.of(&namespace, c))
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| self.snapshots.get(&snapshot_key(&namespace, s)))
+            .collect();
         let claim_busy = decide::claim_busy(&snapshot, snapshots.iter().map(|s| s.as_ref()));
         let now = sidecar_kit::vocabulary::now_rfc3339();
         let plan = decide::decide_snapshot(&SnapshotWorld {
