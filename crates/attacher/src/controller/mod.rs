@@ -23,7 +23,7 @@ use sidecar_kit::key::ObjectKey;
 use sidecar_kit::metrics::Metrics;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::watch::{Watches, each};
-use sidecar_kit::watch_index::{Feed, WatchIndex, listed};
+use sidecar_kit::watch_index::{Feed, Referrers, WatchIndex, listed};
 use sidecar_kit::workqueue::{Backoff, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
 
@@ -76,8 +76,11 @@ pub struct Attacher {
     /// What each VolumeAttachment looked like when last queued (see
     /// [`decide::fingerprint`]).
     seen: Mutex<HashMap<String, u64>>,
-    /// Feeds `seen`, `forced` and `marked` from the watch of VolumeAttachments (a re-list
-    /// drops the names it no longer shows).
+    /// Every VolumeAttachment (any attacher's) by the PV it names: a PV's sync asks whether
+    /// one still names it without looking at them all.
+    by_volume: Mutex<Referrers<String>>,
+    /// Feeds `seen`, `forced`, `marked` and `by_volume` from the watch of VolumeAttachments (a
+    /// re-list drops the names it no longer shows).
     attachment_feed: Feed,
     /// VolumeAttachments marked attached whose new version the cache has not shown yet, with
     /// the resourceVersion written: until it arrives a cached "not attached" is stale, not a
@@ -181,6 +184,7 @@ impl Attacher {
                 forced: Mutex::new(HashMap::new()),
                 busy: Mutex::new(HashSet::new()),
                 seen: Mutex::new(HashMap::new()),
+                by_volume: Mutex::default(),
                 attachment_feed: Feed::default(),
                 marked: Mutex::new(HashMap::new()),
             }
@@ -313,10 +317,17 @@ fn shrink_volume(pv: &mut PersistentVolume) {
 /// What the attacher remembers per VolumeAttachment, fed by its watch.
 impl WatchIndex<VolumeAttachment> for Attacher {
     fn apply(&self, va: &VolumeAttachment) {
+        let name = va.metadata.name.clone().unwrap_or_default();
+        {
+            let mut by_volume = self.by_volume.lock();
+            match &va.spec.source.persistent_volume_name {
+                Some(pv) => by_volume.link(&name, pv.clone()),
+                None => drop(by_volume.unlink(&name)),
+            }
+        }
         if !decide::ours(va, &self.cfg.driver.name) {
             return;
         }
-        let name = va.metadata.name.clone().unwrap_or_default();
         {
             let mut marked = self.marked.lock();
             if marked
@@ -334,6 +345,7 @@ impl WatchIndex<VolumeAttachment> for Attacher {
 
     fn delete(&self, va: &VolumeAttachment) {
         let name = va.metadata.name.clone().unwrap_or_default();
+        let _ = self.by_volume.lock().unlink(&name);
         self.seen.lock().remove(&name);
         self.forced.lock().remove(&name);
         self.marked.lock().remove(&name);
@@ -354,6 +366,7 @@ impl WatchIndex<VolumeAttachment> for Attacher {
         };
         self.forced.lock().retain(|name, _| kept(name));
         self.marked.lock().retain(|name, _| kept(name));
+        let _ = self.by_volume.lock().retain_listed(keep);
         if !dropped {
             return;
         }

@@ -584,11 +584,7 @@ impl Attacher {
         let Some(pv) = self.volumes.get(&ObjectRef::new(name)) else {
             return Ok(Next::Done);
         };
-        let named = self
-            .attachments
-            .state()
-            .iter()
-            .any(|va| va.spec.source.persistent_volume_name.as_deref() == Some(name));
+        let named = self.by_volume.lock().of(&name.to_string()).next().is_some();
         let Some(ops) = volume::release(&pv, &self.finalizer, &self.cfg.driver.name, named) else {
             return Ok(Next::Done);
         };
