@@ -17,6 +17,7 @@ mod expand;
 mod recycle;
 pub mod registration;
 mod setup;
+mod wake;
 
 #[cfg(test)]
 mod decide_tests;
@@ -37,6 +38,7 @@ use sidecar_kit::csi::{CallError, Caller};
 use sidecar_kit::events::Recorder;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::watch::{Watches, each};
+use sidecar_kit::watch_index::Feed;
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 use tonic::transport::Channel;
 
@@ -192,20 +194,6 @@ impl std::fmt::Debug for NodeAgent {
     }
 }
 
-/// A watch handler that looks again at every Pod of the node that does not run yet.
-fn wake<K>(
-    pods: Store<Pod>,
-    queue: WorkQueue<NodeKey>,
-) -> impl Fn(&watcher::Event<K>) + Send + 'static {
-    move |_| {
-        for pod in pods.state() {
-            if !decide::running(&pod) {
-                queue.add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
-            }
-        }
-    }
-}
-
 impl NodeAgent {
     /// Learns the node and the driver from the node plugin, then starts the watches.
     pub async fn start(
@@ -255,12 +243,18 @@ impl NodeAgent {
             max: Duration::from_secs(30),
         });
         let on_node = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-        let q = queue.clone();
+        let (q, by_claim, feed) = (
+            queue.clone(),
+            Arc::new(wake::pods_by_claim()),
+            Feed::default(),
+        );
+        let index = by_claim.clone();
         let pods = watches.reflect_with(
             Api::<Pod>::all(client.clone()),
             on_node,
             |_: &mut Pod| {},
             move |e| {
+                feed.event(e, &*index);
                 // A Pod deleted, or perhaps deleted while the watch was away (a re-list ended):
                 // its volumes are torn down by the sweep.
                 if matches!(e, watcher::Event::Delete(_) | watcher::Event::InitDone) {
@@ -269,57 +263,30 @@ impl NodeAgent {
                 each(e, |pod| q.add(NodeKey::Pod(ObjectRef::from_obj(pod))));
             },
         );
-        // A claim whose expansion awaits the node brings back the Pods using it, running too.
-        let (wake_pods, node_pods, q) = (
-            wake(pods.clone(), queue.clone()),
-            pods.clone(),
-            queue.clone(),
-        );
+        // A claim's event brings back the waiting Pods naming it; when its expansion awaits
+        // the node, the running ones too.
+        let waker = wake::Waker {
+            pods: pods.clone(),
+            by_claim,
+            queue: queue.clone(),
+        };
+        let on_claim = waker.clone();
         let claims = watches.reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
-            move |e: &watcher::Event<PersistentVolumeClaim>| {
-                wake_pods(e);
-                each(e, |claim| {
-                    if !crate::resizer::decide::awaits_node(claim) {
-                        return;
-                    }
-                    for pod in node_pods.state() {
-                        let uses = pod.metadata.namespace == claim.metadata.namespace
-                            && claim.metadata.name.as_ref().is_some_and(|name| {
-                                sidecar_kit::vocabulary::pod_claim_names(&pod).contains(name)
-                            });
-                        if uses {
-                            q.add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
-                        }
-                    }
-                });
-            },
+            move |e: &watcher::Event<PersistentVolumeClaim>| on_claim.on_claim(e),
         );
-        let wake_pods = wake(pods.clone(), queue.clone());
-        let q = queue.clone();
-        let (node_pods, claim_cache) = (pods.clone(), claims.clone());
+        let (q, claim_cache, on_volume) = (queue.clone(), claims.clone(), waker.clone());
         let volumes = watches.reflect(
             Api::<PersistentVolume>::all(client.clone()),
             move |e: &watcher::Event<PersistentVolume>| {
-                wake_pods(e);
+                // A PV grown for a claim awaiting the node brings back the running Pods using
+                // it too (the claim's event may have come before the PV's).
+                on_volume.on_volume(e, |ns, name| {
+                    claim_cache
+                        .get(&ObjectRef::new(name).within(ns))
+                        .is_some_and(|c| crate::resizer::decide::awaits_node(&c))
+                });
                 each(e, |pv| {
-                    // A PV grown for a claim awaiting the node brings back the running Pods
-                    // using it (the claim's event may have come before the PV's).
-                    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-                    if let Some((Some(ns), Some(name))) =
-                        claim_ref.map(|r| (r.namespace.clone(), r.name.clone()))
-                        && claim_cache
-                            .get(&ObjectRef::new(&name).within(&ns))
-                            .is_some_and(|c| crate::resizer::decide::awaits_node(&c))
-                    {
-                        for pod in node_pods.state() {
-                            let uses = pod.metadata.namespace.as_deref() == Some(ns.as_str())
-                                && sidecar_kit::vocabulary::pod_claim_names(&pod).contains(&name);
-                            if uses {
-                                q.add(NodeKey::Pod(ObjectRef::from_obj(pod.as_ref())));
-                            }
-                        }
-                    }
                     if decide_recycle::may_recycle(pv)
                         && let Some(name) = &pv.metadata.name
                     {
@@ -328,13 +295,14 @@ impl NodeAgent {
                 });
             },
         );
+        // A driver's change may concern any waiting Pod.
+        let on_driver = waker.clone();
         let drivers = watches.reflect(
             Api::<CSIDriver>::all(client.clone()),
-            wake(pods.clone(), queue.clone()),
+            move |_: &watcher::Event<CSIDriver>| on_driver.waiting(),
         );
         // VolumeAttachments have no field selector on their node: all are watched, and only
-        // this node's wake the Pods.
-        let wake_pods = wake(pods.clone(), queue.clone());
+        // this node's wake the waiting Pods.
         let this = node.clone();
         let attachments = watches.reflect(
             Api::<VolumeAttachment>::all(client.clone()),
@@ -342,7 +310,7 @@ impl NodeAgent {
                 let mut mine = false;
                 each(e, |va| mine |= va.spec.node_name == this);
                 if mine {
-                    wake_pods(e);
+                    waker.waiting();
                 }
             },
         );
