@@ -199,6 +199,7 @@ pub(crate) async fn watch(
     let app = app.clone();
     let mut close = app.close_watches.subscribe();
     let plural = rt.plural.clone();
+    let closed_before = close.borrow().of(&plural);
     tokio::spawn(async move {
         let table_of = as_table.then_some(&*rt);
         let mut last_rv = start_rv;
@@ -224,6 +225,9 @@ pub(crate) async fn watch(
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let mut ticker = tokio::time::interval(Duration::from_secs(10));
+        // A send held up for longer than the period sends one bookmark after it, not one per
+        // period missed.
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         ticker.tick().await;
         loop {
             // In this order: a watch closed (by the fault admin) or ended passes on no change
@@ -232,8 +236,7 @@ pub(crate) async fn watch(
             tokio::select! {
                 biased;
                 changed = close.changed() => {
-                    let which = close.borrow().0.clone();
-                    if changed.is_err() || which == "*" || which == plural {
+                    if changed.is_err() || close.borrow().of(&plural) != closed_before {
                         return;
                     }
                 }
@@ -276,6 +279,26 @@ pub(crate) async fn watch(
         .unwrap_or_else(|_| {
             ApiError::internal("failed to build the watch response").into_response()
         }))
+}
+
+/// How many times the open watches of each resource, or of all (`*`), were closed: a watch
+/// ends when its resource's count or the count of all moves past what it was when the watch
+/// began. Counts, not the last resource closed: two closes in a row, of two resources, must
+/// both reach a watch task that runs only after them.
+#[derive(Debug, Default)]
+pub struct Closes(std::collections::HashMap<String, u64>);
+
+impl Closes {
+    /// Records a close of `resource` (`*`: all).
+    pub(crate) fn count(&mut self, resource: &str) {
+        *self.0.entry(resource.to_string()).or_default() += 1;
+    }
+
+    /// The closes that concern the watches of `resource`.
+    pub(crate) fn of(&self, resource: &str) -> u64 {
+        let count = |r: &str| self.0.get(r).copied().unwrap_or(0);
+        count(resource) + count("*")
+    }
 }
 
 /// What one watch stream passes on.

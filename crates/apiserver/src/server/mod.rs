@@ -75,8 +75,8 @@ pub struct App {
     /// The draws that decide whether a fault with a probability fires (seedable, so a chaos
     /// run can be replayed).
     pub fault_draws: Mutex<rand::rngs::StdRng>,
-    /// Bumped to close open watches: (resource or `*`, nonce).
-    pub close_watches: tokio::sync::watch::Sender<(String, u64)>,
+    /// How many times the watches of each resource (or `*`, all) were closed.
+    pub close_watches: tokio::sync::watch::Sender<crate::watch::Closes>,
 }
 
 impl std::fmt::Debug for App {
@@ -297,9 +297,8 @@ impl App {
     /// Closes every open watch of `resource` (`*`: all), network and in-process alike;
     /// clients re-list or resume.
     pub fn close_open_watches(&self, resource: &str) {
-        let _ = self
-            .close_watches
-            .send((resource.to_string(), rand::random::<u64>()));
+        self.close_watches
+            .send_modify(|closes| closes.count(resource));
     }
 }
 
@@ -541,7 +540,7 @@ pub async fn new_app(
         address: Mutex::new(None),
         faults: Mutex::new(Vec::new()),
         fault_draws: Mutex::new(rand::SeedableRng::from_os_rng()),
-        close_watches: tokio::sync::watch::channel((String::new(), 0)).0,
+        close_watches: tokio::sync::watch::channel(crate::watch::Closes::default()).0,
     });
     refresh_crds(&app);
     let mut last = 0;
