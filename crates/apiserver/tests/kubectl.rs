@@ -133,6 +133,7 @@ async fn kubectl_get_watch_streams_changes() {
     assert!(ok, "{err}");
     let mut watcher = Command::new("kubectl")
         .arg(format!("--kubeconfig={}", f.kubeconfig.display()))
+        .arg(common::cache_dir(&f.kubeconfig))
         .args(["get", "pvc", "-w"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

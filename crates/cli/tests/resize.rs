@@ -23,6 +23,7 @@ fn kubectl_refused(dir: &Path, args: &[&str]) -> String {
             "--kubeconfig={}",
             dir.join("state/kubeconfig").display()
         ))
+        .arg(cache_dir(dir))
         .args(args)
         .stdin(Stdio::null())
         .output()

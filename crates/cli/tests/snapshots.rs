@@ -291,6 +291,10 @@ async fn a_snapshot_a_pending_claim_restores_from_is_deleted_only_after_that_cla
     let source = json!({"spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}}});
     c.claim("restoring", "no-such-class", "1Gi", source, false)
         .await;
+    // The PV controller has seen the claim: so has the snapshot controller, which shares its
+    // claim watch (both hear each event before the next one is read).
+    c.wait_event("restoring", "ProvisioningFailed", "not found")
+        .await;
     let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
     snapshots
         .delete("snap", &DeleteParams::default())

@@ -1,8 +1,9 @@
 //! Pods by the claims they name, as kube-controller-manager indexes them (its Pod index by
 //! claim): those that wait for the scheduler (for the `WaitForPodScheduled` event of a
 //! WaitForFirstConsumer claim), or every Pod naming a claim (for pvc-protection, which would
-//! otherwise look at every Pod for each claim). Only names are kept (no Pod cache); the
-//! binder's Pods are shrunk on arrival to what deciding "waiting" reads.
+//! otherwise look at every Pod for each claim). The index keeps names only: the binder keeps no
+//! Pod cache (its Pods are shrunk on arrival to what deciding "waiting" reads), pvc-protection
+//! reads the named Pods from its Pod cache.
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStatus, Pod, PodSpec, PodStatus, Volume,

@@ -1,6 +1,8 @@
 //! Indexes a controller keeps by hand beside a reflector's store (volumes by the claim they
 //! name, a set's labelled volumes, capacity objects by segment, what each object looked like
-//! when last queued), fed from the same watch.
+//! when last queued, attachments by PV, and through [`ByReference`] Pods by the claims they
+//! name, snapshots by source claim, claims by the snapshot they restore from), fed from the
+//! same watch.
 //!
 //! A watch that restarts lists again, and an object deleted while it was away gets no delete
 //! event: an index fed only by applies and deletes keeps it for ever. [`Feed`] gives every such

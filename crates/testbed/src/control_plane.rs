@@ -380,7 +380,14 @@ pub fn service_account_user(namespace: &str, name: &str) -> String {
 
 /// Runs kubectl with `kubeconfig`; its standard output, or its error output as the error.
 pub fn kubectl_with(kubeconfig: &Path, args: &[&str]) -> Result<String, Error> {
+    // Its own discovery cache beside the kubeconfig: the shared one is keyed by a port another
+    // control plane may have used.
+    let cache = kubeconfig
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("kubectl-cache");
     let output = std::process::Command::new("kubectl")
+        .arg(format!("--cache-dir={}", cache.display()))
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .output()

@@ -35,6 +35,17 @@ pub async fn start() -> Fixture {
     }
 }
 
+/// kubectl's discovery cache for the server of `kubeconfig`, beside it: the shared one under
+/// `~/.kube/cache` is keyed by host and port, and a port used again by another test's server
+/// (with other resources) would find that server's answers there.
+pub fn cache_dir(kubeconfig: &std::path::Path) -> String {
+    let dir = kubeconfig
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join("kubectl-cache");
+    format!("--cache-dir={}", dir.display())
+}
+
 pub async fn kubectl(f: &Fixture, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
     let kubeconfig = f.kubeconfig.clone();
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
@@ -42,6 +53,7 @@ pub async fn kubectl(f: &Fixture, args: &[&str], stdin: Option<&str>) -> (bool, 
     tokio::task::spawn_blocking(move || {
         let mut child = Command::new("kubectl")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(cache_dir(&kubeconfig))
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -354,29 +354,18 @@ impl WatchIndex<VolumeAttachment> for Attacher {
         }
     }
 
-    /// Attachments deleted while the watch was away are forgotten, and every PV being deleted
-    /// is looked at again (one of them may have lost its last attachment).
+    /// Attachments deleted while the watch was away are forgotten, and the PVs they were the
+    /// last to name are looked at again.
     fn reset(&self, keep: &HashSet<ObjectKey>) {
         let kept = |name: &String| listed(keep, None, name);
-        let dropped = {
-            let mut seen = self.seen.lock();
-            let before = seen.len();
-            seen.retain(|name, _| kept(name));
-            seen.len() != before
-        };
+        self.seen.lock().retain(|name, _| kept(name));
         self.forced.lock().retain(|name, _| kept(name));
         self.marked.lock().retain(|name, _| kept(name));
-        let _ = self.by_volume.lock().retain_listed(keep);
-        if !dropped {
-            return;
-        }
-        for pv in self.volumes.state() {
-            if decide::volume::releasable(&pv, &self.cfg.driver.name)
-                && sidecar_kit::finalizers::has(&pv.metadata, &self.finalizer)
-                && let Some(name) = &pv.metadata.name
-            {
-                self.volume_queue.add(name.clone());
-            }
+        // The PVs no attachment names any more (whichever attacher's it was): each sync
+        // releases its PV if it is releasable and has our finalizer.
+        let released = self.by_volume.lock().retain_listed(keep);
+        for pv in released {
+            self.volume_queue.add(pv);
         }
     }
 }

@@ -88,12 +88,19 @@ pub fn stop(mut up: Up) {
     up.1 = std::path::PathBuf::new();
 }
 
+/// kubectl's discovery cache for the stack in `dir`, inside it (see the API server tests'
+/// `cache_dir`: the shared one is keyed by a port another test's server may use again).
+pub fn cache_dir(dir: &Path) -> String {
+    format!("--cache-dir={}", dir.join("kubectl-cache").display())
+}
+
 pub fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
     let mut child = Command::new("kubectl")
         .arg(format!(
             "--kubeconfig={}",
             dir.join("state/kubeconfig").display()
         ))
+        .arg(cache_dir(dir))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
