@@ -42,6 +42,44 @@ async fn finalizers(c: &Cluster, name: &str) -> Option<Vec<String>> {
 }
 
 #[tokio::test]
+async fn a_source_is_kept_for_a_pending_clone_that_has_not_started_copying() {
+    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    c.class("fast", json!({})).await;
+    c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    bound_claim(&c, "src", "1Gi", json!({})).await;
+    // A first clone puts the cloning-protection finalizer on the source.
+    let copy = c.claim("copy", "fast", "1Gi", clone_of("src"), false).await;
+    c.wait_pv(&copy, T).await;
+    // A second one waits for its first consumer: no copy from the source is in flight, only
+    // the clone's claim says one is to come.
+    c.claim("later", "late", "1Gi", clone_of("src"), false)
+        .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    claims
+        .delete("src", &DeleteParams::default())
+        .await
+        .unwrap();
+    // (The provisioner hears of "later" before the source's deletion: one watch, in order.)
+    c.wait_log("keeping the cloning-protection finalizer").await;
+    assert!(
+        finalizers(&c, "src")
+            .await
+            .unwrap()
+            .contains(&CLONING.to_string())
+    );
+    // The waiting clone goes: the source goes too.
+    claims
+        .delete("later", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.wait_until("src gone once no clone of it is pending", T, || async {
+        finalizers(&c, "src").await.is_none()
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn clones_copy_their_source_which_stays_protected_while_a_clone_is_pending() {
     let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
     c.class("fast", json!({})).await;
@@ -78,8 +116,10 @@ async fn clones_copy_their_source_which_stays_protected_while_a_clone_is_pending
         .await
         .unwrap();
     // The protection controller looks at the deleted source and keeps it while the clone is
-    // pending: its finalizer is still there once the claim is marked for deletion.
-    c.wait_until("src marked for deletion", T, || async {
+    // pending (no copy from it is in progress: the clone's CreateVolume fails before one):
+    // its finalizer is still there once the controller has said so.
+    c.wait_log("keeping the cloning-protection finalizer").await;
+    assert!(
         claims
             .get("src")
             .await
@@ -87,8 +127,7 @@ async fn clones_copy_their_source_which_stays_protected_while_a_clone_is_pending
             .metadata
             .deletion_timestamp
             .is_some()
-    })
-    .await;
+    );
     assert!(
         finalizers(&c, "src")
             .await

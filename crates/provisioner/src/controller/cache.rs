@@ -16,6 +16,9 @@ pub struct Caches {
     pub classes: Store<StorageClass>,
     /// VolumeAttachments (only with PUBLISH_UNPUBLISH_VOLUME).
     pub attachments: Store<VolumeAttachment>,
+    /// Claims by the claim they clone (in their namespace): a source being deleted looks at
+    /// its clones, not at every claim.
+    pub clones: std::sync::Arc<sidecar_kit::watch_index::ByReference<PersistentVolumeClaim>>,
 }
 
 /// Drops what the provisioner never reads of a claim: its status but the phase (a clone's

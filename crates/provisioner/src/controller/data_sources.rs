@@ -275,17 +275,21 @@ pub(crate) async fn sync_clone_source(p: &Provisioner, key: &ClaimKey) -> Result
                     .as_ref()
                     .map(|c| c.volume_handle.clone())
             });
+        let clones: Vec<_> = p
+            .caches
+            .clones
+            .of(namespace, name)
+            .iter()
+            .filter_map(|clone| p.caches.claims.get(&ClaimKey::new(Some(namespace), clone)))
+            .collect();
         handle.is_some_and(|h| p.ledger.copying_from(&h))
-            || clones_pending(
-                name,
-                namespace,
-                p.caches.claims.state().iter().map(|c| c.as_ref()),
-            )
+            || clones_pending(name, namespace, clones.iter().map(|c| c.as_ref()))
     };
     match cloning_protection(&claim, pending) {
         CloningProtection::Nothing => Ok(Next::Done),
         CloningProtection::Wait => {
-            tracing::debug!(claim = %key, "cloning in progress; keeping the cloning-protection finalizer");
+            // Info: why a claim's deletion does not finish is worth a line per retry.
+            tracing::info!(claim = %key, "cloning in progress; keeping the cloning-protection finalizer");
             Ok(Next::Retry)
         }
         CloningProtection::Release => {

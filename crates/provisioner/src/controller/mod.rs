@@ -40,7 +40,7 @@ use cache::Caches;
 pub use claims::ClaimError;
 pub use in_flight::InFlight;
 use sidecar_kit::watch::{Watches, each as for_each, empty};
-use sidecar_kit::watch_index::Feed;
+use sidecar_kit::watch_index::{ByReference, Feed};
 
 /// Settings of the controller.
 #[derive(Debug, Clone)]
@@ -193,6 +193,13 @@ impl Provisioner {
 
         let q = claims_q.clone();
         let cloning = cfg.caps.clone_volume.then(|| cloning_q.clone());
+        let clones = Arc::new(ByReference::new(|claim: &PersistentVolumeClaim| {
+            crate::decide::cloning::cloned_claim(claim)
+                .map(|(_, source)| source)
+                .into_iter()
+                .collect()
+        }));
+        let (clone_index, clone_feed) = (clones.clone(), Feed::default());
         // The driver's name is in every claim's annotations and every PV (twice each).
         let words = [cfg.caps.name.as_str()];
         let claims = watches.reflect_compact(
@@ -200,6 +207,7 @@ impl Provisioner {
             &words,
             cache::shrink_claim,
             move |event| {
+                clone_feed.event(event, &*clone_index);
                 for_each(event, |pvc| {
                     q.add(claim_key(pvc));
                     if let Some(cloning) = &cloning {
@@ -341,6 +349,7 @@ impl Provisioner {
                 volumes,
                 classes,
                 attachments,
+                clones,
             },
             claims: claims_q,
             volumes: volumes_q,
