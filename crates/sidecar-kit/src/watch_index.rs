@@ -224,6 +224,11 @@ impl<K: Resource> WatchIndex<K> for ByReference<K> {
         let namespace = meta.namespace.as_deref().unwrap_or_default();
         let targets = (self.refers_to)(object);
         let mut maps = self.maps.lock();
+        // Most objects of an index's kind refer to nothing (claims that clone none): with
+        // nothing indexed there is nothing to unlink, and no key is built.
+        if targets.is_empty() && maps.targets_of.is_empty() {
+            return;
+        }
         maps.unlink(namespace, name);
         if targets.is_empty() {
             return;
@@ -242,7 +247,10 @@ impl<K: Resource> WatchIndex<K> for ByReference<K> {
         let meta = object.meta();
         if let Some(name) = meta.name.as_deref() {
             let namespace = meta.namespace.as_deref().unwrap_or_default();
-            self.maps.lock().unlink(namespace, name);
+            let mut maps = self.maps.lock();
+            if !maps.targets_of.is_empty() {
+                maps.unlink(namespace, name);
+            }
         }
     }
 
