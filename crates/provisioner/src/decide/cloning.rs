@@ -49,9 +49,10 @@ pub enum CloningProtection {
 }
 
 /// Decides the cloning-protection finalizer of a claim being deleted. `pending` is asked only
-/// then (it reads the claim's clones and the intent log): whether a clone of it is Pending, or a CreateVolume copying
-/// its volume may still be in flight (the intent log holds one whose content source is the
-/// claim's volume, even if the clone's claim is gone); the source stays until that is done.
+/// then (it reads the claim's clones and the intent log): whether a clone of it is Pending, or
+/// a CreateVolume copying its volume may still be in flight (the intent log holds one whose
+/// content source is the claim's volume, even if the clone's claim is gone); the source stays
+/// until that is done.
 pub fn cloning_protection(
     claim: &PersistentVolumeClaim,
     pending: impl FnOnce(&str, &str) -> bool,
