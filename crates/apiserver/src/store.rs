@@ -148,6 +148,9 @@ struct Inner {
     feeds: HashMap<String, broadcast::Sender<Arc<Change>>>,
 }
 
+/// The record of every object of an in-memory store.
+static NO_RECORD: std::sync::LazyLock<Arc<[u8]>> = std::sync::LazyLock::new(|| Arc::from([]));
+
 impl Stored {
     /// A recovered object and the record it was read from.
     fn new(object: Value, record: Vec<u8>) -> Self {
@@ -487,19 +490,19 @@ impl Store {
                 .with_json(&json),
         );
         drop(json);
-        // Kept for compactions; an in-memory store has none.
-        let kept: Arc<[u8]> = match (&self.log, &stored) {
-            (Some(_), Some(_)) => Arc::from(record.as_slice()),
-            _ => Arc::from(Vec::new()),
-        };
+        // The record is kept for compactions; an in-memory store never compacts and shares
+        // one empty record instead of allocating one per write.
+        let stored = stored.map(|object| Stored {
+            object,
+            record: match &self.log {
+                Some(_) => Arc::from(record.as_slice()),
+                None => Arc::clone(&NO_RECORD),
+            },
+        });
         if let Some(log) = &self.log {
             log.append(next_rv, record).map_err(StoreError::Failed)?;
         }
         inner.next_rv = next_rv;
-        let stored = stored.map(|object| Stored {
-            object,
-            record: kept,
-        });
         inner.overlay.insert(key.clone(), (next_rv, stored.clone()));
         inner.pending.push_back(Pending {
             key,
