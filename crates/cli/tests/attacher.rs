@@ -1,7 +1,7 @@
 //! `csi-attacher` (the real binary) against our API server and the reference driver with
-//! `--enable-attach`: attach, detach, the reconcile repairing drift both ways, the trivial
-//! handler, leadership and metrics, and SIGKILL chaos over 200 attachments. Failures:
-//! `attacher_failures.rs`.
+//! `--enable-attach`: attach, detach, a re-list after the watch was away, the reconcile
+//! repairing drift both ways, the trivial handler, leadership and metrics, and SIGKILL chaos
+//! over 200 attachments. Failures: `attacher_failures.rs`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -86,6 +86,108 @@ async fn attach_then_detach_protects_the_volume_until_no_attachment_names_it() {
     })
     .await;
     assert!(env.published().await.is_empty());
+}
+
+/// Requests of `verb` on VolumeAttachments the attacher made, answered with `code` (any when
+/// None).
+fn attacher_requests(env: &Env, verb: &str, code: Option<u16>) -> u64 {
+    env.stack
+        .server
+        .request_counts()
+        .into_iter()
+        .filter(|((v, resource, c, client), _)| {
+            v == verb
+                && resource == "volumeattachments"
+                && code.is_none_or(|code| *c == code)
+                && client.starts_with("csi-attacher")
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// An attachment deleted while the attacher's watch was away, and aged out of the API
+/// server's history before the watch came back, is learnt from the re-list: the PV being
+/// deleted that it was the last to name loses our finalizer. (A re-list that did not look at
+/// such PVs again would leave it to the 10-minute resync.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_releases_the_volume_an_attachment_deleted_meanwhile_was_the_last_to_name() {
+    const HISTORY: usize = 50;
+    let env = Env::start_with(&["--enable-attach"], &[], |options| {
+        options.watch_history = Some(HISTORY)
+    })
+    .await;
+    env.volume("pv-r", json!({})).await;
+    // Ours attaches it (the PV gets our finalizer); another attacher's attachment names it too.
+    env.attach("va-r", "pv-r", "node-1", &[]).await;
+    env.wait_attached("va-r").await;
+    let attachments = Api::<VolumeAttachment>::all(env.client());
+    let other: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": "va-other"},
+        "spec": {
+            "attacher": "other.csi.example.com",
+            "nodeName": "node-2",
+            "source": {"persistentVolumeName": "pv-r"},
+        },
+    }))
+    .unwrap();
+    attachments
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    // The PV is deleted and ours detached: the other attachment keeps it.
+    Api::<PersistentVolume>::all(env.client())
+        .delete("pv-r", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.detach("va-r").await;
+    env.wait_until("va-r gone", || async { env.va("va-r").await.is_none() })
+        .await;
+    let pv = env.pv("pv-r").await.expect("va-other still names pv-r");
+    assert!(finalizers(&pv.metadata).contains(&FINALIZER.to_string()));
+
+    // The attacher's watch of attachments is closed and cannot come back ...
+    let lists_before = attacher_requests(&env, "LIST", None);
+    env.stack.server.set_faults(vec![
+        serde_json::from_value(
+            json!({"resource": "volumeattachments", "verb": "WATCH", "error": 500}),
+        )
+        .unwrap(),
+    ]);
+    env.stack.server.close_watches(Some("volumeattachments"));
+    common::poll_for(
+        "the attacher's watch of attachments refused",
+        WAIT,
+        || env.log(),
+        || async {
+            match attacher_requests(&env, "WATCH", Some(500)) {
+                0 => Err("not yet".to_string()),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await;
+    // ... while the other attachment goes, and more changes than the history holds are made.
+    attachments
+        .delete("va-other", &DeleteParams::default())
+        .await
+        .unwrap();
+    let maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client(), "default");
+    for i in 0..HISTORY + 10 {
+        let map =
+            serde_json::from_value(json!({"metadata": {"name": format!("filler-{i}")}})).unwrap();
+        maps.create(&PostParams::default(), &map).await.unwrap();
+    }
+    env.stack.server.set_faults(Vec::new());
+    // The watch cannot resume; the re-list shows no attachment names the PV any more.
+    env.wait_until("pv-r released and gone", || async {
+        env.pv("pv-r").await.is_none()
+    })
+    .await;
+    assert!(
+        attacher_requests(&env, "LIST", None) > lists_before,
+        "the attacher re-listed attachments: {:?}",
+        env.stack.server.request_counts()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,6 +66,9 @@ pub struct StackOptions {
     pub external: Option<ExternalDriver>,
     /// Parameters of the default StorageClass.
     pub class_parameters: std::collections::BTreeMap<String, String>,
+    /// Changes the API server keeps for watches to resume from (None: its default). A watch
+    /// away for longer than this many changes re-lists (tests make that happen).
+    pub watch_history: Option<usize>,
 }
 
 /// A CSI driver run by someone else: its controller service's socket, and the node services
@@ -115,6 +118,7 @@ impl StackOptions {
             separate_lanes: None,
             external: None,
             class_parameters: Default::default(),
+            watch_history: None,
         }
     }
 }
@@ -174,13 +178,16 @@ impl Stack {
             Some(external) => (None, external.nodes().into_iter().map(|(n, _)| n).collect()),
         };
         let static_tokens = identities::static_tokens(&nodes);
-        let config = apiserver::Config {
+        let mut config = apiserver::Config {
             bind: options.bind,
             data_dir: options.durable.then(|| dir.join("apiserver")),
             kubeconfig_path: Some(kubeconfig.clone()),
             static_tokens: static_tokens.iter().map(|(_, t)| t.clone()).collect(),
             ..Default::default()
         };
+        if let Some(changes) = options.watch_history {
+            config.history = changes;
+        }
         let server_stopped = signal(&server_stop);
         let server = lanes
             .run(Lane::ApiServer, async move {

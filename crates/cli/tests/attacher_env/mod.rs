@@ -34,11 +34,21 @@ impl Drop for Env {
 
 impl Env {
     pub async fn start(driver_args: &[&str], attacher_args: &[&str]) -> Env {
+        Env::start_with(driver_args, attacher_args, |_| {}).await
+    }
+
+    /// [`Env::start`] with the stack's options changed by `adjust`.
+    pub async fn start_with(
+        driver_args: &[&str],
+        attacher_args: &[&str],
+        adjust: impl FnOnce(&mut cli::embedded::StackOptions),
+    ) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let mut options =
             crate::common::stack_options(dir.path(), "attacher-test/0.1", driver_args);
         options.extra_nodes = vec!["node-2".into()];
         options.pv_controller = None;
+        adjust(&mut options);
         let stack = cli::embedded::Stack::start(options).await.unwrap();
         let mut args = stack.attacher_args();
         args.extend(
