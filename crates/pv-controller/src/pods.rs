@@ -25,12 +25,6 @@ pub fn waiting_pods() -> PodsByClaim {
     })
 }
 
-/// Every Pod that names a claim, whatever its state (pvc-protection's: whether a Pod still
-/// holds the claim is its decision).
-pub fn pods_naming_claims() -> PodsByClaim {
-    ByReference::new(pod_claim_names)
-}
-
 /// Keeps of a Pod only what [`awaits_scheduling`] and the claims it names read: its name and
 /// deletion, its claim volumes, its node, its phase and its containers' states.
 pub fn shrink(pod: &mut Pod) {
@@ -138,7 +132,7 @@ mod tests {
 
     #[test]
     fn pvc_protection_indexes_every_pod_naming_a_claim_whatever_its_state() {
-        let index = pods_naming_claims();
+        let index = PodsByClaim::pods_by_claim();
         let mut scheduled = pending("scheduled", &["data"]);
         scheduled.spec.as_mut().unwrap().node_name = Some("n1".into());
         index.apply(&scheduled);

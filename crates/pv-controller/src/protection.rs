@@ -75,7 +75,7 @@ impl ProtectionController {
         // A Pod that goes (or finishes) may free the claims it named.
         let (q, users, feed) = (
             claim_queue.clone(),
-            Arc::new(crate::pods::pods_naming_claims()),
+            Arc::new(crate::pods::PodsByClaim::pods_by_claim()),
             Feed::default(),
         );
         let index = users.clone();

@@ -175,6 +175,14 @@ impl NamedMaps {
     }
 }
 
+impl ByReference<k8s_openapi::api::core::v1::Pod> {
+    /// Pods by the claims they name, whatever their state: their claim volumes and their
+    /// generic ephemeral volumes' claims ([`crate::vocabulary::pod_claim_names`]).
+    pub fn pods_by_claim() -> Self {
+        ByReference::new(crate::vocabulary::pod_claim_names)
+    }
+}
+
 impl<K> std::fmt::Debug for ByReference<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ByReference")

@@ -38,7 +38,7 @@ use sidecar_kit::csi::{CallError, Caller};
 use sidecar_kit::events::Recorder;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::watch::{Watches, each};
-use sidecar_kit::watch_index::Feed;
+use sidecar_kit::watch_index::{ByReference, Feed};
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 use tonic::transport::Channel;
 
@@ -245,7 +245,7 @@ impl NodeAgent {
         let on_node = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let (q, by_claim, feed) = (
             queue.clone(),
-            Arc::new(wake::pods_by_claim()),
+            Arc::new(ByReference::pods_by_claim()),
             Feed::default(),
         );
         let index = by_claim.clone();

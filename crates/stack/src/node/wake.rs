@@ -8,17 +8,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use sidecar_kit::vocabulary::pod_claim_names;
 use sidecar_kit::watch_index::ByReference;
 use sidecar_kit::workqueue::WorkQueue;
 
 use super::NodeKey;
 use super::decide;
-
-/// The node's Pods by the claims they name.
-pub(super) fn pods_by_claim() -> ByReference<Pod> {
-    ByReference::new(pod_claim_names)
-}
 
 /// Brings Pods of the node back to its queue.
 #[derive(Clone)]
@@ -124,7 +118,7 @@ mod tests {
     /// A waker over `pods` (listed into its store and index), with an empty queue.
     fn waker(pods: Vec<Pod>) -> Waker {
         let (store, mut writer) = reflector::store();
-        let (feed, by_claim) = (Feed::default(), Arc::new(pods_by_claim()));
+        let (feed, by_claim) = (Feed::default(), Arc::new(ByReference::pods_by_claim()));
         let mut events = vec![watcher::Event::Init];
         events.extend(pods.into_iter().map(watcher::Event::InitApply));
         events.push(watcher::Event::InitDone);
