@@ -69,6 +69,9 @@ pub struct StackOptions {
     /// Changes the API server keeps for watches to resume from (None: its default). A watch
     /// away for longer than this many changes re-lists (tests make that happen).
     pub watch_history: Option<usize>,
+    /// How soon the node agents look again at what no event brings back (waiting Pods, the
+    /// sweep).
+    pub node_retry: stack::node::Retry,
 }
 
 /// A CSI driver run by someone else: its controller service's socket, and the node services
@@ -119,6 +122,7 @@ impl StackOptions {
             external: None,
             class_parameters: Default::default(),
             watch_history: None,
+            node_retry: Default::default(),
         }
     }
 }

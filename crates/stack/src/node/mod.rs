@@ -157,6 +157,27 @@ pub struct NodeSettings {
     /// Root of kubelet's directories for all nodes (`<data-dir>/kubelet`); this node's are
     /// under `<root>/<node>`.
     pub root: PathBuf,
+    /// How soon what no event brings back is looked at again.
+    pub retry: Retry,
+}
+
+/// How soon the agent looks again at what no event brings back (tests lengthen both to see
+/// that the events do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// A Pod waiting for its volumes, after each look.
+    pub waiting: Duration,
+    /// What is on disk against what Pods want, and every waiting Pod.
+    pub sweep: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            waiting: WAIT_RETRY,
+            sweep: SWEEP,
+        }
+    }
 }
 
 /// The running agent of one node.
@@ -171,6 +192,7 @@ pub struct NodeAgent {
     /// Whether the node service has NodeExpandVolume (EXPAND_VOLUME).
     expands: bool,
     paths: Paths,
+    retry: Retry,
     recorder: Recorder,
     watches: Watches,
     queue: WorkQueue<NodeKey>,
@@ -335,6 +357,7 @@ impl NodeAgent {
             stage_unstage,
             expands,
             paths,
+            retry: settings.retry,
             recorder,
             watches,
             queue,
@@ -380,7 +403,7 @@ impl NodeAgent {
                     }
                 }
             })
-            .every(SWEEP, move || {
+            .every(self.retry.sweep, move || {
                 sweep.queue.add(NodeKey::Sweep);
                 for pod in sweep.pods.state() {
                     if !decide::running(&pod) {
@@ -494,7 +517,7 @@ impl NodeAgent {
             decide::PodPlan::Skip => Ok(Next::Done),
             decide::PodPlan::Wait(reason) => {
                 self.report_wait(&pod, key, reason).await;
-                Ok(Next::After(WAIT_RETRY))
+                Ok(Next::After(self.retry.waiting))
             }
             decide::PodPlan::SetUp(volumes) => {
                 self.waiting.lock().remove(key);
