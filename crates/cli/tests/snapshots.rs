@@ -325,3 +325,66 @@ async fn a_snapshot_a_pending_claim_restores_from_is_deleted_only_after_that_cla
     })
     .await;
 }
+
+/// A snapshot of a claim not bound yet fails and waits; the claim's binding brings it back
+/// through the controller's index of snapshots by source claim. The snapshot controller's
+/// backoff is an hour here, so nothing else brings it back within the deadline.
+#[tokio::test]
+async fn a_snapshot_waiting_for_its_claim_is_taken_once_the_claim_is_bound() {
+    let c = Cluster::start_with(&["--capacity=100Gi"], &[], true, |options| {
+        options.snapshot_backoff = sidecar_kit::workqueue::Backoff {
+            start: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+        };
+    })
+    .await;
+    // Bound only once a Pod uses it.
+    c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
+        .await;
+    c.claim("src", "late", "1Gi", json!({}), false).await;
+    // Its class named: the default class is found from the claim's volume, which it has not.
+    create_snapshot(
+        &c,
+        "snap",
+        json!({
+            "volumeSnapshotClassName": "csi-hostpath-snapclass",
+            "source": {"persistentVolumeClaimName": "src"},
+        }),
+    )
+    .await;
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
+    common::poll_for(
+        "the snapshot's error: its claim is not bound",
+        T,
+        || c.provisioner_log(),
+        || async {
+            let status = snapshots.get("snap").await.unwrap().status;
+            let message = status
+                .as_ref()
+                .and_then(|s| s.error.as_ref())
+                .and_then(|e| e.message.clone())
+                .unwrap_or_default();
+            match message.contains("is not yet bound to a PV") {
+                true => Ok(()),
+                false => Err(format!("{status:?}")),
+            }
+        },
+    )
+    .await;
+    // A Pod uses the claim: the scheduler picks a node, the claim is provisioned and bound.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "app"},
+        "spec": {
+            "containers": [{"name": "app", "image": "busybox"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "src"}}],
+        },
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.client.clone(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    c.wait_bound("src", T).await;
+    let snap = wait_ready(&c, "snap").await;
+    assert!(snap.status.unwrap().error.is_none(), "the error is cleared");
+}

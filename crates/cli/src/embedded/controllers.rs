@@ -199,10 +199,7 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
             stack::snapshots::SnapshotSettings {
                 driver: parts.driver_name.clone(),
                 timeout: Duration::from_secs(60),
-                backoff: Backoff {
-                    start: Duration::from_millis(100),
-                    max: Duration::from_secs(30),
-                },
+                backoff: options.snapshot_backoff,
                 workers: 4,
             },
             None,

@@ -72,6 +72,8 @@ pub struct StackOptions {
     /// How soon the node agents look again at what no event brings back (waiting Pods, the
     /// sweep).
     pub node_retry: stack::node::Retry,
+    /// The snapshot controller's retry backoff.
+    pub snapshot_backoff: Backoff,
 }
 
 /// A CSI driver run by someone else: its controller service's socket, and the node services
@@ -123,6 +125,10 @@ impl StackOptions {
             class_parameters: Default::default(),
             watch_history: None,
             node_retry: Default::default(),
+            snapshot_backoff: Backoff {
+                start: Duration::from_millis(100),
+                max: Duration::from_secs(30),
+            },
         }
     }
 }

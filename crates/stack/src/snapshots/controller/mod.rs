@@ -214,7 +214,9 @@ impl SnapshotController {
             },
         );
         let classes = watches.reflect(Api::<VolumeSnapshotClass>::all(client.clone()), |_| {});
-        // A claim restoring from a snapshot, or being snapshotted, brings the snapshot back.
+        // A claim restoring from a snapshot, or being snapshotted, brings the snapshot back at
+        // once, backing off or not: its change may be what the snapshot waited for (a claim
+        // bound at last, a restoring claim gone).
         let (q, restoring_claims, feed) = (
             snapshot_queue.clone(),
             Arc::new(ByReference::new(|c: &PersistentVolumeClaim| {
@@ -230,11 +232,11 @@ impl SnapshotController {
                 each(event, |claim| {
                     let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
                     if let Some(name) = decide::restores_from(claim) {
-                        q.add(snapshot_key(ns, &name));
+                        q.add_now(snapshot_key(ns, &name));
                     }
                     let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
                     for snapshot in of_claim.of(ns, claim_name) {
-                        q.add(snapshot_key(ns, &snapshot));
+                        q.add_now(snapshot_key(ns, &snapshot));
                     }
                 });
             },
