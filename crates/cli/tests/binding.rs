@@ -258,6 +258,53 @@ async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
     .await;
 }
 
+/// A claim naming a volume that does not exist yet waits and backs off; the volume's
+/// creation, pre-bound to the claim, brings it back at once. The controller's backoff is an hour here, so nothing else
+/// binds it within the deadline.
+#[tokio::test]
+async fn a_claim_waiting_for_the_volume_it_names_is_bound_when_the_volume_comes() {
+    let c = Cluster::start_with(&[], &[], true, |o| {
+        o.pv_controller = Some((
+            4,
+            sidecar_kit::workqueue::Backoff {
+                start: Duration::from_secs(3600),
+                max: Duration::from_secs(3600),
+            },
+        ));
+    })
+    .await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(
+        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
+    )
+    .await;
+    c.claim(
+        "early",
+        "manual",
+        "1Gi",
+        json!({"spec": {"volumeName": "late"}}),
+        false,
+    )
+    .await;
+    // A claim made after it bound to a volume made after it: the controller has looked at the
+    // first claim by then (it was queued first) and found no volume.
+    c.apply_cluster::<PersistentVolume>(static_pv("for-marker", "1Gi", "manual"))
+        .await;
+    c.claim(
+        "marker",
+        "manual",
+        "1Gi",
+        json!({"spec": {"volumeName": "for-marker"}}),
+        false,
+    )
+    .await;
+    assert_eq!(bound_volume(&c, "marker").await, "for-marker");
+    // Made for the claim, as an administrator pre-binds both sides.
+    let mut late = static_pv("late", "1Gi", "manual");
+    late["spec"]["claimRef"] = json!({"namespace": "default", "name": "early"});
+    c.apply_cluster::<PersistentVolume>(late).await;
+    assert_eq!(bound_volume(&c, "early").await, "late");
+}
+
 #[tokio::test]
 async fn binding_keeps_kubectls_last_applied_configuration() {
     // The PV controller writes claims and volumes back whole: an annotation missing from its

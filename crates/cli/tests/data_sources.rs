@@ -63,7 +63,14 @@ async fn finalizers(c: &Cluster, name: &str) -> Option<Vec<String>> {
 
 #[tokio::test]
 async fn a_source_is_kept_for_a_pending_clone_that_has_not_started_copying() {
-    let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
+    // The provisioner's retries are an hour apart: only the clone's own events bring the
+    // source back (a source kept for its clones waits in backoff).
+    let c = Cluster::start(
+        &["--capacity=100Gi"],
+        &["--retry-interval-start=1h", "--retry-interval-max=1h"],
+        true,
+    )
+    .await;
     c.class("fast", json!({})).await;
     c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
         .await;
@@ -77,7 +84,7 @@ async fn a_source_is_kept_for_a_pending_clone_that_has_not_started_copying() {
         .await;
     // (The provisioner hears of "later" before the source's deletion: one watch, in order.)
     delete_source_kept(&c).await;
-    // The waiting clone goes: the source goes too.
+    // The waiting clone goes: the source goes too, at once.
     Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
         .delete("later", &DeleteParams::default())
         .await

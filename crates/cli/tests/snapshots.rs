@@ -388,3 +388,82 @@ async fn a_snapshot_waiting_for_its_claim_is_taken_once_the_claim_is_bound() {
     let snap = wait_ready(&c, "snap").await;
     assert!(snap.status.unwrap().error.is_none(), "the error is cleared");
 }
+
+/// A snapshot naming a pre-provisioned content not made yet fails and waits; the content's
+/// creation brings it back at once. The controller's backoff is an hour here, so nothing else
+/// binds it within the deadline.
+#[tokio::test]
+async fn a_snapshot_made_before_its_content_is_bound_when_the_content_comes() {
+    let c = Cluster::start_with(&["--capacity=100Gi"], &[], true, |options| {
+        options.snapshot_backoff = sidecar_kit::workqueue::Backoff {
+            start: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+        };
+    })
+    .await;
+    let pv = bound_source(&c).await;
+    let volume = pv.spec.unwrap().csi.unwrap().volume_handle;
+    let channel = sidecar_kit::csi::connect(&c.socket).await.unwrap();
+    let handle = csi::controller_client::ControllerClient::new(channel)
+        .create_snapshot(csi::CreateSnapshotRequest {
+            source_volume_id: volume,
+            name: "made-elsewhere".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap()
+        .snapshot_id;
+    create_snapshot(
+        &c,
+        "imported",
+        json!({"source": {"volumeSnapshotContentName": "imported"}}),
+    )
+    .await;
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
+    common::poll_for(
+        "the snapshot's error: its content is missing",
+        T,
+        || c.provisioner_log(),
+        || async {
+            let status = snapshots.get("imported").await.unwrap().status;
+            let message = status
+                .as_ref()
+                .and_then(|s| s.error.as_ref())
+                .and_then(|e| e.message.clone())
+                .unwrap_or_default();
+            match message.contains("VolumeSnapshotContent imported is missing") {
+                true => Ok(()),
+                false => Err(format!("{status:?}")),
+            }
+        },
+    )
+    .await;
+    let content: VolumeSnapshotContent = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": "imported"},
+        "spec": {
+            "driver": DRIVER,
+            "deletionPolicy": "Retain",
+            "source": {"snapshotHandle": handle},
+            "volumeSnapshotRef": {"name": "imported", "namespace": "default"},
+        },
+    }))
+    .unwrap();
+    Api::<VolumeSnapshotContent>::all(c.client.clone())
+        .create(&PostParams::default(), &content)
+        .await
+        .unwrap();
+    let imported = wait_ready(&c, "imported").await;
+    assert_eq!(
+        imported
+            .status
+            .unwrap()
+            .bound_volume_snapshot_content_name
+            .as_deref(),
+        Some("imported")
+    );
+}

@@ -212,13 +212,14 @@ impl Provisioner {
                     q.add(claim_key(pvc));
                     if let Some(cloning) = &cloning {
                         // A source being deleted, and the source of a clone whose state
-                        // changed, are looked at again.
+                        // changed, are looked at again; the latter at once, backing off or
+                        // not: a source being deleted waits (backs off) for its clones.
                         if pvc.metadata.deletion_timestamp.is_some() {
                             cloning.add(claim_key(pvc));
                         }
                         if let Some((namespace, source)) = crate::decide::cloning::cloned_claim(pvc)
                         {
-                            cloning.add(ClaimKey::new(Some(&namespace), &source));
+                            cloning.add_now(ClaimKey::new(Some(&namespace), &source));
                         }
                     }
                 });

@@ -242,8 +242,10 @@ impl PvController {
                     if let Some(name) = &v.metadata.name {
                         vq.add(name.clone());
                     }
+                    // At once, backing off or not: a claim naming a volume that does not exist
+                    // yet waits (backs off) for it.
                     if let Some((ns, name)) = claim_named_by(v) {
-                        cq.add(ObjectRef::new(&name).within(&ns));
+                        cq.add_now(ObjectRef::new(&name).within(&ns));
                     }
                 });
             });

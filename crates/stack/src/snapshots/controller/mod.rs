@@ -206,9 +206,11 @@ impl SnapshotController {
                     if let Some(name) = &c.metadata.name {
                         cq.add(name.clone());
                     }
+                    // At once, backing off or not: the snapshot may wait for this content (made
+                    // after it, or bound to it at last).
                     let r = &c.spec.volume_snapshot_ref;
                     if let (Some(ns), Some(name)) = (&r.namespace, &r.name) {
-                        sq.add(snapshot_key(ns, name));
+                        sq.add_now(snapshot_key(ns, name));
                     }
                 });
             },
