@@ -177,11 +177,19 @@ async fn a_relist_releases_the_volume_an_attachment_deleted_meanwhile_was_the_la
             serde_json::from_value(json!({"metadata": {"name": format!("filler-{i}")}})).unwrap();
         maps.create(&PostParams::default(), &map).await.unwrap();
     }
+    // The attacher has had all this while to look at the PV after va-r went: va-other, which
+    // it does not know is gone, still keeps it.
+    let pv = env.pv("pv-r").await.expect("pv-r kept for va-other");
+    assert!(finalizers(&pv.metadata).contains(&FINALIZER.to_string()));
     env.stack.server.set_faults(Vec::new());
-    // The watch cannot resume; the re-list shows no attachment names the PV any more.
-    env.wait_until("pv-r released and gone", || async {
-        env.pv("pv-r").await.is_none()
-    })
+    // The watch cannot resume; the re-list shows no attachment names the PV any more. (The
+    // deadline covers the watcher's backoff after its refused attempts, up to 30 s.)
+    common::poll_until(
+        "pv-r released and gone",
+        Duration::from_secs(60),
+        || env.log(),
+        || async { env.pv("pv-r").await.is_none() },
+    )
     .await;
     assert!(
         attacher_requests(&env, "LIST", None) > lists_before,

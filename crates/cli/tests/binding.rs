@@ -259,8 +259,8 @@ async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
 }
 
 /// A claim naming a volume that does not exist yet waits and backs off; the volume's
-/// creation, pre-bound to the claim, brings it back at once. The controller's backoff is an hour here, so nothing else
-/// binds it within the deadline.
+/// creation, pre-bound to the claim, brings it back at once. The controller's backoff is an
+/// hour here, so nothing else binds it within the deadline.
 #[tokio::test]
 async fn a_claim_waiting_for_the_volume_it_names_is_bound_when_the_volume_comes() {
     let c = Cluster::start_with(&[], &[], true, |o| {
@@ -286,9 +286,12 @@ async fn a_claim_waiting_for_the_volume_it_names_is_bound_when_the_volume_comes(
     )
     .await;
     // A claim made after it bound to a volume made after it: the controller has looked at the
-    // first claim by then (it was queued first) and found no volume.
-    c.apply_cluster::<PersistentVolume>(static_pv("for-marker", "1Gi", "manual"))
-        .await;
+    // first claim by then (it was queued first) and found no volume. Both sides of the marker
+    // are pre-bound, so whichever the controller hears of first, the volume's event brings the
+    // marker claim back.
+    let mut for_marker = static_pv("for-marker", "1Gi", "manual");
+    for_marker["spec"]["claimRef"] = json!({"namespace": "default", "name": "marker"});
+    c.apply_cluster::<PersistentVolume>(for_marker).await;
     c.claim(
         "marker",
         "manual",

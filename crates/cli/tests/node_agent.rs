@@ -21,7 +21,7 @@ const WAIT: Duration = Duration::from_secs(60);
 async fn a_waiting_pod_is_brought_back_by_its_claims_events() {
     let c = Cluster::start_with(&["--capacity=1Ti"], &[], true, |options| {
         options.kubelet = true;
-        options.node_retry = stack::node::Retry {
+        options.node_rechecks = stack::node::Rechecks {
             waiting: Duration::from_secs(3600),
             sweep: Duration::from_secs(3600),
         };

@@ -127,7 +127,7 @@ pub(super) async fn start(parts: Parts) -> anyhow::Result<Vec<JoinHandle<()>>> {
                 stack::node::NodeSettings {
                     socket: node_socket.clone(),
                     root: options.dir.join("kubelet"),
-                    retry: options.node_retry,
+                    rechecks: options.node_rechecks,
                 },
             )
             .await

@@ -158,22 +158,22 @@ pub struct NodeSettings {
     /// under `<root>/<node>`.
     pub root: PathBuf,
     /// How soon what no event brings back is looked at again.
-    pub retry: Retry,
+    pub rechecks: Rechecks,
 }
 
 /// How soon the agent looks again at what no event brings back (tests lengthen both to see
 /// that the events do).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
+pub struct Rechecks {
     /// A Pod waiting for its volumes, after each look.
     pub waiting: Duration,
     /// What is on disk against what Pods want, and every waiting Pod.
     pub sweep: Duration,
 }
 
-impl Default for Retry {
+impl Default for Rechecks {
     fn default() -> Self {
-        Retry {
+        Rechecks {
             waiting: WAIT_RETRY,
             sweep: SWEEP,
         }
@@ -192,7 +192,7 @@ pub struct NodeAgent {
     /// Whether the node service has NodeExpandVolume (EXPAND_VOLUME).
     expands: bool,
     paths: Paths,
-    retry: Retry,
+    rechecks: Rechecks,
     recorder: Recorder,
     watches: Watches,
     queue: WorkQueue<NodeKey>,
@@ -357,7 +357,7 @@ impl NodeAgent {
             stage_unstage,
             expands,
             paths,
-            retry: settings.retry,
+            rechecks: settings.rechecks,
             recorder,
             watches,
             queue,
@@ -403,7 +403,7 @@ impl NodeAgent {
                     }
                 }
             })
-            .every(self.retry.sweep, move || {
+            .every(self.rechecks.sweep, move || {
                 sweep.queue.add(NodeKey::Sweep);
                 for pod in sweep.pods.state() {
                     if !decide::running(&pod) {
@@ -517,7 +517,7 @@ impl NodeAgent {
             decide::PodPlan::Skip => Ok(Next::Done),
             decide::PodPlan::Wait(reason) => {
                 self.report_wait(&pod, key, reason).await;
-                Ok(Next::After(self.retry.waiting))
+                Ok(Next::After(self.rechecks.waiting))
             }
             decide::PodPlan::SetUp(volumes) => {
                 self.waiting.lock().remove(key);
