@@ -118,7 +118,8 @@ fn unassigned(pod: &Pod) -> bool {
 impl Scheduler {
     /// Pre-binds a static volume to a claim, as kube-scheduler's volume binding does (the
     /// claimRef and `pv.kubernetes.io/bound-by-controller`); the PV controller completes the
-    /// binding. False when the volume changed meanwhile (the watch brings a new pass).
+    /// binding. False when the volume changed meanwhile (the Pod is looked at again after
+    /// its backoff: volume events do not wake the scheduler's Pods).
     async fn pre_bind(
         &self,
         namespace: &str,
