@@ -9,7 +9,6 @@ mod common;
 use std::time::Duration;
 
 use common::{Cluster, DRIVER};
-use csi_proto::v1 as csi;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -340,28 +339,8 @@ async fn restores_wait_for_a_ready_snapshot_and_keep_the_volume_mode() {
     c.class("fast", json!({})).await;
     let (_, source_pv) = bound_claim(&c, "src", "1Gi", json!({})).await;
     std::fs::write(c.volume_dir(&source_pv).join("data.txt"), "snapshotted").unwrap();
-    let channel = sidecar_kit::csi::connect(&c.socket).await.unwrap();
-    let mut driver = csi::controller_client::ControllerClient::new(channel);
-    let handle = driver
-        .create_snapshot(csi::CreateSnapshotRequest {
-            source_volume_id: source_pv
-                .spec
-                .as_ref()
-                .unwrap()
-                .csi
-                .as_ref()
-                .unwrap()
-                .volume_handle
-                .clone(),
-            name: "snap".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap()
-        .snapshot_id;
+    let volume = source_pv.spec.as_ref().unwrap().csi.as_ref().unwrap();
+    let handle = c.driver_snapshot(&volume.volume_handle, "snap").await;
     snapshot_objects(&c, "snap", &handle, false, "Filesystem").await;
     let restore = json!({"spec": {"dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}}});
     let claim = c

@@ -82,16 +82,7 @@ async fn an_in_tree_class_is_provisioned_as_an_in_tree_volume_and_deleted_by_the
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    c.wait_until("the Pod Running on the in-tree volume", WAIT, || async {
-        pods.get("app")
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.phase)
-            .as_deref()
-            == Some("Running")
-    })
-    .await;
+    c.wait_pod_phase("app", "Running", WAIT).await;
     let attachments: Api<VolumeAttachment> = Api::all(c.client.clone());
     let attached = attachments.list(&Default::default()).await.unwrap().items;
     assert_eq!(attached.len(), 1);

@@ -80,14 +80,6 @@ async fn a_waiting_pod_is_brought_back_by_its_claims_events() {
     // The claim comes and is bound: its events bring the Pod back, which then runs.
     c.claim("later", "fast", "1Mi", json!({}), false).await;
     c.wait_bound("later", WAIT).await;
-    c.wait_until("the Pod Running", Duration::from_secs(30), || async {
-        pods.get("app")
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.phase)
-            .as_deref()
-            == Some("Running")
-    })
-    .await;
+    c.wait_pod_phase("app", "Running", Duration::from_secs(30))
+        .await;
 }

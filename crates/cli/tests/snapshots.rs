@@ -65,6 +65,63 @@ async fn wait_ready(c: &Cluster, name: &str) -> VolumeSnapshot {
     .await
 }
 
+/// A cluster whose snapshot controller backs off for an hour: only events bring a failed
+/// snapshot back within a test.
+async fn with_an_hours_backoff() -> Cluster {
+    Cluster::start_with(&["--capacity=100Gi"], &[], true, |options| {
+        options.snapshot_backoff = sidecar_kit::workqueue::Backoff {
+            start: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+        };
+    })
+    .await
+}
+
+/// Waits until the snapshot `name`'s status error contains `words`.
+async fn wait_error(c: &Cluster, name: &str, words: &str) {
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
+    let what = format!("{name}'s error saying {words:?}");
+    common::poll_for(
+        &what,
+        T,
+        || c.provisioner_log(),
+        || async {
+            let status = snapshots.get(name).await.unwrap().status;
+            let message = status
+                .as_ref()
+                .and_then(|s| s.error.as_ref())
+                .and_then(|e| e.message.clone())
+                .unwrap_or_default();
+            match message.contains(words) {
+                true => Ok(()),
+                false => Err(format!("{status:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// A pre-provisioned content `name` for the driver's snapshot `handle`, naming the snapshot of
+/// the same name in the default namespace.
+async fn import_content(c: &Cluster, name: &str, handle: &str, deletion_policy: &str) {
+    let content: VolumeSnapshotContent = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "deletionPolicy": deletion_policy,
+            "source": {"snapshotHandle": handle},
+            "volumeSnapshotRef": {"name": name, "namespace": "default"},
+        },
+    }))
+    .unwrap();
+    Api::<VolumeSnapshotContent>::all(c.client.clone())
+        .create(&PostParams::default(), &content)
+        .await
+        .unwrap();
+}
+
 async fn bound_source(c: &Cluster) -> k8s_openapi::api::core::v1::PersistentVolume {
     c.class("fast", json!({})).await;
     let claim = c.claim("src", "fast", "1Gi", json!({}), false).await;
@@ -245,22 +302,7 @@ async fn retained_contents_outlive_their_snapshot_and_pre_provisioned_ones_bind(
 
     // That snapshot, pre-provisioned again: a content naming its handle and a snapshot naming
     // the content.
-    let content: VolumeSnapshotContent = serde_json::from_value(json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshotContent",
-        "metadata": {"name": "imported"},
-        "spec": {
-            "driver": DRIVER,
-            "deletionPolicy": "Delete",
-            "source": {"snapshotHandle": handle},
-            "volumeSnapshotRef": {"name": "imported", "namespace": "default"},
-        },
-    }))
-    .unwrap();
-    contents
-        .create(&PostParams::default(), &content)
-        .await
-        .unwrap();
+    import_content(&c, "imported", &handle, "Delete").await;
     create_snapshot(
         &c,
         "imported",
@@ -331,13 +373,7 @@ async fn a_snapshot_a_pending_claim_restores_from_is_deleted_only_after_that_cla
 /// backoff is an hour here, so nothing else brings it back within the deadline.
 #[tokio::test]
 async fn a_snapshot_waiting_for_its_claim_is_taken_once_the_claim_is_bound() {
-    let c = Cluster::start_with(&["--capacity=100Gi"], &[], true, |options| {
-        options.snapshot_backoff = sidecar_kit::workqueue::Backoff {
-            start: Duration::from_secs(3600),
-            max: Duration::from_secs(3600),
-        };
-    })
-    .await;
+    let c = with_an_hours_backoff().await;
     // Bound only once a Pod uses it.
     c.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
         .await;
@@ -352,25 +388,7 @@ async fn a_snapshot_waiting_for_its_claim_is_taken_once_the_claim_is_bound() {
         }),
     )
     .await;
-    let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
-    common::poll_for(
-        "the snapshot's error: its claim is not bound",
-        T,
-        || c.provisioner_log(),
-        || async {
-            let status = snapshots.get("snap").await.unwrap().status;
-            let message = status
-                .as_ref()
-                .and_then(|s| s.error.as_ref())
-                .and_then(|e| e.message.clone())
-                .unwrap_or_default();
-            match message.contains("is not yet bound to a PV") {
-                true => Ok(()),
-                false => Err(format!("{status:?}")),
-            }
-        },
-    )
-    .await;
+    wait_error(&c, "snap", "is not yet bound to a PV").await;
     // A Pod uses the claim: the scheduler picks a node, the claim is provisioned and bound.
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
         "metadata": {"name": "app"},
@@ -394,69 +412,18 @@ async fn a_snapshot_waiting_for_its_claim_is_taken_once_the_claim_is_bound() {
 /// binds it within the deadline.
 #[tokio::test]
 async fn a_snapshot_made_before_its_content_is_bound_when_the_content_comes() {
-    let c = Cluster::start_with(&["--capacity=100Gi"], &[], true, |options| {
-        options.snapshot_backoff = sidecar_kit::workqueue::Backoff {
-            start: Duration::from_secs(3600),
-            max: Duration::from_secs(3600),
-        };
-    })
-    .await;
+    let c = with_an_hours_backoff().await;
     let pv = bound_source(&c).await;
     let volume = pv.spec.unwrap().csi.unwrap().volume_handle;
-    let channel = sidecar_kit::csi::connect(&c.socket).await.unwrap();
-    let handle = csi::controller_client::ControllerClient::new(channel)
-        .create_snapshot(csi::CreateSnapshotRequest {
-            source_volume_id: volume,
-            name: "made-elsewhere".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap()
-        .snapshot_id;
+    let handle = c.driver_snapshot(&volume, "made-elsewhere").await;
     create_snapshot(
         &c,
         "imported",
         json!({"source": {"volumeSnapshotContentName": "imported"}}),
     )
     .await;
-    let snapshots: Api<VolumeSnapshot> = Api::namespaced(c.client.clone(), "default");
-    common::poll_for(
-        "the snapshot's error: its content is missing",
-        T,
-        || c.provisioner_log(),
-        || async {
-            let status = snapshots.get("imported").await.unwrap().status;
-            let message = status
-                .as_ref()
-                .and_then(|s| s.error.as_ref())
-                .and_then(|e| e.message.clone())
-                .unwrap_or_default();
-            match message.contains("VolumeSnapshotContent imported is missing") {
-                true => Ok(()),
-                false => Err(format!("{status:?}")),
-            }
-        },
-    )
-    .await;
-    let content: VolumeSnapshotContent = serde_json::from_value(json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshotContent",
-        "metadata": {"name": "imported"},
-        "spec": {
-            "driver": DRIVER,
-            "deletionPolicy": "Retain",
-            "source": {"snapshotHandle": handle},
-            "volumeSnapshotRef": {"name": "imported", "namespace": "default"},
-        },
-    }))
-    .unwrap();
-    Api::<VolumeSnapshotContent>::all(c.client.clone())
-        .create(&PostParams::default(), &content)
-        .await
-        .unwrap();
+    wait_error(&c, "imported", "VolumeSnapshotContent imported is missing").await;
+    import_content(&c, "imported", &handle, "Retain").await;
     let imported = wait_ready(&c, "imported").await;
     assert_eq!(
         imported

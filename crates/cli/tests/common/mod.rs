@@ -312,6 +312,39 @@ impl Cluster {
         dir
     }
 
+    /// Waits until the Pod `name` (namespace default) is in `phase`.
+    pub async fn wait_pod_phase(&self, name: &str, phase: &str, timeout: Duration) {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), "default");
+        self.wait_until(&format!("Pod {name} {phase}"), timeout, || async {
+            pods.get(name)
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.phase)
+                .as_deref()
+                == Some(phase)
+        })
+        .await;
+    }
+
+    /// The driver's snapshot `name` of the volume `volume_id`, made over CSI: its handle.
+    pub async fn driver_snapshot(&self, volume_id: &str, name: &str) -> String {
+        let channel = sidecar_kit::csi::connect(&self.socket).await.unwrap();
+        csi_proto::v1::controller_client::ControllerClient::new(channel)
+            .create_snapshot(csi_proto::v1::CreateSnapshotRequest {
+                source_volume_id: volume_id.to_string(),
+                name: name.to_string(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .snapshot
+            .unwrap()
+            .snapshot_id
+    }
+
     /// Waits until the claim `name` (namespace default) is Bound.
     pub async fn wait_bound(&self, name: &str, timeout: Duration) {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), "default");
