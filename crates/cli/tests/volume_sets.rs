@@ -360,6 +360,30 @@ async fn a_driver_refusing_every_volume_is_reported_on_the_set_and_the_pool_fill
         .await;
 }
 
+/// A set made before its StorageClass fails and backs off; the class's creation brings it back
+/// at once. The provisioner's retries are an hour apart here, so nothing else fills the pool
+/// within the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_made_before_its_class_fills_once_the_class_comes() {
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["--retry-interval-start=1h", "--retry-interval-max=1h"]);
+    let c = Cluster::start(&["--capacity=1Ti"], &flags, true).await;
+    make_set(&c, "early", 2, 2, "1Mi").await;
+    c.wait_event(
+        "early",
+        "ProvisioningFailed",
+        "storageclass.storage.k8s.io \"pool\" not found",
+    )
+    .await;
+    c.class("pool", json!({})).await;
+    c.wait_until(
+        "the pool filled once its class exists",
+        Duration::from_secs(30),
+        || async { count(&c, "early", "Available").await == 2 },
+    )
+    .await;
+}
+
 const T: Duration = Duration::from_secs(30);
 
 /// A set's volumes made while every CreateVolume answered with an error, then a crash: the

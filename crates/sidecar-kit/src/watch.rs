@@ -107,22 +107,26 @@ impl Watches {
 
     /// Starts a reflector of StorageClasses: a class that appears or changes may unblock
     /// claims waiting for it, so every claim not bound yet for which `waits_for(claim, class)`
-    /// holds is passed to `requeue`.
+    /// holds is passed to `requeue`; and whatever else waits for classes hears of it through
+    /// `also` (each class of an event).
     /// `claims` lists the claims (a pass over the claims cache).
-    pub fn reflect_classes<L, W, R>(
+    pub fn reflect_classes<L, W, R, A>(
         &self,
         api: Api<StorageClass>,
         claims: L,
         waits_for: W,
         requeue: R,
+        also: A,
     ) -> Store<StorageClass>
     where
         L: Fn() -> Vec<Arc<PersistentVolumeClaim>> + Send + 'static,
         W: Fn(&PersistentVolumeClaim, &StorageClass) -> bool + Send + 'static,
         R: Fn(&PersistentVolumeClaim) + Send + 'static,
+        A: Fn(&StorageClass) + Send + 'static,
     {
         self.reflect(api, move |event| {
             each(event, |class| {
+                also(class);
                 for claim in claims() {
                     let unbound = claim
                         .spec

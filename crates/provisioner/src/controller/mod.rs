@@ -274,8 +274,9 @@ impl Provisioner {
                 }
             },
         );
-        // A class that appears or changes may unblock the claims of that class.
-        let q = claims_q.clone();
+        // A class that appears or changes may unblock the claims of that class, and the
+        // volume sets whose template names it.
+        let (q, sets_of_class) = (claims_q.clone(), sets.clone());
         let classes = watches.reflect_classes(
             Api::<StorageClass>::all(client.clone()),
             {
@@ -286,6 +287,11 @@ impl Provisioner {
                 crate::decide::claim::claim_class(claim) == class.metadata.name.as_deref()
             },
             move |claim| q.add_now(claim_key(claim)),
+            move |class| {
+                if let Some(sets) = &sets_of_class {
+                    sets.class_changed(class);
+                }
+            },
         );
         let (csinodes, nodes) = if let Some(node) = cfg.node.as_ref().filter(|_| with_topology) {
             // A per-node provisioner sees only its own node, as NodeGetInfo describes it.

@@ -174,6 +174,21 @@ impl SetManager {
         }
     }
 
+    /// A StorageClass appeared or changed: the sets whose template names it are looked at
+    /// again at once, backing off or not (a set whose class was missing backs off).
+    pub fn class_changed(&self, class: &k8s_openapi::api::storage::v1::StorageClass) {
+        let Some(class_name) = class.metadata.name.as_deref() else {
+            return;
+        };
+        for set in self.sets.state() {
+            if set.spec.template.spec.storage_class_name.as_deref() == Some(class_name)
+                && let Some(name) = &set.metadata.name
+            {
+                self.queue.add_now(name.clone());
+            }
+        }
+    }
+
     /// The end of a re-list of volumes: those it did not show are forgotten, and every set is
     /// looked at again when one of them was labelled.
     fn volumes_listed(&self, keep: &HashSet<ObjectKey>) {

@@ -259,6 +259,7 @@ impl PvController {
             },
             |_, _| true,
             move |claim| q.add_now(ObjectRef::from_obj(claim)),
+            |_| {},
         );
         // A Pod that waits for the scheduler changes what its claims say they wait for.
         let (q, waiting_pods, feed) = (
