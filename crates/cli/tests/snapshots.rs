@@ -434,3 +434,35 @@ async fn a_snapshot_made_before_its_content_is_bound_when_the_content_comes() {
         Some("imported")
     );
 }
+
+/// A snapshot naming a class not made yet fails and waits; the class's creation brings it back
+/// at once (the controller's backoff is an hour here).
+#[tokio::test]
+async fn a_snapshot_made_before_its_class_is_taken_when_the_class_comes() {
+    let c = with_an_hours_backoff().await;
+    bound_source(&c).await;
+    create_snapshot(
+        &c,
+        "snap",
+        json!({
+            "volumeSnapshotClassName": "later",
+            "source": {"persistentVolumeClaimName": "src"},
+        }),
+    )
+    .await;
+    wait_error(&c, "snap", "\"later\" not found").await;
+    let class: VolumeSnapshotClass = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotClass",
+        "metadata": {"name": "later"},
+        "driver": DRIVER,
+        "deletionPolicy": "Delete",
+    }))
+    .unwrap();
+    Api::<VolumeSnapshotClass>::all(c.client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let snap = wait_ready(&c, "snap").await;
+    assert!(snap.status.unwrap().error.is_none(), "the error is cleared");
+}

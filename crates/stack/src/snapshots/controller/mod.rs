@@ -215,7 +215,25 @@ impl SnapshotController {
                 });
             },
         );
-        let classes = watches.reflect(Api::<VolumeSnapshotClass>::all(client.clone()), |_| {});
+        // A class that appears or changes brings back at once, backing off or not, the snapshots
+        // not ready yet that name it or name none (it may be the default class they lacked).
+        let (sq, pending) = (snapshot_queue.clone(), snapshots.clone());
+        let classes = watches.reflect(
+            Api::<VolumeSnapshotClass>::all(client.clone()),
+            move |event| {
+                each(event, |class| {
+                    for snapshot in pending.state() {
+                        let named = snapshot.spec.volume_snapshot_class_name.as_deref();
+                        let ready = snapshot.status.as_ref().and_then(|s| s.ready_to_use);
+                        if ready != Some(true)
+                            && named.is_none_or(|n| Some(n) == class.metadata.name.as_deref())
+                        {
+                            sq.add_now(ObjectRef::from_obj(snapshot.as_ref()));
+                        }
+                    }
+                });
+            },
+        );
         // A claim restoring from a snapshot, or being snapshotted, brings the snapshot back at
         // once, backing off or not: its change may be what the snapshot waited for (a claim
         // bound at last, a restoring claim gone).
