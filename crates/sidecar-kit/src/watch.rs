@@ -105,7 +105,7 @@ impl Watches {
         }
     }
 
-    /// Starts a reflector of StorageClasses: a class that appears or changes may unblock
+    /// Starts a reflector of StorageClasses: a class that appears, changes or goes may unblock
     /// claims waiting for it, so every claim not bound yet for which `waits_for(claim, class)`
     /// holds is passed to `requeue`; and whatever else waits for classes hears of it through
     /// `also` (each class of an event).

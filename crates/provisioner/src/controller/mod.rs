@@ -274,7 +274,7 @@ impl Provisioner {
                 }
             },
         );
-        // A class that appears or changes may unblock the claims of that class, and the
+        // A class that appears, changes or goes may unblock the claims of that class, and the
         // volume sets whose template names it.
         let (q, sets_of_class) = (claims_q.clone(), sets.clone());
         let classes = watches.reflect_classes(

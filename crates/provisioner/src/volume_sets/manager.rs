@@ -174,8 +174,9 @@ impl SetManager {
         }
     }
 
-    /// A StorageClass appeared or changed: the sets whose template names it are looked at
-    /// again at once, backing off or not (a set whose class was missing backs off).
+    /// A StorageClass appeared, changed or went: the sets whose template names it are looked at
+    /// again at once, out of the queue's backoff (where a set whose class was missing waits). A
+    /// set held back after refused creations keeps its own wait (`SetManager::waiting`).
     pub fn class_changed(&self, class: &k8s_openapi::api::storage::v1::StorageClass) {
         let Some(class_name) = class.metadata.name.as_deref() else {
             return;

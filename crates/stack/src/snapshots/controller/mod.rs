@@ -215,8 +215,9 @@ impl SnapshotController {
                 });
             },
         );
-        // A class that appears or changes brings back at once, backing off or not, the snapshots
-        // not ready yet that name it or name none (it may be the default class they lacked).
+        // A class that appears, changes or goes brings back at once, backing off or not, the
+        // snapshots not ready yet that name it or name none (it may be the default class they
+        // lacked).
         let (sq, pending) = (snapshot_queue.clone(), snapshots.clone());
         let classes = watches.reflect(
             Api::<VolumeSnapshotClass>::all(client.clone()),
