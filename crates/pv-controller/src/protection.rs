@@ -126,12 +126,7 @@ impl ProtectionController {
             return Ok(Next::Done);
         };
         let namespace = key.namespace.as_deref().unwrap_or_default();
-        let pods: Vec<Arc<Pod>> = self
-            .users
-            .of(namespace, &key.name)
-            .iter()
-            .filter_map(|pod| self.pods.get(&ObjectRef::new(pod).within(namespace)))
-            .collect();
+        let pods = self.users.cached(&self.pods, namespace, &key.name);
         let plan = protection::claim(&claim, pods.iter().map(AsRef::as_ref));
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
         apply(api, &key.name, plan, &key.to_string()).await

@@ -212,6 +212,26 @@ impl<K> ByReference<K> {
             .collect()
     }
 
+    /// The objects of `namespace` that refer to `target`, as `store` holds them (an indexed
+    /// object the store no longer holds is left out).
+    pub fn cached(
+        &self,
+        store: &kube::runtime::reflector::Store<K>,
+        namespace: &str,
+        target: &str,
+    ) -> Vec<std::sync::Arc<K>>
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone,
+    {
+        self.of(namespace, target)
+            .iter()
+            .filter_map(|name| {
+                store.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+            })
+            .collect()
+    }
+
     /// How many objects are indexed.
     pub fn len(&self) -> usize {
         self.maps.lock().targets_of.len()

@@ -223,12 +223,9 @@ impl SnapshotController {
             Api::<VolumeSnapshotClass>::all(client.clone()),
             move |event| {
                 each(event, |class| {
+                    let class = class.metadata.name.as_deref().unwrap_or_default();
                     for snapshot in pending.state() {
-                        let named = snapshot.spec.volume_snapshot_class_name.as_deref();
-                        let ready = snapshot.status.as_ref().and_then(|s| s.ready_to_use);
-                        if ready != Some(true)
-                            && named.is_none_or(|n| Some(n) == class.metadata.name.as_deref())
-                        {
+                        if decide::may_wait_for_class(&snapshot, class) {
                             sq.add_now(ObjectRef::from_obj(snapshot.as_ref()));
                         }
                     }

@@ -27,20 +27,17 @@ impl SnapshotController {
             .and_then(|s| s.volume_name.clone())
             .and_then(|n| self.volumes.get(&ObjectRef::new(&n)));
         let snapshot_name = snapshot.metadata.name.as_deref().unwrap_or_default();
-        let claims: Vec<_> = self
+        let claims = self
             .restoring_claims
-            .of(&namespace, snapshot_name)
-            .iter()
-            .filter_map(|c| self.claims.get(&ObjectRef::new(c).within(&namespace)))
-            .collect();
+            .cached(&self.claims, &namespace, snapshot_name);
         let restoring = decide::restoring(&snapshot, claims.iter().map(|c| c.as_ref()));
-        let snapshots: Vec<_> = claim_name
+        let snapshots = claim_name
             .as_deref()
-            .map(|c| self.snapshots_of_claim.of(&namespace, c))
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|s| self.snapshots.get(&snapshot_key(&namespace, s)))
-            .collect();
+            .map(|c| {
+                self.snapshots_of_claim
+                    .cached(&self.snapshots, &namespace, c)
+            })
+            .unwrap_or_default();
         let claim_busy = decide::claim_busy(&snapshot, snapshots.iter().map(|s| s.as_ref()));
         let now = sidecar_kit::vocabulary::now_rfc3339();
         let plan = decide::decide_snapshot(&SnapshotWorld {

@@ -17,8 +17,8 @@ mod snapshot;
 
 pub use content::{ContentStep, ContentWorld, content_status, decide_content, snapshot_parameters};
 pub use snapshot::{
-    SnapshotStep, SnapshotWorld, claim_busy, content_name, decide_snapshot, restores_from,
-    restoring, status_from, wanted_content,
+    SnapshotStep, SnapshotWorld, claim_busy, content_name, decide_snapshot, may_wait_for_class,
+    restores_from, restoring, status_from, wanted_content,
 };
 
 /// On a VolumeSnapshot while a claim may restore from it.

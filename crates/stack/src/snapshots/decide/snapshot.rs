@@ -178,6 +178,18 @@ pub fn restores_from(claim: &PersistentVolumeClaim) -> Option<String> {
         .map(|d| d.name.clone())
 }
 
+/// Whether a snapshot may be waiting for the VolumeSnapshotClass `class`: it is not ready yet
+/// and names that class, or names none (the class may be the default one it lacked).
+pub fn may_wait_for_class(snapshot: &VolumeSnapshot, class: &str) -> bool {
+    let ready = snapshot.status.as_ref().and_then(|s| s.ready_to_use) == Some(true);
+    !ready
+        && snapshot
+            .spec
+            .volume_snapshot_class_name
+            .as_deref()
+            .is_none_or(|named| named == class)
+}
+
 /// Whether a Pending claim (or one without a phase yet) of the snapshot's namespace restores
 /// from it: the snapshot is then kept.
 pub fn restoring<'a>(

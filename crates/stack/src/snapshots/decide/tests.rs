@@ -643,3 +643,24 @@ fn pending_restores_and_unfinished_snapshots_of_the_claim_are_seen() {
     leaving.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
     assert!(!claim_busy(&s, [&leaving]));
 }
+
+#[test]
+fn a_class_brings_back_the_snapshots_not_ready_that_name_it_or_none() {
+    let ready = |mut s: VolumeSnapshot| {
+        s.status = Some(VolumeSnapshotStatus {
+            ready_to_use: Some(true),
+            ..Default::default()
+        });
+        s
+    };
+    let rows: [(VolumeSnapshot, &str, bool); 5] = [
+        (of_claim(Some("fast")), "fast", true),
+        (of_claim(None), "fast", true),
+        (of_claim(Some("slow")), "fast", false),
+        (ready(of_claim(Some("fast"))), "fast", false),
+        (ready(of_claim(None)), "fast", false),
+    ];
+    for (i, (s, class, want)) in rows.iter().enumerate() {
+        assert_eq!(may_wait_for_class(s, class), *want, "row {i}");
+    }
+}
