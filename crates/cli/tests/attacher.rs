@@ -121,15 +121,9 @@ async fn a_relist_releases_the_volume_an_attachment_deleted_meanwhile_was_the_la
     env.attach("va-r", "pv-r", "node-1", &[]).await;
     env.wait_attached("va-r").await;
     let attachments = Api::<VolumeAttachment>::all(env.client());
-    let other: VolumeAttachment = serde_json::from_value(json!({
-        "metadata": {"name": "va-other"},
-        "spec": {
-            "attacher": "other.csi.example.com",
-            "nodeName": "node-2",
-            "source": {"persistentVolumeName": "pv-r"},
-        },
-    }))
-    .unwrap();
+    let other =
+        sidecar_kit::testing::attachment("va-other", "other.csi.example.com", "node-2", "pv-r")
+            .build();
     attachments
         .create(&PostParams::default(), &other)
         .await

@@ -22,6 +22,14 @@ fn static_pv(name: &str, size: &str, class: &str) -> serde_json::Value {
     })
 }
 
+/// The StorageClass `manual` of static volumes (no provisioner).
+async fn manual_class(c: &Cluster) {
+    c.apply_cluster::<StorageClass>(
+        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
+    )
+    .await;
+}
+
 async fn bound_volume(c: &Cluster, claim: &str) -> String {
     let api: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
     let what = format!("{claim} Bound");
@@ -38,10 +46,7 @@ async fn bound_volume(c: &Cluster, claim: &str) -> String {
 #[tokio::test]
 async fn the_smallest_matching_volume_is_bound_and_racing_claims_get_one_each() {
     let c = Cluster::start(&[], &[], true).await;
-    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(
-        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
-    )
-    .await;
+    manual_class(&c).await;
     for (name, size) in [
         ("pv-big", "10Gi"),
         ("pv-small", "2Gi"),
@@ -92,10 +97,7 @@ async fn the_smallest_matching_volume_is_bound_and_racing_claims_get_one_each() 
 #[tokio::test]
 async fn pre_bound_claims_selectors_and_release() {
     let c = Cluster::start(&[], &[], true).await;
-    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(
-        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
-    )
-    .await;
+    manual_class(&c).await;
     for (name, size) in [("pv-a", "1Gi"), ("pv-b", "3Gi"), ("pv-c", "8Gi")] {
         c.apply_cluster::<PersistentVolume>(static_pv(name, size, "manual"))
             .await;
@@ -215,10 +217,7 @@ async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
         o.orphan_resync = Duration::from_secs(3600)
     })
     .await;
-    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(
-        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
-    )
-    .await;
+    manual_class(&c).await;
     // The claim asks for more than the volume pre-bound to it holds, so the binding never
     // completes; the claim never names the volume.
     let claim = c.claim("gone", "manual", "5Gi", json!({}), false).await;
@@ -263,9 +262,10 @@ async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
 /// hour here, so nothing else binds it within the deadline.
 #[tokio::test]
 async fn a_claim_waiting_for_the_volume_it_names_is_bound_when_the_volume_comes() {
+    // One worker: the claims are looked at in the order they were queued.
     let c = Cluster::start_with(&[], &[], true, |o| {
         o.pv_controller = Some((
-            4,
+            1,
             sidecar_kit::workqueue::Backoff {
                 start: Duration::from_secs(3600),
                 max: Duration::from_secs(3600),
@@ -273,10 +273,7 @@ async fn a_claim_waiting_for_the_volume_it_names_is_bound_when_the_volume_comes(
         ));
     })
     .await;
-    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(
-        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
-    )
-    .await;
+    manual_class(&c).await;
     c.claim(
         "early",
         "manual",
@@ -285,8 +282,8 @@ async fn a_claim_waiting_for_the_volume_it_names_is_bound_when_the_volume_comes(
         false,
     )
     .await;
-    // A claim made after it bound to a volume made after it: the controller has looked at the
-    // first claim by then (it was queued first) and found no volume. Both sides of the marker
+    // A claim made after it bound to a volume made after it: the controller's one worker has
+    // looked at the first claim by then (it was queued first) and found no volume. Both sides of the marker
     // are pre-bound, so whichever the controller hears of first, the volume's event brings the
     // marker claim back.
     let mut for_marker = static_pv("for-marker", "1Gi", "manual");
@@ -314,10 +311,7 @@ async fn binding_keeps_kubectls_last_applied_configuration() {
     // cache would be removed by the write, and `kubectl apply` would lose its three-way merge.
     const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
     let c = Cluster::start(&[], &[], true).await;
-    c.apply_cluster::<StorageClass>(
-        json!({"metadata": {"name": "manual"}, "provisioner": "kubernetes.io/no-provisioner"}),
-    )
-    .await;
+    manual_class(&c).await;
     let mut pv = static_pv("pv-applied", "1Gi", "manual");
     pv["metadata"]["annotations"] = json!({LAST_APPLIED: "{\"kind\":\"PersistentVolume\"}"});
     c.apply_cluster::<PersistentVolume>(pv).await;

@@ -104,7 +104,7 @@ async fn wait_error(c: &Cluster, name: &str, words: &str) {
 /// A pre-provisioned content `name` for the driver's snapshot `handle`, naming the snapshot of
 /// the same name in the default namespace.
 async fn import_content(c: &Cluster, name: &str, handle: &str, deletion_policy: &str) {
-    let content: VolumeSnapshotContent = serde_json::from_value(json!({
+    c.apply_cluster::<VolumeSnapshotContent>(json!({
         "apiVersion": "snapshot.storage.k8s.io/v1",
         "kind": "VolumeSnapshotContent",
         "metadata": {"name": name},
@@ -115,11 +115,19 @@ async fn import_content(c: &Cluster, name: &str, handle: &str, deletion_policy: 
             "volumeSnapshotRef": {"name": name, "namespace": "default"},
         },
     }))
-    .unwrap();
-    Api::<VolumeSnapshotContent>::all(c.client.clone())
-        .create(&PostParams::default(), &content)
-        .await
-        .unwrap();
+    .await;
+}
+
+/// A VolumeSnapshotClass `name` of the driver.
+async fn snapshot_class(c: &Cluster, name: &str, deletion_policy: &str) {
+    c.apply_cluster::<VolumeSnapshotClass>(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotClass",
+        "metadata": {"name": name},
+        "driver": DRIVER,
+        "deletionPolicy": deletion_policy,
+    }))
+    .await;
 }
 
 async fn bound_source(c: &Cluster) -> k8s_openapi::api::core::v1::PersistentVolume {
@@ -260,18 +268,7 @@ async fn a_dynamic_snapshot_is_taken_restored_and_deleted_with_its_content() {
 async fn retained_contents_outlive_their_snapshot_and_pre_provisioned_ones_bind() {
     let c = Cluster::start(&["--capacity=100Gi"], &[], true).await;
     bound_source(&c).await;
-    let class: VolumeSnapshotClass = serde_json::from_value(json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshotClass",
-        "metadata": {"name": "keep"},
-        "driver": DRIVER,
-        "deletionPolicy": "Retain",
-    }))
-    .unwrap();
-    Api::<VolumeSnapshotClass>::all(c.client.clone())
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
+    snapshot_class(&c, "keep", "Retain").await;
     let created = create_snapshot(
         &c,
         "kept",
@@ -390,18 +387,14 @@ async fn a_snapshot_waiting_for_its_claim_is_taken_once_the_claim_is_bound() {
     .await;
     wait_error(&c, "snap", "is not yet bound to a PV").await;
     // A Pod uses the claim: the scheduler picks a node, the claim is provisioned and bound.
-    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+    c.apply::<k8s_openapi::api::core::v1::Pod>(json!({
         "metadata": {"name": "app"},
         "spec": {
             "containers": [{"name": "app", "image": "busybox"}],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "src"}}],
         },
     }))
-    .unwrap();
-    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.client.clone(), "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    .await;
     c.wait_bound("src", T).await;
     let snap = wait_ready(&c, "snap").await;
     assert!(snap.status.unwrap().error.is_none(), "the error is cleared");
@@ -451,18 +444,7 @@ async fn a_snapshot_made_before_its_class_is_taken_when_the_class_comes() {
     )
     .await;
     wait_error(&c, "snap", "\"later\" not found").await;
-    let class: VolumeSnapshotClass = serde_json::from_value(json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshotClass",
-        "metadata": {"name": "later"},
-        "driver": DRIVER,
-        "deletionPolicy": "Delete",
-    }))
-    .unwrap();
-    Api::<VolumeSnapshotClass>::all(c.client.clone())
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
+    snapshot_class(&c, "later", "Delete").await;
     let snap = wait_ready(&c, "snap").await;
     assert!(snap.status.unwrap().error.is_none(), "the error is cleared");
 }
