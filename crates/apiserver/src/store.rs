@@ -13,24 +13,25 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use durable_log::{Log, LogError, Options};
+use durable_log::{Log, LogError};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
 use self::limits::etcd_size;
 pub use self::limits::{MAX_DEPTH, MAX_OBJECT_BYTES, depth};
 pub use crate::change::{Change, ChangeKind};
-use crate::record::{self, decode, encode, snapshot_entries};
+use crate::record::{self, encode, snapshot_entries};
 
 mod limits;
+mod open;
 mod publish;
 
-use self::publish::{Released, publish, publish_weak};
+use self::publish::{Released, publish};
 
 /// Most changes a watcher of one resource may fall behind (see `Core::feed_capacity`).
 const MAX_FEED: usize = 16_384;
@@ -229,72 +230,6 @@ pub struct HistoryLimits {
 }
 
 impl Store {
-    /// An in-memory store, or a durable one under `data_dir`.
-    pub fn open(
-        data_dir: Option<&Path>,
-        history: HistoryLimits,
-        log_options: Options,
-    ) -> Result<Store, StoreError> {
-        let core = Arc::new(Core {
-            inner: Mutex::new(Inner {
-                visible_rv: 0,
-                next_rv: 0,
-                objects: BTreeMap::new(),
-                pending: VecDeque::new(),
-                overlay: HashMap::new(),
-                history: VecDeque::new(),
-                history_bytes: 0,
-                compacted: 0,
-                feeds: HashMap::new(),
-            }),
-            feed_capacity: history.count.clamp(1024, MAX_FEED),
-            visible: tokio::sync::watch::Sender::new(0),
-            history_cap: history.count,
-            history_budget: history.bytes,
-            observers: parking_lot::RwLock::new(Vec::new()),
-        });
-        let Some(dir) = data_dir else {
-            return Ok(Store { core, log: None });
-        };
-        for legacy in ["wal.jsonl", "snapshot.json"] {
-            if dir.join(legacy).exists() {
-                return Err(StoreError::Legacy(dir.join(legacy)));
-            }
-        }
-        let weak = Arc::downgrade(&core);
-        let (log, recovered) = Log::open(
-            dir,
-            log_options,
-            Box::new(move |rv| publish_weak(&weak, rv)),
-        )
-        .map_err(StoreError::Open)?;
-        {
-            let mut inner = core.inner.lock();
-            for entry in recovered.snapshot {
-                let (key, object) = decode(&entry)?;
-                if let Some(object) = object {
-                    inner.objects.insert(key, Stored::new(object, entry));
-                }
-            }
-            for (_, record) in recovered.records {
-                let (key, object) = decode(&record)?;
-                match object {
-                    Some(object) => inner.objects.insert(key, Stored::new(object, record)),
-                    None => inner.objects.remove(&key),
-                };
-            }
-            let rv = recovered.snapshot_seq.max(log.durable());
-            inner.visible_rv = rv;
-            inner.next_rv = rv;
-            inner.compacted = rv;
-            core.visible.send_replace(rv);
-        }
-        Ok(Store {
-            core,
-            log: Some(log),
-        })
-    }
-
     /// Tells `observer` of every change as it becomes visible, before any reader or watcher
     /// can see it (a write's answer comes after). Called under the store's lock: it must only
     /// note the change. Every observer added is told (authentication keeps what it found

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+mod capacity;
 pub mod config;
 pub mod content;
 mod controller;

@@ -1,6 +1,7 @@
 //! The store's tests: durability, history bounds, resuming and refusals.
 #![allow(clippy::unwrap_used)]
 use super::*;
+use durable_log::Options;
 use serde_json::json;
 
 fn limits() -> HistoryLimits {

@@ -4,6 +4,7 @@
 //! reconcile against the driver's published nodes; all on the shared runtime.
 
 mod calls;
+mod plan;
 mod reconcile;
 mod sync;
 
