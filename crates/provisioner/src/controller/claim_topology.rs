@@ -36,7 +36,7 @@ impl ClaimTopology {
         nodes: Store<Node>,
     ) -> Self {
         ClaimTopology {
-            enabled: cfg.topology && cfg.caps.accessibility,
+            enabled: cfg.options.topology && cfg.caps.accessibility,
             strict: cfg.strict_topology,
             immediate: cfg.immediate_topology,
             driver: cfg.caps.name.clone(),

@@ -272,7 +272,7 @@ impl Provisioner {
             .and_then(|s| s.volume_attributes_class_name.clone())
             .filter(|n| !n.is_empty());
         match name {
-            Some(name) if self.cfg.volume_attributes_class => Ok(Some(
+            Some(name) if self.cfg.options.attributes_classes => Ok(Some(
                 Api::<VolumeAttributesClass>::all(self.client.clone())
                     .get_opt(&name)
                     .await

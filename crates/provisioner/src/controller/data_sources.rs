@@ -81,7 +81,7 @@ pub(crate) async fn resolve(
         crate::decide::provision::check_modify_volume(
             &p.cfg.caps,
             claim,
-            p.cfg.volume_attributes_class,
+            p.cfg.options.attributes_classes,
         )
     };
     let Some(source) = source_of(claim, p.cfg.cross_namespace)? else {

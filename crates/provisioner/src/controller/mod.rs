@@ -59,10 +59,6 @@ pub struct ControllerConfig {
     pub strict_topology: bool,
     /// `--immediate-topology`.
     pub immediate_topology: bool,
-    /// Topology gate (and driver capability).
-    pub topology: bool,
-    /// VolumeAttributesClass gate.
-    pub volume_attributes_class: bool,
     /// CrossNamespaceVolumeDataSource gate.
     pub cross_namespace: bool,
     /// `--prevent-volume-mode-conversion`.
@@ -188,7 +184,7 @@ impl Provisioner {
             WorkQueue::new(cfg.backoff).with_metrics(QueueMetrics::new(&metrics, "volumes"));
         let cloning_q: WorkQueue<ClaimKey> = WorkQueue::new(cfg.backoff)
             .with_metrics(QueueMetrics::new(&metrics, "cloning-protection"));
-        let with_topology = cfg.topology && cfg.caps.accessibility;
+        let with_topology = cfg.options.topology && cfg.caps.accessibility;
         let watches = Watches::default();
 
         let q = claims_q.clone();

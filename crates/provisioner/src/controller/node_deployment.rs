@@ -221,7 +221,7 @@ async fn has_room(
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
 ) -> bool {
-    let size = requested_bytes(claim).map_or(0, |(request, _)| request);
+    let size = requested_bytes(claim).unwrap_or(0);
     if size <= 0 || !provisioner.cfg.caps.get_capacity {
         return true;
     }

@@ -96,41 +96,19 @@ pub enum SizeError {
     /// More than any driver can be asked for.
     #[error("claim storage request {0:?} is too large")]
     TooLarge(String),
-    /// The limit is below the request.
-    #[error("claim storage limit {limit:?} is smaller than the request {request:?}")]
-    LimitBelowRequest {
-        /// The request.
-        request: String,
-        /// The limit.
-        limit: String,
-    },
 }
 
-/// The claim's size: `(required_bytes, limit_bytes)` with limit 0 meaning none.
-pub fn requested_bytes(claim: &PersistentVolumeClaim) -> Result<(i64, i64), SizeError> {
-    let resources = claim.spec.as_ref().and_then(|s| s.resources.as_ref());
-    let request = resources
+/// The bytes the claim requests (`resources.requests.storage`). Its `resources.limits` are not
+/// looked at: upstream sends CreateVolume no limit.
+pub fn requested_bytes(claim: &PersistentVolumeClaim) -> Result<i64, SizeError> {
+    let request = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"))
         .ok_or(SizeError::Missing)?;
-    let required = to_bytes(&request.0)?;
-    let limit = match resources
-        .and_then(|r| r.limits.as_ref())
-        .and_then(|l| l.get("storage"))
-    {
-        None => 0,
-        Some(limit) => {
-            let bytes = to_bytes(&limit.0)?;
-            if bytes < required {
-                return Err(SizeError::LimitBelowRequest {
-                    request: request.0.clone(),
-                    limit: limit.0.clone(),
-                });
-            }
-            bytes
-        }
-    };
-    Ok((required, limit))
+    to_bytes(&request.0)
 }
 
 fn to_bytes(text: &str) -> Result<i64, SizeError> {
@@ -289,16 +267,20 @@ mod tests {
     fn sizes_are_parsed_exactly_and_bad_sizes_refused() {
         assert_eq!(
             requested_bytes(&claim("c").size("1Gi").build()).unwrap(),
-            (1 << 30, 0)
+            1 << 30
         );
         assert_eq!(
             requested_bytes(&claim("c").size("1.5G").build()).unwrap(),
-            (1_500_000_000, 0)
+            1_500_000_000
         );
-        assert_eq!(
-            requested_bytes(&claim("c").size("1Gi").limit("2Gi").build()).unwrap(),
-            (1 << 30, 2 << 30)
-        );
+        // Limits are not looked at, below the request or not parsing (upstream's).
+        for limit in ["2Gi", "1Mi", "lots"] {
+            assert_eq!(
+                requested_bytes(&claim("c").size("1Gi").limit(limit).build()).unwrap(),
+                1 << 30,
+                "{limit}"
+            );
+        }
         let table: Vec<(&str, SizeError)> = vec![
             ("lots", SizeError::Unparsable("lots".into())),
             ("0", SizeError::NotPositive("0".into())),
@@ -316,10 +298,6 @@ mod tests {
             requested_bytes(&claim("c").build()).unwrap_err(),
             SizeError::Missing
         );
-        assert!(matches!(
-            requested_bytes(&claim("c").size("2Gi").limit("1Gi").build()),
-            Err(SizeError::LimitBelowRequest { .. })
-        ));
     }
 
     #[test]

@@ -386,8 +386,8 @@ pub fn clone_source(
             claim.metadata.name.clone().unwrap_or_default(),
         )));
     }
-    let requested = requested_bytes(claim).map(|(r, _)| r).unwrap_or(0);
-    let source_size = requested_bytes(source_claim).map(|(r, _)| r).unwrap_or(0);
+    let requested = requested_bytes(claim).unwrap_or(0);
+    let source_size = requested_bytes(source_claim).unwrap_or(0);
     if requested < source_size {
         return Err(fail(SourceCheck::CloneTooSmall {
             requested,
@@ -516,7 +516,7 @@ pub fn snapshot_source(
         .pointer("/status/restoreSize")
         .and_then(restore_bytes)
     {
-        let requested = requested_bytes(claim).map(|(r, _)| r).unwrap_or(0);
+        let requested = requested_bytes(claim).unwrap_or(0);
         if requested < restore {
             return Err(fail(SourceCheck::RestoreTooSmall {
                 requested,

@@ -198,9 +198,9 @@ pub fn parse_class_parameters(
     for kind in SecretKind::ALL {
         let (name_key, namespace_key) = kind.keys();
         let prefixed = pair(params, &name_key, &namespace_key)?;
+        // The deprecated keys stay among the driver's parameters (upstream passes them on).
         let deprecated = match kind.deprecated() {
             Some((dn, dns)) => {
-                consumed.extend([dn.to_string(), dns.to_string()]);
                 let found = pair(params, dn, dns)?;
                 if found.is_some() && prefixed.is_some() {
                     return Err(ParameterError::BothForms {
@@ -217,10 +217,8 @@ pub fn parse_class_parameters(
             secrets.insert(kind, template);
         }
     }
+    // An empty fsType is none: `--default-fstype` applies (upstream's).
     let prefixed_fs = params.get(FSTYPE_KEY);
-    if prefixed_fs.is_some_and(|v| v.is_empty()) {
-        return Err(ParameterError::Empty(FSTYPE_KEY.into()));
-    }
     let legacy_fs = params
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("fstype"))
@@ -326,9 +324,13 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(p.secrets[&SecretKind::Provisioner], tmpl("old", "ns"));
-        assert!(
-            p.driver.is_empty(),
-            "deprecated keys are not passed to the driver"
+        assert_eq!(
+            p.driver,
+            params(&[
+                ("csiProvisionerSecretName", "old"),
+                ("csiProvisionerSecretNamespace", "ns"),
+            ]),
+            "deprecated keys are passed to the driver, as upstream passes them"
         );
     }
 
@@ -365,7 +367,6 @@ mod tests {
                 vec![("csi.storage.k8s.io/fstype", "ext4"), ("fstype", "xfs")],
                 "two forms",
             ),
-            (vec![("csi.storage.k8s.io/fstype", "")], "empty"),
             (
                 vec![("volstack.dev/secret", "vault/creds")],
                 "reserved for the provisioner's marks",
@@ -379,6 +380,13 @@ mod tests {
             let err = parse_class_parameters(&params(&pairs)).unwrap_err();
             assert!(err.to_string().contains(words), "{pairs:?}: {err}");
         }
+    }
+
+    #[test]
+    fn an_empty_fstype_is_none() {
+        let p = parse_class_parameters(&params(&[("csi.storage.k8s.io/fstype", "")])).unwrap();
+        assert_eq!(p.fs_type, None);
+        assert!(p.driver.is_empty());
     }
 
     #[test]

@@ -68,6 +68,12 @@ pub struct ProvisionOptions {
     pub extra_create_metadata: bool,
     /// `--controller-publish-readonly`.
     pub controller_publish_readonly: bool,
+    /// The `Topology` feature gate: with the driver's VOLUME_ACCESSIBILITY_CONSTRAINTS, the
+    /// PV gets the node affinity of the volume's accessible topology (upstream's
+    /// `supportsTopology`).
+    pub topology: bool,
+    /// The `VolumeAttributesClass` feature gate: the claim's class is sent and named on the PV.
+    pub attributes_classes: bool,
 }
 
 /// A claim that cannot be provisioned as it stands. Final: an event explains it and the
@@ -114,9 +120,6 @@ pub enum ProvisionError {
         /// This provisioner's driver.
         ours: String,
     },
-    /// Block volume with mount options.
-    #[error("StorageClass mountOptions cannot apply to a block volume")]
-    BlockMountOptions,
     /// The in-tree class of a migrated plugin cannot be translated.
     #[error("failed to translate storage class: {0}")]
     Translate(#[source] sidecar_kit::migration::TranslateError),
@@ -129,10 +132,9 @@ pub struct ProvisionPlan {
     pub pv_name: String,
     /// Claim namespace/name (for logs and events).
     pub claim_key: String,
-    /// Bytes asked for.
+    /// Bytes asked for (the claim's request; upstream sends no limit, whatever the claim's
+    /// `resources.limits` say).
     pub required_bytes: i64,
-    /// Limit (0: none).
-    pub limit_bytes: i64,
     /// Block volume.
     pub block: bool,
     /// fsType for mount volumes.
@@ -216,7 +218,7 @@ pub fn plan_provision(
     if spec.selector.is_some() {
         return Err(ProvisionError::Selector);
     }
-    let (required_bytes, limit_bytes) = requested_bytes(claim)?;
+    let required_bytes = requested_bytes(claim)?;
     let class_params: BTreeMap<String, String> = class
         .parameters
         .clone()
@@ -246,10 +248,9 @@ pub fn plan_provision(
         }
     }
     let block = spec.volume_mode.as_deref() == Some("Block");
+    // Upstream's: the class's options go on the PV for a Block volume too (its CreateVolume
+    // capability has no mount flags).
     let mount_options = class.mount_options.clone().unwrap_or_default();
-    if block && !mount_options.is_empty() {
-        return Err(ProvisionError::BlockMountOptions);
-    }
     let modes = spec.access_modes.clone().unwrap_or_default();
     if modes.is_empty() {
         return Err(ProvisionError::AccessMode(
@@ -292,7 +293,6 @@ pub fn plan_provision(
         pv_name,
         claim_key: format!("{claim_namespace}/{claim_name}"),
         required_bytes,
-        limit_bytes,
         block,
         fs_type,
         capabilities,
@@ -351,7 +351,7 @@ pub fn create_request(
         name: plan.pv_name.clone(),
         capacity_range: Some(csi::CapacityRange {
             required_bytes: plan.required_bytes,
-            limit_bytes: plan.limit_bytes,
+            limit_bytes: 0,
         }),
         volume_capabilities: plan.capabilities.clone(),
         parameters: plan.parameters.clone().into_iter().collect(),
@@ -452,30 +452,32 @@ pub fn build_pv(
     attributes.insert(IDENTITY_ATTRIBUTE.into(), identity.to_string());
     let read_only =
         options.controller_publish_readonly && access_modes.iter().all(|m| m == "ReadOnlyMany");
-    let node_affinity = (!volume.accessible_topology.is_empty()).then(|| VolumeNodeAffinity {
-        required: Some(NodeSelector {
-            node_selector_terms: volume
-                .accessible_topology
-                .iter()
-                .map(|t| {
-                    let sorted: BTreeMap<&String, &String> = t.segments.iter().collect();
-                    NodeSelectorTerm {
-                        match_expressions: Some(
-                            sorted
-                                .into_iter()
-                                .map(|(k, v)| NodeSelectorRequirement {
-                                    key: k.clone(),
-                                    operator: "In".into(),
-                                    values: Some(vec![v.clone()]),
-                                })
-                                .collect(),
-                        ),
-                        match_fields: None,
-                    }
-                })
-                .collect(),
-        }),
-    });
+    let topology = options.topology && caps.accessibility;
+    let node_affinity =
+        (topology && !volume.accessible_topology.is_empty()).then(|| VolumeNodeAffinity {
+            required: Some(NodeSelector {
+                node_selector_terms: volume
+                    .accessible_topology
+                    .iter()
+                    .map(|t| {
+                        let sorted: BTreeMap<&String, &String> = t.segments.iter().collect();
+                        NodeSelectorTerm {
+                            match_expressions: Some(
+                                sorted
+                                    .into_iter()
+                                    .map(|(k, v)| NodeSelectorRequirement {
+                                        key: k.clone(),
+                                        operator: "In".into(),
+                                        values: Some(vec![v.clone()]),
+                                    })
+                                    .collect(),
+                            ),
+                            match_fields: None,
+                        }
+                    })
+                    .collect(),
+            }),
+        });
     let get = |kind| plan.pv_secrets.get(&kind).map(secret_ref);
     let pv = PersistentVolume {
         metadata: ObjectMeta {
@@ -507,7 +509,12 @@ pub fn build_pv(
                 "Filesystem".into()
             }),
             mount_options: (!plan.mount_options.is_empty()).then(|| plan.mount_options.clone()),
-            volume_attributes_class_name: spec.volume_attributes_class_name.clone(),
+            // Only a class named (the API server refuses an empty name on a PV) and with the
+            // gate on, as upstream.
+            volume_attributes_class_name: spec
+                .volume_attributes_class_name
+                .clone()
+                .filter(|name| options.attributes_classes && !name.is_empty()),
             node_affinity,
             csi: Some(CSIPersistentVolumeSource {
                 driver: caps.name.clone(),

@@ -22,6 +22,8 @@ fn options() -> ProvisionOptions {
         default_fstype: String::new(),
         extra_create_metadata: false,
         controller_publish_readonly: false,
+        topology: true,
+        attributes_classes: true,
     }
 }
 
@@ -100,8 +102,9 @@ fn the_request_carries_name_size_fstype_mount_options_and_driver_parameters() {
         req.capacity_range,
         Some(csi::CapacityRange {
             required_bytes: 2 << 30,
-            limit_bytes: 3 << 30
-        })
+            limit_bytes: 0
+        }),
+        "the claim's limit is not sent (upstream sends none)"
     );
     assert_eq!(
         req.parameters,
@@ -137,17 +140,21 @@ fn default_fstype_applies_only_without_a_class_fstype_and_never_to_block() {
         plan.capabilities[0].access_type,
         Some(AccessType::Block(_))
     ));
-    let with_opts = class("sc", D).mount_options(&["ro"]).build();
-    assert_eq!(
-        plan_provision(
-            &caps(),
-            &opts,
-            &claim("c").size("1").block().build(),
-            &with_opts
-        )
-        .unwrap_err(),
-        ProvisionError::BlockMountOptions
-    );
+    // The class's mount options do not refuse a Block claim (upstream's): the capability has
+    // no mount flags, the plan keeps them for the PV.
+    let with_opts = class("sc", D).mount_options(&["discard"]).build();
+    let plan = plan_provision(
+        &caps(),
+        &opts,
+        &claim("c").size("1").block().build(),
+        &with_opts,
+    )
+    .unwrap();
+    assert!(matches!(
+        plan.capabilities[0].access_type,
+        Some(AccessType::Block(_))
+    ));
+    assert_eq!(plan.mount_options, vec!["discard".to_string()]);
 }
 
 #[test]
@@ -362,6 +369,43 @@ fn the_pv_is_written_as_upstream_writes_it() {
     let expr = &terms[1].match_expressions.as_ref().unwrap()[0];
     assert_eq!((expr.key.as_str(), expr.operator.as_str()), ("zone", "In"));
     assert_eq!(expr.values, Some(vec!["b".to_string()]));
+}
+
+#[test]
+fn node_affinity_and_the_attributes_class_follow_the_gates() {
+    // (Topology gate, driver's accessibility, attributes-class gate, the claim's class name)
+    // -> (node affinity written, the PV's class name): upstream's `supportsTopology` and its
+    // `vacName != ""` with the gate on.
+    let table: Vec<(bool, bool, bool, Option<&str>, bool, Option<&str>)> = vec![
+        (true, true, true, Some("gold"), true, Some("gold")),
+        (false, true, true, Some("gold"), false, Some("gold")),
+        (true, false, true, None, false, None),
+        (true, true, false, Some("gold"), true, None),
+        (true, true, true, Some(""), true, None),
+    ];
+    for (gate, accessible, vac_gate, vac, affinity, pv_vac) in table {
+        let mut c = claim("data").size("1Gi");
+        if let Some(name) = vac {
+            c = c.vac(name);
+        }
+        let c = c.build();
+        let mut opts = options();
+        opts.topology = gate;
+        opts.attributes_classes = vac_gate;
+        let mut driver = caps();
+        driver.accessibility = accessible;
+        let plan = plan_provision(&driver, &opts, &c, &class("sc", D).build()).unwrap();
+        let topology = volume(1 << 30, &[("zone", "a")]);
+        let pv = build_pv(&plan, &driver, &opts, &c, Some(&topology), "id").unwrap();
+        let spec = pv.spec.unwrap();
+        let case = (gate, accessible, vac_gate, vac);
+        assert_eq!(spec.node_affinity.is_some(), affinity, "{case:?}");
+        assert_eq!(
+            spec.volume_attributes_class_name.as_deref(),
+            pv_vac,
+            "{case:?}"
+        );
+    }
 }
 
 #[test]

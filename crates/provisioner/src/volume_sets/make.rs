@@ -250,6 +250,8 @@ mod tests {
             default_fstype: "ext4".into(),
             extra_create_metadata: extra,
             controller_publish_readonly: false,
+            topology: true,
+            attributes_classes: true,
         }
     }
 
