@@ -200,6 +200,51 @@ async fn retain_volumes_are_left_alone() {
 }
 
 #[tokio::test]
+async fn a_bound_volume_whose_policy_becomes_delete_gets_the_finalizer_and_is_deleted() {
+    let c = Cluster::start(&[], &[], true).await;
+    c.class("keep", json!({"reclaimPolicy": "Retain"})).await;
+    let claim = c.claim("data", "keep", "1Gi", json!({}), false).await;
+    let pv = c.wait_pv(&claim, T).await;
+    assert_eq!(pv.metadata.finalizers, None, "Retain: no finalizer");
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let name = pv.metadata.name.clone().unwrap();
+    c.wait_until("the PV Bound", T, || async {
+        pvs.get(&name).await.unwrap().status.and_then(|s| s.phase) == Some("Bound".into())
+    })
+    .await;
+    pvs.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"persistentVolumeReclaimPolicy": "Delete"}})),
+    )
+    .await
+    .unwrap();
+    // Upstream's handleProtectionFinalizer: a Bound Delete volume gets the finalizer, so
+    // deleting the PV object cannot leak the volume.
+    c.wait_until("the finalizer", T, || async {
+        pvs.get(&name)
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .is_some_and(|f| {
+                f.iter()
+                    .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer")
+            })
+    })
+    .await;
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.wait_until("the PV to go", T, || async {
+        pvs.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(c.driver_volumes().await, 0, "the volume deleted too");
+}
+
+#[tokio::test]
 async fn bad_input_ends_in_a_provisioning_failed_event_and_no_create_volume() {
     let c = Cluster::start(&[], &[], false).await;
     // Any CreateVolume that reached the driver would fail with this message instead.

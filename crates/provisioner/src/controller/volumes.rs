@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use sidecar_kit::api_errors;
 use sidecar_kit::events::EventType;
+use sidecar_kit::patch_ops::Op;
 use sidecar_kit::workqueue::Next;
 
 use super::Provisioner;
@@ -89,6 +91,14 @@ impl Provisioner {
                 Err(VolumeError::Translate(reason))
             }
             VolumeDecision::RemoveFinalizer => self.remove_finalizer(&pv).await,
+            VolumeDecision::AddFinalizer => {
+                self.change_finalizer(
+                    &pv,
+                    sidecar_kit::finalizers::add_ops,
+                    "add the finalizer to",
+                )
+                .await
+            }
             VolumeDecision::Delete { .. }
                 if !self.gate.as_ref().is_none_or(|gate| gate.deletes(&pv)) =>
             {
@@ -177,10 +187,24 @@ impl Provisioner {
         }
     }
 
-    /// Removes our finalizer with a JSON patch that first tests the list entry, so a stale
-    /// cache can never drop someone else's finalizer. The cached object is tried first; only a
-    /// failed test reads the PV again.
     async fn remove_finalizer(&self, cached: &PersistentVolume) -> Result<(), VolumeError> {
+        self.change_finalizer(
+            cached,
+            sidecar_kit::finalizers::remove_ops,
+            "remove the finalizer of",
+        )
+        .await
+    }
+
+    /// Adds or removes our finalizer (`ops`: `add_ops` or `remove_ops`) with a JSON patch that
+    /// first tests the list, so a stale cache can never drop someone else's finalizer. The
+    /// cached object is tried first; only a failed test reads the PV again.
+    async fn change_finalizer(
+        &self,
+        cached: &PersistentVolume,
+        ops: fn(&ObjectMeta, &str) -> Option<Vec<Op>>,
+        action: &'static str,
+    ) -> Result<(), VolumeError> {
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         let name = cached.metadata.name.clone().unwrap_or_default();
         let mut current = cached.clone();
@@ -197,8 +221,7 @@ impl Provisioner {
                     }
                 };
             }
-            let Some(ops) = sidecar_kit::finalizers::remove_ops(&current.metadata, PV_FINALIZER)
-            else {
+            let Some(ops) = ops(&current.metadata, PV_FINALIZER) else {
                 return Ok(());
             };
             let patch = sidecar_kit::patch_ops::patch(ops);
@@ -214,16 +237,11 @@ impl Provisioner {
                 {
                     continue;
                 }
-                Err(source) => {
-                    return Err(VolumeError::Api {
-                        action: "remove the finalizer of",
-                        source,
-                    });
-                }
+                Err(source) => return Err(VolumeError::Api { action, source }),
             }
         }
         Err(VolumeError::Api {
-            action: "remove the finalizer of",
+            action,
             source: kube::Error::Api(Box::new(
                 kube::core::Status::failure("finalizers kept changing", "Conflict").with_code(409),
             )),

@@ -24,6 +24,10 @@ pub enum VolumeDecision {
     /// The policy is no longer Delete (or the PV is already gone from the driver's view):
     /// drop our finalizer so the PV can go.
     RemoveFinalizer,
+    /// A Bound volume of ours with policy Delete lacks our finalizer (a static PV, one whose
+    /// policy became Delete, one an older provisioner made): add it, so deleting the PV
+    /// object cannot leak the volume (upstream's `handleProtectionFinalizer`).
+    AddFinalizer,
     /// An in-tree PV of the migrated plugin whose source does not translate (why): it cannot
     /// be deleted through the driver.
     Untranslatable(String),
@@ -74,6 +78,9 @@ pub fn decide_volume(
         } else {
             VolumeDecision::Ignore
         };
+    }
+    if phase == "Bound" && pv.metadata.deletion_timestamp.is_none() && !has_finalizer(pv) {
+        return VolumeDecision::AddFinalizer;
     }
     if phase != "Released" {
         return VolumeDecision::Ignore;
@@ -160,9 +167,41 @@ mod tests {
 
     #[test]
     fn other_phases_policies_and_drivers_are_left_alone() {
+        let being_deleted = {
+            let mut v = pv("a").ours(D).policy("Delete").phase("Bound").build();
+            v.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+            v
+        };
         let table = [
             (
+                pv("a")
+                    .ours(D)
+                    .policy("Delete")
+                    .phase("Bound")
+                    .finalizer()
+                    .build(),
+                VolumeDecision::Ignore,
+            ),
+            // Upstream's handleProtectionFinalizer: only a Bound Delete volume not being
+            // deleted gets the finalizer.
+            (
                 pv("a").ours(D).policy("Delete").phase("Bound").build(),
+                VolumeDecision::AddFinalizer,
+            ),
+            (being_deleted, VolumeDecision::Ignore),
+            (
+                pv("a")
+                    .ours("other")
+                    .policy("Delete")
+                    .phase("Bound")
+                    .build(),
+                VolumeDecision::Ignore,
+            ),
+            (
+                pv("a").ours(D).policy("Retain").phase("Bound").build(),
                 VolumeDecision::Ignore,
             ),
             (

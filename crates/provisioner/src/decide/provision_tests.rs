@@ -376,7 +376,15 @@ fn node_affinity_and_the_attributes_class_follow_the_gates() {
     // (Topology gate, driver's accessibility, attributes-class gate, the claim's class name)
     // -> (node affinity written, the PV's class name): upstream's `supportsTopology` and its
     // `vacName != ""` with the gate on.
-    let table: Vec<(bool, bool, bool, Option<&str>, bool, Option<&str>)> = vec![
+    type Row = (
+        bool,
+        bool,
+        bool,
+        Option<&'static str>,
+        bool,
+        Option<&'static str>,
+    );
+    let table: Vec<Row> = vec![
         (true, true, true, Some("gold"), true, Some("gold")),
         (false, true, true, Some("gold"), false, Some("gold")),
         (true, false, true, None, false, None),
