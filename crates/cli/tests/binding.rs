@@ -436,3 +436,22 @@ async fn a_late_binding_claim_names_the_pods_waiting_for_the_scheduler() {
         c.wait_event("data", "WaitForPodScheduled", message).await;
     }
 }
+
+#[tokio::test]
+async fn a_claim_whose_provisioner_annotation_cannot_be_saved_gets_an_event_and_is_retried() {
+    let c = Cluster::start(&[], &[], true).await;
+    c.class("plain", json!({})).await;
+    // Every claim update refused: the binder cannot write the storage-provisioner annotation.
+    c.stack.server.set_faults(vec![
+        serde_json::from_value(
+            json!({"resource": "persistentvolumeclaims", "verb": "UPDATE", "error": 409}),
+        )
+        .unwrap(),
+    ]);
+    let claim = c.claim("data", "plain", "1Gi", json!({}), false).await;
+    // kube-controller-manager's provisionClaimOperationExternal.
+    c.wait_event("data", "ProvisioningFailed", "Error saving claim: ")
+        .await;
+    c.stack.server.set_faults(Vec::new());
+    c.wait_pv(&claim, T).await;
+}

@@ -105,7 +105,21 @@ impl PvController {
                     a.insert(ANN_BETA_STORAGE_PROVISIONER.into(), provisioner.clone());
                     self.put_claim(&updated, Part::Whole, "annotate the claim")
                         .await
-                        .inspect_err(|_| self.operation_failed(&key))?;
+                        .inspect_err(|error| {
+                            self.operation_failed(&key);
+                            // kube-controller-manager's `provisionClaimOperationExternal`.
+                            if let SyncError::Write { source, .. } = error {
+                                self.recorder.record(
+                                    &reference(&*claim),
+                                    EventType::Warning,
+                                    "ProvisioningFailed",
+                                    &format!(
+                                        "Error saving claim: {}",
+                                        sidecar_kit::api_errors::message(source)
+                                    ),
+                                );
+                            }
+                        })?;
                 }
                 self.recorder
                     .record(&reference(&*claim), EventType::Normal, "ExternalProvisioning", &format!(
@@ -151,7 +165,7 @@ impl PvController {
             }
             ClaimAction::Lost { reason, message } => {
                 let mut updated = (*claim).clone();
-                updated.status.get_or_insert_with(Default::default).phase = Some("Lost".into());
+                updated.status = Some(lost_status(&claim));
                 self.put_claim(&updated, Part::Status, "mark the claim Lost")
                     .await?;
                 self.recorder

@@ -26,7 +26,10 @@ use crate::decide::binder::{
     awaits_external_deleter, claim_is_gone, leaves_claim_pending, left_to_node_recyclers,
     named_volumes, pending_status,
 };
-use crate::decide::binding::{bound_status, claim_bound_to, volume_bound_to, volume_marked_bound};
+use crate::decide::binding::{
+    bound_status, claim_bound_to, lost_status, volume_bound_to, volume_in_phase,
+    volume_marked_bound,
+};
 
 /// The names provisioners give the volume of a claim, `<prefix>-<claim uid>`: upstream's
 /// default `--volume-name-prefix`.

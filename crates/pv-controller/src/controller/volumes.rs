@@ -73,8 +73,7 @@ impl PvController {
             // table); were it, nothing is written and the next event looks again.
             VolumeAction::ReadClaimLive | VolumeAction::Nothing => Ok(()),
             VolumeAction::SetPhase(phase) => {
-                let mut updated = (*pv).clone();
-                updated.status.get_or_insert_with(Default::default).phase = Some(phase.into());
+                let updated = volume_in_phase(&pv, phase);
                 let written = self
                     .put_volume(&updated, Part::Status, "set the volume phase")
                     .await?;

@@ -321,7 +321,17 @@ fn decide_bound_claim(
     if claim_ref.uid.as_deref().unwrap_or_default()
         == claim.metadata.uid.as_deref().unwrap_or_default()
     {
-        return if claim_phase == "Bound" && phase(pv) == "Bound" {
+        // kube-controller-manager binds again each time (writing only what differs): a claim
+        // whose access modes are not its volume's gets them.
+        let modes = pv.spec.as_ref().and_then(|s| s.access_modes.as_deref());
+        let claim_modes = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.access_modes.as_deref());
+        return if claim_phase == "Bound"
+            && phase(pv) == "Bound"
+            && super::binding::same_modes(claim_modes, modes)
+        {
             ClaimAction::Nothing
         } else {
             ClaimAction::CompleteBinding(name.to_string())

@@ -238,6 +238,7 @@ fn a_provisioned_volume_naming_the_claim_completes_the_binding() {
     bound.spec.as_mut().unwrap().volume_name = Some("pvc-1".into());
     bound.status = Some(PersistentVolumeClaimStatus {
         phase: Some("Bound".into()),
+        access_modes: made.spec.as_ref().unwrap().access_modes.clone(),
         ..Default::default()
     });
     bound.metadata.annotations = Some(BTreeMap::from([(
@@ -312,11 +313,18 @@ fn a_claim_whose_binding_completed_keeps_its_volume_or_is_lost_as_kube_controlle
         )]));
         c.status = Some(PersistentVolumeClaimStatus {
             phase: Some(phase.into()),
+            access_modes: Some(vec!["ReadWriteOnce".into(), "ReadOnlyMany".into()]),
             ..Default::default()
         });
         c
     };
     let mine = completed(Some("v"), "Bound");
+    // Bound, but the volume's access modes changed since: its status gets them.
+    let stale_modes = {
+        let mut c = completed(Some("v"), "Bound");
+        c.status.as_mut().unwrap().access_modes = Some(vec!["ReadWriteOnce".into()]);
+        c
+    };
     let other = claim("other", Some(""), "1Gi");
     let lost = |reason, message| ClaimAction::Lost { reason, message };
     // (claim, its volume if any, action)
@@ -352,6 +360,11 @@ fn a_claim_whose_binding_completed_keeps_its_volume_or_is_lost_as_kube_controlle
         ),
         (
             completed(Some("v"), "Pending"),
+            Some(with_phase(bound_to(pv("v", "", "1Gi"), &mine), "Bound")),
+            ClaimAction::CompleteBinding("v".into()),
+        ),
+        (
+            stale_modes,
             Some(with_phase(bound_to(pv("v", "", "1Gi"), &mine), "Bound")),
             ClaimAction::CompleteBinding("v".into()),
         ),

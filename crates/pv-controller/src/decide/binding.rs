@@ -31,18 +31,36 @@ pub fn volume_bound_to(
     Some(whole)
 }
 
-/// The volume with its phase Bound (its status written as it is otherwise). `None` when it is
-/// Bound already.
+/// The volume with its phase Bound (see [`volume_in_phase`]). `None` when it is Bound already.
 pub fn volume_marked_bound(pv: &PersistentVolume) -> Option<PersistentVolume> {
     if pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") {
         return None;
     }
-    let mut marked = pv.clone();
-    marked
+    Some(volume_in_phase(pv, "Bound"))
+}
+
+/// The volume in `phase` with no status message, as kube-controller-manager's
+/// `updateVolumePhase` writes a phase other than Failed (a Failed volume's message goes once
+/// it is Available, Bound or Released again); the rest of its status as it is.
+pub fn volume_in_phase(pv: &PersistentVolume, phase: &str) -> PersistentVolume {
+    let mut updated = pv.clone();
+    let status = updated
         .status
-        .get_or_insert_with(PersistentVolumeStatus::default)
-        .phase = Some("Bound".into());
-    Some(marked)
+        .get_or_insert_with(PersistentVolumeStatus::default);
+    status.phase = Some(phase.into());
+    status.message = None;
+    updated
+}
+
+/// The status of a claim that lost its volume, as kube-controller-manager's `updateClaimStatus`
+/// without a volume writes it: phase Lost, no access modes, no capacity.
+pub fn lost_status(claim: &PersistentVolumeClaim) -> PersistentVolumeClaimStatus {
+    PersistentVolumeClaimStatus {
+        phase: Some("Lost".into()),
+        access_modes: None,
+        capacity: None,
+        ..claim.status.clone().unwrap_or_default()
+    }
 }
 
 /// The claim with its side of a binding to `pv_name` written, as kube-controller-manager's
@@ -75,16 +93,23 @@ pub fn claim_bound_to(
 
 /// The status of a claim bound to `pv`, as kube-controller-manager's `updateClaimStatus` with
 /// a volume writes it: phase Bound, the volume's capacity and access modes, and, going from
-/// Pending, its attributes class as the current one. `None` when the claim is Bound already.
+/// Pending, its attributes class as the current one. A claim Bound already gets only the
+/// volume's access modes when they differ (its capacity may differ on purpose); `None` when
+/// nothing changes.
 pub fn bound_status(
     claim: &PersistentVolumeClaim,
     pv: &PersistentVolume,
 ) -> Option<PersistentVolumeClaimStatus> {
     let mut status = claim.status.clone().unwrap_or_default();
-    if status.phase.as_deref() == Some("Bound") {
-        return None;
-    }
     let spec = pv.spec.as_ref();
+    if status.phase.as_deref() == Some("Bound") {
+        let modes = spec.and_then(|s| s.access_modes.clone());
+        if same_modes(status.access_modes.as_deref(), modes.as_deref()) {
+            return None;
+        }
+        status.access_modes = modes;
+        return Some(status);
+    }
     if status.phase.as_deref().is_none_or(|p| p == "Pending") {
         status.current_volume_attributes_class_name =
             spec.and_then(|s| s.volume_attributes_class_name.clone());
@@ -93,4 +118,10 @@ pub fn bound_status(
     status.capacity = spec.and_then(|s| s.capacity.clone());
     status.access_modes = spec.and_then(|s| s.access_modes.clone());
     Some(status)
+}
+
+/// Whether two lists of access modes are the same, an empty list being none (a server may send
+/// either back).
+pub fn same_modes(a: Option<&[String]>, b: Option<&[String]>) -> bool {
+    a.filter(|m| !m.is_empty()) == b.filter(|m| !m.is_empty())
 }

@@ -1,7 +1,10 @@
 //! What completing a binding writes, both sides (helpers from the binder's tests).
 
 use super::*;
-use crate::decide::binding::{bound_status, claim_bound_to, volume_bound_to, volume_marked_bound};
+use crate::decide::binding::{
+    bound_status, claim_bound_to, lost_status, volume_bound_to, volume_in_phase,
+    volume_marked_bound,
+};
 
 #[test]
 fn the_volumes_side_of_a_binding_is_written_only_where_it_is_missing() {
@@ -130,4 +133,44 @@ fn the_claims_side_of_a_binding_is_written_as_kube_controller_manager_writes_it(
     let mut bound = chosen;
     bound.status = Some(status);
     assert_eq!(bound_status(&bound, &pv), None);
+
+    // Bound already: only access modes that are not the volume's are written (updateClaimStatus
+    // from syncBoundClaim's bind); the capacity stays as it is.
+    let mut changed = pv.clone();
+    changed.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteMany".into()]);
+    changed.spec.as_mut().unwrap().capacity = None;
+    let refreshed = bound_status(&bound, &changed).unwrap();
+    assert_eq!(
+        refreshed.access_modes,
+        Some(vec!["ReadWriteMany".to_string()])
+    );
+    assert_eq!(refreshed.capacity, bound.status.as_ref().unwrap().capacity);
+    assert_eq!(refreshed.phase.as_deref(), Some("Bound"));
+
+    // Lost: phase Lost, neither access modes nor capacity (updateClaimStatus without a volume).
+    let lost = lost_status(&bound);
+    assert_eq!(lost.phase.as_deref(), Some("Lost"));
+    assert_eq!((lost.access_modes, lost.capacity), (None, None));
+    assert_eq!(
+        lost.current_volume_attributes_class_name.as_deref(),
+        Some("gold"),
+        "the rest of the status is kept"
+    );
+}
+
+#[test]
+fn a_volume_phase_other_than_failed_is_written_without_a_message() {
+    let mut failed = pv("v", "fast", "1Gi");
+    let status = failed.status.as_mut().unwrap();
+    status.phase = Some("Failed".into());
+    status.message = Some("error getting deleter volume plugin for volume \"v\"".into());
+    for phase in ["Available", "Bound", "Released"] {
+        let updated = volume_in_phase(&failed, phase);
+        let status = updated.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some(phase));
+        assert_eq!(status.message, None, "{phase}");
+        assert_eq!(updated.spec, failed.spec);
+    }
+    let marked = volume_marked_bound(&failed).unwrap();
+    assert_eq!(marked.status.unwrap().message, None);
 }
