@@ -455,3 +455,21 @@ async fn a_claim_whose_provisioner_annotation_cannot_be_saved_gets_an_event_and_
     c.stack.server.set_faults(Vec::new());
     c.wait_pv(&claim, T).await;
 }
+
+#[tokio::test]
+async fn a_claim_left_to_an_absent_provisioner_is_bound_to_a_volume_made_later() {
+    // The resync is what looks at the claim again (kube-controller-manager's every 15 s):
+    // short here, so the test does not wait for the default.
+    let c = Cluster::start_with(&[], &[], true, |o| o.orphan_resync = Duration::from_secs(1)).await;
+    c.apply_cluster::<StorageClass>(
+        json!({"metadata": {"name": "elsewhere"}, "provisioner": "example.com/not-running"}),
+    )
+    .await;
+    c.claim("waits", "elsewhere", "1Gi", json!({}), false).await;
+    c.wait_event("waits", "ExternalProvisioning", "example.com/not-running")
+        .await;
+    // An administrator makes a volume for it: no event of the claim follows.
+    c.apply_cluster::<PersistentVolume>(static_pv("by-hand", "1Gi", "elsewhere"))
+        .await;
+    assert_eq!(bound_volume(&c, "waits").await, "by-hand");
+}

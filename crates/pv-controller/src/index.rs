@@ -57,6 +57,11 @@ impl ClaimRefIndex {
             .collect()
     }
 
+    /// The volumes no claimRef names.
+    pub fn unbound(&self) -> Vec<String> {
+        self.maps.lock().unbound.iter().cloned().collect()
+    }
+
     /// Volumes indexed (for tests and metrics).
     pub fn len(&self) -> usize {
         self.maps.lock().by_claim.len()

@@ -94,7 +94,8 @@ pub struct PvController {
     waiting_pods: Arc<PodsByClaim>,
 }
 
-/// How often volumes whose claim is missing are looked at again, whatever the events said.
+/// How often volumes whose claim is missing, and unbound claims a volume no claimRef names may
+/// fit, are looked at again, whatever the events said.
 pub const ORPHAN_RESYNC: Duration = Duration::from_secs(15);
 
 impl std::fmt::Debug for PvController {
@@ -368,6 +369,44 @@ impl PvController {
         queued
     }
 
+    /// Queues the unbound claims a volume no claimRef names may fit (of its class, or of none
+    /// for a class-less volume): kube-controller-manager looks at every claim at each resync,
+    /// so a claim left to an external provisioner (which may never come, or refuse it) is bound
+    /// to a volume an administrator makes meanwhile. The claims a binding just missed are
+    /// queued by their own events; this pass costs nothing while no volume is unbound. Uses
+    /// [`WorkQueue::add`], so a claim waiting out a backoff keeps waiting.
+    pub fn resync_unbound(&self) -> usize {
+        let classes: std::collections::HashSet<String> = self
+            .index
+            .unbound()
+            .iter()
+            .filter_map(|name| self.volumes.get(&ObjectRef::new(name)))
+            .map(|pv| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        if classes.is_empty() {
+            return 0;
+        }
+        let mut queued = 0;
+        for claim in self.claims.state() {
+            let unbound = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none_or(str::is_empty);
+            let class = sidecar_kit::vocabulary::requested_class(&claim).unwrap_or_default();
+            if unbound && classes.contains(class) {
+                self.claim_queue.add(ObjectRef::from_obj(&*claim));
+                queued += 1;
+            }
+        }
+        queued
+    }
+
     /// Runs `workers` claim and volume workers until `stop` resolves.
     pub async fn run(self: Arc<Self>, workers: usize, stop: impl std::future::Future<Output = ()>) {
         self.run_with(workers, ORPHAN_RESYNC, stop).await;
@@ -405,6 +444,10 @@ impl PvController {
                 let queued = resync.resync_orphans();
                 if queued > 0 {
                     tracing::debug!(volumes = queued, "re-queued volumes whose claim is missing");
+                }
+                let queued = resync.resync_unbound();
+                if queued > 0 {
+                    tracing::debug!(claims = queued, "re-queued unbound claims a volume may fit");
                 }
             })
     }
