@@ -473,3 +473,30 @@ async fn a_claim_left_to_an_absent_provisioner_is_bound_to_a_volume_made_later()
         .await;
     assert_eq!(bound_volume(&c, "waits").await, "by-hand");
 }
+
+#[tokio::test]
+async fn a_volume_pre_bound_to_a_claim_of_another_volume_mode_says_why_it_is_not_bound() {
+    let c = Cluster::start(&[], &[], true).await;
+    manual_class(&c).await;
+    let claim = c.claim("files", "manual", "1Gi", json!({}), false).await;
+    let mut pv = static_pv("raw", "1Gi", "manual");
+    pv["spec"]["volumeMode"] = json!("Block");
+    pv["spec"]["claimRef"] = json!({
+        "kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": "default",
+        "name": "files", "uid": claim.metadata.uid.clone().unwrap(),
+    });
+    c.apply_cluster::<PersistentVolume>(pv).await;
+    // kube-controller-manager's two Warning events, one on each side.
+    c.wait_event(
+        "files",
+        "VolumeMismatch",
+        "Cannot bind PersistentVolume \"raw\" to requested PersistentVolumeClaim due to incompatible volumeMode.",
+    )
+    .await;
+    c.wait_event(
+        "raw",
+        "VolumeMismatch",
+        "Cannot bind PersistentVolume to requested PersistentVolumeClaim \"files\" due to incompatible volumeMode.",
+    )
+    .await;
+}

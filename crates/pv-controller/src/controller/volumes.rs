@@ -107,6 +107,30 @@ impl PvController {
                     .map(drop)
             }
             VolumeAction::Fail { reason, message } => self.fail(&pv, reason, &message).await,
+            VolumeAction::VolumeModeMismatch { namespace, name } => {
+                // kube-controller-manager's syncVolume, word for word.
+                self.recorder.record(
+                    &reference(&*pv),
+                    EventType::Warning,
+                    "VolumeMismatch",
+                    &format!(
+                        "Cannot bind PersistentVolume to requested PersistentVolumeClaim {name:?} due to incompatible volumeMode."
+                    ),
+                );
+                let Some(claim) = self.claims.get(&ObjectRef::new(&name).within(&namespace)) else {
+                    return Ok(());
+                };
+                self.recorder.record(
+                    &reference(&*claim),
+                    EventType::Warning,
+                    "VolumeMismatch",
+                    &format!(
+                        "Cannot bind PersistentVolume {name:?} to requested PersistentVolumeClaim due to incompatible volumeMode.",
+                        name = pv.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                );
+                Ok(())
+            }
             VolumeAction::MigratedTo(driver) => {
                 let mut updated = (*pv).clone();
                 mark_migrated_to(&mut updated.metadata, driver);

@@ -94,6 +94,15 @@ pub enum VolumeAction {
     MigratedTo(Option<String>),
     /// Released with policy Recycle: scrub and make Available again.
     Recycle,
+    /// Bound by its claimRef to a claim not bound yet whose volume mode is not the volume's:
+    /// the claim's sync passes it over, so nothing binds; kube-controller-manager's two Warning
+    /// `VolumeMismatch` events (on the volume and on this claim) say why.
+    VolumeModeMismatch {
+        /// The claim's namespace.
+        namespace: String,
+        /// The claim's name.
+        name: String,
+    },
     /// The claim the volume is bound to is missing from the cache, or the cache holds a claim
     /// of that name with another UID: read it from the API server before releasing (a lagging
     /// claim watch must not release a volume whose claim exists), then decide again with what
@@ -509,6 +518,12 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
                     VolumeAction::SetPhase("Bound")
                 }
             } else if claim_volume.is_empty() {
+                if super::matching::volume_modes_differ(claim, pv) {
+                    return VolumeAction::VolumeModeMismatch {
+                        namespace: claim.metadata.namespace.clone().unwrap_or_default(),
+                        name: claim.metadata.name.clone().unwrap_or_default(),
+                    };
+                }
                 // The claim is not bound yet: its sync binds it (to this volume, or another).
                 VolumeAction::Nothing
             } else if annotation(&pv.metadata, ANN_PROVISIONED_BY).is_some()

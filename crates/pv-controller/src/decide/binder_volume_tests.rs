@@ -116,6 +116,27 @@ fn volumes_move_through_their_phases() {
 }
 
 #[test]
+fn a_volume_bound_to_an_unbound_claim_of_another_volume_mode_says_so() {
+    let c = claim("c", Some(""), "1Gi");
+    let v = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Available");
+    // The claim not bound yet, same mode (none is Filesystem): its sync binds it.
+    assert_eq!(dv(&v, &[c.clone()]), VolumeAction::Nothing);
+    let mut block = c.clone();
+    block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    assert_eq!(
+        dv(&v, &[block.clone()]),
+        VolumeAction::VolumeModeMismatch {
+            namespace: "default".into(),
+            name: "c".into()
+        }
+    );
+    // Both Block: nothing to say.
+    let mut block_volume = v.clone();
+    block_volume.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    assert_eq!(dv(&block_volume, &[block]), VolumeAction::Nothing);
+}
+
+#[test]
 fn released_volumes_follow_their_reclaim_policy() {
     let c = claim("c", Some(""), "1Gi");
     let released = |policy: &str, provisioned: bool| {

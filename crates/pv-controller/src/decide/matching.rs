@@ -167,6 +167,13 @@ pub(crate) fn pre_bound_fits(claim: &PersistentVolumeClaim, pv: &PersistentVolum
         )
 }
 
+/// Whether a claim and a volume differ in volume mode (kube-controller-manager's
+/// `CheckVolumeModeMismatches`; none means `Filesystem`).
+pub fn volume_modes_differ(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
+    volume_mode(claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref()))
+        != volume_mode(pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()))
+}
+
 /// A volume mode as written, `Filesystem` when not.
 fn volume_mode(mode: Option<&str>) -> &str {
     mode.unwrap_or("Filesystem")
