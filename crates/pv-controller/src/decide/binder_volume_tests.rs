@@ -120,7 +120,7 @@ fn a_volume_bound_to_an_unbound_claim_of_another_volume_mode_says_so() {
     let c = claim("c", Some(""), "1Gi");
     let v = with_phase(bound_to(pv("v", "", "1Gi"), &c), "Available");
     // The claim not bound yet, same mode (none is Filesystem): its sync binds it.
-    assert_eq!(dv(&v, &[c.clone()]), VolumeAction::Nothing);
+    assert_eq!(dv(&v, std::slice::from_ref(&c)), VolumeAction::Nothing);
     let mut block = c.clone();
     block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
     assert_eq!(
