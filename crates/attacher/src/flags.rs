@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 pub use sidecar_kit::flags::GateList;
-use sidecar_kit::flags::{gates, go_bool, go_duration, resolve_gates};
+use sidecar_kit::flags::{Gate, Stage, gates, go_bool, go_duration, resolve_gates};
 
 /// `csi-attacher` flags.
 #[derive(Debug, Clone, clap::Parser)]
@@ -41,7 +41,7 @@ pub struct AttacherArgs {
     /// fsType for mount volumes whose PV sets none.
     #[arg(long, default_value = "")]
     pub default_fstype: String,
-    /// Longest gRPC request or response logged (-1: no limit).
+    /// Longest gRPC request logged (0 or less: no limit, the default -1).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub max_grpc_log_length: i32,
     /// Feature gates, NAME=true|false,...
@@ -53,9 +53,9 @@ pub struct AttacherArgs {
 }
 
 /// Known feature gates and their defaults (external-attacher v4.12).
-pub const FEATURE_GATES: [(&str, bool); 2] = [
-    ("ReleaseLeaderElectionOnExit", false),
-    ("MutableCSINodeAllocatableCount", true),
+pub const FEATURE_GATES: [Gate; 2] = [
+    ("ReleaseLeaderElectionOnExit", false, Stage::Alpha),
+    ("MutableCSINodeAllocatableCount", true, Stage::Ga),
 ];
 
 /// A refused flag value, naming the flag.
@@ -106,12 +106,6 @@ impl AttacherArgs {
         }
         if self.max_entries < 0 {
             return Err(invalid("--max-entries", "must not be negative"));
-        }
-        if self.max_grpc_log_length < -1 {
-            return Err(invalid(
-                "--max-grpc-log-length",
-                "must be -1 (no limit) or a length",
-            ));
         }
         let http_address = self
             .common
@@ -191,7 +185,6 @@ mod tests {
             (&["--reconcile-sync=0s"], "--reconcile-sync"),
             (&["--resync=0s"], "--resync"),
             (&["--max-entries=-1"], "--max-entries"),
-            (&["--max-grpc-log-length=-5"], "--max-grpc-log-length"),
             (&["--feature-gates=Bogus=true"], "--feature-gates"),
             (
                 &["--http-endpoint=:8080", "--metrics-address=:8081"],

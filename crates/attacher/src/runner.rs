@@ -53,7 +53,7 @@ pub async fn run(args: AttacherArgs, shutdown: impl Future<Output = ()>) -> Resu
     if args.automaxprocs {
         tracing::warn!(
             flag = "--automaxprocs",
-            "flag has no effect: it sizes Go's scheduler; this attacher uses one thread per core"
+            "flag has no effect: it sizes Go's scheduler; this attacher's threads already follow the cgroup CPU quota"
         );
     }
     let (channel, info) = identify(&args.common.csi_address, args.timeout).await?;

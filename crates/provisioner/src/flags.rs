@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::decide::names::{NameError, VolumeNaming};
 
 pub use sidecar_kit::flags::GateList;
-use sidecar_kit::flags::{gates, go_bool, go_duration, resolve_gates};
+use sidecar_kit::flags::{Gate, Stage, gates, go_bool, go_duration, resolve_gates};
 
 /// `csi-provisioner` flags (upstream v6 names and defaults).
 #[derive(Debug, Clone, clap::Parser)]
@@ -70,6 +70,10 @@ pub struct ProvisionerArgs {
     /// Feature gates, NAME=true|false,...
     #[arg(long, default_value = "", value_parser = gates)]
     pub feature_gates: GateList,
+    /// Go's GOMAXPROCS from the cgroup CPU quota (accepted and logged: the runtime's threads
+    /// already follow the quota).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub automaxprocs: bool,
     /// Publish CSIStorageCapacity objects (needs the NAMESPACE or POD_NAMESPACE env variable,
     /// and POD_NAME unless --capacity-ownerref-level=-1). Also `central` (= true) and
     /// `immediate-binding` (= true with --capacity-for-immediate-binding), the older forms.
@@ -127,12 +131,12 @@ pub struct ProvisionerArgs {
 }
 
 /// Known feature gates and their defaults.
-pub const FEATURE_GATES: [(&str, bool); 5] = [
-    ("Topology", true),
-    ("CSIMigration", true),
-    ("VolumeAttributesClass", true),
-    ("CrossNamespaceVolumeDataSource", false),
-    ("ReleaseLeaderElectionOnExit", true),
+pub const FEATURE_GATES: [Gate; 5] = [
+    ("Topology", true, Stage::Ga),
+    ("CSIMigration", true, Stage::Ga),
+    ("VolumeAttributesClass", true, Stage::Ga),
+    ("CrossNamespaceVolumeDataSource", false, Stage::Alpha),
+    ("ReleaseLeaderElectionOnExit", true, Stage::Alpha),
 ];
 
 /// A flag combination we refuse.
@@ -272,6 +276,9 @@ impl ProvisionerArgs {
             "--node-deployment-max-delay",
         ];
         let mut inert = vec!["--snapshot-orphan-sweep-interval"];
+        if self.automaxprocs {
+            inert.push("--automaxprocs");
+        }
         if !self.capacity().on() {
             inert.extend(CAPACITY);
         }
@@ -451,8 +458,14 @@ mod tests {
             "-leader-election",
             "--timeout=1m30s",
             "--feature-gates=Topology=false",
+            "--automaxprocs",
         ])
         .unwrap();
+        assert!(a.automaxprocs);
+        assert_eq!(
+            a.inert_flags(&["--automaxprocs".to_string()]),
+            vec!["--automaxprocs"]
+        );
         assert_eq!(a.common.csi_address, "/csi/sock");
         assert_eq!(a.common.verbosity, 5);
         assert!(a.extra_create_metadata && a.common.leader_election && !a.immediate_topology);

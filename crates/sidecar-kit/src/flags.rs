@@ -33,22 +33,56 @@ pub fn gates(text: &str) -> Result<GateList, String> {
     parse_bool_map(text)
 }
 
-/// The value of every known gate: its default unless `given` sets it; an unknown gate is
-/// refused with the list of known ones.
+/// A feature gate's maturity (component-base's `PreRelease`): `AllAlpha` and `AllBeta` set the
+/// gates of theirs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Alpha.
+    Alpha,
+    /// Beta.
+    Beta,
+    /// Generally available.
+    Ga,
+}
+
+/// A known gate: its name, its default and its stage.
+pub type Gate = (&'static str, bool, Stage);
+
+/// The value of every known gate: its default unless `given` sets it, as component-base's
+/// feature gates do: `AllAlpha=<bool>` and `AllBeta=<bool>` set every alpha (beta) gate not set
+/// by name; an unknown gate is refused with the list of known ones.
 pub fn resolve_gates(
-    known: &[(&'static str, bool)],
+    known: &[Gate],
     given: &GateList,
 ) -> Result<std::collections::BTreeMap<&'static str, bool>, String> {
-    let mut gates: std::collections::BTreeMap<&'static str, bool> = known.iter().copied().collect();
+    let mut gates: std::collections::BTreeMap<&'static str, bool> =
+        known.iter().map(|(name, on, _)| (*name, *on)).collect();
+    let mut all = Vec::new();
     for (name, value) in given {
+        let stage = match name.as_str() {
+            "AllAlpha" => Some(Stage::Alpha),
+            "AllBeta" => Some(Stage::Beta),
+            _ => None,
+        };
+        if let Some(stage) = stage {
+            all.push((stage, *value));
+            continue;
+        }
         match gates.get_mut(name.as_str()) {
             Some(slot) => *slot = *value,
             None => {
-                let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+                let names: Vec<&str> = known.iter().map(|(n, _, _)| *n).collect();
                 return Err(format!(
-                    "unknown feature gate {name:?}; known: {}",
+                    "unknown feature gate {name:?}; known: {}, AllAlpha, AllBeta",
                     names.join(", ")
                 ));
+            }
+        }
+    }
+    for (stage, value) in all {
+        for (name, _, of) in known {
+            if *of == stage && !given.iter().any(|(n, _)| n == name) {
+                gates.insert(name, value);
             }
         }
     }
@@ -230,8 +264,47 @@ impl CommonArgs {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_alpha_and_all_beta_set_the_gates_of_their_stage_not_set_by_name() {
+        const KNOWN: [Gate; 4] = [
+            ("A1", false, Stage::Alpha),
+            ("A2", false, Stage::Alpha),
+            ("B1", true, Stage::Beta),
+            ("G1", true, Stage::Ga),
+        ];
+        let given = |pairs: &[(&str, bool)]| -> GateList {
+            pairs.iter().map(|(n, v)| (n.to_string(), *v)).collect()
+        };
+        let on = |pairs: &[(&str, bool)]| -> Vec<&'static str> {
+            resolve_gates(&KNOWN, &given(pairs))
+                .unwrap()
+                .into_iter()
+                .filter(|(_, on)| *on)
+                .map(|(n, _)| n)
+                .collect()
+        };
+        assert_eq!(on(&[]), vec!["B1", "G1"]);
+        assert_eq!(on(&[("AllAlpha", true)]), vec!["A1", "A2", "B1", "G1"]);
+        // A gate set by name wins, before or after AllAlpha.
+        assert_eq!(
+            on(&[("A2", false), ("AllAlpha", true)]),
+            vec!["A1", "B1", "G1"]
+        );
+        assert_eq!(
+            on(&[("AllAlpha", true), ("A2", false)]),
+            vec!["A1", "B1", "G1"]
+        );
+        assert_eq!(on(&[("AllBeta", false)]), vec!["G1"]);
+        let unknown = resolve_gates(&KNOWN, &given(&[("Bogus", true)])).unwrap_err();
+        assert!(
+            unknown.contains("known: A1, A2, B1, G1, AllAlpha, AllBeta"),
+            "{unknown}"
+        );
+    }
 
     #[test]
     fn leader_election_durations_follow_client_go() {

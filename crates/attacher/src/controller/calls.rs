@@ -22,12 +22,13 @@ pub(super) struct DriverCalls {
     max_entries: i32,
 }
 
-/// `text` cut to `max` bytes (at a character boundary; -1: no limit).
+/// `text` cut to `max` bytes (at a character boundary; 0 or less: no limit, as csi-lib-utils'
+/// `LogGRPC` cuts only for a positive length).
 pub fn cut(text: String, max: i32) -> String {
     let Ok(max) = usize::try_from(max) else {
         return text;
     };
-    if text.len() <= max {
+    if max == 0 || text.len() <= max {
         return text;
     }
     let mut end = max;
@@ -146,6 +147,8 @@ mod tests {
     #[test]
     fn logged_messages_are_cut_to_the_limit() {
         assert_eq!(cut("abcdef".into(), -1), "abcdef");
+        assert_eq!(cut("abcdef".into(), -7), "abcdef");
+        assert_eq!(cut("abcdef".into(), 0), "abcdef", "0 is no limit too");
         assert_eq!(cut("abcdef".into(), 6), "abcdef");
         assert_eq!(cut("abcdef".into(), 3), "abc...");
         assert_eq!(cut("äbc".into(), 1), "...");

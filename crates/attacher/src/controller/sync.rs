@@ -257,7 +257,7 @@ impl Attacher {
             Plan::Nothing => Ok(Next::Done),
             Plan::MarkAttached => {
                 let written = self
-                    .write_status(name, &status::attached(&Default::default()))
+                    .write_status(name, &status::attached(None, &Default::default()))
                     .await
                     .map(drop);
                 match Wrote::of(written, api_errors::Write::Plain, Some(Next::Done)) {
@@ -353,7 +353,14 @@ impl Attacher {
         }
         match self.driver.publish(&plan.publish, secrets).await {
             Ok(context) => {
-                match self.write_status(&name, &status::attached(&context)).await {
+                let previous = va
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.attachment_metadata.as_ref());
+                match self
+                    .write_status(&name, &status::attached(previous, &context))
+                    .await
+                {
                     Ok(Some(version)) => {
                         let mut marked = self.marked.lock();
                         // Unless the event came first (the cache has it already).

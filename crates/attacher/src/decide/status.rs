@@ -1,15 +1,31 @@
 //! The status writes (merge patches of the `status` subresource), as upstream writes them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
-/// Attached, with the driver's publish context; any attach error cleared.
-pub fn attached(publish_context: &HashMap<String, String>) -> Value {
+/// Attached, with the driver's publish context replacing the `previous` metadata (a key the
+/// context lacks is removed, as upstream's merge patch of the whole map removes it); any attach
+/// error cleared.
+pub fn attached(
+    previous: Option<&BTreeMap<String, String>>,
+    publish_context: &HashMap<String, String>,
+) -> Value {
     let metadata = if publish_context.is_empty() {
         Value::Null
     } else {
-        json!(publish_context)
+        let mut map: serde_json::Map<String, Value> = publish_context
+            .iter()
+            .map(|(key, value)| (key.clone(), json!(value)))
+            .collect();
+        for gone in previous
+            .into_iter()
+            .flat_map(BTreeMap::keys)
+            .filter(|key| !publish_context.contains_key(*key))
+        {
+            map.insert(gone.clone(), Value::Null);
+        }
+        Value::Object(map)
     };
     json!({"status": {"attached": true, "attachmentMetadata": metadata, "attachError": null}})
 }

@@ -317,11 +317,25 @@ fn a_forced_sync_stands_only_on_the_version_it_judged_with_no_own_write_pending(
 fn status_writes_are_upstreams() {
     let ctx = [("devicePath".to_string(), "/dev/x".to_string())].into();
     assert_eq!(
-        status::attached(&ctx),
+        status::attached(None, &ctx),
         json!({"status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/x"}, "attachError": null}})
     );
     assert_eq!(
-        status::attached(&Default::default())["status"]["attachmentMetadata"],
+        status::attached(None, &Default::default())["status"]["attachmentMetadata"],
+        serde_json::Value::Null
+    );
+    // Published again with another context: the keys of the last one that it lacks go.
+    let before = [
+        ("devicePath".to_string(), "/dev/old".to_string()),
+        ("lun".to_string(), "3".to_string()),
+    ]
+    .into();
+    assert_eq!(
+        status::attached(Some(&before), &ctx)["status"]["attachmentMetadata"],
+        json!({"devicePath": "/dev/x", "lun": null})
+    );
+    assert_eq!(
+        status::attached(Some(&before), &Default::default())["status"]["attachmentMetadata"],
         serde_json::Value::Null
     );
     assert_eq!(
