@@ -549,10 +549,38 @@ async fn metrics_use_upstream_names() {
     drop(c);
     // The bound port is only in the log; use a fixed free port instead.
     let port = common::free_port();
-    let c = Cluster::start(&[], &[&format!("--http-endpoint=127.0.0.1:{port}")], false).await;
+    // With the PV controller: a clone's source must be Bound.
+    let c = Cluster::start(&[], &[&format!("--http-endpoint=127.0.0.1:{port}")], true).await;
     c.class("plain", json!({})).await;
-    let claim = c.claim("m", "plain", "1Gi", json!({}), true).await;
-    c.wait_pv(&claim, T).await;
+    let claim = c.claim("m", "plain", "1Gi", json!({}), false).await;
+    let pv = c.wait_pv(&claim, T).await;
+    // A clone is counted under its source's kind; a deletion is timed.
+    let clone = c
+        .claim(
+            "m-copy",
+            "plain",
+            "1Gi",
+            json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "m"}}}),
+            false,
+        )
+        .await;
+    c.wait_pv(&clone, T).await;
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("m-copy", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let copy_pv = format!("pvc-{}", clone.metadata.uid.clone().unwrap());
+    c.wait_until("the clone's PV to go", T, || async {
+        pvs.get_opt(&copy_pv).await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        pvs.get_opt(pv.metadata.name.as_deref().unwrap())
+            .await
+            .unwrap()
+            .is_some()
+    );
     let body = tokio::process::Command::new("curl")
         .arg("-s")
         .arg(format!("http://127.0.0.1:{port}/metrics"))
@@ -563,6 +591,9 @@ async fn metrics_use_upstream_names() {
     for name in [
         "csi_sidecar_operations_seconds_bucket",
         "controller_persistentvolumeclaim_provision_total{class=\"plain\",source=\"\"} 1",
+        "controller_persistentvolumeclaim_provision_total{class=\"plain\",source=\"PersistentVolumeClaim\"} 1",
+        "controller_persistentvolume_delete_total{class=\"plain\"} 1",
+        "controller_persistentvolume_delete_duration_seconds_count{class=\"plain\"} 1",
         "process_resident_memory_bytes",
     ] {
         assert!(text.contains(name), "missing {name} in\n{text}");

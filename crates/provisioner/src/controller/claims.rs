@@ -136,6 +136,12 @@ impl Provisioner {
         }
         let started = std::time::Instant::now();
         let result = self.provision_claim(&claim, &class_name).await;
+        // Upstream's `source` label: the kind of the claim's data source.
+        let source = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.data_source.as_ref())
+            .map_or("", |d| d.kind.as_str());
         if let Err(error) = &result
             && error.infeasible()
         {
@@ -145,18 +151,18 @@ impl Provisioner {
             Ok(Provisioned::Volume) => {
                 self.metrics
                     .provision_total
-                    .with_label_values(&[class_name.as_str(), ""])
+                    .with_label_values(&[class_name.as_str(), source])
                     .inc();
                 self.metrics
                     .provision_duration
-                    .with_label_values(&[class_name.as_str(), ""])
+                    .with_label_values(&[class_name.as_str(), source])
                     .observe(started.elapsed().as_secs_f64());
             }
             Ok(Provisioned::NotNow) => {}
             Err(_) => self
                 .metrics
                 .provision_failed
-                .with_label_values(&[class_name.as_str(), ""])
+                .with_label_values(&[class_name.as_str(), source])
                 .inc(),
         }
         let result = result.map(|_| Next::Done);

@@ -125,6 +125,7 @@ impl Provisioner {
                         None => self.class_secret(&pv),
                     };
                     let secrets = self.secrets_or_none(name, secret.as_ref()).await;
+                    let started = std::time::Instant::now();
                     let result = self.delete_volume_call(&volume_handle, secrets).await;
                     if let Err(error) = result
                         && classify_delete(Err(error.code)) == DeleteOutcome::Retry
@@ -153,6 +154,10 @@ impl Provisioner {
                         .delete_total
                         .with_label_values(&[class.as_str()])
                         .inc();
+                    self.metrics
+                        .delete_duration
+                        .with_label_values(&[class.as_str()])
+                        .observe(started.elapsed().as_secs_f64());
                     tracing::info!(volume_handle, "volume deleted");
                 }
                 if pv.metadata.deletion_timestamp.is_none() {
