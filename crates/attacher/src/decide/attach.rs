@@ -303,10 +303,12 @@ impl Refused {
 
 fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<Attach, Refused> {
     let driver = world.driver;
-    let spec = volume_spec(va, world.volume).map_err(Refused::because)?;
     let mut protect_volume = None;
+    // Upstream's order: the PV's deletion and finalizer come before its translation (an
+    // in-tree PV that does not translate gets the finalizer too).
     if va.spec.source.persistent_volume_name.is_some()
-        && let Some(pv) = world.volume
+        && va.spec.source.inline_volume_spec.is_none()
+        && let Some(pv) = world.volume.filter(|pv| pv.spec.is_some())
     {
         let name = pv.metadata.name.clone().unwrap_or_default();
         if pv.metadata.deletion_timestamp.is_some() {
@@ -321,6 +323,7 @@ fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<At
         protect_volume: protect_volume.clone(),
         secret_first: None,
     };
+    let spec = volume_spec(va, world.volume).map_err(refused)?;
     let source = pv_csi::csi_source(&spec)
         .map_err(spec_error)
         .map_err(refused)?;

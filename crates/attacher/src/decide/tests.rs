@@ -172,10 +172,18 @@ fn in_tree_volumes_of_a_migrated_plugin_are_attached_and_detached_by_their_csi_h
         panic!("a detach")
     };
     assert_eq!(detach.volume_id, "vol-0abc");
-    // A source that does not translate: the attach fails, saying why.
+    // A source that does not translate: the attach fails, saying why; the PV gets the
+    // finalizer all the same (upstream adds it before translating).
     assert!(matches!(
         plan(&attachment, world(&bad), false),
-        Plan::AttachFailed { message, .. } if message.starts_with("failed to translate in tree pv to CSI: failed to translate Kubernetes ID to EBS Volume ID")
+        Plan::AttachFailed { message, protect_volume: Some(_), .. } if message.starts_with("failed to translate in tree pv to CSI: failed to translate Kubernetes ID to EBS Volume ID")
+    ));
+    // Being deleted and not translating: the deletion is what it says.
+    let mut leaving = bad.clone();
+    leaving.metadata.deletion_timestamp = Some(time());
+    assert!(matches!(
+        plan(&attachment, world(&leaving), false),
+        Plan::AttachFailed { message, .. } if message.ends_with("is marked for deletion")
     ));
     // A PV with neither a CSI source nor a migrated plugin's.
     let mut nfs = pv();
