@@ -53,8 +53,22 @@ pub fn drift<'a>(
         let Ok(node_id) = node_id_for_detach(va, csinode(&va.spec.node_name), None, driver) else {
             continue;
         };
+        // A migrated in-tree volume's handle as the driver lists it (upstream's
+        // RepairVolumeHandle; one that cannot be made whole is skipped, as upstream skips it).
+        let handle = if pv.is_some_and(sidecar_kit::migration::is_migratable) {
+            match sidecar_kit::migration::repair_volume_handle(
+                &source.driver,
+                &source.volume_handle,
+                &node_id,
+            ) {
+                Ok(handle) => handle,
+                Err(_) => continue,
+            }
+        } else {
+            source.volume_handle.clone()
+        };
         let on_node = published
-            .get(&source.volume_handle)
+            .get(&handle)
             .is_some_and(|nodes| nodes.contains(&node_id));
         if on_node != attached(va) {
             out.push(va.metadata.name.clone().unwrap_or_default());

@@ -300,6 +300,52 @@ fn the_reconcile_forces_the_attachments_the_driver_disagrees_with() {
 }
 
 #[test]
+fn the_reconcile_finds_a_migrated_gce_pd_volume_under_its_repaired_handle() {
+    const PD: &str = "pd.csi.storage.gke.io";
+    let mut gce = pv();
+    let spec = gce.spec.as_mut().unwrap();
+    spec.csi = None;
+    spec.gce_persistent_disk = Some(k8s_openapi::api::core::v1::GCEPersistentDiskVolumeSource {
+        pd_name: "disk-1".into(),
+        ..Default::default()
+    });
+    gce.metadata.labels = Some(
+        [(
+            "topology.kubernetes.io/zone".to_string(),
+            "us-central1-b".to_string(),
+        )]
+        .into(),
+    );
+    let node_id = "projects/p1/zones/us-central1-b/instances/vm-1";
+    let mut n = csinode(Some(node_id));
+    n.spec.drivers[0].name = PD.into();
+    let mut attached = va(&[F], true);
+    attached.metadata.name = Some("gce".into());
+    attached.spec.attacher = PD.into();
+    // The driver lists the disk under its project; the translated handle says UNSPECIFIED.
+    let mut published = reconcile::Published::new();
+    published.insert(
+        "projects/p1/zones/us-central1-b/disks/disk-1".into(),
+        [node_id.to_string()].into(),
+    );
+    let drift = |published: &reconcile::Published| {
+        reconcile::drift(
+            [&attached],
+            |name| (name == "pv-1").then_some(&gce),
+            |_| Some(&n),
+            PD,
+            published,
+        )
+    };
+    assert_eq!(drift(&published), Vec::<String>::new(), "found: no drift");
+    assert_eq!(
+        drift(&reconcile::Published::new()),
+        vec!["gce".to_string()],
+        "not listed: lost"
+    );
+}
+
+#[test]
 fn a_forced_sync_stands_only_on_the_version_it_judged_with_no_own_write_pending() {
     // (judged, current, own write pending) -> force
     let rows = [

@@ -4,18 +4,22 @@
 //!
 //! - a StorageClass naming an in-tree plugin becomes the CSI driver's (`class`);
 //! - a PersistentVolume with an in-tree source becomes a CSI one and back (`to_csi`,
-//!   `to_in_tree`), topology labels and node affinity included (`topology`).
+//!   `to_in_tree`), topology labels and node affinity included (`topology`);
+//! - a translated GCE PD handle is made whole with the node's id (`repair`).
 //!
 //! The provisioner of a migrated driver provisions for in-tree classes, writes in-tree PVs and
 //! deletes them; the attacher attaches in-tree PVs. Everything here is a pure function.
 
 mod class;
+mod repair;
 mod to_csi;
 mod to_in_tree;
 mod topology;
 
 #[cfg(test)]
 mod tests;
+
+pub use self::repair::repair_volume_handle;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeSpec};
 use k8s_openapi::api::storage::v1::StorageClass;
