@@ -280,8 +280,8 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     // CSI migration (on for every migratable plugin in kube-controller-manager): a class of an
     // in-tree plugin is provisioned by the CSI driver that stands in for it.
     let provisioner = sidecar_kit::migration::driver_of(&sc.provisioner);
-    let annotated = annotation(&claim.metadata, ANN_STORAGE_PROVISIONER) == Some(provisioner)
-        && annotation(&claim.metadata, ANN_BETA_STORAGE_PROVISIONER) == Some(provisioner);
+    // kube-controller-manager's setClaimProvisioner looks at the GA name only (it writes both).
+    let annotated = annotation(&claim.metadata, ANN_STORAGE_PROVISIONER) == Some(provisioner);
     ClaimAction::Provision {
         provisioner: provisioner.to_string(),
         annotated,

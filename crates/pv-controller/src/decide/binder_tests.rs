@@ -196,6 +196,26 @@ fn without_a_match_the_class_provisioner_is_asked() {
         dc(&claim("c", Some("late"), "1Gi"), &[], &classes, None),
         ClaimAction::WaitForFirstConsumer
     );
+    // Annotated with the GA name: annotated, whatever the beta one says (setClaimProvisioner).
+    for beta in [None, Some("csi.example"), Some("other")] {
+        let mut c = claim("c", Some("fast"), "1Gi");
+        let mut annotations = BTreeMap::from([(
+            ANN_STORAGE_PROVISIONER.to_string(),
+            "csi.example".to_string(),
+        )]);
+        if let Some(beta) = beta {
+            annotations.insert(ANN_BETA_STORAGE_PROVISIONER.to_string(), beta.to_string());
+        }
+        c.metadata.annotations = Some(annotations);
+        assert_eq!(
+            dc(&c, &[], &classes, None),
+            ClaimAction::Provision {
+                provisioner: "csi.example".into(),
+                annotated: true
+            },
+            "{beta:?}"
+        );
+    }
     let mut selected = claim("c", Some("late"), "1Gi");
     selected.metadata.annotations = Some(BTreeMap::from([(
         ANN_SELECTED_NODE.to_string(),
