@@ -500,3 +500,53 @@ async fn a_volume_pre_bound_to_a_claim_of_another_volume_mode_says_why_it_is_not
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_released_host_path_volume_under_tmp_is_deleted_with_its_directory() {
+    let c = Cluster::start(&[], &[], true).await;
+    manual_class(&c).await;
+    // kube-controller-manager's hostPath deleter takes paths matching /tmp/.+ (a temporary
+    // directory of this test; TMPDIR elsewhere would fall outside it).
+    let dir = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("inside")).unwrap();
+    std::fs::write(data.join("inside/file"), b"x").unwrap();
+    let mut pv = static_pv("scratch", "1Gi", "manual");
+    pv["spec"]["persistentVolumeReclaimPolicy"] = json!("Delete");
+    pv["spec"]["hostPath"]["path"] = json!(data.to_str().unwrap());
+    c.apply_cluster::<PersistentVolume>(pv).await;
+    let mut elsewhere = static_pv("kept-path", "5Gi", "manual");
+    elsewhere["spec"]["persistentVolumeReclaimPolicy"] = json!("Delete");
+    elsewhere["spec"]["hostPath"]["path"] = json!("/srv/kept-path");
+    c.apply_cluster::<PersistentVolume>(elsewhere).await;
+    c.claim("scratch", "manual", "1Gi", json!({}), false).await;
+    c.claim("other", "manual", "5Gi", json!({}), false).await;
+    assert_eq!(bound_volume(&c, "scratch").await, "scratch");
+    assert_eq!(bound_volume(&c, "other").await, "kept-path");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    for name in ["scratch", "other"] {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    c.wait_until("the /tmp volume to go", T, || async {
+        pvs.get_opt("scratch").await.unwrap().is_none()
+    })
+    .await;
+    assert!(!data.exists(), "its directory removed");
+    assert!(dir.path().exists(), "not what is above it");
+    // Outside /tmp: Failed, in kube-controller-manager's words.
+    c.wait_until("the other volume Failed", T, || async {
+        let status = pvs
+            .get("kept-path")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        status.phase.as_deref() == Some("Failed")
+            && status.message.as_deref()
+                == Some(
+                    "host_path deleter only supports /tmp/.+ but received provided /srv/kept-path",
+                )
+    })
+    .await;
+}

@@ -107,6 +107,7 @@ impl PvController {
                     .map(drop)
             }
             VolumeAction::Fail { reason, message } => self.fail(&pv, reason, &message).await,
+            VolumeAction::DeleteHostPath(path) => self.delete_host_path(&pv, path).await,
             VolumeAction::VolumeModeMismatch { namespace, name } => {
                 // kube-controller-manager's syncVolume, word for word.
                 self.recorder.record(
@@ -156,6 +157,33 @@ impl PvController {
 
     /// Marks a volume Failed with the reason (status message and a Warning event), as
     /// kube-controller-manager's `updateVolumePhaseWithEvent`: the event only on the change.
+    /// kube-controller-manager's hostPath deleter: removes the path (`os.RemoveAll`: a missing
+    /// one is no error), then deletes the PV; a failure marks it Failed with the error.
+    async fn delete_host_path(&self, pv: &PersistentVolume, path: String) -> Result<(), SyncError> {
+        let removed = tokio::task::spawn_blocking(move || remove_all(std::path::Path::new(&path)))
+            .await
+            .map_err(|join| join.to_string())
+            .and_then(|done| done.map_err(|error| error.to_string()));
+        if let Err(error) = removed {
+            return self.fail(pv, "VolumeFailedDelete", &error).await;
+        }
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        match Api::<PersistentVolume>::all(self.client.clone())
+            .delete(name, &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(pv = name, "hostPath volume deleted");
+                Ok(())
+            }
+            Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(()),
+            Err(source) => Err(SyncError::Write {
+                action: "delete the volume",
+                source,
+            }),
+        }
+    }
+
     async fn fail(
         &self,
         pv: &PersistentVolume,
@@ -174,5 +202,19 @@ impl PvController {
         self.recorder
             .record(&reference(pv), EventType::Warning, reason, message);
         Ok(())
+    }
+}
+
+/// Removes `path` and whatever is under it, as Go's `os.RemoveAll`: a directory with its
+/// contents, a file or a link itself; a path not there is no error.
+fn remove_all(path: &std::path::Path) -> std::io::Result<()> {
+    let result = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(error) => Err(error),
+    };
+    match result {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }

@@ -94,6 +94,10 @@ pub enum VolumeAction {
     MigratedTo(Option<String>),
     /// Released with policy Recycle: scrub and make Available again.
     Recycle,
+    /// Released with policy Delete, a hostPath volume under `/tmp/`: kube-controller-manager's
+    /// hostPath deleter removes the path (on the controller's own host, as it does), then the
+    /// PV goes.
+    DeleteHostPath(String),
     /// Bound by its claimRef to a claim not bound yet whose volume mode is not the volume's:
     /// the claim's sync passes it over, so nothing binds; kube-controller-manager's two Warning
     /// `VolumeMismatch` events (on the volume and on this claim) say why.
@@ -378,9 +382,25 @@ fn reclaim(pv: &PersistentVolume) -> VolumeAction {
         "Retain" => VolumeAction::Nothing,
         "Recycle" => VolumeAction::Recycle,
         "Delete" => {
+            let host_path = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.host_path.as_ref())
+                .map(|h| h.path.clone());
             if deleted_externally(pv) {
                 // An external deleter's (a CSI provisioner's).
                 VolumeAction::Nothing
+            } else if let Some(path) = host_path {
+                if host_path_deletable(&path) {
+                    VolumeAction::DeleteHostPath(path)
+                } else {
+                    VolumeAction::Fail {
+                        reason: "VolumeFailedDelete",
+                        message: format!(
+                            "host_path deleter only supports /tmp/.+ but received provided {path}"
+                        ),
+                    }
+                }
             } else {
                 VolumeAction::Fail {
                     reason: "VolumeFailedDelete",
@@ -395,6 +415,13 @@ fn reclaim(pv: &PersistentVolume) -> VolumeAction {
             message: "Volume has unrecognized PersistentVolumeReclaimPolicy".into(),
         },
     }
+}
+
+/// Whether kube-controller-manager's hostPath deleter takes `path`: its unanchored pattern
+/// `/tmp/.+` (`/tmp/` then any character but a newline, anywhere in the path).
+pub fn host_path_deletable(path: &str) -> bool {
+    path.match_indices("/tmp/")
+        .any(|(at, _)| path[at + 5..].chars().next().is_some_and(|c| c != '\n'))
 }
 
 /// kube-controller-manager's `updateMigrationAnnotations` for a volume: one provisioned by a

@@ -162,8 +162,37 @@ fn released_volumes_follow_their_reclaim_policy() {
             reason: "VolumeFailedDelete",
             message: "error getting deleter volume plugin for volume \"v\": no deletable volume plugin matched".into(),
         },
-        "no deleter for a hostPath volume"
+        "no deleter for a volume without a source"
     );
+    // kube-controller-manager's hostPath deleter: `/tmp/.+`, unanchored.
+    let host_path = |path: &str| {
+        let mut v = released("Delete", false);
+        v.spec.as_mut().unwrap().host_path =
+            Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+                path: path.into(),
+                type_: None,
+            });
+        v
+    };
+    for path in ["/tmp/v", "/var/tmp/v", "/tmp/a/b"] {
+        assert_eq!(
+            dv(&host_path(path), &[]),
+            VolumeAction::DeleteHostPath(path.into()),
+            "{path}"
+        );
+    }
+    for path in ["/data/v", "/tmp/", "/tmp"] {
+        assert_eq!(
+            dv(&host_path(path), &[]),
+            VolumeAction::Fail {
+                reason: "VolumeFailedDelete",
+                message: format!(
+                    "host_path deleter only supports /tmp/.+ but received provided {path}"
+                ),
+            },
+            "{path}"
+        );
+    }
     let mut csi_delete = released("Delete", false);
     csi_delete.spec.as_mut().unwrap().csi = Some(Default::default());
     assert_eq!(
