@@ -160,10 +160,11 @@ impl PvController {
     /// kube-controller-manager's hostPath deleter: removes the path (`os.RemoveAll`: a missing
     /// one is no error), then deletes the PV; a failure marks it Failed with the error.
     async fn delete_host_path(&self, pv: &PersistentVolume, path: String) -> Result<(), SyncError> {
-        let removed = tokio::task::spawn_blocking(move || remove_all(std::path::Path::new(&path)))
-            .await
-            .map_err(|join| join.to_string())
-            .and_then(|done| done.map_err(|error| error.to_string()));
+        let removed =
+            tokio::task::spawn_blocking(move || remove_under_tmp(std::path::Path::new(&path)))
+                .await
+                .map_err(|join| join.to_string())
+                .and_then(|done| done.map_err(|error| error.to_string()));
         if let Err(error) = removed {
             return self.fail(pv, "VolumeFailedDelete", &error).await;
         }
@@ -205,6 +206,32 @@ impl PvController {
     }
 }
 
+/// Removes `path`, a path under `/tmp/` (see `decide::binder::host_path_deletable`), when its
+/// directory resolves (symbolic links followed) to one under `/tmp` too: a link on the way
+/// cannot lead the removal elsewhere. A last component that is a link is removed as a link.
+fn remove_under_tmp(path: &std::path::Path) -> std::io::Result<()> {
+    let tmp = std::fs::canonicalize("/tmp")?;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::other(format!(
+            "{} is not a path under /tmp",
+            path.display()
+        )));
+    };
+    let parent = match std::fs::canonicalize(parent) {
+        Ok(parent) => parent,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    if !parent.starts_with(&tmp) {
+        return Err(std::io::Error::other(format!(
+            "{} resolves to {}, outside /tmp",
+            path.display(),
+            parent.join(name).display()
+        )));
+    }
+    remove_all(&parent.join(name))
+}
+
 /// Removes `path` and whatever is under it, as Go's `os.RemoveAll`: a directory with its
 /// contents, a file or a link itself; a path not there is no error.
 fn remove_all(path: &std::path::Path) -> std::io::Result<()> {
@@ -216,5 +243,36 @@ fn remove_all(path: &std::path::Path) -> std::io::Result<()> {
     match result {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
         other => other,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_path_removal_stays_under_tmp() {
+        let inside = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        // Outside /tmp: /var/tmp, on Linux.
+        let outside = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+        std::fs::create_dir_all(outside.path().join("precious")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), inside.path().join("link")).unwrap();
+        // A link on the way out of /tmp: refused, nothing removed.
+        let error = remove_under_tmp(&inside.path().join("link/precious")).unwrap_err();
+        assert!(error.to_string().contains("outside /tmp"), "{error}");
+        assert!(outside.path().join("precious").exists());
+        // A link as the last component: the link goes, not what it names.
+        remove_under_tmp(&inside.path().join("link")).unwrap();
+        assert!(!inside.path().join("link").exists());
+        assert!(outside.path().join("precious").exists());
+        // A directory with contents, then one not there (no error, as os.RemoveAll).
+        let data = inside.path().join("data");
+        std::fs::create_dir_all(data.join("a/b")).unwrap();
+        std::fs::write(data.join("a/b/f"), b"x").unwrap();
+        remove_under_tmp(&data).unwrap();
+        assert!(!data.exists());
+        remove_under_tmp(&data).unwrap();
+        remove_under_tmp(&inside.path().join("nowhere/data")).unwrap();
     }
 }

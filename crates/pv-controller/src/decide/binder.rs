@@ -94,9 +94,9 @@ pub enum VolumeAction {
     MigratedTo(Option<String>),
     /// Released with policy Recycle: scrub and make Available again.
     Recycle,
-    /// Released with policy Delete, a hostPath volume under `/tmp/`: kube-controller-manager's
-    /// hostPath deleter removes the path (on the controller's own host, as it does), then the
-    /// PV goes.
+    /// Released with policy Delete, a hostPath volume under `/tmp/` ([`host_path_deletable`]):
+    /// kube-controller-manager's hostPath deleter removes the path (on the controller's own
+    /// host, as it does), then the PV goes.
     DeleteHostPath(String),
     /// Bound by its claimRef to a claim not bound yet whose volume mode is not the volume's:
     /// the claim's sync passes it over, so nothing binds; kube-controller-manager's two Warning
@@ -417,11 +417,15 @@ fn reclaim(pv: &PersistentVolume) -> VolumeAction {
     }
 }
 
-/// Whether kube-controller-manager's hostPath deleter takes `path`: its unanchored pattern
-/// `/tmp/.+` (`/tmp/` then any character but a newline, anywhere in the path).
+/// Whether the hostPath deleter takes `path`: a path under `/tmp/` naming something there, with
+/// no `..`. kube-controller-manager's pattern is `/tmp/.+` unanchored (`/home/me/tmp/x` and
+/// `/tmp/../home` pass it); ours is anchored, since this controller may run on the user's own
+/// machine (`volstack up`) where kube-controller-manager runs in a container.
 pub fn host_path_deletable(path: &str) -> bool {
-    path.match_indices("/tmp/")
-        .any(|(at, _)| path[at + 5..].chars().next().is_some_and(|c| c != '\n'))
+    let Some(under) = path.strip_prefix("/tmp/") else {
+        return false;
+    };
+    !path.split('/').any(|c| c == "..") && under.split('/').any(|c| !c.is_empty() && c != ".")
 }
 
 /// kube-controller-manager's `updateMigrationAnnotations` for a volume: one provisioned by a

@@ -164,7 +164,7 @@ fn released_volumes_follow_their_reclaim_policy() {
         },
         "no deleter for a volume without a source"
     );
-    // kube-controller-manager's hostPath deleter: `/tmp/.+`, unanchored.
+    // kube-controller-manager's hostPath deleter (`/tmp/.+`), anchored and without `..`.
     let host_path = |path: &str| {
         let mut v = released("Delete", false);
         v.spec.as_mut().unwrap().host_path =
@@ -174,14 +174,23 @@ fn released_volumes_follow_their_reclaim_policy() {
             });
         v
     };
-    for path in ["/tmp/v", "/var/tmp/v", "/tmp/a/b"] {
+    for path in ["/tmp/v", "/tmp/a/b", "/tmp/./v"] {
         assert_eq!(
             dv(&host_path(path), &[]),
             VolumeAction::DeleteHostPath(path.into()),
             "{path}"
         );
     }
-    for path in ["/data/v", "/tmp/", "/tmp"] {
+    for path in [
+        "/data/v",
+        "/tmp/",
+        "/tmp",
+        "/tmp/.",
+        "/var/tmp/v",
+        "/home/me/tmp/v",
+        "/tmp/../home/me",
+        "/tmp/v/../../etc",
+    ] {
         assert_eq!(
             dv(&host_path(path), &[]),
             VolumeAction::Fail {
