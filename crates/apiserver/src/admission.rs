@@ -1,6 +1,7 @@
 //! Mutating admission that kube-apiserver runs by default and clients observe in the object
 //! a create returns: `DefaultStorageClass`, which gives a claim that names no class the
-//! cluster's default StorageClass.
+//! cluster's default StorageClass, and `StorageObjectInUseProtection`, which gives every claim
+//! and volume created its protection finalizer.
 
 use std::sync::Arc;
 
@@ -50,6 +51,36 @@ pub fn default_storage_class(claim: &mut Value, classes: &[Arc<Value>]) -> Optio
     Some(chosen)
 }
 
+/// `StorageObjectInUseProtection` on an object of the core group being created (`plural`): a
+/// claim gets `kubernetes.io/pvc-protection`, a volume `kubernetes.io/pv-protection`, after
+/// the finalizers it has, unless it has it. Returns whether it was added.
+pub fn storage_object_in_use_protection(plural: &str, obj: &mut Value) -> bool {
+    let finalizer = match plural {
+        "persistentvolumeclaims" => "kubernetes.io/pvc-protection",
+        "persistentvolumes" => "kubernetes.io/pv-protection",
+        _ => return false,
+    };
+    let Some(meta) = obj
+        .as_object_mut()
+        .map(|o| o.entry("metadata").or_insert(json!({})))
+        .and_then(Value::as_object_mut)
+    else {
+        return false;
+    };
+    let list = meta.entry("finalizers").or_insert(json!([]));
+    if list.is_null() {
+        *list = json!([]);
+    }
+    let Some(list) = list.as_array_mut() else {
+        return false;
+    };
+    if list.iter().any(|f| f.as_str() == Some(finalizer)) {
+        return false;
+    }
+    list.push(json!(finalizer));
+    true
+}
+
 /// Whether a claim chose its class itself (`spec.storageClassName`, even `""`, or the beta
 /// annotation): admission then leaves it alone, and need not look at the classes.
 pub fn chooses_its_class(claim: &Value) -> bool {
@@ -92,6 +123,48 @@ mod tests {
 
     const GA: &str = "storageclass.kubernetes.io/is-default-class";
     const BETA: &str = "storageclass.beta.kubernetes.io/is-default-class";
+
+    #[test]
+    fn claims_and_volumes_created_get_their_protection_finalizer_once() {
+        // (resource, object, finalizers after, added)
+        let cases = [
+            (
+                "persistentvolumeclaims",
+                json!({"metadata": {"name": "c"}}),
+                json!(["kubernetes.io/pvc-protection"]),
+                true,
+            ),
+            (
+                "persistentvolumes",
+                json!({"metadata": {"name": "v", "finalizers": ["mine"]}}),
+                json!(["mine", "kubernetes.io/pv-protection"]),
+                true,
+            ),
+            (
+                "persistentvolumes",
+                json!({"metadata": {"name": "v", "finalizers": null}}),
+                json!(["kubernetes.io/pv-protection"]),
+                true,
+            ),
+            (
+                "persistentvolumeclaims",
+                json!({"metadata": {"name": "c", "finalizers": ["kubernetes.io/pvc-protection"]}}),
+                json!(["kubernetes.io/pvc-protection"]),
+                false,
+            ),
+        ];
+        for (plural, mut obj, want, added) in cases {
+            assert_eq!(
+                storage_object_in_use_protection(plural, &mut obj),
+                added,
+                "{obj}"
+            );
+            assert_eq!(obj["metadata"]["finalizers"], want);
+        }
+        let mut pod = json!({"metadata": {"name": "p"}});
+        assert!(!storage_object_in_use_protection("pods", &mut pod));
+        assert_eq!(pod, json!({"metadata": {"name": "p"}}));
+    }
 
     #[test]
     fn a_claim_without_a_class_gets_the_default() {

@@ -158,6 +158,15 @@ impl RunningServer {
     pub fn request_counts(&self) -> std::collections::BTreeMap<(String, String, u16, String), u64> {
         self.app.requests.lock().clone()
     }
+    /// Turns kube-apiserver's `StorageObjectInUseProtection` admission on or off (off by
+    /// default): claims and volumes created get `kubernetes.io/pvc-protection` and
+    /// `kubernetes.io/pv-protection`. Only with the pvc- and pv-protection controllers running,
+    /// which take them off again (kube-controller-manager runs them beside kube-apiserver).
+    pub fn set_storage_protection(&self, on: bool) {
+        self.app
+            .storage_protection
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
     /// Replaces the fault rules (an empty list switches faults off).
     pub fn set_faults(&self, rules: Vec<faults::FaultRule>) {
         *self.app.faults.lock() = rules;

@@ -550,3 +550,39 @@ async fn a_released_host_path_volume_under_tmp_is_deleted_with_its_directory() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn with_the_protection_controllers_claims_and_volumes_are_created_with_their_finalizers() {
+    // kube-apiserver's StorageObjectInUseProtection admission: the finalizer is in the object
+    // the create returns, so no controller has to write it (and race the binder's writes).
+    let c = Cluster::start_with(&[], &[], true, |o| o.kubelet = true).await;
+    manual_class(&c).await;
+    let claim = c.claim("kept", "manual", "1Gi", json!({}), false).await;
+    assert_eq!(
+        claim.metadata.finalizers,
+        Some(vec!["kubernetes.io/pvc-protection".to_string()])
+    );
+    let pv = c
+        .apply_cluster::<PersistentVolume>(static_pv("kept", "1Gi", "manual"))
+        .await;
+    assert_eq!(
+        pv.metadata.finalizers,
+        Some(vec!["kubernetes.io/pv-protection".to_string()])
+    );
+    // The protection controllers take them off: the claim and then the volume can go.
+    assert_eq!(bound_volume(&c, "kept").await, "kept");
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    c.wait_until("the volume Released", T, || async {
+        pvs.get("kept").await.unwrap().status.and_then(|s| s.phase) == Some("Released".into())
+    })
+    .await;
+    pvs.delete("kept", &DeleteParams::default()).await.unwrap();
+    c.wait_until("the volume gone", T, || async {
+        pvs.get_opt("kept").await.unwrap().is_none()
+    })
+    .await;
+}

@@ -77,6 +77,9 @@ pub struct App {
     pub fault_draws: Mutex<rand::rngs::StdRng>,
     /// How many times the watches of each resource (or `*`, all) were closed.
     pub close_watches: tokio::sync::watch::Sender<crate::watch::Closes>,
+    /// Whether `StorageObjectInUseProtection` admission runs: on where the pvc- and
+    /// pv-protection controllers run to take the finalizers off again.
+    pub storage_protection: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for App {
@@ -541,6 +544,7 @@ pub async fn new_app(
         faults: Mutex::new(Vec::new()),
         fault_draws: Mutex::new(rand::SeedableRng::from_os_rng()),
         close_watches: tokio::sync::watch::channel(crate::watch::Closes::default()).0,
+        storage_protection: std::sync::atomic::AtomicBool::new(false),
     });
     refresh_crds(&app);
     let mut last = 0;

@@ -124,6 +124,13 @@ fn admit(app: &App, t: &Target, obj: &mut Value) {
             tracing::debug!(%class, "DefaultStorageClass: the claim gets the default class");
         }
     }
+    if t.rt.group.is_empty()
+        && app
+            .storage_protection
+            .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        crate::admission::storage_object_in_use_protection(&t.rt.plural, obj);
+    }
 }
 
 pub(crate) fn refresh_crds(app: &App) {

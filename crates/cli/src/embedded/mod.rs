@@ -95,6 +95,9 @@ impl Stack {
                     .context("start the API server")
             })
             .await?;
+        // The protection controllers run with the nodes' side: admission then gives claims
+        // and volumes their finalizers at creation, as kube-apiserver does.
+        server.set_storage_protection(options.kubelet);
         // Every node's socket (its node service), in the order of `nodes`.
         let (socket, all_node_sockets, driver_name) = match (driver_config, &options.external) {
             (Some(config), _) => {

@@ -226,7 +226,7 @@ impl World {
     }
 
     /// Waits until the claim is Bound to a volume of the driver (`None`) or its provisioning
-    /// failed (the ProvisioningFailed message).
+    /// failed (the provisioner's ProvisioningFailed message).
     async fn bound_or_refused(&mut self, name: &str) -> Result<Option<String>, String> {
         let events: Api<Event> = Api::namespaced(self.client.clone(), NS);
         let selector = format!("involvedObject.name={name},reason=ProvisioningFailed");
@@ -242,10 +242,15 @@ impl World {
                         .list(&ListParams::default().fields(&selector))
                         .await
                         .ok()?;
+                    // The provisioner's: the PV controller's are about the claim (its class, a
+                    // write of its annotation that conflicted), not the driver's answer.
                     failed
                         .items
                         .into_iter()
-                        .next()
+                        .find(|e| {
+                            e.source.as_ref().and_then(|s| s.component.as_deref())
+                                != Some("persistentvolume-controller")
+                        })
                         .map(|e| Some(e.message.unwrap_or_default()))
                 },
             )
