@@ -614,3 +614,31 @@ async fn metrics_use_upstream_names() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&health.stdout), "ok");
 }
+
+#[tokio::test]
+async fn a_claim_whose_class_names_another_provisioner_is_left_without_an_event() {
+    // No PV controller: the claim keeps the annotation that names us while its class names
+    // someone else (a class recreated under the same name).
+    let c = Cluster::start(&[], &[], false).await;
+    c.class("plain", json!({})).await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(json!({
+        "metadata": {"name": "theirs"}, "provisioner": "example.com/someone-else"
+    }))
+    .await;
+    c.claim("misnamed", "theirs", "1Gi", json!({}), true).await;
+    // Upstream's words, logged; then stop (errStopProvision): no ProvisioningFailed event.
+    c.wait_log("Unknown provisioner requested in claim's StorageClass")
+        .await;
+    // A claim made after it is provisioned: the provisioner went on past the first one.
+    let later = c.claim("later", "plain", "1Gi", json!({}), true).await;
+    c.wait_pv(&later, T).await;
+    assert!(
+        c.events_for("misnamed")
+            .await
+            .iter()
+            .all(|(reason, _)| reason != "ProvisioningFailed"),
+        "{:?}",
+        c.events_for("misnamed").await
+    );
+    assert_eq!(c.driver_volumes().await, 1);
+}

@@ -225,6 +225,17 @@ impl Provisioner {
             .classes
             .get(&ObjectRef::new(class_name))
             .ok_or_else(|| ClaimError::ClassNotFound(class_name.to_string()))?;
+        // The claim names us, its class someone else (recreated under the same name): upstream
+        // logs it and stops, with no event and no retry (errStopProvision); the claim's or the
+        // class's next change brings it back.
+        if !crate::decide::migration::provisions_for(
+            &self.cfg.caps.name,
+            self.cfg.caps.migrated_from,
+            &class,
+        ) {
+            tracing::error!(class = class_name, provisioner = %class.provisioner, "Unknown provisioner requested in claim's StorageClass");
+            return Ok(None);
+        }
         if waits_for_node(claim, &class) {
             tracing::debug!("waiting for the scheduler to select a node");
             return Ok(None);

@@ -26,6 +26,13 @@ pub fn provisioning_class(
     Some(migration::class_to_csi(plugin.in_tree_name(), class).map(|c| (c, Some(plugin))))
 }
 
+/// Whether the class is one the driver provisions for: it names the driver, or the in-tree
+/// plugin the driver stands in for (upstream's `knownProvisioner` of the class).
+pub fn provisions_for(driver: &str, migrated_from: Option<Plugin>, class: &StorageClass) -> bool {
+    class.provisioner == driver
+        || migrated_from.is_some_and(|p| p.in_tree_name() == class.provisioner)
+}
+
 /// The PV to write for a volume of a migrated class: the in-tree PV, provisioned by the plugin.
 pub fn in_tree_pv(
     pv: PersistentVolume,
@@ -103,6 +110,20 @@ mod tests {
             provisioning_class(EBS, Some(Plugin::AwsEbs), &class("kubernetes.io/gce-pd")).is_none()
         );
         assert!(provisioning_class(EBS, Some(Plugin::AwsEbs), &class("other.csi")).is_none());
+        // provisions_for says the same, without translating.
+        for (migrated, provisioner, want) in [
+            (Some(Plugin::AwsEbs), EBS, true),
+            (Some(Plugin::AwsEbs), "kubernetes.io/aws-ebs", true),
+            (None, "kubernetes.io/aws-ebs", false),
+            (Some(Plugin::AwsEbs), "kubernetes.io/gce-pd", false),
+            (Some(Plugin::AwsEbs), "other.csi", false),
+        ] {
+            assert_eq!(
+                provisions_for(EBS, migrated, &class(provisioner)),
+                want,
+                "{migrated:?} {provisioner}"
+            );
+        }
         // A class the plugin's translation refuses says why.
         let mut both = class("kubernetes.io/aws-ebs");
         both.parameters
