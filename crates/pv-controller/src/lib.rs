@@ -12,6 +12,7 @@ pub mod attach_detach;
 pub mod controller;
 pub mod decide;
 pub mod ephemeral;
+pub mod host_path;
 pub mod index;
 pub mod metrics;
 pub mod pods;

@@ -73,7 +73,7 @@ async fn a_volume_whose_claim_the_cache_has_not_seen_yet_stays_bound() {
         "spec": {
             "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
-            "hostPath": {"path": "/tmp/pv-data"},
+            "hostPath": {"path": "/srv/pv-data"},
             "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "default", "name": "data",
                          "uid": claim.metadata.uid.clone().unwrap()},
         },

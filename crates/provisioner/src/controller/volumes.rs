@@ -92,9 +92,11 @@ impl Provisioner {
             }
             VolumeDecision::RemoveFinalizer => self.remove_finalizer(&pv).await,
             VolumeDecision::AddFinalizer => {
+                let (driver, migrated) = (&self.cfg.caps.name, self.cfg.caps.migrated_from);
                 self.change_finalizer(
                     &pv,
                     sidecar_kit::finalizers::add_ops,
+                    |now| decide_volume(now, driver, migrated) == VolumeDecision::AddFinalizer,
                     "add the finalizer to",
                 )
                 .await
@@ -196,6 +198,7 @@ impl Provisioner {
         self.change_finalizer(
             cached,
             sidecar_kit::finalizers::remove_ops,
+            |_| true,
             "remove the finalizer of",
         )
         .await
@@ -203,11 +206,14 @@ impl Provisioner {
 
     /// Adds or removes our finalizer (`ops`: `add_ops` or `remove_ops`) with a JSON patch that
     /// first tests the list, so a stale cache can never drop someone else's finalizer. The
-    /// cached object is tried first; only a failed test reads the PV again.
+    /// cached object is tried first; only a failed test reads the PV again, and the change goes
+    /// on only while the PV read `stands` for it (a PV now being deleted, or no longer Delete,
+    /// gets no finalizer added).
     async fn change_finalizer(
         &self,
         cached: &PersistentVolume,
         ops: fn(&ObjectMeta, &str) -> Option<Vec<Op>>,
+        stands: impl Fn(&PersistentVolume) -> bool,
         action: &'static str,
     ) -> Result<(), VolumeError> {
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
@@ -225,6 +231,9 @@ impl Provisioner {
                         });
                     }
                 };
+                if !stands(&current) {
+                    return Ok(());
+                }
             }
             let Some(ops) = ops(&current.metadata, PV_FINALIZER) else {
                 return Ok(());

@@ -4,6 +4,7 @@
 //! looks again.
 
 mod claims;
+mod resync;
 mod volumes;
 
 use std::collections::BTreeMap;
@@ -23,8 +24,8 @@ use crate::decide::binder::{
     ClaimSource, VolumeAction, decide_claim, decide_volume,
 };
 use crate::decide::binder::{
-    awaits_external_deleter, claim_is_gone, leaves_claim_pending, left_to_node_recyclers,
-    named_volumes, pending_status,
+    awaits_external_deleter, host_path_deletion_stands, leaves_claim_pending,
+    left_to_node_recyclers, named_volumes, pending_status,
 };
 use crate::decide::binding::{
     bound_status, claim_bound_to, lost_status, volume_bound_to, volume_in_phase,
@@ -341,79 +342,14 @@ impl PvController {
         crate::metrics::PvCollector::new(self.volumes.clone(), self.claims.clone())
     }
 
-    /// Queues every volume whose claimRef names a claim that is missing or has another UID.
-    /// A missed event must not leak a volume; kube-controller-manager re-syncs every 15 s.
-    /// Uses [`WorkQueue::add`], so a volume waiting out a backoff keeps waiting.
-    pub fn resync_orphans(&self) -> usize {
-        if let Some(ops) = &self.operations {
-            // Objects deleted while a watch was away got no delete event: their operations
-            // end here (a volume's deletion is its delete operation's end).
-            ops.sweep(
-                |claim| self.claims.get(&claim_ref(claim)).is_some(),
-                |volume| self.volumes.get(&ObjectRef::new(volume)).is_some(),
-            );
-        }
-        let mut queued = 0;
-        for pv in self.volumes.state() {
-            let Some((ns, name)) = claim_named_by(&pv) else {
-                continue;
-            };
-            let claim = self.claims.get(&ObjectRef::new(&name).within(&ns));
-            if claim_is_gone(&pv, claim.as_deref())
-                && let Some(pv_name) = &pv.metadata.name
-            {
-                self.volume_queue.add(pv_name.clone());
-                queued += 1;
-            }
-        }
-        queued
-    }
-
-    /// Queues the unbound claims a volume no claimRef names may fit (of its class, or of none
-    /// for a class-less volume): kube-controller-manager looks at every claim at each resync,
-    /// so a claim left to an external provisioner (which may never come, or refuse it) is bound
-    /// to a volume an administrator makes meanwhile. The claims a binding just missed are
-    /// queued by their own events; this pass costs nothing while no volume is unbound. Uses
-    /// [`WorkQueue::add`], so a claim waiting out a backoff keeps waiting.
-    pub fn resync_unbound(&self) -> usize {
-        let classes: std::collections::HashSet<String> = self
-            .index
-            .unbound()
-            .iter()
-            .filter_map(|name| self.volumes.get(&ObjectRef::new(name)))
-            .map(|pv| {
-                pv.spec
-                    .as_ref()
-                    .and_then(|s| s.storage_class_name.clone())
-                    .unwrap_or_default()
-            })
-            .collect();
-        if classes.is_empty() {
-            return 0;
-        }
-        let mut queued = 0;
-        for claim in self.claims.state() {
-            let unbound = claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .is_none_or(str::is_empty);
-            let class = sidecar_kit::vocabulary::requested_class(&claim).unwrap_or_default();
-            if unbound && classes.contains(class) {
-                self.claim_queue.add(ObjectRef::from_obj(&*claim));
-                queued += 1;
-            }
-        }
-        queued
-    }
-
     /// Runs `workers` claim and volume workers until `stop` resolves.
     pub async fn run(self: Arc<Self>, workers: usize, stop: impl std::future::Future<Output = ()>) {
         self.run_with(workers, ORPHAN_RESYNC, stop).await;
     }
 
-    /// Like [`PvController::run`], with the period of the pass over volumes whose claim is
-    /// missing (tests make it long to show that events alone release such volumes).
+    /// Like [`PvController::run`], with the period of the resync passes (volumes whose claim
+    /// is missing, unbound claims an unbound volume may fit): tests make it long to show that
+    /// events alone release such volumes, or short to see the claims' pass.
     pub async fn run_with(
         self: Arc<Self>,
         workers: usize,
@@ -423,8 +359,8 @@ impl PvController {
         self.controller(workers, orphan_resync).run(stop).await;
     }
 
-    /// The controller on the shared runtime: `workers` claim and volume workers, and the pass
-    /// over volumes whose claim is missing every `orphan_resync`.
+    /// The controller on the shared runtime: `workers` claim and volume workers, and the resync
+    /// passes (`resync.rs`) every `orphan_resync`.
     pub fn controller(self: &Arc<Self>, workers: usize, orphan_resync: Duration) -> Controller {
         let (claims, volumes, resync) = (self.clone(), self.clone(), self.clone());
         Controller::new("persistentvolume-controller")

@@ -155,24 +155,46 @@ impl PvController {
         }
     }
 
-    /// Marks a volume Failed with the reason (status message and a Warning event), as
-    /// kube-controller-manager's `updateVolumePhaseWithEvent`: the event only on the change.
-    /// kube-controller-manager's hostPath deleter: removes the path (`os.RemoveAll`: a missing
-    /// one is no error), then deletes the PV; a failure marks it Failed with the error.
+    /// kube-controller-manager's hostPath deleter: reads the volume from the API server and
+    /// goes on only if it is still to be deleted so (its `deleteVolumeOperation` reads it
+    /// again too), removes the path (`crate::host_path`), then deletes the PV, that very one
+    /// (its UID as precondition); a failure to remove marks it Failed with the error.
     async fn delete_host_path(&self, pv: &PersistentVolume, path: String) -> Result<(), SyncError> {
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        let live = match api.get_opt(name).await {
+            Ok(Some(live)) => live,
+            Ok(None) => return Ok(()),
+            Err(source) => {
+                return Err(SyncError::Write {
+                    action: "read the volume before deleting it",
+                    source,
+                });
+            }
+        };
+        if !host_path_deletion_stands(&live, &path) {
+            tracing::info!(
+                pv = name,
+                "the volume changed: not deleted (its next sync decides)"
+            );
+            return Ok(());
+        }
         let removed =
-            tokio::task::spawn_blocking(move || remove_under_tmp(std::path::Path::new(&path)))
+            tokio::task::spawn_blocking(move || crate::host_path::remove_under_tmp(&path))
                 .await
                 .map_err(|join| join.to_string())
                 .and_then(|done| done.map_err(|error| error.to_string()));
         if let Err(error) = removed {
-            return self.fail(pv, "VolumeFailedDelete", &error).await;
+            return self.fail(&live, "VolumeFailedDelete", &error).await;
         }
-        let name = pv.metadata.name.as_deref().unwrap_or_default();
-        match Api::<PersistentVolume>::all(self.client.clone())
-            .delete(name, &kube::api::DeleteParams::default())
-            .await
-        {
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: live.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(name, &params).await {
             Ok(_) => {
                 tracing::info!(pv = name, "hostPath volume deleted");
                 Ok(())
@@ -185,6 +207,8 @@ impl PvController {
         }
     }
 
+    /// Marks a volume Failed with the reason (status message and a Warning event), as
+    /// kube-controller-manager's `updateVolumePhaseWithEvent`: the event only on the change.
     async fn fail(
         &self,
         pv: &PersistentVolume,
@@ -203,76 +227,5 @@ impl PvController {
         self.recorder
             .record(&reference(pv), EventType::Warning, reason, message);
         Ok(())
-    }
-}
-
-/// Removes `path`, a path under `/tmp/` (see `decide::binder::host_path_deletable`), when its
-/// directory resolves (symbolic links followed) to one under `/tmp` too: a link on the way
-/// cannot lead the removal elsewhere. A last component that is a link is removed as a link.
-fn remove_under_tmp(path: &std::path::Path) -> std::io::Result<()> {
-    let tmp = std::fs::canonicalize("/tmp")?;
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(std::io::Error::other(format!(
-            "{} is not a path under /tmp",
-            path.display()
-        )));
-    };
-    let parent = match std::fs::canonicalize(parent) {
-        Ok(parent) => parent,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(error),
-    };
-    if !parent.starts_with(&tmp) {
-        return Err(std::io::Error::other(format!(
-            "{} resolves to {}, outside /tmp",
-            path.display(),
-            parent.join(name).display()
-        )));
-    }
-    remove_all(&parent.join(name))
-}
-
-/// Removes `path` and whatever is under it, as Go's `os.RemoveAll`: a directory with its
-/// contents, a file or a link itself; a path not there is no error.
-fn remove_all(path: &std::path::Path) -> std::io::Result<()> {
-    let result = match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(error) => Err(error),
-    };
-    match result {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        other => other,
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_host_path_removal_stays_under_tmp() {
-        let inside = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
-        // Outside /tmp: /var/tmp, on Linux.
-        let outside = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
-        std::fs::create_dir_all(outside.path().join("precious")).unwrap();
-        std::os::unix::fs::symlink(outside.path(), inside.path().join("link")).unwrap();
-        // A link on the way out of /tmp: refused, nothing removed.
-        let error = remove_under_tmp(&inside.path().join("link/precious")).unwrap_err();
-        assert!(error.to_string().contains("outside /tmp"), "{error}");
-        assert!(outside.path().join("precious").exists());
-        // A link as the last component: the link goes, not what it names.
-        remove_under_tmp(&inside.path().join("link")).unwrap();
-        assert!(!inside.path().join("link").exists());
-        assert!(outside.path().join("precious").exists());
-        // A directory with contents, then one not there (no error, as os.RemoveAll).
-        let data = inside.path().join("data");
-        std::fs::create_dir_all(data.join("a/b")).unwrap();
-        std::fs::write(data.join("a/b/f"), b"x").unwrap();
-        remove_under_tmp(&data).unwrap();
-        assert!(!data.exists());
-        remove_under_tmp(&data).unwrap();
-        remove_under_tmp(&inside.path().join("nowhere/data")).unwrap();
     }
 }

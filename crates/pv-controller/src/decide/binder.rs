@@ -374,8 +374,8 @@ pub fn awaits_external_deleter(pv: &PersistentVolume) -> bool {
 }
 
 /// What becomes of a Released volume by its reclaim policy, as kube-controller-manager's
-/// `reclaimVolume` (with no in-tree deleter or recycler left but for what CSI drivers and
-/// their provisioners do).
+/// `reclaimVolume`: its hostPath deleter, and what CSI drivers and their provisioners do (no
+/// recycler here; the stack's node agents recycle CSI volumes).
 fn reclaim(pv: &PersistentVolume) -> VolumeAction {
     let name = pv.metadata.name.as_deref().unwrap_or_default();
     match reclaim_policy(pv) {
@@ -426,6 +426,21 @@ pub fn host_path_deletable(path: &str) -> bool {
         return false;
     };
     !path.split('/').any(|c| c == "..") && under.split('/').any(|c| !c.is_empty() && c != ".")
+}
+
+/// Whether a volume read again from the API server is still the one to delete with the
+/// hostPath deleter at `path`: Released, policy Delete, that path (kube-controller-manager's
+/// `deleteVolumeOperation` reads the volume again and checks it is still released).
+pub fn host_path_deletion_stands(pv: &PersistentVolume, path: &str) -> bool {
+    phase(pv) == "Released"
+        && reclaim_policy(pv) == "Delete"
+        && pv.metadata.deletion_timestamp.is_none()
+        && pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_path.as_ref())
+            .is_some_and(|h| h.path == path)
+        && host_path_deletable(path)
 }
 
 /// kube-controller-manager's `updateMigrationAnnotations` for a volume: one provisioned by a

@@ -181,6 +181,31 @@ fn released_volumes_follow_their_reclaim_policy() {
             "{path}"
         );
     }
+    // Read again before the removal: still Released, Delete, the same path, not being deleted.
+    let stands = host_path("/tmp/v");
+    assert!(host_path_deletion_stands(&stands, "/tmp/v"));
+    assert!(!host_path_deletion_stands(&stands, "/tmp/other"));
+    let mut retained = stands.clone();
+    retained
+        .spec
+        .as_mut()
+        .unwrap()
+        .persistent_volume_reclaim_policy = Some("Retain".into());
+    assert!(!host_path_deletion_stands(&retained, "/tmp/v"));
+    assert!(!host_path_deletion_stands(
+        &with_phase(stands.clone(), "Bound"),
+        "/tmp/v"
+    ));
+    let mut moved = stands.clone();
+    moved
+        .spec
+        .as_mut()
+        .unwrap()
+        .host_path
+        .as_mut()
+        .unwrap()
+        .path = "/srv/v".into();
+    assert!(!host_path_deletion_stands(&moved, "/srv/v"));
     for path in [
         "/data/v",
         "/tmp/",

@@ -19,7 +19,7 @@ mod topology;
 #[cfg(test)]
 mod tests;
 
-pub use self::repair::repair_volume_handle;
+pub use self::repair::{RepairError, repair_volume_handle};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeSpec};
 use k8s_openapi::api::storage::v1::StorageClass;

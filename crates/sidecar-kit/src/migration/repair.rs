@@ -8,27 +8,42 @@ use super::Plugin;
 /// The placeholder csi-translation-lib writes for a project or zone it does not know.
 const UNSPECIFIED: &str = "UNSPECIFIED";
 
+/// Why a handle cannot be made whole (csi-translation-lib's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RepairError {
+    /// The handle is not `projects/…/zones|regions/…/disks/…`.
+    #[error("volume handle has wrong number of elements; got {0}, wanted 6 or more")]
+    Handle(usize),
+    /// The node id is not `projects/…/zones/…/instances/…`.
+    #[error("node handle has wrong number of elements; got {0}, wanted 6 or more")]
+    NodeId(usize),
+    /// The handle's third element is neither `zones` nor `regions`.
+    #[error("expected volume handle to have zones or regions regionality value, got: {0}")]
+    Regionality(String),
+    /// The node's zone does not name a region.
+    #[error("zone in unexpected format, expected: {{locale}}-{{region}}-{{zone}}, got: {0}")]
+    Zone(String),
+}
+
 /// `handle` of `driver` as the driver lists it once attached to the node `node_id`.
-pub fn repair_volume_handle(driver: &str, handle: &str, node_id: &str) -> Result<String, String> {
+pub fn repair_volume_handle(
+    driver: &str,
+    handle: &str,
+    node_id: &str,
+) -> Result<String, RepairError> {
     if driver != Plugin::GcePd.csi_name() {
         return Ok(handle.to_string());
     }
     let parts: Vec<&str> = handle.split('/').collect();
     if parts.len() < 6 {
-        return Err(format!(
-            "volume handle has wrong number of elements; got {}, wanted 6 or more",
-            parts.len()
-        ));
+        return Err(RepairError::Handle(parts.len()));
     }
     if parts[1] != UNSPECIFIED {
         return Ok(handle.to_string());
     }
     let node: Vec<&str> = node_id.split('/').collect();
     if node.len() < 6 {
-        return Err(format!(
-            "node handle has wrong number of elements; got {}, wanted 6 or more",
-            node.len()
-        ));
+        return Err(RepairError::NodeId(node.len()));
     }
     let (project, disk) = (node[1], parts[5]);
     match parts[2] {
@@ -48,19 +63,15 @@ pub fn repair_volume_handle(driver: &str, handle: &str, node_id: &str) -> Result
             };
             Ok(format!("projects/{project}/regions/{region}/disks/{disk}"))
         }
-        other => Err(format!(
-            "expected volume handle to have zones or regions regionality value, got: {other}"
-        )),
+        other => Err(RepairError::Regionality(other.to_string())),
     }
 }
 
 /// The region of a zone `<locale>-<region>-<zone>` (`us-central1-a` → `us-central1`).
-fn region_of(zone: &str) -> Result<String, String> {
+fn region_of(zone: &str) -> Result<String, RepairError> {
     let parts: Vec<&str> = zone.split('-').collect();
     if parts.len() != 3 {
-        return Err(format!(
-            "zone in unexpected format, expected: {{locale}}-{{region}}-{{zone}}, got: {zone}"
-        ));
+        return Err(RepairError::Zone(zone.to_string()));
     }
     Ok(format!("{}-{}", parts[0], parts[1]))
 }
@@ -103,10 +114,17 @@ mod tests {
         }
         assert!(repair_volume_handle(PD, "disk-1", NODE).is_err());
         assert!(repair_volume_handle(PD, "projects/UNSPECIFIED/zones/z/disks/d", "vm-1").is_err());
-        assert!(
-            repair_volume_handle(PD, "projects/UNSPECIFIED/lands/z/disks/d", NODE)
-                .unwrap_err()
-                .contains("zones or regions")
+        assert_eq!(
+            repair_volume_handle(PD, "projects/UNSPECIFIED/lands/z/disks/d", NODE),
+            Err(RepairError::Regionality("lands".into()))
+        );
+        assert_eq!(
+            repair_volume_handle(
+                PD,
+                "projects/UNSPECIFIED/regions/UNSPECIFIED/disks/d",
+                "projects/p1/zones/moon/instances/vm-1"
+            ),
+            Err(RepairError::Zone("moon".into()))
         );
     }
 
