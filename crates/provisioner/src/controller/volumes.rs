@@ -121,13 +121,25 @@ impl Provisioner {
                     .as_ref()
                     .and_then(|s| s.storage_class_name.clone())
                     .unwrap_or_default();
+                // Upstream's updateDeleteStats: the whole operation, counted when it is done.
+                let started = std::time::Instant::now();
+                let done = || {
+                    self.metrics
+                        .delete_total
+                        .with_label_values(&[class.as_str()])
+                        .inc();
+                    self.metrics
+                        .delete_duration
+                        .with_label_values(&[class.as_str()])
+                        .observe(started.elapsed().as_secs_f64());
+                    self.finished_with(name);
+                };
                 if !self.deleted_handles.contains(&volume_handle) {
                     let secret = match secret {
                         Some(recorded) => recorded,
                         None => self.class_secret(&pv),
                     };
                     let secrets = self.secrets_or_none(name, secret.as_ref()).await;
-                    let started = std::time::Instant::now();
                     let result = self.delete_volume_call(&volume_handle, secrets).await;
                     if let Err(error) = result
                         && classify_delete(Err(error.code)) == DeleteOutcome::Retry
@@ -152,14 +164,6 @@ impl Provisioner {
                             pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
                         );
                     }
-                    self.metrics
-                        .delete_total
-                        .with_label_values(&[class.as_str()])
-                        .inc();
-                    self.metrics
-                        .delete_duration
-                        .with_label_values(&[class.as_str()])
-                        .observe(started.elapsed().as_secs_f64());
                     tracing::info!(volume_handle, "volume deleted");
                 }
                 if pv.metadata.deletion_timestamp.is_none() {
@@ -167,7 +171,7 @@ impl Provisioner {
                     match api.delete(name, &DeleteParams::default()).await {
                         Ok(_) => {}
                         Err(error) if sidecar_kit::api_errors::is_not_found(&error) => {
-                            self.finished_with(name);
+                            done();
                             return Ok(());
                         }
                         Err(source) => {
@@ -179,7 +183,7 @@ impl Provisioner {
                     }
                 }
                 self.remove_finalizer(&pv).await?;
-                self.finished_with(name);
+                done();
                 Ok(())
             }
         }
