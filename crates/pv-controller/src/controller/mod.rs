@@ -54,6 +54,15 @@ pub enum SyncError {
     /// The claim must wait (class missing...); retried with backoff.
     #[error("{0}")]
     Waiting(String),
+    /// A volume to delete could not be read again from the API server (the hostPath deleter
+    /// does not remove data on the cache's word alone).
+    #[error("failed to read volume {volume} before deleting it: {source}")]
+    ReadVolume {
+        /// The volume.
+        volume: String,
+        /// The API server's error.
+        source: kube::Error,
+    },
     /// The claim a volume is bound to could not be read from the API server (the volume is
     /// not released on the cache's word alone).
     #[error("failed to read claim {claim} of volume {volume}: {source}")]

@@ -166,8 +166,8 @@ impl PvController {
             Ok(Some(live)) => live,
             Ok(None) => return Ok(()),
             Err(source) => {
-                return Err(SyncError::Write {
-                    action: "read the volume before deleting it",
+                return Err(SyncError::ReadVolume {
+                    volume: name.to_string(),
                     source,
                 });
             }
