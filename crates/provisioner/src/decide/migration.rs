@@ -19,11 +19,15 @@ pub fn provisioning_class(
     migrated_from: Option<Plugin>,
     class: &StorageClass,
 ) -> Option<Result<(StorageClass, Option<Plugin>), TranslateError>> {
-    if class.provisioner == driver {
-        return Some(Ok((class.clone(), None)));
+    if !provisions_for(driver, migrated_from, class) {
+        return None;
     }
-    let plugin = migrated_from.filter(|p| p.in_tree_name() == class.provisioner)?;
-    Some(migration::class_to_csi(plugin.in_tree_name(), class).map(|c| (c, Some(plugin))))
+    match migrated_from.filter(|p| p.in_tree_name() == class.provisioner) {
+        None => Some(Ok((class.clone(), None))),
+        Some(plugin) => {
+            Some(migration::class_to_csi(plugin.in_tree_name(), class).map(|c| (c, Some(plugin))))
+        }
+    }
 }
 
 /// Whether the class is one the driver provisions for: it names the driver, or the in-tree

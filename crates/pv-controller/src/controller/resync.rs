@@ -4,7 +4,7 @@
 use kube::runtime::reflector::ObjectRef;
 
 use super::{PvController, claim_ref};
-use crate::decide::binder::claim_is_gone;
+use crate::decide::binder::{claim_is_gone, may_take_unbound_volume};
 use crate::index::claim_named_by;
 
 impl PvController {
@@ -60,13 +60,7 @@ impl PvController {
         }
         let mut queued = 0;
         for claim in self.claims.state() {
-            let unbound = claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .is_none_or(str::is_empty);
-            let class = sidecar_kit::vocabulary::requested_class(&claim).unwrap_or_default();
-            if unbound && classes.contains(class) {
+            if may_take_unbound_volume(&claim, &classes) {
                 self.claim_queue.add(ObjectRef::from_obj(&*claim));
                 queued += 1;
             }

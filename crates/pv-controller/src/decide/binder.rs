@@ -428,6 +428,21 @@ pub fn host_path_deletable(path: &str) -> bool {
     !path.split('/').any(|c| c == "..") && under.split('/').any(|c| !c.is_empty() && c != ".")
 }
 
+/// Whether the resync queues `claim` because a volume no claimRef names may fit it: the claim
+/// names no volume, and its class (none counting as `""`) is among `classes`, those of the
+/// unbound volumes.
+pub fn may_take_unbound_volume(
+    claim: &PersistentVolumeClaim,
+    classes: &std::collections::HashSet<String>,
+) -> bool {
+    let unbound = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_none_or(str::is_empty);
+    unbound && classes.contains(requested_class(claim).unwrap_or_default())
+}
+
 /// Whether a volume read again from the API server is still the one to delete with the
 /// hostPath deleter at `path`: Released, policy Delete, that path (kube-controller-manager's
 /// `deleteVolumeOperation` reads the volume again and checks it is still released).

@@ -582,3 +582,27 @@ fn a_claim_left_unbound_is_marked_pending_as_kube_controller_manager_marks_it() 
         Some("Pending".into())
     );
 }
+
+#[test]
+fn the_resync_queues_unbound_claims_of_a_class_an_unbound_volume_has() {
+    let classes: std::collections::HashSet<String> = ["fast".to_string(), String::new()].into();
+    let mut named = claim("c", Some("fast"), "1Gi");
+    named.spec.as_mut().unwrap().volume_name = Some("v".into());
+    let mut beta = claim("c", None, "1Gi");
+    beta.metadata.annotations = Some(BTreeMap::from([(
+        ANN_BETA_STORAGE_CLASS.to_string(),
+        "fast".to_string(),
+    )]));
+    // (claim, queued)
+    let rows = [
+        (claim("c", Some("fast"), "1Gi"), true),
+        (claim("c", Some("slow"), "1Gi"), false),
+        (claim("c", None, "1Gi"), true),
+        (claim("c", Some(""), "1Gi"), true),
+        (beta, true),
+        (named, false),
+    ];
+    for (c, want) in rows {
+        assert_eq!(may_take_unbound_volume(&c, &classes), want, "{:?}", c.spec);
+    }
+}
