@@ -171,8 +171,8 @@ async fn a_relist_releases_the_volume_an_attachment_deleted_meanwhile_was_the_la
             serde_json::from_value(json!({"metadata": {"name": format!("filler-{i}")}})).unwrap();
         maps.create(&PostParams::default(), &map).await.unwrap();
     }
-    // The attacher has had all this while to look at the PV after va-r went: va-other, which
-    // it does not know is gone, still keeps it.
+    // va-other, which the attacher does not know is gone, still keeps the PV. (A check made
+    // while it may not have looked yet: it can only catch a release that came early.)
     let pv = env.pv("pv-r").await.expect("pv-r kept for va-other");
     assert!(finalizers(&pv.metadata).contains(&FINALIZER.to_string()));
     env.stack.server.set_faults(Vec::new());

@@ -128,21 +128,8 @@ async fn pre_bound_claims_selectors_and_release() {
         "pv-b",
         "the selector excludes the smaller volume"
     );
-    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
-        .delete("picky", &DeleteParams::default())
-        .await
-        .unwrap();
-    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    c.wait_until("pv-b Released", T, || async {
-        pvs.get("pv-b")
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.phase)
-            .as_deref()
-            == Some("Released")
-    })
-    .await;
+    c.delete_claim("picky").await;
+    c.wait_pv_phase("pv-b", "Released", T).await;
     c.claim("no-match", "manual", "100Gi", json!({}), false)
         .await;
     c.wait_event(
@@ -231,30 +218,10 @@ async fn a_volume_pre_bound_to_a_claim_deleted_before_binding_is_released() {
     // one (watch events arrive in order) while its claim existed.
     c.apply_cluster::<PersistentVolume>(static_pv("marker", "1Gi", "other"))
         .await;
-    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    let phase = |pvs: Api<PersistentVolume>, name: &'static str, want: &'static str| async move {
-        pvs.get(name)
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .and_then(|s| s.phase)
-            .as_deref()
-            == Some(want)
-    };
-    c.wait_until("the marker volume to be Available", T, || {
-        phase(pvs.clone(), "marker", "Available")
-    })
-    .await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
-    claims
-        .delete("gone", &DeleteParams::default())
-        .await
-        .unwrap();
+    c.wait_pv_phase("marker", "Available", T).await;
+    c.delete_claim("gone").await;
     // The claim's deletion alone must bring the volume back: its claimRef names the claim.
-    c.wait_until("the volume to be Released", T, || {
-        phase(pvs.clone(), "pre-bound", "Released")
-    })
-    .await;
+    c.wait_pv_phase("pre-bound", "Released", T).await;
 }
 
 /// A claim naming a volume that does not exist yet waits and backs off; the volume's
@@ -523,15 +490,11 @@ async fn a_released_host_path_volume_under_tmp_is_deleted_with_its_directory() {
     c.claim("other", "manual", "5Gi", json!({}), false).await;
     assert_eq!(bound_volume(&c, "scratch").await, "scratch");
     assert_eq!(bound_volume(&c, "other").await, "kept-path");
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
     for name in ["scratch", "other"] {
-        claims.delete(name, &DeleteParams::default()).await.unwrap();
+        c.delete_claim(name).await;
     }
+    c.wait_pv_gone("scratch", T).await;
     let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    c.wait_until("the /tmp volume to go", T, || async {
-        pvs.get_opt("scratch").await.unwrap().is_none()
-    })
-    .await;
     assert!(!data.exists(), "its directory removed");
     assert!(dir.path().exists(), "not what is above it");
     // Outside /tmp: Failed, in kube-controller-manager's words.
@@ -571,18 +534,11 @@ async fn with_the_protection_controllers_claims_and_volumes_are_created_with_the
     );
     // The protection controllers take them off: the claim and then the volume can go.
     assert_eq!(bound_volume(&c, "kept").await, "kept");
-    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
+    c.delete_claim("kept").await;
+    c.wait_pv_phase("kept", "Released", T).await;
+    Api::<PersistentVolume>::all(c.client.clone())
         .delete("kept", &DeleteParams::default())
         .await
         .unwrap();
-    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    c.wait_until("the volume Released", T, || async {
-        pvs.get("kept").await.unwrap().status.and_then(|s| s.phase) == Some("Released".into())
-    })
-    .await;
-    pvs.delete("kept", &DeleteParams::default()).await.unwrap();
-    c.wait_until("the volume gone", T, || async {
-        pvs.get_opt("kept").await.unwrap().is_none()
-    })
-    .await;
+    c.wait_pv_gone("kept", T).await;
 }

@@ -166,40 +166,20 @@ async fn retain_volumes_are_left_alone() {
     c.class("keep", json!({"reclaimPolicy": "Retain"})).await;
     let claim = c.claim("kept", "keep", "1Gi", json!({}), false).await;
     let pv = c.wait_pv(&claim, T).await;
-    assert!(
-        !has_provisioner_finalizer(&pv),
-        "Retain: no finalizer of ours"
-    );
-    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
-        .delete("kept", &DeleteParams::default())
-        .await
-        .unwrap();
+    // No finalizer of ours; the API server adds no protection one here (no kubelet side).
+    assert_eq!(pv.metadata.finalizers, None);
+    c.delete_claim("kept").await;
     let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
     let name = pv.metadata.name.clone().unwrap();
-    c.wait_until("Released", T, || async {
-        pvs.get(&name)
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.phase)
-            .as_deref()
-            == Some("Released")
-    })
-    .await;
+    c.wait_pv_phase(&name, "Released", T).await;
     // A Delete volume released after it is deleted: the provisioner has handled the volume
     // events up to there, and left the Retain one alone.
     c.class("drop", json!({})).await;
     let later = c.claim("later", "drop", "1Gi", json!({}), false).await;
     let later_pv = c.wait_pv(&later, T).await;
-    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
-        .delete("later", &DeleteParams::default())
-        .await
-        .unwrap();
-    let later_name = later_pv.metadata.name.clone().unwrap();
-    c.wait_until("the Delete volume to go", T, || async {
-        pvs.get_opt(&later_name).await.unwrap().is_none()
-    })
-    .await;
+    c.delete_claim("later").await;
+    c.wait_pv_gone(later_pv.metadata.name.as_deref().unwrap(), T)
+        .await;
     assert!(
         pvs.get_opt(&name).await.unwrap().is_some(),
         "Retain keeps the PV"
@@ -213,16 +193,11 @@ async fn a_bound_volume_whose_policy_becomes_delete_gets_the_finalizer_and_is_de
     c.class("keep", json!({"reclaimPolicy": "Retain"})).await;
     let claim = c.claim("data", "keep", "1Gi", json!({}), false).await;
     let pv = c.wait_pv(&claim, T).await;
-    assert!(
-        !has_provisioner_finalizer(&pv),
-        "Retain: no finalizer of ours"
-    );
+    assert_eq!(pv.metadata.finalizers, None, "Retain: no finalizer");
     let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
     let name = pv.metadata.name.clone().unwrap();
-    c.wait_until("the PV Bound", T, || async {
-        pvs.get(&name).await.unwrap().status.and_then(|s| s.phase) == Some("Bound".into())
-    })
-    .await;
+    // The binder marks the volume Bound before the claim.
+    c.wait_bound("data", T).await;
     pvs.patch(
         &name,
         &PatchParams::default(),
@@ -233,22 +208,11 @@ async fn a_bound_volume_whose_policy_becomes_delete_gets_the_finalizer_and_is_de
     // Upstream's handleProtectionFinalizer: a Bound Delete volume gets the finalizer, so
     // deleting the PV object cannot leak the volume.
     c.wait_until("the finalizer", T, || async {
-        pvs.get(&name)
-            .await
-            .unwrap()
-            .metadata
-            .finalizers
-            .is_some_and(|f| f.iter().any(|f| f == PV_FINALIZER))
+        has_provisioner_finalizer(&pvs.get(&name).await.unwrap())
     })
     .await;
-    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
-    c.wait_until("the PV to go", T, || async {
-        pvs.get_opt(&name).await.unwrap().is_none()
-    })
-    .await;
+    c.delete_claim("data").await;
+    c.wait_pv_gone(&name, T).await;
     assert_eq!(c.driver_volumes().await, 0, "the volume deleted too");
 }
 
@@ -573,21 +537,16 @@ async fn metrics_use_upstream_names() {
         )
         .await;
     c.wait_pv(&clone, T).await;
-    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
-        .delete("m-copy", &DeleteParams::default())
-        .await
-        .unwrap();
-    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    let copy_pv = format!("pvc-{}", clone.metadata.uid.clone().unwrap());
-    c.wait_until("the clone's PV to go", T, || async {
-        pvs.get_opt(&copy_pv).await.unwrap().is_none()
-    })
-    .await;
+    c.delete_claim("m-copy").await;
+    c.wait_pv_gone(&format!("pvc-{}", clone.metadata.uid.clone().unwrap()), T)
+        .await;
     assert!(
-        pvs.get_opt(pv.metadata.name.as_deref().unwrap())
+        Api::<PersistentVolume>::all(c.client.clone())
+            .get_opt(pv.metadata.name.as_deref().unwrap())
             .await
             .unwrap()
-            .is_some()
+            .is_some(),
+        "the source's PV kept"
     );
     let body = tokio::process::Command::new("curl")
         .arg("-s")
@@ -632,13 +591,12 @@ async fn a_claim_whose_class_names_another_provisioner_is_left_without_an_event(
     // A claim made after it is provisioned: the provisioner went on past the first one.
     let later = c.claim("later", "plain", "1Gi", json!({}), true).await;
     c.wait_pv(&later, T).await;
+    let events = c.events_for("misnamed").await;
     assert!(
-        c.events_for("misnamed")
-            .await
+        events
             .iter()
             .all(|(reason, _)| reason != "ProvisioningFailed"),
-        "{:?}",
-        c.events_for("misnamed").await
+        "{events:?}"
     );
     assert_eq!(c.driver_volumes().await, 1);
 }

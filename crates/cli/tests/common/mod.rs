@@ -328,6 +328,38 @@ impl Cluster {
         .await;
     }
 
+    /// Deletes the claim `name` (namespace default).
+    pub async fn delete_claim(&self, name: &str) {
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), "default")
+            .delete(name, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the PV `name` is in `phase`.
+    pub async fn wait_pv_phase(&self, name: &str, phase: &str, timeout: Duration) {
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        self.wait_until(&format!("PV {name} {phase}"), timeout, || async {
+            pvs.get_opt(name)
+                .await
+                .unwrap()
+                .and_then(|p| p.status)
+                .and_then(|s| s.phase)
+                .as_deref()
+                == Some(phase)
+        })
+        .await;
+    }
+
+    /// Waits until the PV `name` is gone.
+    pub async fn wait_pv_gone(&self, name: &str, timeout: Duration) {
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        self.wait_until(&format!("PV {name} gone"), timeout, || async {
+            pvs.get_opt(name).await.unwrap().is_none()
+        })
+        .await;
+    }
+
     /// The driver's snapshot `name` of the volume `volume_id`, made over CSI: its handle.
     pub async fn driver_snapshot(&self, volume_id: &str, name: &str) -> String {
         let channel = sidecar_kit::csi::connect(&self.socket).await.unwrap();
