@@ -1,6 +1,7 @@
 //! Watch streams: resume from a resourceVersion (410 when too old, 504 when not reached yet),
 //! selectors with objects entering and leaving them, bookmarks that never overtake queued
-//! events, timeouts and closing on request.
+//! events, timeouts and closing on request. Events waiting for a stream go out together
+//! ([`Out`]).
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -10,7 +11,9 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
 use serde_json::{Value, json};
+use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::change::event_line_of;
@@ -84,20 +87,80 @@ impl Framing {
     }
 }
 
-/// Sends one event; false when the stream is over (the client left or the object could not
-/// be framed, in which case an ERROR event went out instead).
-async fn send(
-    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
-    framing: Framing,
-    kind: &str,
-    object: &Value,
-) -> bool {
-    match framing.frame(kind, object) {
-        Ok(bytes) => tx.send(Ok(bytes)).await.is_ok(),
-        Err(error_event) => {
-            let _ = tx.send(Ok(error_event)).await;
-            false
+/// The events a watch stream has yet to write: the initial objects and the replayed history,
+/// and the changes that queued up for a watcher behind a burst, go out in chunks of up to
+/// [`Out::CHUNK`] bytes (one write to the socket and one TLS record instead of one per event);
+/// a lone event goes at once and without a copy. Chunk boundaries mean nothing to a client:
+/// it reads lines (JSON) or length-prefixed frames (protobuf).
+struct Out {
+    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    pending: Pending,
+}
+
+enum Pending {
+    Nothing,
+    One(Bytes),
+    Several(BytesMut),
+}
+
+impl Out {
+    /// Past this many bytes the events queued so far are sent before any more are taken.
+    const CHUNK: usize = 32 * 1024;
+
+    fn new(tx: mpsc::Sender<Result<Bytes, Infallible>>) -> Self {
+        Out {
+            tx,
+            pending: Pending::Nothing,
         }
+    }
+
+    fn len(&self) -> usize {
+        match &self.pending {
+            Pending::Nothing => 0,
+            Pending::One(bytes) => bytes.len(),
+            Pending::Several(bytes) => bytes.len(),
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.len() >= Self::CHUNK
+    }
+
+    /// Queues an event (`Err`: an ERROR event that ends the stream, which is then sent with
+    /// what is before it). False when the stream is over: the client left, or that error.
+    async fn put(&mut self, event: Result<Bytes, Bytes>) -> bool {
+        let (bytes, last) = match event {
+            Ok(bytes) => (bytes, false),
+            Err(error_event) => (error_event, true),
+        };
+        self.pending = match std::mem::replace(&mut self.pending, Pending::Nothing) {
+            Pending::Nothing => Pending::One(bytes),
+            Pending::One(first) => {
+                let mut joined = BytesMut::with_capacity(first.len() + bytes.len());
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&bytes);
+                Pending::Several(joined)
+            }
+            Pending::Several(mut joined) => {
+                joined.extend_from_slice(&bytes);
+                Pending::Several(joined)
+            }
+        };
+        if last {
+            let _ = self.flush().await;
+            return false;
+        }
+        !self.full() || self.flush().await
+    }
+
+    /// Sends what is queued; false when the client left.
+    async fn flush(&mut self) -> bool {
+        let chunk = match std::mem::replace(&mut self.pending, Pending::Nothing) {
+            Pending::Nothing => return true,
+            Pending::One(bytes) => bytes,
+            Pending::Several(joined) => joined.freeze(),
+        };
+        self.tx.send(Ok(chunk)).await.is_ok()
     }
 }
 
@@ -109,25 +172,23 @@ fn render<'a>(table_of: Option<&ResourceType>, object: &'a Value) -> Cow<'a, Val
     }
 }
 
-/// Sends a change: as its event line, written once for every watcher (a watcher whose selectors
-/// make it see another event type writes the line around the object's JSON), unless it must
-/// be rendered as a table or framed in protobuf. False when the stream is over (as [`send`]).
-async fn send_change(
-    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+/// A change as a watcher sees it: its event line, written once for every watcher (a watcher
+/// whose selectors make it see another event type writes the line around the object's JSON),
+/// unless it must be rendered as a table or framed in protobuf (`Err` as [`Framing::frame`]).
+fn change_event(
     framing: Framing,
     table_of: Option<&ResourceType>,
     event: &str,
     change: &Change,
-) -> bool {
+) -> Result<Bytes, Bytes> {
     if framing == Framing::Json && table_of.is_none() {
-        let line = if event == change.kind.as_str() {
+        return Ok(if event == change.kind.as_str() {
             change.event_line()
         } else {
             event_line_of(event, &change.json())
-        };
-        return tx.send(Ok(line)).await.is_ok();
+        });
     }
-    send(tx, framing, event, &render(table_of, &change.object)).await
+    framing.frame(event, &render(table_of, &change.object))
 }
 
 pub(crate) async fn watch(
@@ -188,7 +249,7 @@ pub(crate) async fn watch(
                 (items, Vec::new(), rx, rv)
             }
         };
-    let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(256);
+    let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let framing = if as_table {
         Framing::Json
     } else {
@@ -202,25 +263,35 @@ pub(crate) async fn watch(
     let closed_before = close.borrow().of(&plural);
     tokio::spawn(async move {
         let table_of = as_table.then_some(&*rt);
+        let mut out = Out::new(tx);
         let mut last_rv = start_rv;
         for obj in &initial {
-            if filter.selects(obj) && !send(&tx, framing, "ADDED", &render(table_of, obj)).await {
+            if filter.selects(obj)
+                && !out
+                    .put(framing.frame("ADDED", &render(table_of, obj)))
+                    .await
+            {
                 return;
             }
         }
         if send_initial {
             let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": start_rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
-            if !send(&tx, framing, "BOOKMARK", &bookmark).await {
+            if !out.put(framing.frame("BOOKMARK", &bookmark)).await {
                 return;
             }
         }
         for change in backlog {
             last_rv = change.rv;
             if let Some(event) = filter.event(&change)
-                && !send_change(&tx, framing, table_of, event, &change).await
+                && !out
+                    .put(change_event(framing, table_of, event, &change))
+                    .await
             {
                 return;
             }
+        }
+        if !out.flush().await {
+            return;
         }
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
@@ -241,7 +312,7 @@ pub(crate) async fn watch(
                     }
                 }
                 () = &mut deadline => return,
-                () = tx.closed() => return,
+                () = out.tx.closed() => return,
                 _ = ticker.tick(), if bookmarks => {
                     // Every change up to the store's version has been broadcast before that
                     // version became current; only when none of them is still queued for this
@@ -249,24 +320,50 @@ pub(crate) async fn watch(
                     // this stream has passed on.
                     let rv = bookmark_rv(app.store.current_rv(), rx.len(), last_rv);
                     let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
-                    if !send(&tx, framing, "BOOKMARK", &bookmark).await {
+                    if !out.put(framing.frame("BOOKMARK", &bookmark)).await || !out.flush().await {
                         return;
                     }
                 }
-                received = rx.recv() => match received {
-                    Ok(change) => {
-                        if change.rv <= last_rv {
-                            continue;
+                received = rx.recv() => {
+                    let mut next = received.map_err(|_| ());
+                    loop {
+                        match next {
+                            Ok(change) => {
+                                if change.rv > last_rv {
+                                    last_rv = change.rv;
+                                    if let Some(event) = filter.event(&change)
+                                        && !out.put(change_event(framing, table_of, event, &change)).await
+                                    {
+                                        return;
+                                    }
+                                }
+                            }
+                            // Fell behind: end the watch, after what was taken before; the
+                            // client watches again from the last version it saw (the history
+                            // replays the rest) or re-lists if that is gone.
+                            Err(()) => {
+                                let _ = out.flush().await;
+                                return;
+                            }
                         }
-                        last_rv = change.rv;
-                        if let Some(event) = filter.event(&change) && !send_change(&tx, framing, table_of, event, &change).await {
-                            return;
+                        // The changes already queued go out with this one; none past a close
+                        // of the watch (taken first at the top of the loop) or a full chunk.
+                        if out.full() {
+                            break;
                         }
+                        if close.has_changed().unwrap_or(true) {
+                            break;
+                        }
+                        next = match rx.try_recv() {
+                            Ok(change) => Ok(change),
+                            Err(TryRecvError::Empty) => break,
+                            Err(TryRecvError::Lagged(_) | TryRecvError::Closed) => Err(()),
+                        };
                     }
-                    // Fell behind: end the watch; the client watches again from the last
-                    // version it saw (the history replays the rest) or re-lists if that is gone.
-                    Err(_) => return,
-                },
+                    if !out.flush().await {
+                        return;
+                    }
+                }
             }
         }
     });
@@ -408,6 +505,50 @@ mod tests {
                 "{kind:?} {before:?} {now}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn events_queued_together_go_out_as_one_chunk_and_a_lone_one_uncopied() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let mut out = Out::new(tx);
+        let (a, b) = (
+            event_line("ADDED", &json!({"a": 1})),
+            event_line("MODIFIED", &json!({"b": 2})),
+        );
+        assert!(out.put(Ok(a.clone())).await);
+        assert!(out.put(Ok(b.clone())).await);
+        assert!(rx.try_recv().is_err(), "nothing is sent before the flush");
+        assert!(out.flush().await);
+        let chunk = rx.recv().await.unwrap().unwrap();
+        assert_eq!(chunk, [&a[..], &b[..]].concat());
+        assert!(out.flush().await, "an empty flush sends nothing");
+        assert!(out.put(Ok(a.clone())).await && out.flush().await);
+        let lone = rx.recv().await.unwrap().unwrap();
+        assert_eq!(
+            lone.as_ptr(),
+            a.as_ptr(),
+            "a lone event is the shared line itself"
+        );
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_full_chunk_is_sent_at_once_and_an_error_event_ends_the_stream() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let mut out = Out::new(tx);
+        let big = Bytes::from(vec![b'x'; Out::CHUNK - 10]);
+        assert!(out.put(Ok(big.clone())).await && !out.full());
+        assert!(out.put(Ok(Bytes::from_static(b"0123456789ab"))).await);
+        assert_eq!(rx.recv().await.unwrap().unwrap().len(), Out::CHUNK + 2);
+        assert!(out.put(Ok(Bytes::from_static(b"before\n"))).await);
+        assert!(!out.put(Err(Bytes::from_static(b"error\n"))).await);
+        assert_eq!(&rx.recv().await.unwrap().unwrap()[..], b"before\nerror\n");
+        drop(rx);
+        assert!(
+            out.put(Ok(big)).await,
+            "queued: the client's absence shows at the send"
+        );
+        assert!(!out.flush().await, "a client that left ends the stream");
     }
 
     #[test]
