@@ -14,6 +14,8 @@ use kube::api::Api;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(15);
+/// The reference driver's topology key.
+const KEY: &str = "topology.hostpath.csi.volstack.dev/node";
 
 /// A claim of a WaitForFirstConsumer class made with `node` selected goes back to the
 /// scheduler (its selected node removed) with a ProvisioningFailed event holding `words`, and
@@ -153,4 +155,57 @@ async fn topology_requests_follow_the_class_and_selected_node() {
         vec!["zone-b".to_string()],
         "strict topology puts the volume on the selected node's segment"
     );
+}
+
+/// The requirement kept for a claim's retries goes with a final CreateVolume error: the next
+/// attempt asks for the segments of the nodes of then (upstream computes it at each attempt).
+/// Kept, the retry would ask for zone-a, which no node is in any more.
+#[tokio::test]
+async fn a_retry_after_a_final_error_asks_for_the_topology_of_the_nodes_of_then() {
+    let c = Cluster::start(
+        &["--extra-node=node-2=zone-b", "--topology-value=zone-a"],
+        &[],
+        false,
+    )
+    .await;
+    c.faults("CreateVolume=error:INVALID_ARGUMENT\n");
+    c.class("now", json!({})).await;
+    let claim = c.claim("moved", "now", "1Gi", json!({}), true).await;
+    c.wait_event("moved", "ProvisioningFailed", "InvalidArgument")
+        .await;
+    // node-1 moves to a segment the driver has no node in; node-2 (zone-b) joins.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.client.clone());
+    nodes
+        .patch(
+            "node-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {KEY: "zone-c"}}})),
+        )
+        .await
+        .unwrap();
+    c.apply_cluster::<k8s_openapi::api::core::v1::Node>(
+        json!({"metadata": {"name": "node-2", "labels": {KEY: "zone-b"}}}),
+    )
+    .await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::CSINode>(json!({
+        "metadata": {"name": "node-2"},
+        "spec": {"drivers": [{"name": DRIVER, "nodeID": "node-2", "topologyKeys": [KEY]}]}
+    }))
+    .await;
+    c.faults("");
+    let pv = c.wait_pv(&claim, Duration::from_secs(60)).await;
+    let terms = pv
+        .spec
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required
+        .unwrap()
+        .node_selector_terms;
+    let values: Vec<String> = terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .flat_map(|e| e.values.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(values, vec!["zone-b".to_string()], "{terms:?}");
 }

@@ -326,8 +326,9 @@ impl Provisioner {
     }
 
     /// CreateVolume with the secrets; a failure is classified: final ones and reschedules
-    /// settle the entry (a reschedule also hands the claim back to the scheduler), the others
-    /// keep it for the next pass.
+    /// settle the entry (a reschedule also hands the claim back to the scheduler) and drop the
+    /// topology requirement kept for retries, so the next attempt asks for the nodes of then,
+    /// as upstream's does; the others keep both for the next pass.
     async fn create(
         &self,
         claim: &PersistentVolumeClaim,
@@ -348,10 +349,12 @@ impl Provisioner {
             CreateOutcome::InBackground | CreateOutcome::Conflict | CreateOutcome::Created => {}
             CreateOutcome::Final => {
                 self.ledger.settle(&p.pv_name);
+                self.topology.forget(&super::claim_key(claim));
                 self.capacity_changed(&p.class_name, p.topology.as_ref());
             }
             CreateOutcome::Reschedule => {
                 self.ledger.settle(&p.pv_name);
+                self.topology.forget(&super::claim_key(claim));
                 self.capacity_changed(&p.class_name, p.topology.as_ref());
                 // The driver's refusal is what the claim's event reports, whether or not the
                 // selected node could be removed.
