@@ -56,7 +56,9 @@ pub async fn run(args: AttacherArgs, shutdown: impl Future<Output = ()>) -> Resu
             "flag has no effect: it sizes Go's scheduler; this attacher's threads already follow the cgroup CPU quota"
         );
     }
-    let (channel, info) = identify(&args.common.csi_address, args.timeout).await?;
+    // Before the driver's start-up calls, which it counts.
+    let metrics = Metrics::new()?;
+    let (channel, info) = identify(&args.common.csi_address, args.timeout, Some(&metrics)).await?;
     let driver = driver_view(&info);
     if driver.publish_unpublish {
         tracing::info!(driver = %driver.name, version = %info.vendor_version, reconcile = driver.list_published, "CSI driver supports ControllerPublishUnpublish, using real CSI handler");
@@ -73,7 +75,6 @@ pub async fn run(args: AttacherArgs, shutdown: impl Future<Output = ()>) -> Resu
         in_flight: Some(sidecar_kit::kubeclient::SIDECAR_IN_FLIGHT),
     })
     .await?;
-    let metrics = Metrics::new()?;
     // As the other sidecars' event sources: no host.
     let recorder = Recorder::new(client.clone(), "csi-attacher");
     let election = args

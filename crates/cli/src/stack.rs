@@ -168,7 +168,7 @@ pub async fn start_with(
             let info = match known {
                 Some(info) => info,
                 None => {
-                    sidecar_kit::driver::identify(controller, Duration::from_secs(30))
+                    sidecar_kit::driver::identify(controller, Duration::from_secs(30), None)
                         .await
                         .with_context(|| format!("read the CSI driver at {controller}"))?
                         .1

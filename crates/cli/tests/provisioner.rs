@@ -557,6 +557,9 @@ async fn metrics_use_upstream_names() {
     let text = String::from_utf8_lossy(&body.stdout);
     for name in [
         "csi_sidecar_operations_seconds_bucket",
+        // The start-up calls, as upstream counts them (the name unknown before GetPluginInfo).
+        "csi_sidecar_operations_seconds_count{driver_name=\"\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Identity/GetPluginInfo\"} 1",
+        "csi_sidecar_operations_seconds_count{driver_name=\"hostpath.csi.volstack.dev\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Controller/ControllerGetCapabilities\"} 1",
         "controller_persistentvolumeclaim_provision_total{class=\"plain\",source=\"\"} 1",
         "controller_persistentvolumeclaim_provision_total{class=\"plain\",source=\"PersistentVolumeClaim\"} 1",
         "controller_persistentvolume_delete_total{class=\"plain\"} 1",

@@ -88,6 +88,7 @@ async fn local_node(
     args: &ProvisionerArgs,
     env: &ProcessEnv,
     channel: &tonic::transport::Channel,
+    (driver, metrics): (&str, &Metrics),
 ) -> Result<Option<NodeDeployment>, RunError> {
     if !args.node_deployment {
         return Ok(None);
@@ -97,7 +98,7 @@ async fn local_node(
             "the NODE_NAME environment variable must be set when using --node-deployment".into(),
         )
     })?;
-    let calls = sidecar_kit::csi::Caller::new("", args.timeout, None);
+    let calls = sidecar_kit::csi::Caller::new(driver, args.timeout, Some(metrics.clone()));
     let mut client = csi_proto::v1::node_client::NodeClient::new(channel.clone());
     let info = calls
         .call(
@@ -247,7 +248,11 @@ pub async fn run(
             "flag has no effect: its feature is off or not supported by this provisioner"
         );
     }
-    let (channel, mut caps) = driver::start(&args.common.csi_address, args.timeout).await?;
+    // Before the driver's start-up calls, which it counts.
+    let metrics = Metrics::new()
+        .map_err(|e| RunError::Unsupported(format!("failed to register metrics: {e}")))?;
+    let (channel, mut caps) =
+        driver::start(&args.common.csi_address, args.timeout, &metrics).await?;
     if !settings.csi_migration {
         caps.migrated_from = None;
     }
@@ -276,7 +281,7 @@ pub async fn run(
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    let node = local_node(&args, env, &channel).await?;
+    let node = local_node(&args, env, &channel, (&caps.name, &metrics)).await?;
     let capacity = capacity_input(&args, env, &caps, &client, node.as_ref(), &user_agent).await?;
     check_volume_sets(&args, &client).await?;
     let mut identity = provisioner_identity(now_ms, rand::random::<u32>(), &caps.name);
@@ -328,8 +333,6 @@ pub async fn run(
         volume_set_creates: args.volume_set_creates as usize,
     };
     let driver_name = config.caps.name.clone();
-    let metrics = Metrics::new()
-        .map_err(|e| RunError::Unsupported(format!("failed to register metrics: {e}")))?;
     let provisioner = Provisioner::new(
         client.clone(),
         channel,

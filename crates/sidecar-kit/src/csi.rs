@@ -158,6 +158,17 @@ impl Caller {
         path: &'static str,
         call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, CallError> {
+        self.call_for(path, false, call).await
+    }
+
+    /// [`Caller::call`] for a volume that is (`migrated`) or is not translated from an
+    /// in-tree plugin: the metrics' `migrated` label, where it exists.
+    pub async fn call_for<T>(
+        &self,
+        path: &'static str,
+        migrated: bool,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, CallError> {
         let method = path.rsplit('/').next().unwrap_or(path);
         let started = std::time::Instant::now();
         let result = match tokio::time::timeout(self.timeout, call).await {
@@ -175,7 +186,7 @@ impl Caller {
         };
         if let Some(metrics) = &self.metrics {
             let code = result.as_ref().map_or_else(|e| e.code, |_| tonic::Code::Ok);
-            metrics.observe_csi(&self.driver, path, code, started.elapsed());
+            metrics.observe_csi(&self.driver, path, code, migrated, started.elapsed());
         }
         result
     }

@@ -1,7 +1,9 @@
 //! Start-up against a CSI driver, as every sidecar does it: connect (retrying every second),
 //! Probe until ready (a missing `ready` counts as ready), then GetPluginInfo,
 //! GetPluginCapabilities and, when the plugin has a controller service,
-//! ControllerGetCapabilities; any error in these is fatal, as upstream.
+//! ControllerGetCapabilities; any error in these is fatal, as upstream. Counted in the metrics
+//! as upstream's sidecars count them: Probe and GetPluginInfo under no driver name (the name is
+//! not known yet), the rest under the driver's.
 
 use std::time::Duration;
 
@@ -24,6 +26,9 @@ pub enum IdentifyError {
     /// GetPluginInfo returned no name.
     #[error("driver returned an empty name from GetPluginInfo")]
     NoName,
+    /// The metrics of a driver of a migrated plugin could not be set up.
+    #[error("failed to register metrics: {0}")]
+    Metrics(#[source] prometheus::Error),
 }
 
 /// What a driver says it is and can do.
@@ -53,19 +58,16 @@ impl DriverInfo {
     }
 }
 
-/// Connects to `address` and learns what the driver is and can do; each call has `timeout`.
-pub async fn identify(
-    address: &str,
-    timeout: Duration,
-) -> Result<(Channel, DriverInfo), IdentifyError> {
-    let channel = connect_with_retry(address, Duration::from_secs(1), None).await?;
-    let mut identity = csi::identity_client::IdentityClient::new(channel.clone());
-    let calls = Caller::new("", timeout, None);
+/// Probes every second until the driver says it is ready (a missing `ready` counts as ready).
+async fn probe_until_ready(
+    identity: &mut csi::identity_client::IdentityClient<Channel>,
+    calls: &Caller,
+) {
     let mut attempts: u64 = 0;
     loop {
         let probe = identity.probe(calls.request(csi::ProbeRequest {}));
         match calls.call("/csi.v1.Identity/Probe", probe).await {
-            Ok(r) if r.ready != Some(false) => break,
+            Ok(r) if r.ready != Some(false) => return,
             Ok(_) => tracing::info!("CSI driver is not ready yet"),
             Err(error) => {
                 if attempts.is_multiple_of(10) {
@@ -76,6 +78,21 @@ pub async fn identify(
         attempts += 1;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Connects to `address` and learns what the driver is and can do; each call has `timeout`
+/// and is counted in `metrics` when given. A driver that stands in for an in-tree plugin gets
+/// the metrics' `migrated` label and is probed again, as upstream's sidecars connect again
+/// with a second metrics manager for it.
+pub async fn identify(
+    address: &str,
+    timeout: Duration,
+    metrics: Option<&crate::metrics::Metrics>,
+) -> Result<(Channel, DriverInfo), IdentifyError> {
+    let channel = connect_with_retry(address, Duration::from_secs(1), None).await?;
+    let mut identity = csi::identity_client::IdentityClient::new(channel.clone());
+    let calls = Caller::new("", timeout, metrics.cloned());
+    probe_until_ready(&mut identity, &calls).await;
     let info = calls
         .call(
             "/csi.v1.Identity/GetPluginInfo",
@@ -84,6 +101,13 @@ pub async fn identify(
         .await?;
     if info.name.is_empty() {
         return Err(IdentifyError::NoName);
+    }
+    let calls = Caller::new(&info.name, timeout, metrics.cloned());
+    if let Some(metrics) = metrics
+        && crate::migration::Plugin::from_csi_name(&info.name).is_some()
+    {
+        metrics.label_migration().map_err(IdentifyError::Metrics)?;
+        probe_until_ready(&mut identity, &calls).await;
     }
     let plugin = calls
         .call(

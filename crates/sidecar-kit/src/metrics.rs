@@ -1,6 +1,9 @@
 //! Prometheus metrics with upstream's names and labels, in the text format Go's client writes.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
@@ -21,8 +24,9 @@ const QUEUE_BUCKETS: [f64; 10] = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1
 pub struct Metrics {
     /// The registry behind `/metrics`.
     pub registry: Registry,
-    /// `csi_sidecar_operations_seconds{driver_name, method_name, grpc_status_code}`.
-    pub csi_operations: HistogramVec,
+    /// `csi_sidecar_operations_seconds{driver_name, method_name, grpc_status_code}`, and
+    /// `migrated` for a driver that stands in for an in-tree plugin ([`Metrics::label_migration`]).
+    csi_operations: Arc<RwLock<CsiOperations>>,
     /// `controller_persistentvolumeclaim_provision_total{class, source}`.
     pub provision_total: IntCounterVec,
     /// `controller_persistentvolumeclaim_provision_failed_total{class, source}`.
@@ -54,6 +58,48 @@ pub struct Metrics {
     /// `leader_election_slowpath_total{name}`: a leader's renewals that had to read the lease.
     pub leader_slow_paths: IntCounterVec,
 }
+
+/// The CSI calls' histogram, and whether it has the `migrated` label.
+#[derive(Debug)]
+struct CsiOperations {
+    histogram: HistogramVec,
+    migration: bool,
+}
+
+impl CsiOperations {
+    fn histogram(migration: bool) -> Result<HistogramVec, prometheus::Error> {
+        let mut labels = vec!["driver_name", "grpc_status_code", "method_name"];
+        if migration {
+            labels.push("migrated");
+        }
+        HistogramVec::new(
+            HistogramOpts::new(CSI_OPERATIONS, CSI_OPERATIONS_HELP).buckets(CSI_BUCKETS.to_vec()),
+            &labels,
+        )
+    }
+}
+
+/// What the registry holds of the CSI calls: whichever histogram is current. (The registry
+/// keeps a name's label names after the collector is gone, so the histogram with `migrated`
+/// cannot simply replace the first one in it.)
+struct CsiCollector {
+    desc: prometheus::core::Desc,
+    current: Arc<RwLock<CsiOperations>>,
+}
+
+impl prometheus::core::Collector for CsiCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.current.read().histogram.collect()
+    }
+}
+
+const CSI_OPERATIONS: &str = "csi_sidecar_operations_seconds";
+const CSI_OPERATIONS_HELP: &str =
+    "Container Storage Interface operation duration with gRPC error code status total";
 
 fn counter(
     registry: &Registry,
@@ -110,14 +156,21 @@ impl Metrics {
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
-        Ok(Metrics {
-            csi_operations: histogram(
-                &registry,
-                "csi_sidecar_operations_seconds",
-                "Container Storage Interface operation duration with gRPC error code status total",
-                &["driver_name", "grpc_status_code", "method_name"],
-                &CSI_BUCKETS,
+        let csi_operations = Arc::new(RwLock::new(CsiOperations {
+            histogram: CsiOperations::histogram(false)?,
+            migration: false,
+        }));
+        registry.register(Box::new(CsiCollector {
+            desc: prometheus::core::Desc::new(
+                CSI_OPERATIONS.into(),
+                CSI_OPERATIONS_HELP.into(),
+                Vec::new(),
+                Default::default(),
             )?,
+            current: csi_operations.clone(),
+        }))?;
+        Ok(Metrics {
+            csi_operations,
             provision_total: counter(
                 &registry,
                 "controller_persistentvolumeclaim_provision_total",
@@ -216,11 +269,39 @@ impl Metrics {
         })
     }
 
-    /// Records one CSI call.
-    pub fn observe_csi(&self, driver: &str, method: &str, code: tonic::Code, took: Duration) {
-        self.csi_operations
-            .with_label_values(&[driver, crate::csi::go_code_name(code), method])
-            .observe(took.as_secs_f64());
+    /// Records one CSI call; `migrated` (a call for a volume translated from an in-tree
+    /// plugin) is a label only once [`Metrics::label_migration`] has added it.
+    pub fn observe_csi(
+        &self,
+        driver: &str,
+        method: &str,
+        code: tonic::Code,
+        migrated: bool,
+        took: Duration,
+    ) {
+        let ops = self.csi_operations.read();
+        let code = crate::csi::go_code_name(code);
+        let series = if ops.migration {
+            let migrated = if migrated { "true" } else { "false" };
+            ops.histogram
+                .with_label_values(&[driver, code, method, migrated])
+        } else {
+            ops.histogram.with_label_values(&[driver, code, method])
+        };
+        series.observe(took.as_secs_f64());
+    }
+
+    /// For a driver that stands in for an in-tree plugin, as upstream's sidecars do (a second
+    /// metrics manager `WithMigration`): `csi_sidecar_operations_seconds` starts again with
+    /// the `migrated` label; the calls counted before (Probe and GetPluginInfo) go with the
+    /// first histogram. Once only.
+    pub fn label_migration(&self) -> Result<(), prometheus::Error> {
+        let mut ops = self.csi_operations.write();
+        if !ops.migration {
+            ops.histogram = CsiOperations::histogram(true)?;
+            ops.migration = true;
+        }
+        Ok(())
     }
 
     /// The text exposition.
@@ -246,6 +327,7 @@ mod tests {
             "d.csi",
             "/csi.v1.Controller/CreateVolume",
             tonic::Code::DeadlineExceeded,
+            true,
             Duration::from_millis(300),
         );
         m.provision_total.with_label_values(&["fast", ""]).inc();
@@ -261,5 +343,45 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle}\n{text}");
         }
+    }
+
+    #[test]
+    fn a_driver_of_a_migrated_plugin_gets_the_migrated_label_and_a_fresh_histogram() {
+        let m = Metrics::new().unwrap();
+        let probe = "/csi.v1.Identity/Probe";
+        m.observe_csi("", probe, tonic::Code::Ok, false, Duration::from_millis(1));
+        m.label_migration().unwrap();
+        m.label_migration().unwrap();
+        let create = "/csi.v1.Controller/CreateVolume";
+        m.observe_csi(
+            "ebs.csi.aws.com",
+            probe,
+            tonic::Code::Ok,
+            false,
+            Duration::from_millis(1),
+        );
+        m.observe_csi(
+            "ebs.csi.aws.com",
+            create,
+            tonic::Code::Ok,
+            true,
+            Duration::from_millis(1),
+        );
+        let text = m.render();
+        for needle in [
+            "csi_sidecar_operations_seconds_count{driver_name=\"ebs.csi.aws.com\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Identity/Probe\",migrated=\"false\"} 1",
+            "csi_sidecar_operations_seconds_count{driver_name=\"ebs.csi.aws.com\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Controller/CreateVolume\",migrated=\"true\"} 1",
+        ] {
+            assert!(text.contains(needle), "missing {needle}\n{text}");
+        }
+        assert!(
+            !text.contains("driver_name=\"\""),
+            "the first Probe went with the first histogram\n{text}"
+        );
+        assert_eq!(
+            text.matches("# TYPE csi_sidecar_operations_seconds histogram")
+                .count(),
+            1
+        );
     }
 }

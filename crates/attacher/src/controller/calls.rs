@@ -76,8 +76,9 @@ impl DriverCalls {
         let mut client = self.client();
         let response = self
             .calls
-            .call(
+            .call_for(
                 "/csi.v1.Controller/ControllerPublishVolume",
+                publish.migrated,
                 client.controller_publish_volume(self.calls.request(request)),
             )
             .await?;
@@ -99,8 +100,9 @@ impl DriverCalls {
         request.secrets = secrets;
         let mut client = self.client();
         self.calls
-            .call(
+            .call_for(
                 "/csi.v1.Controller/ControllerUnpublishVolume",
+                detach.migrated,
                 client.controller_unpublish_volume(self.calls.request(request)),
             )
             .await

@@ -32,6 +32,8 @@ pub struct Publish {
     pub context: HashMap<String, String>,
     /// `controllerPublishSecretRef`.
     pub secret: Option<SecretRef>,
+    /// The PV is an in-tree one, translated (CSI migration): the metrics' `migrated`.
+    pub migrated: bool,
 }
 
 /// An attach: the API writes before the call, then the call.
@@ -59,6 +61,8 @@ pub struct Detach {
     pub secret: Option<SecretRef>,
     /// The JSON patch removing our finalizer, when it is there.
     pub release: Option<Vec<Op>>,
+    /// The PV is an in-tree one, translated (CSI migration): the metrics' `migrated`.
+    pub migrated: bool,
     /// Whether `status` is written afterwards (`attached: false`): not when removing our
     /// finalizer lets the object go (nobody would read it; upstream's write gets a 404).
     pub write_status: bool,
@@ -361,8 +365,16 @@ fn plan_attach(va: &VolumeAttachment, world: World<'_>, ours: &str) -> Result<At
                 .map(|a| a.into_iter().collect())
                 .unwrap_or_default(),
             secret: secret_of(&spec),
+            migrated: translated(va, world.volume),
         },
     })
+}
+
+/// Whether the attachment's PV is an in-tree one that is translated (upstream's
+/// `IsPVMigratable` of the PV the attachment names).
+fn translated(va: &VolumeAttachment, volume: Option<&PersistentVolume>) -> bool {
+    va.spec.source.persistent_volume_name.is_some()
+        && volume.is_some_and(sidecar_kit::migration::is_migratable)
 }
 
 fn plan_detach(va: &VolumeAttachment, world: World<'_>, force: bool, ours: &str) -> Plan {
@@ -413,5 +425,6 @@ fn plan_detach(va: &VolumeAttachment, world: World<'_>, force: bool, ours: &str)
         secret,
         release,
         write_status,
+        migrated: translated(va, world.volume),
     })
 }

@@ -161,6 +161,7 @@ fn in_tree_volumes_of_a_migrated_plugin_are_attached_and_detached_by_their_csi_h
     };
     assert_eq!(a.publish.volume_id, "vol-0abc");
     assert_eq!(a.publish.node_id, "i-1");
+    assert!(a.publish.migrated, "counted as migrated in the metrics");
     assert_eq!(
         a.publish.context.get("partition").map(String::as_str),
         Some("0")
@@ -172,6 +173,7 @@ fn in_tree_volumes_of_a_migrated_plugin_are_attached_and_detached_by_their_csi_h
         panic!("a detach")
     };
     assert_eq!(detach.volume_id, "vol-0abc");
+    assert!(detach.migrated);
     // A source that does not translate: the attach fails, saying why; the PV gets the
     // finalizer all the same (upstream adds it before translating).
     assert!(matches!(
@@ -214,6 +216,7 @@ fn an_attach_protects_the_volume_and_the_attachment_before_publishing() {
     let Plan::Attach(a) = plan(&va(&[], false), world, false) else {
         panic!("an attach")
     };
+    assert!(!a.publish.migrated, "a CSI PV is not counted as migrated");
     let json = |ops: Vec<sidecar_kit::patch_ops::Op>| serde_json::to_value(ops).unwrap();
     assert_eq!(
         a.protect_volume.map(|(pv, ops)| (pv, json(ops))),

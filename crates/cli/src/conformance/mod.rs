@@ -212,7 +212,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<()> {
     // The sidecars wait for their driver for ever; a report run does not.
     let identified = tokio::time::timeout(
         args.timeout,
-        sidecar_kit::driver::identify(&args.driver_endpoint, Duration::from_secs(30)),
+        sidecar_kit::driver::identify(&args.driver_endpoint, Duration::from_secs(30), None),
     )
     .await
     .map_err(|_| {

@@ -228,7 +228,7 @@ async fn resizer_driver(
 ) -> anyhow::Result<Option<(tonic::transport::Channel, stack::resizer::ResizerSettings)>> {
     use csi_proto::v1::controller_service_capability::rpc::Type as Rpc;
     let timeout = Duration::from_secs(60);
-    let (channel, info) = sidecar_kit::driver::identify(&parts.socket, timeout)
+    let (channel, info) = sidecar_kit::driver::identify(&parts.socket, timeout, None)
         .await
         .context("identify the driver for the resizer")?;
     let expands = info.has(Rpc::ExpandVolume);

@@ -72,6 +72,8 @@ struct Provisioning {
     copying: bool,
     /// The clone's source claim, protected before CreateVolume.
     protect: Option<ClaimKey>,
+    /// The class is the in-tree plugin's, translated (CSI migration): the metrics' `migrated`.
+    migrated: bool,
 }
 
 impl Provisioner {
@@ -273,6 +275,7 @@ impl Provisioner {
             request,
             copying,
             protect,
+            migrated: class.provisioner != self.cfg.caps.name,
         })))
     }
 
@@ -337,7 +340,7 @@ impl Provisioner {
     ) -> Result<Option<csi::Volume>, ClaimError> {
         request.secrets = p.secrets.clone();
         tracing::info!(volume = %p.pv_name, class = p.class_name, "calling CreateVolume");
-        let error = match Box::pin(self.create_volume(request)).await {
+        let error = match Box::pin(self.create_volume(request, p.migrated)).await {
             Ok(volume) => return Ok(volume),
             Err(error) => error,
         };
@@ -386,7 +389,8 @@ impl Provisioner {
         match built {
             Ok(pv) => Ok(pv),
             Err(error) => {
-                Box::pin(self.discard(&p.pv_name, volume.as_ref(), p.secrets.clone())).await;
+                let secrets = p.secrets.clone();
+                Box::pin(self.discard(&p.pv_name, volume.as_ref(), secrets, p.migrated)).await;
                 Err(ClaimError::Response(error))
             }
         }
@@ -428,12 +432,13 @@ impl Provisioner {
         name: &str,
         volume: Option<&csi::Volume>,
         secrets: HashMap<String, String>,
+        migrated: bool,
     ) {
         if let Some(id) = volume
             .map(|v| v.volume_id.clone())
             .filter(|id| !id.is_empty())
             && classify_delete(
-                self.delete_volume_call(&id, secrets)
+                self.delete_volume_call(&id, secrets, migrated)
                     .await
                     .map_err(|e| e.code),
             ) == DeleteOutcome::Retry
@@ -443,16 +448,18 @@ impl Provisioner {
         self.ledger.settle(name);
     }
 
-    /// CreateVolume.
+    /// CreateVolume; `migrated`: for a class of the in-tree plugin we stand in for.
     pub(crate) async fn create_volume(
         &self,
         request: csi::CreateVolumeRequest,
+        migrated: bool,
     ) -> Result<Option<csi::Volume>, CallError> {
         let calls = &self.csi_calls;
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
         let response = calls
-            .call(
+            .call_for(
                 "/csi.v1.Controller/CreateVolume",
+                migrated,
                 client.create_volume(calls.request(request)),
             )
             .await?;
@@ -463,11 +470,12 @@ impl Provisioner {
         }))
     }
 
-    /// DeleteVolume.
+    /// DeleteVolume; `migrated`: of an in-tree PV of the plugin we stand in for.
     pub(crate) async fn delete_volume_call(
         &self,
         id: &str,
         secrets: HashMap<String, String>,
+        migrated: bool,
     ) -> Result<(), CallError> {
         let calls = &self.csi_calls;
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
@@ -476,8 +484,9 @@ impl Provisioner {
             secrets,
         };
         calls
-            .call(
+            .call_for(
                 "/csi.v1.Controller/DeleteVolume",
+                migrated,
                 client.delete_volume(calls.request(request)),
             )
             .await

@@ -26,8 +26,9 @@ pub enum StartupError {
 pub async fn start(
     address: &str,
     timeout: Duration,
+    metrics: &sidecar_kit::metrics::Metrics,
 ) -> Result<(Channel, DriverCapabilities), StartupError> {
-    let (channel, info) = identify(address, timeout).await?;
+    let (channel, info) = identify(address, timeout, Some(metrics)).await?;
     if !info.has(Rpc::CreateDeleteVolume) {
         return Err(StartupError::NoCreateDelete(info.name));
     }

@@ -262,13 +262,13 @@ pub(crate) async fn clean_up(
         volume = name,
         "claim is gone while its volume may exist: deleting the volume"
     );
-    match p.create_volume(request).await {
+    match p.create_volume(request, false).await {
         Ok(volume) => {
             let Some(id) = volume.map(|v| v.volume_id).filter(|id| !id.is_empty()) else {
                 p.ledger.settle(name);
                 return Ok(());
             };
-            if let Err(error) = p.delete_volume_call(&id, secrets).await
+            if let Err(error) = p.delete_volume_call(&id, secrets, false).await
                 && classify_delete(Err(error.code)) == DeleteOutcome::Retry
             {
                 return Err(cleanup_error(ClaimError::Csi(error)));
@@ -332,7 +332,7 @@ pub(crate) async fn clean_up_listed(
         volume_id,
         "the claim of a listed volume is gone: deleting the volume"
     );
-    if let Err(error) = p.delete_volume_call(volume_id, secrets).await
+    if let Err(error) = p.delete_volume_call(volume_id, secrets, false).await
         && classify_delete(Err(error.code)) == DeleteOutcome::Retry
     {
         return Err(ClaimError::Csi(error));

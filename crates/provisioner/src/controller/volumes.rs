@@ -140,7 +140,10 @@ impl Provisioner {
                         None => self.class_secret(&pv),
                     };
                     let secrets = self.secrets_or_none(name, secret.as_ref()).await;
-                    let result = self.delete_volume_call(&volume_handle, secrets).await;
+                    let migrated = sidecar_kit::migration::is_migratable(&pv);
+                    let result = self
+                        .delete_volume_call(&volume_handle, secrets, migrated)
+                        .await;
                     if let Err(error) = result
                         && classify_delete(Err(error.code)) == DeleteOutcome::Retry
                     {

@@ -76,7 +76,7 @@ pub(crate) async fn finish_deletion(
         let secret = recorded_secret(pv).flatten();
         // As a PV's deletion: a secret that cannot be read does not keep the volume.
         let secrets = p.secrets_or_none(&volume, secret.as_ref()).await;
-        if let Err(source) = p.delete_volume_call(&handle, secrets).await
+        if let Err(source) = p.delete_volume_call(&handle, secrets, false).await
             && classify_delete(Err(source.code)) == DeleteOutcome::Retry
         {
             return Err(SetError::Delete { volume, source });

@@ -400,7 +400,7 @@ async fn finish_member(
     let mut request = flight.request.clone();
     request.secrets = secrets.clone();
     tracing::info!(set = %name, volume, "calling CreateVolume for the set");
-    let created = match p.create_volume(request).await {
+    let created = match p.create_volume(request, false).await {
         Ok(created) => created,
         Err(error) => {
             match classify_create(Err(error.code), false) {
@@ -425,7 +425,7 @@ async fn finish_member(
     ) {
         Ok(pv) => pv,
         Err(source) => {
-            p.discard(volume, created.as_ref(), secrets).await;
+            p.discard(volume, created.as_ref(), secrets, false).await;
             return Err(SetError::Response {
                 volume: volume.to_string(),
                 source,
