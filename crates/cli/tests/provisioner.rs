@@ -548,13 +548,7 @@ async fn metrics_use_upstream_names() {
             .is_some(),
         "the source's PV kept"
     );
-    let body = tokio::process::Command::new("curl")
-        .arg("-s")
-        .arg(format!("http://127.0.0.1:{port}/metrics"))
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&body.stdout);
+    let text = common::http_text(port, "/metrics").await;
     for name in [
         "csi_sidecar_operations_seconds_bucket",
         // The start-up calls, as upstream counts them (the name unknown before GetPluginInfo).
@@ -568,13 +562,7 @@ async fn metrics_use_upstream_names() {
     ] {
         assert!(text.contains(name), "missing {name} in\n{text}");
     }
-    let health = tokio::process::Command::new("curl")
-        .arg("-s")
-        .arg(format!("http://127.0.0.1:{port}/healthz"))
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&health.stdout), "ok");
+    assert_eq!(common::http_text(port, "/healthz").await, "ok");
 }
 
 #[tokio::test]

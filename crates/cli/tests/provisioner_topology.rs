@@ -138,20 +138,8 @@ async fn topology_requests_follow_the_class_and_selected_node() {
         )
         .await;
     let pv = c.wait_pv(&claim, T).await;
-    let terms = pv
-        .spec
-        .unwrap()
-        .node_affinity
-        .unwrap()
-        .required
-        .unwrap()
-        .node_selector_terms;
-    let values = terms[0].match_expressions.as_ref().unwrap()[0]
-        .values
-        .clone()
-        .unwrap();
     assert_eq!(
-        values,
+        common::affinity_values(&pv),
         vec!["zone-b".to_string()],
         "strict topology puts the volume on the selected node's segment"
     );
@@ -194,18 +182,5 @@ async fn a_retry_after_a_final_error_asks_for_the_topology_of_the_nodes_of_then(
     .await;
     c.faults("");
     let pv = c.wait_pv(&claim, Duration::from_secs(60)).await;
-    let terms = pv
-        .spec
-        .unwrap()
-        .node_affinity
-        .unwrap()
-        .required
-        .unwrap()
-        .node_selector_terms;
-    let values: Vec<String> = terms
-        .iter()
-        .flat_map(|t| t.match_expressions.iter().flatten())
-        .flat_map(|e| e.values.clone().unwrap_or_default())
-        .collect();
-    assert_eq!(values, vec!["zone-b".to_string()], "{terms:?}");
+    assert_eq!(common::affinity_values(&pv), vec!["zone-b".to_string()]);
 }

@@ -40,6 +40,28 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The body of `GET http://127.0.0.1:<port><path>` (a sidecar's `/metrics` or `/healthz`).
+pub async fn http_text(port: u16, path: &str) -> String {
+    let out = tokio::process::Command::new("curl")
+        .arg("-s")
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The values of a PV's node affinity (the segments it is in), every term's in order.
+pub fn affinity_values(pv: &PersistentVolume) -> Vec<String> {
+    pv.spec
+        .iter()
+        .filter_map(|s| s.node_affinity.as_ref()?.required.as_ref())
+        .flat_map(|r| r.node_selector_terms.iter())
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .flat_map(|e| e.values.clone().unwrap_or_default())
+        .collect()
+}
+
 /// The seed of a chaos run: `CHAOS_SEED` when set, else a new one; printed with how to
 /// replay it.
 pub fn chaos_seed(test: &str) -> u64 {
