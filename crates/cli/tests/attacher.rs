@@ -428,9 +428,9 @@ async fn it_leads_through_upstreams_lease_and_serves_upstreams_metrics() {
     for wanted in [
         r#"csi_sidecar_operations_seconds_count{driver_name="hostpath.csi.volstack.dev",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerPublishVolume"} 1"#,
         // The start-up calls, as upstream counts them: before the driver's name is known,
-        // under none.
-        r#"csi_sidecar_operations_seconds_count{driver_name="",grpc_status_code="OK",method_name="/csi.v1.Identity/Probe"}"#,
-        r#"csi_sidecar_operations_seconds_count{driver_name="",grpc_status_code="OK",method_name="/csi.v1.Identity/GetPluginInfo"} 1"#,
+        // under `unknown-driver`.
+        r#"csi_sidecar_operations_seconds_count{driver_name="unknown-driver",grpc_status_code="OK",method_name="/csi.v1.Identity/Probe"}"#,
+        r#"csi_sidecar_operations_seconds_count{driver_name="unknown-driver",grpc_status_code="OK",method_name="/csi.v1.Identity/GetPluginInfo"} 1"#,
         r#"csi_sidecar_operations_seconds_count{driver_name="hostpath.csi.volstack.dev",grpc_status_code="OK",method_name="/csi.v1.Identity/GetPluginCapabilities"} 1"#,
         r#"csi_sidecar_operations_seconds_count{driver_name="hostpath.csi.volstack.dev",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerGetCapabilities"} 1"#,
         r#"workqueue_adds_total{name="csi-attacher-va"}"#,

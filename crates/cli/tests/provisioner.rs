@@ -552,7 +552,7 @@ async fn metrics_use_upstream_names() {
     for name in [
         "csi_sidecar_operations_seconds_bucket",
         // The start-up calls, as upstream counts them (the name unknown before GetPluginInfo).
-        "csi_sidecar_operations_seconds_count{driver_name=\"\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Identity/GetPluginInfo\"} 1",
+        "csi_sidecar_operations_seconds_count{driver_name=\"unknown-driver\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Identity/GetPluginInfo\"} 1",
         "csi_sidecar_operations_seconds_count{driver_name=\"hostpath.csi.volstack.dev\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Controller/ControllerGetCapabilities\"} 1",
         "controller_persistentvolumeclaim_provision_total{class=\"plain\",source=\"\"} 1",
         "controller_persistentvolumeclaim_provision_total{class=\"plain\",source=\"PersistentVolumeClaim\"} 1",

@@ -2,8 +2,8 @@
 //! Probe until ready (a missing `ready` counts as ready), then GetPluginInfo,
 //! GetPluginCapabilities and, when the plugin has a controller service,
 //! ControllerGetCapabilities; any error in these is fatal, as upstream. Counted in the metrics
-//! as upstream's sidecars count them: Probe and GetPluginInfo under no driver name (the name is
-//! not known yet), the rest under the driver's.
+//! as upstream's sidecars count them: Probe and GetPluginInfo under `unknown-driver` (the name
+//! is not known yet), the rest under the driver's.
 
 use std::time::Duration;
 
@@ -58,6 +58,9 @@ impl DriverInfo {
     }
 }
 
+/// The driver name csi-lib-utils records calls under before the name is known.
+pub const UNKNOWN_DRIVER: &str = "unknown-driver";
+
 /// Probes every second until the driver says it is ready (a missing `ready` counts as ready).
 async fn probe_until_ready(
     identity: &mut csi::identity_client::IdentityClient<Channel>,
@@ -91,7 +94,7 @@ pub async fn identify(
 ) -> Result<(Channel, DriverInfo), IdentifyError> {
     let channel = connect_with_retry(address, Duration::from_secs(1), None).await?;
     let mut identity = csi::identity_client::IdentityClient::new(channel.clone());
-    let calls = Caller::new("", timeout, metrics.cloned());
+    let calls = Caller::new(UNKNOWN_DRIVER, timeout, metrics.cloned());
     probe_until_ready(&mut identity, &calls).await;
     let info = calls
         .call(

@@ -349,7 +349,13 @@ mod tests {
     fn a_driver_of_a_migrated_plugin_gets_the_migrated_label_and_a_fresh_histogram() {
         let m = Metrics::new().unwrap();
         let probe = "/csi.v1.Identity/Probe";
-        m.observe_csi("", probe, tonic::Code::Ok, false, Duration::from_millis(1));
+        m.observe_csi(
+            "unknown-driver",
+            probe,
+            tonic::Code::Ok,
+            false,
+            Duration::from_millis(1),
+        );
         m.label_migration().unwrap();
         m.label_migration().unwrap();
         let create = "/csi.v1.Controller/CreateVolume";
@@ -375,7 +381,7 @@ mod tests {
             assert!(text.contains(needle), "missing {needle}\n{text}");
         }
         assert!(
-            !text.contains("driver_name=\"\""),
+            !text.contains("driver_name=\"unknown-driver\""),
             "the first Probe went with the first histogram\n{text}"
         );
         assert_eq!(
