@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::TryRecvError;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::change::event_line_of;
 use crate::registry::ResourceType;
@@ -88,10 +88,10 @@ impl Framing {
 }
 
 /// The events a watch stream has yet to write: the initial objects and the replayed history,
-/// and the changes that queued up for a watcher behind a burst, go out in chunks of up to
-/// [`Out::CHUNK`] bytes (one write to the socket and one TLS record instead of one per event);
-/// a lone event goes at once and without a copy. Chunk boundaries mean nothing to a client:
-/// it reads lines (JSON) or length-prefixed frames (protobuf).
+/// and the changes that queued up for a watcher behind a burst, go out in chunks of at most
+/// [`Out::CHUNK`] bytes (one write to the socket instead of one per event); a lone event, or
+/// one larger than a chunk, goes alone and without a copy. Chunk boundaries mean nothing to
+/// a client: it reads lines (JSON) or length-prefixed frames (protobuf).
 struct Out {
     tx: mpsc::Sender<Result<Bytes, Infallible>>,
     pending: Pending,
@@ -103,8 +103,19 @@ enum Pending {
     Several(BytesMut),
 }
 
+/// What became of an event given to [`Out::put`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// It waits with the events before it.
+    Queued,
+    /// The events before it went out to make room; it waits.
+    SentBefore,
+    /// The stream is over: the client left, or the event was an ERROR (sent).
+    Over,
+}
+
 impl Out {
-    /// Past this many bytes the events queued so far are sent before any more are taken.
+    /// The most bytes of events sent together.
     const CHUNK: usize = 32 * 1024;
 
     fn new(tx: mpsc::Sender<Result<Bytes, Infallible>>) -> Self {
@@ -122,21 +133,24 @@ impl Out {
         }
     }
 
-    fn full(&self) -> bool {
-        self.len() >= Self::CHUNK
-    }
-
-    /// Queues an event (`Err`: an ERROR event that ends the stream, which is then sent with
-    /// what is before it). False when the stream is over: the client left, or that error.
-    async fn put(&mut self, event: Result<Bytes, Bytes>) -> bool {
+    /// Queues an event, first sending those before it when it would not fit in their chunk.
+    /// `Err` is an ERROR event that ends the stream: it is sent after what is before it.
+    async fn put(&mut self, event: Result<Bytes, Bytes>) -> Put {
         let (bytes, last) = match event {
             Ok(bytes) => (bytes, false),
             Err(error_event) => (error_event, true),
         };
+        let mut put = Put::Queued;
+        if self.len() > 0 && self.len() + bytes.len() > Self::CHUNK {
+            if !self.flush().await {
+                return Put::Over;
+            }
+            put = Put::SentBefore;
+        }
         self.pending = match std::mem::replace(&mut self.pending, Pending::Nothing) {
             Pending::Nothing => Pending::One(bytes),
             Pending::One(first) => {
-                let mut joined = BytesMut::with_capacity(first.len() + bytes.len());
+                let mut joined = BytesMut::with_capacity(Self::CHUNK);
                 joined.extend_from_slice(&first);
                 joined.extend_from_slice(&bytes);
                 Pending::Several(joined)
@@ -148,9 +162,9 @@ impl Out {
         };
         if last {
             let _ = self.flush().await;
-            return false;
+            return Put::Over;
         }
-        !self.full() || self.flush().await
+        put
     }
 
     /// Sends what is queued; false when the client left.
@@ -161,6 +175,16 @@ impl Out {
             Pending::Several(joined) => joined.freeze(),
         };
         self.tx.send(Ok(chunk)).await.is_ok()
+    }
+}
+
+/// Whether this watch has been closed (by the fault admin) since it began, `before` being
+/// its resource's count of closes then; a close of another resource is taken as seen.
+fn closed(close: &mut watch::Receiver<Closes>, plural: &str, before: u64) -> bool {
+    match close.has_changed() {
+        Err(_) => true,
+        Ok(false) => false,
+        Ok(true) => close.borrow_and_update().of(plural) != before,
     }
 }
 
@@ -267,25 +291,27 @@ pub(crate) async fn watch(
         let mut last_rv = start_rv;
         for obj in &initial {
             if filter.selects(obj)
-                && !out
+                && out
                     .put(framing.frame("ADDED", &render(table_of, obj)))
                     .await
+                    == Put::Over
             {
                 return;
             }
         }
         if send_initial {
             let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": start_rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
-            if !out.put(framing.frame("BOOKMARK", &bookmark)).await {
+            if out.put(framing.frame("BOOKMARK", &bookmark)).await == Put::Over {
                 return;
             }
         }
         for change in backlog {
             last_rv = change.rv;
             if let Some(event) = filter.event(&change)
-                && !out
+                && out
                     .put(change_event(framing, table_of, event, &change))
                     .await
+                    == Put::Over
             {
                 return;
             }
@@ -320,24 +346,32 @@ pub(crate) async fn watch(
                     // this stream has passed on.
                     let rv = bookmark_rv(app.store.current_rv(), rx.len(), last_rv);
                     let bookmark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
-                    if !out.put(framing.frame("BOOKMARK", &bookmark)).await || !out.flush().await {
+                    if out.put(framing.frame("BOOKMARK", &bookmark)).await == Put::Over || !out.flush().await {
                         return;
                     }
                 }
                 received = rx.recv() => {
+                    // The changes already queued go out with this one, up to a chunk. Each is
+                    // taken before the close is looked at, so one made after a close of this
+                    // watch is never passed on.
                     let mut next = received.map_err(|_| ());
                     loop {
+                        if closed(&mut close, &plural, closed_before) {
+                            let _ = out.flush().await;
+                            return;
+                        }
                         match next {
-                            Ok(change) => {
-                                if change.rv > last_rv {
-                                    last_rv = change.rv;
-                                    if let Some(event) = filter.event(&change)
-                                        && !out.put(change_event(framing, table_of, event, &change)).await
-                                    {
-                                        return;
+                            Ok(change) if change.rv > last_rv => {
+                                last_rv = change.rv;
+                                if let Some(event) = filter.event(&change) {
+                                    match out.put(change_event(framing, table_of, event, &change)).await {
+                                        Put::Queued => {}
+                                        Put::SentBefore => break,
+                                        Put::Over => return,
                                     }
                                 }
                             }
+                            Ok(_) => {}
                             // Fell behind: end the watch, after what was taken before; the
                             // client watches again from the last version it saw (the history
                             // replays the rest) or re-lists if that is gone.
@@ -345,14 +379,6 @@ pub(crate) async fn watch(
                                 let _ = out.flush().await;
                                 return;
                             }
-                        }
-                        // The changes already queued go out with this one; none past a close
-                        // of the watch (taken first at the top of the loop) or a full chunk.
-                        if out.full() {
-                            break;
-                        }
-                        if close.has_changed().unwrap_or(true) {
-                            break;
                         }
                         next = match rx.try_recv() {
                             Ok(change) => Ok(change),
@@ -515,14 +541,15 @@ mod tests {
             event_line("ADDED", &json!({"a": 1})),
             event_line("MODIFIED", &json!({"b": 2})),
         );
-        assert!(out.put(Ok(a.clone())).await);
-        assert!(out.put(Ok(b.clone())).await);
+        assert_eq!(out.put(Ok(a.clone())).await, Put::Queued);
+        assert_eq!(out.put(Ok(b.clone())).await, Put::Queued);
         assert!(rx.try_recv().is_err(), "nothing is sent before the flush");
         assert!(out.flush().await);
         let chunk = rx.recv().await.unwrap().unwrap();
         assert_eq!(chunk, [&a[..], &b[..]].concat());
         assert!(out.flush().await, "an empty flush sends nothing");
-        assert!(out.put(Ok(a.clone())).await && out.flush().await);
+        assert_eq!(out.put(Ok(a.clone())).await, Put::Queued);
+        assert!(out.flush().await);
         let lone = rx.recv().await.unwrap().unwrap();
         assert_eq!(
             lone.as_ptr(),
@@ -533,22 +560,60 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_chunk_is_sent_at_once_and_an_error_event_ends_the_stream() {
+    async fn a_chunk_never_grows_past_its_size_and_an_error_event_ends_the_stream() {
         let (tx, mut rx) = mpsc::channel(8);
         let mut out = Out::new(tx);
         let big = Bytes::from(vec![b'x'; Out::CHUNK - 10]);
-        assert!(out.put(Ok(big.clone())).await && !out.full());
-        assert!(out.put(Ok(Bytes::from_static(b"0123456789ab"))).await);
-        assert_eq!(rx.recv().await.unwrap().unwrap().len(), Out::CHUNK + 2);
-        assert!(out.put(Ok(Bytes::from_static(b"before\n"))).await);
-        assert!(!out.put(Err(Bytes::from_static(b"error\n"))).await);
+        let (small, more) = (Bytes::from_static(b"0123456789"), Bytes::from_static(b"ab"));
+        assert_eq!(out.put(Ok(big.clone())).await, Put::Queued);
+        assert_eq!(
+            out.put(Ok(small.clone())).await,
+            Put::Queued,
+            "fits exactly"
+        );
+        assert_eq!(out.put(Ok(more.clone())).await, Put::SentBefore);
+        assert_eq!(rx.recv().await.unwrap().unwrap().len(), Out::CHUNK);
+        assert!(out.flush().await);
+        assert_eq!(rx.recv().await.unwrap().unwrap(), more);
+        // Larger than a chunk: alone, uncopied.
+        let huge = Bytes::from(vec![b'y'; Out::CHUNK * 2]);
+        assert_eq!(out.put(Ok(small.clone())).await, Put::Queued);
+        assert_eq!(out.put(Ok(huge.clone())).await, Put::SentBefore);
+        assert!(out.flush().await);
+        assert_eq!(rx.recv().await.unwrap().unwrap(), small);
+        assert_eq!(rx.recv().await.unwrap().unwrap().as_ptr(), huge.as_ptr());
+        assert_eq!(
+            out.put(Ok(Bytes::from_static(b"before\n"))).await,
+            Put::Queued
+        );
+        assert_eq!(
+            out.put(Err(Bytes::from_static(b"error\n"))).await,
+            Put::Over
+        );
         assert_eq!(&rx.recv().await.unwrap().unwrap()[..], b"before\nerror\n");
         drop(rx);
-        assert!(
+        assert_eq!(
             out.put(Ok(big)).await,
+            Put::Queued,
             "queued: the client's absence shows at the send"
         );
         assert!(!out.flush().await, "a client that left ends the stream");
+    }
+
+    #[test]
+    fn a_close_of_this_watch_is_seen_and_one_of_another_resource_is_passed_over() {
+        let (tx, mut close) = watch::channel(Closes::default());
+        assert!(!closed(&mut close, "configmaps", 0));
+        tx.send_modify(|c| c.count("secrets"));
+        assert!(!closed(&mut close, "configmaps", 0), "another resource's");
+        assert!(!closed(&mut close, "configmaps", 0), "taken as seen");
+        tx.send_modify(|c| c.count("configmaps"));
+        assert!(closed(&mut close, "configmaps", 0));
+        let (tx, mut all) = watch::channel(Closes::default());
+        tx.send_modify(|c| c.count("*"));
+        assert!(closed(&mut all, "configmaps", 0), "a close of every watch");
+        drop(tx);
+        assert!(closed(&mut all, "configmaps", 1), "the server going away");
     }
 
     #[test]

@@ -17,10 +17,20 @@ fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
 }
 
-/// More objects than a watch's send buffer holds: the watch task is still sending the initial
-/// ones (blocked until the client reads) when the watch is closed and the next write is made,
-/// so both are waiting for it when it gets to them.
-const FILLER: usize = 300;
+/// More than a watch's send buffer holds (64 chunks of at most 32 KiB: 2 MiB): the watch task
+/// is still sending the initial objects (blocked until the client reads) when the watch is
+/// closed and the next write is made, so both are waiting for it when it gets to them.
+const FILLER: usize = 200;
+/// Bytes of data in each filler object: 200 of them are 3.2 MB.
+const FILLER_BYTES: usize = 16 * 1024;
+
+fn filler(name: &str) -> ConfigMap {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "data": {"filler": "x".repeat(FILLER_BYTES)},
+    }))
+    .unwrap()
+}
 
 #[tokio::test]
 async fn a_closed_watch_passes_on_no_change_made_after_the_close() {
@@ -28,7 +38,7 @@ async fn a_closed_watch_passes_on_no_change_made_after_the_close() {
     let client = kube::Client::new(f.server.local_service("close-test").unwrap(), "default");
     let maps: Api<ConfigMap> = Api::namespaced(client, "default");
     for i in 0..FILLER {
-        maps.create(&PostParams::default(), &config_map(&format!("filler-{i}")))
+        maps.create(&PostParams::default(), &filler(&format!("filler-{i}")))
             .await
             .unwrap();
     }
