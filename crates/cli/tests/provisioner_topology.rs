@@ -146,7 +146,8 @@ async fn topology_requests_follow_the_class_and_selected_node() {
 }
 
 /// The requirement kept for a claim's retries goes with a final CreateVolume error: the next
-/// attempt asks for the segments of the nodes of then (upstream computes it at each attempt).
+/// attempt asks for the segments of the nodes of then (upstream drops its per-claim cache on
+/// ProvisioningFinished).
 /// Kept, the retry would ask for zone-a, which no node is in any more.
 #[tokio::test]
 async fn a_retry_after_a_final_error_asks_for_the_topology_of_the_nodes_of_then() {

@@ -49,6 +49,9 @@ pub enum RunError {
     /// `--in-flight-recovery=list-volumes` with a driver that does not follow the convention.
     #[error("{0}")]
     Recovery(String),
+    /// The metrics could not be registered.
+    #[error("failed to register metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
     /// The owner of the CSIStorageCapacity objects could not be found.
     #[error("--capacity-ownerref-level: {0}")]
     Owner(#[from] crate::capacity::owner::OwnerError),
@@ -249,8 +252,7 @@ pub async fn run(
         );
     }
     // Before the driver's start-up calls, which it counts.
-    let metrics = Metrics::new()
-        .map_err(|e| RunError::Unsupported(format!("failed to register metrics: {e}")))?;
+    let metrics = Metrics::new()?;
     let (channel, mut caps) =
         driver::start(&args.common.csi_address, args.timeout, &metrics).await?;
     if !settings.csi_migration {
@@ -340,8 +342,7 @@ pub async fn run(
         recorder,
         metrics.clone(),
         capacity,
-    )
-    .map_err(|e| RunError::Unsupported(format!("failed to register metrics: {e}")))?;
+    )?;
     let serve = Serve {
         http_address: settings.http_address.clone(),
         metrics_path: args.common.metrics_path.clone(),

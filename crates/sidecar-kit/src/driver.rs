@@ -26,9 +26,6 @@ pub enum IdentifyError {
     /// GetPluginInfo returned no name.
     #[error("driver returned an empty name from GetPluginInfo")]
     NoName,
-    /// The metrics of a driver of a migrated plugin could not be set up.
-    #[error("failed to register metrics: {0}")]
-    Metrics(#[source] prometheus::Error),
 }
 
 /// What a driver says it is and can do.
@@ -109,7 +106,7 @@ pub async fn identify(
     if let Some(metrics) = metrics
         && crate::migration::Plugin::from_csi_name(&info.name).is_some()
     {
-        metrics.label_migration().map_err(IdentifyError::Metrics)?;
+        metrics.label_migration();
         probe_until_ready(&mut identity, &calls).await;
     }
     let plugin = calls

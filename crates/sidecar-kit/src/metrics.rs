@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
@@ -26,7 +26,7 @@ pub struct Metrics {
     pub registry: Registry,
     /// `csi_sidecar_operations_seconds{driver_name, method_name, grpc_status_code}`, and
     /// `migrated` for a driver that stands in for an in-tree plugin ([`Metrics::label_migration`]).
-    csi_operations: Arc<RwLock<CsiOperations>>,
+    csi_operations: Arc<CsiOperations>,
     /// `controller_persistentvolumeclaim_provision_total{class, source}`.
     pub provision_total: IntCounterVec,
     /// `controller_persistentvolumeclaim_provision_failed_total{class, source}`.
@@ -59,23 +59,37 @@ pub struct Metrics {
     pub leader_slow_paths: IntCounterVec,
 }
 
-/// The CSI calls' histogram, and whether it has the `migrated` label.
+/// The CSI calls' two histograms, without and with the `migrated` label, and which one is
+/// exported and counts.
 #[derive(Debug)]
 struct CsiOperations {
-    histogram: HistogramVec,
-    migration: bool,
+    plain: HistogramVec,
+    labelled: HistogramVec,
+    migration: AtomicBool,
 }
 
 impl CsiOperations {
-    fn histogram(migration: bool) -> Result<HistogramVec, prometheus::Error> {
-        let mut labels = vec!["driver_name", "grpc_status_code", "method_name"];
-        if migration {
-            labels.push("migrated");
+    fn new() -> Result<Self, prometheus::Error> {
+        let histogram = |labels: &[&str]| {
+            HistogramVec::new(
+                HistogramOpts::new(CSI_OPERATIONS, CSI_OPERATIONS_HELP)
+                    .buckets(CSI_BUCKETS.to_vec()),
+                labels,
+            )
+        };
+        Ok(CsiOperations {
+            plain: histogram(&["driver_name", "grpc_status_code", "method_name"])?,
+            labelled: histogram(&["driver_name", "grpc_status_code", "method_name", "migrated"])?,
+            migration: AtomicBool::new(false),
+        })
+    }
+
+    fn current(&self) -> &HistogramVec {
+        if self.migration.load(Ordering::Relaxed) {
+            &self.labelled
+        } else {
+            &self.plain
         }
-        HistogramVec::new(
-            HistogramOpts::new(CSI_OPERATIONS, CSI_OPERATIONS_HELP).buckets(CSI_BUCKETS.to_vec()),
-            &labels,
-        )
     }
 }
 
@@ -84,7 +98,7 @@ impl CsiOperations {
 /// cannot simply replace the first one in it.)
 struct CsiCollector {
     desc: prometheus::core::Desc,
-    current: Arc<RwLock<CsiOperations>>,
+    operations: Arc<CsiOperations>,
 }
 
 impl prometheus::core::Collector for CsiCollector {
@@ -93,7 +107,7 @@ impl prometheus::core::Collector for CsiCollector {
     }
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        self.current.read().histogram.collect()
+        self.operations.current().collect()
     }
 }
 
@@ -156,10 +170,7 @@ impl Metrics {
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
-        let csi_operations = Arc::new(RwLock::new(CsiOperations {
-            histogram: CsiOperations::histogram(false)?,
-            migration: false,
-        }));
+        let csi_operations = Arc::new(CsiOperations::new()?);
         registry.register(Box::new(CsiCollector {
             desc: prometheus::core::Desc::new(
                 CSI_OPERATIONS.into(),
@@ -167,7 +178,7 @@ impl Metrics {
                 Vec::new(),
                 Default::default(),
             )?,
-            current: csi_operations.clone(),
+            operations: csi_operations.clone(),
         }))?;
         Ok(Metrics {
             csi_operations,
@@ -279,14 +290,14 @@ impl Metrics {
         migrated: bool,
         took: Duration,
     ) {
-        let ops = self.csi_operations.read();
+        let ops = &self.csi_operations;
         let code = crate::csi::go_code_name(code);
-        let series = if ops.migration {
+        let series = if ops.migration.load(Ordering::Relaxed) {
             let migrated = if migrated { "true" } else { "false" };
-            ops.histogram
+            ops.labelled
                 .with_label_values(&[driver, code, method, migrated])
         } else {
-            ops.histogram.with_label_values(&[driver, code, method])
+            ops.plain.with_label_values(&[driver, code, method])
         };
         series.observe(took.as_secs_f64());
     }
@@ -294,14 +305,9 @@ impl Metrics {
     /// For a driver that stands in for an in-tree plugin, as upstream's sidecars do (a second
     /// metrics manager `WithMigration`): `csi_sidecar_operations_seconds` starts again with
     /// the `migrated` label; the calls counted before (Probe and GetPluginInfo) go with the
-    /// first histogram. Once only.
-    pub fn label_migration(&self) -> Result<(), prometheus::Error> {
-        let mut ops = self.csi_operations.write();
-        if !ops.migration {
-            ops.histogram = CsiOperations::histogram(true)?;
-            ops.migration = true;
-        }
-        Ok(())
+    /// first histogram.
+    pub fn label_migration(&self) {
+        self.csi_operations.migration.store(true, Ordering::Relaxed);
     }
 
     /// The text exposition.
@@ -356,8 +362,8 @@ mod tests {
             false,
             Duration::from_millis(1),
         );
-        m.label_migration().unwrap();
-        m.label_migration().unwrap();
+        m.label_migration();
+        m.label_migration();
         let create = "/csi.v1.Controller/CreateVolume";
         m.observe_csi(
             "ebs.csi.aws.com",

@@ -40,15 +40,20 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// The body of `GET http://127.0.0.1:<port><path>` (a sidecar's `/metrics` or `/healthz`).
-pub async fn http_text(port: u16, path: &str) -> String {
-    let out = tokio::process::Command::new("curl")
-        .arg("-s")
-        .arg(format!("http://127.0.0.1:{port}{path}"))
-        .output()
+/// The body of an HTTP/1.0 GET on loopback (a sidecar's `/metrics` or `/healthz`).
+pub async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
 }
 
 /// The values of a PV's node affinity (the segments it is in), every term's in order.

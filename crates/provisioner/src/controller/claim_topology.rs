@@ -51,7 +51,8 @@ impl ClaimTopology {
         self.enabled
     }
 
-    /// The claim is provisioned or gone: its requirement is dropped.
+    /// The claim is provisioned or gone, or its CreateVolume failed for good or was sent back
+    /// to the scheduler: its requirement is dropped.
     pub(crate) fn forget(&self, key: &ClaimKey) {
         self.chosen.forget(key);
     }

@@ -331,7 +331,8 @@ impl Provisioner {
     /// CreateVolume with the secrets; a failure is classified: final ones and reschedules
     /// settle the entry (a reschedule also hands the claim back to the scheduler) and drop the
     /// topology requirement kept for retries, so the next attempt asks for the nodes of then,
-    /// as upstream's does; the others keep both for the next pass.
+    /// as upstream's per-claim cache is dropped on ProvisioningFinished and Reschedule; the
+    /// others keep both for the next pass.
     async fn create(
         &self,
         claim: &PersistentVolumeClaim,
@@ -389,8 +390,7 @@ impl Provisioner {
         match built {
             Ok(pv) => Ok(pv),
             Err(error) => {
-                let secrets = p.secrets.clone();
-                Box::pin(self.discard(&p.pv_name, volume.as_ref(), secrets, p.migrated)).await;
+                Box::pin(self.discard(&p.pv_name, volume.as_ref(), p.secrets.clone())).await;
                 Err(ClaimError::Response(error))
             }
         }
@@ -432,13 +432,13 @@ impl Provisioner {
         name: &str,
         volume: Option<&csi::Volume>,
         secrets: HashMap<String, String>,
-        migrated: bool,
     ) {
         if let Some(id) = volume
             .map(|v| v.volume_id.clone())
             .filter(|id| !id.is_empty())
             && classify_delete(
-                self.delete_volume_call(&id, secrets, migrated)
+                // Counted as not migrated, as upstream's cleanupVolume.
+                self.delete_volume_call(&id, secrets, false)
                     .await
                     .map_err(|e| e.code),
             ) == DeleteOutcome::Retry

@@ -138,7 +138,8 @@ pub struct Provisioner {
     /// The settled mark's queue (one key).
     pub(crate) settled: WorkQueue<String>,
     /// Topology requirement per claim, computed once per (claim UID, selected node), so
-    /// retries send identical requests; dropped when the claim is provisioned or gone.
+    /// retries send identical requests; dropped when the claim is provisioned or gone, or its
+    /// CreateVolume fails for good or is rescheduled.
     pub(crate) topology: claim_topology::ClaimTopology,
     /// `--enable-capacity`: the capacity controller, told about provisioned and deleted volumes.
     pub(crate) capacity: Option<Arc<crate::capacity::controller::CapacityTracker>>,

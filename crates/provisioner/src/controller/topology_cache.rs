@@ -1,6 +1,7 @@
 //! The topology requirement computed for a claim, kept so that its retries send identical
 //! CreateVolume requests. An entry is keyed by the claim and dropped when the claim is
-//! provisioned or gone, so the cache holds only claims in progress.
+//! provisioned or gone, or its CreateVolume fails for good or is rescheduled (as upstream's
+//! per-claim cache), so the cache holds only claims in progress.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;

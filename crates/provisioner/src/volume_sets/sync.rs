@@ -425,7 +425,7 @@ async fn finish_member(
     ) {
         Ok(pv) => pv,
         Err(source) => {
-            p.discard(volume, created.as_ref(), secrets, false).await;
+            p.discard(volume, created.as_ref(), secrets).await;
             return Err(SetError::Response {
                 volume: volume.to_string(),
                 source,
