@@ -45,7 +45,7 @@ fn attributes_class(name: &str, class: &str) -> Value {
 /// The scenarios: what is made, in order.
 async fn make_scenarios(bed: &Bed) {
     for class in [
-        "named", "sel", "big", "modes", "block", "retain", "vac", "going",
+        "named", "sel", "big", "modes", "block", "retain", "vac", "going", "groups",
     ] {
         bed.create_cluster::<StorageClass>(
             json!({"metadata": {"name": class}, "provisioner": NO_PROVISIONER}),
@@ -119,6 +119,16 @@ async fn make_scenarios(bed: &Bed) {
             "1Gi",
             attributes_class("pv-vac-silver", "silver"),
         ),
+        // Access-mode groups, the fewest modes first: an Available volume of one mode wins
+        // over a smaller volume of two modes pre-bound to the claim.
+        static_volume(
+            "pv-groups-reserved",
+            "groups",
+            "1Gi",
+            json!({"spec": {"accessModes": ["ReadWriteOnce", "ReadOnlyMany"],
+                            "claimRef": {"namespace": "default", "name": "c-groups"}}}),
+        ),
+        static_volume("pv-groups-single", "groups", "5Gi", json!({})),
         // A local volume on node-1, for a late-binding claim: the scheduler picks it.
         static_volume(
             "pv-local",
@@ -169,6 +179,7 @@ async fn make_scenarios(bed: &Bed) {
     )
     .await;
     bed.claim("c-retain", "retain", "1Gi", json!({})).await;
+    bed.claim("c-groups", "groups", "1Gi", json!({})).await;
     bed.claim("c-dyn", "fast", "1Gi", json!({})).await;
     bed.claim(
         "c-vac",
@@ -263,9 +274,17 @@ async fn make_scenarios(bed: &Bed) {
         "c-local",
         "c-vac",
         "c-going",
+        "c-groups",
     ] {
         bed.bound(bound, WAIT).await;
     }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(bed.admin.clone(), "default");
+    let groups = claims.get("c-groups").await.unwrap();
+    assert_eq!(
+        groups.spec.and_then(|s| s.volume_name).as_deref(),
+        Some("pv-groups-single"),
+        "the volume of fewer access modes, not the pre-bound one"
+    );
     // A claim naming a volume not there whose status someone set to Lost with access modes:
     // the binder marks it Pending again, without them.
     bed.claim(
@@ -275,7 +294,6 @@ async fn make_scenarios(bed: &Bed) {
         json!({"spec": {"volumeName": "pv-absent"}}),
     )
     .await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(bed.admin.clone(), "default");
     let mut relost = claims.get("c-relost").await.unwrap();
     relost.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
         phase: Some("Lost".into()),

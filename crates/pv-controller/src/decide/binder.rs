@@ -15,8 +15,8 @@ pub use sidecar_kit::vocabulary::{
     ANN_BOUND_BY_CONTROLLER, ANN_PROVISIONED_BY, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER,
 };
 
-pub use super::matching::{best_match, mismatch, named_volumes};
-use super::matching::{claim_ref_names, pre_bound_fits};
+use super::matching::claim_ref_names;
+pub use super::matching::{Found, mismatch, named_volumes, volume_for_claim};
 
 /// The pseudo-provisioner of classes for static volumes only.
 pub use sidecar_kit::vocabulary::NO_PROVISIONER;
@@ -234,18 +234,17 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         });
     let late =
         sc.is_some_and(|sc| sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
-    // A volume pre-bound to this claim (by its user, or the provisioner's PV for it), if it
-    // can hold it; else the search goes on.
-    if let Some(pv) = volumes
-        .iter()
-        .map(Borrow::borrow)
-        .find(|pv: &&PersistentVolume| claim_ref_names(pv, claim) && pre_bound_fits(claim, pv))
-    {
-        return ClaimAction::CompleteBinding(pv.metadata.name.clone().unwrap_or_default());
-    }
-    // With late binding the scheduler picks the volume (it pre-binds one for the node).
-    if !late && let Some(pv) = best_match(claim, volumes) {
-        return ClaimAction::Bind(pv.metadata.name.clone().unwrap_or_default());
+    // A volume pre-bound to this claim (by its user, or the provisioner's PV for it) or, with
+    // immediate binding, the best Available one: with late binding the scheduler picks the
+    // volume (it pre-binds one for the node).
+    match volume_for_claim(claim, volumes, late) {
+        Some(Found::PreBound(pv)) => {
+            return ClaimAction::CompleteBinding(pv.metadata.name.clone().unwrap_or_default());
+        }
+        Some(Found::Available(pv)) => {
+            return ClaimAction::Bind(pv.metadata.name.clone().unwrap_or_default());
+        }
+        None => {}
     }
     let selected = annotation(&claim.metadata, ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty());
     if late && !selected {

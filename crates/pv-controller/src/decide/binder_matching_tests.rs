@@ -72,12 +72,19 @@ fn looking_volumes_up_by_name_decides_as_the_full_scan() {
     let mut named_gone = claim("c3", Some("fast"), "1Gi");
     named_gone.spec.as_mut().unwrap().volume_name = Some("nowhere".into());
     let other = claim("c4", Some("fast"), "1Gi");
+    // Made for c5 with more access modes than it asks for: a volume of fewer could win.
+    let more_modes = claim("c5", Some("fast"), "1Gi");
     let volumes = vec![
         pv("spare", "fast", "1Gi"),
-        bound_to(pv("pvc-uid-c1", "fast", "1Gi"), &waiting),
+        with_modes(
+            bound_to(pv("pvc-uid-c1", "fast", "1Gi"), &waiting),
+            &["ReadWriteOnce"],
+        ),
         pv("static-2", "fast", "1Gi"),
         // Named like c4's volume but made for another claim: not taken as c4's.
         bound_to(pv("pvc-uid-c4", "fast", "1Gi"), &waiting),
+        bound_to(pv("pvc-uid-c5", "fast", "1Gi"), &more_modes),
+        with_modes(pv("single", "fast", "1Gi"), &["ReadWriteOnce"]),
     ];
     let lookup = |name: &str| {
         volumes
@@ -86,11 +93,12 @@ fn looking_volumes_up_by_name_decides_as_the_full_scan() {
             .cloned()
     };
     // (claim, the volumes looked up by name: None = scan them all)
-    let table: [(&PersistentVolumeClaim, Option<Vec<&str>>); 4] = [
+    let table: [(&PersistentVolumeClaim, Option<Vec<&str>>); 5] = [
         (&waiting, Some(vec!["pvc-uid-c1"])),
         (&named, Some(vec!["static-2"])),
         (&named_gone, Some(vec![])),
         (&other, None),
+        (&more_modes, None),
     ];
     for (c, want) in table {
         let got = named_volumes(c, &["pvc"], lookup);
@@ -109,6 +117,73 @@ fn looking_volumes_up_by_name_decides_as_the_full_scan() {
             );
         }
     }
+}
+
+/// `pv` offering exactly `modes`.
+fn with_modes(mut pv: PersistentVolume, modes: &[&str]) -> PersistentVolume {
+    pv.spec.as_mut().unwrap().access_modes = Some(modes.iter().map(|m| m.to_string()).collect());
+    pv
+}
+
+#[test]
+fn volumes_are_searched_by_access_mode_groups_the_fewest_first_as_kube_controller_manager() {
+    let c = claim("c", Some("fast"), "1Gi");
+    let immediate = sc("fast", "csi.example.com", false);
+    let late = sc("fast", "csi.example.com", true);
+    // Pre-bound to c, two modes; fits c (class is not looked at for a pre-bound volume).
+    let reserved = bound_to(pv("reserved", "other", "9Gi"), &c);
+    let single =
+        |name: &str, class: &str, size: &str| with_modes(pv(name, class, size), &["ReadWriteOnce"]);
+    let rwx = with_modes(pv("rwx", "fast", "1Gi"), &["ReadWriteMany"]);
+    // (case, volumes, the claim's class, expected action)
+    let rows: Vec<(&str, Vec<PersistentVolume>, &StorageClass, ClaimAction)> = vec![
+        (
+            "an Available volume of fewer modes wins over the pre-bound one, though larger",
+            vec![reserved.clone(), single("single", "fast", "5Gi")],
+            &immediate,
+            ClaimAction::Bind("single".into()),
+        ),
+        (
+            "in the same group the pre-bound volume wins over a smaller one",
+            vec![reserved.clone(), pv("small", "fast", "1Gi")],
+            &immediate,
+            ClaimAction::CompleteBinding("reserved".into()),
+        ),
+        (
+            "a group of fewer modes with no match is passed over",
+            vec![reserved.clone(), single("single", "silver", "5Gi")],
+            &immediate,
+            ClaimAction::CompleteBinding("reserved".into()),
+        ),
+        (
+            "a volume without a mode the claim asks for is in no group",
+            vec![rwx.clone(), pv("two", "fast", "2Gi")],
+            &immediate,
+            ClaimAction::Bind("two".into()),
+        ),
+        (
+            "late binding: Available volumes are the scheduler's, the pre-bound one is taken",
+            vec![reserved.clone(), single("single", "fast", "5Gi")],
+            &late,
+            ClaimAction::CompleteBinding("reserved".into()),
+        ),
+    ];
+    for (case, volumes, class, want) in rows {
+        assert_eq!(
+            dc(&c, &volumes, std::slice::from_ref(class), None),
+            want,
+            "{case}"
+        );
+    }
+    // A pre-bound volume lacking a mode the claim asks for is not taken.
+    let mut wants_two = claim("w", Some("fast"), "1Gi");
+    wants_two.spec.as_mut().unwrap().access_modes =
+        Some(vec!["ReadWriteOnce".into(), "ReadWriteMany".into()]);
+    let short = single("short", "fast", "1Gi");
+    assert_eq!(
+        volume_for_claim(&wants_two, &[bound_to(short, &wants_two)], false),
+        None
+    );
 }
 
 #[test]
@@ -217,7 +292,10 @@ fn only_volumes_of_the_claims_attributes_class_match_pre_bound_ones_included() {
         ("gold claim, no gold volume", &gold, &volumes[..2], None),
     ];
     for (case, c, volumes, want) in rows {
-        let got = best_match(c, volumes).and_then(|v| v.metadata.name.as_deref());
+        let got = match volume_for_claim(c, volumes, false) {
+            Some(Found::Available(v)) => v.metadata.name.as_deref(),
+            _ => None,
+        };
         assert_eq!(got, want, "{case}");
     }
     // A volume pre-bound to the claim with another attributes class is not taken: the claim

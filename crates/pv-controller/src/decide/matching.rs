@@ -97,7 +97,8 @@ pub(crate) fn claim_ref_names(pv: &PersistentVolume, claim: &PersistentVolumeCla
 /// scanning every volume (the scan made a 10,000-claim storm quadratic):
 /// - the claim names a volume (`spec.volumeName`): that volume alone, or none if it is gone;
 /// - a volume named `<prefix>-<claim uid>` (the provisioners' naming) whose claimRef names the
-///   claim: that volume (the provisioner's PV waiting to be bound).
+///   claim and with the claim's access modes: that volume (the provisioner's PV waiting to be
+///   bound; none can fit in fewer modes).
 ///
 /// `None`: the decision needs every volume (a claim still looking for a match).
 pub fn named_volumes<V: Borrow<PersistentVolume>>(
@@ -118,35 +119,83 @@ pub fn named_volumes<V: Borrow<PersistentVolume>>(
         let pv = lookup(&format!("{prefix}-{uid}"))?;
         let made_for_it = claim_ref_names(pv.borrow(), claim)
             && pv.borrow().metadata.deletion_timestamp.is_none();
-        made_for_it.then(|| vec![pv])
+        // Only with no more access modes than the claim asks for: else a volume of fewer modes
+        // would win ([`volume_for_claim`]), and the decision needs them all.
+        (made_for_it && mode_count(pv.borrow()) == claim_mode_count(claim)).then(|| vec![pv])
     })
 }
 
-/// The Available volume that fits the claim best: the fewest access modes, then the smallest.
-pub fn best_match<'a, V: Borrow<PersistentVolume>>(
+/// The volume a claim without `spec.volumeName` is bound to, as kube-controller-manager finds
+/// it (`findByClaim`): the volumes are looked through by their number of access modes, the
+/// fewest first, among those offering every mode the claim asks for; in the first such group
+/// where something fits, a volume pre-bound to the claim wins, else the smallest matching
+/// Available one (none with late binding: the scheduler picks for a node). So an Available
+/// volume of fewer modes wins over a volume pre-bound to the claim with more.
+pub fn volume_for_claim<'a, V: Borrow<PersistentVolume>>(
     claim: &PersistentVolumeClaim,
     volumes: &'a [V],
-) -> Option<&'a PersistentVolume> {
-    volumes
+    late: bool,
+) -> Option<Found<'a>> {
+    let wanted = claim.spec.as_ref().and_then(|s| s.access_modes.as_deref());
+    let mut groups: Vec<usize> = volumes
         .iter()
         .map(Borrow::borrow)
-        .filter(|pv| pv.metadata.deletion_timestamp.is_none())
         .filter(|pv| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .is_none()
+            access_modes_fit(
+                wanted,
+                pv.spec.as_ref().and_then(|s| s.access_modes.as_deref()),
+            )
         })
-        .filter(|pv| phase(pv) == "Available")
-        .filter(|pv| mismatch(claim, pv).is_none() && selected(claim, pv))
-        // kube-controller-manager looks through the volumes by their sets of access modes,
-        // the fewest modes first, and takes the smallest of the first set with a match.
-        .min_by(|a, b| {
-            mode_count(a)
-                .cmp(&mode_count(b))
-                .then_with(|| capacity(a).cmp(&capacity(b)))
-                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-        })
+        .map(mode_count)
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups.into_iter().find_map(|modes| {
+        let group = volumes
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|pv| mode_count(pv) == modes);
+        if let Some(pv) = group
+            .clone()
+            .find(|pv| claim_ref_names(pv, claim) && pre_bound_fits(claim, pv))
+        {
+            return Some(Found::PreBound(pv));
+        }
+        if late {
+            return None;
+        }
+        group
+            .filter(|pv| available_match(claim, pv))
+            .min_by(|a, b| {
+                capacity(a)
+                    .cmp(&capacity(b))
+                    .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+            })
+            .map(Found::Available)
+    })
+}
+
+/// What [`volume_for_claim`] found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Found<'a> {
+    /// A volume whose claimRef names the claim (its user's pre-binding, or the provisioner's
+    /// PV for it): the binding is completed.
+    PreBound(&'a PersistentVolume),
+    /// An Available volume bound to nothing: the claim is bound to it.
+    Available(&'a PersistentVolume),
+}
+
+/// Whether an Available volume bound to nothing can be bound to the claim.
+fn available_match(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
+    pv.metadata.deletion_timestamp.is_none()
+        && pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .is_none()
+        && phase(pv) == "Available"
+        && mismatch(claim, pv).is_none()
+        && selected(claim, pv)
 }
 
 /// Whether a volume pre-bound to a claim can hold it (kube-controller-manager's matching looks
@@ -186,6 +235,18 @@ fn access_modes_fit(claim: Option<&[String]>, volume: Option<&[String]>) -> bool
         .unwrap_or_default()
         .iter()
         .all(|m| offered.contains(m))
+}
+
+/// The number of distinct access modes a claim asks for.
+fn claim_mode_count(claim: &PersistentVolumeClaim) -> usize {
+    let modes: std::collections::BTreeSet<&String> = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.as_ref())
+        .into_iter()
+        .flatten()
+        .collect();
+    modes.len()
 }
 
 fn mode_count(pv: &PersistentVolume) -> usize {
