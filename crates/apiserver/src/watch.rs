@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::TryRecvError;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, watch};
 
 use crate::change::event_line_of;
 use crate::registry::ResourceType;
@@ -92,10 +92,19 @@ impl Framing {
 /// [`Out::CHUNK`] bytes (one write to the socket instead of one per event); a lone event, or
 /// one larger than a chunk, goes alone and without a copy. Chunk boundaries mean nothing to
 /// a client: it reads lines (JSON) or length-prefixed frames (protobuf).
+///
+/// What waits for the client is bounded in bytes ([`Out::BUDGET`]), not only in chunks: a
+/// stalled client holds at most that much however the events were grouped.
 struct Out {
-    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    tx: mpsc::Sender<Sent>,
+    /// Bytes the stream may still queue for the client; a chunk's permits go back once the
+    /// response body takes it ([`body_of`]).
+    budget: Arc<Semaphore>,
     pending: Pending,
 }
+
+/// A chunk on its way to the client, with its share of the stream's byte budget.
+type Sent = (Bytes, OwnedSemaphorePermit);
 
 enum Pending {
     Nothing,
@@ -118,9 +127,17 @@ impl Out {
     /// The most bytes of events sent together.
     const CHUNK: usize = 32 * 1024;
 
-    fn new(tx: mpsc::Sender<Result<Bytes, Infallible>>) -> Self {
+    /// The most bytes queued for the client at once (a chunk larger than that is sent alone
+    /// once nothing else is queued).
+    const BUDGET: usize = 512 * 1024;
+
+    /// Chunks queued at most (lone events of a few hundred bytes each, in a busy stream).
+    const QUEUED: usize = 256;
+
+    fn new(tx: mpsc::Sender<Sent>) -> Self {
         Out {
             tx,
+            budget: Arc::new(Semaphore::new(Self::BUDGET)),
             pending: Pending::Nothing,
         }
     }
@@ -174,8 +191,23 @@ impl Out {
             Pending::One(bytes) => bytes,
             Pending::Several(joined) => joined.freeze(),
         };
-        self.tx.send(Ok(chunk)).await.is_ok()
+        // Fits in u32: at most the budget.
+        let share = chunk.len().min(Self::BUDGET) as u32;
+        let Ok(permit) = self.budget.clone().acquire_many_owned(share).await else {
+            return false;
+        };
+        self.tx.send((chunk, permit)).await.is_ok()
     }
+}
+
+/// The response body of a watch: the chunks as they come, each giving its share of the
+/// stream's byte budget back as the body takes it.
+fn body_of(chunks: mpsc::Receiver<Sent>) -> Body {
+    use futures::StreamExt;
+    Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(chunks)
+            .map(|(chunk, _share)| Ok::<_, Infallible>(chunk)),
+    )
 }
 
 /// Whether this watch has been closed (by the fault admin) since it began, `before` being
@@ -273,7 +305,7 @@ pub(crate) async fn watch(
                 (items, Vec::new(), rx, rv)
             }
         };
-    let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let (tx, out) = mpsc::channel::<Sent>(Out::QUEUED);
     let framing = if as_table {
         Framing::Json
     } else {
@@ -393,12 +425,11 @@ pub(crate) async fn watch(
             }
         }
     });
-    let stream = tokio_stream::wrappers::ReceiverStream::new(out);
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, framing.content_type())
         .header(header::TRANSFER_ENCODING, "chunked")
-        .body(Body::from_stream(stream))
+        .body(body_of(out))
         .unwrap_or_else(|_| {
             ApiError::internal("failed to build the watch response").into_response()
         }))
@@ -545,12 +576,12 @@ mod tests {
         assert_eq!(out.put(Ok(b.clone())).await, Put::Queued);
         assert!(rx.try_recv().is_err(), "nothing is sent before the flush");
         assert!(out.flush().await);
-        let chunk = rx.recv().await.unwrap().unwrap();
+        let chunk = rx.recv().await.unwrap().0;
         assert_eq!(chunk, [&a[..], &b[..]].concat());
         assert!(out.flush().await, "an empty flush sends nothing");
         assert_eq!(out.put(Ok(a.clone())).await, Put::Queued);
         assert!(out.flush().await);
-        let lone = rx.recv().await.unwrap().unwrap();
+        let lone = rx.recv().await.unwrap().0;
         assert_eq!(
             lone.as_ptr(),
             a.as_ptr(),
@@ -572,16 +603,16 @@ mod tests {
             "fits exactly"
         );
         assert_eq!(out.put(Ok(more.clone())).await, Put::SentBefore);
-        assert_eq!(rx.recv().await.unwrap().unwrap().len(), Out::CHUNK);
+        assert_eq!(rx.recv().await.unwrap().0.len(), Out::CHUNK);
         assert!(out.flush().await);
-        assert_eq!(rx.recv().await.unwrap().unwrap(), more);
+        assert_eq!(rx.recv().await.unwrap().0, more);
         // Larger than a chunk: alone, uncopied.
         let huge = Bytes::from(vec![b'y'; Out::CHUNK * 2]);
         assert_eq!(out.put(Ok(small.clone())).await, Put::Queued);
         assert_eq!(out.put(Ok(huge.clone())).await, Put::SentBefore);
         assert!(out.flush().await);
-        assert_eq!(rx.recv().await.unwrap().unwrap(), small);
-        assert_eq!(rx.recv().await.unwrap().unwrap().as_ptr(), huge.as_ptr());
+        assert_eq!(rx.recv().await.unwrap().0, small);
+        assert_eq!(rx.recv().await.unwrap().0.as_ptr(), huge.as_ptr());
         assert_eq!(
             out.put(Ok(Bytes::from_static(b"before\n"))).await,
             Put::Queued
@@ -590,7 +621,7 @@ mod tests {
             out.put(Err(Bytes::from_static(b"error\n"))).await,
             Put::Over
         );
-        assert_eq!(&rx.recv().await.unwrap().unwrap()[..], b"before\nerror\n");
+        assert_eq!(&rx.recv().await.unwrap().0[..], b"before\nerror\n");
         drop(rx);
         assert_eq!(
             out.put(Ok(big)).await,
@@ -598,6 +629,38 @@ mod tests {
             "queued: the client's absence shows at the send"
         );
         assert!(!out.flush().await, "a client that left ends the stream");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_client_holds_no_more_than_the_byte_budget() {
+        use futures::FutureExt;
+        let (tx, mut rx) = mpsc::channel(Out::QUEUED);
+        let mut out = Out::new(tx);
+        let chunk = Bytes::from(vec![b'z'; Out::CHUNK]);
+        // The client reads nothing: chunks are queued until the budget is spent, then the
+        // stream waits (its task stops taking changes).
+        let mut queued = 0;
+        loop {
+            out.pending = Pending::One(chunk.clone());
+            match out.flush().now_or_never() {
+                Some(sent) => {
+                    assert!(sent);
+                    queued += chunk.len();
+                }
+                None => break,
+            }
+            assert!(queued <= Out::BUDGET, "{queued} bytes queued");
+        }
+        assert_eq!(queued, Out::BUDGET);
+        // The body takes one chunk: its share comes back, one more can go.
+        drop(rx.recv().await.unwrap());
+        out.pending = Pending::One(chunk.clone());
+        assert_eq!(out.flush().now_or_never(), Some(true));
+        // A chunk larger than the budget goes alone once the queue is empty.
+        while rx.try_recv().is_ok() {}
+        out.pending = Pending::One(Bytes::from(vec![b'w'; Out::BUDGET * 2]));
+        assert_eq!(out.flush().now_or_never(), Some(true));
+        assert_eq!(rx.recv().await.unwrap().0.len(), Out::BUDGET * 2);
     }
 
     #[test]

@@ -17,7 +17,7 @@ fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
 }
 
-/// More than a watch's send buffer holds (64 chunks of at most 32 KiB: 2 MiB): the watch task
+/// More than a watch's send buffer holds (512 KiB, plus what the connection buffers): the watch task
 /// is still sending the initial objects (blocked until the client reads) when the watch is
 /// closed and the next write is made, so both are waiting for it when it gets to them.
 const FILLER: usize = 200;
