@@ -239,23 +239,15 @@ fn access_modes_fit(claim: Option<&[String]>, volume: Option<&[String]>) -> bool
 
 /// The number of distinct access modes a claim asks for.
 fn claim_mode_count(claim: &PersistentVolumeClaim) -> usize {
-    let modes: std::collections::BTreeSet<&String> = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.as_ref())
-        .into_iter()
-        .flatten()
-        .collect();
-    modes.len()
+    distinct(claim.spec.as_ref().and_then(|s| s.access_modes.as_deref()))
 }
 
+/// The number of distinct access modes a volume offers.
 fn mode_count(pv: &PersistentVolume) -> usize {
-    let modes: std::collections::BTreeSet<&String> = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.as_ref())
-        .into_iter()
-        .flatten()
-        .collect();
+    distinct(pv.spec.as_ref().and_then(|s| s.access_modes.as_deref()))
+}
+
+fn distinct(modes: Option<&[String]>) -> usize {
+    let modes: std::collections::BTreeSet<&String> = modes.into_iter().flatten().collect();
     modes.len()
 }
