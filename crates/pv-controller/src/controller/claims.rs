@@ -143,6 +143,15 @@ impl PvController {
                 self.mark_pending(&claim, pending).await?;
                 Err(SyncError::Waiting(message))
             }
+            ClaimAction::Misbound { message, error } => {
+                self.recorder.record(
+                    &reference(&*claim),
+                    EventType::Warning,
+                    "FailedBinding",
+                    &message,
+                );
+                Err(SyncError::Waiting(error))
+            }
             ClaimAction::ProvisioningFailed(message) => {
                 self.recorder.record(
                     &reference(&*claim),

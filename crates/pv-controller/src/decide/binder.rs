@@ -54,6 +54,16 @@ pub enum ClaimAction {
     /// for it): a Warning `ProvisioningFailed` event with this message, and the claim's status
     /// left as it is (kube-controller-manager's `provisionClaim` returns before marking it).
     ProvisioningFailed(String),
+    /// The volume this controller named in the claim is held by another claim (kube-controller-
+    /// manager's "should never happen": someone removed the claim's `bind-completed`): a
+    /// Warning `FailedBinding` event, the claim's status left as it is, and the sync fails
+    /// with `error` (retried with backoff).
+    Misbound {
+        /// The event's message.
+        message: String,
+        /// The sync's error.
+        error: String,
+    },
     /// Stay Pending without an event (why, for the log), looked at again later.
     Wait(String),
     /// Set (`Some`) or remove (`None`) `pv.kubernetes.io/migrated-to` on the claim: the CSI
@@ -141,6 +151,7 @@ pub fn leaves_claim_pending(action: &ClaimAction) -> bool {
         | ClaimAction::CompleteBinding(_)
         | ClaimAction::Provision { .. }
         | ClaimAction::ProvisioningFailed(_)
+        | ClaimAction::Misbound { .. }
         | ClaimAction::MigratedTo(_)
         | ClaimAction::Lost { .. } => false,
     }
@@ -218,10 +229,31 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         if claim_ref_names(pv, claim) {
             return ClaimAction::CompleteBinding(volume_name.to_string());
         }
+        let message = format!("volume {volume_name:?} already bound to a different claim.");
+        if annotation(&claim.metadata, ANN_BOUND_BY_CONTROLLER).is_some() {
+            let key = |ns: Option<&str>, name: Option<&str>| {
+                format!("{}/{}", ns.unwrap_or_default(), name.unwrap_or_default())
+            };
+            let holder = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+            return ClaimAction::Misbound {
+                message,
+                error: format!(
+                    "invalid binding of claim {:?} to volume {volume_name:?}: volume already claimed by {:?}",
+                    key(
+                        claim.metadata.namespace.as_deref(),
+                        claim.metadata.name.as_deref()
+                    ),
+                    key(
+                        holder.and_then(|r| r.namespace.as_deref()),
+                        holder.and_then(|r| r.name.as_deref())
+                    ),
+                ),
+            };
+        }
         return ClaimAction::Pending {
             event: EventType::Warning,
             reason: "FailedBinding",
-            message: format!("volume {volume_name:?} already bound to a different claim."),
+            message,
         };
     }
     let class = requested_class(claim);

@@ -296,6 +296,26 @@ fn pre_bound_claims_and_volumes_are_honoured() {
             message: "volume \"chosen\" already bound to a different claim.".into(),
         }
     );
+    // Named by this controller (bound-by-controller) yet held by another claim: the event and
+    // an error, the status left as it is (kube-controller-manager's "should never happen").
+    let mut named_by_us = c.clone();
+    named_by_us.metadata.annotations = Some(BTreeMap::from([(
+        ANN_BOUND_BY_CONTROLLER.to_string(),
+        "yes".to_string(),
+    )]));
+    let taken = bound_to(
+        pv("chosen", "", "50Gi"),
+        &claim("someone-else", Some(""), "1Gi"),
+    );
+    let misbound = dc(&named_by_us, std::slice::from_ref(&taken), &[], None);
+    assert_eq!(
+        misbound,
+        ClaimAction::Misbound {
+            message: "volume \"chosen\" already bound to a different claim.".into(),
+            error: "invalid binding of claim \"default/c\" to volume \"chosen\": volume already claimed by \"default/someone-else\"".into(),
+        }
+    );
+    assert!(!leaves_claim_pending(&misbound));
     // Not there (yet): no event, as kube-controller-manager.
     assert_eq!(
         dc(&c, &[] as &[PersistentVolume], &[], None),
