@@ -144,6 +144,18 @@ fn volumes_are_searched_by_access_mode_groups_the_fewest_first_as_kube_controlle
             ClaimAction::Bind("single".into()),
         ),
         (
+            "a mode listed twice counts once",
+            vec![
+                reserved.clone(),
+                with_modes(
+                    pv("twice", "fast", "5Gi"),
+                    &["ReadWriteOnce", "ReadWriteOnce"],
+                ),
+            ],
+            &immediate,
+            ClaimAction::Bind("twice".into()),
+        ),
+        (
             "in the same group the pre-bound volume wins over a smaller one",
             vec![reserved.clone(), pv("small", "fast", "1Gi")],
             &immediate,

@@ -137,7 +137,7 @@ pub fn volume_for_claim<'a, V: Borrow<PersistentVolume>>(
     late: bool,
 ) -> Option<Found<'a>> {
     let wanted = claim.spec.as_ref().and_then(|s| s.access_modes.as_deref());
-    let mut groups: Vec<usize> = volumes
+    let mut fitting: Vec<(usize, &PersistentVolume)> = volumes
         .iter()
         .map(Borrow::borrow)
         .filter(|pv| {
@@ -146,15 +146,11 @@ pub fn volume_for_claim<'a, V: Borrow<PersistentVolume>>(
                 pv.spec.as_ref().and_then(|s| s.access_modes.as_deref()),
             )
         })
-        .map(mode_count)
+        .map(|pv| (mode_count(pv), pv))
         .collect();
-    groups.sort_unstable();
-    groups.dedup();
-    groups.into_iter().find_map(|modes| {
-        let group = volumes
-            .iter()
-            .map(Borrow::borrow)
-            .filter(|pv| mode_count(pv) == modes);
+    fitting.sort_by_key(|(modes, _)| *modes);
+    fitting.chunk_by(|a, b| a.0 == b.0).find_map(|group| {
+        let group = group.iter().map(|(_, pv)| *pv);
         if let Some(pv) = group
             .clone()
             .find(|pv| claim_ref_names(pv, claim) && pre_bound_fits(claim, pv))
@@ -247,7 +243,12 @@ fn mode_count(pv: &PersistentVolume) -> usize {
     distinct(pv.spec.as_ref().and_then(|s| s.access_modes.as_deref()))
 }
 
+/// Distinct modes, counted without allocating (a list holds a handful at most).
 fn distinct(modes: Option<&[String]>) -> usize {
-    let modes: std::collections::BTreeSet<&String> = modes.into_iter().flatten().collect();
-    modes.len()
+    let modes = modes.unwrap_or_default();
+    modes
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| !modes[..*i].contains(m))
+        .count()
 }
