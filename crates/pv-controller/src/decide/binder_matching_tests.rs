@@ -74,6 +74,8 @@ fn looking_volumes_up_by_name_decides_as_the_full_scan() {
     let other = claim("c4", Some("fast"), "1Gi");
     // Made for c5 with more access modes than it asks for: a volume of fewer could win.
     let more_modes = claim("c5", Some("fast"), "1Gi");
+    // Made for c6 without the mode it asks for: an Available volume with it is bound.
+    let other_mode = claim("c6", Some("fast"), "1Gi");
     let volumes = vec![
         pv("spare", "fast", "1Gi"),
         with_modes(
@@ -84,6 +86,10 @@ fn looking_volumes_up_by_name_decides_as_the_full_scan() {
         // Named like c4's volume but made for another claim: not taken as c4's.
         bound_to(pv("pvc-uid-c4", "fast", "1Gi"), &waiting),
         bound_to(pv("pvc-uid-c5", "fast", "1Gi"), &more_modes),
+        with_modes(
+            bound_to(pv("pvc-uid-c6", "fast", "1Gi"), &other_mode),
+            &["ReadOnlyMany"],
+        ),
         with_modes(pv("single", "fast", "1Gi"), &["ReadWriteOnce"]),
     ];
     let lookup = |name: &str| {
@@ -93,12 +99,13 @@ fn looking_volumes_up_by_name_decides_as_the_full_scan() {
             .cloned()
     };
     // (claim, the volumes looked up by name: None = scan them all)
-    let table: [(&PersistentVolumeClaim, Option<Vec<&str>>); 5] = [
+    let table: [(&PersistentVolumeClaim, Option<Vec<&str>>); 6] = [
         (&waiting, Some(vec!["pvc-uid-c1"])),
         (&named, Some(vec!["static-2"])),
         (&named_gone, Some(vec![])),
         (&other, None),
         (&more_modes, None),
+        (&other_mode, None),
     ];
     for (c, want) in table {
         let got = named_volumes(c, &["pvc"], lookup);
@@ -168,7 +175,7 @@ fn volumes_are_searched_by_access_mode_groups_the_fewest_first_as_kube_controlle
             ClaimAction::CompleteBinding("reserved".into()),
         ),
         (
-            "a volume without a mode the claim asks for is in no group",
+            "a volume without a mode the claim asks for is never taken",
             vec![rwx.clone(), pv("two", "fast", "2Gi")],
             &immediate,
             ClaimAction::Bind("two".into()),

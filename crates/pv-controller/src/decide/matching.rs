@@ -97,8 +97,8 @@ pub(crate) fn claim_ref_names(pv: &PersistentVolume, claim: &PersistentVolumeCla
 /// scanning every volume (the scan made a 10,000-claim storm quadratic):
 /// - the claim names a volume (`spec.volumeName`): that volume alone, or none if it is gone;
 /// - a volume named `<prefix>-<claim uid>` (the provisioners' naming) whose claimRef names the
-///   claim and with the claim's access modes: that volume (the provisioner's PV waiting to be
-///   bound; none can fit in fewer modes).
+///   claim, that can hold it and offers exactly the modes it asks for: that volume (the
+///   provisioner's PV waiting to be bound; no volume can fit in fewer modes).
 ///
 /// `None`: the decision needs every volume (a claim still looking for a match).
 pub fn named_volumes<V: Borrow<PersistentVolume>>(
@@ -119,9 +119,12 @@ pub fn named_volumes<V: Borrow<PersistentVolume>>(
         let pv = lookup(&format!("{prefix}-{uid}"))?;
         let made_for_it = claim_ref_names(pv.borrow(), claim)
             && pv.borrow().metadata.deletion_timestamp.is_none();
-        // Only with no more access modes than the claim asks for: else a volume of fewer modes
-        // would win ([`volume_for_claim`]), and the decision needs them all.
-        (made_for_it && mode_count(pv.borrow()) == claim_mode_count(claim)).then(|| vec![pv])
+        // Only when it can hold the claim and offers no more access modes than asked for (then
+        // exactly those): it is in the first group and wins it ([`volume_for_claim`]).
+        // Otherwise another volume may win, and the decision needs them all.
+        let first = pre_bound_fits(claim, pv.borrow())
+            && mode_count(pv.borrow()) == claim_mode_count(claim);
+        (made_for_it && first).then(|| vec![pv])
     })
 }
 
@@ -131,6 +134,10 @@ pub fn named_volumes<V: Borrow<PersistentVolume>>(
 /// where something fits, a volume pre-bound to the claim wins, else the smallest matching
 /// Available one (none with late binding: the scheduler picks for a node). So an Available
 /// volume of fewer modes wins over a volume pre-bound to the claim with more.
+///
+/// kube-controller-manager's groups are sets of modes, and it looks through sets of as many
+/// modes in no set order (`{RWO,ROX}` or `{RWO,RWX}` first); ours takes them as one group,
+/// which gives one of the outcomes it can give.
 pub fn volume_for_claim<'a, V: Borrow<PersistentVolume>>(
     claim: &PersistentVolumeClaim,
     volumes: &'a [V],
