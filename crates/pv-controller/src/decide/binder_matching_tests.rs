@@ -345,3 +345,69 @@ fn only_volumes_of_the_claims_attributes_class_match_pre_bound_ones_included() {
         Some("storageClassName does not match".into())
     );
 }
+
+#[test]
+fn pre_bound_claims_and_volumes_are_honoured() {
+    let mut c = claim("c", Some(""), "1Gi");
+    c.spec.as_mut().unwrap().volume_name = Some("chosen".into());
+    let volumes = vec![pv("smaller", "", "1Gi"), pv("chosen", "", "50Gi")];
+    assert_eq!(
+        dc(&c, &volumes, &[], None),
+        ClaimAction::Bind("chosen".into())
+    );
+    let taken = bound_to(
+        pv("chosen", "", "50Gi"),
+        &claim("someone-else", Some(""), "1Gi"),
+    );
+    assert_eq!(
+        dc(&c, &[taken], &[], None),
+        ClaimAction::Pending {
+            event: sidecar_kit::events::EventType::Warning,
+            reason: "FailedBinding",
+            message: "volume \"chosen\" already bound to a different claim.".into(),
+        }
+    );
+    // Named by this controller (bound-by-controller) yet held by another claim: the event and
+    // an error, the status left as it is (kube-controller-manager's "should never happen").
+    let mut named_by_us = c.clone();
+    named_by_us.metadata.annotations = Some(BTreeMap::from([(
+        ANN_BOUND_BY_CONTROLLER.to_string(),
+        "yes".to_string(),
+    )]));
+    let taken = bound_to(
+        pv("chosen", "", "50Gi"),
+        &claim("someone-else", Some(""), "1Gi"),
+    );
+    let misbound = dc(&named_by_us, std::slice::from_ref(&taken), &[], None);
+    assert_eq!(
+        misbound,
+        ClaimAction::Misbound {
+            message: "volume \"chosen\" already bound to a different claim.".into(),
+            error: "invalid binding of claim \"default/c\" to volume \"chosen\": volume already claimed by \"default/someone-else\"".into(),
+        }
+    );
+    assert!(!leaves_claim_pending(&misbound));
+    // Not there (yet): no event, as kube-controller-manager.
+    assert_eq!(
+        dc(&c, &[] as &[PersistentVolume], &[], None),
+        ClaimAction::Wait("volume \"chosen\" not found".into())
+    );
+
+    let d = claim("d", Some(""), "1Gi");
+    let mut reserved = pv("reserved", "", "9Gi");
+    reserved.spec.as_mut().unwrap().claim_ref = Some(ObjectReference {
+        name: Some("d".into()),
+        namespace: Some("default".into()),
+        ..Default::default()
+    });
+    let volumes = vec![pv("smaller", "", "1Gi"), reserved];
+    assert_eq!(
+        dc(&d, &volumes, &[], None),
+        ClaimAction::CompleteBinding("reserved".into()),
+        "a volume pre-bound by name wins"
+    );
+    assert_eq!(
+        volume_for_claim(&claim("e", Some(""), "1Gi"), &volumes, false),
+        Some(Found::Available(&volumes[0]))
+    );
+}

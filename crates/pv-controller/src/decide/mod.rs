@@ -8,6 +8,7 @@ pub mod consumers;
 pub mod ephemeral;
 pub mod matching;
 pub mod protection;
+pub mod reclaim;
 
 #[cfg(test)]
 mod attach_detach_tests;

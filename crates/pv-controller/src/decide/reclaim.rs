@@ -1,0 +1,108 @@
+//! What becomes of a Released volume, as kube-controller-manager reclaims it: left to an
+//! external deleter, its hostPath deleter, a recycler, or Failed with its reasons.
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use sidecar_kit::vocabulary::annotation;
+use sidecar_kit::vocabulary::pv_phase as phase;
+
+use super::binder::{ANN_PROVISIONED_BY, VolumeAction};
+
+/// Whether an external deleter (a CSI provisioner) deletes the volume when it is released with
+/// policy `Delete`: a CSI volume, one an external provisioner made, or one of a migrated plugin.
+fn deleted_externally(pv: &PersistentVolume) -> bool {
+    let migrated = annotation(&pv.metadata, sidecar_kit::migration::ANN_MIGRATED_TO)
+        .is_some_and(|m| !m.is_empty());
+    let external = annotation(&pv.metadata, ANN_PROVISIONED_BY)
+        .is_some_and(|by| !by.starts_with("kubernetes.io/"));
+    let csi = pv.spec.as_ref().is_some_and(|s| s.csi.is_some());
+    migrated || external || csi
+}
+
+/// Whether the volume is Released and waits for its external deleter: kube-controller-manager
+/// times its `delete` operation from then to the volume's deletion.
+pub fn awaits_external_deleter(pv: &PersistentVolume) -> bool {
+    phase(pv) == "Released" && reclaim_policy(pv) == "Delete" && deleted_externally(pv)
+}
+
+/// What becomes of a Released volume by its reclaim policy, as kube-controller-manager's
+/// `reclaimVolume`: its hostPath deleter, and what CSI drivers and their provisioners do (no
+/// recycler here; the stack's node agents recycle CSI volumes).
+pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    match reclaim_policy(pv) {
+        "Retain" => VolumeAction::Nothing,
+        "Recycle" => VolumeAction::Recycle,
+        "Delete" => {
+            let host_path = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.host_path.as_ref())
+                .map(|h| h.path.clone());
+            if deleted_externally(pv) {
+                // An external deleter's (a CSI provisioner's).
+                VolumeAction::Nothing
+            } else if let Some(path) = host_path {
+                if host_path_deletable(&path) {
+                    VolumeAction::DeleteHostPath(path)
+                } else {
+                    VolumeAction::Fail {
+                        reason: "VolumeFailedDelete",
+                        message: format!(
+                            "host_path deleter only supports /tmp/.+ but received provided {path}"
+                        ),
+                    }
+                }
+            } else {
+                VolumeAction::Fail {
+                    reason: "VolumeFailedDelete",
+                    message: format!(
+                        "error getting deleter volume plugin for volume {name:?}: no deletable volume plugin matched"
+                    ),
+                }
+            }
+        }
+        _ => VolumeAction::Fail {
+            reason: "VolumeUnknownReclaimPolicy",
+            message: "Volume has unrecognized PersistentVolumeReclaimPolicy".into(),
+        },
+    }
+}
+
+/// Whether the hostPath deleter takes `path`: a path under `/tmp/` naming something there, with
+/// no `..`. kube-controller-manager's pattern is `/tmp/.+` unanchored (`/home/me/tmp/x` and
+/// `/tmp/../home` pass it); ours is anchored, since this controller may run on the user's own
+/// machine (`volstack up`) where kube-controller-manager runs in a container.
+pub fn host_path_deletable(path: &str) -> bool {
+    let Some(under) = path.strip_prefix("/tmp/") else {
+        return false;
+    };
+    !path.split('/').any(|c| c == "..") && under.split('/').any(|c| !c.is_empty() && c != ".")
+}
+
+/// Whether a volume read again from the API server is still the one to delete with the
+/// hostPath deleter at `path`: Released, policy Delete, that path (kube-controller-manager's
+/// `deleteVolumeOperation` reads the volume again and checks it is still released).
+pub fn host_path_deletion_stands(pv: &PersistentVolume, path: &str) -> bool {
+    phase(pv) == "Released"
+        && reclaim_policy(pv) == "Delete"
+        && pv.metadata.deletion_timestamp.is_none()
+        && pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_path.as_ref())
+            .is_some_and(|h| h.path == path)
+        && host_path_deletable(path)
+}
+
+pub(crate) fn reclaim_policy(pv: &PersistentVolume) -> &str {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        .unwrap_or("Retain")
+}
+
+/// Whether a Released `Recycle` volume is left to the node agents' recycler (the embedded
+/// stack's agents recycle CSI volumes) rather than reported as not supported here.
+pub fn left_to_node_recyclers(pv: &PersistentVolume, node_recyclers: bool) -> bool {
+    node_recyclers && pv.spec.as_ref().is_some_and(|s| s.csi.is_some())
+}
