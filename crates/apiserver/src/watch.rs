@@ -197,7 +197,10 @@ pub(crate) async fn watch(
     let closed_before = close.borrow().of(&plural);
     tokio::spawn(async move {
         let table_of = as_table.then_some(&*rt);
-        let mut out = Out::new(tx);
+        // The stream ends at its timeout, counted from its start, also while a send waits
+        // for a client that does not read.
+        let ends = tokio::time::Instant::now() + timeout;
+        let mut out = Out::new(tx, ends);
         let mut last_rv = start_rv;
         for obj in &initial {
             if filter.selects(obj)
@@ -229,7 +232,7 @@ pub(crate) async fn watch(
         if !out.flush().await {
             return;
         }
-        let deadline = tokio::time::sleep(timeout);
+        let deadline = tokio::time::sleep_until(ends);
         tokio::pin!(deadline);
         let mut ticker = tokio::time::interval(Duration::from_secs(10));
         // A send held up for longer than the period sends one bookmark after it, not one per

@@ -22,6 +22,8 @@ pub(super) struct Out {
     /// response body takes it ([`body_of`]).
     budget: Arc<Semaphore>,
     pending: Pending,
+    /// When the stream ends: a send still waiting for the client then gives up.
+    ends: tokio::time::Instant,
 }
 
 /// A chunk on its way to the client, with its share of the stream's byte budget.
@@ -55,11 +57,12 @@ impl Out {
     /// Chunks queued at most (lone events of a few hundred bytes each, in a busy stream).
     pub(super) const QUEUED: usize = 256;
 
-    pub(super) fn new(tx: mpsc::Sender<Sent>) -> Self {
+    pub(super) fn new(tx: mpsc::Sender<Sent>, ends: tokio::time::Instant) -> Self {
         Out {
             tx,
             budget: Arc::new(Semaphore::new(Self::BUDGET)),
             pending: Pending::Nothing,
+            ends,
         }
     }
 
@@ -106,6 +109,8 @@ impl Out {
     }
 
     /// Sends what is queued; false when the client left.
+    /// Sends what is queued; false when the client left, or did not take it before the
+    /// stream's end.
     pub(super) async fn flush(&mut self) -> bool {
         let chunk = match std::mem::replace(&mut self.pending, Pending::Nothing) {
             Pending::Nothing => return true,
@@ -114,10 +119,17 @@ impl Out {
         };
         // Fits in u32: at most the budget.
         let share = chunk.len().min(Self::BUDGET) as u32;
-        let Ok(permit) = self.budget.clone().acquire_many_owned(share).await else {
-            return false;
+        let budget = self.budget.clone();
+        let tx = &self.tx;
+        let sent = async move {
+            let Ok(permit) = budget.acquire_many_owned(share).await else {
+                return false;
+            };
+            tx.send((chunk, permit)).await.is_ok()
         };
-        self.tx.send((chunk, permit)).await.is_ok()
+        tokio::time::timeout_at(self.ends, sent)
+            .await
+            .unwrap_or(false)
     }
 }
 
@@ -138,10 +150,35 @@ mod tests {
     use crate::watch::event_line;
     use serde_json::json;
 
+    /// A stream end no test reaches.
+    fn far() -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(3600)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_send_the_client_does_not_take_gives_up_at_the_streams_end() {
+        let (tx, _rx) = mpsc::channel(Out::QUEUED);
+        let ends = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut out = Out::new(tx, ends);
+        let chunk = Bytes::from(vec![b'z'; Out::CHUNK]);
+        // Fill the budget; the client (the receiver, alive) reads nothing.
+        for _ in 0..Out::BUDGET / Out::CHUNK {
+            out.pending = Pending::One(chunk.clone());
+            assert!(out.flush().await);
+        }
+        out.pending = Pending::One(chunk);
+        // Paused time moves on only while everything waits: the send waits until the end
+        // (a send that never gave up would meet this test's own limit instead).
+        let limit = std::time::Duration::from_secs(7200);
+        let given_up = tokio::time::timeout(limit, out.flush()).await;
+        assert_eq!(given_up, Ok(false), "given up at the stream's end");
+        assert!(tokio::time::Instant::now() >= ends);
+    }
+
     #[tokio::test]
     async fn events_queued_together_go_out_as_one_chunk_and_a_lone_one_uncopied() {
         let (tx, mut rx) = mpsc::channel(8);
-        let mut out = Out::new(tx);
+        let mut out = Out::new(tx, far());
         let (a, b) = (
             event_line("ADDED", &json!({"a": 1})),
             event_line("MODIFIED", &json!({"b": 2})),
@@ -167,7 +204,7 @@ mod tests {
     #[tokio::test]
     async fn a_chunk_never_grows_past_its_size_and_an_error_event_ends_the_stream() {
         let (tx, mut rx) = mpsc::channel(8);
-        let mut out = Out::new(tx);
+        let mut out = Out::new(tx, far());
         let big = Bytes::from(vec![b'x'; Out::CHUNK - 10]);
         let (small, more) = (Bytes::from_static(b"0123456789"), Bytes::from_static(b"ab"));
         assert_eq!(out.put(Ok(big.clone())).await, Put::Queued);
@@ -209,7 +246,7 @@ mod tests {
     async fn a_stalled_client_holds_no_more_than_the_byte_budget() {
         use futures::FutureExt;
         let (tx, mut rx) = mpsc::channel(Out::QUEUED);
-        let mut out = Out::new(tx);
+        let mut out = Out::new(tx, far());
         let chunk = Bytes::from(vec![b'z'; Out::CHUNK]);
         // The client reads nothing: chunks are queued until the budget is spent, then the
         // stream waits (its task stops taking changes).
