@@ -108,7 +108,6 @@ impl Out {
         put
     }
 
-    /// Sends what is queued; false when the client left.
     /// Sends what is queued; false when the client left, or did not take it before the
     /// stream's end.
     pub(super) async fn flush(&mut self) -> bool {
