@@ -424,7 +424,7 @@ async fn it_leads_through_upstreams_lease_and_serves_upstreams_metrics() {
             .await
             .unwrap();
     assert!(lease.spec.unwrap().holder_identity.is_some());
-    let page = common::http_get(port, "/metrics").await;
+    let page = sidecar_kit::testing::http_get(port, "/metrics").await;
     for wanted in [
         r#"csi_sidecar_operations_seconds_count{driver_name="hostpath.csi.volstack.dev",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerPublishVolume"} 1"#,
         // The start-up calls, as upstream counts them: before the driver's name is known,
@@ -442,7 +442,7 @@ async fn it_leads_through_upstreams_lease_and_serves_upstreams_metrics() {
         assert!(page.contains(wanted), "{wanted} missing from\n{page}");
     }
     assert_eq!(
-        common::http_get(port, "/healthz/leader-election").await,
+        sidecar_kit::testing::http_get(port, "/healthz/leader-election").await,
         "ok"
     );
 }

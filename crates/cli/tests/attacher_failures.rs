@@ -211,7 +211,7 @@ async fn conflicting_writes_are_looked_at_again_not_backed_off() {
         .map(|(_, n)| n)
         .sum();
     assert!(conflicts > 0, "the faults were injected");
-    let page = common::http_get(port, "/metrics").await;
+    let page = sidecar_kit::testing::http_get(port, "/metrics").await;
     let retries: f64 = page
         .lines()
         .filter(|l| l.starts_with("workqueue_retries_total{name=\"csi-attacher-va\"}"))

@@ -119,7 +119,7 @@ async fn an_in_tree_class_is_provisioned_as_an_in_tree_volume_and_deleted_by_the
     assert_eq!(c.driver_volumes().await, 0, "and its volume at the driver");
     // The metrics of a driver of a migrated plugin, as upstream's: the `migrated` label, true
     // for the calls of the in-tree volume; the start-up's Probe again under the driver's name.
-    let text = common::http_get(port, "/metrics").await;
+    let text = sidecar_kit::testing::http_get(port, "/metrics").await;
     for wanted in [
         r#"csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume",migrated="true"} 1"#,
         r#"csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/DeleteVolume",migrated="true"} 1"#,

@@ -548,7 +548,7 @@ async fn metrics_use_upstream_names() {
             .is_some(),
         "the source's PV kept"
     );
-    let text = common::http_get(port, "/metrics").await;
+    let text = sidecar_kit::testing::http_get(port, "/metrics").await;
     for name in [
         "csi_sidecar_operations_seconds_bucket",
         // The start-up calls, as upstream counts them (the name unknown before GetPluginInfo).
@@ -562,7 +562,7 @@ async fn metrics_use_upstream_names() {
     ] {
         assert!(text.contains(name), "missing {name} in\n{text}");
     }
-    assert_eq!(common::http_get(port, "/healthz").await, "ok");
+    assert_eq!(sidecar_kit::testing::http_get(port, "/healthz").await, "ok");
 }
 
 #[tokio::test]

@@ -40,22 +40,6 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// The body of an HTTP/1.0 GET on loopback (a sidecar's `/metrics` or `/healthz`).
-pub async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
-}
-
 /// The values of a PV's node affinity (the segments it is in), every term's in order.
 pub fn affinity_values(pv: &PersistentVolume) -> Vec<String> {
     pv.spec

@@ -11,6 +11,7 @@ use kube::Api;
 use serde_json::json;
 
 use crate::bed::{Bed, Setup, manifest};
+use sidecar_kit::testing::http_get;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -20,23 +21,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or_else(|e| panic!("no free port: {e}"))
-}
-
-/// The body of an HTTP/1.0 GET on loopback.
-async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
 }
 
 #[tokio::test]
