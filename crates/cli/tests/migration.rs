@@ -145,3 +145,66 @@ async fn an_in_tree_class_is_provisioned_as_an_in_tree_volume_and_deleted_by_the
     let legacy_pv = c.pv_for(&legacy).await.unwrap();
     assert!(legacy_pv.spec.unwrap().aws_elastic_block_store.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_create_repeated_for_a_gone_claim_of_an_in_tree_class_counts_as_migrated() {
+    let port = common::free_port();
+    let c = Cluster::start_with(
+        &["--drivername=ebs.csi.aws.com", "--capacity=1Ti"],
+        &[
+            &format!("--http-endpoint=127.0.0.1:{port}"),
+            "--timeout=500ms",
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(json!({
+        "metadata": {"name": "gp2"},
+        "provisioner": "kubernetes.io/aws-ebs",
+        "reclaimPolicy": "Delete",
+    }))
+    .await;
+    // The driver makes the volume but answers Unavailable (every time, until the faults go):
+    // it may exist, in the background.
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    c.claim("gone", "gp2", "1Gi", json!({}), false).await;
+    c.wait_event("gone", "ProvisioningFailed", "Unavailable")
+        .await;
+    assert_eq!(
+        c.driver_volumes().await,
+        1,
+        "a volume exists behind the error"
+    );
+    c.delete_claim("gone").await;
+    // The faults go only once the provisioner works for the gone claim: no attempt for the
+    // live claim can then succeed and save a PV.
+    c.wait_until(
+        "the provisioner to clean up after the gone claim",
+        WAIT,
+        || async {
+            c.provisioner_log()
+                .contains("claim is gone while its volume may exist")
+        },
+    )
+    .await;
+    c.faults("");
+    c.wait_until("the gone claim's volume to be deleted", WAIT, || async {
+        c.driver_volumes().await == 0
+    })
+    .await;
+    // Upstream repeats the claim's provisioning, labelled by its class; the cleanup's
+    // DeleteVolume is labelled as upstream's cleanupVolume labels it (not migrated).
+    let text = sidecar_kit::testing::http_get(port, "/metrics").await;
+    for wanted in [
+        r#"csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="Unavailable",method_name="/csi.v1.Controller/CreateVolume",migrated="true"}"#,
+        r#"csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume",migrated="true"} 1"#,
+        r#"csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/DeleteVolume",migrated="false"} 1"#,
+    ] {
+        assert!(text.contains(wanted), "{wanted} missing from\n{text}");
+    }
+    assert!(
+        !text.contains(r#"method_name="/csi.v1.Controller/CreateVolume",migrated="false""#),
+        "no CreateVolume counted as not migrated:\n{text}"
+    );
+}

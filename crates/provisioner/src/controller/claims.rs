@@ -317,6 +317,7 @@ impl Provisioner {
             secret: p.plan.provisioner_secret.clone(),
             listed: None,
             serial: None,
+            migrated: p.migrated,
         };
         let record = self.intent_log().map(|_| flight.record());
         let request = self.ledger.open(&p.pv_name, flight, self.listing.get());

@@ -24,6 +24,11 @@ pub struct InFlight {
     pub listed: Option<String>,
     /// With listed volumes, the serial it is marked with.
     pub serial: Option<crate::decide::recovery::Serial>,
+    /// Its class is the in-tree plugin's our driver stands in for: the `migrated` label of
+    /// the CreateVolume repeated for a claim that is gone, as upstream labels it. Kept in
+    /// memory only: a volume taken back from the intent log or the driver's list after a
+    /// restart counts as not migrated.
+    pub migrated: bool,
 }
 
 impl InFlight {

@@ -167,6 +167,7 @@ mod tests {
             secret: None,
             listed: None,
             serial: None,
+            migrated: false,
         }
     }
 

@@ -54,6 +54,7 @@ impl InFlight {
             secret: listed.secret,
             listed: Some(listed.volume_id),
             serial: Some(listed.serial),
+            migrated: false,
         };
         (listed.name, flight)
     }
@@ -86,6 +87,7 @@ pub(crate) async fn recover(p: &Provisioner) {
                 .map(|(namespace, name)| SecretRef { name, namespace }),
             listed: None,
             serial: None,
+            migrated: false,
         };
         take_back(p, volume.clone(), flight);
     }
@@ -262,7 +264,7 @@ pub(crate) async fn clean_up(
         volume = name,
         "claim is gone while its volume may exist: deleting the volume"
     );
-    match p.create_volume(request, false).await {
+    match p.create_volume(request, flight.migrated).await {
         Ok(volume) => {
             let Some(id) = volume.map(|v| v.volume_id).filter(|id| !id.is_empty()) else {
                 p.ledger.settle(name);

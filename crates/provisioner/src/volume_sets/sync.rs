@@ -306,6 +306,7 @@ fn create_member(p: &Provisioner, set: &Arc<PersistentVolumeSet>) -> Result<(), 
         secret: plan.provisioner_secret.clone(),
         listed: None,
         serial: None,
+        migrated: false,
     };
     p.ledger.open(&volume, flight, p.listing.get());
     if let Some(manager) = &p.sets {
