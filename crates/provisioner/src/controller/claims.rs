@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::VolumeAttributesClass;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use sidecar_kit::csi::CallError;
 use sidecar_kit::events::EventType;
 use sidecar_kit::update::{Updated, update_live};
 
@@ -35,7 +34,6 @@ use crate::decide::provision::{
     ProvisionPlan, build_pv, check_content_source, create_request, made_for_claim, plan_provision,
     vac_parameters,
 };
-use crate::decide::secrets::SecretRef;
 use crate::decide::topology::Requirement;
 use sidecar_kit::workqueue::Next;
 
@@ -449,51 +447,6 @@ impl Provisioner {
         self.ledger.settle(name);
     }
 
-    /// CreateVolume; `migrated`: for a class of the in-tree plugin we stand in for.
-    pub(crate) async fn create_volume(
-        &self,
-        request: csi::CreateVolumeRequest,
-        migrated: bool,
-    ) -> Result<Option<csi::Volume>, CallError> {
-        let calls = &self.csi_calls;
-        let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
-        let response = calls
-            .call_for(
-                "/csi.v1.Controller/CreateVolume",
-                migrated,
-                client.create_volume(calls.request(request)),
-            )
-            .await?;
-        // The recoverable-volumes marks are for ListVolumes, not for the PV.
-        Ok(response.volume.map(|mut volume| {
-            sidecar_kit::recoverable::strip(&mut volume.volume_context);
-            volume
-        }))
-    }
-
-    /// DeleteVolume; `migrated`: of an in-tree PV of the plugin we stand in for.
-    pub(crate) async fn delete_volume_call(
-        &self,
-        id: &str,
-        secrets: HashMap<String, String>,
-        migrated: bool,
-    ) -> Result<(), CallError> {
-        let calls = &self.csi_calls;
-        let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
-        let request = csi::DeleteVolumeRequest {
-            volume_id: id.to_string(),
-            secrets,
-        };
-        calls
-            .call_for(
-                "/csi.v1.Controller/DeleteVolume",
-                migrated,
-                client.delete_volume(calls.request(request)),
-            )
-            .await
-            .map(|_| ())
-    }
-
     async fn save_pv(&self, pv: &PersistentVolume, claim_uid: &str) -> Result<(), ClaimError> {
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         let name = pv.metadata.name.clone().unwrap_or_default();
@@ -569,38 +522,5 @@ impl Provisioner {
                 tracing::warn!(%error, "removing the selected node failed; tried again later");
             }
         }
-    }
-
-    /// The deletion secret of `volume`, or none when it cannot be read: as upstream, a secret
-    /// that may be deleted already does not stop a deletion; the driver decides without it.
-    pub(crate) async fn secrets_or_none(
-        &self,
-        volume: &str,
-        secret: Option<&SecretRef>,
-    ) -> HashMap<String, String> {
-        match self.fetch_secret(secret).await {
-            Ok(secrets) => secrets,
-            Err(error) => {
-                tracing::warn!(volume, %error, "deleting the volume without its deletion secret");
-                HashMap::new()
-            }
-        }
-    }
-
-    /// Fetches a secret live (never cached, never logged) as CSI wants it: UTF-8 strings.
-    pub(crate) async fn fetch_secret(
-        &self,
-        secret: Option<&SecretRef>,
-    ) -> Result<HashMap<String, String>, ClaimError> {
-        let Some(secret) = secret else {
-            return Ok(HashMap::new());
-        };
-        sidecar_kit::secrets::fetch(&self.client, &secret.namespace, &secret.name)
-            .await
-            .map_err(|e| ClaimError::Secret {
-                namespace: e.namespace,
-                name: e.name,
-                reason: e.reason,
-            })
     }
 }

@@ -5,6 +5,7 @@
 
 mod attachments;
 mod cache;
+mod calls;
 mod claim_error;
 mod claim_topology;
 mod claims;
