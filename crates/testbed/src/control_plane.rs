@@ -257,6 +257,15 @@ impl ControlPlane {
         }
     }
 
+    /// The name and process id of each of its processes still running (etcd, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler).
+    pub fn process_ids(&self) -> Vec<(String, u32)> {
+        self.processes
+            .iter()
+            .filter_map(|p| Some((p.name().to_string(), p.id()?)))
+            .collect()
+    }
+
     /// The server's URL (`https://127.0.0.1:port`).
     pub fn url(&self) -> &str {
         &self.url

@@ -19,6 +19,8 @@ use kube::runtime::watcher;
 use serde_json::json;
 use testbed::{ControlPlane, Options, Process};
 
+mod cpu;
+
 const DRIVER: &str = "hostpath.csi.volstack.dev";
 const NODE: &str = "node-1";
 
@@ -75,6 +77,8 @@ struct Run {
     volume_writes: usize,
     /// Events in the claims' namespace at the end, by reason: (objects, occurrences).
     events: std::collections::BTreeMap<String, (usize, i64)>,
+    /// Each process's CPU from the clock's start until all were Bound.
+    cpu: Vec<cpu::Used>,
 }
 
 /// Runs each binder's measurement and prints a line per run.
@@ -120,6 +124,8 @@ pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
             "  events by reason, objects (occurrences): {}",
             events.join(", ")
         );
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        println!("  {}", cpu::line(&run.cpu, run.bound_after, cores));
         runs.push(run);
     }
     if let [kcm, ours] = runs.as_slice()
@@ -241,6 +247,7 @@ async fn once(
         volume_versions.wait_listed().await;
         create_claims(&claims, args.claims).await?;
         // The backlog is in; the clock starts as the sidecars do.
+        let meter = cpu::CpuMeter::start(&running(&plane, &processes));
         let started = Instant::now();
         bound_claims.start_clock(started);
         made_volumes.start_clock(started);
@@ -271,6 +278,7 @@ async fn once(
         })
         .await;
         let bound_after = started.elapsed();
+        let cpu = meter.since(&running(&plane, &processes));
         let bound = match bound {
             Some(progress) => progress,
             None => {
@@ -312,6 +320,7 @@ async fn once(
             claim_writes: claim_versions.writes().saturating_sub(args.claims),
             volume_writes: volume_versions.writes(),
             events,
+            cpu,
         })
     }
     .await;
@@ -323,6 +332,19 @@ async fn once(
         keep_logs(dir, &format!("{run}-{binder:?}"), &plane, &processes)?;
     }
     measured
+}
+
+/// The processes of a run, (name, pid): the control plane's, ours and this one.
+fn running(plane: &ControlPlane, processes: &[Process]) -> Vec<(String, u32)> {
+    let ours = processes
+        .iter()
+        .filter_map(|p| Some((p.name().to_string(), p.id()?)));
+    plane
+        .process_ids()
+        .into_iter()
+        .chain(ours)
+        .chain([("bench-binder".to_string(), std::process::id())])
+        .collect()
 }
 
 /// Copies the logs of the control plane (its audit log included) and of `processes` into `dir`,
