@@ -7,7 +7,7 @@ use std::time::Duration;
 /// The CPU seconds each process had used when the clock started.
 #[derive(Debug, Default)]
 pub(super) struct CpuMeter {
-    before: BTreeMap<u32, f64>,
+    before: BTreeMap<u32, (String, f64)>,
 }
 
 /// One process's share of a run.
@@ -22,37 +22,32 @@ pub(super) struct Used {
 impl CpuMeter {
     /// Reads every process's CPU seconds now; `processes` are (name, pid).
     pub(super) fn start(processes: &[(String, u32)]) -> Self {
-        let before = processes
-            .iter()
-            .filter_map(|(_, pid)| Some((*pid, crate::bench::cpu_seconds(*pid)?)))
-            .collect();
-        CpuMeter { before }
+        CpuMeter {
+            before: read(processes),
+        }
     }
 
     /// The CPU seconds each process used since [`CpuMeter::start`], by name, most first; a
     /// process started since counts all its CPU, one that is gone is left out.
     pub(super) fn since(&self, processes: &[(String, u32)]) -> Vec<Used> {
-        let now: Vec<(String, u32, f64)> = processes
-            .iter()
-            .filter_map(|(name, pid)| Some((name.clone(), *pid, crate::bench::cpu_seconds(*pid)?)))
-            .collect();
-        used(&self.before, &now)
+        used(&self.before, &read(processes))
     }
 }
 
-/// The CPU each named process used between `before` (by pid) and `now` (name, pid, seconds).
-fn used(before: &BTreeMap<u32, f64>, now: &[(String, u32, f64)]) -> Vec<Used> {
-    let mut by_name = BTreeMap::<&str, f64>::new();
-    for (name, pid, seconds) in now {
-        let start = before.get(pid).copied().unwrap_or(0.0);
-        *by_name.entry(name).or_default() += (seconds - start).max(0.0);
-    }
-    let mut out: Vec<Used> = by_name
+/// pid to (name, CPU seconds) of the processes still there.
+fn read(processes: &[(String, u32)]) -> BTreeMap<u32, (String, f64)> {
+    processes
+        .iter()
+        .filter_map(|(name, pid)| Some((*pid, (name.clone(), crate::bench::cpu_seconds(*pid)?))))
+        .collect()
+}
+
+/// The CPU each named process used between two readings (the stack's per-thread
+/// [`cpu_since`](crate::embedded::lanes::cpu_since), which also ignores a reused pid), most first.
+fn used(before: &BTreeMap<u32, (String, f64)>, now: &BTreeMap<u32, (String, f64)>) -> Vec<Used> {
+    let mut out: Vec<Used> = crate::embedded::lanes::cpu_since(before, now)
         .into_iter()
-        .map(|(name, seconds)| Used {
-            name: name.to_string(),
-            seconds,
-        })
+        .map(|(name, seconds)| Used { name, seconds })
         .collect();
     out.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     out
@@ -80,14 +75,19 @@ mod tests {
 
     #[test]
     fn processes_are_counted_from_the_start_added_up_by_name_and_sorted() {
-        let before = BTreeMap::from([(10, 5.0), (11, 1.0), (12, 2.0)]);
-        let now = vec![
-            ("kube-apiserver".to_string(), 10, 12.5),
-            ("volstack".to_string(), 11, 1.5),
-            ("volstack".to_string(), 12, 2.25),
+        let named = |name: &str, seconds: f64| (name.to_string(), seconds);
+        let before = BTreeMap::from([
+            (10, named("kube-apiserver", 5.0)),
+            (11, named("volstack", 1.0)),
+            (12, named("volstack", 2.0)),
+        ]);
+        let now = BTreeMap::from([
+            (10, named("kube-apiserver", 12.5)),
+            (11, named("volstack", 1.5)),
+            (12, named("volstack", 2.25)),
             // Started after the clock: all its CPU counts.
-            ("csi-provisioner".to_string(), 13, 0.75),
-        ];
+            (13, named("csi-provisioner", 0.75)),
+        ]);
         let got = used(&before, &now);
         let want = [
             ("kube-apiserver", 7.5),
