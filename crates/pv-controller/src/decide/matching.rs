@@ -144,7 +144,10 @@ pub fn volume_for_claim<'a, V: Borrow<PersistentVolume>>(
     late: bool,
 ) -> Option<Found<'a>> {
     let wanted = claim.spec.as_ref().and_then(|s| s.access_modes.as_deref());
-    let mut fitting: Vec<(usize, &PersistentVolume)> = volumes
+    // One pass, no allocation: the groups and their order are one ordering, fewest modes,
+    // then pre-bound before Available, then (Available only) the smallest; `min_by` keeps the
+    // first of equals, so the first pre-bound volume of a group wins it.
+    volumes
         .iter()
         .map(Borrow::borrow)
         .filter(|pv| {
@@ -153,29 +156,32 @@ pub fn volume_for_claim<'a, V: Borrow<PersistentVolume>>(
                 pv.spec.as_ref().and_then(|s| s.access_modes.as_deref()),
             )
         })
-        .map(|pv| (mode_count(pv), pv))
-        .collect();
-    fitting.sort_by_key(|(modes, _)| *modes);
-    fitting.chunk_by(|a, b| a.0 == b.0).find_map(|group| {
-        let group = group.iter().map(|(_, pv)| *pv);
-        if let Some(pv) = group
-            .clone()
-            .find(|pv| claim_ref_names(pv, claim) && pre_bound_fits(claim, pv))
-        {
-            return Some(Found::PreBound(pv));
-        }
-        if late {
-            return None;
-        }
-        group
-            .filter(|pv| available_match(claim, pv))
-            .min_by(|a, b| {
-                capacity(a)
-                    .cmp(&capacity(b))
-                    .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-            })
-            .map(Found::Available)
-    })
+        .filter_map(|pv| {
+            let pre_bound = claim_ref_names(pv, claim) && pre_bound_fits(claim, pv);
+            (pre_bound || (!late && available_match(claim, pv)))
+                .then(|| (mode_count(pv), pre_bound, pv))
+        })
+        .min_by(|(a_modes, a_pre, a), (b_modes, b_pre, b)| {
+            a_modes
+                .cmp(b_modes)
+                .then_with(|| b_pre.cmp(a_pre))
+                .then_with(|| {
+                    if *a_pre {
+                        std::cmp::Ordering::Equal
+                    } else {
+                        capacity(a)
+                            .cmp(&capacity(b))
+                            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+                    }
+                })
+        })
+        .map(|(_, pre_bound, pv)| {
+            if pre_bound {
+                Found::PreBound(pv)
+            } else {
+                Found::Available(pv)
+            }
+        })
 }
 
 /// What [`volume_for_claim`] found.
