@@ -262,7 +262,7 @@ impl ControlPlane {
     pub fn process_ids(&self) -> Vec<(String, u32)> {
         self.processes
             .iter()
-            .filter_map(|p| Some((p.name().to_string(), p.id()?)))
+            .filter_map(Process::name_and_id)
             .collect()
     }
 

@@ -67,6 +67,11 @@ impl Process {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Its name and process id while it runs (what a CPU meter reads `/proc` by).
+    pub fn name_and_id(&self) -> Option<(String, u32)> {
+        Some((self.name().to_string(), self.id()?))
+    }
+
     /// Everything it printed so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -336,9 +336,7 @@ async fn once(
 
 /// The processes of a run, (name, pid): the control plane's, ours and this one.
 fn running(plane: &ControlPlane, processes: &[Process]) -> Vec<(String, u32)> {
-    let ours = processes
-        .iter()
-        .filter_map(|p| Some((p.name().to_string(), p.id()?)));
+    let ours = processes.iter().filter_map(Process::name_and_id);
     plane
         .process_ids()
         .into_iter()
