@@ -251,7 +251,7 @@ pub(crate) async fn watch(
                     }
                 }
                 () = &mut deadline => return,
-                () = out.tx.closed() => return,
+                () = out.closed() => return,
                 _ = ticker.tick(), if bookmarks => {
                     // Every change up to the store's version has been broadcast before that
                     // version became current; only when none of them is still queued for this

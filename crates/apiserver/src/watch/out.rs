@@ -17,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 /// What waits for the client is bounded in bytes ([`Out::BUDGET`]), not only in chunks: a
 /// stalled client holds at most that much however the events were grouped.
 pub(super) struct Out {
-    pub(super) tx: mpsc::Sender<Sent>,
+    tx: mpsc::Sender<Sent>,
     /// Bytes the stream may still queue for the client; a chunk's permits go back once the
     /// response body takes it ([`body_of`]).
     budget: Arc<Semaphore>,
@@ -56,6 +56,11 @@ impl Out {
 
     /// Chunks queued at most (lone events of a few hundred bytes each, in a busy stream).
     pub(super) const QUEUED: usize = 256;
+
+    /// Completes once the client's side is gone (the response body dropped).
+    pub(super) async fn closed(&self) {
+        self.tx.closed().await;
+    }
 
     pub(super) fn new(tx: mpsc::Sender<Sent>, ends: tokio::time::Instant) -> Self {
         Out {
