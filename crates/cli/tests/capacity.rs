@@ -230,18 +230,14 @@ async fn capacity_objects_follow_classes_nodes_and_provisioned_volumes() {
     .await;
 }
 
-/// The metrics page, read with a bare HTTP/1.0 request (the endpoint needs no token).
+/// The metrics page once its gauges say the two objects are published (the endpoint needs no
+/// token; it may not be listening yet at first).
 async fn reqwest_metrics(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let mut out = String::new();
-        if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-                .await
-                .unwrap();
-            s.read_to_string(&mut out).await.unwrap();
-        }
+        let out = sidecar_kit::http::get_local(port, "/metrics")
+            .await
+            .unwrap_or_default();
         // The gauges are refreshed every two seconds.
         if out.contains("csistoragecapacities_desired_goal 2")
             && out.contains("csistoragecapacities_obsolete 0")

@@ -85,6 +85,22 @@ async fn leader_health(State(endpoint): State<Arc<Endpoint>>) -> (StatusCode, &'
     }
 }
 
+/// The body of an HTTP/1.0 GET of `path` on `127.0.0.1:port` (a sidecar's `/metrics` or
+/// `/healthz`, which need no token): a plain TCP client for benchmarks and tests.
+pub async fn get_local(port: u16, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await?;
+    Ok(out
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default())
+}
+
 /// Binds and serves in the background; returns the bound address.
 pub async fn serve(
     address: &str,
@@ -136,5 +152,21 @@ mod tests {
             "127.0.0.1:9".parse().unwrap()
         );
         assert!(parse_address("nonsense").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_local_get_reads_the_body_and_a_closed_port_is_an_error() {
+        let endpoint = Endpoint {
+            metrics: Metrics::new().unwrap(),
+            leader: None,
+        };
+        let bound = serve("127.0.0.1:0", "/metrics", endpoint).await.unwrap();
+        let body = get_local(bound.port(), "/healthz").await.unwrap();
+        assert_eq!(body, "ok");
+        // A port nothing listens on: the one just freed.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        drop(free);
+        assert!(get_local(port, "/metrics").await.is_err());
     }
 }

@@ -277,22 +277,10 @@ fn message(what: &str, seen: &str, context: &str) -> String {
 }
 
 /// The body of an HTTP/1.0 GET on loopback (a sidecar's `/metrics` or `/healthz`): a test's
-/// plain TCP client, no curl needed.
+/// plain TCP client, no curl needed. Panics when the request fails.
 #[allow(clippy::unwrap_used)]
 pub async fn http_get(port: u16, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
+    crate::http::get_local(port, path).await.unwrap()
 }
 
 /// Polls `f` until it gives `Ok`; an `Err` says what was seen instead. After `timeout` the

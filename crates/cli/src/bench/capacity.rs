@@ -231,7 +231,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// GetCapacity calls so far, from the provisioner's `csi_sidecar_operations_seconds_count`.
 async fn get_capacity_calls(port: u16) -> f64 {
-    scrape(port)
+    sidecar_kit::http::get_local(port, "/metrics")
         .await
         .unwrap_or_default()
         .lines()
@@ -240,20 +240,6 @@ async fn get_capacity_calls(port: u16) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// The provisioner's metrics page (the endpoint needs no token), with a bare HTTP/1.0 GET.
-async fn scrape(port: u16) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    Some(out)
 }
 
 fn capacity_writes(server: &apiserver::RunningServer) -> u64 {
@@ -417,8 +403,9 @@ async fn one_run(
 
 /// One unlabelled metric's value.
 async fn metric(port: u16, name: &str) -> Option<f64> {
-    scrape(port)
-        .await?
+    sidecar_kit::http::get_local(port, "/metrics")
+        .await
+        .ok()?
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
