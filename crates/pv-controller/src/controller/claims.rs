@@ -143,23 +143,14 @@ impl PvController {
                 self.mark_pending(&claim, pending).await?;
                 Err(SyncError::Waiting(message))
             }
-            ClaimAction::Misbound { message, error } => {
-                self.recorder.record(
-                    &reference(&*claim),
-                    EventType::Warning,
-                    "FailedBinding",
-                    &message,
-                );
+            ClaimAction::Failed {
+                reason,
+                message,
+                error,
+            } => {
+                self.recorder
+                    .record(&reference(&*claim), EventType::Warning, reason, &message);
                 Err(SyncError::Waiting(error))
-            }
-            ClaimAction::ProvisioningFailed(message) => {
-                self.recorder.record(
-                    &reference(&*claim),
-                    EventType::Warning,
-                    "ProvisioningFailed",
-                    &message,
-                );
-                Err(SyncError::Waiting(message))
             }
             ClaimAction::Wait(why) => {
                 self.mark_pending(&claim, pending).await?;

@@ -54,15 +54,16 @@ pub enum ClaimAction {
         /// Event message.
         message: String,
     },
-    /// The class's provisioner cannot be asked (the class is missing, or no plugin provisions
-    /// for it): a Warning `ProvisioningFailed` event with this message, and the claim's status
-    /// left as it is (kube-controller-manager's `provisionClaim` returns before marking it).
-    ProvisioningFailed(String),
-    /// The volume this controller named in the claim is held by another claim (kube-controller-
-    /// manager's "should never happen": someone removed the claim's `bind-completed`): a
-    /// Warning `FailedBinding` event, the claim's status left as it is, and the sync fails
-    /// with `error` (retried with backoff).
-    Misbound {
+    /// A Warning event, the claim's status left as it is, and the sync fails with `error`
+    /// (retried with backoff). Either the class's provisioner cannot be asked (the class is
+    /// missing, or no plugin provisions for it: `ProvisioningFailed`, see
+    /// [`ClaimAction::provisioning_failed`]; kube-controller-manager's `provisionClaim` returns
+    /// before marking the claim), or the volume this controller named in the claim is held by
+    /// another claim (`FailedBinding`; kube-controller-manager's "should never happen": someone
+    /// removed the claim's `bind-completed`).
+    Failed {
+        /// The event's reason.
+        reason: &'static str,
         /// The event's message.
         message: String,
         /// The sync's error.
@@ -81,6 +82,17 @@ pub enum ClaimAction {
         /// kube-controller-manager's words.
         message: &'static str,
     },
+}
+
+impl ClaimAction {
+    /// A Warning `ProvisioningFailed` event with `message`, which is also the sync's error.
+    pub fn provisioning_failed(message: String) -> Self {
+        ClaimAction::Failed {
+            reason: "ProvisioningFailed",
+            error: message.clone(),
+            message,
+        }
+    }
 }
 
 /// What to do with a volume.
@@ -154,8 +166,7 @@ pub fn leaves_claim_pending(action: &ClaimAction) -> bool {
         | ClaimAction::Bind(_)
         | ClaimAction::CompleteBinding(_)
         | ClaimAction::Provision { .. }
-        | ClaimAction::ProvisioningFailed(_)
-        | ClaimAction::Misbound { .. }
+        | ClaimAction::Failed { .. }
         | ClaimAction::MigratedTo(_)
         | ClaimAction::Lost { .. } => false,
     }
@@ -239,7 +250,8 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
                 format!("{}/{}", ns.unwrap_or_default(), name.unwrap_or_default())
             };
             let holder = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-            return ClaimAction::Misbound {
+            return ClaimAction::Failed {
+                reason: "FailedBinding",
                 message,
                 error: format!(
                     "invalid binding of claim {:?} to volume {volume_name:?}: volume already claimed by {:?}",
@@ -301,7 +313,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         };
     }
     let Some(sc) = sc else {
-        return ClaimAction::ProvisioningFailed(format!(
+        return ClaimAction::provisioning_failed(format!(
             "storageclass.storage.k8s.io {class_name:?} not found"
         ));
     };
@@ -311,7 +323,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
     let in_tree = sc.provisioner.starts_with("kubernetes.io/")
         && sidecar_kit::migration::Plugin::from_in_tree_name(&sc.provisioner).is_none();
     if in_tree || sc.provisioner.is_empty() {
-        return ClaimAction::ProvisioningFailed(format!(
+        return ClaimAction::provisioning_failed(format!(
             "no volume plugin matched name: {}",
             sc.provisioner
         ));

@@ -381,7 +381,8 @@ fn pre_bound_claims_and_volumes_are_honoured() {
     let misbound = dc(&named_by_us, std::slice::from_ref(&taken), &[], None);
     assert_eq!(
         misbound,
-        ClaimAction::Misbound {
+        ClaimAction::Failed {
+            reason: "FailedBinding",
             message: "volume \"chosen\" already bound to a different claim.".into(),
             error: "invalid binding of claim \"default/c\" to volume \"chosen\": volume already claimed by \"default/someone-else\"".into(),
         }

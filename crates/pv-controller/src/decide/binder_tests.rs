@@ -229,7 +229,7 @@ fn without_a_match_the_class_provisioner_is_asked() {
     // real control plane by cli/tests/real_cluster/binder_differential.rs).
     assert_eq!(
         dc(&claim("c", Some("static"), "1Gi"), &[], &classes, None),
-        ClaimAction::ProvisioningFailed(
+        ClaimAction::provisioning_failed(
             "no volume plugin matched name: kubernetes.io/no-provisioner".into()
         )
     );
@@ -237,12 +237,12 @@ fn without_a_match_the_class_provisioner_is_asked() {
     in_tree.push(sc("rbd", "kubernetes.io/rbd", false));
     assert!(matches!(
         dc(&claim("c", Some("rbd"), "1Gi"), &[], &in_tree, None),
-        ClaimAction::ProvisioningFailed(message) if message == "no volume plugin matched name: kubernetes.io/rbd"
+        ClaimAction::Failed { reason: "ProvisioningFailed", message, .. } if message == "no volume plugin matched name: kubernetes.io/rbd"
     ));
     let missing = dc(&claim("c", Some("nope"), "1Gi"), &[], &classes, None);
     assert_eq!(
         missing,
-        ClaimAction::ProvisioningFailed("storageclass.storage.k8s.io \"nope\" not found".into())
+        ClaimAction::provisioning_failed("storageclass.storage.k8s.io \"nope\" not found".into())
     );
 }
 
@@ -387,7 +387,10 @@ fn late_binding_leaves_unbound_volumes_to_the_scheduler() {
     )]));
     assert!(matches!(
         dc(&selected, std::slice::from_ref(&local), &classes, None),
-        ClaimAction::ProvisioningFailed(_)
+        ClaimAction::Failed {
+            reason: "ProvisioningFailed",
+            ..
+        }
     ));
 }
 
@@ -483,7 +486,7 @@ fn a_claim_left_unbound_is_marked_pending_as_kube_controller_manager_marks_it() 
         (pending("VolumeMismatch"), true),
         (pending("FailedBinding"), true),
         (
-            ClaimAction::ProvisioningFailed("no volume plugin".into()),
+            ClaimAction::provisioning_failed("no volume plugin".into()),
             false,
         ),
         (
