@@ -208,3 +208,47 @@ async fn the_create_repeated_for_a_gone_claim_of_an_in_tree_class_counts_as_migr
         "no CreateVolume counted as not migrated:\n{text}"
     );
 }
+
+#[tokio::test]
+async fn after_a_restart_the_create_repeated_from_the_intent_log_still_counts_as_migrated() {
+    let port = common::free_port();
+    let mut c = Cluster::start_with(
+        &["--drivername=ebs.csi.aws.com", "--capacity=1Ti"],
+        &[
+            &format!("--http-endpoint=127.0.0.1:{port}"),
+            "--timeout=500ms",
+            "--in-flight-recovery=intent-log",
+        ],
+        true,
+        |_| {},
+    )
+    .await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(json!({
+        "metadata": {"name": "gp2"},
+        "provisioner": "kubernetes.io/aws-ebs",
+        "reclaimPolicy": "Delete",
+    }))
+    .await;
+    // The driver makes the volume but answers Unavailable: it is in flight, recorded.
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    c.claim("gone", "gp2", "1Gi", json!({}), false).await;
+    c.wait_event("gone", "ProvisioningFailed", "Unavailable")
+        .await;
+    c.kill_provisioner();
+    c.delete_claim("gone").await;
+    c.faults("");
+    c.start_provisioner();
+    c.wait_until("the gone claim's volume to be deleted", WAIT, || async {
+        c.driver_volumes().await == 0
+    })
+    .await;
+    // The restarted process made only the clean-up's calls: the CreateVolume repeated from
+    // the record is labelled by the class it was recorded for.
+    let text = sidecar_kit::testing::http_get(port, "/metrics").await;
+    let wanted = r#"csi_sidecar_operations_seconds_count{driver_name="ebs.csi.aws.com",grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume",migrated="true"} 1"#;
+    assert!(text.contains(wanted), "{wanted} missing from\n{text}");
+    assert!(
+        !text.contains(r#"method_name="/csi.v1.Controller/CreateVolume",migrated="false""#),
+        "no CreateVolume counted as not migrated:\n{text}"
+    );
+}

@@ -25,9 +25,9 @@ pub struct InFlight {
     /// With listed volumes, the serial it is marked with.
     pub serial: Option<crate::decide::recovery::Serial>,
     /// Its class is the in-tree plugin's our driver stands in for: the `migrated` label of
-    /// the CreateVolume repeated for a claim that is gone, as upstream labels it. Kept in
-    /// memory only: a volume taken back from the intent log or the driver's list after a
-    /// restart counts as not migrated.
+    /// the CreateVolume repeated for a claim that is gone, as upstream labels it. Kept in the
+    /// intent-log record; a volume taken back from the driver's list after a restart counts
+    /// as not migrated (the list does not say).
     pub migrated: bool,
 }
 
@@ -48,12 +48,15 @@ impl InFlight {
             .as_ref()
             .map(|s| (s.namespace.clone(), s.name.clone()));
         let namespace = self.claim.namespace().unwrap_or_default();
-        Record::new(
-            namespace,
-            self.claim.name(),
-            &self.claim_uid,
-            &self.request,
-            secret,
-        )
+        Record {
+            migrated: self.migrated,
+            ..Record::new(
+                namespace,
+                self.claim.name(),
+                &self.claim_uid,
+                &self.request,
+                secret,
+            )
+        }
     }
 }

@@ -40,6 +40,11 @@ pub struct Record {
     /// The protobuf bytes are deflated.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deflated: bool,
+    /// The claim's class is the in-tree plugin's the driver stands in for: the `migrated`
+    /// label of the CreateVolume repeated after a restart (records written before 2026-11-28
+    /// read as not migrated).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub migrated: bool,
 }
 
 /// How far `preferred` is `requisite` rotated left, if it is.
@@ -109,6 +114,7 @@ impl Record {
                 .unwrap_or_default(),
             rotation,
             deflated,
+            migrated: false,
         }
     }
 
@@ -170,6 +176,15 @@ mod tests {
         assert_eq!(decoded.name, "pvc-1");
         assert!(decoded.secrets.is_empty());
         assert_eq!(back.secret(), Some(("ns".into(), "s".into())));
+        // Not migrated is not written; a migrated record says so and reads back so.
+        assert!(!back.migrated && !text.contains("migrated"), "{text}");
+        let migrated = Record {
+            migrated: true,
+            ..back
+        };
+        let text = serde_json::to_string(&migrated).unwrap();
+        assert!(text.contains(r#""migrated":true"#), "{text}");
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), migrated);
     }
 
     fn segment(node: usize) -> csi::Topology {

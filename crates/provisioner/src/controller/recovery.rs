@@ -87,7 +87,7 @@ pub(crate) async fn recover(p: &Provisioner) {
                 .map(|(namespace, name)| SecretRef { name, namespace }),
             listed: None,
             serial: None,
-            migrated: false,
+            migrated: record.migrated,
         };
         take_back(p, volume.clone(), flight);
     }
