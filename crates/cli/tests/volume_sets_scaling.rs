@@ -73,8 +73,13 @@ async fn scaling_down_deletes_the_largest_available_volumes_first() {
         },
     )
     .await;
-    let s = set_status(&c, "mixed").await;
-    assert_eq!(s["replicas"], 3, "{s}");
+    // The status follows once the controller sees the deletions (it may still say 5 here).
+    c.wait_until(
+        "the set's status counting 3",
+        Duration::from_secs(30),
+        || async { set_status(&c, "mixed").await["replicas"] == 3 },
+    )
+    .await;
 }
 
 /// As upstream's deletions, a set's volume whose deletion secret is gone is still deleted
