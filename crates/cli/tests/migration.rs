@@ -149,28 +149,7 @@ async fn an_in_tree_class_is_provisioned_as_an_in_tree_volume_and_deleted_by_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_create_repeated_for_a_gone_claim_of_an_in_tree_class_counts_as_migrated() {
     let port = common::free_port();
-    let c = Cluster::start_with(
-        &["--drivername=ebs.csi.aws.com", "--capacity=1Ti"],
-        &[
-            &format!("--http-endpoint=127.0.0.1:{port}"),
-            "--timeout=500ms",
-        ],
-        true,
-        |_| {},
-    )
-    .await;
-    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(json!({
-        "metadata": {"name": "gp2"},
-        "provisioner": "kubernetes.io/aws-ebs",
-        "reclaimPolicy": "Delete",
-    }))
-    .await;
-    // The driver makes the volume but answers Unavailable (every time, until the faults go):
-    // it may exist, in the background.
-    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
-    c.claim("gone", "gp2", "1Gi", json!({}), false).await;
-    c.wait_event("gone", "ProvisioningFailed", "Unavailable")
-        .await;
+    let c = claim_failing_in_flight(port, &[]).await;
     assert_eq!(
         c.driver_volumes().await,
         1,
@@ -209,31 +188,10 @@ async fn the_create_repeated_for_a_gone_claim_of_an_in_tree_class_counts_as_migr
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_the_create_repeated_from_the_intent_log_still_counts_as_migrated() {
     let port = common::free_port();
-    let mut c = Cluster::start_with(
-        &["--drivername=ebs.csi.aws.com", "--capacity=1Ti"],
-        &[
-            &format!("--http-endpoint=127.0.0.1:{port}"),
-            "--timeout=500ms",
-            "--in-flight-recovery=intent-log",
-        ],
-        true,
-        |_| {},
-    )
-    .await;
-    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(json!({
-        "metadata": {"name": "gp2"},
-        "provisioner": "kubernetes.io/aws-ebs",
-        "reclaimPolicy": "Delete",
-    }))
-    .await;
-    // The driver makes the volume but answers Unavailable: it is in flight, recorded.
-    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
-    c.claim("gone", "gp2", "1Gi", json!({}), false).await;
-    c.wait_event("gone", "ProvisioningFailed", "Unavailable")
-        .await;
+    let mut c = claim_failing_in_flight(port, &["--in-flight-recovery=intent-log"]).await;
     c.kill_provisioner();
     c.delete_claim("gone").await;
     c.faults("");
@@ -251,4 +209,32 @@ async fn after_a_restart_the_create_repeated_from_the_intent_log_still_counts_as
         !text.contains(r#"method_name="/csi.v1.Controller/CreateVolume",migrated="false""#),
         "no CreateVolume counted as not migrated:\n{text}"
     );
+}
+
+/// A provisioner posing as the EBS driver (metrics on `port`, a 500 ms timeout, `extra` flags)
+/// and the in-tree `gp2` class; the claim `gone` of it has failed once: the driver makes the
+/// volume but answers Unavailable (every time, until the faults go), so the volume may exist,
+/// in the background, and stays in flight.
+async fn claim_failing_in_flight(port: u16, extra: &[&str]) -> Cluster {
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+    let mut flags = vec![endpoint.as_str(), "--timeout=500ms"];
+    flags.extend_from_slice(extra);
+    let c = Cluster::start_with(
+        &["--drivername=ebs.csi.aws.com", "--capacity=1Ti"],
+        &flags,
+        true,
+        |_| {},
+    )
+    .await;
+    c.apply_cluster::<k8s_openapi::api::storage::v1::StorageClass>(json!({
+        "metadata": {"name": "gp2"},
+        "provisioner": "kubernetes.io/aws-ebs",
+        "reclaimPolicy": "Delete",
+    }))
+    .await;
+    c.faults("CreateVolume=error:UNAVAILABLE:1:after\n");
+    c.claim("gone", "gp2", "1Gi", json!({}), false).await;
+    c.wait_event("gone", "ProvisioningFailed", "Unavailable")
+        .await;
+    c
 }
