@@ -200,11 +200,7 @@ pub(crate) async fn watch(
         // The stream ends at its timeout, counted from its start, also while a send waits
         // for a client that does not read.
         let ends = tokio::time::Instant::now() + timeout;
-        let mut out = Out::new(tx, ends).stopped_by(out::Stop::new(
-            close.clone(),
-            plural.clone(),
-            closed_before,
-        ));
+        let mut out = Out::new(tx, ends);
         let mut last_rv = start_rv;
         for obj in &initial {
             if filter.selects(obj)

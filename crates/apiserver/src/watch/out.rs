@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use bytes::BytesMut;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
-
-use super::Closes;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// The events a watch stream has yet to write: the initial objects and the replayed history,
 /// and the changes that queued up for a watcher behind a burst, go out in chunks of at most
@@ -26,38 +24,6 @@ pub(super) struct Out {
     pending: Pending,
     /// When the stream ends: a send still waiting for the client then gives up.
     ends: tokio::time::Instant,
-    /// A close of the watch (by the fault admin): a send still waiting then gives up too.
-    stop: Option<Stop>,
-}
-
-/// The closes of one watch's resource counted past `before`: the watch is closed.
-pub(super) struct Stop {
-    close: watch::Receiver<Closes>,
-    plural: String,
-    before: u64,
-}
-
-impl Stop {
-    /// `close`'s count of `plural` (or of all) moving past `before` stops the watch.
-    pub(super) fn new(close: watch::Receiver<Closes>, plural: String, before: u64) -> Self {
-        Stop {
-            close,
-            plural,
-            before,
-        }
-    }
-
-    /// Completes once the watch is closed (or the closes can no longer be told).
-    async fn fired(&mut self) {
-        loop {
-            if self.close.borrow_and_update().of(&self.plural) != self.before {
-                return;
-            }
-            if self.close.changed().await.is_err() {
-                return;
-            }
-        }
-    }
 }
 
 /// A chunk on its way to the client, with its share of the stream's byte budget.
@@ -102,15 +68,6 @@ impl Out {
             budget: Arc::new(Semaphore::new(Self::BUDGET)),
             pending: Pending::Nothing,
             ends,
-            stop: None,
-        }
-    }
-
-    /// The same output, whose sends also give up once `stop` fires.
-    pub(super) fn stopped_by(self, stop: Stop) -> Self {
-        Out {
-            stop: Some(stop),
-            ..self
         }
     }
 
@@ -157,8 +114,7 @@ impl Out {
     }
 
     /// Sends what is queued; false when the client left, or did not take it before the
-    /// stream's end or the watch's close (a send that can go at once still goes after a
-    /// close: what was taken before it).
+    /// stream's end.
     pub(super) async fn flush(&mut self) -> bool {
         let chunk = match std::mem::replace(&mut self.pending, Pending::Nothing) {
             Pending::Nothing => return true,
@@ -175,18 +131,7 @@ impl Out {
             };
             tx.send((chunk, permit)).await.is_ok()
         };
-        let stop = self.stop.as_mut();
-        let sent_or_stopped = async move {
-            match stop {
-                None => sent.await,
-                Some(stop) => tokio::select! {
-                    biased;
-                    sent = sent => sent,
-                    () = stop.fired() => false,
-                },
-            }
-        };
-        tokio::time::timeout_at(self.ends, sent_or_stopped)
+        tokio::time::timeout_at(self.ends, sent)
             .await
             .unwrap_or(false)
     }
@@ -232,48 +177,6 @@ mod tests {
         let given_up = tokio::time::timeout(limit, out.flush()).await;
         assert_eq!(given_up, Ok(false), "given up at the stream's end");
         assert!(tokio::time::Instant::now() >= ends);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_send_the_client_does_not_take_gives_up_when_the_watch_is_closed() {
-        let (tx, _rx) = mpsc::channel(Out::QUEUED);
-        let (closes, close) = watch::channel(Closes::default());
-        let mut out = Out::new(tx, far()).stopped_by(Stop::new(close, "pods".into(), 0));
-        let chunk = Bytes::from(vec![b'z'; Out::CHUNK]);
-        for _ in 0..Out::BUDGET / Out::CHUNK {
-            out.pending = Pending::One(chunk.clone());
-            assert!(
-                out.flush().await,
-                "a send the budget has room for goes, unclosed"
-            );
-        }
-        let flushed = tokio::spawn(async move {
-            out.pending = Pending::One(chunk);
-            out.flush().await
-        });
-        // A close of another resource does not stop it; one of pods does, long before the end.
-        closes.send_modify(|c| c.count("secrets"));
-        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-        assert!(
-            !flushed.is_finished(),
-            "stopped by another resource's close"
-        );
-        closes.send_modify(|c| c.count("pods"));
-        let limit = std::time::Duration::from_secs(60);
-        let given_up = tokio::time::timeout(limit, flushed).await.unwrap().unwrap();
-        assert!(!given_up, "given up at the close");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn after_a_close_a_send_that_can_go_still_goes() {
-        let (tx, mut rx) = mpsc::channel(Out::QUEUED);
-        let (closes, close) = watch::channel(Closes::default());
-        let mut out = Out::new(tx, far()).stopped_by(Stop::new(close, "pods".into(), 0));
-        closes.send_modify(|c| c.count("*"));
-        let line = event_line("ADDED", &json!({"a": 1}));
-        assert_eq!(out.put(Ok(line.clone())).await, Put::Queued);
-        assert!(out.flush().await, "taken before the close: sent");
-        assert_eq!(rx.recv().await.unwrap().0, line);
     }
 
     #[tokio::test]
