@@ -163,10 +163,17 @@ mod tests {
         let bound = serve("127.0.0.1:0", "/metrics", endpoint).await.unwrap();
         let body = get_local(bound.port(), "/healthz").await.unwrap();
         assert_eq!(body, "ok");
-        // A port nothing listens on: the one just freed.
-        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = free.local_addr().unwrap().port();
-        drop(free);
-        assert!(get_local(port, "/metrics").await.is_err());
+        // A port held, bound but not listening: a connect to it is refused, and no other test
+        // can take it meanwhile.
+        let held = tokio::net::TcpSocket::new_v4().unwrap();
+        held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = held.local_addr().unwrap().port();
+        let refused = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            get_local(port, "/metrics"),
+        )
+        .await;
+        assert!(matches!(refused, Ok(Err(_))), "{refused:?}");
+        drop(held);
     }
 }

@@ -26,8 +26,8 @@ pub struct InFlight {
     pub serial: Option<crate::decide::recovery::Serial>,
     /// Its class is the in-tree plugin's our driver stands in for: the `migrated` label of
     /// the CreateVolume repeated for a claim that is gone, as upstream labels it. Kept in the
-    /// intent-log record; a volume taken back from the driver's list after a restart counts
-    /// as not migrated (the list does not say).
+    /// intent-log record. A volume taken back from the driver's list is never created again
+    /// (its flag is not read): only its DeleteVolume counts, as not migrated.
     pub migrated: bool,
 }
 
@@ -48,15 +48,13 @@ impl InFlight {
             .as_ref()
             .map(|s| (s.namespace.clone(), s.name.clone()));
         let namespace = self.claim.namespace().unwrap_or_default();
-        Record {
-            migrated: self.migrated,
-            ..Record::new(
-                namespace,
-                self.claim.name(),
-                &self.claim_uid,
-                &self.request,
-                secret,
-            )
-        }
+        Record::new(
+            namespace,
+            self.claim.name(),
+            &self.claim_uid,
+            &self.request,
+            secret,
+            self.migrated,
+        )
     }
 }

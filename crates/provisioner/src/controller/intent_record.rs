@@ -41,8 +41,8 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deflated: bool,
     /// The claim's class is the in-tree plugin's the driver stands in for: the `migrated`
-    /// label of the CreateVolume repeated after a restart (records written before 2026-11-28
-    /// read as not migrated).
+    /// label of the CreateVolume repeated after a restart (records written by builds before
+    /// 1ce92cf read as not migrated).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub migrated: bool,
 }
@@ -86,6 +86,7 @@ impl Record {
         uid: &str,
         request: &csi::CreateVolumeRequest,
         secret: Option<(String, String)>,
+        migrated: bool,
     ) -> Record {
         let mut bare = request.clone();
         bare.secrets.clear();
@@ -114,7 +115,7 @@ impl Record {
                 .unwrap_or_default(),
             rotation,
             deflated,
-            migrated: false,
+            migrated,
         }
     }
 
@@ -164,7 +165,14 @@ mod tests {
             secrets: [("password".to_string(), "hunter2".to_string())].into(),
             ..Default::default()
         };
-        let r = Record::new("ns", "c", "uid", &request, Some(("ns".into(), "s".into())));
+        let r = Record::new(
+            "ns",
+            "c",
+            "uid",
+            &request,
+            Some(("ns".into(), "s".into())),
+            false,
+        );
         let text = serde_json::to_string(&r).unwrap();
         assert!(!text.contains("hunter2"));
         assert!(
@@ -212,7 +220,7 @@ mod tests {
                 ..Default::default()
             };
             let plain = request.encoded_len();
-            let r = Record::new("ns", "c", "uid", &request, None);
+            let r = Record::new("ns", "c", "uid", &request, None, false);
             let stored = serde_json::to_string(&r).unwrap().len();
             assert_eq!(r.request().unwrap(), request, "{nodes} nodes");
             if nodes >= 2_000 {
@@ -238,13 +246,13 @@ mod tests {
             }),
             ..Default::default()
         };
-        let r = Record::new("ns", "c", "uid", &request, None);
+        let r = Record::new("ns", "c", "uid", &request, None, false);
         assert_eq!(r.rotation, None);
         assert_eq!(r.request().unwrap(), request);
         assert_eq!(rotation_of(&requisite, &requisite[..2]), None);
         assert_eq!(rotation_of(&[], &[]), None);
         // A stored rotation past the end is a broken record, not a panic.
-        let mut broken = Record::new("ns", "c", "uid", &request, None);
+        let mut broken = Record::new("ns", "c", "uid", &request, None, false);
         broken.rotation = Some(9);
         assert!(broken.request().is_none());
     }

@@ -536,6 +536,7 @@ mod tests {
             "uid",
             &csi::CreateVolumeRequest::default(),
             None,
+            false,
         )
     }
 
