@@ -5,8 +5,7 @@
 //! manifests give, so a rule they lack fails there as it would on a real cluster.
 
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use serde_json::{Map, Value};
-use yaml_rust2::{Yaml, YamlLoader};
+use serde_json::Value;
 
 /// `deploy/kubernetes/rbac.yaml`: csi-provisioner.
 pub const PROVISIONER_RBAC: &str = include_str!("../../../deploy/kubernetes/rbac.yaml");
@@ -43,44 +42,9 @@ pub enum ManifestError {
     },
 }
 
-/// A YAML value as JSON (keys as strings; anchors are not used by our manifests).
-fn to_json(yaml: &Yaml) -> Value {
-    match yaml {
-        Yaml::Real(text) => text
-            .parse::<f64>()
-            .ok()
-            .and_then(serde_json::Number::from_f64)
-            .map_or(Value::Null, Value::Number),
-        Yaml::Integer(n) => Value::from(*n),
-        Yaml::String(s) => Value::String(s.clone()),
-        Yaml::Boolean(b) => Value::Bool(*b),
-        Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect()),
-        Yaml::Hash(map) => {
-            let mut out = Map::new();
-            for (key, value) in map {
-                let key = match key {
-                    Yaml::String(s) | Yaml::Real(s) => s.clone(),
-                    Yaml::Integer(n) => n.to_string(),
-                    Yaml::Boolean(b) => b.to_string(),
-                    _ => continue,
-                };
-                out.insert(key, to_json(value));
-            }
-            Value::Object(out)
-        }
-        Yaml::Alias(_) | Yaml::Null | Yaml::BadValue => Value::Null,
-    }
-}
-
 /// The objects of a multi-document YAML text (empty documents skipped).
 pub fn parse(text: &str) -> Result<Vec<Value>, ManifestError> {
-    let documents =
-        YamlLoader::load_from_str(text).map_err(|e| ManifestError::Parse(e.to_string()))?;
-    Ok(documents
-        .iter()
-        .map(to_json)
-        .filter(|v| v.is_object())
-        .collect())
+    sidecar_kit::yaml::objects(text).map_err(ManifestError::Parse)
 }
 
 /// The text with its optional rules uncommented, as each rule's comment asks a user to when

@@ -14,6 +14,32 @@ use sidecar_kit::metrics::Metrics;
 use sidecar_kit::process::{Serve, ServeError};
 
 use crate::controller::{PvController, backoff_within};
+use crate::decide::recycle::{PluginRecycler, RecyclerConfig, default_template, validate_template};
+
+/// A recycler Pod template from a file (kube-controller-manager's `LoadPodFromFile` and
+/// `ValidateRecyclerPodTemplate`): a Pod in YAML or JSON with at least one volume.
+pub fn load_template(path: &str) -> Result<k8s_openapi::api::core::v1::Pod, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("failed to read file path {path}: {error}"))?;
+    if text.trim().is_empty() {
+        return Err(format!("file was empty: {path}"));
+    }
+    let first = sidecar_kit::yaml::objects(&text)
+        .map_err(|error| format!("failed decoding file {path}: {error}"))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("failed decoding file {path}: no object in it"))?;
+    if first["kind"].as_str().is_some_and(|kind| kind != "Pod") {
+        return Err(format!(
+            "failed decoding file {path}: a {} is not a Pod",
+            first["kind"]
+        ));
+    }
+    let pod = serde_json::from_value(first)
+        .map_err(|error| format!("failed decoding file {path}: {error}"))?;
+    validate_template(&pod).map_err(|error| format!("pod specification ({path}): {error}"))?;
+    Ok(pod)
+}
 
 /// The lease replicas elect a leader through (`--leader-elect-resource-name`).
 pub const LEASE: &str = "volstack-pv-controller";
@@ -68,6 +94,25 @@ pub struct PvControllerArgs {
     /// Path of the metrics on `--http-endpoint`.
     #[arg(long, default_value = "/metrics")]
     pub metrics_path: String,
+    /// The shortest deadline (`activeDeadlineSeconds`) of a hostPath volume's recycler Pod.
+    #[arg(long, default_value_t = 60)]
+    pub pv_recycler_minimum_timeout_hostpath: i64,
+    /// Seconds added to a hostPath recycler Pod's deadline per whole GiB of the volume.
+    #[arg(long, default_value_t = 30)]
+    pub pv_recycler_timeout_increment_hostpath: i64,
+    /// The shortest deadline of an NFS volume's recycler Pod.
+    #[arg(long, default_value_t = 300)]
+    pub pv_recycler_minimum_timeout_nfs: i64,
+    /// Seconds added to an NFS recycler Pod's deadline per whole GiB of the volume.
+    #[arg(long, default_value_t = 30)]
+    pub pv_recycler_increment_timeout_nfs: i64,
+    /// A Pod (YAML or JSON) to recycle hostPath volumes with instead of the default one; its
+    /// first volume becomes the volume's hostPath.
+    #[arg(long, default_value = "")]
+    pub pv_recycler_pod_template_filepath_hostpath: String,
+    /// A Pod to recycle NFS volumes with; its first volume becomes the volume's NFS share.
+    #[arg(long, default_value = "")]
+    pub pv_recycler_pod_template_filepath_nfs: String,
 }
 
 /// Why the controller could not start or stopped.
@@ -110,6 +155,33 @@ impl PvControllerArgs {
         if !self.metrics_path.starts_with('/') {
             return flag("--metrics-path", "must start with /");
         }
+        // A deadline must be positive (kube-apiserver refuses a Pod with another).
+        for (name, value, least) in [
+            (
+                "--pv-recycler-minimum-timeout-hostpath",
+                self.pv_recycler_minimum_timeout_hostpath,
+                1,
+            ),
+            (
+                "--pv-recycler-timeout-increment-hostpath",
+                self.pv_recycler_timeout_increment_hostpath,
+                0,
+            ),
+            (
+                "--pv-recycler-minimum-timeout-nfs",
+                self.pv_recycler_minimum_timeout_nfs,
+                1,
+            ),
+            (
+                "--pv-recycler-increment-timeout-nfs",
+                self.pv_recycler_increment_timeout_nfs,
+                0,
+            ),
+        ] {
+            if value < least {
+                return flag(name, &format!("must be at least {least}"));
+            }
+        }
         if self.leader_elect {
             if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration {
                 return flag(
@@ -133,6 +205,36 @@ impl PvControllerArgs {
             }
         }
         Ok(())
+    }
+
+    /// The recyclers the flags describe; a template file that cannot serve names its flag
+    /// (kube-controller-manager exits too).
+    fn recycler(&self) -> Result<RecyclerConfig, RunError> {
+        let plugin = |flag: &'static str, path: &str, minimum_timeout, timeout_increment| {
+            let template = match path {
+                "" => default_template(),
+                path => load_template(path).map_err(|message| RunError::Flag { flag, message })?,
+            };
+            Ok::<_, RunError>(PluginRecycler {
+                template,
+                minimum_timeout,
+                timeout_increment,
+            })
+        };
+        Ok(RecyclerConfig {
+            host_path: plugin(
+                "--pv-recycler-pod-template-filepath-hostpath",
+                &self.pv_recycler_pod_template_filepath_hostpath,
+                self.pv_recycler_minimum_timeout_hostpath,
+                self.pv_recycler_timeout_increment_hostpath,
+            )?,
+            nfs: plugin(
+                "--pv-recycler-pod-template-filepath-nfs",
+                &self.pv_recycler_pod_template_filepath_nfs,
+                self.pv_recycler_minimum_timeout_nfs,
+                self.pv_recycler_increment_timeout_nfs,
+            )?,
+        })
     }
 
     fn election(&self) -> Option<ElectionConfig> {
@@ -162,6 +264,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     args.validate()?;
+    let recycler = args.recycler()?;
     let user_agent = format!("volstack-pv-controller/{}", env!("CARGO_PKG_VERSION"));
     let client = build_client(&ClientOptions {
         kubeconfig: &args.kubeconfig,
@@ -174,7 +277,7 @@ pub async fn run(
     .await?;
     let metrics = Metrics::new()?;
     let backoff = backoff_within(args.pvclaimbinder_sync_period);
-    let controller = PvController::with_metrics(client.clone(), backoff, &metrics);
+    let controller = PvController::with_metrics(client.clone(), backoff, &metrics, Some(recycler));
     metrics
         .registry
         .register(Box::new(controller.collector()))?;
@@ -195,6 +298,7 @@ pub async fn run(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::Parser;
@@ -229,7 +333,7 @@ mod tests {
             Some(("kube-system".into(), LEASE.into(), Duration::from_secs(2)))
         );
         assert!(elected.validate().is_ok());
-        let rows: [(&[&str], &str); 5] = [
+        let rows: [(&[&str], &str); 9] = [
             (&["--workers=0"], "--workers"),
             (
                 &["--pvclaimbinder-sync-period=0s"],
@@ -244,12 +348,92 @@ mod tests {
                 &["--leader-elect", "--leader-elect-retry-period=10s"],
                 "--leader-elect-retry-period",
             ),
+            (
+                &["--pv-recycler-minimum-timeout-hostpath=0"],
+                "--pv-recycler-minimum-timeout-hostpath",
+            ),
+            (
+                &["--pv-recycler-timeout-increment-hostpath=-1"],
+                "--pv-recycler-timeout-increment-hostpath",
+            ),
+            (
+                &["--pv-recycler-minimum-timeout-nfs=-5"],
+                "--pv-recycler-minimum-timeout-nfs",
+            ),
+            (
+                &["--pv-recycler-increment-timeout-nfs=-1"],
+                "--pv-recycler-increment-timeout-nfs",
+            ),
         ];
         for (flags, named) in rows {
             let error = parse(flags).validate().err().map(|e| e.to_string());
             assert!(
                 error.as_deref().is_some_and(|e| e.starts_with(named)),
                 "{flags:?}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_recyclers_take_kube_controller_managers_defaults_and_template_files() {
+        let args = parse(&["--kubeconfig=k"]);
+        assert_eq!(args.recycler().unwrap(), RecyclerConfig::default());
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("scrub.yaml");
+        std::fs::write(
+            &yaml,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  namespace: ops\nspec:\n  containers:\n  - name: c\n    image: busybox\n  volumes:\n  - name: target\n    emptyDir: {}\n",
+        )
+        .unwrap();
+        let yaml = yaml.to_string_lossy().to_string();
+        let flags = [
+            "--pv-recycler-minimum-timeout-nfs=100".to_string(),
+            "--pv-recycler-timeout-increment-hostpath=10".to_string(),
+            format!("--pv-recycler-pod-template-filepath-nfs={yaml}"),
+        ];
+        let args = parse(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+        let config = args.recycler().unwrap();
+        assert_eq!(config.host_path.template, default_template());
+        assert_eq!(
+            (
+                config.host_path.minimum_timeout,
+                config.host_path.timeout_increment
+            ),
+            (60, 10)
+        );
+        assert_eq!(
+            config.nfs.template.metadata.namespace.as_deref(),
+            Some("ops")
+        );
+        assert_eq!(
+            (config.nfs.minimum_timeout, config.nfs.timeout_increment),
+            (100, 30)
+        );
+
+        let no_volume = dir.path().join("no-volume.json");
+        std::fs::write(&no_volume, r#"{"kind": "Pod", "spec": {"containers": []}}"#).unwrap();
+        let service = dir.path().join("service.yaml");
+        std::fs::write(&service, "kind: Service\nmetadata:\n  name: s\n").unwrap();
+        let empty = dir.path().join("empty.yaml");
+        std::fs::write(&empty, "\n").unwrap();
+        let missing = dir.path().join("missing.yaml");
+        let rows = [
+            (&no_volume, "does not contain any volume(s)"),
+            (&service, "is not a Pod"),
+            (&empty, "file was empty"),
+            (&missing, "failed to read file path"),
+        ];
+        for (path, want) in rows {
+            let flag = format!(
+                "--pv-recycler-pod-template-filepath-hostpath={}",
+                path.display()
+            );
+            let error = parse(&[&flag]).recycler().err().map(|e| e.to_string());
+            assert!(
+                error.as_deref().is_some_and(|e| e
+                    .starts_with("--pv-recycler-pod-template-filepath-hostpath")
+                    && e.contains(want)),
+                "{flag}: {error:?}"
             );
         }
     }

@@ -41,3 +41,4 @@ pub mod watch;
 pub mod watch_index;
 mod watch_shared;
 pub mod workqueue;
+pub mod yaml;

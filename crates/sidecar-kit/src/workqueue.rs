@@ -113,6 +113,9 @@ struct State<K> {
 pub struct WorkQueue<K> {
     state: Arc<Mutex<State<K>>>,
     notify: Arc<Notify>,
+    /// Wakes those waiting for the shutdown ([`WorkQueue::stopping`]); apart from `notify`,
+    /// whose single wake-ups belong to the workers.
+    stopped: Arc<Notify>,
     backoff: Backoff,
     metrics: Option<QueueMetrics>,
 }
@@ -122,6 +125,7 @@ impl<K> Clone for WorkQueue<K> {
         WorkQueue {
             state: self.state.clone(),
             notify: self.notify.clone(),
+            stopped: self.stopped.clone(),
             backoff: self.backoff,
             metrics: self.metrics.clone(),
         }
@@ -145,6 +149,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 shutting_down: false,
             })),
             notify: Arc::new(Notify::new()),
+            stopped: Arc::new(Notify::new()),
             backoff,
             metrics: None,
         }
@@ -428,6 +433,22 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     pub fn shutdown(&self) {
         self.state.lock().shutting_down = true;
         self.notify.notify_waiters();
+        self.stopped.notify_waiters();
+    }
+
+    /// Resolves once [`WorkQueue::shutdown`] was called: long work in progress (a recycle
+    /// waiting for its Pod) stops at it instead of holding the controller's stop up.
+    pub async fn stopping(&self) {
+        loop {
+            let notified = self.stopped.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read: a shutdown between the two still wakes it.
+            notified.as_mut().enable();
+            if self.state.lock().shutting_down {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 

@@ -283,3 +283,35 @@ async fn workers_wake_up_for_new_keys_and_stop_on_shutdown() {
     q.shutdown();
     assert_eq!(worker.await.unwrap(), vec!["x", "y"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn work_in_progress_sees_the_shutdown_and_a_late_waiter_returns_at_once() {
+    let q = queue();
+    q.add("long");
+    let key = q.next().await.unwrap();
+    // A worker busy with `key` waits for the shutdown (or its work, which never ends here).
+    let busy = tokio::spawn({
+        let q = q.clone();
+        async move {
+            tokio::select! {
+                () = q.stopping() => "stopped",
+                () = std::future::pending::<()>() => "finished",
+            }
+        }
+    });
+    // Another worker waits for keys: the stop's waiter takes no wake-up of theirs.
+    let idle = tokio::spawn({
+        let q = q.clone();
+        async move { q.next().await }
+    });
+    tokio::task::yield_now().await;
+    q.add("next");
+    assert_eq!(idle.await.unwrap(), Some("next"));
+    q.shutdown();
+    assert_eq!(busy.await.unwrap(), "stopped");
+    q.done(&key);
+    // Asked after the shutdown, it does not wait.
+    tokio::time::timeout(Duration::from_secs(1), q.stopping())
+        .await
+        .unwrap();
+}

@@ -4,8 +4,11 @@
 //! looks again.
 
 mod claims;
+mod recycle;
 mod resync;
 mod volumes;
+
+pub use recycle::{PAST_DEADLINE, RecycleError};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +40,7 @@ use crate::decide::binding::{
 const VOLUME_NAME_PREFIXES: &[&str] = &["pvc"];
 use crate::decide::classes::default_class;
 use crate::decide::consumers::{awaits_scheduling, first_consumer_event};
+use crate::decide::recycle::RecyclerConfig;
 use crate::index::{ClaimRefIndex, claim_named_by};
 use crate::pods::PodsByClaim;
 
@@ -102,6 +106,11 @@ pub struct PvController {
     operations: Option<Arc<crate::metrics::Operations>>,
     /// The Pods waiting for the scheduler, by the claims they name.
     waiting_pods: Arc<PodsByClaim>,
+    /// The recyclers of hostPath and NFS volumes (none: such a volume gets kube-controller-
+    /// manager's "No recycler plugin found").
+    recycler: Option<Arc<RecyclerConfig>>,
+    /// Volumes to recycle, each by one worker at a time (a recycle waits for its Pod).
+    recycle_queue: WorkQueue<String>,
 }
 
 /// How often volumes whose claim is missing, and unbound claims a volume no claimRef names may
@@ -166,17 +175,27 @@ impl PvController {
         node_recyclers: bool,
         watches: Watches,
     ) -> Arc<Self> {
-        Self::with_queues(client, backoff, node_recyclers, None, watches)
+        Self::with_queues(client, backoff, node_recyclers, None, None, watches)
     }
 
-    /// Like [`PvController::new`], with kube-controller-manager's `workqueue_*` series for its
-    /// two queues (`claims`, `volumes`) in `metrics`.
+    /// Like [`PvController::new`], on a cluster: with kube-controller-manager's `workqueue_*`
+    /// series for its queues (`claims`, `volumes`, `recycle`) in `metrics`, and its recyclers
+    /// of hostPath and NFS volumes (`recycler`; none: such a volume is marked Failed, "No
+    /// recycler plugin found for the volume!").
     pub fn with_metrics(
         client: kube::Client,
         backoff: Backoff,
         metrics: &sidecar_kit::metrics::Metrics,
+        recycler: Option<RecyclerConfig>,
     ) -> Arc<Self> {
-        Self::with_queues(client, backoff, false, Some(metrics), Watches::default())
+        Self::with_queues(
+            client,
+            backoff,
+            false,
+            Some(metrics),
+            recycler,
+            Watches::default(),
+        )
     }
 
     fn with_queues(
@@ -184,6 +203,7 @@ impl PvController {
         backoff: Backoff,
         node_recyclers: bool,
         metrics: Option<&sidecar_kit::metrics::Metrics>,
+        recycler: Option<RecyclerConfig>,
         watches: Watches,
     ) -> Arc<Self> {
         let retroactive = metrics.and_then(|m| {
@@ -200,6 +220,7 @@ impl PvController {
         let claim_queue: WorkQueue<ObjectRef<PersistentVolumeClaim>> =
             queue(backoff, metrics, "claims");
         let volume_queue: WorkQueue<String> = queue(backoff, metrics, "volumes");
+        let recycle_queue: WorkQueue<String> = queue(backoff, metrics, "recycle");
         let index = Arc::new(ClaimRefIndex::default());
         let (q, vq, by_claim) = (claim_queue.clone(), volume_queue.clone(), index.clone());
         let assumed_claims: Arc<Assumed<PersistentVolumeClaim>> = Arc::default();
@@ -302,6 +323,8 @@ impl PvController {
         );
         let recorder = Recorder::new(client.clone(), "persistentvolume-controller");
         Arc::new(PvController {
+            recycler: recycler.map(Arc::new),
+            recycle_queue,
             waiting_pods,
             node_recyclers,
             index,
@@ -368,10 +391,13 @@ impl PvController {
         self.controller(workers, orphan_resync).run(stop).await;
     }
 
-    /// The controller on the shared runtime: `workers` claim and volume workers, and the resync
-    /// passes (`resync.rs`) every `orphan_resync`.
+    /// The controller on the shared runtime: `workers` claim, volume and recycle workers, and
+    /// the resync passes (`resync.rs`) every `orphan_resync`. A recycle waiting for its Pod
+    /// stops with the controller (the Pod stays; the next try finds it, as
+    /// kube-controller-manager's does after a restart).
     pub fn controller(self: &Arc<Self>, workers: usize, orphan_resync: Duration) -> Controller {
         let (claims, volumes, resync) = (self.clone(), self.clone(), self.clone());
+        let recycles = self.clone();
         Controller::new("persistentvolume-controller")
             .watches(&self.watches)
             .wait_for(&self.claims)
@@ -384,6 +410,15 @@ impl PvController {
             .reconcile("volume", self.volume_queue.clone(), workers, move |key| {
                 let this = volumes.clone();
                 async move { after_conflict(this.sync_volume(&key).await) }
+            })
+            .reconcile("recycle", self.recycle_queue.clone(), workers, move |key| {
+                let this = recycles.clone();
+                async move {
+                    tokio::select! {
+                        done = this.recycle(&key) => done.map(|()| Next::Done),
+                        () = this.recycle_queue.stopping() => Ok(Next::Done),
+                    }
+                }
             })
             .every(orphan_resync, move || {
                 let queued = resync.resync_orphans();

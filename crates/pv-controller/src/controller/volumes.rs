@@ -9,6 +9,7 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::reference;
 
 use super::*;
+use crate::decide::recycle::{NO_RECYCLER, recycler_pod};
 
 impl PvController {
     /// The delete operation of a volume left to its external deleter starts (once).
@@ -143,15 +144,18 @@ impl PvController {
                 tracing::debug!(pv = name, "left to the node agents' recycler");
                 Ok(())
             }
-            // As kube-controller-manager for a volume no recycler plugin serves.
-            VolumeAction::Recycle => {
-                self.fail(
-                    &pv,
-                    "VolumeFailedRecycle",
-                    "No recycler plugin found for the volume!",
-                )
-                .await
+            // A hostPath or NFS volume: its recycler Pod, on the recycle queue.
+            VolumeAction::Recycle
+                if self
+                    .recycler
+                    .as_ref()
+                    .is_some_and(|config| recycler_pod(&pv, config).is_some()) =>
+            {
+                self.recycle_queue.add(name.to_string());
+                Ok(())
             }
+            // As kube-controller-manager for a volume no recycler plugin serves.
+            VolumeAction::Recycle => self.fail(&pv, "VolumeFailedRecycle", NO_RECYCLER).await,
         }
     }
 
@@ -209,7 +213,7 @@ impl PvController {
 
     /// Marks a volume Failed with the reason (status message and a Warning event), as
     /// kube-controller-manager's `updateVolumePhaseWithEvent`: the event only on the change.
-    async fn fail(
+    pub(super) async fn fail(
         &self,
         pv: &PersistentVolume,
         reason: &str,

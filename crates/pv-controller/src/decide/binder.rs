@@ -512,9 +512,9 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
                     ClaimSource::Server => VolumeAction::SetPhase("Released"),
                 };
             }
-            if current == "Failed" {
-                return VolumeAction::Nothing;
-            }
+            // Released, or Failed (kept, so the user sees what went wrong): its policy is
+            // carried out again at every sync, as kube-controller-manager's `syncVolume` does
+            // (a recycle that failed is tried again; a failure already shown is not repeated).
             reclaim(pv)
         }
         Some(claim) => {

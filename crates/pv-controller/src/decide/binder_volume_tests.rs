@@ -196,6 +196,10 @@ fn released_volumes_follow_their_reclaim_policy() {
         &with_phase(stands.clone(), "Bound"),
         "/tmp/v"
     ));
+    assert!(host_path_deletion_stands(
+        &with_phase(stands.clone(), "Failed"),
+        "/tmp/v"
+    ));
     let mut moved = stands.clone();
     moved
         .spec
@@ -252,6 +256,16 @@ fn released_volumes_follow_their_reclaim_policy() {
         }
     );
     assert_eq!(dv(&released("Recycle", false), &[]), VolumeAction::Recycle);
+    // Failed (a recycle or deletion that failed): the policy is carried out again.
+    let failed = |policy| with_phase(released(policy, false), "Failed");
+    assert_eq!(dv(&failed("Recycle"), &[]), VolumeAction::Recycle);
+    assert_eq!(dv(&failed("Retain"), &[]), VolumeAction::Nothing);
+    let mut failed_host_path = host_path("/tmp/v");
+    failed_host_path = with_phase(failed_host_path, "Failed");
+    assert_eq!(
+        dv(&failed_host_path, &[]),
+        VolumeAction::DeleteHostPath("/tmp/v".into())
+    );
     // With node agents (the embedded stack), CSI volumes are theirs to recycle.
     let mut csi = released("Recycle", false);
     csi.spec.get_or_insert_with(Default::default).csi = Some(Default::default());

@@ -9,6 +9,7 @@ pub mod ephemeral;
 pub mod matching;
 pub mod protection;
 pub mod reclaim;
+pub mod recycle;
 
 #[cfg(test)]
 mod attach_detach_tests;

@@ -25,8 +25,8 @@ pub fn awaits_external_deleter(pv: &PersistentVolume) -> bool {
 }
 
 /// What becomes of a Released volume by its reclaim policy, as kube-controller-manager's
-/// `reclaimVolume`: its hostPath deleter, and what CSI drivers and their provisioners do (no
-/// recycler here; the stack's node agents recycle CSI volumes).
+/// `reclaimVolume`: its hostPath deleter, its recycler (`decide::recycle`; the stack's node
+/// agents recycle CSI volumes), and what CSI drivers and their provisioners do.
 pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
     let name = pv.metadata.name.as_deref().unwrap_or_default();
     match reclaim_policy(pv) {
@@ -80,10 +80,11 @@ pub fn host_path_deletable(path: &str) -> bool {
 }
 
 /// Whether a volume read again from the API server is still the one to delete with the
-/// hostPath deleter at `path`: Released, policy Delete, that path (kube-controller-manager's
-/// `deleteVolumeOperation` reads the volume again and checks it is still released).
+/// hostPath deleter at `path`: Released (or Failed, a removal that failed being tried again),
+/// policy Delete, that path (kube-controller-manager's `deleteVolumeOperation` reads the
+/// volume again and checks it is still released).
 pub fn host_path_deletion_stands(pv: &PersistentVolume, path: &str) -> bool {
-    phase(pv) == "Released"
+    matches!(phase(pv), "Released" | "Failed")
         && reclaim_policy(pv) == "Delete"
         && pv.metadata.deletion_timestamp.is_none()
         && pv

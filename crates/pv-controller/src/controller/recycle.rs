@@ -1,0 +1,394 @@
+//! kube-controller-manager's recycler for hostPath and NFS volumes (`recycleVolumeOperation`):
+//! a Released volume with policy `Recycle` is read again, left alone while Pods still use its
+//! claim, then scrubbed by a Pod (`decide::recycle` makes it) watched to its end, with the
+//! Pod's events passed on to the volume. Success makes the volume Available again; a failure
+//! marks it Failed, and a later resync tries again. Each volume's recycle runs on the
+//! `recycle` queue, one at a time per volume, so the volume workers never wait for a Pod.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::reflector::ObjectRef;
+use sidecar_kit::events::EventType;
+use sidecar_kit::vocabulary::reference;
+
+use super::*;
+use crate::decide::recycle::{
+    OLD_POD_FOUND, POD_DELETED, failed_message, forwarded_message, pod_outcome, recycle_stands,
+    recycler_pod, used_by_message, users_of,
+};
+
+/// How much longer than its deadline a recycler Pod is waited for before the recycle fails (a
+/// Pod no node takes never starts its deadline; kube-controller-manager waits forever).
+pub const PAST_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Why a recycle could not be carried out; retried with backoff (the outcomes of the Pod are
+/// not errors: they are written to the volume).
+#[derive(Debug, thiserror::Error)]
+pub enum RecycleError {
+    /// The volume could not be read again before recycling.
+    #[error("failed to read volume {volume} before recycling it: {source}")]
+    ReadVolume {
+        /// The volume.
+        volume: String,
+        /// The API server's error.
+        source: kube::Error,
+    },
+    /// The Pods that may use the volume could not be listed.
+    #[error("failed to list the pods of namespace {namespace}: {source}")]
+    ListPods {
+        /// The claim's namespace.
+        namespace: String,
+        /// The API server's error.
+        source: kube::Error,
+    },
+    /// Writing the outcome to the volume failed.
+    #[error("failed to write the recycle's outcome: {0}")]
+    Outcome(#[source] SyncError),
+}
+
+/// One of the recycler Pod's two watches (the Pod, its events), from a resourceVersion a list
+/// gave: a watch from "now" (no version), as kube-controller-manager's recycler opens it, is
+/// refused by kube-apiserver when etcd cannot report its progress (etcd before 3.4.31), and
+/// kube-controller-manager's recycler then never sees its Pod end.
+struct Follow<K> {
+    api: Api<K>,
+    params: WatchParams,
+    stream: Option<BoxStream<'static, Result<WatchEvent<K>, kube::Error>>>,
+}
+
+impl<K> Follow<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    /// A watch of `api`'s objects whose field `field` is `value`, not open yet.
+    fn new(api: Api<K>, field: &str, value: &str) -> Self {
+        Follow {
+            api,
+            params: WatchParams::default().fields(&format!("{field}={value}")),
+            stream: None,
+        }
+    }
+
+    /// Opens the watch from `version`.
+    async fn open(&mut self, version: &str) -> Result<(), kube::Error> {
+        self.stream = Some(self.api.watch(&self.params, version).await?.boxed());
+        Ok(())
+    }
+
+    /// The next change; `None` when the watch ended (the server's timeout, an error, an
+    /// expired version): it is to be opened again.
+    async fn next(&mut self) -> Option<WatchEvent<K>> {
+        let stream = self.stream.as_mut()?;
+        match stream.next().await {
+            Some(Ok(WatchEvent::Error(status))) => {
+                tracing::debug!(code = status.code, message = %status.message, "recycler watch ended");
+                self.stream = None;
+                None
+            }
+            Some(Ok(event)) => Some(event),
+            Some(Err(error)) => {
+                tracing::debug!(%error, "recycler watch broke");
+                self.stream = None;
+                None
+            }
+            None => {
+                self.stream = None;
+                None
+            }
+        }
+    }
+}
+
+/// The resourceVersion of a change, to go on from.
+fn version_of<K: kube::Resource>(event: &WatchEvent<K>) -> Option<String> {
+    match event {
+        WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
+            o.meta().resource_version.clone()
+        }
+        WatchEvent::Bookmark(b) => Some(b.metadata.resource_version.clone()),
+        WatchEvent::Error(_) => None,
+    }
+}
+
+/// How long a watch that ended is left before it is opened again (a server refusing it is
+/// not asked in a loop).
+const REOPEN_AFTER: Duration = Duration::from_secs(1);
+
+/// The recycler Pod as a list by its name says it is now, with the list's resourceVersion.
+async fn list_pod(pods: &Api<Pod>, name: &str) -> Result<(Option<Pod>, String), kube::Error> {
+    let list = pods
+        .list(&ListParams::default().fields(&format!("metadata.name={name}")))
+        .await?;
+    let version = list.metadata.resource_version.unwrap_or_default();
+    Ok((list.items.into_iter().next(), version))
+}
+
+impl PvController {
+    /// Recycles volume `name` if it is still to be (the `recycle` queue's reconcile).
+    pub(super) async fn recycle(&self, name: &str) -> Result<(), RecycleError> {
+        let Some(config) = self.recycler.clone() else {
+            return Ok(());
+        };
+        let api = Api::<PersistentVolume>::all(self.client.clone());
+        let live = match api.get_opt(name).await {
+            Ok(Some(live)) => live,
+            Ok(None) => return Ok(()),
+            Err(source) => {
+                return Err(RecycleError::ReadVolume {
+                    volume: name.to_string(),
+                    source,
+                });
+            }
+        };
+        let claim = claim_named_by(&live)
+            .and_then(|(ns, claim)| self.claims.get(&ObjectRef::new(&claim).within(&ns)));
+        if !recycle_stands(&live, claim.as_deref()) {
+            return Ok(());
+        }
+        if let Some((namespace, _)) = claim_named_by(&live) {
+            let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace)
+                .list(&ListParams::default())
+                .await
+                .map_err(|source| RecycleError::ListPods {
+                    namespace: namespace.clone(),
+                    source,
+                })?
+                .items;
+            let users = users_of(&live, &pods);
+            if !users.is_empty() {
+                self.recorder.record(
+                    &reference(&live),
+                    EventType::Normal,
+                    "VolumeFailedRecycle",
+                    &used_by_message(&users),
+                );
+                return Ok(());
+            }
+        }
+        let Some(pod) = recycler_pod(&live, &config) else {
+            return self
+                .fail(
+                    &live,
+                    "VolumeFailedRecycle",
+                    crate::decide::recycle::NO_RECYCLER,
+                )
+                .await
+                .map_err(RecycleError::Outcome);
+        };
+        tracing::info!(pv = name, "recycling the volume");
+        match self.run_recycler_pod(&live, pod).await {
+            Ok(()) => self.recycled(&live).await.map_err(RecycleError::Outcome),
+            Err(error) => {
+                tracing::warn!(pv = name, %error, "recycle failed");
+                self.fail(&live, "VolumeFailedRecycle", &failed_message(&error))
+                    .await
+                    .map_err(RecycleError::Outcome)
+            }
+        }
+    }
+
+    /// A recycled volume: the `VolumeRecycled` event, then unbound (`unbindVolume`: the claimRef
+    /// removed if this controller set it, else only its UID) and Available.
+    async fn recycled(&self, pv: &PersistentVolume) -> Result<(), SyncError> {
+        self.recorder.record(
+            &reference(pv),
+            EventType::Normal,
+            "VolumeRecycled",
+            "Volume recycled",
+        );
+        let mut updated = pv.clone();
+        let by_controller = updated
+            .metadata
+            .annotations
+            .as_mut()
+            .and_then(|a| a.remove(ANN_BOUND_BY_CONTROLLER))
+            .is_some();
+        if updated
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(BTreeMap::is_empty)
+        {
+            updated.metadata.annotations = None;
+        }
+        if let Some(spec) = updated.spec.as_mut() {
+            if by_controller {
+                spec.claim_ref = None;
+            } else if let Some(claim_ref) = spec.claim_ref.as_mut() {
+                claim_ref.uid = None;
+            }
+        }
+        let written = self
+            .put_volume(&updated, Part::Whole, "unbind the recycled volume")
+            .await?;
+        let available = volume_in_phase(&written, "Available");
+        self.put_volume(
+            &available,
+            Part::Status,
+            "make the recycled volume Available",
+        )
+        .await?;
+        tracing::info!(
+            pv = pv.metadata.name.as_deref().unwrap_or_default(),
+            "volume recycled"
+        );
+        Ok(())
+    }
+
+    /// Creates the recycler Pod, waits for its end and deletes it (whatever the end), as
+    /// kube-controller-manager's recycler client; the error is the Pod's failure in its words.
+    async fn run_recycler_pod(&self, pv: &PersistentVolume, pod: Pod) -> Result<(), String> {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace);
+        let deadline = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.active_deadline_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(Duration::ZERO, Duration::from_secs)
+            + PAST_DEADLINE;
+        // Both watches are open before the Pod exists, so nothing of it is missed.
+        let (_, version) = list_pod(&pods, &name).await.map_err(|e| e.to_string())?;
+        let mut pod_watch = Follow::new(pods.clone(), "metadata.name", &name);
+        let mut event_watch = Follow::new(
+            Api::<Event>::namespaced(self.client.clone(), &namespace),
+            "involvedObject.name",
+            &name,
+        );
+        pod_watch.open(&version).await.map_err(|e| e.to_string())?;
+        event_watch
+            .open(&version)
+            .await
+            .map_err(|e| e.to_string())?;
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => {}
+            Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {
+                return match pods.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => Err(OLD_POD_FOUND.to_string()),
+                    Err(error) => Err(format!(
+                        "failed to delete old recycler pod {namespace}/{name}: {error}"
+                    )),
+                };
+            }
+            Err(error) => {
+                return Err(format!("unexpected error creating recycler pod:  {error}"));
+            }
+        }
+        let waited = tokio::time::timeout(
+            deadline,
+            self.wait_for_recycler(pv, &name, version, &mut pod_watch, &mut event_watch),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "recycler pod did not finish within {} s",
+                deadline.as_secs()
+            ))
+        });
+        let deleted = match pods.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(()),
+            Err(error) => {
+                tracing::warn!(pod = %name, %error, "failed to delete the recycler pod");
+                Err(error)
+            }
+        };
+        waited.map_err(|error| format!("failed to recycle volume: {error}"))?;
+        deleted.map_err(|error| format!("failed to delete recycler pod: {error}"))
+    }
+
+    /// Follows the recycler Pod `name` to its end, passing its new events on to the volume. A
+    /// watch that ends is opened again shortly: the Pod's after a list of it (which shows how
+    /// it ended meanwhile), from the list's version; the events' from the newest version seen.
+    async fn wait_for_recycler(
+        &self,
+        pv: &PersistentVolume,
+        name: &str,
+        mut version: String,
+        pods: &mut Follow<Pod>,
+        events: &mut Follow<Event>,
+    ) -> Result<(), String> {
+        let mut passed_on: HashSet<String> = HashSet::new();
+        loop {
+            tokio::select! {
+                Some(change) = pods.next(), if pods.stream.is_some() => {
+                    if let Some(v) = version_of(&change) {
+                        version = newer(&version, &v).to_string();
+                    }
+                    match change {
+                        WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                            if let Some(outcome) = pod_outcome(&pod) {
+                                return outcome;
+                            }
+                        }
+                        WatchEvent::Deleted(_) => return Err(POD_DELETED.to_string()),
+                        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => {}
+                    }
+                }
+                Some(change) = events.next(), if events.stream.is_some() => {
+                    if let Some(v) = version_of(&change) {
+                        version = newer(&version, &v).to_string();
+                    }
+                    if let WatchEvent::Added(event) = change
+                        && passed_on.insert(event.metadata.uid.clone().unwrap_or_default())
+                    {
+                        self.pass_on(pv, &event);
+                    }
+                }
+                () = tokio::time::sleep(REOPEN_AFTER), if pods.stream.is_none() || events.stream.is_none() => {
+                    if pods.stream.is_none() {
+                        let (now, listed) = list_pod(&pods.api, name)
+                            .await
+                            .map_err(|_| "recycler pod watcher failed".to_string())?;
+                        let Some(pod) = now else {
+                            return Err(POD_DELETED.to_string());
+                        };
+                        if let Some(outcome) = pod_outcome(&pod) {
+                            return outcome;
+                        }
+                        version = listed;
+                        if let Err(error) = pods.open(&version).await {
+                            tracing::debug!(%error, "recycler pod watch not open again yet");
+                        }
+                    }
+                    if events.stream.is_none()
+                        && let Err(error) = events.open(&version).await
+                    {
+                        tracing::debug!(%error, "recycler event watch not open again yet");
+                    }
+                }
+                // Both watches ended at once: the next pass opens them again.
+                else => {}
+            }
+        }
+    }
+
+    /// A recycler Pod's event, on the volume as kube-controller-manager's recorder words it.
+    fn pass_on(&self, pv: &PersistentVolume, event: &Event) {
+        let kind = match event.type_.as_deref() {
+            Some("Warning") => EventType::Warning,
+            _ => EventType::Normal,
+        };
+        self.recorder.record(
+            &reference(pv),
+            kind,
+            "RecyclerPod",
+            &forwarded_message(event.message.as_deref().unwrap_or_default()),
+        );
+    }
+}
+
+/// The newer of two resourceVersions (numbers on kube-apiserver and ours; the first when
+/// either is not).
+fn newer<'a>(a: &'a str, b: &'a str) -> &'a str {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) if y > x => b,
+        _ => a,
+    }
+}
