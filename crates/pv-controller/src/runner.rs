@@ -1,8 +1,8 @@
 //! `volstack pv-controller`: the PV binder and reclaimer run on a cluster instead of
 //! kube-controller-manager's `persistentvolume-binder-controller`. Its flags take
 //! kube-controller-manager's names and defaults where it has them (the API rate, the binder's
-//! sync period, leader election with its own lease); `--workers` and `--http-endpoint` are
-//! ours.
+//! sync period, leader election with its own lease, the recyclers of hostPath and NFS
+//! volumes); `--workers` and `--http-endpoint` are ours.
 
 use std::future::Future;
 use std::time::Duration;
