@@ -25,9 +25,41 @@ struct Cluster {
     pvs: Api<PersistentVolume>,
     claims: Api<PersistentVolumeClaim>,
     pods: Api<Pod>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<()>,
+    _server: apiserver::RunningServer,
 }
 
 impl Cluster {
+    /// The API server, and the controller `make` gives running on it with a resync every
+    /// second (a recycle that could not run is tried again soon).
+    async fn start(make: impl FnOnce(kube::Client) -> std::sync::Arc<PvController>) -> Cluster {
+        let (server, admin, client) = serve().await;
+        let controller = make(client);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(controller.run_with(4, Duration::from_secs(1), async {
+            let _ = stopped.await;
+        }));
+        Cluster {
+            pvs: Api::all(admin.clone()),
+            claims: Api::namespaced(admin.clone(), "default"),
+            pods: Api::namespaced(admin.clone(), "default"),
+            admin,
+            stop,
+            running,
+            _server: server,
+        }
+    }
+
+    /// Stops the controller; it must stop (a recycle in progress included).
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(WAIT, self.running)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
     async fn create<K>(&self, api: &Api<K>, object: Value)
     where
         K: kube::Resource
@@ -124,25 +156,16 @@ impl Cluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostpath_and_nfs_volumes_are_recycled_by_a_pod_and_a_failed_recycle_is_tried_again() {
-    let (_server, admin, client) = serve().await;
     let metrics = sidecar_kit::metrics::Metrics::new().unwrap();
-    let controller = PvController::with_metrics(
-        client,
-        default_backoff(),
-        &metrics,
-        Some(RecyclerConfig::default()),
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    // A resync every second: a recycle that could not run is tried again soon.
-    let running = tokio::spawn(controller.run_with(4, Duration::from_secs(1), async {
-        let _ = stopped.await;
-    }));
-    let cluster = Cluster {
-        pvs: Api::all(admin.clone()),
-        claims: Api::namespaced(admin.clone(), "default"),
-        pods: Api::namespaced(admin.clone(), "default"),
-        admin,
-    };
+    let cluster = Cluster::start(|client| {
+        PvController::with_metrics(
+            client,
+            default_backoff(),
+            &metrics,
+            Some(RecyclerConfig::default()),
+        )
+    })
+    .await;
 
     // A hostPath volume whose claim a running Pod still uses: not scrubbed until it ends.
     cluster
@@ -299,29 +322,20 @@ async fn hostpath_and_nfs_volumes_are_recycled_by_a_pod_and_a_failed_recycle_is_
         .await;
     cluster.phase_is("pv-old", "Available").await;
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(WAIT, running).await.unwrap().unwrap();
+    cluster.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_recyclers_a_hostpath_volume_is_marked_failed_as_kube_controller_manager_does() {
-    let (_server, admin, client) = serve().await;
-    let controller = PvController::new(
-        client,
-        default_backoff(),
-        false,
-        sidecar_kit::watch::Watches::default(),
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run_with(2, Duration::from_secs(1), async {
-        let _ = stopped.await;
-    }));
-    let cluster = Cluster {
-        pvs: Api::all(admin.clone()),
-        claims: Api::namespaced(admin.clone(), "default"),
-        pods: Api::namespaced(admin.clone(), "default"),
-        admin,
-    };
+    let cluster = Cluster::start(|client| {
+        PvController::new(
+            client,
+            default_backoff(),
+            false,
+            sidecar_kit::watch::Watches::default(),
+        )
+    })
+    .await;
     cluster
         .bound_volume(
             "pv-hp",
@@ -347,6 +361,5 @@ async fn without_recyclers_a_hostpath_volume_is_marked_failed_as_kube_controller
             .unwrap()
             .is_none()
     );
-    stop.send(()).unwrap();
-    tokio::time::timeout(WAIT, running).await.unwrap().unwrap();
+    cluster.stop().await;
 }

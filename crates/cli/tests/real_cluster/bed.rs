@@ -50,6 +50,20 @@ pub struct Setup<'a> {
     pub api_server_args: &'a [&'a str],
 }
 
+impl Setup<'_> {
+    /// kube-controller-manager without its binder, and the RBAC of `volstack pv-controller`,
+    /// which takes its place (started with [`Bed::pv_controller`]).
+    pub fn our_binder() -> Self {
+        Setup {
+            manifests: vec![manifest("rbac.yaml"), manifest("pv-controller-rbac.yaml")],
+            controllers: Some(
+                "*,-node-lifecycle-controller,-persistentvolume-binder-controller".into(),
+            ),
+            ..Default::default()
+        }
+    }
+}
+
 impl Default for Setup<'_> {
     fn default() -> Self {
         Setup {
@@ -428,6 +442,29 @@ impl Bed {
             },
         )
         .await
+    }
+
+    /// Waits until an event in `default` about the object `name` satisfies `matches`; after
+    /// `timeout` the test fails with our logs.
+    pub async fn until_event(
+        &self,
+        what: &str,
+        name: &str,
+        timeout: Duration,
+        matches: impl Fn(&k8s_openapi::api::core::v1::Event) -> bool,
+    ) {
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.admin.clone(), "default");
+        self.until(what, timeout, || async {
+            events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(|e| e.involved_object.name.as_deref() == Some(name) && matches(e))
+        })
+        .await;
     }
 
     /// A custom resource (or any kind kube's typed structs lack) from JSON.

@@ -11,7 +11,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use serde_json::{Value, json};
 
-use crate::bed::{Bed, Setup, manifest};
+use crate::bed::{Bed, Setup};
 
 const WAIT: Duration = Duration::from_secs(90);
 const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
@@ -254,13 +254,12 @@ async fn make_scenarios(bed: &Bed) {
     .await;
     // kube-controller-manager says so at its next resync of the claim (15 s), ours when the
     // Pod appears.
-    bed.until("c-stuck's WaitForPodScheduled event", WAIT, || async {
-        let items = events.list(&Default::default()).await.unwrap().items;
-        items.iter().any(|e| {
-            e.involved_object.name.as_deref() == Some("c-stuck")
-                && e.reason.as_deref() == Some("WaitForPodScheduled")
-        })
-    })
+    bed.until_event(
+        "c-stuck's WaitForPodScheduled event",
+        "c-stuck",
+        WAIT,
+        |e| e.reason.as_deref() == Some("WaitForPodScheduled"),
+    )
     .await;
     for bound in [
         "c-prebound",
@@ -493,14 +492,7 @@ async fn our_binder_ends_where_kube_controller_managers_does() {
     let expected = end_state(&theirs).await;
     theirs.finish().await;
 
-    let mut ours = Bed::start(Setup {
-        manifests: vec![manifest("rbac.yaml"), manifest("pv-controller-rbac.yaml")],
-        controllers: Some(
-            "*,-node-lifecycle-controller,-persistentvolume-binder-controller".into(),
-        ),
-        ..Default::default()
-    })
-    .await;
+    let mut ours = Bed::start(Setup::our_binder()).await;
     ours.pv_controller("pv-controller", &[]).await;
     ours.provisioner("csi-provisioner", &[], &[]).await;
     make_scenarios(&ours).await;

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use serde_json::json;
 
@@ -54,20 +53,15 @@ async fn the_provisioner_works_on_a_cluster_without_attributes_classes_snapshots
         json!({"spec": {"volumeAttributesClassName": "gold"}}),
     )
     .await;
-    let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
-    bed.until("a ProvisioningFailed event on claim gold", WAIT, || async {
-        events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .any(|e| {
-                e.involved_object.name.as_deref() == Some("gold")
-                    && e.reason.as_deref() == Some("ProvisioningFailed")
-                    && e.message.as_deref().is_some_and(|m| m.contains("\"gold\""))
-            })
-    })
+    bed.until_event(
+        "a ProvisioningFailed event on claim gold",
+        "gold",
+        WAIT,
+        |e| {
+            e.reason.as_deref() == Some("ProvisioningFailed")
+                && e.message.as_deref().is_some_and(|m| m.contains("\"gold\""))
+        },
+    )
     .await;
     Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
         bed.admin.clone(),

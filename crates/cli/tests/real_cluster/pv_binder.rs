@@ -10,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use serde_json::json;
 
-use crate::bed::{Bed, Setup, manifest};
+use crate::bed::{Bed, Setup};
 use sidecar_kit::testing::http_get;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -25,14 +25,7 @@ fn free_port() -> u16 {
 
 #[tokio::test]
 async fn our_pv_controller_binds_and_releases_in_place_of_kube_controller_managers_binder() {
-    let mut bed = Bed::start(Setup {
-        manifests: vec![manifest("rbac.yaml"), manifest("pv-controller-rbac.yaml")],
-        controllers: Some(
-            "*,-node-lifecycle-controller,-persistentvolume-binder-controller".into(),
-        ),
-        ..Default::default()
-    })
-    .await;
+    let mut bed = Bed::start(Setup::our_binder()).await;
     let port = free_port();
     let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
     bed.pv_controller(

@@ -18,7 +18,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::bed::{Bed, Setup, manifest};
+use crate::bed::{Bed, Setup};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -79,21 +79,7 @@ async fn recycler_started(bed: &Bed, pv: &str, seen: &mut BTreeSet<String>) -> P
         .await;
     seen.insert(pod.metadata.uid.clone().unwrap_or_default());
     let scheduled = format!("Recycler pod: Successfully assigned default/{name} to node-1");
-    let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
-    bed.until(&format!("{pv}'s event {scheduled:?}"), WAIT, || async {
-        events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .any(|e| {
-                e.involved_object.name.as_deref() == Some(pv)
-                    && e.reason.as_deref() == Some("RecyclerPod")
-                    && e.message.as_deref() == Some(scheduled.as_str())
-            })
-    })
-    .await;
+    volume_event(bed, pv, "Normal", "RecyclerPod", &scheduled).await;
     pod
 }
 
@@ -242,25 +228,12 @@ async fn recycling_started(
 
 /// The event of `reason` on volume `pv` with `message`.
 async fn volume_event(bed: &Bed, pv: &str, kind: &str, reason: &str, message: &str) {
-    let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
-    bed.until(
-        &format!("{pv}'s {kind} {reason} {message:?}"),
-        WAIT,
-        || async {
-            events
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .iter()
-                .any(|e| {
-                    e.involved_object.name.as_deref() == Some(pv)
-                        && e.type_.as_deref() == Some(kind)
-                        && e.reason.as_deref() == Some(reason)
-                        && e.message.as_deref() == Some(message)
-                })
-        },
-    )
+    let what = format!("{pv}'s {kind} {reason} {message:?}");
+    bed.until_event(&what, pv, WAIT, |e| {
+        e.type_.as_deref() == Some(kind)
+            && e.reason.as_deref() == Some(reason)
+            && e.message.as_deref() == Some(message)
+    })
     .await;
 }
 
@@ -270,14 +243,7 @@ async fn our_recycler_makes_kube_controller_managers_pods_and_sees_them_end() {
     let (_, expected) = recycling_started(&theirs, &mut BTreeSet::new()).await;
     theirs.finish().await;
 
-    let mut ours = Bed::start(Setup {
-        manifests: vec![manifest("rbac.yaml"), manifest("pv-controller-rbac.yaml")],
-        controllers: Some(
-            "*,-node-lifecycle-controller,-persistentvolume-binder-controller".into(),
-        ),
-        ..Default::default()
-    })
-    .await;
+    let mut ours = Bed::start(Setup::our_binder()).await;
     ours.pv_controller("pv-controller", &[]).await;
     let mut seen = BTreeSet::new();
     let (made, got) = recycling_started(&ours, &mut seen).await;
