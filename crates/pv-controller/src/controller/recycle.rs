@@ -150,7 +150,8 @@ impl PvController {
         if !recycle_stands(&live, claim.as_deref()) {
             return Ok(());
         }
-        if let Some((namespace, _)) = claim_named_by(&live) {
+        // With a claim of that name in the cache there are no users to look for (`users_of`).
+        if let Some((namespace, _)) = claim_named_by(&live).filter(|_| claim.is_none()) {
             let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace)
                 .list(&ListParams::default())
                 .await
@@ -159,7 +160,7 @@ impl PvController {
                     source,
                 })?
                 .items;
-            let users = users_of(&live, &pods);
+            let users = users_of(&live, claim.as_deref(), &pods);
             if !users.is_empty() {
                 self.recorder.record(
                     &reference(&live),

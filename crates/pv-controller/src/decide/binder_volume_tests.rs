@@ -248,6 +248,19 @@ fn released_volumes_follow_their_reclaim_policy() {
         VolumeAction::Nothing,
         "migrated: the CSI provisioner's"
     );
+    for policy in ["Recycle", "Scrub"] {
+        let mut migrated = migrated.clone();
+        migrated
+            .spec
+            .as_mut()
+            .unwrap()
+            .persistent_volume_reclaim_policy = Some(policy.into());
+        assert_eq!(
+            dv(&migrated, &[]),
+            VolumeAction::Nothing,
+            "migrated, {policy}"
+        );
+    }
     assert_eq!(
         dv(&released("Scrub", true), &[]),
         VolumeAction::Fail {

@@ -29,6 +29,16 @@ pub fn awaits_external_deleter(pv: &PersistentVolume) -> bool {
 /// agents recycle CSI volumes), and what CSI drivers and their provisioners do.
 pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
     let name = pv.metadata.name.as_deref().unwrap_or_default();
+    // Migrated to a CSI driver: its provisioner reclaims it, whatever the policy (even one
+    // kube-controller-manager does not know).
+    let migrated = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(sidecar_kit::migration::ANN_MIGRATED_TO));
+    if migrated {
+        return VolumeAction::Nothing;
+    }
     match reclaim_policy(pv) {
         "Retain" => VolumeAction::Nothing,
         "Recycle" => VolumeAction::Recycle,

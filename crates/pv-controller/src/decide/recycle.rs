@@ -233,11 +233,20 @@ pub fn recycle_stands(pv: &PersistentVolume, claim: Option<&PersistentVolumeClai
 }
 
 /// The Pods (`namespace/name`, sorted) not terminated that name the claim `pv` was bound to
-/// (`isVolumeUsed`): a volume still in use is not scrubbed.
-pub fn users_of(pv: &PersistentVolume, pods: &[Pod]) -> Vec<String> {
+/// (`isVolumeUsed`): a volume still in use is not scrubbed. None when a claim of that name is
+/// in the cache (`cached`): the volume is released, so that is a new claim, and its Pods are
+/// its own (kube-controller-manager's rule).
+pub fn users_of(
+    pv: &PersistentVolume,
+    cached: Option<&PersistentVolumeClaim>,
+    pods: &[Pod],
+) -> Vec<String> {
     let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
         return Vec::new();
     };
+    if cached.is_some() {
+        return Vec::new();
+    }
     let users: BTreeSet<String> = pods
         .iter()
         .filter(|pod| pod.metadata.namespace == claim_ref.namespace)

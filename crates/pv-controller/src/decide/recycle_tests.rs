@@ -238,7 +238,12 @@ fn the_users_are_the_running_pods_naming_the_claim_sorted() {
         pod("unrelated", "Running", &["logs"]),
         elsewhere,
     ];
-    let users = users_of(&host_path("1Gi"), &pods);
+    let users = users_of(&host_path("1Gi"), None, &pods);
+    let renewed = claim("u2", "");
+    assert!(
+        users_of(&host_path("1Gi"), Some(&renewed), &pods).is_empty(),
+        "a new claim of that name: its Pods"
+    );
     assert_eq!(users, ["ns/web-a", "ns/web-b"]);
     assert_eq!(
         used_by_message(&users),
@@ -246,7 +251,7 @@ fn the_users_are_the_running_pods_naming_the_claim_sorted() {
     );
     let mut unbound = host_path("1Gi");
     unbound.spec.as_mut().unwrap().claim_ref = None;
-    assert!(users_of(&unbound, &pods).is_empty());
+    assert!(users_of(&unbound, None, &pods).is_empty());
 }
 
 #[test]
