@@ -61,7 +61,7 @@ pub struct PvControllerArgs {
     #[arg(long, default_value_t = 30)]
     pub kube_api_burst: u32,
     /// Concurrent claim workers, and as many volume workers (kube-controller-manager runs
-    /// one of each).
+    /// one of each) and recycles (each waits for its recycler Pod).
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
     /// How often volumes whose claim is missing are looked at again, whatever the events

@@ -6,9 +6,10 @@
 //! volume alike. What follows is ours alone: kube-controller-manager's recycler opens its Pod
 //! watch with no resourceVersion, which this kube-apiserver refuses on etcd 3.4.23 (500, "the
 //! required storage feature RequestWatchProgress is disabled"; its events' watch, not served
-//! from the watch cache, works), so it never sees its Pod end and waits forever. Ours watches
-//! from a list's version: one Pod succeeds (the volume is Available), one fails (Failed) and
-//! succeeds when tried again.
+//! from the watch cache, works), so it does not see its Pod end (until its events watch ends,
+//! kube-apiserver's 30 to 60 minutes, its source says). Ours watches from a list's version:
+//! one Pod succeeds (the volume is Available), one fails (Failed) and succeeds when tried
+//! again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

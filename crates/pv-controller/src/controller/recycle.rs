@@ -54,29 +54,35 @@ pub enum RecycleError {
 /// One of the recycler Pod's two watches (the Pod, its events), from a resourceVersion a list
 /// gave: a watch from "now" (no version), as kube-controller-manager's recycler opens it, is
 /// refused by kube-apiserver when etcd cannot report its progress (etcd before 3.4.31), and
-/// kube-controller-manager's recycler then never sees its Pod end.
+/// kube-controller-manager's recycler then does not see its Pod end.
 struct Follow<K> {
     api: Api<K>,
     params: WatchParams,
     stream: Option<BoxStream<'static, Result<WatchEvent<K>, kube::Error>>>,
+    /// The version to go on from: the last this watch saw, or the list's it started from.
+    version: String,
+    /// The server said that version is gone (410): a list's newer one is needed.
+    gone: bool,
 }
 
 impl<K> Follow<K>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    /// A watch of `api`'s objects whose field `field` is `value`, not open yet.
-    fn new(api: Api<K>, field: &str, value: &str) -> Self {
+    /// A watch of `api`'s objects whose field `field` is `value`, from `version`, not open yet.
+    fn new(api: Api<K>, field: &str, value: &str, version: &str) -> Self {
         Follow {
             api,
             params: WatchParams::default().fields(&format!("{field}={value}")),
             stream: None,
+            version: version.to_string(),
+            gone: false,
         }
     }
 
-    /// Opens the watch from `version`.
-    async fn open(&mut self, version: &str) -> Result<(), kube::Error> {
-        self.stream = Some(self.api.watch(&self.params, version).await?.boxed());
+    /// Opens the watch from its version.
+    async fn open(&mut self) -> Result<(), kube::Error> {
+        self.stream = Some(self.api.watch(&self.params, &self.version).await?.boxed());
         Ok(())
     }
 
@@ -84,9 +90,16 @@ where
     /// expired version): it is to be opened again.
     async fn next(&mut self) -> Option<WatchEvent<K>> {
         let stream = self.stream.as_mut()?;
-        match stream.next().await {
+        let next = stream.next().await;
+        if let Some(Ok(change)) = &next
+            && let Some(version) = version_of(change)
+        {
+            self.version = version;
+        }
+        match next {
             Some(Ok(WatchEvent::Error(status))) => {
                 tracing::debug!(code = status.code, message = %status.message, "recycler watch ended");
+                self.gone = status.code == 410;
                 self.stream = None;
                 None
             }
@@ -256,17 +269,15 @@ impl PvController {
             + PAST_DEADLINE;
         // Both watches are open before the Pod exists, so nothing of it is missed.
         let (_, version) = list_pod(&pods, &name).await.map_err(|e| e.to_string())?;
-        let mut pod_watch = Follow::new(pods.clone(), "metadata.name", &name);
+        let mut pod_watch = Follow::new(pods.clone(), "metadata.name", &name, &version);
         let mut event_watch = Follow::new(
             Api::<Event>::namespaced(self.client.clone(), &namespace),
             "involvedObject.name",
             &name,
+            &version,
         );
-        pod_watch.open(&version).await.map_err(|e| e.to_string())?;
-        event_watch
-            .open(&version)
-            .await
-            .map_err(|e| e.to_string())?;
+        pod_watch.open().await.map_err(|e| e.to_string())?;
+        event_watch.open().await.map_err(|e| e.to_string())?;
         match pods.create(&PostParams::default(), &pod).await {
             Ok(_) => {}
             Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {
@@ -283,7 +294,7 @@ impl PvController {
         }
         let waited = tokio::time::timeout(
             deadline,
-            self.wait_for_recycler(pv, &name, version, &mut pod_watch, &mut event_watch),
+            self.wait_for_recycler(pv, &name, &mut pod_watch, &mut event_watch),
         )
         .await
         .unwrap_or_else(|_| {
@@ -305,61 +316,60 @@ impl PvController {
     }
 
     /// Follows the recycler Pod `name` to its end, passing its new events on to the volume. A
-    /// watch that ends is opened again shortly: the Pod's after a list of it (which shows how
-    /// it ended meanwhile), from the list's version; the events' from the newest version seen.
+    /// watch that ends is opened again a second later: the Pod's after a list of it (which
+    /// shows how it ended meanwhile), from the list's version; the events' from the last
+    /// version it saw (a list's when that one is gone).
     async fn wait_for_recycler(
         &self,
         pv: &PersistentVolume,
         name: &str,
-        mut version: String,
         pods: &mut Follow<Pod>,
         events: &mut Follow<Event>,
     ) -> Result<(), String> {
         let mut passed_on: HashSet<String> = HashSet::new();
         loop {
+            // A watch that ended leaves its branch off; the next pass opens it again.
             tokio::select! {
-                Some(change) = pods.next(), if pods.stream.is_some() => {
-                    if let Some(v) = version_of(&change) {
-                        version = newer(&version, &v).to_string();
-                    }
-                    match change {
-                        WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
-                            if let Some(outcome) = pod_outcome(&pod) {
-                                return outcome;
-                            }
+                change = pods.next(), if pods.stream.is_some() => match change {
+                    Some(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
+                        if let Some(outcome) = pod_outcome(&pod) {
+                            return outcome;
                         }
-                        WatchEvent::Deleted(_) => return Err(POD_DELETED.to_string()),
-                        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => {}
                     }
-                }
-                Some(change) = events.next(), if events.stream.is_some() => {
-                    if let Some(v) = version_of(&change) {
-                        version = newer(&version, &v).to_string();
-                    }
-                    if let WatchEvent::Added(event) = change
+                    Some(WatchEvent::Deleted(_)) => return Err(POD_DELETED.to_string()),
+                    Some(WatchEvent::Bookmark(_) | WatchEvent::Error(_)) | None => {}
+                },
+                change = events.next(), if events.stream.is_some() => {
+                    if let Some(WatchEvent::Added(event)) = change
                         && passed_on.insert(event.metadata.uid.clone().unwrap_or_default())
                     {
                         self.pass_on(pv, &event);
                     }
                 }
                 () = tokio::time::sleep(REOPEN_AFTER), if pods.stream.is_none() || events.stream.is_none() => {
-                    if pods.stream.is_none() {
+                    if pods.stream.is_none() || events.gone {
                         let (now, listed) = list_pod(&pods.api, name)
                             .await
                             .map_err(|_| "recycler pod watcher failed".to_string())?;
-                        let Some(pod) = now else {
-                            return Err(POD_DELETED.to_string());
-                        };
-                        if let Some(outcome) = pod_outcome(&pod) {
-                            return outcome;
+                        if pods.stream.is_none() {
+                            let Some(pod) = now else {
+                                return Err(POD_DELETED.to_string());
+                            };
+                            if let Some(outcome) = pod_outcome(&pod) {
+                                return outcome;
+                            }
+                            pods.version = listed.clone();
+                            if let Err(error) = pods.open().await {
+                                tracing::debug!(%error, "recycler pod watch not open again yet");
+                            }
                         }
-                        version = listed;
-                        if let Err(error) = pods.open(&version).await {
-                            tracing::debug!(%error, "recycler pod watch not open again yet");
+                        if events.gone {
+                            events.version = listed;
+                            events.gone = false;
                         }
                     }
                     if events.stream.is_none()
-                        && let Err(error) = events.open(&version).await
+                        && let Err(error) = events.open().await
                     {
                         tracing::debug!(%error, "recycler event watch not open again yet");
                     }
@@ -382,14 +392,5 @@ impl PvController {
             "RecyclerPod",
             &forwarded_message(event.message.as_deref().unwrap_or_default()),
         );
-    }
-}
-
-/// The newer of two resourceVersions (numbers on kube-apiserver and ours; the first when
-/// either is not).
-fn newer<'a>(a: &'a str, b: &'a str) -> &'a str {
-    match (a.parse::<u64>(), b.parse::<u64>()) {
-        (Ok(x), Ok(y)) if y > x => b,
-        _ => a,
     }
 }

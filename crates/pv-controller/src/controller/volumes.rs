@@ -9,7 +9,7 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::reference;
 
 use super::*;
-use crate::decide::recycle::{NO_RECYCLER, recycler_pod};
+use crate::decide::recycle::NO_RECYCLER;
 
 impl PvController {
     /// The delete operation of a volume left to its external deleter starts (once).
@@ -144,13 +144,10 @@ impl PvController {
                 tracing::debug!(pv = name, "left to the node agents' recycler");
                 Ok(())
             }
-            // A hostPath or NFS volume: its recycler Pod, on the recycle queue.
-            VolumeAction::Recycle
-                if self
-                    .recycler
-                    .as_ref()
-                    .is_some_and(|config| recycler_pod(&pv, config).is_some()) =>
-            {
+            // With recyclers, on the recycle queue: the volume is read again and its users
+            // looked for before its plugin (hostPath and NFS have one), as
+            // kube-controller-manager's `recycleVolumeOperation` does.
+            VolumeAction::Recycle if self.recycler.is_some() => {
                 self.recycle_queue.add(name.to_string());
                 Ok(())
             }

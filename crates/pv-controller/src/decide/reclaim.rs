@@ -10,12 +10,17 @@ use super::binder::{ANN_PROVISIONED_BY, VolumeAction};
 /// Whether an external deleter (a CSI provisioner) deletes the volume when it is released with
 /// policy `Delete`: a CSI volume, one an external provisioner made, or one of a migrated plugin.
 fn deleted_externally(pv: &PersistentVolume) -> bool {
-    let migrated = annotation(&pv.metadata, sidecar_kit::migration::ANN_MIGRATED_TO)
-        .is_some_and(|m| !m.is_empty());
+    let migrated = migrated(pv);
     let external = annotation(&pv.metadata, ANN_PROVISIONED_BY)
         .is_some_and(|by| !by.starts_with("kubernetes.io/"));
     let csi = pv.spec.as_ref().is_some_and(|s| s.csi.is_some());
     migrated || external || csi
+}
+
+/// Whether the volume is marked migrated to a CSI driver (`pv.kubernetes.io/migrated-to`, not
+/// empty).
+fn migrated(pv: &PersistentVolume) -> bool {
+    annotation(&pv.metadata, sidecar_kit::migration::ANN_MIGRATED_TO).is_some_and(|m| !m.is_empty())
 }
 
 /// Whether the volume is Released and waits for its external deleter: kube-controller-manager
@@ -31,12 +36,7 @@ pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
     let name = pv.metadata.name.as_deref().unwrap_or_default();
     // Migrated to a CSI driver: its provisioner reclaims it, whatever the policy (even one
     // kube-controller-manager does not know).
-    let migrated = pv
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(sidecar_kit::migration::ANN_MIGRATED_TO));
-    if migrated {
+    if migrated(pv) {
         return VolumeAction::Nothing;
     }
     match reclaim_policy(pv) {
