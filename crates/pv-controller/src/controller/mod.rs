@@ -8,7 +8,7 @@ mod recycle;
 mod resync;
 mod volumes;
 
-pub use recycle::{PAST_DEADLINE, RecycleError};
+pub use recycle::{PodEnd, RecycleError, RecyclerPodError};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ use crate::decide::binder::{
 };
 use crate::decide::binding::{
     bound_status, claim_bound_to, lost_status, volume_bound_to, volume_in_phase,
-    volume_marked_bound,
+    volume_marked_bound, volume_unbound,
 };
 
 /// The names provisioners give the volume of a claim, `<prefix>-<claim uid>`: upstream's

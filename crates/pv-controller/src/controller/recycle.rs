@@ -19,12 +19,8 @@ use sidecar_kit::vocabulary::reference;
 use super::*;
 use crate::decide::recycle::{
     OLD_POD_FOUND, POD_DELETED, failed_message, forwarded_message, pod_outcome, recycle_stands,
-    recycler_pod, used_by_message, users_of,
+    recycler_pod, used_by_message, users_of, wait_limit,
 };
-
-/// How much longer than its deadline a recycler Pod is waited for before the recycle fails (a
-/// Pod no node takes never starts its deadline; kube-controller-manager waits forever).
-pub const PAST_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Why a recycle could not be carried out; retried with backoff (the outcomes of the Pod are
 /// not errors: they are written to the volume).
@@ -48,7 +44,56 @@ pub enum RecycleError {
     },
     /// Writing the outcome to the volume failed.
     #[error("failed to write the recycle's outcome: {0}")]
-    Outcome(#[source] SyncError),
+    WriteOutcome(#[source] SyncError),
+}
+
+/// Why a recycler Pod did not do its work, in kube-controller-manager's words (they become the
+/// volume's `Recycle failed: …`).
+#[derive(Debug, thiserror::Error)]
+pub enum RecyclerPodError {
+    /// Its watches could not be opened (the error as it is).
+    #[error("{0}")]
+    Watch(#[source] kube::Error),
+    /// A Pod of that name was there and could not be deleted.
+    #[error("failed to delete old recycler pod {pod}: {source}")]
+    DeleteOldPod {
+        /// `namespace/name`.
+        pod: String,
+        /// The API server's error.
+        source: kube::Error,
+    },
+    /// A Pod of that name was there: deleted, the next try makes a new one.
+    #[error("{}", OLD_POD_FOUND)]
+    OldPodFound,
+    /// The Pod could not be made.
+    #[error("unexpected error creating recycler pod:  {0}")]
+    CreatePod(#[source] kube::Error),
+    /// The Pod did not succeed.
+    #[error("failed to recycle volume: {0}")]
+    Recycle(#[source] PodEnd),
+    /// The Pod succeeded but could not be deleted (the next try deletes it as an old one).
+    #[error("failed to delete recycler pod: {0}")]
+    DeletePod(#[source] kube::Error),
+}
+
+/// How a recycler Pod ended short of success.
+#[derive(Debug, thiserror::Error)]
+pub enum PodEnd {
+    /// It failed: its message, or kube-controller-manager's words for none.
+    #[error("{0}")]
+    Failed(String),
+    /// It was deleted first.
+    #[error("{}", POD_DELETED)]
+    Deleted,
+    /// It could not be listed again when its watch ended.
+    #[error("recycler pod watcher failed")]
+    WatchFailed(#[source] kube::Error),
+    /// It did not end within its deadline and [`crate::decide::recycle::PAST_DEADLINE`].
+    #[error("recycler pod did not finish within {seconds} s")]
+    TimedOut {
+        /// The wait, in seconds.
+        seconds: u64,
+    },
 }
 
 /// One of the recycler Pod's two watches (the Pod, its events), from a resourceVersion a list
@@ -192,83 +237,102 @@ impl PvController {
                     crate::decide::recycle::NO_RECYCLER,
                 )
                 .await
-                .map_err(RecycleError::Outcome);
+                .map_err(RecycleError::WriteOutcome);
         };
         tracing::info!(pv = name, "recycling the volume");
         match self.run_recycler_pod(&live, pod).await {
-            Ok(()) => self.recycled(&live).await.map_err(RecycleError::Outcome),
+            Ok(()) => self.recycled(&live).await,
             Err(error) => {
                 tracing::warn!(pv = name, %error, "recycle failed");
-                self.fail(&live, "VolumeFailedRecycle", &failed_message(&error))
-                    .await
-                    .map_err(RecycleError::Outcome)
+                self.fail(
+                    &live,
+                    "VolumeFailedRecycle",
+                    &failed_message(&error.to_string()),
+                )
+                .await
+                .map_err(RecycleError::WriteOutcome)
             }
         }
     }
 
-    /// A recycled volume: the `VolumeRecycled` event, then unbound (`unbindVolume`: the claimRef
-    /// removed if this controller set it, else only its UID) and Available.
-    async fn recycled(&self, pv: &PersistentVolume) -> Result<(), SyncError> {
+    /// A recycled volume: the `VolumeRecycled` event, then unbound (`volume_unbound`) and
+    /// Available. A write that conflicts (the volume changed while its Pod ran) is made again
+    /// on the volume read anew while it still names the same claim, so a change elsewhere in it
+    /// does not cost another scrub.
+    async fn recycled(&self, pv: &PersistentVolume) -> Result<(), RecycleError> {
         self.recorder.record(
             &reference(pv),
             EventType::Normal,
             "VolumeRecycled",
             "Volume recycled",
         );
-        let mut updated = pv.clone();
-        let by_controller = updated
-            .metadata
-            .annotations
-            .as_mut()
-            .and_then(|a| a.remove(ANN_BOUND_BY_CONTROLLER))
-            .is_some();
-        if updated
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(BTreeMap::is_empty)
-        {
-            updated.metadata.annotations = None;
-        }
-        if let Some(spec) = updated.spec.as_mut() {
-            if by_controller {
-                spec.claim_ref = None;
-            } else if let Some(claim_ref) = spec.claim_ref.as_mut() {
-                claim_ref.uid = None;
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let claim_uid = |v: &PersistentVolume| {
+            v.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| r.uid.clone())
+        };
+        let mut current = pv.clone();
+        let mut tries = 0;
+        let written = loop {
+            tries += 1;
+            match self
+                .put_volume(
+                    &volume_unbound(&current),
+                    Part::Whole,
+                    "unbind the recycled volume",
+                )
+                .await
+            {
+                Ok(written) => break written,
+                Err(SyncError::Write { source, .. })
+                    if tries < 5 && sidecar_kit::api_errors::is_conflict(&source) =>
+                {
+                    let api = Api::<PersistentVolume>::all(self.client.clone());
+                    let live =
+                        api.get_opt(&name)
+                            .await
+                            .map_err(|source| RecycleError::ReadVolume {
+                                volume: name.clone(),
+                                source,
+                            })?;
+                    match live {
+                        Some(live) if claim_uid(&live) == claim_uid(pv) => current = live,
+                        // Gone, or bound anew meanwhile: nothing of ours to undo.
+                        _ => return Ok(()),
+                    }
+                }
+                Err(error) => return Err(RecycleError::WriteOutcome(error)),
             }
-        }
-        let written = self
-            .put_volume(&updated, Part::Whole, "unbind the recycled volume")
-            .await?;
+        };
         let available = volume_in_phase(&written, "Available");
         self.put_volume(
             &available,
             Part::Status,
             "make the recycled volume Available",
         )
-        .await?;
-        tracing::info!(
-            pv = pv.metadata.name.as_deref().unwrap_or_default(),
-            "volume recycled"
-        );
+        .await
+        .map_err(RecycleError::WriteOutcome)?;
+        tracing::info!(pv = name, "volume recycled");
         Ok(())
     }
 
     /// Creates the recycler Pod, waits for its end and deletes it (whatever the end), as
     /// kube-controller-manager's recycler client; the error is the Pod's failure in its words.
-    async fn run_recycler_pod(&self, pv: &PersistentVolume, pod: Pod) -> Result<(), String> {
+    async fn run_recycler_pod(
+        &self,
+        pv: &PersistentVolume,
+        pod: Pod,
+    ) -> Result<(), RecyclerPodError> {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace);
-        let deadline = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.active_deadline_seconds)
-            .and_then(|s| u64::try_from(s).ok())
-            .map_or(Duration::ZERO, Duration::from_secs)
-            + PAST_DEADLINE;
+        let limit = wait_limit(&pod);
         // Both watches are open before the Pod exists, so nothing of it is missed.
-        let (_, version) = list_pod(&pods, &name).await.map_err(|e| e.to_string())?;
+        let (_, version) = list_pod(&pods, &name)
+            .await
+            .map_err(RecyclerPodError::Watch)?;
         let mut pod_watch = Follow::new(pods.clone(), "metadata.name", &name, &version);
         let mut event_watch = Follow::new(
             Api::<Event>::namespaced(self.client.clone(), &namespace),
@@ -276,33 +340,29 @@ impl PvController {
             &name,
             &version,
         );
-        pod_watch.open().await.map_err(|e| e.to_string())?;
-        event_watch.open().await.map_err(|e| e.to_string())?;
+        pod_watch.open().await.map_err(RecyclerPodError::Watch)?;
+        event_watch.open().await.map_err(RecyclerPodError::Watch)?;
         match pods.create(&PostParams::default(), &pod).await {
             Ok(_) => {}
             Err(error) if sidecar_kit::api_errors::is_already_exists(&error) => {
                 return match pods.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => Err(OLD_POD_FOUND.to_string()),
-                    Err(error) => Err(format!(
-                        "failed to delete old recycler pod {namespace}/{name}: {error}"
-                    )),
+                    Ok(_) => Err(RecyclerPodError::OldPodFound),
+                    Err(source) => Err(RecyclerPodError::DeleteOldPod {
+                        pod: format!("{namespace}/{name}"),
+                        source,
+                    }),
                 };
             }
-            Err(error) => {
-                return Err(format!("unexpected error creating recycler pod:  {error}"));
-            }
+            Err(error) => return Err(RecyclerPodError::CreatePod(error)),
         }
         let waited = tokio::time::timeout(
-            deadline,
+            limit,
             self.wait_for_recycler(pv, &name, &mut pod_watch, &mut event_watch),
         )
         .await
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "recycler pod did not finish within {} s",
-                deadline.as_secs()
-            ))
-        });
+        .unwrap_or(Err(PodEnd::TimedOut {
+            seconds: limit.as_secs(),
+        }));
         let deleted = match pods.delete(&name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(error) if sidecar_kit::api_errors::is_not_found(&error) => Ok(()),
@@ -311,8 +371,8 @@ impl PvController {
                 Err(error)
             }
         };
-        waited.map_err(|error| format!("failed to recycle volume: {error}"))?;
-        deleted.map_err(|error| format!("failed to delete recycler pod: {error}"))
+        waited.map_err(RecyclerPodError::Recycle)?;
+        deleted.map_err(RecyclerPodError::DeletePod)
     }
 
     /// Follows the recycler Pod `name` to its end, passing its new events on to the volume. A
@@ -325,7 +385,7 @@ impl PvController {
         name: &str,
         pods: &mut Follow<Pod>,
         events: &mut Follow<Event>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PodEnd> {
         let mut passed_on: HashSet<String> = HashSet::new();
         loop {
             // A watch that ended leaves its branch off; the next pass opens it again.
@@ -333,10 +393,10 @@ impl PvController {
                 change = pods.next(), if pods.stream.is_some() => match change {
                     Some(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
                         if let Some(outcome) = pod_outcome(&pod) {
-                            return outcome;
+                            return outcome.map_err(PodEnd::Failed);
                         }
                     }
-                    Some(WatchEvent::Deleted(_)) => return Err(POD_DELETED.to_string()),
+                    Some(WatchEvent::Deleted(_)) => return Err(PodEnd::Deleted),
                     Some(WatchEvent::Bookmark(_) | WatchEvent::Error(_)) | None => {}
                 },
                 change = events.next(), if events.stream.is_some() => {
@@ -350,13 +410,13 @@ impl PvController {
                     if pods.stream.is_none() || events.gone {
                         let (now, listed) = list_pod(&pods.api, name)
                             .await
-                            .map_err(|_| "recycler pod watcher failed".to_string())?;
+                            .map_err(PodEnd::WatchFailed)?;
                         if pods.stream.is_none() {
                             let Some(pod) = now else {
-                                return Err(POD_DELETED.to_string());
+                                return Err(PodEnd::Deleted);
                             };
                             if let Some(outcome) = pod_outcome(&pod) {
-                                return outcome;
+                                return outcome.map_err(PodEnd::Failed);
                             }
                             pods.version = listed.clone();
                             if let Err(error) = pods.open().await {

@@ -86,27 +86,10 @@ impl PvController {
                 tracing::info!(phase, "volume phase changed");
                 Ok(())
             }
-            VolumeAction::Unbind => {
-                let mut updated = (*pv).clone();
-                if let Some(spec) = updated.spec.as_mut() {
-                    spec.claim_ref = None;
-                }
-                if let Some(a) = updated.metadata.annotations.as_mut() {
-                    a.remove(ANN_BOUND_BY_CONTROLLER);
-                }
-                self.put_volume(&updated, Part::Whole, "unbind the volume")
-                    .await
-                    .map(drop)
-            }
-            VolumeAction::ClearClaimUid => {
-                let mut updated = (*pv).clone();
-                if let Some(claim_ref) = updated.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
-                    claim_ref.uid = None;
-                }
-                self.put_volume(&updated, Part::Whole, "clear the volume's claim UID")
-                    .await
-                    .map(drop)
-            }
+            VolumeAction::Unbind | VolumeAction::ClearClaimUid => self
+                .put_volume(&volume_unbound(&pv), Part::Whole, "unbind the volume")
+                .await
+                .map(drop),
             VolumeAction::Fail { reason, message } => self.fail(&pv, reason, &message).await,
             VolumeAction::DeleteHostPath(path) => self.delete_host_path(&pv, path).await,
             VolumeAction::VolumeModeMismatch { namespace, name } => {

@@ -31,6 +31,36 @@ pub fn volume_bound_to(
     Some(whole)
 }
 
+/// The volume let go of its claim (kube-controller-manager's `unbindVolume`): bound by the
+/// controller (`bound-by-controller`), its claimRef and that annotation removed (no
+/// annotations left: none at all); pre-bound by the user, only its claimRef's UID cleared, so
+/// it stays reserved for a claim of that name.
+pub fn volume_unbound(pv: &PersistentVolume) -> PersistentVolume {
+    let mut updated = pv.clone();
+    let by_controller = updated
+        .metadata
+        .annotations
+        .as_mut()
+        .and_then(|a| a.remove(ANN_BOUND_BY_CONTROLLER))
+        .is_some();
+    if updated
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(std::collections::BTreeMap::is_empty)
+    {
+        updated.metadata.annotations = None;
+    }
+    if let Some(spec) = updated.spec.as_mut() {
+        if by_controller {
+            spec.claim_ref = None;
+        } else if let Some(claim_ref) = spec.claim_ref.as_mut() {
+            claim_ref.uid = None;
+        }
+    }
+    updated
+}
+
 /// The volume with its phase Bound (see [`volume_in_phase`]). `None` when it is Bound already.
 pub fn volume_marked_bound(pv: &PersistentVolume) -> Option<PersistentVolume> {
     if pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") {

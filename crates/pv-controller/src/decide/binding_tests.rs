@@ -3,7 +3,7 @@
 use super::*;
 use crate::decide::binding::{
     bound_status, claim_bound_to, lost_status, volume_bound_to, volume_in_phase,
-    volume_marked_bound,
+    volume_marked_bound, volume_unbound,
 };
 
 #[test]
@@ -173,4 +173,40 @@ fn a_volume_phase_other_than_failed_is_written_without_a_message() {
     }
     let marked = volume_marked_bound(&failed).unwrap();
     assert_eq!(marked.status.unwrap().message, None);
+}
+
+#[test]
+fn unbinding_removes_the_controllers_claim_ref_and_keeps_the_users_reservation() {
+    let c = claim("c", Some(""), "1Gi");
+    let by_us = {
+        let mut v = bound_to(pv("v", "", "1Gi"), &c);
+        v.metadata.annotations = Some(BTreeMap::from([(
+            ANN_BOUND_BY_CONTROLLER.to_string(),
+            "yes".to_string(),
+        )]));
+        v
+    };
+    let unbound = volume_unbound(&by_us);
+    assert!(unbound.spec.as_ref().unwrap().claim_ref.is_none());
+    assert_eq!(
+        unbound.metadata.annotations, None,
+        "no annotation left: none"
+    );
+    let mut kept = by_us.clone();
+    kept.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("owner".into(), "me".into());
+    assert_eq!(
+        volume_unbound(&kept).metadata.annotations,
+        Some(BTreeMap::from([("owner".to_string(), "me".to_string())]))
+    );
+    let by_user = bound_to(pv("v", "", "1Gi"), &c);
+    let reserved = volume_unbound(&by_user);
+    let claim_ref = reserved.spec.unwrap().claim_ref.unwrap();
+    assert_eq!(
+        (claim_ref.name.as_deref(), claim_ref.uid),
+        (Some("c"), None)
+    );
 }

@@ -200,6 +200,21 @@ pub fn pod_outcome(pod: &Pod) -> Option<Result<(), String>> {
     }
 }
 
+/// How much longer than its deadline a recycler Pod is waited for before the recycle fails (a
+/// Pod no node takes never starts its deadline; kube-controller-manager waits for its watches).
+pub const PAST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How long the recycler Pod is waited for: its deadline and [`PAST_DEADLINE`].
+pub fn wait_limit(pod: &Pod) -> std::time::Duration {
+    let deadline = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .unwrap_or(0);
+    std::time::Duration::from_secs(deadline) + PAST_DEADLINE
+}
+
 /// The end of a recycler Pod whose deletion was seen before it finished.
 pub const POD_DELETED: &str = "recycler pod was deleted";
 
