@@ -439,7 +439,10 @@ async fn it_leads_through_upstreams_lease_and_serves_upstreams_metrics() {
         // csi-lib-utils names no election: the Go sidecar's series is `name=""`.
         r#"leader_election_master_status{name=""}"#,
     ] {
-        assert!(page.contains(wanted), "{wanted} missing from\n{page}");
+        assert!(
+            sidecar_kit::testing::has_metric(&page, wanted),
+            "{wanted} missing from\n{page}"
+        );
     }
     assert_eq!(
         sidecar_kit::testing::http_get(port, "/healthz/leader-election").await,

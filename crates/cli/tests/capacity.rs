@@ -193,13 +193,16 @@ async fn capacity_objects_follow_classes_nodes_and_provisioned_volumes() {
     .await;
 
     // Upstream's gauges.
-    let metrics = reqwest_metrics(port).await;
+    let metrics = metrics_once_published(port).await;
     for line in [
         "csistoragecapacities_desired_goal 2",
         "csistoragecapacities_desired_current 2",
         "csistoragecapacities_obsolete 0",
     ] {
-        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+        assert!(
+            sidecar_kit::testing::has_metric(&metrics, line),
+            "{line} missing:\n{metrics}"
+        );
     }
 
     // A second class: two more; the first class deleted: its objects go.
@@ -232,15 +235,15 @@ async fn capacity_objects_follow_classes_nodes_and_provisioned_volumes() {
 
 /// The metrics page once its gauges say the two objects are published (the endpoint needs no
 /// token; it may not be listening yet at first).
-async fn reqwest_metrics(port: u16) -> String {
+async fn metrics_once_published(port: u16) -> String {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let out = sidecar_kit::http::get_local(port, "/metrics")
             .await
             .unwrap_or_default();
         // The gauges are refreshed every two seconds.
-        if out.contains("csistoragecapacities_desired_goal 2")
-            && out.contains("csistoragecapacities_obsolete 0")
+        if sidecar_kit::testing::has_metric(&out, "csistoragecapacities_desired_goal 2")
+            && sidecar_kit::testing::has_metric(&out, "csistoragecapacities_obsolete 0")
         {
             return out;
         }

@@ -283,6 +283,18 @@ pub async fn http_get(port: u16, path: &str) -> String {
     crate::http::get_local(port, path).await.unwrap()
 }
 
+/// Whether a metrics page has the series `wanted`: a whole line when it gives a value
+/// (`name{labels} 1` is not found in a line `name{labels} 10`), else a line of that series
+/// whatever its value (`name{labels}`), or of that family (a bare `name`).
+pub fn has_metric(page: &str, wanted: &str) -> bool {
+    let bare = !wanted.contains(['{', ' ']);
+    page.lines().any(|line| {
+        line == wanted
+            || line.starts_with(&format!("{wanted} "))
+            || (bare && line.starts_with(&format!("{wanted}{{")))
+    })
+}
+
 /// Polls `f` until it gives `Ok`; an `Err` says what was seen instead. After `timeout` the
 /// test fails naming `what`, the last thing seen and `context()` (a process's log).
 pub async fn poll_for<T, F, Fut>(
@@ -357,6 +369,27 @@ pub fn poll_blocking<T>(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+
+    #[test]
+    fn a_metric_is_found_by_its_whole_line() {
+        let page = "# HELP x_total X.\nx_total{a=\"b\"} 10\nx_total{a=\"c\"} 1\ny_seconds_bucket{le=\"1\"} 3\nz 7\n";
+        let rows = [
+            ("x_total{a=\"b\"} 10", true),
+            ("x_total{a=\"b\"} 1", false),
+            ("x_total{a=\"c\"} 1", true),
+            ("x_total{a=\"b\"}", true),
+            ("x_total{a=\"d\"}", false),
+            ("y_seconds_bucket", true),
+            ("y_seconds", false),
+            ("z", true),
+            ("z 7", true),
+            ("z 70", false),
+        ];
+        for (wanted, found) in rows {
+            assert_eq!(has_metric(page, wanted), found, "{wanted}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -70,7 +70,10 @@ async fn our_pv_controller_binds_and_releases_in_place_of_kube_controller_manage
         "retroactive_storageclass_total 0",
         "retroactive_storageclass_errors_total 0",
     ] {
-        assert!(metrics.contains(wanted), "{wanted} missing from\n{metrics}");
+        assert!(
+            sidecar_kit::testing::has_metric(&metrics, wanted),
+            "{wanted} missing from\n{metrics}"
+        );
     }
     // From asking the provisioner to the binding, under the provisioner's name (observed once
     // the claim's status write returns, which may be after the claim is seen Bound).
