@@ -192,16 +192,13 @@ impl PvController {
         let Some(config) = self.recycler.clone() else {
             return Ok(());
         };
-        let api = Api::<PersistentVolume>::all(self.client.clone());
-        let live = match api.get_opt(name).await {
-            Ok(Some(live)) => live,
-            Ok(None) => return Ok(()),
-            Err(source) => {
-                return Err(RecycleError::ReadVolume {
-                    volume: name.to_string(),
-                    source,
-                });
-            }
+        let read = self.read_volume(name).await;
+        let Some(live) = read.map_err(|source| RecycleError::ReadVolume {
+            volume: name.to_string(),
+            source,
+        })?
+        else {
+            return Ok(());
         };
         let claim = claim_named_by(&live)
             .and_then(|(ns, claim)| self.claims.get(&ObjectRef::new(&claim).within(&ns)));
@@ -289,14 +286,12 @@ impl PvController {
                 Err(SyncError::Write { source, .. })
                     if tries < 5 && sidecar_kit::api_errors::is_conflict(&source) =>
                 {
-                    let api = Api::<PersistentVolume>::all(self.client.clone());
-                    let live =
-                        api.get_opt(&name)
-                            .await
-                            .map_err(|source| RecycleError::ReadVolume {
-                                volume: name.clone(),
-                                source,
-                            })?;
+                    let live = self.read_volume(&name).await.map_err(|source| {
+                        RecycleError::ReadVolume {
+                            volume: name.clone(),
+                            source,
+                        }
+                    })?;
                     match live {
                         Some(live) if claim_uid(&live) == claim_uid(pv) => current = live,
                         // Gone, or bound anew meanwhile: nothing of ours to undo.

@@ -139,6 +139,17 @@ impl PvController {
         }
     }
 
+    /// The volume as the API server has it now (none when it is gone): what the hostPath
+    /// deleter and the recycler act on, not the cache's word.
+    pub(super) async fn read_volume(
+        &self,
+        name: &str,
+    ) -> Result<Option<PersistentVolume>, kube::Error> {
+        Api::<PersistentVolume>::all(self.client.clone())
+            .get_opt(name)
+            .await
+    }
+
     /// kube-controller-manager's hostPath deleter: reads the volume from the API server and
     /// goes on only if it is still to be deleted so (its `deleteVolumeOperation` reads it
     /// again too), removes the path (`crate::host_path`), then deletes the PV, that very one
@@ -146,15 +157,13 @@ impl PvController {
     async fn delete_host_path(&self, pv: &PersistentVolume, path: String) -> Result<(), SyncError> {
         let api = Api::<PersistentVolume>::all(self.client.clone());
         let name = pv.metadata.name.as_deref().unwrap_or_default();
-        let live = match api.get_opt(name).await {
-            Ok(Some(live)) => live,
-            Ok(None) => return Ok(()),
-            Err(source) => {
-                return Err(SyncError::ReadVolume {
-                    volume: name.to_string(),
-                    source,
-                });
-            }
+        let read = self.read_volume(name).await;
+        let Some(live) = read.map_err(|source| SyncError::ReadVolume {
+            volume: name.to_string(),
+            source,
+        })?
+        else {
+            return Ok(());
         };
         if !host_path_deletion_stands(&live, &path) {
             tracing::info!(
