@@ -85,20 +85,42 @@ async fn leader_health(State(endpoint): State<Arc<Endpoint>>) -> (StatusCode, &'
     }
 }
 
+/// How long [`get_local`] waits for the whole exchange: a sidecar that accepts and never
+/// answers is an error, not a hung benchmark or test.
+pub const LOCAL_GET_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The body of an HTTP/1.0 GET of `path` on `127.0.0.1:port` (a sidecar's `/metrics` or
-/// `/healthz`, which need no token): a plain TCP client for benchmarks and tests.
+/// `/healthz`, which need no token): a plain TCP client for benchmarks and tests. An answer
+/// other than 200, or none within [`LOCAL_GET_TIMEOUT`], is an error naming it.
 pub async fn get_local(port: u16, path: &str) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await?;
-    Ok(out
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default())
+    use std::io::{Error, ErrorKind};
+    let exchange = async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+            .await?;
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await?;
+        Ok::<_, Error>(out)
+    };
+    let out = tokio::time::timeout(LOCAL_GET_TIMEOUT, exchange)
+        .await
+        .map_err(|_| {
+            Error::new(
+                ErrorKind::TimedOut,
+                format!("GET {path} on port {port}: no answer within {LOCAL_GET_TIMEOUT:?}"),
+            )
+        })??;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((out.as_str(), ""));
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("GET {path} on port {port}: answered {status:?}"),
+        ));
+    }
+    Ok(body.to_string())
 }
 
 /// Binds and serves in the background; returns the bound address.
@@ -175,5 +197,32 @@ mod tests {
         .await;
         assert!(matches!(refused, Ok(Err(_))), "{refused:?}");
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn a_local_get_of_a_path_not_served_is_an_error_naming_the_status() {
+        let endpoint = Endpoint {
+            metrics: Metrics::new().unwrap(),
+            leader: None,
+        };
+        let bound = serve("127.0.0.1:0", "/metrics", endpoint).await.unwrap();
+        let error = get_local(bound.port(), "/nothing").await.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+        assert!(error.to_string().contains("404"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_local_get_that_gets_no_answer_times_out() {
+        // Accepts and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hold = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            std::future::pending::<()>().await;
+            drop(stream);
+        });
+        let error = get_local(port, "/metrics").await.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut, "{error}");
+        hold.abort();
     }
 }
