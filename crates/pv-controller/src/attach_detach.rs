@@ -21,6 +21,7 @@ use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
 use crate::decide::attach_detach::{World, actions, attach_failures, wanted};
 use crate::decide::protection::claims_of;
+use crate::decide::reasons::Reason;
 
 /// How often every node is looked at again whatever the events said.
 const RESYNC: Duration = Duration::from_secs(10);
@@ -279,7 +280,7 @@ impl AttachDetachController {
             self.recorder.record(
                 &reference(pod),
                 EventType::Warning,
-                "FailedAttachVolume",
+                Reason::FailedAttachVolume.as_str(),
                 &message,
             );
         }

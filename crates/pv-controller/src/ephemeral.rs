@@ -18,6 +18,7 @@ use sidecar_kit::watch::{Watches, each};
 use sidecar_kit::workqueue::{Backoff, Next, WorkQueue};
 
 use crate::decide::ephemeral::{EphemeralAction, claim_orphaned, ephemeral_claims, owning_pod};
+use crate::decide::reasons::Reason;
 
 /// A failed API call (retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -189,7 +190,7 @@ impl EphemeralController {
                     self.recorder.record(
                         &reference(&*pod),
                         EventType::Warning,
-                        "FailedBinding",
+                        Reason::FailedBinding.as_str(),
                         &format!("PVC {claim} was not created for the pod"),
                     );
                 }

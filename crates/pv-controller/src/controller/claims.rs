@@ -12,6 +12,7 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::reference;
 
 use super::*;
+use crate::decide::reasons::Reason;
 
 impl PvController {
     /// Decides a claim and carries the decision out.
@@ -112,7 +113,7 @@ impl PvController {
                                 self.recorder.record(
                                     &reference(&*claim),
                                     EventType::Warning,
-                                    "ProvisioningFailed",
+                                    Reason::ProvisioningFailed.as_str(),
                                     &format!(
                                         "Error saving claim: {}",
                                         sidecar_kit::api_errors::message(source)
@@ -122,15 +123,19 @@ impl PvController {
                         })?;
                 }
                 self.recorder
-                    .record(&reference(&*claim), EventType::Normal, "ExternalProvisioning", &format!(
+                    .record(&reference(&*claim), EventType::Normal, Reason::ExternalProvisioning.as_str(), &format!(
                         "Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
                     ));
                 Ok(())
             }
             ClaimAction::WaitForFirstConsumer => {
                 let (reason, message) = first_consumer_event(&self.waiting_pods.of(&ns, &name));
-                self.recorder
-                    .record(&reference(&*claim), EventType::Normal, reason, &message);
+                self.recorder.record(
+                    &reference(&*claim),
+                    EventType::Normal,
+                    reason.as_str(),
+                    &message,
+                );
                 self.mark_pending(&claim, pending).await
             }
             ClaimAction::Pending {
@@ -139,7 +144,7 @@ impl PvController {
                 message,
             } => {
                 self.recorder
-                    .record(&reference(&*claim), event, reason, &message);
+                    .record(&reference(&*claim), event, reason.as_str(), &message);
                 self.mark_pending(&claim, pending).await?;
                 Err(SyncError::Waiting(message))
             }
@@ -148,8 +153,12 @@ impl PvController {
                 message,
                 error,
             } => {
-                self.recorder
-                    .record(&reference(&*claim), EventType::Warning, reason, &message);
+                self.recorder.record(
+                    &reference(&*claim),
+                    EventType::Warning,
+                    reason.as_str(),
+                    &message,
+                );
                 Err(SyncError::Waiting(error))
             }
             ClaimAction::Wait(why) => {
@@ -168,8 +177,12 @@ impl PvController {
                 updated.status = Some(lost_status(&claim));
                 self.put_claim(&updated, Part::Status, "mark the claim Lost")
                     .await?;
-                self.recorder
-                    .record(&reference(&*claim), EventType::Warning, reason, message);
+                self.recorder.record(
+                    &reference(&*claim),
+                    EventType::Warning,
+                    reason.as_str(),
+                    message,
+                );
                 Ok(())
             }
         }

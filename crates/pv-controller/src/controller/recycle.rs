@@ -17,6 +17,7 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::reference;
 
 use super::*;
+use crate::decide::reasons::Reason;
 use crate::decide::recycle::{
     OLD_POD_FOUND, POD_DELETED, failed_message, forwarded_message, pod_outcome, recycle_stands,
     recycler_pod, used_by_message, users_of, wait_limit,
@@ -220,7 +221,7 @@ impl PvController {
                 self.recorder.record(
                     &reference(&live),
                     EventType::Normal,
-                    "VolumeFailedRecycle",
+                    Reason::VolumeFailedRecycle.as_str(),
                     &used_by_message(&users),
                 );
                 return Ok(());
@@ -230,7 +231,7 @@ impl PvController {
             return self
                 .fail(
                     &live,
-                    "VolumeFailedRecycle",
+                    Reason::VolumeFailedRecycle,
                     crate::decide::recycle::NO_RECYCLER,
                 )
                 .await
@@ -243,7 +244,7 @@ impl PvController {
                 tracing::warn!(pv = name, %error, "recycle failed");
                 self.fail(
                     &live,
-                    "VolumeFailedRecycle",
+                    Reason::VolumeFailedRecycle,
                     &failed_message(&error.to_string()),
                 )
                 .await
@@ -260,7 +261,7 @@ impl PvController {
         self.recorder.record(
             &reference(pv),
             EventType::Normal,
-            "VolumeRecycled",
+            Reason::VolumeRecycled.as_str(),
             "Volume recycled",
         );
         let name = pv.metadata.name.clone().unwrap_or_default();
@@ -444,7 +445,7 @@ impl PvController {
         self.recorder.record(
             &reference(pv),
             kind,
-            "RecyclerPod",
+            Reason::RecyclerPod.as_str(),
             &forwarded_message(event.message.as_deref().unwrap_or_default()),
         );
     }

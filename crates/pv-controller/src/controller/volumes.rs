@@ -9,6 +9,7 @@ use sidecar_kit::events::EventType;
 use sidecar_kit::vocabulary::reference;
 
 use super::*;
+use crate::decide::reasons::Reason;
 use crate::decide::recycle::NO_RECYCLER;
 
 impl PvController {
@@ -97,7 +98,7 @@ impl PvController {
                 self.recorder.record(
                     &reference(&*pv),
                     EventType::Warning,
-                    "VolumeMismatch",
+                    Reason::VolumeMismatch.as_str(),
                     &format!(
                         "Cannot bind PersistentVolume to requested PersistentVolumeClaim {name:?} due to incompatible volumeMode."
                     ),
@@ -108,7 +109,7 @@ impl PvController {
                 self.recorder.record(
                     &reference(&*claim),
                     EventType::Warning,
-                    "VolumeMismatch",
+                    Reason::VolumeMismatch.as_str(),
                     &format!(
                         "Cannot bind PersistentVolume {name:?} to requested PersistentVolumeClaim due to incompatible volumeMode.",
                         name = pv.metadata.name.as_deref().unwrap_or_default()
@@ -135,7 +136,10 @@ impl PvController {
                 Ok(())
             }
             // As kube-controller-manager for a volume no recycler plugin serves.
-            VolumeAction::Recycle => self.fail(&pv, "VolumeFailedRecycle", NO_RECYCLER).await,
+            VolumeAction::Recycle => {
+                self.fail(&pv, Reason::VolumeFailedRecycle, NO_RECYCLER)
+                    .await
+            }
         }
     }
 
@@ -178,7 +182,7 @@ impl PvController {
                 .map_err(|join| join.to_string())
                 .and_then(|done| done.map_err(|error| error.to_string()));
         if let Err(error) = removed {
-            return self.fail(&live, "VolumeFailedDelete", &error).await;
+            return self.fail(&live, Reason::VolumeFailedDelete, &error).await;
         }
         let params = kube::api::DeleteParams {
             preconditions: Some(kube::api::Preconditions {
@@ -205,7 +209,7 @@ impl PvController {
     pub(super) async fn fail(
         &self,
         pv: &PersistentVolume,
-        reason: &str,
+        reason: Reason,
         message: &str,
     ) -> Result<(), SyncError> {
         if pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
@@ -218,7 +222,7 @@ impl PvController {
         self.put_volume(&updated, Part::Status, "mark the volume Failed")
             .await?;
         self.recorder
-            .record(&reference(pv), EventType::Warning, reason, message);
+            .record(&reference(pv), EventType::Warning, reason.as_str(), message);
         Ok(())
     }
 }

@@ -21,6 +21,7 @@ pub use super::reclaim::{
     awaits_external_deleter, host_path_deletable, host_path_deletion_stands, left_to_node_recyclers,
 };
 use super::reclaim::{reclaim, reclaim_policy};
+use crate::decide::reasons::Reason;
 
 /// The pseudo-provisioner of classes for static volumes only.
 pub use sidecar_kit::vocabulary::NO_PROVISIONER;
@@ -50,7 +51,7 @@ pub enum ClaimAction {
         /// Event type.
         event: EventType,
         /// Event reason.
-        reason: &'static str,
+        reason: Reason,
         /// Event message.
         message: String,
     },
@@ -63,7 +64,7 @@ pub enum ClaimAction {
     /// removed the claim's `bind-completed`).
     Failed {
         /// The event's reason.
-        reason: &'static str,
+        reason: Reason,
         /// The event's message.
         message: String,
         /// The sync's error.
@@ -78,7 +79,7 @@ pub enum ClaimAction {
     /// Warning event.
     Lost {
         /// `ClaimLost` or `ClaimMisbound`.
-        reason: &'static str,
+        reason: Reason,
         /// kube-controller-manager's words.
         message: &'static str,
     },
@@ -88,7 +89,7 @@ impl ClaimAction {
     /// A Warning `ProvisioningFailed` event with `message`, which is also the sync's error.
     pub fn provisioning_failed(message: String) -> Self {
         ClaimAction::Failed {
-            reason: "ProvisioningFailed",
+            reason: Reason::ProvisioningFailed,
             error: message.clone(),
             message,
         }
@@ -111,7 +112,7 @@ pub enum VolumeAction {
     /// unknown policy): phase Failed, with this Warning event.
     Fail {
         /// The event's reason.
-        reason: &'static str,
+        reason: Reason,
         /// The event's message (and the volume's status message).
         message: String,
     },
@@ -236,7 +237,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
                 None => ClaimAction::Bind(volume_name.to_string()),
                 Some(why) => ClaimAction::Pending {
                     event: EventType::Warning,
-                    reason: "VolumeMismatch",
+                    reason: Reason::VolumeMismatch,
                     message: format!("Cannot bind to requested volume {volume_name:?}: {why}"),
                 },
             };
@@ -251,7 +252,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
             };
             let holder = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
             return ClaimAction::Failed {
-                reason: "FailedBinding",
+                reason: Reason::FailedBinding,
                 message,
                 error: format!(
                     "invalid binding of claim {:?} to volume {volume_name:?}: volume already claimed by {:?}",
@@ -268,7 +269,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         }
         return ClaimAction::Pending {
             event: EventType::Warning,
-            reason: "FailedBinding",
+            reason: Reason::FailedBinding,
             message,
         };
     }
@@ -307,7 +308,7 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         }
         return ClaimAction::Pending {
             event: EventType::Normal,
-            reason: "FailedBinding",
+            reason: Reason::FailedBinding,
             message: "no persistent volumes available for this claim and no storage class is set"
                 .into(),
         };
@@ -365,13 +366,13 @@ fn decide_bound_claim(
     };
     let Some(name) = volume_name else {
         return lost(
-            "ClaimLost",
+            Reason::ClaimLost,
             "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!",
         );
     };
     let Some(pv) = pv else {
         return lost(
-            "ClaimLost",
+            Reason::ClaimLost,
             "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
         );
     };
@@ -398,7 +399,7 @@ fn decide_bound_claim(
         };
     }
     lost(
-        "ClaimMisbound",
+        Reason::ClaimMisbound,
         "Two claims are bound to the same volume, this one is bound incorrectly",
     )
 }

@@ -2,6 +2,7 @@
 //! attributes class, and looking volumes up by name (helpers from the claim side's tests).
 
 use super::*;
+use crate::decide::reasons::Reason;
 
 #[test]
 fn the_smallest_matching_available_volume_is_bound() {
@@ -51,7 +52,7 @@ fn class_mode_access_and_selector_must_match() {
         dc(&c, &volumes[3..], &[], None),
         ClaimAction::Pending {
             event: sidecar_kit::events::EventType::Normal,
-            reason: "FailedBinding",
+            reason: Reason::FailedBinding,
             message: "no persistent volumes available for this claim and no storage class is set"
                 .into()
         }
@@ -231,7 +232,7 @@ fn a_named_volume_that_does_not_satisfy_its_claim_is_refused_in_kube_controller_
             dc(&c, &[volume], &[], None),
             ClaimAction::Pending {
                 event: sidecar_kit::events::EventType::Warning,
-                reason: "VolumeMismatch",
+                reason: Reason::VolumeMismatch,
                 message: format!("Cannot bind to requested volume \"v\": {why}"),
             }
         );
@@ -259,7 +260,7 @@ fn the_fewest_access_modes_come_before_the_smallest_size_and_only_available_volu
     assert!(matches!(
         dc(&c, &[pending], &[], None),
         ClaimAction::Pending {
-            reason: "FailedBinding",
+            reason: Reason::FailedBinding,
             ..
         }
     ));
@@ -363,7 +364,7 @@ fn pre_bound_claims_and_volumes_are_honoured() {
         dc(&c, &[taken], &[], None),
         ClaimAction::Pending {
             event: sidecar_kit::events::EventType::Warning,
-            reason: "FailedBinding",
+            reason: Reason::FailedBinding,
             message: "volume \"chosen\" already bound to a different claim.".into(),
         }
     );
@@ -382,7 +383,7 @@ fn pre_bound_claims_and_volumes_are_honoured() {
     assert_eq!(
         misbound,
         ClaimAction::Failed {
-            reason: "FailedBinding",
+            reason: Reason::FailedBinding,
             message: "volume \"chosen\" already bound to a different claim.".into(),
             error: "invalid binding of claim \"default/c\" to volume \"chosen\": volume already claimed by \"default/someone-else\"".into(),
         }

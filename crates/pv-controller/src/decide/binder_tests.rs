@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 
 use super::*;
+use crate::decide::reasons::Reason;
 
 fn dc(
     c: &PersistentVolumeClaim,
@@ -237,7 +238,7 @@ fn without_a_match_the_class_provisioner_is_asked() {
     in_tree.push(sc("rbd", "kubernetes.io/rbd", false));
     assert!(matches!(
         dc(&claim("c", Some("rbd"), "1Gi"), &[], &in_tree, None),
-        ClaimAction::Failed { reason: "ProvisioningFailed", message, .. } if message == "no volume plugin matched name: kubernetes.io/rbd"
+        ClaimAction::Failed { reason: Reason::ProvisioningFailed, message, .. } if message == "no volume plugin matched name: kubernetes.io/rbd"
     ));
     let missing = dc(&claim("c", Some("nope"), "1Gi"), &[], &classes, None);
     assert_eq!(
@@ -306,7 +307,7 @@ fn a_claim_whose_binding_completed_keeps_its_volume_or_is_lost_as_kube_controlle
             completed(None, "Bound"),
             None,
             lost(
-                "ClaimLost",
+                Reason::ClaimLost,
                 "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!",
             ),
         ),
@@ -314,7 +315,7 @@ fn a_claim_whose_binding_completed_keeps_its_volume_or_is_lost_as_kube_controlle
             completed(Some("v"), "Bound"),
             None,
             lost(
-                "ClaimLost",
+                Reason::ClaimLost,
                 "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
             ),
         ),
@@ -345,7 +346,7 @@ fn a_claim_whose_binding_completed_keeps_its_volume_or_is_lost_as_kube_controlle
             completed(Some("v"), "Bound"),
             Some(bound_to(pv("v", "", "1Gi"), &other)),
             lost(
-                "ClaimMisbound",
+                Reason::ClaimMisbound,
                 "Two claims are bound to the same volume, this one is bound incorrectly",
             ),
         ),
@@ -388,7 +389,7 @@ fn late_binding_leaves_unbound_volumes_to_the_scheduler() {
     assert!(matches!(
         dc(&selected, std::slice::from_ref(&local), &classes, None),
         ClaimAction::Failed {
-            reason: "ProvisioningFailed",
+            reason: Reason::ProvisioningFailed,
             ..
         }
     ));
@@ -483,8 +484,8 @@ fn a_claim_left_unbound_is_marked_pending_as_kube_controller_manager_marks_it() 
     let rows = [
         (ClaimAction::WaitForFirstConsumer, true),
         (ClaimAction::Wait("volume \"v\" not found".into()), true),
-        (pending("VolumeMismatch"), true),
-        (pending("FailedBinding"), true),
+        (pending(Reason::VolumeMismatch), true),
+        (pending(Reason::FailedBinding), true),
         (
             ClaimAction::provisioning_failed("no volume plugin".into()),
             false,

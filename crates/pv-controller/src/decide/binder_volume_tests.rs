@@ -2,6 +2,7 @@
 //! the migration mark (helpers from the claim side's tests).
 
 use super::*;
+use crate::decide::reasons::Reason;
 
 #[test]
 fn a_volume_whose_claim_bound_elsewhere_is_released_unbound_or_kept_reserved() {
@@ -159,7 +160,7 @@ fn released_volumes_follow_their_reclaim_policy() {
     assert_eq!(
         dv(&released("Delete", false), &[]),
         VolumeAction::Fail {
-            reason: "VolumeFailedDelete",
+            reason: Reason::VolumeFailedDelete,
             message: "error getting deleter volume plugin for volume \"v\": no deletable volume plugin matched".into(),
         },
         "no deleter for a volume without a source"
@@ -223,7 +224,7 @@ fn released_volumes_follow_their_reclaim_policy() {
         assert_eq!(
             dv(&host_path(path), &[]),
             VolumeAction::Fail {
-                reason: "VolumeFailedDelete",
+                reason: Reason::VolumeFailedDelete,
                 message: format!(
                     "host_path deleter only supports /tmp/.+ but received provided {path}"
                 ),
@@ -264,7 +265,7 @@ fn released_volumes_follow_their_reclaim_policy() {
     assert_eq!(
         dv(&released("Scrub", true), &[]),
         VolumeAction::Fail {
-            reason: "VolumeUnknownReclaimPolicy",
+            reason: Reason::VolumeUnknownReclaimPolicy,
             message: "Volume has unrecognized PersistentVolumeReclaimPolicy".into(),
         }
     );

@@ -3,6 +3,7 @@
 //! the claim waits for its first consumer; with some, for them to be scheduled (the scheduler
 //! picks the node, then the binder or the provisioner goes on).
 
+use crate::decide::reasons::Reason;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 /// Whether a Pod has terminated as kube-controller-manager's volume code counts it
@@ -45,18 +46,18 @@ pub fn awaits_scheduling(pod: &Pod) -> bool {
 /// The Normal event of a claim waiting for its consumer: `WaitForFirstConsumer`, or
 /// `WaitForPodScheduled` naming the Pods (of the claim's namespace) that wait for the
 /// scheduler, in kube-controller-manager's words. `waiting` in the order to name them.
-pub fn first_consumer_event(waiting: &[String]) -> (&'static str, String) {
+pub fn first_consumer_event(waiting: &[String]) -> (Reason, String) {
     match waiting {
         [] => (
-            "WaitForFirstConsumer",
+            Reason::WaitForFirstConsumer,
             "waiting for first consumer to be created before binding".to_string(),
         ),
         [pod] => (
-            "WaitForPodScheduled",
+            Reason::WaitForPodScheduled,
             format!("waiting for pod {pod} to be scheduled"),
         ),
         pods => (
-            "WaitForPodScheduled",
+            Reason::WaitForPodScheduled,
             format!("waiting for pods {} to be scheduled", pods.join(",")),
         ),
     }
@@ -167,20 +168,20 @@ mod tests {
     #[test]
     fn the_event_names_the_pods_that_wait_in_kube_controller_managers_words() {
         let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let rows: [(&[&str], &str, &str); 3] = [
+        let rows: [(&[&str], Reason, &str); 3] = [
             (
                 &[],
-                "WaitForFirstConsumer",
+                Reason::WaitForFirstConsumer,
                 "waiting for first consumer to be created before binding",
             ),
             (
                 &["web-0"],
-                "WaitForPodScheduled",
+                Reason::WaitForPodScheduled,
                 "waiting for pod web-0 to be scheduled",
             ),
             (
                 &["a", "b"],
-                "WaitForPodScheduled",
+                Reason::WaitForPodScheduled,
                 "waiting for pods a,b to be scheduled",
             ),
         ];

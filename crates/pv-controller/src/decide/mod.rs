@@ -8,6 +8,7 @@ pub mod consumers;
 pub mod ephemeral;
 pub mod matching;
 pub mod protection;
+pub mod reasons;
 pub mod reclaim;
 pub mod recycle;
 

@@ -6,6 +6,7 @@ use sidecar_kit::vocabulary::annotation;
 use sidecar_kit::vocabulary::pv_phase as phase;
 
 use super::binder::{ANN_PROVISIONED_BY, VolumeAction};
+use crate::decide::reasons::Reason;
 
 /// Whether an external deleter (a CSI provisioner) deletes the volume when it is released with
 /// policy `Delete`: a CSI volume, one an external provisioner made, or one of a migrated plugin.
@@ -56,7 +57,7 @@ pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
                     VolumeAction::DeleteHostPath(path)
                 } else {
                     VolumeAction::Fail {
-                        reason: "VolumeFailedDelete",
+                        reason: Reason::VolumeFailedDelete,
                         message: format!(
                             "host_path deleter only supports /tmp/.+ but received provided {path}"
                         ),
@@ -64,7 +65,7 @@ pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
                 }
             } else {
                 VolumeAction::Fail {
-                    reason: "VolumeFailedDelete",
+                    reason: Reason::VolumeFailedDelete,
                     message: format!(
                         "error getting deleter volume plugin for volume {name:?}: no deletable volume plugin matched"
                     ),
@@ -72,7 +73,7 @@ pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
             }
         }
         _ => VolumeAction::Fail {
-            reason: "VolumeUnknownReclaimPolicy",
+            reason: Reason::VolumeUnknownReclaimPolicy,
             message: "Volume has unrecognized PersistentVolumeReclaimPolicy".into(),
         },
     }
