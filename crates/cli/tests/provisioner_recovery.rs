@@ -41,10 +41,7 @@ async fn crash_with_a_volume_in_flight(mode: &str, restarted: &str) -> (Cluster,
     let made = usize::from(foreign.is_some()) + 1;
     assert_eq!(c.driver_volumes().await, made);
     c.kill_provisioner();
-    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
-        .delete("victim", &DeleteParams::default())
-        .await
-        .unwrap();
+    c.delete_claim("victim").await;
     c.faults("");
     for arg in &mut c.provisioner_args {
         if arg.starts_with("--in-flight-recovery=") {
@@ -194,10 +191,7 @@ async fn a_listed_volume_whose_claim_and_secret_are_gone_is_deleted_without_the_
         .await;
     assert_eq!(c.driver_volumes().await, 1);
     c.kill_provisioner();
-    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), "default")
-        .delete("orphan", &DeleteParams::default())
-        .await
-        .unwrap();
+    c.delete_claim("orphan").await;
     Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.client.clone(), "default")
         .delete("creds", &DeleteParams::default())
         .await
