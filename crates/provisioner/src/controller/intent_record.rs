@@ -70,12 +70,18 @@ fn deflate(bytes: &[u8]) -> Option<Vec<u8>> {
     encoder.finish().ok()
 }
 
+/// The largest request a deflated record may inflate to: gRPC's default message limit, which a
+/// CreateVolume request the driver accepted could not have passed. A record past it (a bomb
+/// put in the Lease by hand) does not decode.
+pub const MAX_INFLATED: u64 = 4 * 1024 * 1024;
+
 fn inflate(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     flate2::read::DeflateDecoder::new(bytes)
+        .take(MAX_INFLATED + 1)
         .read_to_end(&mut out)
         .ok()?;
-    Some(out)
+    (out.len() as u64 <= MAX_INFLATED).then_some(out)
 }
 
 impl Record {
@@ -153,6 +159,21 @@ impl Record {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_inflating_past_the_limit_does_not_decode() {
+        let within = deflate(&vec![0u8; 1024]).unwrap();
+        assert_eq!(inflate(&within).map(|b| b.len()), Some(1024));
+        let limit = usize::try_from(MAX_INFLATED).unwrap();
+        assert_eq!(
+            inflate(&deflate(&vec![0u8; limit]).unwrap()).map(|b| b.len()),
+            Some(limit)
+        );
+        // 4 MiB and one byte of zeros deflate to a few KiB.
+        let bomb = deflate(&vec![0u8; limit + 1]).unwrap();
+        assert!(bomb.len() < 16 * 1024, "{}", bomb.len());
+        assert_eq!(inflate(&bomb), None);
+    }
 
     #[test]
     fn records_round_trip_the_request_without_secrets() {

@@ -138,7 +138,12 @@ impl Shard {
     }
 }
 
-/// The shard number of a Lease named `<base>` (0) or `<base>-<n>`.
+/// Shards the log may have: [`SHARD_BUDGET`] each, 800 MiB of records in all, far beyond any
+/// number of volumes in flight. A Lease named past it is not one of the log's (a name like
+/// `<base>-99999999999` would otherwise make the log allocate that many empty shards).
+pub const MAX_SHARDS: usize = 4096;
+
+/// The shard number of a Lease named `<base>` (0) or `<base>-<n>`, `n` below [`MAX_SHARDS`].
 fn shard_number(base: &str, name: &str) -> Option<usize> {
     if name == base {
         return Some(0);
@@ -147,7 +152,7 @@ fn shard_number(base: &str, name: &str) -> Option<usize> {
     (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         .then(|| n.parse().ok())
         .flatten()
-        .filter(|n| *n > 0)
+        .filter(|n| *n > 0 && *n < MAX_SHARDS)
 }
 
 fn shard_name(base: &str, n: usize) -> String {
@@ -546,6 +551,11 @@ mod tests {
             ("p-intents", Some(0)),
             ("p-intents-1", Some(1)),
             ("p-intents-12", Some(12)),
+            ("p-intents-4095", Some(4095)),
+            // Past MAX_SHARDS: not one of the log's, however it is named.
+            ("p-intents-4096", None),
+            ("p-intents-99999999999", None),
+            ("p-intents-99999999999999999999999", None),
             ("p-intents-0", None),
             ("p-intents-", None),
             ("p-intents-x", None),

@@ -106,7 +106,12 @@ fn read(lease: &Lease, name: &str) -> Result<(Found, u64), ListingError> {
         .ok_or_else(|| ListingError::NoUid(name.to_string()))?;
     let epoch = match annotation(lease, EPOCH) {
         None => 0,
-        Some(text) => text.parse().map_err(|_| corrupt(EPOCH, text))?,
+        // An epoch that cannot grow (u64::MAX) does not read either: the next would wrap.
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|epoch| epoch.checked_add(1).is_some())
+            .ok_or_else(|| corrupt(EPOCH, text))?,
     };
     let settled = match annotation(lease, SETTLED) {
         None => Settled::default(),
@@ -238,5 +243,48 @@ impl Listing {
         };
         *self.last.lock() = (written, settled.clone());
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(epoch: Option<&str>) -> Lease {
+        let mut lease = Lease {
+            metadata: ObjectMeta {
+                name: Some("p-listed".into()),
+                uid: Some("u-1".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        if let Some(epoch) = epoch {
+            annotate(&mut lease, EPOCH, epoch.to_string());
+        }
+        lease
+    }
+
+    #[test]
+    fn the_epoch_reads_when_it_can_grow() {
+        let rows: [(Option<&str>, Option<u64>); 6] = [
+            (None, Some(0)),
+            (Some("0"), Some(0)),
+            (Some("41"), Some(41)),
+            (Some("18446744073709551614"), Some(u64::MAX - 1)),
+            // The next start's epoch would wrap to 0 and reuse its serials.
+            (Some("18446744073709551615"), None),
+            (Some("x"), None),
+        ];
+        for (stored, want) in rows {
+            let got = read(&lease(stored), "p-listed");
+            match want {
+                Some(epoch) => assert_eq!(got.ok().map(|(_, e)| e), Some(epoch), "{stored:?}"),
+                None => assert!(
+                    matches!(got, Err(ListingError::Corrupt { key: EPOCH, .. })),
+                    "{stored:?}: {got:?}"
+                ),
+            }
+        }
     }
 }
