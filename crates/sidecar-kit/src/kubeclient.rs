@@ -90,15 +90,45 @@ pub async fn load_config(options: &ClientOptions<'_>) -> Result<kube::Config, Cl
         }
     };
     if !options.master.is_empty() {
-        config.cluster_url = options
-            .master
-            .parse()
-            .map_err(|_| ClientError::Master(options.master.to_string()))?;
+        let auth = &config.auth_info;
+        let tls = config.root_cert.is_some()
+            || config.root_cert_file.is_some()
+            || config.accept_invalid_certs
+            || auth.client_certificate.is_some()
+            || auth.client_certificate_data.is_some();
+        config.cluster_url = master_url(options.master, tls)
+            .ok_or_else(|| ClientError::Master(options.master.to_string()))?;
     }
     if let Ok(value) = http::HeaderValue::from_str(options.user_agent) {
         config.headers.push((http::header::USER_AGENT, value));
     }
     Ok(config)
+}
+
+/// The server `--master` names, as client-go's `DefaultServerURL` reads it: a URL, or a host
+/// or `host:port` given `https://` when the configuration has TLS settings (a CA, a client
+/// certificate, or insecure) and `http://` otherwise. `None`: neither (no host, a path
+/// without a scheme, a scheme other than http or https).
+pub fn master_url(master: &str, tls: bool) -> Option<http::Uri> {
+    let as_url = master
+        .parse::<http::Uri>()
+        .ok()
+        .filter(|uri| uri.scheme().is_some() && uri.authority().is_some());
+    let uri = match as_url {
+        Some(uri) => uri,
+        None => {
+            let scheme = if tls { "https" } else { "http" };
+            let uri: http::Uri = format!("{scheme}://{master}").parse().ok()?;
+            // A host with a path is not a host:port pair (client-go refuses it too).
+            if !matches!(uri.path(), "" | "/") {
+                return None;
+            }
+            uri
+        }
+    };
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    let host_ok = uri.host().is_some_and(|h| !h.is_empty());
+    (scheme_ok && host_ok).then_some(uri)
 }
 
 async fn from_file(path: &str) -> Result<kube::Config, ClientError> {
@@ -149,6 +179,44 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use super::*;
+
+    #[test]
+    fn master_reads_as_client_go_reads_it() {
+        let rows: [(&str, bool, Option<&str>); 11] = [
+            (
+                "https://10.0.0.1:6443",
+                false,
+                Some("https://10.0.0.1:6443/"),
+            ),
+            (
+                "http://api.example:8080",
+                true,
+                Some("http://api.example:8080/"),
+            ),
+            (
+                "https://api.example/prefix",
+                false,
+                Some("https://api.example/prefix"),
+            ),
+            // A host or host:port: https with TLS settings, else http.
+            ("10.0.0.1:6443", true, Some("https://10.0.0.1:6443/")),
+            ("10.0.0.1:6443", false, Some("http://10.0.0.1:6443/")),
+            ("api.example", true, Some("https://api.example/")),
+            ("[::1]:6443", true, Some("https://[::1]:6443/")),
+            // Neither a URL nor a host.
+            ("api.example/prefix", true, None),
+            ("ftp://api.example", true, None),
+            ("://", true, None),
+            ("a b", true, None),
+        ];
+        for (master, tls, want) in rows {
+            assert_eq!(
+                master_url(master, tls).map(|u| u.to_string()).as_deref(),
+                want,
+                "{master} tls={tls}"
+            );
+        }
+    }
 
     /// What the server saw: requests inside it now, the most at once, and all so far.
     #[derive(Default)]
