@@ -502,6 +502,8 @@ mod tests {
                 "--metrics-address",
             ),
             (&["--feature-gates=Bogus=true"], "--feature-gates"),
+            (&["--metrics-path=/healthz"], "--metrics-path"),
+            (&["--metrics-path=/{x}"], "--metrics-path"),
             (
                 &["--leader-election", "--leader-election-renew-deadline=20s"],
                 "--leader-election-renew-deadline",

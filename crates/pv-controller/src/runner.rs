@@ -149,11 +149,14 @@ impl PvControllerArgs {
         if self.workers == 0 {
             return flag("--workers", "must be at least 1");
         }
+        if self.kube_api_qps.is_nan() {
+            return flag("--kube-api-qps", "must be a number");
+        }
         if self.pvclaimbinder_sync_period.is_zero() {
             return flag("--pvclaimbinder-sync-period", "must be longer than 0");
         }
-        if !self.metrics_path.starts_with('/') {
-            return flag("--metrics-path", "must start with /");
+        if let Some(reason) = sidecar_kit::http::metrics_path_error(&self.metrics_path) {
+            return flag("--metrics-path", reason);
         }
         // A deadline must be positive (kube-apiserver refuses a Pod with another).
         for (name, value, least) in [
@@ -333,8 +336,10 @@ mod tests {
             Some(("kube-system".into(), LEASE.into(), Duration::from_secs(2)))
         );
         assert!(elected.validate().is_ok());
-        let rows: [(&[&str], &str); 9] = [
+        let rows: [(&[&str], &str); 11] = [
             (&["--workers=0"], "--workers"),
+            (&["--kube-api-qps=NaN"], "--kube-api-qps"),
+            (&["--metrics-path=/healthz"], "--metrics-path"),
             (
                 &["--pvclaimbinder-sync-period=0s"],
                 "--pvclaimbinder-sync-period",

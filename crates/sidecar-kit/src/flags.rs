@@ -223,8 +223,8 @@ impl CommonArgs {
                 "cannot be used together with --http-endpoint",
             );
         }
-        if !self.metrics_path.starts_with('/') {
-            return refuse("--metrics-path", "must start with /");
+        if let Some(reason) = crate::http::metrics_path_error(&self.metrics_path) {
+            return refuse("--metrics-path", reason);
         }
         if self.leader_election {
             check_leader_election(

@@ -36,6 +36,14 @@ pub enum HttpError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// The metrics path cannot be routed ([`metrics_path_error`]).
+    #[error("invalid metrics path {path:?}: {reason}")]
+    MetricsPath {
+        /// The path.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 /// Go-style listen address: `:8080` means every interface.
@@ -123,12 +131,47 @@ pub async fn get_local(port: u16, path: &str) -> std::io::Result<String> {
     Ok(body.to_string())
 }
 
+/// Why `path` cannot serve the metrics, if it cannot: it must start with `/`, must not be one of
+/// the health endpoints' paths, and must be a plain path to the router (no `{`/`}`, no segment
+/// starting with `:` or `*`), which would otherwise refuse it with a panic at start.
+pub fn metrics_path_error(path: &str) -> Option<&'static str> {
+    if !path.starts_with('/') {
+        return Some("must start with /");
+    }
+    if HEALTH_PATHS.contains(&path) {
+        return Some("must not be /healthz or /healthz/leader-election, which serve health");
+    }
+    if path.contains(['{', '}']) || path.split('/').any(|s| s.starts_with([':', '*'])) {
+        return Some("must be a plain path: no { or }, no segment starting with : or *");
+    }
+    None
+}
+
+/// The health endpoints' paths.
+const HEALTH_PATHS: [&str; 2] = ["/healthz", "/healthz/leader-election"];
+
+/// The endpoint's routes: the metrics at `metrics_path`, and health.
+fn router(metrics_path: &str, endpoint: Endpoint) -> Result<Router, HttpError> {
+    if let Some(reason) = metrics_path_error(metrics_path) {
+        return Err(HttpError::MetricsPath {
+            path: metrics_path.to_string(),
+            reason,
+        });
+    }
+    Ok(Router::new()
+        .route(metrics_path, get(metrics))
+        .route(HEALTH_PATHS[0], get(healthz))
+        .route(HEALTH_PATHS[1], get(leader_health))
+        .with_state(Arc::new(endpoint)))
+}
+
 /// Binds and serves in the background; returns the bound address.
 pub async fn serve(
     address: &str,
     metrics_path: &str,
     endpoint: Endpoint,
 ) -> Result<SocketAddr, HttpError> {
+    let app = router(metrics_path, endpoint)?;
     let addr = parse_address(address)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -140,11 +183,6 @@ pub async fn serve(
         address: address.to_string(),
         source,
     })?;
-    let app = Router::new()
-        .route(metrics_path, get(metrics))
-        .route("/healthz", get(healthz))
-        .route("/healthz/leader-election", get(leader_health))
-        .with_state(Arc::new(endpoint));
     tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(%error, "HTTP endpoint stopped");
@@ -197,6 +235,45 @@ mod tests {
         .await;
         assert!(matches!(refused, Ok(Err(_))), "{refused:?}");
         drop(held);
+    }
+
+    #[test]
+    fn a_metrics_path_is_refused_at_start_unless_the_router_takes_it() {
+        let endpoint = || Endpoint {
+            metrics: Metrics::new().unwrap(),
+            leader: None,
+        };
+        for path in [
+            "/metrics",
+            "/",
+            "/a/b",
+            "/healthz/x",
+            "/x:y",
+            "/a*b",
+            "//m",
+            "/m/",
+        ] {
+            assert_eq!(metrics_path_error(path), None, "{path}");
+            let built = std::panic::catch_unwind(|| router(path, endpoint()).map(drop));
+            assert!(matches!(built, Ok(Ok(()))), "{path}");
+        }
+        for (path, words) in [
+            ("metrics", "must start with /"),
+            ("", "must start with /"),
+            ("/healthz", "health"),
+            ("/healthz/leader-election", "health"),
+            ("/{name}", "plain path"),
+            ("/a}", "plain path"),
+            ("/:id", "plain path"),
+            ("/x/*rest", "plain path"),
+        ] {
+            let reason = metrics_path_error(path).unwrap_or_default();
+            assert!(reason.contains(words), "{path}: {reason}");
+            assert!(matches!(
+                router(path, endpoint()),
+                Err(HttpError::MetricsPath { .. })
+            ));
+        }
     }
 
     #[tokio::test]
