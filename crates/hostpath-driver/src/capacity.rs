@@ -71,7 +71,7 @@ impl Driver {
                 .map(|node| (total - table.used(&kind, *node)).max(0))
                 .collect::<Vec<i64>>()
         });
-        let available: i64 = free.iter().sum();
+        let available = free.iter().fold(0i64, |sum, f| sum.saturating_add(*f));
         let largest = free.iter().copied().max().unwrap_or(0);
         let maximum = match self.cfg.max_volume_size {
             Some(max) => largest.min(max),

@@ -151,7 +151,7 @@ pub fn decide(
         next.acquire_time = Some(micro(now));
         next.renew_time = Some(micro(now));
         next.lease_duration_seconds = Some(seconds);
-        next.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        next.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
     }
     LeaseAction::Write(next)
 }

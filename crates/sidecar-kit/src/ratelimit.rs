@@ -56,7 +56,7 @@ impl TokenBucket {
         if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(-self.tokens / self.qps)
+            wait(-self.tokens / self.qps)
         }
     }
 
@@ -71,9 +71,18 @@ impl TokenBucket {
             self.tokens -= 1.0;
             Ok(())
         } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
+            Err(wait((1.0 - self.tokens) / self.qps))
         }
     }
+}
+
+/// The longest a request is told to wait for its token: under a QPS so small that its wait
+/// would not fit a `Duration` (`--kube-api-qps=1e-20`), it goes once an hour.
+pub const LONGEST_WAIT: Duration = Duration::from_secs(3600);
+
+/// `seconds` as a wait, at most [`LONGEST_WAIT`].
+fn wait(seconds: f64) -> Duration {
+    Duration::try_from_secs_f64(seconds).map_or(LONGEST_WAIT, |d| d.min(LONGEST_WAIT))
 }
 
 /// Whether a request waits its turn or yields to every other.

@@ -163,7 +163,7 @@ pub enum Change {
 pub struct Table {
     volumes: BTreeMap<String, VolumeRecord>,
     by_name: HashMap<String, String>,
-    used: HashMap<(String, Option<String>), i64>,
+    used: HashMap<(String, Option<String>), i128>,
     attached: HashMap<String, usize>,
     /// Volumes being created: their name and capacity are taken, but they are not logged yet,
     /// so readers (ListVolumes, ControllerGetVolume, snapshots) do not see them.
@@ -193,7 +193,7 @@ impl Table {
                 *self
                     .used
                     .entry((record.kind.clone(), record.node.clone()))
-                    .or_default() += record.capacity_bytes;
+                    .or_default() += i128::from(record.capacity_bytes);
                 for node in record.published.keys() {
                     *self.attached.entry(node.clone()).or_default() += 1;
                 }
@@ -336,7 +336,7 @@ impl Table {
         self.reserved.remove(id);
         if let Some(old) = self.volumes.remove(id) {
             if let Some(used) = self.used.get_mut(&(old.kind.clone(), old.node.clone())) {
-                *used -= old.capacity_bytes;
+                *used -= i128::from(old.capacity_bytes);
             }
             for node in old.published.keys() {
                 if let Some(count) = self.attached.get_mut(node) {
@@ -359,12 +359,15 @@ impl Table {
         self.by_name.get(name).and_then(|id| self.volumes.get(id))
     }
 
-    /// Bytes used in a pool.
+    /// Bytes used in a pool, at most `i64::MAX` (the sum is kept exact: volumes of any sizes
+    /// a request or a Pod's attributes gave cannot overflow it).
     pub fn used(&self, kind: &str, node: Option<&str>) -> i64 {
-        self.used
+        let used = self
+            .used
             .get(&(kind.to_string(), node.map(str::to_string)))
             .copied()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        i64::try_from(used.max(0)).unwrap_or(i64::MAX)
     }
 
     /// Volumes ControllerPublished to a node.

@@ -224,3 +224,17 @@ fn the_state_directory_and_its_files_are_private() {
         }
     }
 }
+
+#[tokio::test]
+async fn huge_volumes_do_not_overflow_the_pools_total() {
+    // Two 7 EiB volumes (an ephemeral volume's size comes from a Pod's attributes): the total
+    // passes i64::MAX, reads as i64::MAX, and comes back exactly when one goes.
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), 1 << 20);
+    let seven_eib = 7 << 60;
+    put(&store, record("a", "va", seven_eib)).await;
+    put(&store, record("b", "vb", seven_eib)).await;
+    assert_eq!(store.read(|t| t.used("", Some("n1"))).0, i64::MAX);
+    delete(&store, "a").await;
+    assert_eq!(store.read(|t| t.used("", Some("n1"))).0, seven_eib);
+}

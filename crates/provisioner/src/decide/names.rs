@@ -39,11 +39,11 @@ impl VolumeNaming {
         if self.uuid_length < 0 {
             return format!("{}-{claim_uid}", self.prefix);
         }
-        let compact: String = claim_uid.chars().filter(|c| *c != '-').collect();
-        let n = usize::try_from(self.uuid_length)
-            .unwrap_or(0)
-            .min(compact.len());
-        format!("{}-{}", self.prefix, &compact[..n])
+        // By characters: a UID is ASCII from any real API server, and one that is not cannot
+        // cut a character in two.
+        let n = usize::try_from(self.uuid_length).unwrap_or(0);
+        let compact: String = claim_uid.chars().filter(|c| *c != '-').take(n).collect();
+        format!("{}-{compact}", self.prefix)
     }
 }
 
@@ -70,6 +70,11 @@ mod tests {
         for (prefix, len, want) in table {
             assert_eq!(VolumeNaming::new(prefix, len).unwrap().pv_name(UID), want);
         }
+        // A UID shorter than the length, or not ASCII (no real API server makes one), is cut
+        // by characters.
+        let naming = VolumeNaming::new("pvc", 4).unwrap();
+        assert_eq!(naming.pv_name("ab"), "pvc-ab");
+        assert_eq!(naming.pv_name("aé-bcd"), "pvc-aébc");
     }
 
     #[test]
