@@ -376,6 +376,15 @@ mod tests {
     }
 
     #[test]
+    fn a_qps_too_small_for_a_duration_waits_an_hour() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(1e-20, 1);
+        assert_eq!(b.reserve(t0), Duration::ZERO);
+        assert_eq!(b.reserve(t0), LONGEST_WAIT);
+        assert_eq!(b.take_if_idle(t0), Err(LONGEST_WAIT));
+    }
+
+    #[test]
     fn only_event_writes_yield() {
         use http::Method;
         let table = [
