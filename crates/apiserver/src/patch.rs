@@ -58,6 +58,35 @@ pub enum PatchError {
     /// The patch does not fit the object (a JSON patch test or path that fails).
     #[error("the patch could not be applied: {0}")]
     Apply(String),
+    /// A JSON patch with more operations than kube-apiserver takes, or whose copies would
+    /// grow the object past [`MAX_COPIED_BYTES`] (each `copy` can double it).
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// The most operations a JSON patch may have (kube-apiserver's `maxJSONPatchOperations`).
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// The most bytes the `copy` operations of one JSON patch may copy in all: a request body's
+/// limit. Without it, some 35 copies of a member into itself take a 2 KB body to terabytes.
+pub const MAX_COPIED_BYTES: usize = crate::server::MAX_BODY;
+
+/// The length of a value's JSON, counted without writing it anywhere.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// Applies a JSON, merge or strategic merge patch to `target`.
@@ -67,7 +96,23 @@ pub fn apply(kind: PatchKind, target: &Value, patch: &Value) -> Result<Value, Pa
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| PatchError::Parse(format!("invalid JSON patch: {e}")))?;
+            if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
+                return Err(PatchError::TooLarge(format!(
+                    "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+                    ops.0.len()
+                )));
+            }
+            let mut copied = 0usize;
             for (index, op) in ops.0.into_iter().enumerate() {
+                if let json_patch::PatchOperation::Copy(c) = &op {
+                    copied =
+                        copied.saturating_add(next.pointer(c.from.as_str()).map_or(0, json_len));
+                    if copied > MAX_COPIED_BYTES {
+                        return Err(PatchError::TooLarge(format!(
+                            "operation {index}: the copies of this JSON patch are over {MAX_COPIED_BYTES} bytes"
+                        )));
+                    }
+                }
                 // kube-apiserver's JSON patch takes a missing member as null: `test` of a
                 // missing path against null passes (clients guard "no finalizers yet" so).
                 if let json_patch::PatchOperation::Test(t) = &op
@@ -467,6 +512,40 @@ mod tests {
             let got = apply(PatchKind::Strategic, &deployment, &patch).unwrap();
             assert_eq!(got, expected, "{what}");
         }
+    }
+
+    #[test]
+    fn json_patches_that_would_blow_up_are_refused_before_they_grow() {
+        let target = json!({"data": {}});
+        // Each copy of /data into itself doubles it: 40 of them from 1 KiB would be 1 TiB.
+        let mut ops = vec![json!({"op": "add", "path": "/data/a", "value": "x".repeat(1024)})];
+        ops.extend(
+            (0..40).map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/b{i}")})),
+        );
+        let got = apply(PatchKind::Json, &target, &Value::Array(ops));
+        assert!(
+            matches!(&got, Err(PatchError::TooLarge(m)) if m.contains("copies")),
+            "{got:?}"
+        );
+        // A few copies are fine.
+        let few = json!([
+            {"op": "add", "path": "/data/a", "value": "v"},
+            {"op": "copy", "from": "/data/a", "path": "/data/b"},
+        ]);
+        assert_eq!(
+            apply(PatchKind::Json, &target, &few).unwrap(),
+            json!({"data": {"a": "v", "b": "v"}})
+        );
+        // kube-apiserver's cap on operations.
+        let many: Vec<Value> = (0..=MAX_JSON_PATCH_OPERATIONS)
+            .map(|_| json!({"op": "test", "path": "/data", "value": {}}))
+            .collect();
+        let got = apply(PatchKind::Json, &target, &Value::Array(many));
+        assert!(
+            matches!(&got, Err(PatchError::TooLarge(m)) if m.contains("maximum operations")),
+            "{got:?}"
+        );
+        assert_eq!(json_len(&json!({"a": [1, "b"]})), r#"{"a":[1,"b"]}"#.len());
     }
 
     #[test]

@@ -187,6 +187,10 @@ impl ApiError {
             "the request body is too large",
         )
     }
+    /// 413, saying why.
+    pub fn too_large_because(message: impl Into<String>) -> Self {
+        Self::new(413, "RequestEntityTooLarge", message)
+    }
     /// 415.
     pub fn unsupported_media(message: impl Into<String>) -> Self {
         Self::new(415, "UnsupportedMediaType", message)

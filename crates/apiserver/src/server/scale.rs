@@ -110,6 +110,7 @@ pub(crate) async fn scale(
             None => request.clone(),
             Some(kind) => patch::apply(kind, &before, &request).map_err(|e| match e {
                 PatchError::Parse(message) => ApiError::bad_request(message),
+                PatchError::TooLarge(message) => ApiError::too_large_because(message),
                 PatchError::Apply(_) => ApiError::invalid("Scale", name, &e.to_string()),
             })?,
         };

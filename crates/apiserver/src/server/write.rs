@@ -287,6 +287,7 @@ pub(crate) async fn patch(
             .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
         let mut next = patch::apply(kind, &current, &patch_value).map_err(|e| match e {
             PatchError::Parse(message) => ApiError::bad_request(message),
+            PatchError::TooLarge(message) => ApiError::too_large_because(message),
             PatchError::Apply(_) => ApiError::invalid(&t.rt.kind, name, &e.to_string()),
         })?;
         patched_is_an_object(t, name, &next)?;
