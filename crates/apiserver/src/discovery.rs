@@ -244,11 +244,21 @@ pub fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
             format!("{prefix}/{}", t.plural)
         };
         let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
+        // Dry runs are served on creates only (`write::dry_run_refused`).
         let op = |action: &str| {
+            let parameters = if action == "post" {
+                json!([
+                    param("dryRun"),
+                    param("fieldManager"),
+                    param("fieldValidation")
+                ])
+            } else {
+                json!([param("fieldManager"), param("fieldValidation")])
+            };
             json!({
                 "x-kubernetes-action": action,
                 "x-kubernetes-group-version-kind": gvk,
-                "parameters": [param("dryRun"), param("fieldManager"), param("fieldValidation")],
+                "parameters": parameters,
                 "responses": {"200": {"description": "OK"}},
             })
         };

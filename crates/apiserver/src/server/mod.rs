@@ -338,6 +338,9 @@ async fn object_request(
             ),
         };
     }
+    if let Some(refused) = write::dry_run_refused(method, query.get("dryRun"), &body) {
+        return (verb_of(method, t.name.is_some(), false), Err(refused));
+    }
     // A Pod's binding subresource supports create only.
     if t.subresource.as_deref() == Some("binding") {
         return match (method.as_str(), t.name.clone()) {

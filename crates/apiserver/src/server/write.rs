@@ -27,6 +27,35 @@ pub(crate) async fn commit(app: &App, rt: &ResourceType, rv: u64) -> Result<(), 
     Ok(())
 }
 
+/// The refusal of a dry run this server cannot do: it dry-runs creates only, so an update, a
+/// patch (server-side apply included) or a delete asking for one (`dryRun` in the query, or
+/// in a delete's DeleteOptions body) is refused with 400 instead of being carried out.
+/// The OpenAPI document offers `dryRun` on creates only.
+pub(crate) fn dry_run_refused(
+    method: &Method,
+    dry_run: Option<&str>,
+    body: &[u8],
+) -> Option<ApiError> {
+    if !matches!(method.as_str(), "PUT" | "PATCH" | "DELETE") {
+        return None;
+    }
+    let in_options = || {
+        method == Method::DELETE
+            && serde_json::from_slice::<Value>(body).ok().is_some_and(
+                |options| match &options["dryRun"] {
+                    Value::Null => false,
+                    Value::Array(items) => !items.is_empty(),
+                    _ => true,
+                },
+            )
+    };
+    (dry_run.is_some_and(|d| !d.is_empty()) || in_options()).then(|| {
+        ApiError::bad_request(format!(
+            "dryRun is supported on create only by this API server; nothing was changed by this {method}"
+        ))
+    })
+}
+
 pub(crate) async fn create(
     app: &Shared,
     t: &Target,
@@ -304,8 +333,33 @@ pub(crate) async fn patch(
 
 #[cfg(test)]
 mod tests {
-    use super::same_but_version;
+    use super::{Method, dry_run_refused, same_but_version};
     use serde_json::json;
+
+    #[test]
+    fn dry_runs_of_anything_but_a_create_are_refused() {
+        let delete_options = br#"{"kind":"DeleteOptions","dryRun":["All"]}"#;
+        let rows: [(Method, Option<&str>, &[u8], bool); 9] = [
+            (Method::PUT, Some("All"), b"{}", true),
+            (Method::PATCH, Some("All"), b"{}", true),
+            (Method::DELETE, Some("All"), b"", true),
+            (Method::DELETE, None, delete_options, true),
+            (Method::DELETE, None, br#"{"dryRun":[]}"#, false),
+            (Method::DELETE, None, b"", false),
+            (Method::PUT, None, b"{}", false),
+            (Method::PUT, Some(""), b"{}", false),
+            // Creates are dry-run for real.
+            (Method::POST, Some("All"), b"{}", false),
+        ];
+        for (method, dry_run, body, refused) in rows {
+            let got = dry_run_refused(&method, dry_run, body);
+            assert_eq!(
+                got.as_ref().map(|e| e.code),
+                refused.then_some(400),
+                "{method} {dry_run:?}"
+            );
+        }
+    }
 
     #[test]
     fn objects_are_the_same_when_only_their_resource_version_differs() {
