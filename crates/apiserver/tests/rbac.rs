@@ -88,6 +88,28 @@ async fn a_service_account_may_do_what_its_role_grants_and_gets_kube_apiservers_
         .map(|(_, n)| n)
         .sum();
     assert!(refused >= 1);
+    // Refused requests for made-up resources share one series without a resource: a client
+    // cannot add series by inventing paths.
+    for path in [
+        "/api/v1/madeup-one",
+        "/api/v1/namespaces/default/madeup-two/x",
+    ] {
+        let (allowed, _, _) = kubectl_as(&f, &token, &["get", "--raw", path]).await;
+        assert!(!allowed, "{path}");
+    }
+    let counts = f.server.request_counts();
+    assert!(
+        counts
+            .keys()
+            .all(|(_, resource, _, _)| !resource.starts_with("madeup")),
+        "{counts:?}"
+    );
+    let unnamed: u64 = counts
+        .iter()
+        .filter(|((_, resource, code, _), _)| resource.is_empty() && *code == 403)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(unnamed >= 2, "{counts:?}");
 
     // A token does not outlive its account: the account deleted, its token is refused.
     ok(&f, &["delete", "serviceaccount", "reader"], None).await;

@@ -137,12 +137,18 @@ pub async fn handle(State(app): State<Shared>, request: Request) -> Response {
         Ok(user) => user,
         Err(error) => {
             tracing::debug!(%client, reason = %error.message, "request refused");
-            let (verb, resource) = match &attributes {
-                Attributes::Resource(r) => (
+            // Labelled with a resource this server serves, else none: a refused client's
+            // made-up paths must not add a series each.
+            let (verb, resource) = match (&attributes, route(&app.registry, &path)) {
+                (Attributes::Resource(r), Ok(Route::Object(target))) => (
                     verb_of(request.method(), !r.name.is_empty(), query.flag("watch")),
-                    r.resource.clone(),
+                    target.rt.plural.clone(),
                 ),
-                Attributes::NonResource { .. } => ("", String::new()),
+                (Attributes::Resource(r), _) => (
+                    verb_of(request.method(), !r.name.is_empty(), query.flag("watch")),
+                    String::new(),
+                ),
+                (Attributes::NonResource { .. }, _) => ("", String::new()),
             };
             count(&app, verb, resource, error.code, &client);
             return error.into_response();
