@@ -125,6 +125,10 @@ fn change_event(
     framing.frame(event, &render(table_of, &change.object))
 }
 
+/// The longest `timeoutSeconds` a watch keeps (a year): a larger one, up to `u64::MAX`, would
+/// overflow the stream's end.
+pub const MAX_WATCH_SECONDS: u64 = 365 * 24 * 3600;
+
 pub(crate) async fn watch(
     app: &Shared,
     t: &Target,
@@ -145,7 +149,7 @@ pub(crate) async fn watch(
     let timeout = query
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs)
+        .map(|seconds| Duration::from_secs(seconds.min(MAX_WATCH_SECONDS)))
         .unwrap_or(Duration::from_secs(1800));
     let filter = Filter {
         resource,

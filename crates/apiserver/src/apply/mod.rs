@@ -171,6 +171,12 @@ pub(crate) async fn server_side_apply(
             "the applied configuration must be an object",
         ));
     }
+    // Its name is set in, and its managed fields written to, its metadata.
+    if !(config["metadata"].is_object() || config["metadata"].is_null()) {
+        return Err(ApiError::bad_request(
+            "the metadata of the applied configuration must be an object",
+        ));
+    }
     if config["metadata"]["name"]
         .as_str()
         .is_some_and(|n| n != name)

@@ -43,6 +43,18 @@ pub(crate) async fn bind(
         let Some(current) = current else {
             return Err(ApiError::not_found(&rt.group, &rt.plural, name));
         };
+        // The node is written into its spec and the condition into its status: a Pod stored
+        // with either not an object (Pods are not checked field by field here) cannot be bound.
+        if let Some(part) = ["spec", "status"]
+            .into_iter()
+            .find(|part| !(current[*part].is_object() || current[*part].is_null()))
+        {
+            return Err(ApiError::invalid(
+                "Pod",
+                name,
+                &format!("{part}: Invalid value: must be an object"),
+            ));
+        }
         if !current["metadata"]["deletionTimestamp"].is_null() {
             return Err(ApiError::conflict(
                 &rt.group,

@@ -122,6 +122,79 @@ async fn bad_requests_get_clean_status_errors() {
 }
 
 #[tokio::test]
+async fn objects_whose_parts_are_not_objects_get_status_errors_not_a_dropped_connection() {
+    let f = start().await;
+    // Server-side apply of a configuration whose metadata is a number.
+    let (code, status) = raw(
+        &f,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/new?fieldManager=m",
+        "application/apply-patch+yaml",
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":5}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(status["kind"], "Status");
+    // A Pod whose spec is a string, if the server takes it, cannot be bound.
+    let (created, status) = raw(
+        &f,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        "application/json",
+        br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"odd"},"spec":"x"}"#.to_vec(),
+    )
+    .await;
+    assert!(matches!(created, 201 | 400 | 422), "{created}: {status}");
+    let (code, status) = raw(
+        &f,
+        "POST",
+        "/api/v1/namespaces/default/pods/odd/binding",
+        "application/json",
+        br#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"odd"},"target":{"kind":"Node","name":"n1"}}"#.to_vec(),
+    )
+    .await;
+    let want = if created == 201 { 422 } else { 404 };
+    assert_eq!(code, want, "{status}");
+    assert_eq!(status["kind"], "Status");
+}
+
+#[tokio::test]
+async fn a_watch_timeout_past_any_instant_keeps_the_watch_open() {
+    let f = start().await;
+    let (code, _) = raw(
+        &f,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        br#"{"metadata":{"name":"seen"}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let (url, token) = http_client(&f);
+    // curl stops after 2 s (exit 28); what the stream sent by then is kept.
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-skN",
+            "--http1.1",
+            "--max-time",
+            "2",
+            "-H",
+            &format!("Authorization: Bearer {token}"),
+            &format!(
+                "{url}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=18446744073709551615"
+            ),
+        ])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(r#""type":"ADDED""#) && text.contains(r#""name":"seen""#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn kubectl_prints_kube_apiservers_validation_messages_for_claims() {
     let f = start().await;
     let claim = |storage: &str, mode: &str| {
