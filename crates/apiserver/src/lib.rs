@@ -154,6 +154,14 @@ impl RunningServer {
     pub fn kubeconfig(&self) -> String {
         server::kubeconfig(self.addr, &self.token, &self.ca_data)
     }
+    /// Namespaces whose contents a task is deleting now, and how many such tasks were started.
+    pub fn finishing_namespaces(&self) -> (Vec<String>, u64) {
+        let started = self
+            .app
+            .finishing_started
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (self.app.finishing.lock().iter().cloned().collect(), started)
+    }
     /// Requests served so far by (verb, resource, code, client).
     pub fn request_counts(&self) -> std::collections::BTreeMap<(String, String, u16, String), u64> {
         self.app.requests.lock().clone()

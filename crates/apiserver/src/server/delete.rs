@@ -89,7 +89,20 @@ fn deletion(
 
 /// Deletes everything in a terminating namespace, then the namespace once it is empty.
 pub(crate) fn finish_namespace(app: Shared, namespace: String) {
+    if !app.finishing.lock().insert(namespace.clone()) {
+        return;
+    }
+    app.finishing_started
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tokio::spawn(async move {
+        // Whichever way the task ends, a later delete of the namespace may start another.
+        struct Done(Shared, String);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.finishing.lock().remove(&self.1);
+            }
+        }
+        let _done = Done(app.clone(), namespace.clone());
         for _ in 0..600 {
             let contents = app.store.in_namespace(&namespace);
             if contents.is_empty() {

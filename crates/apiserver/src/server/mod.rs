@@ -83,6 +83,11 @@ pub struct App {
     /// Whether `StorageObjectInUseProtection` admission runs: on where the pvc- and
     /// pv-protection controllers run to take the finalizers off again.
     pub storage_protection: std::sync::atomic::AtomicBool,
+    /// Namespaces whose contents a task is deleting now (one task each, however often the
+    /// namespace is deleted again meanwhile).
+    pub finishing: Mutex<std::collections::HashSet<String>>,
+    /// How many such tasks were started.
+    pub finishing_started: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for App {
@@ -479,6 +484,8 @@ pub async fn new_app(
         faults: Mutex::new(Vec::new()),
         fault_draws: Mutex::new(rand::SeedableRng::from_os_rng()),
         close_watches: tokio::sync::watch::channel(crate::watch::Closes::default()).0,
+        finishing: Mutex::default(),
+        finishing_started: Default::default(),
         storage_protection: std::sync::atomic::AtomicBool::new(false),
     });
     refresh_crds(&app);

@@ -261,6 +261,47 @@ async fn namespace_deletion_cascades() {
 }
 
 #[tokio::test]
+async fn a_namespace_deleted_again_and_again_is_finished_by_one_task() {
+    let (server, client, _stop) = start(None).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "held"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "held");
+    let mut kept = cm("kept");
+    kept.metadata.finalizers = Some(vec!["test/hold".into()]);
+    api.create(&PostParams::default(), &kept).await.unwrap();
+    // Each delete of the Terminating namespace answers; one task works on its contents.
+    for _ in 0..20 {
+        namespaces
+            .delete("held", &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    assert_eq!(server.finishing_namespaces(), (vec!["held".to_string()], 1));
+    // The finalizer gone, the namespace goes and its task ends.
+    api.patch(
+        "kept",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while namespaces.get_opt("held").await.unwrap().is_some()
+        || !server.finishing_namespaces().0.is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the namespace stays"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
 async fn secret_string_data_is_merged_into_data_and_never_stored() {
     use k8s_openapi::api::core::v1::Secret;
     let (_server, client, _stop) = start(None).await;
