@@ -13,6 +13,8 @@
 mod fields;
 mod managers;
 
+use std::collections::HashSet;
+
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -64,38 +66,44 @@ pub fn decide(
         .flat_map(|m| m.owned.clone())
         .collect();
     others.retain(|m| !(m.name == manager && m.operation == "Apply"));
+    // Sets, not lists, for every membership test: an apply of tens of thousands of fields
+    // against as many owned ones stays linear.
     let mut conflicts = Vec::new();
-    for path in &applied {
-        if path.last().is_some_and(|s| s == ".") {
-            continue;
-        }
-        let differs = value_at(live, path).is_some_and(|v| Some(v) != value_at(config, path));
-        if !differs {
-            continue;
-        }
-        for other in &others {
-            if other.owned.contains(path) {
-                conflicts.push(Conflict {
-                    manager: other.name.clone(),
-                    operation: other.operation.clone(),
-                    api_version: other.api_version.clone(),
-                    path: path.clone(),
-                });
+    {
+        let owned_by: Vec<HashSet<&Path>> =
+            others.iter().map(|m| m.owned.iter().collect()).collect();
+        for path in &applied {
+            if path.last().is_some_and(|s| s == ".") {
+                continue;
+            }
+            let differs = value_at(live, path).is_some_and(|v| Some(v) != value_at(config, path));
+            if !differs {
+                continue;
+            }
+            for (other, owned) in others.iter().zip(&owned_by) {
+                if owned.contains(path) {
+                    conflicts.push(Conflict {
+                        manager: other.name.clone(),
+                        operation: other.operation.clone(),
+                        api_version: other.api_version.clone(),
+                        path: path.clone(),
+                    });
+                }
             }
         }
     }
     if force {
+        let taken: HashSet<Path> = conflicts.iter().map(|c| c.path.clone()).collect();
         for other in &mut others {
-            other
-                .owned
-                .retain(|p| !conflicts.iter().any(|c| &c.path == p));
+            other.owned.retain(|p| !taken.contains(p));
         }
     }
     let mut object = live.clone();
     patch::strategic(&mut object, config);
-    for path in previous.iter().filter(|p| !applied.contains(p)) {
-        let shared = others.iter().any(|m| m.owned.contains(path));
-        if !shared {
+    let applied_set: HashSet<&Path> = applied.iter().collect();
+    let shared: HashSet<&Path> = others.iter().flat_map(|m| &m.owned).collect();
+    for path in previous.iter().filter(|p| !applied_set.contains(p)) {
+        if !shared.contains(path) {
             remove_at(&mut object, path);
         }
     }
