@@ -214,16 +214,22 @@ async fn dispatch(
     {
         return ("", String::new(), e.into_response());
     }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY) {
-        return ("", String::new(), ApiError::too_large().into_response());
-    }
-    let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
-        Ok(b) => b,
-        Err(_) => return ("", String::new(), ApiError::too_large().into_response()),
+    // Only the fault admin and objects read a body: a health check (which needs no token) or
+    // a discovery request is answered without buffering one.
+    let body = if matches!(route, Route::Faults | Route::Object(_)) {
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > MAX_BODY) {
+            return ("", String::new(), ApiError::too_large().into_response());
+        }
+        match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
+            Ok(b) => b,
+            Err(_) => return ("", String::new(), ApiError::too_large().into_response()),
+        }
+    } else {
+        Bytes::new()
     };
     match route {
         Route::Health => ("", String::new(), health(app, &path)),
