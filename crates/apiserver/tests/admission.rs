@@ -37,6 +37,17 @@ async fn class_of(f: &common::Fixture, name: &str) -> String {
     out
 }
 
+/// The claims of `default`, through kube-rs with the fixture's kubeconfig.
+async fn claims_api(
+    f: &common::Fixture,
+) -> kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&f.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Api::namespaced(kube::Client::try_from(config).unwrap(), "default")
+}
+
 #[tokio::test]
 async fn a_claim_created_without_a_class_gets_the_default_class() {
     let f = start().await;
@@ -91,8 +102,7 @@ async fn a_claim_created_without_a_class_gets_the_default_class() {
 
 #[tokio::test]
 async fn dry_runs_other_than_creates_are_refused_and_change_nothing() {
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-    use kube::api::{Api, DeleteParams, Patch, PatchParams};
+    use kube::api::{DeleteParams, Patch, PatchParams};
     let f = start().await;
     let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&claim("kept", Some("")))).await;
     assert!(ok, "{err}");
@@ -103,12 +113,7 @@ async fn dry_runs_other_than_creates_are_refused_and_change_nothing() {
         !ok && err.contains("dryRun is supported on create only"),
         "{err}"
     );
-    let kubeconfig = kube::config::Kubeconfig::read_from(&f.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let claims: Api<PersistentVolumeClaim> =
-        Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let claims = claims_api(&f).await;
     let refused = claims
         .delete("kept", &DeleteParams::default().dry_run())
         .await
@@ -137,17 +142,11 @@ async fn dry_runs_other_than_creates_are_refused_and_change_nothing() {
 
 #[tokio::test]
 async fn applying_to_the_status_of_a_missing_claim_creates_nothing() {
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-    use kube::api::{Api, Patch, PatchParams};
+    use kube::api::{Patch, PatchParams};
     let f = start().await;
     let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&class("gold", true))).await;
     assert!(ok, "{err}");
-    let kubeconfig = kube::config::Kubeconfig::read_from(&f.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let claims: Api<PersistentVolumeClaim> =
-        Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let claims = claims_api(&f).await;
     let status = serde_json::json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": "ghost"},

@@ -7,6 +7,17 @@ fn http_client(f: &Fixture) -> (String, String) {
     (f.server.url(), f.server.token().to_string())
 }
 
+/// What curl writes to stdout, over HTTP/1.1, not checking the server's certificate.
+async fn curl(args: &[&str]) -> String {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sk", "--http1.1"])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 async fn raw(
     f: &Fixture,
     method: &str,
@@ -18,28 +29,22 @@ async fn raw(
     let dir = tempfile::tempdir().unwrap();
     let body_file = dir.path().join("body");
     std::fs::write(&body_file, body).unwrap();
-    let out = tokio::process::Command::new("curl")
-        .args([
-            "-sk",
-            "--http1.1",
-            "-o",
-            "-",
-            "-w",
-            "\n%{http_code}",
-            "-X",
-            method,
-            "-H",
-            &format!("Authorization: Bearer {token}"),
-            "-H",
-            &format!("Content-Type: {content_type}"),
-            "--data-binary",
-            &format!("@{}", body_file.display()),
-            &format!("{url}{path}"),
-        ])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = curl(&[
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+        "-X",
+        method,
+        "-H",
+        &format!("Authorization: Bearer {token}"),
+        "-H",
+        &format!("Content-Type: {content_type}"),
+        "--data-binary",
+        &format!("@{}", body_file.display()),
+        &format!("{url}{path}"),
+    ])
+    .await;
     let (body, code) = text.rsplit_once('\n').unwrap();
     (
         code.parse().unwrap(),
@@ -167,30 +172,24 @@ async fn a_health_check_is_answered_without_reading_its_body() {
     // Larger than any request body the server takes: a health check without a token once
     // buffered up to 3 MiB of it before answering (and answered this one 413).
     std::fs::write(&body, vec![b'x'; 4 * 1024 * 1024]).unwrap();
-    let out = tokio::process::Command::new("curl")
-        .args([
-            "-sk",
-            "--http1.1",
-            "-o",
-            "-",
-            "-w",
-            "\n%{http_code}",
-            // curl asks first (Expect: 100-continue) and waits for leave to send the body;
-            // the server answers without reading it, so the body is never sent.
-            "-H",
-            "Expect: 100-continue",
-            "--expect100-timeout",
-            "60",
-            "-X",
-            "GET",
-            "--data-binary",
-            &format!("@{}", body.display()),
-            &format!("{url}/healthz"),
-        ])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = curl(&[
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+        // curl asks first (Expect: 100-continue) and waits for leave to send the body; the
+        // server answers without reading it, so the body is never sent.
+        "-H",
+        "Expect: 100-continue",
+        "--expect100-timeout",
+        "60",
+        "-X",
+        "GET",
+        "--data-binary",
+        &format!("@{}", body.display()),
+        &format!("{url}/healthz"),
+    ])
+    .await;
     assert_eq!(text, "ok\n200");
 }
 
@@ -208,22 +207,17 @@ async fn a_watch_timeout_past_any_instant_keeps_the_watch_open() {
     assert_eq!(code, 201);
     let (url, token) = http_client(&f);
     // curl stops after 2 s (exit 28); what the stream sent by then is kept.
-    let out = tokio::process::Command::new("curl")
-        .args([
-            "-skN",
-            "--http1.1",
-            "--max-time",
-            "2",
-            "-H",
-            &format!("Authorization: Bearer {token}"),
-            &format!(
-                "{url}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=18446744073709551615"
-            ),
-        ])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = curl(&[
+        "-N",
+        "--max-time",
+        "2",
+        "-H",
+        &format!("Authorization: Bearer {token}"),
+        &format!(
+            "{url}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=18446744073709551615"
+        ),
+    ])
+    .await;
     assert!(
         text.contains(r#""type":"ADDED""#) && text.contains(r#""name":"seen""#),
         "{text}"
