@@ -63,9 +63,14 @@ impl std::fmt::Debug for Driver {
 pub const LOG_THREAD: &str = "csi-driver-log";
 
 impl Driver {
-    /// A volume's record, or NOT_FOUND.
-    pub(crate) fn volume(&self, volume_id: &str) -> crate::error::Result<VolumeRecord> {
-        let (record, _) = self.store.read(|t| t.get(volume_id).cloned());
+    /// A volume's record, or NOT_FOUND, once every change made so far is durable: a request
+    /// answered from the table (an idempotent repeat, a target already gone) must not answer
+    /// from a change a crash could still undo (a retried NodeUnpublish answered OK from an
+    /// unlogged removal would leave the target recorded after a restart, and NodeUnstage
+    /// refused for ever).
+    pub(crate) async fn volume(&self, volume_id: &str) -> crate::error::Result<VolumeRecord> {
+        let (record, seq) = self.store.read(|t| t.get(volume_id).cloned());
+        self.store.wait_durable(seq).await?;
         record.ok_or_else(|| Error::VolumeNotFound(volume_id.to_string()))
     }
 

@@ -71,7 +71,7 @@ impl Driver {
     /// The checks NodeStageVolume and NodePublishVolume share: the volume id and the path
     /// (`path`: its field name and value) given, a valid capability, the volume known and of the
     /// requested access type (else the error `mismatch` makes), and usable on this node.
-    pub(crate) fn node_volume(
+    pub(crate) async fn node_volume(
         &self,
         volume_id: &str,
         path: (&'static str, &str),
@@ -86,7 +86,7 @@ impl Driver {
         }
         let cap = cap.ok_or(Error::Missing("volume_capability"))?;
         let checked = plan::check_capability(&self.cfg, cap)?;
-        let record = self.volume(volume_id)?;
+        let record = self.volume(volume_id).await?;
         if record.block != checked.block {
             return Err(mismatch(format!(
                 "volume {:?} is a {} volume",
@@ -114,12 +114,14 @@ impl Driver {
             let create = crate::ephemeral::create_request(&req, segment)?;
             self.create_as(create, true).await?;
         }
-        let record = self.node_volume(
-            &req.volume_id,
-            ("target_path", &req.target_path),
-            req.volume_capability.as_ref(),
-            Error::Precondition,
-        )?;
+        let record = self
+            .node_volume(
+                &req.volume_id,
+                ("target_path", &req.target_path),
+                req.volume_capability.as_ref(),
+                Error::Precondition,
+            )
+            .await?;
         // Ephemeral volumes are never staged (kubelet publishes them directly).
         if self.cfg.features.stage_unstage && !record.ephemeral {
             if req.staging_target_path.is_empty() {
@@ -240,8 +242,7 @@ impl Driver {
         if req.target_path.is_empty() {
             return Err(Error::Missing("target_path"));
         }
-        let (record, _) = self.store.read(|t| t.get(&req.volume_id).cloned());
-        let record = record.ok_or_else(|| Error::VolumeNotFound(req.volume_id.clone()))?;
+        let record = self.volume(&req.volume_id).await?;
         // Only a target recorded for this volume is touched (it is recorded before anything is
         // put there); any other path is left as it is, whatever it holds.
         if record.targets.contains_key(&req.target_path) {

@@ -17,12 +17,14 @@ pub(crate) async fn node_stage(
     req: csi::NodeStageVolumeRequest,
 ) -> Result<csi::NodeStageVolumeResponse> {
     crate::features::served(driver.cfg.features.stage_unstage, "NodeStageVolume")?;
-    let record = driver.node_volume(
-        &req.volume_id,
-        ("staging_target_path", &req.staging_target_path),
-        req.volume_capability.as_ref(),
-        Error::Precondition,
-    )?;
+    let record = driver
+        .node_volume(
+            &req.volume_id,
+            ("staging_target_path", &req.staging_target_path),
+            req.volume_capability.as_ref(),
+            Error::Precondition,
+        )
+        .await?;
     let wanted = StagedTarget {
         block: record.block,
         how: if record.block {
@@ -117,7 +119,7 @@ pub(crate) async fn node_unstage(
     if req.staging_target_path.is_empty() {
         return Err(Error::Missing("staging_target_path"));
     }
-    let record = driver.volume(&req.volume_id)?;
+    let record = driver.volume(&req.volume_id).await?;
     if let Some(target) = record.targets.keys().next() {
         return Err(Error::InUse {
             id: req.volume_id.clone(),

@@ -82,7 +82,7 @@ pub(crate) async fn volume_stats(
     if req.volume_path.is_empty() {
         return Err(Error::Missing("volume_path"));
     }
-    let record = driver.volume(&req.volume_id)?;
+    let record = driver.volume(&req.volume_id).await?;
     if !record.targets.contains_key(&req.volume_path)
         && !record.staged.contains_key(&req.volume_path)
     {
