@@ -17,7 +17,13 @@ pub fn write_kubeconfig(
     ca_data: &str,
 ) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+        // The file holds the admin token: directories made for it are 0700 (an existing one,
+        // the user's, is left as it is).
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(durable_log::files::DIR_MODE)
+            .create(parent)?;
     }
     durable_log::files::write_private_atomic(path, kubeconfig(address, token, ca_data).as_bytes())
 }
