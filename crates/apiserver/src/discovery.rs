@@ -244,16 +244,16 @@ pub fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
             format!("{prefix}/{}", t.plural)
         };
         let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
-        // Dry runs are served on creates only (`write::dry_run_refused`).
+        // Every write may be a dry run (`write::write_mode`).
         let op = |action: &str| {
-            let parameters = if action == "post" {
-                json!([
+            let parameters = match action {
+                "post" | "put" | "patch" => json!([
                     param("dryRun"),
                     param("fieldManager"),
                     param("fieldValidation")
-                ])
-            } else {
-                json!([param("fieldManager"), param("fieldValidation")])
+                ]),
+                "delete" => json!([param("dryRun")]),
+                _ => json!([param("fieldManager"), param("fieldValidation")]),
             };
             json!({
                 "x-kubernetes-action": action,

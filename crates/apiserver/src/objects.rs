@@ -224,6 +224,7 @@ pub fn prepare_create(
     meta.remove("resourceVersion");
     meta.remove("selfLink");
     meta.remove("managedFields");
+    drop_empty_lists_and_maps(meta);
     if rt.status {
         let status = initial_status(rt);
         obj["status"] = status;
@@ -510,6 +511,7 @@ pub fn merge_update(
             }
         },
     }
+    drop_empty_lists_and_maps(meta);
     if !status_only {
         let spec_changed = !same_apart_from(current, &next, &["metadata", "status"]);
         if spec_changed {
@@ -519,6 +521,24 @@ pub fn merge_update(
     }
     apply_defaults(rt, &mut next);
     Ok(next)
+}
+
+/// Drops metadata's labels, annotations, finalizers and owner references when they are empty
+/// or null: kube-apiserver stores ObjectMeta's maps and lists only when they hold something
+/// (Go's `omitempty`), so a patch of `"annotations": {}` (what `kubectl diff` sends for an
+/// object never applied) leaves none, and a stored object reads back as it does there.
+fn drop_empty_lists_and_maps(meta: &mut Map<String, Value>) {
+    for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
+        let empty = match meta.get(key) {
+            Some(Value::Null) => true,
+            Some(Value::Object(map)) => map.is_empty(),
+            Some(Value::Array(list)) => list.is_empty(),
+            _ => false,
+        };
+        if empty {
+            meta.remove(key);
+        }
+    }
 }
 
 /// Whether two JSON values are equal apart from the fields `skipped` (compared in place: an

@@ -214,6 +214,22 @@ impl ApiError {
         }));
         e
     }
+    /// 422 for a request's options (`CreateOptions`, `PatchOptions`, ...) kube-apiserver
+    /// refuses: `<Kind>.meta.k8s.io "" is invalid: <field error>`.
+    pub fn invalid_options(kind: &str, field_error: &str) -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{kind}.meta.k8s.io \"\" is invalid: {field_error}"),
+        );
+        e.kind = Some(kind.into());
+        e.group = Some("meta.k8s.io".into());
+        e.extra = Some(Box::new(Extra {
+            causes: vec![Cause::from_field_error(field_error)],
+            retry_after: None,
+        }));
+        e
+    }
     /// 504 for a resourceVersion newer than the server's, as kube-apiserver answers it.
     pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
         let mut e = Self::new(

@@ -472,6 +472,53 @@ impl Store {
         })
     }
 
+    /// A dry run of [`Store::write_change`]: `decide` sees what a write would see now, and the
+    /// answer is the object the write would leave (the deleted one for a deletion), checked as
+    /// a write checks it (depth, size), with nothing stored, logged or sent to watchers. As
+    /// kube-apiserver answers a dry run, the object keeps the resourceVersion it has (a new one
+    /// has none). `change` is none and `rv` is 0: there is nothing to wait for.
+    pub fn dry_run_change<E: From<StoreError>>(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
+    ) -> Result<Written, E> {
+        let key = object_key(resource, namespace, name);
+        let (current, next_rv) = {
+            let inner = self.core.inner.lock();
+            (inner.newest(&key).0, inner.next_rv + 1)
+        };
+        let object = match decide(current.as_deref(), next_rv)? {
+            Write2::Keep | Write2::Delete => current,
+            Write2::Put(mut value) => {
+                if depth(&value) > MAX_DEPTH {
+                    return Err(StoreError::TooDeep.into());
+                }
+                // As a write: the JSON first (cheap), then the size etcd would be sent.
+                let json_len = serde_json::to_vec(&value).map_or(usize::MAX, |v| v.len());
+                if json_len > MAX_OBJECT_BYTES && etcd_size(&value) > MAX_OBJECT_BYTES {
+                    return Err(StoreError::TooLarge.into());
+                }
+                let version = current
+                    .as_deref()
+                    .map(|c| c["metadata"]["resourceVersion"].clone());
+                if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                    match version {
+                        Some(version) => meta.insert("resourceVersion".into(), version),
+                        None => meta.remove("resourceVersion"),
+                    };
+                }
+                Some(Arc::new(value))
+            }
+        };
+        Ok(Written {
+            object,
+            change: None,
+            rv: 0,
+        })
+    }
+
     /// Waits until `rv` is on disk and visible (no-op in memory).
     pub async fn wait_durable(&self, rv: u64) -> Result<(), StoreError> {
         match &self.log {

@@ -101,46 +101,6 @@ async fn a_claim_created_without_a_class_gets_the_default_class() {
 }
 
 #[tokio::test]
-async fn dry_runs_other_than_creates_are_refused_and_change_nothing() {
-    use kube::api::{DeleteParams, Patch, PatchParams};
-    let f = start().await;
-    let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&claim("kept", Some("")))).await;
-    assert!(ok, "{err}");
-    // kubectl's server-side dry run of a delete, a patch through kube-rs: refused, and
-    // nothing changes.
-    let (ok, _, err) = kubectl(&f, &["delete", "pvc", "kept", "--dry-run=server"], None).await;
-    assert!(
-        !ok && err.contains("dryRun is supported on create only"),
-        "{err}"
-    );
-    let claims = claims_api(&f).await;
-    let refused = claims
-        .delete("kept", &DeleteParams::default().dry_run())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&refused, kube::Error::Api(s) if s.code == 400),
-        "{refused}"
-    );
-    let patch = serde_json::json!({"metadata": {"labels": {"dry": "run"}}});
-    let refused = claims
-        .patch(
-            "kept",
-            &PatchParams::default().dry_run(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&refused, kube::Error::Api(s) if s.code == 400),
-        "{refused}"
-    );
-    let kept = claims.get("kept").await.unwrap();
-    assert!(kept.metadata.deletion_timestamp.is_none());
-    assert!(kept.metadata.labels.unwrap_or_default().is_empty());
-}
-
-#[tokio::test]
 async fn applying_to_the_status_of_a_missing_claim_creates_nothing() {
     use kube::api::{Patch, PatchParams};
     let f = start().await;

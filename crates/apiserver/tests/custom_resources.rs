@@ -98,13 +98,28 @@ async fn custom_resources_are_refused_when_their_schema_says_so() {
         !ok && err.contains("status.count: Invalid value: -5"),
         "{err}"
     );
+    // A server-side dry run of a scale answers and changes nothing; then a real one.
     let (ok, out, err) = kubectl(
         &f,
-        &["get", "pool", "p", "-o", "jsonpath={.spec.minimum}"],
+        &["scale", "pool", "p", "--replicas=7", "--dry-run=server"],
         None,
     )
     .await;
-    assert!(ok && out == "2", "{out} {err}");
+    assert!(ok && out.contains("(server dry run)"), "{out} {err}");
+    let minimum = || async {
+        let (ok, out, err) = kubectl(
+            &f,
+            &["get", "pool", "p", "-o", "jsonpath={.spec.minimum}"],
+            None,
+        )
+        .await;
+        assert!(ok, "{err}");
+        out
+    };
+    assert_eq!(minimum().await, "2");
+    let (ok, _, err) = kubectl(&f, &["scale", "pool", "p", "--replicas=3"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(minimum().await, "3");
 }
 
 /// A definition in a group of the Kubernetes project must name its API review, as

@@ -24,7 +24,7 @@ pub use managers::{Manager, managers, record_update, update_manager};
 use self::fields::{remove_at, set_from_leaves};
 use crate::objects::now_rfc3339;
 use crate::patch;
-use crate::server::{Query, Shared, Target, apply_update, create_object};
+use crate::server::{Query, Shared, Target, WriteMode, apply_update, create_object};
 use crate::status::{ApiError, Cause};
 
 /// A field another manager owns with another value.
@@ -166,11 +166,11 @@ pub(crate) async fn server_side_apply(
     name: &str,
     query: &Query,
     config: Value,
+    mode: WriteMode,
 ) -> Result<Response, ApiError> {
     let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) else {
-        return Err(ApiError::invalid(
+        return Err(ApiError::invalid_options(
             "PatchOptions",
-            "",
             "fieldManager: Required value: is required for apply patch",
         ));
     };
@@ -211,7 +211,7 @@ pub(crate) async fn server_side_apply(
                 "manager": manager, "operation": "Apply", "apiVersion": api_version,
                 "time": now_rfc3339(), "fieldsType": "FieldsV1", "fieldsV1": field_set(&config),
             }]);
-            match create_object(app, t, query, object, Some(managed)).await {
+            match create_object(app, t, mode, object, Some(managed)).await {
                 Err(e) if e.code == 409 => continue,
                 other => return other,
             }
@@ -222,7 +222,7 @@ pub(crate) async fn server_side_apply(
         }
         let mut object = outcome.object;
         object["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
-        match apply_update(app, t, name, object, None).await {
+        match apply_update(app, t, name, object, None, mode).await {
             Err(e) if e.code == 409 && e.extra.is_none() => continue,
             other => return other,
         }

@@ -39,6 +39,35 @@ fn a_status_update_takes_only_the_status_from_the_request() {
 }
 
 #[test]
+fn empty_metadata_maps_and_lists_are_not_stored() {
+    let rt = crate::registry::Registry::default()
+        .find("", "v1", "configmaps")
+        .unwrap();
+    let empties =
+        json!({"labels": {}, "annotations": null, "finalizers": [], "ownerReferences": []});
+    let mut created = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
+    for (key, value) in empties.as_object().unwrap() {
+        created["metadata"][key] = value.clone();
+    }
+    prepare_create(&rt, "ns", &mut created).unwrap();
+    for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
+        assert!(created["metadata"].get(key).is_none(), "{key}: {created}");
+    }
+    // An update that adds only empty ones leaves the object as it was; ones that hold
+    // something stay.
+    let mut incoming = created.clone();
+    for (key, value) in empties.as_object().unwrap() {
+        incoming["metadata"][key] = value.clone();
+    }
+    let next = merge_update(&rt, &created, incoming.clone(), false).unwrap();
+    assert_eq!(next, created);
+    incoming["metadata"]["labels"] = json!({"a": "b"});
+    let next = merge_update(&rt, &created, incoming, false).unwrap();
+    assert_eq!(next["metadata"]["labels"], json!({"a": "b"}));
+    assert!(next["metadata"].get("annotations").is_none(), "{next}");
+}
+
+#[test]
 fn only_what_is_outside_metadata_and_status_counts_as_the_spec() {
     let base = json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"p": "A"}});
     let cases = [

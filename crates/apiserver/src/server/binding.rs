@@ -1,7 +1,8 @@
 //! `POST /api/v1/namespaces/{ns}/pods/{name}/binding`: how a scheduler assigns a Pod to a node.
 //! As kube-apiserver, the body is a Binding whose target is a Node; the Pod gets
 //! `spec.nodeName` and a `PodScheduled=True` condition; a Pod already assigned, or being
-//! deleted, is a conflict; the answer is a Success Status with code 201.
+//! deleted, is a conflict; the answer is a Success Status with code 201 (after a dry run too,
+//! which checks all this and assigns nothing).
 
 use super::*;
 
@@ -34,12 +35,13 @@ pub(crate) async fn bind(
     t: &Target,
     name: &str,
     body: Bytes,
+    mode: WriteMode,
 ) -> Result<Response, ApiError> {
     let body = parse_body(&body)?;
     let node = binding_target(&body, name)?;
     let ns = t.namespace.clone().unwrap_or_default();
     let rt = t.rt.clone();
-    let (_, rv) = app.store.write(&rt.key(), &ns, name, |current, _| {
+    let Written { rv, .. } = write_object(app, mode, &rt, &ns, name, |current, _| {
         let Some(current) = current else {
             return Err(ApiError::not_found(&rt.group, &rt.plural, name));
         };

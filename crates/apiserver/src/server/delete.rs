@@ -10,6 +10,7 @@ pub(crate) async fn delete(
     ns: &str,
     name: &str,
     body: &Bytes,
+    mode: WriteMode,
 ) -> Result<(Arc<Value>, Option<Arc<Change>>), ApiError> {
     let options: Value = if body.is_empty() {
         json!({})
@@ -17,14 +18,12 @@ pub(crate) async fn delete(
         parse_body(body)?
     };
     let is_namespace = rt.plural == "namespaces";
-    let Written { object, change, rv } =
-        app.store.write_change(&rt.key(), ns, name, |current, _| {
-            let current =
-                current.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-            deletion(rt, name, current, &options, &objects::now_rfc3339())
-        })?;
+    let Written { object, change, rv } = write_object(app, mode, rt, ns, name, |current, _| {
+        let current = current.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        deletion(rt, name, current, &options, &objects::now_rfc3339())
+    })?;
     commit(app, rt, rv).await?;
-    if is_namespace {
+    if is_namespace && mode == WriteMode::Store {
         finish_namespace(app.clone(), name.to_string());
     }
     let object = object.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
@@ -115,7 +114,15 @@ pub(crate) fn finish_namespace(app: Shared, namespace: String) {
                 let Some(rt) = app.registry.all().into_iter().find(|t| t.key() == resource) else {
                     continue;
                 };
-                let _ = delete(&app, &rt, &namespace, &name, &Bytes::new()).await;
+                let _ = delete(
+                    &app,
+                    &rt,
+                    &namespace,
+                    &name,
+                    &Bytes::new(),
+                    WriteMode::Store,
+                )
+                .await;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -126,6 +133,7 @@ pub(crate) async fn delete_collection(
     app: &Shared,
     t: &Target,
     query: &Query,
+    mode: WriteMode,
 ) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(query)?;
     let (items, _) = app.store.list(&t.rt.key(), t.namespace.as_deref());
@@ -139,7 +147,7 @@ pub(crate) async fn delete_collection(
             .as_str()
             .unwrap_or("")
             .to_string();
-        if let Ok((obj, _)) = delete(app, &t.rt, &ns, &name, &Bytes::new()).await {
+        if let Ok((obj, _)) = delete(app, &t.rt, &ns, &name, &Bytes::new(), mode).await {
             deleted.push((*obj).clone());
         }
     }

@@ -53,8 +53,8 @@ pub(crate) use routing::{Query, Target};
 use routing::{Route, route, verb_of};
 use token::token_request;
 pub(crate) use token::token_request as token_request_for;
-pub(crate) use write::{PATCH_TRIES, apply_update, create_object};
-use write::{commit, create, patch, refresh_crds, update};
+pub(crate) use write::{PATCH_TRIES, WriteMode, apply_update, create_object, update_object};
+use write::{commit, create, patch, refresh_crds, update, write_object};
 
 /// Largest accepted body (kube-apiserver's default is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -355,13 +355,14 @@ async fn object_request(
             ),
         };
     }
-    if let Some(refused) = write::dry_run_refused(method, query.get("dryRun"), &body) {
-        return (verb_of(method, t.name.is_some(), false), Err(refused));
-    }
+    let mode = match write::write_mode(method, query.get("dryRun"), &body) {
+        Ok(mode) => mode,
+        Err(refused) => return (verb_of(method, t.name.is_some(), false), Err(refused)),
+    };
     // A Pod's binding subresource supports create only.
     if t.subresource.as_deref() == Some("binding") {
         return match (method.as_str(), t.name.clone()) {
-            ("POST", Some(name)) => ("CREATE", binding::bind(app, &t, &name, body).await),
+            ("POST", Some(name)) => ("CREATE", binding::bind(app, &t, &name, body, mode).await),
             _ => (
                 "",
                 Err(ApiError::method_not_allowed(format!(
@@ -372,7 +373,7 @@ async fn object_request(
     }
     // A custom resource's scale subresource.
     if t.subresource.as_deref() == Some("scale")
-        && let (Some(paths), Some(name)) = (rt.scale.clone(), t.name.clone())
+        && let (Some(_), Some(name)) = (&rt.scale, t.name.clone())
         && matches!(method.as_str(), "GET" | "PUT" | "PATCH")
     {
         let verb = match method.as_str() {
@@ -382,7 +383,7 @@ async fn object_request(
         };
         return (
             verb,
-            scale::scale(app, method, &t, &name, headers, body, &paths).await,
+            scale::scale(app, method, &t, &name, headers, body, mode).await,
         );
     }
     // A subresource (status) supports get, update and patch only, as in kube-apiserver.
@@ -435,33 +436,27 @@ async fn object_request(
                 None => Err(ApiError::not_found(&rt.group, &rt.plural, &name)),
             },
         ),
-        ("POST", None) => ("CREATE", create(app, &t, query, body).await),
+        ("POST", None) => ("CREATE", create(app, &t, mode, body).await),
         ("PUT", Some(name)) => (
             "UPDATE",
-            update(app, &t, &name, body, &writer_manager(query, headers)).await,
+            update(app, &t, &name, body, &writer_manager(query, headers), mode).await,
         ),
         ("PATCH", Some(name)) => (
             "PATCH",
-            patch(
-                app,
-                &t,
-                &name,
-                headers,
-                query,
-                body,
-                &writer_manager(query, headers),
-            )
-            .await,
+            patch(app, &t, &name, headers, query, body, mode).await,
         ),
         ("DELETE", Some(name)) => (
             "DELETE",
-            delete(app, &rt, &ns, &name, &body)
+            delete(app, &rt, &ns, &name, &body, mode)
                 .await
                 .map(|(object, change)| {
                     written_response(StatusCode::OK, &object, change.as_deref())
                 }),
         ),
-        ("DELETE", None) => ("DELETECOLLECTION", delete_collection(app, &t, query).await),
+        ("DELETE", None) => (
+            "DELETECOLLECTION",
+            delete_collection(app, &t, query, mode).await,
+        ),
         _ => (
             "",
             Err(ApiError::method_not_allowed(format!(

@@ -74,8 +74,11 @@ pub(crate) async fn scale(
     name: &str,
     headers: &HeaderMap,
     body: Bytes,
-    paths: &ScalePaths,
+    mode: WriteMode,
 ) -> Result<Response, ApiError> {
+    let Some(paths) = t.rt.scale.as_ref() else {
+        return Err(ApiError::not_found(&t.rt.group, &t.rt.plural, name));
+    };
     let ns = t.namespace.clone().unwrap_or_default();
     let get = || {
         app.store
@@ -136,10 +139,11 @@ pub(crate) async fn scale(
             Some(rv) => json!(rv),
             None => current["metadata"]["resourceVersion"].clone(),
         };
-        match apply_update(app, &whole, name, next, Some("kubectl")).await {
+        match update_object(app, &whole, name, next, Some("kubectl"), mode).await {
             Err(e) if e.code == 409 && precondition.is_none() => continue,
             Err(e) => return Err(e),
-            Ok(_) => return Ok(json_response(StatusCode::OK, &scale_of(paths, &*get()?))),
+            // The object as written (or as a dry run would write it).
+            Ok((object, _)) => return Ok(json_response(StatusCode::OK, &scale_of(paths, &object))),
         }
     }
     Err(ApiError::keeps_changing(&t.rt.group, &t.rt.plural, name))

@@ -19,7 +19,11 @@ pub(crate) fn namespace_active(app: &App, rt: &ResourceType, ns: &str) -> Result
 
 /// Waits until a write of `rt` is durable (and visible); a written CustomResourceDefinition
 /// changes what the server serves, so the registry follows it here, for every write path.
+/// A resourceVersion of 0 (a dry run, or nothing to change) has nothing to wait for.
 pub(crate) async fn commit(app: &App, rt: &ResourceType, rv: u64) -> Result<(), ApiError> {
+    if rv == 0 {
+        return Ok(());
+    }
     app.store.wait_durable(rv).await.map_err(ApiError::from)?;
     if rt.plural == "customresourcedefinitions" {
         refresh_crds(app);
@@ -27,39 +31,88 @@ pub(crate) async fn commit(app: &App, rt: &ResourceType, rv: u64) -> Result<(), 
     Ok(())
 }
 
-/// The refusal of a dry run this server cannot do: it dry-runs creates only, so an update, a
-/// patch (server-side apply included) or a delete asking for one (`dryRun` in the query, or
-/// in a delete's DeleteOptions body) is refused with 400 instead of being carried out.
-/// The OpenAPI document offers `dryRun` on creates only.
-pub(crate) fn dry_run_refused(
+/// Whether a write is carried out or only worked out: a dry run (`dryRun=All`) answers what
+/// the write would give, after the same checks, and stores nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteMode {
+    /// Carried out.
+    Store,
+    /// Worked out only.
+    DryRun,
+}
+
+/// The write mode a request asks for: `dryRun` in the query, or in a delete's DeleteOptions
+/// body. `All` is the only value there is; any other, the empty one included, is refused with
+/// kube-apiserver's 422 naming the options of the verb. Reads ignore it.
+pub(crate) fn write_mode(
     method: &Method,
     dry_run: Option<&str>,
     body: &[u8],
-) -> Option<ApiError> {
-    if !matches!(method.as_str(), "PUT" | "PATCH" | "DELETE") {
-        return None;
-    }
-    let in_options = || {
-        method == Method::DELETE
-            && serde_json::from_slice::<Value>(body).ok().is_some_and(
-                |options| match &options["dryRun"] {
-                    Value::Null => false,
-                    Value::Array(items) => !items.is_empty(),
-                    _ => true,
-                },
-            )
+) -> Result<WriteMode, ApiError> {
+    let options = match method.as_str() {
+        "POST" => "CreateOptions",
+        "PUT" => "UpdateOptions",
+        "PATCH" => "PatchOptions",
+        "DELETE" => "DeleteOptions",
+        _ => return Ok(WriteMode::Store),
     };
-    (dry_run.is_some_and(|d| !d.is_empty()) || in_options()).then(|| {
-        ApiError::bad_request(format!(
-            "dryRun is supported on create only by this API server; nothing was changed by this {method}"
-        ))
-    })
+    let mut values: Vec<String> = dry_run.map(str::to_string).into_iter().collect();
+    // A body that is not JSON is refused by the delete that parses it.
+    if method == Method::DELETE
+        && let Ok(delete_options) = serde_json::from_slice::<Value>(body)
+    {
+        match &delete_options["dryRun"] {
+            Value::Null => {}
+            Value::Array(items) => {
+                for item in items {
+                    let Some(value) = item.as_str() else {
+                        return Err(ApiError::bad_request(format!(
+                            "DeleteOptions.dryRun must be a list of strings, not one holding {item}"
+                        )));
+                    };
+                    values.push(value.to_string());
+                }
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "DeleteOptions.dryRun must be a list of strings, not {other}"
+                )));
+            }
+        }
+    }
+    if values.is_empty() {
+        return Ok(WriteMode::Store);
+    }
+    if values.iter().all(|v| v == "All") {
+        return Ok(WriteMode::DryRun);
+    }
+    let listed = serde_json::to_string(&values).unwrap_or_default();
+    Err(ApiError::invalid_options(
+        options,
+        &format!("dryRun: Unsupported value: {listed}: supported values: \"All\""),
+    ))
+}
+
+/// Writes (or, in a dry run, works out) what `decide` chooses for one object: see
+/// [`crate::store::Store::write_change`] and [`crate::store::Store::dry_run_change`].
+pub(crate) fn write_object(
+    app: &App,
+    mode: WriteMode,
+    rt: &ResourceType,
+    ns: &str,
+    name: &str,
+    decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, ApiError>,
+) -> Result<Written, ApiError> {
+    match mode {
+        WriteMode::Store => app.store.write_change(&rt.key(), ns, name, decide),
+        WriteMode::DryRun => app.store.dry_run_change(&rt.key(), ns, name, decide),
+    }
 }
 
 pub(crate) async fn create(
     app: &Shared,
     t: &Target,
-    query: &Query,
+    mode: WriteMode,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     if t.subresource.is_some() {
@@ -74,14 +127,14 @@ pub(crate) async fn create(
         ));
     }
     let obj = parse_body(&body)?;
-    create_object(app, t, query, obj, None).await
+    create_object(app, t, mode, obj, None).await
 }
 
 /// Creates `obj`; `managed_fields` is the field ownership of a server-side apply that creates.
 pub(crate) async fn create_object(
     app: &Shared,
     t: &Target,
-    query: &Query,
+    mode: WriteMode,
     mut obj: Value,
     managed_fields: Option<Value>,
 ) -> Result<Response, ApiError> {
@@ -97,12 +150,6 @@ pub(crate) async fn create_object(
     validate(&t.rt, &obj, None)?;
     crate::auth::escalation::check(&app.auth, &app.store, &t.rt, &ns, &obj)?;
     namespace_active(app, &t.rt, &ns)?;
-    if query.get("dryRun") == Some("All") {
-        if app.store.get(&t.rt.key(), &ns, &name).is_some() {
-            return Err(ApiError::already_exists(&t.rt.group, &t.rt.plural, &name));
-        }
-        return Ok(json_response(StatusCode::CREATED, &obj));
-    }
     let rt = t.rt.clone();
     let mut attempt = 1;
     let Written {
@@ -116,12 +163,10 @@ pub(crate) async fn create_object(
         } else {
             std::mem::take(&mut obj)
         };
-        let written = app
-            .store
-            .write_change(&rt.key(), &ns, &name, |current, _| match current {
-                Some(_) => Err(ApiError::already_exists(&rt.group, &rt.plural, &name)),
-                None => Ok(Write2::Put(candidate)),
-            });
+        let written = write_object(app, mode, &rt, &ns, &name, |current, _| match current {
+            Some(_) => Err(ApiError::already_exists(&rt.group, &rt.plural, &name)),
+            None => Ok(Write2::Put(candidate)),
+        });
         match written {
             Err(e) if generated && attempt < 8 && e.code == 409 => {
                 attempt += 1;
@@ -171,14 +216,29 @@ pub(crate) fn refresh_crds(app: &App) {
 }
 
 /// Applies an update (full object) under optimistic concurrency; deletes the object when it is
-/// being deleted and has no finalizers left.
+/// being deleted and has no finalizers left. Answers the object as written.
 pub(crate) async fn apply_update(
     app: &Shared,
     t: &Target,
     name: &str,
     incoming: Value,
     manager: Option<&str>,
+    mode: WriteMode,
 ) -> Result<Response, ApiError> {
+    let (object, change) = update_object(app, t, name, incoming, manager, mode).await?;
+    Ok(written_response(StatusCode::OK, &object, change.as_deref()))
+}
+
+/// [`apply_update`], giving the object as written (or as it would be, in a dry run) and the
+/// change made.
+pub(crate) async fn update_object(
+    app: &Shared,
+    t: &Target,
+    name: &str,
+    incoming: Value,
+    manager: Option<&str>,
+    mode: WriteMode,
+) -> Result<(Arc<Value>, Option<Arc<Change>>), ApiError> {
     let ns = t.namespace.clone().unwrap_or_default();
     let rt = t.rt.clone();
     let api_version = rt.api_version();
@@ -201,16 +261,31 @@ pub(crate) async fn apply_update(
         .to_string();
     let resize = (rt.group.is_empty() && rt.plural == "persistentvolumeclaims" && !status_only)
         .then(|| allows_expansion(app, crate::claim_rules::claim_class(&incoming)));
-    let Written { object: result, change, rv } = app.store.write_change(&rt.key(), &ns, name, |current, _| {
-        let Some(current) = current else { return Err(ApiError::not_found(&rt.group, &rt.plural, name)) };
-        let current_rv = current["metadata"]["resourceVersion"].as_str().unwrap_or("");
+    let Written {
+        object: result,
+        change,
+        rv,
+    } = write_object(app, mode, &rt, &ns, name, |current, _| {
+        let Some(current) = current else {
+            return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+        };
+        let current_rv = current["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("");
         if !wanted_rv.is_empty() && wanted_rv != current_rv {
-            return Err(ApiError::conflict(&rt.group, &rt.plural, name, "the object has been modified; please apply your changes to the latest version and try again"));
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
         }
         let mut next = merge_update(&rt, current, incoming, status_only)?;
         validate(&rt, &next, Some(current))?;
         if let Some(allowed) = resize
-            && let Some(why) = crate::claim_rules::refuse_resize(&next, current, |class| allowed.as_deref() == Some(class))
+            && let Some(why) = crate::claim_rules::refuse_resize(&next, current, |class| {
+                allowed.as_deref() == Some(class)
+            })
         {
             return Err(ApiError::forbidden_object(&rt.group, &rt.plural, name, why));
         }
@@ -218,7 +293,9 @@ pub(crate) async fn apply_update(
             crate::apply::record_update(current, &mut next, manager, &api_version);
         }
         let deleting = !next["metadata"]["deletionTimestamp"].is_null();
-        let no_finalizers = next["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty);
+        let no_finalizers = next["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(Vec::is_empty);
         if deleting && no_finalizers {
             return Ok(Write2::Delete);
         }
@@ -229,7 +306,7 @@ pub(crate) async fn apply_update(
     })?;
     commit(app, &rt, rv).await?;
     let object = result.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-    Ok(written_response(StatusCode::OK, &object, change.as_deref()))
+    Ok((object, change))
 }
 
 /// The class named `class` when it exists and its `allowVolumeExpansion` is true (read
@@ -264,9 +341,10 @@ pub(crate) async fn update(
     name: &str,
     body: Bytes,
     manager: &str,
+    mode: WriteMode,
 ) -> Result<Response, ApiError> {
     let incoming = parse_body(&body)?;
-    apply_update(app, t, name, incoming, Some(manager)).await
+    apply_update(app, t, name, incoming, Some(manager), mode).await
 }
 
 /// A patch may not turn the object or its metadata into something other than a JSON object.
@@ -292,7 +370,7 @@ pub(crate) async fn patch(
     headers: &HeaderMap,
     query: &Query,
     body: Bytes,
-    manager: &str,
+    mode: WriteMode,
 ) -> Result<Response, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -300,8 +378,9 @@ pub(crate) async fn patch(
     let kind = PatchKind::from_content_type(content_type)?;
     let patch_value = parse_body(&body)?;
     if kind == PatchKind::Apply {
-        return crate::apply::server_side_apply(app, t, name, query, patch_value).await;
+        return crate::apply::server_side_apply(app, t, name, query, patch_value, mode).await;
     }
+    let manager = writer_manager(query, headers);
     let ns = t.namespace.clone().unwrap_or_default();
     // A patch that names a resourceVersion is a precondition; otherwise the patch applies to
     // the newest version (durable or not: the one the write checks against), and a concurrent
@@ -323,7 +402,7 @@ pub(crate) async fn patch(
         if patched_rv.is_none() {
             next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         }
-        match apply_update(app, t, name, next, Some(manager)).await {
+        match apply_update(app, t, name, next, Some(&manager), mode).await {
             Err(e) if e.code == 409 && patched_rv.is_none() => continue,
             other => return other,
         }
@@ -332,33 +411,92 @@ pub(crate) async fn patch(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{Method, dry_run_refused, same_but_version};
+    use super::{Method, WriteMode, same_but_version, write_mode};
     use serde_json::json;
 
     #[test]
-    fn dry_runs_of_anything_but_a_create_are_refused() {
+    fn a_dry_run_is_all_or_refused_naming_the_verbs_options() {
+        use WriteMode::{DryRun, Store};
         let delete_options = br#"{"kind":"DeleteOptions","dryRun":["All"]}"#;
-        let rows: [(Method, Option<&str>, &[u8], bool); 9] = [
-            (Method::PUT, Some("All"), b"{}", true),
-            (Method::PATCH, Some("All"), b"{}", true),
-            (Method::DELETE, Some("All"), b"", true),
-            (Method::DELETE, None, delete_options, true),
-            (Method::DELETE, None, br#"{"dryRun":[]}"#, false),
-            (Method::DELETE, None, b"", false),
-            (Method::PUT, None, b"{}", false),
-            (Method::PUT, Some(""), b"{}", false),
-            // Creates are dry-run for real.
-            (Method::POST, Some("All"), b"{}", false),
+        let unsupported = |options: &str, values: &str| {
+            Err(format!(
+                "422 {options}.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: {values}: supported values: \"All\""
+            ))
+        };
+        type Row<'a> = (Method, Option<&'a str>, &'a [u8], Result<WriteMode, String>);
+        let rows: [Row; 16] = [
+            (Method::POST, Some("All"), b"{}", Ok(DryRun)),
+            (Method::PUT, Some("All"), b"{}", Ok(DryRun)),
+            (Method::PATCH, Some("All"), b"{}", Ok(DryRun)),
+            (Method::DELETE, Some("All"), b"", Ok(DryRun)),
+            (Method::DELETE, None, delete_options, Ok(DryRun)),
+            (Method::DELETE, None, br#"{"dryRun":[]}"#, Ok(Store)),
+            (Method::DELETE, None, b"", Ok(Store)),
+            (Method::DELETE, None, b"not json", Ok(Store)),
+            (Method::PUT, None, b"{}", Ok(Store)),
+            // Reads ignore it, as kube-apiserver does.
+            (Method::GET, Some("nonsense"), b"", Ok(Store)),
+            (
+                Method::PUT,
+                Some(""),
+                b"{}",
+                unsupported("UpdateOptions", r#"[""]"#),
+            ),
+            (
+                Method::POST,
+                Some("all"),
+                b"{}",
+                unsupported("CreateOptions", r#"["all"]"#),
+            ),
+            (
+                Method::PATCH,
+                Some("foo"),
+                b"{}",
+                unsupported("PatchOptions", r#"["foo"]"#),
+            ),
+            (
+                Method::DELETE,
+                Some("All"),
+                br#"{"dryRun":["All","x"]}"#,
+                unsupported("DeleteOptions", r#"["All","All","x"]"#),
+            ),
+            (
+                Method::DELETE,
+                None,
+                br#"{"dryRun":"All"}"#,
+                Err("400 DeleteOptions.dryRun must be a list of strings, not \"All\"".into()),
+            ),
+            (
+                Method::DELETE,
+                None,
+                br#"{"dryRun":[1]}"#,
+                Err("400 DeleteOptions.dryRun must be a list of strings, not one holding 1".into()),
+            ),
         ];
-        for (method, dry_run, body, refused) in rows {
-            let got = dry_run_refused(&method, dry_run, body);
+        for (method, dry_run, body, want) in rows {
+            let got =
+                write_mode(&method, dry_run, body).map_err(|e| format!("{} {}", e.code, e.message));
             assert_eq!(
-                got.as_ref().map(|e| e.code),
-                refused.then_some(400),
-                "{method} {dry_run:?}"
+                got,
+                want,
+                "{method} {dry_run:?} {}",
+                String::from_utf8_lossy(body)
             );
         }
+        let refused = write_mode(&Method::PUT, Some("x"), b"")
+            .unwrap_err()
+            .to_status();
+        assert_eq!(
+            refused["details"],
+            json!({"group": "meta.k8s.io", "kind": "UpdateOptions", "causes": [{
+                "reason": "FieldValueNotSupported",
+                "message": "Unsupported value: [\"x\"]: supported values: \"All\"",
+                "field": "dryRun",
+            }]}),
+            "kube-apiserver's details"
+        );
     }
 
     #[test]

@@ -346,6 +346,18 @@ async fn a_pod_is_bound_to_a_node_once_through_its_binding_subresource() {
         json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web"},
                "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
     };
+    // A dry run answers as the binding would and assigns nothing.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let status: serde_json::Value = pods
+        .create_subresource("binding", "web", &dry, &binding("node-1"))
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "Success");
+    let unbound = pods.get("web").await.unwrap();
+    assert_eq!(unbound.spec.unwrap().node_name, None);
     let status: serde_json::Value = pods
         .create_subresource("binding", "web", &PostParams::default(), &binding("node-2"))
         .await

@@ -126,6 +126,119 @@ async fn bad_requests_get_clean_status_errors() {
     assert_eq!(code, 404);
 }
 
+/// `dryRun` takes `All` only: anything else, on any write verb, is kube-apiserver's 422 and
+/// nothing is written (a write not dry-run would be).
+#[tokio::test]
+async fn a_dry_run_other_than_all_is_refused_on_every_verb() {
+    let f = start().await;
+    let items = "/api/v1/namespaces/default/configmaps";
+    let object = br#"{"metadata":{"name":"kept"},"data":{"a":"1"}}"#;
+    let (code, _) = raw(&f, "POST", items, "application/json", object.to_vec()).await;
+    assert_eq!(code, 201);
+    let one = format!("{items}/kept");
+    let changed = br#"{"metadata":{"name":"kept"},"data":{"a":"2"}}"#;
+    let cases: [(&str, String, &str, &[u8], &str); 6] = [
+        (
+            "POST",
+            format!("{items}?dryRun=all"),
+            "application/json",
+            br#"{"metadata":{"name":"new"}}"#,
+            "CreateOptions",
+        ),
+        (
+            "PUT",
+            format!("{one}?dryRun="),
+            "application/json",
+            changed,
+            "UpdateOptions",
+        ),
+        (
+            "PATCH",
+            format!("{one}?dryRun=foo"),
+            "application/merge-patch+json",
+            br#"{"data":{"a":"2"}}"#,
+            "PatchOptions",
+        ),
+        (
+            "PATCH",
+            format!("{one}?dryRun=yes&fieldManager=m"),
+            "application/apply-patch+yaml",
+            changed,
+            "PatchOptions",
+        ),
+        (
+            "DELETE",
+            format!("{one}?dryRun=true"),
+            "application/json",
+            b"",
+            "DeleteOptions",
+        ),
+        (
+            "DELETE",
+            one.clone(),
+            "application/json",
+            br#"{"dryRun":["Server"]}"#,
+            "DeleteOptions",
+        ),
+    ];
+    for (method, path, content_type, body, options) in cases {
+        let (code, status) = raw(&f, method, &path, content_type, body.to_vec()).await;
+        assert_eq!(code, 422, "{method} {path}: {status}");
+        assert_eq!(status["reason"], "Invalid", "{status}");
+        assert_eq!(status["details"]["kind"], options, "{status}");
+        assert_eq!(
+            status["details"]["causes"][0]["field"], "dryRun",
+            "{status}"
+        );
+        let message = status["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!(
+                "{options}.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: ["
+            )) && message.ends_with("]: supported values: \"All\""),
+            "{message}"
+        );
+    }
+    let (code, kept) = raw(&f, "GET", &one, "application/json", Vec::new()).await;
+    assert_eq!(code, 200);
+    assert_eq!(kept["data"]["a"], "1", "{kept}");
+    let (code, _) = raw(
+        &f,
+        "GET",
+        &format!("{items}/new"),
+        "application/json",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 404);
+}
+
+/// A server-side apply must name its field manager: kube-apiserver's 422 on PatchOptions.
+#[tokio::test]
+async fn an_apply_without_a_field_manager_is_refused_as_kube_apiserver_does() {
+    let f = start().await;
+    let (code, status) = raw(
+        &f,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/new",
+        "application/apply-patch+yaml",
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"new"}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        r#"PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch"#
+    );
+    assert_eq!(
+        status["details"],
+        serde_json::json!({"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [{
+            "reason": "FieldValueRequired",
+            "message": "Required value: is required for apply patch",
+            "field": "fieldManager",
+        }]})
+    );
+}
+
 #[tokio::test]
 async fn objects_whose_parts_are_not_objects_get_status_errors_not_a_dropped_connection() {
     let f = start().await;
