@@ -262,8 +262,9 @@ impl ApiError {
         if let Some(n) = &self.name {
             details.insert("name".into(), json!(n));
         }
-        if let Some(g) = &self.group {
-            details.insert("group".into(), json!(g.as_ref()));
+        // The core group is "", which kube-apiserver leaves out.
+        if let Some(g) = self.group.as_deref().filter(|g| !g.is_empty()) {
+            details.insert("group".into(), json!(g));
         }
         if let Some(k) = &self.kind {
             details.insert("kind".into(), json!(k.as_ref()));
@@ -337,5 +338,29 @@ impl From<crate::store::StoreError> for ApiError {
             | StoreError::Replay { .. }
             | StoreError::Malformed(_) => ApiError::internal(error.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_name_a_group_only_when_it_is_not_the_core_one() {
+        let core = ApiError::not_found("", "namespaces", "team").to_status();
+        assert_eq!(
+            core["details"],
+            json!({"name": "team", "kind": "namespaces"}),
+            "as kube-apiserver answers"
+        );
+        let storage = ApiError::not_found("storage.k8s.io", "storageclasses", "gold").to_status();
+        assert_eq!(
+            storage["details"],
+            json!({"name": "gold", "group": "storage.k8s.io", "kind": "storageclasses"})
+        );
+        assert_eq!(
+            storage["message"],
+            r#"storageclasses.storage.k8s.io "gold" not found"#
+        );
     }
 }

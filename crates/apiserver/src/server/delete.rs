@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// The namespaces that cannot be deleted (kube-apiserver's NamespaceLifecycle admission:
+/// `kube-node-lease` can be).
+const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
 /// Deletes an object, or marks it as being deleted. Returns the object as it now is (the
 /// deleted one with its last resourceVersion) and the change made, if any, whose JSON answers.
 pub(crate) async fn delete(
@@ -17,7 +21,16 @@ pub(crate) async fn delete(
     } else {
         parse_body(body)?
     };
-    let is_namespace = rt.plural == "namespaces";
+    let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+    // kube-apiserver's NamespaceLifecycle admission keeps these.
+    if is_namespace && IMMORTAL_NAMESPACES.contains(&name) {
+        return Err(ApiError::forbidden_object(
+            &rt.group,
+            &rt.plural,
+            name,
+            "this namespace may not be deleted",
+        ));
+    }
     let Written { object, change, rv } = write_object(app, mode, rt, ns, name, |current, _| {
         let current = current.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
         deletion(rt, name, current, &options, &objects::now_rfc3339())

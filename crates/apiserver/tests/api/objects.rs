@@ -239,6 +239,20 @@ async fn finalizers_hold_deletion_until_removed() {
 async fn namespace_deletion_cascades() {
     let (_server, client, _stop) = start(None).await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
+    // As kube-apiserver's NamespaceLifecycle admission: these three are kept.
+    for kept in ["default", "kube-system", "kube-public"] {
+        let refused = namespaces
+            .delete(kept, &DeleteParams::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, kube::Error::Api(s) if s.code == 403
+                && s.message == format!("namespaces \"{kept}\" is forbidden: this namespace may not be deleted")),
+            "{refused}"
+        );
+        let ns = namespaces.get(kept).await.unwrap();
+        assert!(ns.metadata.deletion_timestamp.is_none(), "{kept}");
+    }
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
     namespaces
         .create(&PostParams::default(), &ns)
