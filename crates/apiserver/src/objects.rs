@@ -143,7 +143,8 @@ pub fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Prepares a new object: name (or generateName), namespace, uid, timestamps, generation.
+/// Prepares a new object: name (or generateName), namespace, uid, timestamps, generation (for
+/// kinds that have one).
 pub fn prepare_create(
     rt: &ResourceType,
     namespace: &str,
@@ -218,7 +219,11 @@ pub fn prepare_create(
     }
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-    meta.insert("generation".into(), json!(1));
+    if rt.has_generation() {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
     meta.remove("deletionTimestamp");
     meta.remove("deletionGracePeriodSeconds");
     meta.remove("resourceVersion");
@@ -512,7 +517,7 @@ pub fn merge_update(
         },
     }
     drop_empty_lists_and_maps(meta);
-    if !status_only {
+    if !status_only && rt.has_generation() {
         let spec_changed = !same_apart_from(current, &next, &["metadata", "status"]);
         if spec_changed {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(1) + 1;

@@ -30,6 +30,8 @@ pub struct ResourceType {
     pub schema: Option<std::sync::Arc<serde_json::Value>>,
     /// A custom resource's scale subresource (the paths it reads and writes).
     pub scale: Option<crate::server::scale::ScalePaths>,
+    /// Declared by a CustomResourceDefinition.
+    pub custom: bool,
 }
 
 /// A column a CustomResourceDefinition declares for tables (`additionalPrinterColumns`).
@@ -51,6 +53,18 @@ impl ResourceType {
         } else {
             format!("{}/{}", self.group, self.version)
         }
+    }
+
+    /// Whether its objects carry `metadata.generation` (1 when made, one more at each change
+    /// outside metadata and status), as kube-apiserver's strategies give it: custom resources
+    /// and their definitions, Pods and the apps/v1 workloads; not claims, volumes, classes,
+    /// ConfigMaps and the other kinds served here.
+    pub fn has_generation(&self) -> bool {
+        self.custom
+            || matches!(
+                (self.group.as_str(), self.plural.as_str()),
+                ("", "pods") | ("apps", _) | ("apiextensions.k8s.io", "customresourcedefinitions")
+            )
     }
 
     /// Storage key prefix, unique per resource.
@@ -342,6 +356,7 @@ impl Default for Registry {
                 printer_columns: Vec::new(),
                 schema: None,
                 scale: None,
+                custom: false,
             })
             .map(Arc::new)
             .collect();
@@ -388,6 +403,7 @@ impl Registry {
                     continue;
                 };
                 custom.push(Arc::new(ResourceType {
+                    custom: true,
                     group: group.to_string(),
                     version: name.to_string(),
                     plural: plural.to_string(),

@@ -68,6 +68,44 @@ fn empty_metadata_maps_and_lists_are_not_stored() {
 }
 
 #[test]
+fn only_the_kinds_kube_apiserver_gives_a_generation_have_one() {
+    let registry = crate::registry::Registry::default();
+    let crd = json!({"spec": {"group": "example.dev", "scope": "Cluster",
+        "names": {"plural": "pools", "kind": "Pool"}, "versions": [{"name": "v1", "served": true}]}});
+    registry.set_custom(&[crd]);
+    let rows = [
+        ("", "pods", true),
+        ("apps", "deployments", true),
+        ("apps", "statefulsets", true),
+        ("apiextensions.k8s.io", "customresourcedefinitions", true),
+        ("example.dev", "pools", true),
+        ("", "configmaps", false),
+        ("", "persistentvolumeclaims", false),
+        ("", "persistentvolumes", false),
+        ("storage.k8s.io", "storageclasses", false),
+        ("storage.k8s.io", "volumeattachments", false),
+    ];
+    for (group, plural, has) in rows {
+        let rt = registry.find(group, "v1", plural).unwrap();
+        let mut object = json!({"metadata": {"name": "x", "generation": 7}, "spec": {"a": 1}});
+        prepare_create(&rt, "ns", &mut object).unwrap();
+        assert_eq!(
+            object["metadata"].get("generation"),
+            has.then_some(&json!(1)),
+            "{group}/{plural}"
+        );
+        let mut changed = object.clone();
+        changed["spec"]["a"] = json!(2);
+        let next = merge_update(&rt, &object, changed, false).unwrap();
+        assert_eq!(
+            next["metadata"].get("generation"),
+            has.then_some(&json!(2)),
+            "{group}/{plural}"
+        );
+    }
+}
+
+#[test]
 fn only_what_is_outside_metadata_and_status_counts_as_the_spec() {
     let base = json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"p": "A"}});
     let cases = [

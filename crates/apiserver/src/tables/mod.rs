@@ -254,6 +254,7 @@ mod tests {
             short_names: Vec::new(),
             schema: None,
             scale: None,
+            custom: true,
             printer_columns: vec![
                 column("ReadyToUse", "boolean", ".status.readyToUse"),
                 column(
