@@ -476,7 +476,8 @@ impl Store {
     /// answer is the object the write would leave (the deleted one for a deletion), checked as
     /// a write checks it (depth, size), with nothing stored, logged or sent to watchers. As
     /// kube-apiserver answers a dry run, the object keeps the resourceVersion it has (a new one
-    /// has none). `change` is none and `rv` is 0: there is nothing to wait for.
+    /// has none). `change` is none; `rv` is the version the object was read at, which the
+    /// answer waits for as a write that changes nothing does (it may not be durable yet).
     pub fn dry_run_change<E: From<StoreError>>(
         &self,
         resource: &str,
@@ -484,10 +485,15 @@ impl Store {
         name: &str,
         decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
     ) -> Result<Written, E> {
+        if let Some(log) = &self.log
+            && let Some(reason) = log.failure()
+        {
+            return Err(StoreError::Failed(LogError::Failed(reason)).into());
+        }
         let key = object_key(resource, namespace, name);
-        let (current, next_rv) = {
+        let ((current, read_rv), next_rv) = {
             let inner = self.core.inner.lock();
-            (inner.newest(&key).0, inner.next_rv + 1)
+            (inner.newest(&key), inner.next_rv + 1)
         };
         let object = match decide(current.as_deref(), next_rv)? {
             Write2::Keep | Write2::Delete => current,
@@ -515,7 +521,7 @@ impl Store {
         Ok(Written {
             object,
             change: None,
-            rv: 0,
+            rv: read_rv,
         })
     }
 

@@ -82,7 +82,7 @@ fn deletion(
             });
         }
     }
-    let is_namespace = rt.plural == "namespaces";
+    let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
     let has_finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
     if !has_finalizers && !is_namespace {
         return Ok(Write2::Delete);
@@ -93,6 +93,10 @@ fn deletion(
     let mut next = current.clone();
     next["metadata"]["deletionTimestamp"] = json!(now);
     next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    // As kube-apiserver marks an object: a kind with a generation counts the change.
+    if let Some(generation) = meta["generation"].as_i64().filter(|g| *g > 0) {
+        next["metadata"]["generation"] = json!(generation.saturating_add(1));
+    }
     if is_namespace {
         next["status"]["phase"] = json!("Terminating");
     }
@@ -249,6 +253,21 @@ mod tests {
                 want,
                 "{plural} {current} {options}"
             );
+        }
+        // Marking counts as a change of a kind with a generation, as in kube-apiserver.
+        for (generation, want) in [(json!(3), json!(4)), (json!(null), json!(null))] {
+            let held =
+                json!({"metadata": {"name": "x", "finalizers": ["f"], "generation": generation}});
+            let Ok(Write2::Put(marked)) = deletion(
+                &rt("pods"),
+                "x",
+                &held,
+                &json!({"gracePeriodSeconds": 0}),
+                "t",
+            ) else {
+                panic!("marked");
+            };
+            assert_eq!(marked["metadata"]["generation"], want);
         }
     }
 }

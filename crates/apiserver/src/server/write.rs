@@ -19,11 +19,7 @@ pub(crate) fn namespace_active(app: &App, rt: &ResourceType, ns: &str) -> Result
 
 /// Waits until a write of `rt` is durable (and visible); a written CustomResourceDefinition
 /// changes what the server serves, so the registry follows it here, for every write path.
-/// A resourceVersion of 0 (a dry run, or nothing to change) has nothing to wait for.
 pub(crate) async fn commit(app: &App, rt: &ResourceType, rv: u64) -> Result<(), ApiError> {
-    if rv == 0 {
-        return Ok(());
-    }
     app.store.wait_durable(rv).await.map_err(ApiError::from)?;
     if rt.plural == "customresourcedefinitions" {
         refresh_crds(app);

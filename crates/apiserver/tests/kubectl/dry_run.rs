@@ -179,3 +179,69 @@ async fn kubectl_dry_runs_answer_and_write_nothing() {
     assert!(ok && out == "2", "{out} {err}");
     assert_ne!(newest_version(&f).await, before);
 }
+
+/// The dry runs kubectl does not make, through kube-rs: a delete that only marks (finalizers),
+/// a delete-collection, and a server-side apply that would create.
+#[tokio::test]
+async fn dry_runs_of_marking_deletes_collections_and_creating_applies_store_nothing() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    let f = start().await;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&f.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let maps: kube::Api<ConfigMap> =
+        kube::Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let held: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "labels": {"set": "a"}, "finalizers": ["example.com/keep"]},
+    }))
+    .unwrap();
+    let held = maps.create(&PostParams::default(), &held).await.unwrap();
+    let before = newest_version(&f).await;
+
+    let marked = maps
+        .delete("held", &DeleteParams::default().dry_run())
+        .await
+        .unwrap()
+        .left()
+        .expect("a delete that marks answers the object");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        marked.metadata.resource_version, held.metadata.resource_version,
+        "the version it has"
+    );
+    let listed = maps
+        .delete_collection(
+            &DeleteParams::default().dry_run(),
+            &ListParams::default().labels("set=a"),
+        )
+        .await
+        .unwrap()
+        .left()
+        .expect("the objects as they would be");
+    assert_eq!(listed.items.len(), 1);
+    assert!(listed.items[0].metadata.deletion_timestamp.is_some());
+    let applied = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "applied"}, "data": {"a": "1"},
+    });
+    let would_be = maps
+        .patch(
+            "applied",
+            &PatchParams::apply("tester").dry_run(),
+            &Patch::Apply(&applied),
+        )
+        .await
+        .unwrap();
+    assert_eq!(would_be.data.unwrap()["a"], "1");
+    assert_eq!(
+        would_be.metadata.resource_version, None,
+        "a new object has none"
+    );
+
+    assert_eq!(newest_version(&f).await, before, "nothing was written");
+    assert!(maps.get_opt("applied").await.unwrap().is_none());
+    let kept = maps.get("held").await.unwrap();
+    assert!(kept.metadata.deletion_timestamp.is_none());
+}
