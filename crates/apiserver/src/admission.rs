@@ -93,7 +93,7 @@ pub fn chooses_its_class(claim: &Value) -> bool {
     annotated || named
 }
 
-fn is_default(class: &Value) -> bool {
+pub(crate) fn is_default(class: &Value) -> bool {
     DEFAULT_CLASS_ANNOTATIONS
         .iter()
         .any(|key| class["metadata"]["annotations"][key].as_str() == Some("true"))

@@ -30,6 +30,7 @@ pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod status;
+pub mod storage_defaults;
 pub mod storage_rules;
 pub mod store;
 mod tables;

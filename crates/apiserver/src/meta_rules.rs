@@ -50,6 +50,14 @@ pub fn qualified_name_error(key: &str) -> Option<String> {
     None
 }
 
+/// Why `value` is not a label value, as kube-apiserver says it.
+pub fn label_value_error(value: &str) -> Option<String> {
+    if value.len() > 63 {
+        return Some("must be no more than 63 characters".into());
+    }
+    (!value.is_empty() && !name_part_ok(value)).then(|| LABEL_VALUE.to_string())
+}
+
 fn shown(value: &str) -> String {
     format!("{value:?}")
 }
@@ -69,15 +77,9 @@ pub fn check(metadata: &Value) -> Result<(), String> {
                     "metadata.labels: Invalid value: {value}: must be a string"
                 ));
             };
-            if text.len() > 63 {
+            if let Some(why) = label_value_error(text) {
                 return Err(format!(
-                    "metadata.labels: Invalid value: {}: must be no more than 63 characters",
-                    shown(text)
-                ));
-            }
-            if !text.is_empty() && !name_part_ok(text) {
-                return Err(format!(
-                    "metadata.labels: Invalid value: {}: {LABEL_VALUE}",
+                    "metadata.labels: Invalid value: {}: {why}",
                     shown(text)
                 ));
             }

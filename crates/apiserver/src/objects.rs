@@ -5,6 +5,7 @@ use serde_json::{Map, Value, json};
 
 use crate::registry::ResourceType;
 use crate::status::ApiError;
+use crate::storage_defaults;
 
 /// RFC 3339 UTC, seconds (metav1.Time).
 pub fn now_rfc3339() -> String {
@@ -235,12 +236,20 @@ pub fn prepare_create(
         obj["status"] = status;
     }
     apply_defaults(rt, obj);
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "persistentvolumeclaims") => storage_defaults::mirror_data_sources(obj),
+        ("", "persistentvolumes") => {
+            storage_defaults::stamp_phase_transition(None, obj, &now_rfc3339());
+        }
+        _ => {}
+    }
     Ok(name)
 }
 
 fn initial_status(rt: &ResourceType) -> Value {
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") | ("", "persistentvolumes") => json!({"phase": "Pending"}),
+        ("storage.k8s.io", "volumeattachments") => json!({"attached": false}),
         ("", "namespaces") => json!({"phase": "Active"}),
         ("apiextensions.k8s.io", "customresourcedefinitions") => json!({
             "conditions": [
@@ -310,6 +319,7 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                 json!("Retain"),
             );
             set_default(obj, &["spec", "volumeMode"], json!("Filesystem"));
+            storage_defaults::default_host_path_type(obj);
         }
         ("storage.k8s.io", "storageclasses") => {
             set_default(obj, &["reclaimPolicy"], json!("Delete"));
@@ -317,6 +327,16 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
         }
         ("", "namespaces") => {
             set_default(obj, &["spec", "finalizers"], json!(["kubernetes"]));
+            // Every namespace is labelled with its name (kube-apiserver's
+            // NamespaceDefaultLabelName), on updates too.
+            if let Some(name) = obj["metadata"]["name"].as_str().map(str::to_string)
+                && obj["metadata"].is_object()
+            {
+                if !obj["metadata"]["labels"].is_object() {
+                    obj["metadata"]["labels"] = json!({});
+                }
+                obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+            }
         }
         ("", "secrets") => {
             merge_string_data(obj);
@@ -437,6 +457,7 @@ fn approved_group(obj: &Value) -> Result<(), String> {
 fn claim(obj: &Value, old: Option<&Value>) -> Result<(), String> {
     let spec = &obj["spec"];
     crate::claim_rules::check_spec(spec)?;
+    crate::storage_defaults::check_data_sources(spec)?;
     if spec["accessModes"].as_array().is_none_or(Vec::is_empty) && old.is_none() {
         return Err("spec.accessModes: Required value: at least 1 access mode is required".into());
     }
@@ -517,6 +538,9 @@ pub fn merge_update(
         },
     }
     drop_empty_lists_and_maps(meta);
+    if rt.group.is_empty() && rt.plural == "persistentvolumes" {
+        storage_defaults::stamp_phase_transition(Some(current), &mut next, &now_rfc3339());
+    }
     if !status_only && rt.has_generation() {
         let spec_changed = !same_apart_from(current, &next, &["metadata", "status"]);
         if spec_changed {

@@ -55,6 +55,29 @@ fn set_values(text: &str) -> Option<Vec<String>> {
     )
 }
 
+/// A requirement's key must be a label key and its values label values, as kube-apiserver's
+/// selector parser requires (`bad===x` is refused, not read as the value `=x`).
+fn check_requirement(req: &LabelReq) -> Result<(), String> {
+    let (key, values): (&str, &[String]) = match req {
+        LabelReq::Eq(k, v) | LabelReq::NotEq(k, v) => (k, std::slice::from_ref(v)),
+        LabelReq::In(k, vs) | LabelReq::NotIn(k, vs) => (k, vs),
+        LabelReq::Exists(k) | LabelReq::NotExists(k) => (k, &[]),
+    };
+    if let Some(why) = crate::meta_rules::qualified_name_error(key) {
+        return Err(format!(
+            "unable to parse requirement: key: Invalid value: {key:?}: {why}"
+        ));
+    }
+    for (i, value) in values.iter().enumerate() {
+        if let Some(why) = crate::meta_rules::label_value_error(value) {
+            return Err(format!(
+                "unable to parse requirement: values[{i}][{key}]: Invalid value: {value:?}: {why}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl LabelSelector {
     /// Parses `a=b,c!=d,e in (x,y),f notin (z),g,!h`.
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -86,6 +109,7 @@ impl LabelSelector {
             } else {
                 return Err(format!("unable to parse requirement: {part:?}"));
             };
+            check_requirement(&req)?;
             reqs.push(req);
         }
         Ok(LabelSelector(reqs))
@@ -208,6 +232,28 @@ mod tests {
             );
         }
         assert!(LabelSelector::parse("a in x").is_err());
+        for bad in [
+            "bad===x",
+            "Bad Key=x",
+            "a=b c",
+            "a in (x,-y)",
+            "/x",
+            "a!=x!",
+        ] {
+            let refused = LabelSelector::parse(bad).unwrap_err();
+            assert!(
+                refused.starts_with("unable to parse requirement: "),
+                "{bad}: {refused}"
+            );
+        }
+        let refused = LabelSelector::parse("bad===x").unwrap_err();
+        assert!(
+            refused.starts_with(r#"unable to parse requirement: values[0][bad]: Invalid value: "=x": a valid label must be"#),
+            "{refused}"
+        );
+        for good in ["a=", "example.com/a in (x, y_z)", "!b", "k.io/c", "a==B-1"] {
+            assert!(LabelSelector::parse(good).is_ok(), "{good}");
+        }
     }
 
     #[test]

@@ -409,7 +409,15 @@ pub(crate) fn columns(group: &str, plural: &str) -> Vec<Column> {
             wide("VolumeMode", |o| text(&o["spec"]["volumeMode"])),
         ],
         ("storage.k8s.io", "storageclasses") => vec![
-            col("Name", name_cell),
+            // kubectl marks the default class, as kube-apiserver's table does.
+            col("Name", |o| {
+                let name = name(o);
+                Value::String(if crate::admission::is_default(o) {
+                    format!("{name} (default)")
+                } else {
+                    name
+                })
+            }),
             col("Provisioner", |o| text(&o["provisioner"])),
             col("ReclaimPolicy", |o| text(&o["reclaimPolicy"])),
             col("VolumeBindingMode", |o| text(&o["volumeBindingMode"])),

@@ -17,12 +17,36 @@ pub(crate) fn since(timestamp: &Value) -> String {
         .as_str()
         .and_then(objects::parse_rfc3339)
         .unwrap_or(now);
-    let s = now.saturating_sub(created);
+    human_duration(now.saturating_sub(created))
+}
+
+/// A duration in seconds as kubectl prints ages (apimachinery's `HumanDuration`): one unit
+/// for long spans and round values, two (`2m16s`, `3h5m`, `2d4h`, `2y30d`) where the second
+/// still says something.
+fn human_duration(s: u64) -> String {
+    const MINUTE: u64 = 60;
+    const HOUR: u64 = 60 * MINUTE;
+    const DAY: u64 = 24 * HOUR;
+    const YEAR: u64 = 365 * DAY;
+    // (below this, the larger unit and the smaller one it shows with the remainder, or none)
+    let two_units = |big: u64, big_name: &str, small: u64, small_name: &str| {
+        let rest = (s % big) / small;
+        if rest == 0 {
+            format!("{}{big_name}", s / big)
+        } else {
+            format!("{}{big_name}{rest}{small_name}", s / big)
+        }
+    };
     match s {
-        0..=119 => format!("{s}s"),
-        120..=7199 => format!("{}m", s / 60),
-        7200..=172_799 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
+        0..120 => format!("{s}s"),
+        120..600 => two_units(MINUTE, "m", 1, "s"),
+        600..10_800 => format!("{}m", s / MINUTE),
+        10_800..28_800 => two_units(HOUR, "h", MINUTE, "m"),
+        28_800..172_800 => format!("{}h", s / HOUR),
+        172_800..691_200 => two_units(DAY, "d", HOUR, "h"),
+        691_200..63_072_000 => format!("{}d", s / DAY),
+        63_072_000..252_288_000 => two_units(YEAR, "y", DAY, "d"),
+        _ => format!("{}y", s / YEAR),
     }
 }
 
@@ -315,5 +339,34 @@ mod tests {
         assert_eq!(since(&ago(600)), "10m");
         assert_eq!(since(&ago(3 * 3600 + 5)), "3h");
         assert_eq!(since(&ago(5 * 86_400)), "5d");
+    }
+
+    #[test]
+    fn durations_read_as_apimachinery_prints_them() {
+        let rows = [
+            (0, "0s"),
+            (119, "119s"),
+            (120, "2m"),
+            (136, "2m16s"),
+            (599, "9m59s"),
+            (600, "10m"),
+            (10_799, "179m"),
+            (10_800, "3h"),
+            (11_100, "3h5m"),
+            (28_799, "7h59m"),
+            (28_800, "8h"),
+            (172_799, "47h"),
+            (172_800, "2d"),
+            (187_200, "2d4h"),
+            (691_199, "7d23h"),
+            (691_200, "8d"),
+            (63_071_999, "729d"),
+            (63_072_000, "2y"),
+            (65_664_000, "2y30d"),
+            (252_288_000, "8y"),
+        ];
+        for (seconds, want) in rows {
+            assert_eq!(human_duration(seconds), want, "{seconds} s");
+        }
     }
 }

@@ -8,6 +8,7 @@ mod common;
 mod apply;
 mod bad_input;
 mod commands;
+mod defaults;
 mod dry_run;
 
 use common::{Fixture, kubectl, start};

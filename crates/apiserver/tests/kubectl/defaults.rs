@@ -1,0 +1,122 @@
+//! What kube-apiserver sets on objects as they are written, read back through kubectl as it
+//! shows them there (each checked against kube-apiserver v1.36's answers).
+
+use super::*;
+
+const OBJECTS: &str = "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: from-claim}
+spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}, storageClassName: gold, dataSource: {kind: PersistentVolumeClaim, name: src}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: from-snapshot}
+spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}, storageClassName: gold, dataSourceRef: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: snap}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: local}
+spec: {accessModes: [ReadWriteOnce], capacity: {storage: 1Gi}, hostPath: {path: /tmp/x}}
+---
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata: {name: va}
+spec: {attacher: d.example.com, nodeName: n1, source: {persistentVolumeName: local}}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: gold
+  annotations: {storageclass.kubernetes.io/is-default-class: \"true\"}
+provisioner: d.example.com
+";
+
+#[tokio::test]
+async fn storage_objects_read_back_as_kube_apiserver_writes_them() {
+    let f = start().await;
+    let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(OBJECTS)).await;
+    assert!(ok, "{err}");
+    let get = |args: &'static [&'static str]| {
+        let f = &f;
+        async move {
+            let (ok, out, err) = kubectl(f, args, None).await;
+            assert!(ok, "kubectl {args:?}: {err}");
+            out
+        }
+    };
+    // A claim's data source is mirrored into the other field, an absent apiGroup as null.
+    let pvc = r#"{"apiGroup":null,"kind":"PersistentVolumeClaim","name":"src"}"#;
+    assert_eq!(
+        get(&[
+            "get",
+            "pvc",
+            "from-claim",
+            "-o",
+            "jsonpath={.spec.dataSourceRef}"
+        ])
+        .await,
+        pvc
+    );
+    let snap = r#"{"apiGroup":"snapshot.storage.k8s.io","kind":"VolumeSnapshot","name":"snap"}"#;
+    assert_eq!(
+        get(&[
+            "get",
+            "pvc",
+            "from-snapshot",
+            "-o",
+            "jsonpath={.spec.dataSource}"
+        ])
+        .await,
+        snap
+    );
+    // Two that disagree are refused with kube-apiserver's message.
+    let (ok, _, err) = kubectl(
+        &f,
+        &["create", "-f", "-"],
+        Some("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: torn}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}, dataSource: {kind: PersistentVolumeClaim, name: a}, dataSourceRef: {kind: PersistentVolumeClaim, name: b}}\n"),
+    )
+    .await;
+    assert!(
+        !ok && err.contains(r#"PersistentVolumeClaim "torn" is invalid: spec: Invalid value: {}: must match dataSourceRef"#),
+        "{err}"
+    );
+    // A volume's phase has the time it was set; a hostPath its empty type.
+    let stamped = get(&[
+        "get",
+        "pv",
+        "local",
+        "-o",
+        "jsonpath={.status.lastPhaseTransitionTime}",
+    ])
+    .await;
+    assert!(stamped.ends_with('Z') && stamped.len() == 20, "{stamped}");
+    assert_eq!(
+        get(&["get", "pv", "local", "-o", "jsonpath={.spec.hostPath}"]).await,
+        r#"{"path":"/tmp/x","type":""}"#
+    );
+    assert_eq!(
+        get(&["get", "volumeattachment", "va", "-o", "jsonpath={.status}"]).await,
+        r#"{"attached":false}"#
+    );
+    // Namespaces carry their name as a label, which selects them.
+    let (ok, _, err) = kubectl(&f, &["create", "namespace", "team"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        get(&[
+            "get",
+            "namespaces",
+            "-l",
+            "kubernetes.io/metadata.name=team",
+            "-o",
+            "name"
+        ])
+        .await,
+        "namespace/team\n"
+    );
+    // kubectl get marks the default class.
+    let classes = get(&["get", "storageclass"]).await;
+    assert!(classes.contains("gold (default)"), "{classes}");
+    // A selector that does not parse is refused, not read as matching nothing.
+    let (ok, _, err) = kubectl(&f, &["get", "pvc", "-l", "bad===x"], None).await;
+    assert!(!ok && err.contains("unable to parse requirement"), "{err}");
+}
