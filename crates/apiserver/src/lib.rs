@@ -36,6 +36,7 @@ pub mod store;
 mod tables;
 pub mod time;
 pub mod tls;
+pub mod unknown_fields;
 mod watch;
 
 /// The name of the thread that writes the server's log (`--data-dir`).

@@ -78,6 +78,17 @@ fn define(generator: &mut SchemaGenerator, api_version: &str, kind: &str) -> Opt
     }
 }
 
+/// The schema of a built-in kind by its `apiVersion` and kind: its definition's name and every
+/// definition it refers to (by `$ref`, `#/components/schemas/<name>`).
+pub(crate) fn kind_definitions(
+    api_version: &str,
+    kind: &str,
+) -> Option<(String, Map<String, Value>)> {
+    let mut generator = SchemaSettings::openapi3().into_generator();
+    let name = define(&mut generator, api_version, kind)?;
+    Some((name, generator.take_definitions(true)))
+}
+
 fn gvk(rt: &ResourceType) -> Value {
     json!([{"group": rt.group, "version": rt.version, "kind": rt.kind}])
 }

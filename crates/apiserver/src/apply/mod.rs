@@ -194,6 +194,20 @@ pub(crate) async fn server_side_apply(
             config["metadata"]["name"]
         )));
     }
+    // An applied field the kind does not have is refused, whatever `fieldValidation` says, as
+    // kube-apiserver's typed apply refuses it (a custom resource's are left to its schema).
+    if t.rt.schema.is_none()
+        && let Some(schema) = crate::unknown_fields::schema_of(&t.rt)
+        && let Some(first) =
+            crate::unknown_fields::drop_unknown(&schema, &mut config.clone()).first()
+    {
+        let group_version = format!("{}/{}", t.rt.group, t.rt.version);
+        return Err(ApiError::internal(format!(
+            "failed to create typed patch object ({}/{name}; {group_version}, Kind={}): .{first}: field not declared in schema",
+            t.namespace.as_deref().unwrap_or_default(),
+            t.rt.kind,
+        )));
+    }
     let force = query.flag("force");
     let api_version = t.rt.api_version();
     let ns = t.namespace.clone().unwrap_or_default();

@@ -29,6 +29,7 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Change, Store, StoreError, Write2, Written};
 use crate::tables::table;
+use crate::unknown_fields::FieldValidation;
 
 mod binding;
 mod delete;
@@ -54,7 +55,9 @@ use routing::{Route, route, verb_of};
 use token::token_request;
 pub(crate) use token::token_request as token_request_for;
 pub(crate) use write::{PATCH_TRIES, WriteMode, apply_update, create_object, update_object};
-use write::{commit, create, patch, refresh_crds, update, write_object};
+use write::{
+    checked_body, commit, create, patch, refresh_crds, update, with_warnings, write_object,
+};
 
 /// Largest accepted body (kube-apiserver's default is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -359,6 +362,11 @@ async fn object_request(
         Ok(mode) => mode,
         Err(refused) => return (verb_of(method, t.name.is_some(), false), Err(refused)),
     };
+    let validation =
+        match crate::unknown_fields::field_validation(method, query.get("fieldValidation")) {
+            Ok(validation) => validation,
+            Err(refused) => return (verb_of(method, t.name.is_some(), false), Err(refused)),
+        };
     // A Pod's binding subresource supports create only.
     if t.subresource.as_deref() == Some("binding") {
         return match (method.as_str(), t.name.clone()) {
@@ -414,7 +422,18 @@ async fn object_request(
             ),
         };
     }
-    match (method.as_str(), t.name.clone()) {
+    // A create's or update's body (an object's, or its status's) read for unknown fields.
+    let (body, warnings) = if matches!(method.as_str(), "POST" | "PUT")
+        && t.subresource.as_deref().is_none_or(|s| s == "status")
+    {
+        match checked_body(&rt, validation, body) {
+            Ok(checked) => checked,
+            Err(refused) => return (verb_of(method, t.name.is_some(), false), Err(refused)),
+        }
+    } else {
+        (body, Vec::new())
+    };
+    let (verb, result) = match (method.as_str(), t.name.clone()) {
         ("GET", None) if query.flag("watch") => {
             ("WATCH", crate::watch::watch(app, &t, query, headers).await)
         }
@@ -463,7 +482,11 @@ async fn object_request(
                 "{method} is not allowed here"
             ))),
         ),
-    }
+    };
+    (
+        verb,
+        result.map(|response| with_warnings(response, &warnings)),
+    )
 }
 
 /// Builds the application state with the built-in namespaces and the default RBAC policy,

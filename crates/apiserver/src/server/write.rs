@@ -89,6 +89,55 @@ pub(crate) fn write_mode(
     ))
 }
 
+/// A create's or update's body read for fields its kind does not have
+/// ([`crate::unknown_fields`]): the write is refused under `Strict`, as kube-apiserver refuses
+/// it; otherwise they are dropped and the body written again. Also the `Warning` headers to
+/// answer with. A body that does not parse is left to the write to refuse.
+pub(crate) fn checked_body(
+    rt: &ResourceType,
+    validation: FieldValidation,
+    body: Bytes,
+) -> Result<(Bytes, Vec<String>), ApiError> {
+    if validation == FieldValidation::Unset || body.is_empty() {
+        return Ok((body, Vec::new()));
+    }
+    let (Ok(mut object), Some(schema)) = (
+        serde_json::from_slice::<Value>(&body),
+        crate::unknown_fields::schema_of(rt),
+    ) else {
+        return Ok((body, Vec::new()));
+    };
+    let unknown = crate::unknown_fields::drop_unknown(&schema, &mut object);
+    if unknown.is_empty() {
+        return Ok((body, Vec::new()));
+    }
+    if validation == FieldValidation::Strict {
+        return Err(ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            crate::unknown_fields::listed(&unknown),
+            kind = rt.kind,
+            version = rt.version,
+        )));
+    }
+    let warnings = if validation == FieldValidation::Warn {
+        crate::unknown_fields::warnings(&unknown)
+    } else {
+        Vec::new()
+    };
+    let body = serde_json::to_vec(&object).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok((Bytes::from(body), warnings))
+}
+
+/// `response` with a `Warning` header for each of `warnings`.
+pub(crate) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        if let Ok(value) = header::HeaderValue::from_str(warning) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
 /// Writes (or, in a dry run, works out) what `decide` chooses for one object: see
 /// [`crate::store::Store::write_change`] and [`crate::store::Store::dry_run_change`].
 pub(crate) fn write_object(
@@ -377,6 +426,12 @@ pub(crate) async fn patch(
         return crate::apply::server_side_apply(app, t, name, query, patch_value, mode).await;
     }
     let manager = writer_manager(query, headers);
+    let validation =
+        crate::unknown_fields::field_validation(&Method::PATCH, query.get("fieldValidation"))?;
+    let schema = (validation != FieldValidation::Unset)
+        .then(|| crate::unknown_fields::schema_of(&t.rt))
+        .flatten();
+    let mut warnings = Vec::new();
     let ns = t.namespace.clone().unwrap_or_default();
     // A patch that names a resourceVersion is a precondition; otherwise the patch applies to
     // the newest version (durable or not: the one the write checks against), and a concurrent
@@ -395,12 +450,30 @@ pub(crate) async fn patch(
             PatchError::Apply(_) => ApiError::invalid(&t.rt.kind, name, &e.to_string()),
         })?;
         patched_is_an_object(t, name, &next)?;
+        if let Some(schema) = &schema {
+            let unknown = crate::unknown_fields::drop_unknown(schema, &mut next);
+            if !unknown.is_empty() && validation == FieldValidation::Strict {
+                // kube-apiserver's words, the patched object shown as the value.
+                return Err(ApiError::invalid(
+                    "",
+                    "",
+                    &format!(
+                        "patch: Invalid value: {:?}: strict decoding error: {}",
+                        next.to_string(),
+                        crate::unknown_fields::listed(&unknown)
+                    ),
+                ));
+            }
+            if validation == FieldValidation::Warn {
+                warnings = crate::unknown_fields::warnings(&unknown);
+            }
+        }
         if patched_rv.is_none() {
             next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         }
         match apply_update(app, t, name, next, Some(&manager), mode).await {
             Err(e) if e.code == 409 && patched_rv.is_none() => continue,
-            other => return other,
+            other => return other.map(|response| with_warnings(response, &warnings)),
         }
     }
     Err(ApiError::keeps_changing(&t.rt.group, &t.rt.plural, name))

@@ -212,6 +212,68 @@ async fn a_dry_run_other_than_all_is_refused_on_every_verb() {
     assert_eq!(code, 404);
 }
 
+/// A patch asking for strict field validation is refused when the patched object has a field
+/// its kind does not have; an unknown `fieldValidation` is kube-apiserver's 422.
+#[tokio::test]
+async fn a_strict_patch_with_an_unknown_field_is_refused() {
+    let f = start().await;
+    let items = "/api/v1/namespaces/default/configmaps";
+    let (code, _) = raw(
+        &f,
+        "POST",
+        items,
+        "application/json",
+        br#"{"metadata":{"name":"c"}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(code, 201);
+    for content_type in [
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+    ] {
+        let (code, status) = raw(
+            &f,
+            "PATCH",
+            &format!("{items}/c?fieldValidation=Strict"),
+            content_type,
+            br#"{"zdata":{"b":"9"},"bogus":1}"#.to_vec(),
+        )
+        .await;
+        assert_eq!(code, 422, "{status}");
+        let message = status["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(r#" "" is invalid: patch: Invalid value: "#)
+                && message.ends_with(
+                    r#"strict decoding error: unknown field "bogus", unknown field "zdata""#
+                ),
+            "{message}"
+        );
+    }
+    let (code, status) = raw(
+        &f,
+        "POST",
+        &format!("{items}?fieldValidation=Sometimes"),
+        "application/json",
+        br#"{"metadata":{"name":"d"}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        r#"CreateOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "Sometimes": supported values: "", "Ignore", "Strict", "Warn""#
+    );
+    let (code, kept) = raw(
+        &f,
+        "GET",
+        &format!("{items}/c"),
+        "application/json",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(kept.get("bogus").is_none(), "{kept}");
+}
+
 /// A server-side apply must name its field manager: kube-apiserver's 422 on PatchOptions.
 #[tokio::test]
 async fn an_apply_without_a_field_manager_is_refused_as_kube_apiserver_does() {

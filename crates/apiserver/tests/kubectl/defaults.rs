@@ -120,3 +120,53 @@ async fn storage_objects_read_back_as_kube_apiserver_writes_them() {
     let (ok, _, err) = kubectl(&f, &["get", "pvc", "-l", "bad===x"], None).await;
     assert!(!ok && err.contains("unable to parse requirement"), "{err}");
 }
+
+const TYPO: &str = "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: typo}
+spec: {storageClass: gold, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+";
+
+/// A field the kind does not have (`storageClass` for `storageClassName`): kubectl asks for
+/// strict validation and the write is refused, as kube-apiserver refuses it; with
+/// `--validate=warn` it is dropped with a warning, with `--validate=false` dropped silently.
+#[tokio::test]
+async fn unknown_fields_are_refused_warned_or_dropped_as_kubectl_asks() {
+    let f = start().await;
+    for verb in ["create", "apply"] {
+        let (ok, _, err) = kubectl(&f, &[verb, "-f", "-"], Some(TYPO)).await;
+        assert!(
+            !ok && err.contains(r#"strict decoding error: unknown field "spec.storageClass""#),
+            "kubectl {verb}: {err}"
+        );
+    }
+    let (ok, _, err) = kubectl(&f, &["apply", "--server-side", "-f", "-"], Some(TYPO)).await;
+    assert!(
+        !ok && err.contains(".spec.storageClass: field not declared in schema"),
+        "{err}"
+    );
+    let (ok, _, err) = kubectl(&f, &["get", "pvc", "typo"], None).await;
+    assert!(!ok && err.contains("not found"), "nothing was made: {err}");
+
+    let (ok, _, err) = kubectl(&f, &["create", "--validate=warn", "-f", "-"], Some(TYPO)).await;
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(r#"unknown field "spec.storageClass""#),
+        "warned: {err}"
+    );
+    let (ok, out, err) = kubectl(&f, &["get", "pvc", "typo", "-o", "jsonpath={.spec}"], None).await;
+    assert!(
+        ok && !out.contains("storageClass\""),
+        "dropped: {out} {err}"
+    );
+    // kubectl replace asks for strict validation too.
+    let typo_again = TYPO.replace("storage: 1Gi", "storage: 2Gi");
+    let (ok, _, err) = kubectl(&f, &["replace", "-f", "-"], Some(&typo_again)).await;
+    assert!(
+        !ok && err.contains(r#"unknown field "spec.storageClass""#),
+        "{err}"
+    );
+    // With --validate=false (Ignore) the field is dropped without a word.
+    let (ok, _, err) = kubectl(&f, &["replace", "--validate=false", "-f", "-"], Some(TYPO)).await;
+    assert!(ok && !err.contains("unknown field"), "{err}");
+}
