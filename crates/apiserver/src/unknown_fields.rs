@@ -141,8 +141,13 @@ fn walk(
                 } else {
                     format!("{path}.{key}")
                 };
-                // Strategic-merge-patch directives are not fields.
-                if key.starts_with('$') {
+                // Strategic-merge-patch directives are not fields, and every object has its
+                // type and metadata (a custom resource's schema need not say so).
+                if key.starts_with('$')
+                    || (path.is_empty()
+                        && matches!(key.as_str(), "apiVersion" | "kind" | "metadata"))
+                        && properties.is_none_or(|p| !p.contains_key(key))
+                {
                     continue;
                 }
                 match properties.and_then(|p| p.get(key)).or(additional) {
@@ -247,11 +252,10 @@ mod tests {
     #[test]
     fn custom_resources_follow_their_schema_and_keep_what_it_preserves() {
         let mut pool = (*rt("", "configmaps")).clone();
+        // Its type and metadata go unsaid, as in most definitions.
         pool.schema = Some(Arc::new(json!({
             "type": "object",
             "properties": {
-                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                "metadata": {"type": "object"},
                 "spec": {"type": "object", "properties": {
                     "size": {"type": "integer"},
                     "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
@@ -259,7 +263,7 @@ mod tests {
             },
         })));
         let schema = schema_of(&pool).unwrap();
-        let mut object = json!({"metadata": {"name": "p", "anything": 1},
+        let mut object = json!({"apiVersion": "example.dev/v1", "kind": "Pool", "metadata": {"name": "p", "anything": 1},
             "spec": {"size": 1, "sise": 2, "free": {"x": {"y": 1}}}});
         assert_eq!(drop_unknown(&schema, &mut object), ["spec.sise"]);
     }
