@@ -9,15 +9,13 @@ use serde_json::{Map, Value, json};
 /// (TypedObjectReference) adds `namespace`.
 const REFERENCE_FIELDS: [&str; 3] = ["apiGroup", "kind", "name"];
 
-/// A reference's fields as a local reference (an absent `apiGroup` is `null`, as Go writes
-/// the pointer).
+/// A reference's fields as a local reference (an absent `apiGroup` stays absent).
 fn local_reference(reference: &Map<String, Value>) -> Value {
     let mut local = Map::new();
     for field in REFERENCE_FIELDS {
-        local.insert(
-            field.to_string(),
-            reference.get(field).cloned().unwrap_or(Value::Null),
-        );
+        if let Some(value) = reference.get(field).filter(|v| !v.is_null()) {
+            local.insert(field.to_string(), value.clone());
+        }
     }
     Value::Object(local)
 }
@@ -31,17 +29,13 @@ fn other_namespace(reference: &Map<String, Value>) -> bool {
 }
 
 /// A claim being created: one data-source field set gives the other the same reference
-/// (`dataSourceRef` only when it names no namespace), and an absent `apiGroup` is written as
-/// `null` in both, as kube-apiserver stores them.
+/// (`dataSourceRef` only when it names no namespace). kube-apiserver writes an absent
+/// `apiGroup` as `null`; it stays absent here, since a client's typed object leaves a `null`
+/// out and its update would then differ from the stored spec.
 pub fn mirror_data_sources(claim: &mut Value) {
     let Some(spec) = claim.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    for field in ["dataSource", "dataSourceRef"] {
-        if let Some(reference) = spec.get_mut(field).and_then(Value::as_object_mut) {
-            reference.entry("apiGroup").or_insert(Value::Null);
-        }
-    }
     let source = spec.get("dataSource").and_then(Value::as_object).cloned();
     let reference = spec
         .get("dataSourceRef")
@@ -119,7 +113,7 @@ mod tests {
     #[test]
     fn data_sources_are_mirrored_as_kube_apiserver_stores_them() {
         let pvc = json!({"kind": "PersistentVolumeClaim", "name": "src"});
-        let pvc_stored = json!({"apiGroup": null, "kind": "PersistentVolumeClaim", "name": "src"});
+        let pvc_stored = json!({"kind": "PersistentVolumeClaim", "name": "src"});
         let snap =
             json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "s"});
         let elsewhere = json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "s", "namespace": "other"});

@@ -44,8 +44,8 @@ async fn storage_objects_read_back_as_kube_apiserver_writes_them() {
             out
         }
     };
-    // A claim's data source is mirrored into the other field, an absent apiGroup as null.
-    let pvc = r#"{"apiGroup":null,"kind":"PersistentVolumeClaim","name":"src"}"#;
+    // A claim's data source is mirrored into the other field.
+    let pvc = r#"{"kind":"PersistentVolumeClaim","name":"src"}"#;
     assert_eq!(
         get(&[
             "get",
