@@ -73,7 +73,15 @@ pub fn in_namespace(objects: &mut [Value], namespace: &str) {
         if object["metadata"]["namespace"].as_str() == Some("default") {
             object["metadata"]["namespace"] = Value::String(namespace.to_string());
         }
-        for subject in object["subjects"].as_array_mut().into_iter().flatten() {
+        // `get_mut`: indexing a JSON object mutably adds the key (`"subjects": null` was
+        // written into every ClusterRole and Deployment, and kubectl replace of one read back
+        // was then refused for its unknown field).
+        for subject in object
+            .get_mut("subjects")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
             if subject["namespace"].as_str() == Some("default") {
                 subject["namespace"] = Value::String(namespace.to_string());
             }
@@ -215,6 +223,10 @@ mod tests {
             }
             for subject in object["subjects"].as_array().into_iter().flatten() {
                 assert_eq!(subject["namespace"], "kube-system");
+            }
+            // Nothing is added to objects that have no subjects.
+            if object["kind"] != "ClusterRoleBinding" && object["kind"] != "RoleBinding" {
+                assert!(object.get("subjects").is_none(), "{object}");
             }
         }
     }
