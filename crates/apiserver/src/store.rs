@@ -358,11 +358,7 @@ impl Store {
         name: &str,
         decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
     ) -> Result<Written, E> {
-        if let Some(log) = &self.log
-            && let Some(reason) = log.failure()
-        {
-            return Err(StoreError::Failed(LogError::Failed(reason)).into());
-        }
+        self.refuse_after_failure()?;
         let key = object_key(resource, namespace, name);
         let mut inner = self.core.inner.lock();
         let (current, pending_rv) = inner.newest(&key);
@@ -485,11 +481,7 @@ impl Store {
         name: &str,
         decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, E>,
     ) -> Result<Written, E> {
-        if let Some(log) = &self.log
-            && let Some(reason) = log.failure()
-        {
-            return Err(StoreError::Failed(LogError::Failed(reason)).into());
-        }
+        self.refuse_after_failure()?;
         let key = object_key(resource, namespace, name);
         let ((current, read_rv), next_rv) = {
             let inner = self.core.inner.lock();
@@ -523,6 +515,14 @@ impl Store {
             change: None,
             rv: read_rv,
         })
+    }
+
+    /// After a failed log write, every write (and dry run) is refused.
+    fn refuse_after_failure(&self) -> Result<(), StoreError> {
+        match self.log.as_ref().and_then(Log::failure) {
+            Some(reason) => Err(StoreError::Failed(LogError::Failed(reason))),
+            None => Ok(()),
+        }
     }
 
     /// Waits until `rv` is on disk and visible (no-op in memory).
