@@ -399,7 +399,7 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
     }
     let checked = match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => claim(obj, old),
-        ("", "persistentvolumes") => rules::persistent_volume(obj),
+        ("", "persistentvolumes") => rules::persistent_volume(obj, old),
         ("", "events") => rules::core_event(obj),
         ("storage.k8s.io", "storageclasses") => rules::storage_class(obj, old),
         ("storage.k8s.io", "csidrivers") => rules::csi_driver(obj, old),

@@ -101,8 +101,40 @@ fn immutable(
     }
 }
 
-/// A PersistentVolume.
-pub fn persistent_volume(pv: &Value) -> Check {
+/// A volume's source (its one volume-type field), as compared after creation: a CSI source
+/// may gain a `nodeExpandSecretRef` it had none of (kube-apiserver allows that one change).
+fn volume_source(spec: &Value, old_spec: &Value) -> Vec<(&'static str, Value)> {
+    PV_SOURCES
+        .iter()
+        .filter(|s| !spec[**s].is_null())
+        .map(|s| {
+            let mut source = spec[*s].clone();
+            // A hostPath's type defaults to "" (volumes stored before that default had none).
+            if *s == "hostPath"
+                && let Some(host_path) = source.as_object_mut()
+            {
+                host_path
+                    .entry("type")
+                    .and_modify(|t| {
+                        if t.is_null() {
+                            *t = Value::String(String::new());
+                        }
+                    })
+                    .or_insert(Value::String(String::new()));
+            }
+            if *s == "csi"
+                && old_spec["csi"]["nodeExpandSecretRef"].is_null()
+                && let Some(csi) = source.as_object_mut()
+            {
+                csi.remove("nodeExpandSecretRef");
+            }
+            (*s, source)
+        })
+        .collect()
+}
+
+/// A PersistentVolume (updates: its source fixed).
+pub fn persistent_volume(pv: &Value, old: Option<&Value>) -> Check {
     let spec = &pv["spec"];
     if spec["capacity"]["storage"].is_null() {
         return Err("spec.capacity: Required value".into());
@@ -138,6 +170,11 @@ pub fn persistent_volume(pv: &Value) -> Check {
     if !spec["csi"].is_null() {
         required("spec.csi.driver", &spec["csi"]["driver"])?;
         required("spec.csi.volumeHandle", &spec["csi"]["volumeHandle"])?;
+    }
+    if let Some(old) = old
+        && volume_source(spec, &old["spec"]) != volume_source(&old["spec"], &old["spec"])
+    {
+        return Err("spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation".into());
     }
     Ok(())
 }
@@ -345,46 +382,106 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_volumes_source_is_fixed_once_made() {
+        let pv = |source: Value| {
+            let mut spec =
+                json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]});
+            for (key, value) in source.as_object().unwrap() {
+                spec[key] = value.clone();
+            }
+            json!({"metadata": {"name": "pv"}, "spec": spec})
+        };
+        let csi = pv(json!({"csi": {"driver": "d", "volumeHandle": "h"}}));
+        let refused = "spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation";
+        let rows = [
+            (csi.clone(), csi.clone(), Ok(())),
+            (
+                csi.clone(),
+                pv(json!({"csi": {"driver": "d", "volumeHandle": "h2"}})),
+                Err(refused.to_string()),
+            ),
+            (
+                csi.clone(),
+                pv(json!({"hostPath": {"path": "/x"}})),
+                Err(refused.to_string()),
+            ),
+            // The one change allowed: a node-expansion secret where there was none.
+            (
+                csi.clone(),
+                pv(
+                    json!({"csi": {"driver": "d", "volumeHandle": "h", "nodeExpandSecretRef": {"name": "s", "namespace": "n"}}}),
+                ),
+                Ok(()),
+            ),
+            // A hostPath stored without a type reads as type "".
+            (
+                pv(json!({"hostPath": {"path": "/x"}})),
+                pv(json!({"hostPath": {"path": "/x", "type": ""}})),
+                Ok(()),
+            ),
+        ];
+        for (old, new, want) in rows {
+            assert_eq!(persistent_volume(&new, Some(&old)), want, "{old} -> {new}");
+        }
+    }
+
+    #[test]
     fn each_type_is_checked_with_kube_apiservers_words() {
         let pv = |spec: Value| json!({"metadata": {"name": "pv"}, "spec": spec});
         let csi = json!({"driver": "d", "volumeHandle": "h"});
         let cases: Vec<(Check, Option<&str>)> = vec![
             (
-                persistent_volume(&pv(
-                    json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": csi}),
-                )),
+                persistent_volume(
+                    &pv(
+                        json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": csi}),
+                    ),
+                    None,
+                ),
                 None,
             ),
             (
-                persistent_volume(&pv(
-                    json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}),
-                )),
+                persistent_volume(
+                    &pv(json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]})),
+                    None,
+                ),
                 Some("spec: Required value: must specify a volume type"),
             ),
             (
-                persistent_volume(&pv(
-                    json!({"capacity": {"storage": "0"}, "accessModes": ["ReadWriteOnce"], "csi": csi}),
-                )),
+                persistent_volume(
+                    &pv(
+                        json!({"capacity": {"storage": "0"}, "accessModes": ["ReadWriteOnce"], "csi": csi}),
+                    ),
+                    None,
+                ),
                 Some("spec.capacity[storage]: Invalid value: \"0\": must be greater than zero"),
             ),
             (
-                persistent_volume(&pv(
-                    json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": csi, "persistentVolumeReclaimPolicy": "Bogus"}),
-                )),
+                persistent_volume(
+                    &pv(
+                        json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": csi, "persistentVolumeReclaimPolicy": "Bogus"}),
+                    ),
+                    None,
+                ),
                 Some(
                     "spec.persistentVolumeReclaimPolicy: Unsupported value: \"Bogus\": supported values: \"Delete\", \"Recycle\", \"Retain\"",
                 ),
             ),
             (
-                persistent_volume(&pv(
-                    json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": {"driver": "d"}}),
-                )),
+                persistent_volume(
+                    &pv(
+                        json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": {"driver": "d"}}),
+                    ),
+                    None,
+                ),
                 Some("spec.csi.volumeHandle: Required value"),
             ),
             (
-                persistent_volume(&pv(
-                    json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": csi, "hostPath": {"path": "/"}}),
-                )),
+                persistent_volume(
+                    &pv(
+                        json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": csi, "hostPath": {"path": "/"}}),
+                    ),
+                    None,
+                ),
                 Some("spec.csi: Forbidden: may not specify more than 1 volume type"),
             ),
             (
