@@ -405,7 +405,7 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         ("storage.k8s.io", "csidrivers") => rules::csi_driver(obj, old),
         ("storage.k8s.io", "csinodes") => rules::csi_node(obj),
         ("storage.k8s.io", "volumeattachments") => rules::volume_attachment(obj, old),
-        ("storage.k8s.io", "csistoragecapacities") => rules::storage_capacity(obj),
+        ("storage.k8s.io", "csistoragecapacities") => rules::storage_capacity(obj, old),
         ("coordination.k8s.io", "leases") => rules::lease(obj),
         ("events.k8s.io", "events") => rules::event(obj),
         ("apiextensions.k8s.io", "customresourcedefinitions") if old.is_none() => {
