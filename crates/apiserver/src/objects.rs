@@ -457,7 +457,10 @@ fn approved_group(obj: &Value) -> Result<(), String> {
 fn claim(obj: &Value, old: Option<&Value>) -> Result<(), String> {
     let spec = &obj["spec"];
     crate::claim_rules::check_spec(spec)?;
-    crate::storage_defaults::check_data_sources(spec)?;
+    // A status write keeps the spec (kube-apiserver validates a claim's status alone).
+    if old.is_none_or(|old| old["spec"] != *spec) {
+        crate::storage_defaults::check_data_sources(spec)?;
+    }
     if spec["accessModes"].as_array().is_none_or(Vec::is_empty) && old.is_none() {
         return Err("spec.accessModes: Required value: at least 1 access mode is required".into());
     }
@@ -538,8 +541,16 @@ pub fn merge_update(
         },
     }
     drop_empty_lists_and_maps(meta);
-    if rt.group.is_empty() && rt.plural == "persistentvolumes" {
-        storage_defaults::stamp_phase_transition(Some(current), &mut next, &now_rfc3339());
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "persistentvolumes") => {
+            storage_defaults::stamp_phase_transition(Some(current), &mut next, &now_rfc3339());
+        }
+        // As at create: a client that sends one of the two (a manifest replaced, an older
+        // client) gets the other filled in again, as kube-apiserver's PrepareForUpdate does.
+        ("", "persistentvolumeclaims") if !status_only => {
+            storage_defaults::mirror_data_sources(&mut next);
+        }
+        _ => {}
     }
     if !status_only && rt.has_generation() {
         let spec_changed = !same_apart_from(current, &next, &["metadata", "status"]);

@@ -168,3 +168,45 @@ fn assigned_running_pods_are_deleted_gracefully_and_only_ever_sooner() {
     let sooner = graceful_deletion(&first, 1).unwrap();
     assert_eq!(sooner["metadata"]["deletionGracePeriodSeconds"], json!(1));
 }
+
+#[test]
+fn a_claims_update_mirrors_its_data_sources_and_a_status_write_is_not_checked_for_them() {
+    let rt = crate::registry::Registry::default()
+        .find("", "v1", "persistentvolumeclaims")
+        .unwrap();
+    let source = json!({"kind": "PersistentVolumeClaim", "name": "src"});
+    let mut created = json!({"metadata": {"name": "c"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "dataSource": source}});
+    prepare_create(&rt, "ns", &mut created).unwrap();
+    assert_eq!(created["spec"]["dataSourceRef"], source);
+    // A replace that sends only dataSource gets dataSourceRef again: the spec is unchanged.
+    let mut incoming = created.clone();
+    incoming["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dataSourceRef");
+    let next = merge_update(&rt, &created, incoming, false).unwrap();
+    assert_eq!(next["spec"], created["spec"]);
+    validate(&rt, &next, Some(&created)).unwrap();
+    // A claim stored with two that disagree (before they were checked) still takes status
+    // writes, whose spec is the stored one; a change of its spec is refused.
+    let mut torn = created.clone();
+    torn["spec"]["dataSourceRef"]["name"] = json!("other");
+    let status = merge_update(
+        &rt,
+        &torn,
+        json!({"metadata": {"name": "c"}, "status": {"phase": "Bound"}}),
+        true,
+    )
+    .unwrap();
+    validate(&rt, &status, Some(&torn)).unwrap();
+    let mut relabelled = torn.clone();
+    relabelled["spec"]["volumeName"] = json!("pv");
+    let refused = validate(&rt, &relabelled, Some(&torn)).unwrap_err();
+    assert!(
+        refused.message.contains("must match dataSourceRef"),
+        "{}",
+        refused.message
+    );
+}
