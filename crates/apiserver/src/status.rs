@@ -217,17 +217,10 @@ impl ApiError {
     /// 422 for a request's options (`CreateOptions`, `PatchOptions`, ...) kube-apiserver
     /// refuses: `<Kind>.meta.k8s.io "" is invalid: <field error>`.
     pub fn invalid_options(kind: &str, field_error: &str) -> Self {
-        let mut e = Self::new(
-            422,
-            "Invalid",
-            format!("{kind}.meta.k8s.io \"\" is invalid: {field_error}"),
-        );
+        let mut e = Self::invalid(&format!("{kind}.meta.k8s.io"), "", field_error);
+        e.name = None;
         e.kind = Some(kind.into());
         e.group = Some("meta.k8s.io".into());
-        e.extra = Some(Box::new(Extra {
-            causes: vec![Cause::from_field_error(field_error)],
-            retry_after: None,
-        }));
         e
     }
     /// 504 for a resourceVersion newer than the server's, as kube-apiserver answers it.

@@ -10,6 +10,7 @@
 //! write typed objects, and reading every write against its schema would cost every write.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
 use axum::http::Method;
@@ -34,11 +35,10 @@ pub enum FieldValidation {
 /// The `fieldValidation` of a request; any other value than the four kube-apiserver knows is
 /// its 422 naming the verb's options.
 pub fn field_validation(method: &Method, value: Option<&str>) -> Result<FieldValidation, ApiError> {
-    let options = match method.as_str() {
-        "POST" => "CreateOptions",
-        "PUT" => "UpdateOptions",
-        "PATCH" => "PatchOptions",
-        _ => return Ok(FieldValidation::Unset),
+    // A delete has no body to read.
+    let options = match crate::server::options_kind(method) {
+        Some("DeleteOptions") | None => return Ok(FieldValidation::Unset),
+        Some(options) => options,
     };
     match value.unwrap_or("") {
         "" => Ok(FieldValidation::Unset),
@@ -54,19 +54,28 @@ pub fn field_validation(method: &Method, value: Option<&str>) -> Result<FieldVal
     }
 }
 
+/// The named schemas `$ref`s point to.
+type Definitions = Arc<Map<String, Value>>;
+
 /// A kind's schema: the root and the definitions its `$ref`s name.
 #[derive(Debug)]
 pub struct KindSchema {
-    root: Value,
-    definitions: Map<String, Value>,
+    root: Arc<Value>,
+    definitions: Definitions,
+    /// A custom resource's: the schema of ObjectMeta, which its root's and its embedded
+    /// resources' `metadata` are read against whatever its own schema says of them, as
+    /// kube-apiserver reads them.
+    object_meta: Option<Arc<Value>>,
 }
 
 /// The schema of `rt`'s objects (made once per built-in kind), if there is one.
 pub fn schema_of(rt: &ResourceType) -> Option<Arc<KindSchema>> {
     if let Some(schema) = &rt.schema {
+        let (definitions, object_meta) = object_meta()?;
         return Some(Arc::new(KindSchema {
-            root: (**schema).clone(),
-            definitions: Map::new(),
+            root: schema.clone(),
+            definitions,
+            object_meta: Some(object_meta),
         }));
     }
     static BUILTIN: OnceLock<parking_lot::Mutex<HashMap<String, Option<Arc<KindSchema>>>>> =
@@ -76,21 +85,151 @@ pub fn schema_of(rt: &ResourceType) -> Option<Arc<KindSchema>> {
         .get_or_init(Default::default)
         .lock()
         .entry(key)
-        .or_insert_with(|| {
-            let (name, definitions) =
-                crate::openapi::kind_definitions(&rt.api_version(), &rt.kind)?;
-            let root = definitions.get(&name)?.clone();
-            Some(Arc::new(KindSchema { root, definitions }))
-        })
+        .or_insert_with(|| built_in(&rt.api_version(), &rt.kind))
         .clone()
 }
 
-/// Removes from `object` the fields `schema` does not have; their paths as kube-apiserver
-/// names them (`spec.containers[0].bogus`), in the order met.
-pub fn drop_unknown(schema: &KindSchema, object: &mut Value) -> Vec<String> {
-    let mut unknown = Vec::new();
-    walk(schema, &schema.root, object, "", &mut unknown);
-    unknown
+fn built_in(api_version: &str, kind: &str) -> Option<Arc<KindSchema>> {
+    let (name, definitions) = crate::openapi::kind_definitions(api_version, kind)?;
+    let root = definitions.get(&name)?.clone();
+    Some(Arc::new(KindSchema {
+        root: Arc::new(root),
+        definitions: Arc::new(definitions),
+        object_meta: None,
+    }))
+}
+
+/// ObjectMeta's schema (a ConfigMap's `metadata`) and the definitions it refers to, made once.
+fn object_meta() -> Option<(Definitions, Arc<Value>)> {
+    static META: OnceLock<Option<(Definitions, Arc<Value>)>> = OnceLock::new();
+    META.get_or_init(|| {
+        let config_maps = built_in("v1", "ConfigMap")?;
+        let meta = config_maps.root.get("properties")?.get("metadata")?.clone();
+        Some((config_maps.definitions.clone(), Arc::new(meta)))
+    })
+    .clone()
+}
+
+/// At most this many unknown fields are named (all are dropped): a hostile body cannot make
+/// the answer, or its `Warning` headers, as large as itself.
+pub const MAX_NAMED: usize = 100;
+
+/// A named path is cut to this many bytes.
+pub const MAX_PATH: usize = 1024;
+
+/// The unknown fields of a write.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Unknown {
+    /// Their paths as kube-apiserver names them (`spec.containers[0].bogus`), in the order met,
+    /// the first [`MAX_NAMED`].
+    pub named: Vec<String>,
+    /// How many there are.
+    pub count: usize,
+}
+
+impl Unknown {
+    fn found(&mut self, path: &str) {
+        self.count += 1;
+        if self.named.len() < MAX_NAMED {
+            let mut cut = path.len().min(MAX_PATH);
+            while !path.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let mut named = path[..cut].to_string();
+            if cut < path.len() {
+                named.push_str("...");
+            }
+            self.named.push(named);
+        }
+    }
+
+    /// kube-apiserver's words for them: `unknown field "a", unknown field "b"` (and how many
+    /// more there are past those named).
+    pub fn listed(&self) -> String {
+        let mut listed = self
+            .named
+            .iter()
+            .map(|path| format!("unknown field {path:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.count > self.named.len() {
+            listed.push_str(&format!(
+                ", and {} more unknown fields",
+                self.count - self.named.len()
+            ));
+        }
+        listed
+    }
+
+    /// The `Warning` header values for them (`299 - "unknown field \"a\""`).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings: Vec<String> = self
+            .named
+            .iter()
+            .map(|path| {
+                let text = format!("unknown field {path:?}");
+                format!("299 - {text:?}")
+            })
+            .collect();
+        if self.count > self.named.len() {
+            let text = format!("{} more unknown fields", self.count - self.named.len());
+            warnings.push(format!("299 - {text:?}"));
+        }
+        warnings
+    }
+}
+
+/// What is done with a write whose kind has `schema`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Written (its unknown fields dropped, unless `Strict` found none); the `Warning` headers
+    /// to answer with.
+    Write { warnings: Vec<String> },
+    /// Refused (`Strict`): the object is left as it came.
+    Refuse(Unknown),
+}
+
+/// The fields of `object` its kind does not have, judged as `validation` asks. A field the
+/// stored object already has at the same place with the same value is not the write's doing
+/// (a write that did not name `fieldValidation` stored it) and is left where it is: an apply
+/// or edit of an object read back is not refused for it, nor does it lose it silently.
+pub fn judge(
+    schema: &KindSchema,
+    validation: FieldValidation,
+    object: &mut Value,
+    stored: Option<&Value>,
+) -> Verdict {
+    let drop = validation != FieldValidation::Strict;
+    let unknown = find(schema, object, stored, drop);
+    match validation {
+        FieldValidation::Strict if unknown.count > 0 => Verdict::Refuse(unknown),
+        FieldValidation::Warn => Verdict::Write {
+            warnings: unknown.warnings(),
+        },
+        FieldValidation::Strict | FieldValidation::Ignore | FieldValidation::Unset => {
+            Verdict::Write {
+                warnings: Vec::new(),
+            }
+        }
+    }
+}
+
+/// The fields of `object` its kind does not have (those `stored` has at the same place with
+/// the same value apart), removed from it when `drop`.
+pub fn find(
+    schema: &KindSchema,
+    object: &mut Value,
+    stored: Option<&Value>,
+    drop: bool,
+) -> Unknown {
+    let mut walk = Walk {
+        kind: schema,
+        path: String::new(),
+        unknown: Unknown::default(),
+        drop,
+    };
+    walk.value(&schema.root, object, stored, Level::Resource);
+    walk.unknown
 }
 
 /// `schema` with its `$ref` followed (through at most a few references), also one wrapped in
@@ -115,182 +254,106 @@ fn resolved<'a>(kind: &'a KindSchema, mut schema: &'a Value) -> &'a Value {
     schema
 }
 
-fn walk(
-    kind: &KindSchema,
-    schema: &Value,
-    value: &mut Value,
-    path: &str,
-    unknown: &mut Vec<String>,
-) {
-    let schema = resolved(kind, schema);
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-        return;
-    }
-    match value {
-        Value::Object(fields) => {
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            if properties.is_none() && additional.is_none() {
-                // A free-form object (raw JSON, an extension): anything goes.
-                return;
-            }
-            let mut dropped = Vec::new();
-            for (key, field) in fields.iter_mut() {
-                let child = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
+/// Whether an object is a resource of its own (the root, or an embedded one of a custom
+/// resource), whose type and metadata are every object's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Resource,
+    Field,
+}
+
+struct Walk<'a> {
+    kind: &'a KindSchema,
+    /// The path of the value being read; each step pushes onto it and cuts it back after.
+    path: String,
+    unknown: Unknown,
+    drop: bool,
+}
+
+impl Walk<'_> {
+    fn value(&mut self, schema: &Value, value: &mut Value, stored: Option<&Value>, level: Level) {
+        let schema = resolved(self.kind, schema);
+        if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+            return;
+        }
+        match value {
+            Value::Object(fields) => self.object(schema, fields, stored, level),
+            Value::Array(items) => {
+                let Some(item_schema) = schema.get("items") else {
+                    return;
                 };
-                // Strategic-merge-patch directives are not fields, and every object has its
-                // type and metadata (a custom resource's schema need not say so).
-                if key.starts_with('$')
-                    || (path.is_empty()
-                        && matches!(key.as_str(), "apiVersion" | "kind" | "metadata"))
-                        && properties.is_none_or(|p| !p.contains_key(key))
-                {
-                    continue;
+                let before = self.path.len();
+                for (i, item) in items.iter_mut().enumerate() {
+                    let _ = write!(self.path, "[{i}]");
+                    let stored_item = stored.and_then(|s| s.get(i));
+                    self.value(item_schema, item, stored_item, Level::Field);
+                    self.path.truncate(before);
                 }
-                match properties.and_then(|p| p.get(key)).or(additional) {
-                    Some(field_schema) => walk(kind, field_schema, field, &child, unknown),
-                    None => {
-                        unknown.push(child);
+            }
+            _ => {}
+        }
+    }
+
+    fn object(
+        &mut self,
+        schema: &Value,
+        fields: &mut Map<String, Value>,
+        stored: Option<&Value>,
+        level: Level,
+    ) {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+        let resource = level == Level::Resource && self.kind.object_meta.is_some();
+        if properties.is_none() && additional.is_none() && !resource {
+            // A free-form object (raw JSON, an extension): anything goes.
+            return;
+        }
+        let mut dropped = Vec::new();
+        let before = self.path.len();
+        for (key, field) in fields.iter_mut() {
+            // Strategic-merge-patch directives are not fields.
+            if key.starts_with('$') {
+                continue;
+            }
+            let field_schema = match (resource, key.as_str(), &self.kind.object_meta) {
+                // A custom resource's type is every object's, and its metadata is ObjectMeta.
+                (true, "apiVersion" | "kind", _) => continue,
+                (true, "metadata", Some(meta)) => Some(&**meta),
+                _ => properties.and_then(|p| p.get(key)).or(additional),
+            };
+            if !self.path.is_empty() {
+                self.path.push('.');
+            }
+            self.path.push_str(key);
+            let stored_field = stored.and_then(|s| s.get(key));
+            match field_schema {
+                Some(field_schema) => {
+                    let embedded = resolved(self.kind, field_schema)
+                        .get("x-kubernetes-embedded-resource")
+                        == Some(&Value::Bool(true));
+                    let level = if embedded {
+                        Level::Resource
+                    } else {
+                        Level::Field
+                    };
+                    self.value(field_schema, field, stored_field, level);
+                }
+                // Stored before, unchanged: not this write's.
+                None if stored_field == Some(field) => {}
+                None => {
+                    self.unknown.found(&self.path);
+                    if self.drop {
                         dropped.push(key.clone());
                     }
                 }
             }
-            for key in dropped {
-                fields.remove(&key);
-            }
+            self.path.truncate(before);
         }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter_mut().enumerate() {
-                    walk(kind, item_schema, item, &format!("{path}[{i}]"), unknown);
-                }
-            }
+        for key in dropped {
+            fields.remove(&key);
         }
-        _ => {}
     }
-}
-
-/// kube-apiserver's words for unknown fields: `unknown field "a", unknown field "b"`.
-pub fn listed(unknown: &[String]) -> String {
-    unknown
-        .iter()
-        .map(|path| format!("unknown field {path:?}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The `Warning` header values for unknown fields (`299 - "unknown field \"a\""`).
-pub fn warnings(unknown: &[String]) -> Vec<String> {
-    unknown
-        .iter()
-        .map(|path| {
-            let text = format!("unknown field {path:?}");
-            format!("299 - {text:?}")
-        })
-        .collect()
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn rt(group: &str, plural: &str) -> Arc<ResourceType> {
-        crate::registry::Registry::default()
-            .find(group, "v1", plural)
-            .unwrap()
-    }
-
-    #[test]
-    fn unknown_fields_of_built_in_kinds_are_found_and_dropped() {
-        let claims = schema_of(&rt("", "persistentvolumeclaims")).unwrap();
-        let mut claim = json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "c", "bogus": 1, "labels": {"any": "key"}},
-            "spec": {"storageClass": "x", "accessModes": ["ReadWriteOnce"],
-                     "resources": {"requests": {"storage": "1Gi"}, "extra": 2},
-                     "dataSourceRef": {"kind": "K", "name": "n", "namespace": "o"}},
-            "status": {"junk": 1, "phase": "Pending"},
-        });
-        let unknown = drop_unknown(&claims, &mut claim);
-        let mut sorted = unknown.clone();
-        sorted.sort();
-        assert_eq!(
-            sorted,
-            [
-                "metadata.bogus",
-                "spec.resources.extra",
-                "spec.storageClass",
-                "status.junk"
-            ]
-        );
-        assert_eq!(
-            claim,
-            json!({
-                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "c", "labels": {"any": "key"}},
-                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
-                         "dataSourceRef": {"kind": "K", "name": "n", "namespace": "o"}},
-                "status": {"phase": "Pending"},
-            })
-        );
-        let pods = schema_of(&rt("", "pods")).unwrap();
-        let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [
-            {"name": "a", "image": "b", "resources": {"limits": {"cpu": "1"}}},
-            {"name": "c", "image": "d", "bogus": true},
-        ], "nodeSelector": {"any": "thing"}}});
-        assert_eq!(drop_unknown(&pods, &mut pod), ["spec.containers[1].bogus"]);
-        // A strategic merge patch's directives are not fields.
-        let mut patch = json!({"spec": {"$retainKeys": ["a"], "containers": [{"name": "a", "$patch": "delete"}]}});
-        assert!(drop_unknown(&pods, &mut patch).is_empty(), "{patch}");
-    }
-
-    #[test]
-    fn custom_resources_follow_their_schema_and_keep_what_it_preserves() {
-        let mut pool = (*rt("", "configmaps")).clone();
-        // Its type and metadata go unsaid, as in most definitions.
-        pool.schema = Some(Arc::new(json!({
-            "type": "object",
-            "properties": {
-                "spec": {"type": "object", "properties": {
-                    "size": {"type": "integer"},
-                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                }},
-            },
-        })));
-        let schema = schema_of(&pool).unwrap();
-        let mut object = json!({"apiVersion": "example.dev/v1", "kind": "Pool", "metadata": {"name": "p", "anything": 1},
-            "spec": {"size": 1, "sise": 2, "free": {"x": {"y": 1}}}});
-        assert_eq!(drop_unknown(&schema, &mut object), ["spec.sise"]);
-    }
-
-    #[test]
-    fn field_validation_takes_kube_apiservers_four_values() {
-        assert_eq!(
-            field_validation(&Method::POST, Some("Strict")).unwrap(),
-            FieldValidation::Strict
-        );
-        assert_eq!(
-            field_validation(&Method::PUT, None).unwrap(),
-            FieldValidation::Unset
-        );
-        assert_eq!(
-            field_validation(&Method::DELETE, Some("nonsense")).unwrap(),
-            FieldValidation::Unset
-        );
-        let refused = field_validation(&Method::POST, Some("bogus")).unwrap_err();
-        assert_eq!(
-            refused.message,
-            r#"CreateOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "bogus": supported values: "", "Ignore", "Strict", "Warn""#
-        );
-        assert_eq!(
-            listed(&["a".into(), "b.c".into()]),
-            r#"unknown field "a", unknown field "b.c""#
-        );
-        assert_eq!(warnings(&["a".into()]), [r#"299 - "unknown field \"a\"""#]);
-    }
-}
+mod tests;

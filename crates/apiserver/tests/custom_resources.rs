@@ -143,3 +143,74 @@ async fn a_definition_in_a_protected_group_needs_the_approval_annotation() {
     let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&approved)).await;
     assert!(ok, "{err}");
 }
+
+/// A definition whose schema lists `metadata` with a few properties (as generated schemas do)
+/// still has every ObjectMeta field: kubectl's strict apply (which adds its last-applied
+/// annotation), a second apply and a replace of the object read back all pass, and the labels
+/// stay; a field ObjectMeta does not have is refused.
+#[tokio::test]
+async fn a_schema_that_lists_metadata_keeps_every_metadata_field() {
+    let f = start().await;
+    let listed = CRD.replace(
+        r#""properties": {
+          "spec": {"#,
+        r#""properties": {
+          "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}}},
+          "spec": {"#,
+    );
+    assert_ne!(listed, CRD, "the schema lists metadata");
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&listed)).await;
+    assert!(ok, "{err}");
+    let mut served = false;
+    for _ in 0..100 {
+        if kubectl(&f, &["get", "pools"], None).await.0 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(served, "the Pool type is served");
+    let labelled = "apiVersion: example.volstack.dev/v1\nkind: Pool\nmetadata:\n  name: p\n  labels: {tier: gold}\n  finalizers: [example.dev/keep]\nspec:\n  minimum: 1\n";
+    for _ in 0..2 {
+        let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(labelled)).await;
+        assert!(ok, "{err}");
+    }
+    let (ok, read_back, err) = kubectl(&f, &["get", "pool", "p", "-o", "json"], None).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = kubectl(&f, &["replace", "-f", "-"], Some(&read_back)).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl(
+        &f,
+        &[
+            "get",
+            "pool",
+            "p",
+            "-o",
+            "jsonpath={.metadata.labels.tier} {.metadata.finalizers}",
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, r#"gold ["example.dev/keep"]"#);
+    let bogus = labelled.replace("  name: p\n", "  name: p\n  bogus: 1\n");
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&bogus)).await;
+    assert!(
+        !ok && err.contains(r#"unknown field "metadata.bogus""#),
+        "{err}"
+    );
+    let (ok, _, err) = kubectl(
+        &f,
+        &[
+            "patch",
+            "pool",
+            "p",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+}

@@ -198,8 +198,9 @@ pub(crate) async fn server_side_apply(
     // kube-apiserver's typed apply refuses it (a custom resource's are left to its schema).
     if t.rt.schema.is_none()
         && let Some(schema) = crate::unknown_fields::schema_of(&t.rt)
-        && let Some(first) =
-            crate::unknown_fields::drop_unknown(&schema, &mut config.clone()).first()
+        && let Some(first) = crate::unknown_fields::find(&schema, &mut config.clone(), None, false)
+            .named
+            .first()
     {
         let group_version = format!("{}/{}", t.rt.group, t.rt.version);
         return Err(ApiError::internal(format!(

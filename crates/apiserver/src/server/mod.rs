@@ -29,7 +29,7 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Change, Store, StoreError, Write2, Written};
 use crate::tables::table;
-use crate::unknown_fields::FieldValidation;
+use crate::unknown_fields::{FieldValidation, Verdict};
 
 mod binding;
 mod delete;
@@ -54,7 +54,9 @@ pub(crate) use routing::{Query, Target};
 use routing::{Route, route, verb_of};
 use token::token_request;
 pub(crate) use token::token_request as token_request_for;
-pub(crate) use write::{PATCH_TRIES, WriteMode, apply_update, create_object, update_object};
+pub(crate) use write::{
+    PATCH_TRIES, WriteMode, apply_update, create_object, options_kind, update_object,
+};
 use write::{
     checked_body, commit, create, patch, refresh_crds, update, with_warnings, write_object,
 };
@@ -426,7 +428,12 @@ async fn object_request(
     let (body, warnings) = if matches!(method.as_str(), "POST" | "PUT")
         && t.subresource.as_deref().is_none_or(|s| s == "status")
     {
-        match checked_body(&rt, validation, body) {
+        // An update is read against the object it replaces (see `unknown_fields::judge`).
+        let stored = match (&t.name, validation) {
+            (_, FieldValidation::Unset) | (None, _) => None,
+            (Some(name), _) => app.store.newest(&key, &ns, name),
+        };
+        match checked_body(&rt, validation, body, stored.as_deref()) {
             Ok(checked) => checked,
             Err(refused) => return (verb_of(method, t.name.is_some(), false), Err(refused)),
         }

@@ -37,6 +37,18 @@ pub(crate) enum WriteMode {
     DryRun,
 }
 
+/// The kind of the options a write of `method` takes (named in kube-apiserver's 422s on them);
+/// None for a read.
+pub(crate) fn options_kind(method: &Method) -> Option<&'static str> {
+    match method.as_str() {
+        "POST" => Some("CreateOptions"),
+        "PUT" => Some("UpdateOptions"),
+        "PATCH" => Some("PatchOptions"),
+        "DELETE" => Some("DeleteOptions"),
+        _ => None,
+    }
+}
+
 /// The write mode a request asks for: `dryRun` in the query, or in a delete's DeleteOptions
 /// body. `All` is the only value there is; any other, the empty one included, is refused with
 /// kube-apiserver's 422 naming the options of the verb. Reads ignore it.
@@ -45,12 +57,8 @@ pub(crate) fn write_mode(
     dry_run: Option<&str>,
     body: &[u8],
 ) -> Result<WriteMode, ApiError> {
-    let options = match method.as_str() {
-        "POST" => "CreateOptions",
-        "PUT" => "UpdateOptions",
-        "PATCH" => "PatchOptions",
-        "DELETE" => "DeleteOptions",
-        _ => return Ok(WriteMode::Store),
+    let Some(options) = options_kind(method) else {
+        return Ok(WriteMode::Store);
     };
     let mut values: Vec<String> = dry_run.map(str::to_string).into_iter().collect();
     // A body that is not JSON is refused by the delete that parses it.
@@ -90,13 +98,15 @@ pub(crate) fn write_mode(
 }
 
 /// A create's or update's body read for fields its kind does not have
-/// ([`crate::unknown_fields`]): the write is refused under `Strict`, as kube-apiserver refuses
-/// it; otherwise they are dropped and the body written again. Also the `Warning` headers to
-/// answer with. A body that does not parse is left to the write to refuse.
+/// ([`crate::unknown_fields::judge`], `stored` being the object an update replaces): the write
+/// is refused under `Strict`, as kube-apiserver refuses it; otherwise they are dropped and the
+/// body written again. Also the `Warning` headers to answer with. A body that does not parse is
+/// left to the write to refuse.
 pub(crate) fn checked_body(
     rt: &ResourceType,
     validation: FieldValidation,
     body: Bytes,
+    stored: Option<&Value>,
 ) -> Result<(Bytes, Vec<String>), ApiError> {
     if validation == FieldValidation::Unset || body.is_empty() {
         return Ok((body, Vec::new()));
@@ -107,25 +117,25 @@ pub(crate) fn checked_body(
     ) else {
         return Ok((body, Vec::new()));
     };
-    let unknown = crate::unknown_fields::drop_unknown(&schema, &mut object);
-    if unknown.is_empty() {
-        return Ok((body, Vec::new()));
-    }
-    if validation == FieldValidation::Strict {
-        return Err(ApiError::bad_request(format!(
+    match crate::unknown_fields::judge(&schema, validation, &mut object, stored) {
+        Verdict::Refuse(unknown) => Err(ApiError::bad_request(format!(
             "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-            crate::unknown_fields::listed(&unknown),
+            unknown.listed(),
             kind = rt.kind,
             version = rt.version,
-        )));
+        ))),
+        // Nothing dropped (Strict, or Warn without a warning): the body is the one that came.
+        Verdict::Write { warnings }
+            if warnings.is_empty() && validation != FieldValidation::Ignore =>
+        {
+            Ok((body, warnings))
+        }
+        Verdict::Write { warnings } => {
+            let body =
+                serde_json::to_vec(&object).map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok((Bytes::from(body), warnings))
+        }
     }
-    let warnings = if validation == FieldValidation::Warn {
-        crate::unknown_fields::warnings(&unknown)
-    } else {
-        Vec::new()
-    };
-    let body = serde_json::to_vec(&object).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok((Bytes::from(body), warnings))
 }
 
 /// `response` with a `Warning` header for each of `warnings`.
@@ -451,21 +461,21 @@ pub(crate) async fn patch(
         })?;
         patched_is_an_object(t, name, &next)?;
         if let Some(schema) = &schema {
-            let unknown = crate::unknown_fields::drop_unknown(schema, &mut next);
-            if !unknown.is_empty() && validation == FieldValidation::Strict {
-                // kube-apiserver's words, the patched object shown as the value.
-                return Err(ApiError::invalid(
-                    "",
-                    "",
-                    &format!(
-                        "patch: Invalid value: {:?}: strict decoding error: {}",
-                        next.to_string(),
-                        crate::unknown_fields::listed(&unknown)
-                    ),
-                ));
-            }
-            if validation == FieldValidation::Warn {
-                warnings = crate::unknown_fields::warnings(&unknown);
+            // Read against the object patched: only what the patch brings is its doing.
+            match crate::unknown_fields::judge(schema, validation, &mut next, Some(&*current)) {
+                Verdict::Refuse(unknown) => {
+                    // kube-apiserver's words, the patched object shown as the value.
+                    return Err(ApiError::invalid(
+                        "",
+                        "",
+                        &format!(
+                            "patch: Invalid value: {:?}: strict decoding error: {}",
+                            next.to_string(),
+                            unknown.listed()
+                        ),
+                    ));
+                }
+                Verdict::Write { warnings: found } => warnings = found,
             }
         }
         if patched_rv.is_none() {

@@ -69,6 +69,25 @@ async fn storage_objects_read_back_as_kube_apiserver_writes_them() {
         .await,
         snap
     );
+    // A replace that sends only `dataSource` (the manifest again, labelled) gets the other
+    // filled in again, as kube-apiserver's update does: not a change of an immutable spec.
+    let replaced = OBJECTS.split("---\n").next().unwrap().replace(
+        "metadata: {name: from-claim}",
+        "metadata: {name: from-claim, labels: {again: \"yes\"}}",
+    );
+    let (ok, _, err) = kubectl(&f, &["replace", "-f", "-"], Some(&replaced)).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        get(&[
+            "get",
+            "pvc",
+            "from-claim",
+            "-o",
+            "jsonpath={.metadata.labels.again} {.spec.dataSourceRef}"
+        ])
+        .await,
+        format!("yes {pvc}")
+    );
     // Two that disagree are refused with kube-apiserver's message.
     let (ok, _, err) = kubectl(
         &f,
@@ -169,4 +188,80 @@ async fn unknown_fields_are_refused_warned_or_dropped_as_kubectl_asks() {
     // With --validate=false (Ignore) the field is dropped without a word.
     let (ok, _, err) = kubectl(&f, &["replace", "--validate=false", "-f", "-"], Some(TYPO)).await;
     assert!(ok && !err.contains("unknown field"), "{err}");
+}
+
+/// A field stored by a write that did not name `fieldValidation` (kube-rs, client-go, curl) is
+/// not the doing of kubectl's later strict writes: apply (a patch), a replace of the object
+/// read back and an edit-like patch all pass and leave it; a strict patch that changes it is
+/// refused.
+#[tokio::test]
+async fn fields_stored_before_do_not_make_kubectls_strict_writes_fail() {
+    let f = start().await;
+    let client = kube::Client::new(f.server.local_service("legacy-test").unwrap(), "default");
+    let maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, "default");
+    let legacy: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "old"}, "data": {"a": "1"}}),
+    )
+    .unwrap();
+    maps.create(&Default::default(), &legacy).await.unwrap();
+    // A field the kind does not have, written without fieldValidation.
+    let params = kube::api::PatchParams::default();
+    maps.patch(
+        "old",
+        &params,
+        &kube::api::Patch::Merge(serde_json::json!({"legacy": 1})),
+    )
+    .await
+    .unwrap();
+    let manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: old}\ndata: {a: \"2\"}\n";
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(manifest)).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = kubectl(
+        &f,
+        &["apply", "-f", "-"],
+        Some(&manifest.replace("\"2\"", "\"3\"")),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let read = || async {
+        let (ok, out, err) = kubectl(
+            &f,
+            &["get", "cm", "old", "-o", "jsonpath={.data.a} {.legacy}"],
+            None,
+        )
+        .await;
+        assert!(ok, "{err}");
+        out
+    };
+    assert_eq!(
+        read().await,
+        "3 1",
+        "applied twice, and the stored field kept"
+    );
+    // A replace of the object read back sends it again, unchanged: not refused.
+    let (ok, read_back, err) = kubectl(&f, &["get", "cm", "old", "-o", "json"], None).await;
+    assert!(ok, "{err}");
+    let read_back = read_back.replace(r#""a": "3""#, r#""a": "4""#);
+    let (ok, _, err) = kubectl(&f, &["replace", "-f", "-"], Some(&read_back)).await;
+    assert!(ok, "{err}");
+    assert_eq!(read().await, "4 1", "replaced, and the stored field kept");
+    // Changing it is the patch's doing.
+    let strict = kube::api::PatchParams {
+        field_validation: Some(kube::api::ValidationDirective::Strict),
+        ..Default::default()
+    };
+    let refused = maps
+        .patch(
+            "old",
+            &strict,
+            &kube::api::Patch::Merge(serde_json::json!({"legacy": 2})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains(r#"unknown field \"legacy\""#)
+            || refused.to_string().contains(r#"unknown field "legacy""#),
+        "{refused}"
+    );
 }
