@@ -114,7 +114,8 @@ fn meta_mut(obj: &mut Value) -> Result<&mut Map<String, Value>, ApiError> {
         .ok_or_else(|| ApiError::bad_request("metadata must be an object"))
 }
 
-/// Checks `apiVersion`/`kind` against the URL and fills them in when missing.
+/// Checks `apiVersion`/`kind` against the URL and fills them in when missing; a built-in
+/// kind's `null`s are dropped ([`drop_nulls`]).
 pub fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
     if !obj.is_object() {
         return Err(ApiError::bad_request(
@@ -141,7 +142,26 @@ pub fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
             )));
         }
     }
+    if !rt.custom {
+        drop_nulls(obj);
+    }
     Ok(())
+}
+
+/// Removes every field whose value is `null`, at any depth: kube-apiserver decodes a built-in
+/// kind into its Go type and a `null` becomes an absent field, so a stored object never has
+/// one, and a client's typed object (which leaves absent fields out) compares equal to it.
+/// (Where a map's value is `null`, kube-apiserver stores the empty string; it is dropped
+/// here.) A custom resource keeps its `null`s, as its schema decides them.
+pub(crate) fn drop_nulls(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            fields.retain(|_, field| !field.is_null());
+            fields.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
 }
 
 /// Prepares a new object: name (or generateName), namespace, uid, timestamps, generation (for

@@ -210,3 +210,32 @@ fn a_claims_update_mirrors_its_data_sources_and_a_status_write_is_not_checked_fo
         refused.message
     );
 }
+
+#[test]
+fn a_built_in_kinds_nulls_are_absent_fields_and_a_custom_resources_stay() {
+    let registry = crate::registry::Registry::default();
+    let claims = registry.find("", "v1", "persistentvolumeclaims").unwrap();
+    let mut claim = json!({"metadata": {"name": "c", "labels": null}, "spec": {
+        "dataSource": {"apiGroup": null, "kind": "PersistentVolumeClaim", "name": "src"},
+        "selector": null, "accessModes": ["ReadWriteOnce", null]}, "status": null});
+    check_type(&claims, &mut claim).unwrap();
+    assert_eq!(
+        claim,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
+            "spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"},
+                     "accessModes": ["ReadWriteOnce", null]}})
+    );
+    // A typed client's update (nulls left out) is then the same spec as the stored one.
+    let mut stored = claim.clone();
+    prepare_create(&claims, "ns", &mut stored).unwrap();
+    let mut typed = stored.clone();
+    typed["spec"]["dataSource"]["apiGroup"] = Value::Null;
+    let next = merge_update(&claims, &stored, typed, false).unwrap();
+    assert_eq!(next["spec"], stored["spec"]);
+    let mut pool = (*claims).clone();
+    pool.custom = true;
+    pool.kind = "Pool".into();
+    let mut custom = json!({"kind": "Pool", "metadata": {"name": "p"}, "spec": {"size": null}});
+    check_type(&pool, &mut custom).unwrap();
+    assert_eq!(custom["spec"], json!({"size": null}));
+}
