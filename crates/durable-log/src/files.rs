@@ -12,17 +12,37 @@ pub const DIR_MODE: u32 = 0o700;
 pub const FILE_MODE: u32 = 0o600;
 
 /// Creates `dir` and its missing parents as 0700; an existing directory that others can read
-/// is narrowed to 0700 (it may hold Secrets).
+/// is narrowed to 0700 (it may hold Secrets). Each directory made is durable in its parent
+/// before this returns: a log acknowledged in a new directory must not vanish with it.
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    let made = missing_levels(dir);
     fs::DirBuilder::new()
         .recursive(true)
         .mode(DIR_MODE)
         .create(dir)?;
+    for level in made.iter().rev() {
+        sync_dir(parent_of(level))?;
+    }
     let mode = fs::metadata(dir)?.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE))?;
     }
     Ok(())
+}
+
+/// The levels of `dir` that do not exist yet, deepest first (`dir` itself first, if missing).
+fn missing_levels(dir: &Path) -> Vec<&Path> {
+    dir.ancestors()
+        .take_while(|level| !level.as_os_str().is_empty() && !level.exists())
+        .collect()
+}
+
+/// The directory holding `path`'s entry (`.` for a bare relative name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
 }
 
 /// Creates (or truncates) a 0600 file for writing.
@@ -181,6 +201,23 @@ mod tests {
         write_private_atomic(&dir.join("token"), b"secret").unwrap();
         assert_eq!(mode(&dir.join("token")), 0o600);
         assert_eq!(fs::read(dir.join("token")).unwrap(), b"secret");
+    }
+
+    #[test]
+    fn the_levels_a_new_directory_makes_are_each_synced_in_their_parent() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a/b/c");
+        fs::create_dir(root.path().join("a")).unwrap();
+        assert_eq!(
+            missing_levels(&dir),
+            [dir.as_path(), root.path().join("a/b").as_path()]
+        );
+        assert_eq!(parent_of(&dir), root.path().join("a/b"));
+        assert_eq!(parent_of(Path::new("data")), Path::new("."));
+        assert!(missing_levels(Path::new("relative-missing-dir")).len() == 1);
+        create_private_dir(&dir).unwrap();
+        assert!(missing_levels(&dir).is_empty());
+        assert!(dir.is_dir());
     }
 
     #[test]
