@@ -42,7 +42,7 @@ pub fn qualified_name_error(key: &str) -> Option<String> {
         return Some("name part must be non-empty".into());
     }
     if name.len() > 63 {
-        return Some("name part must be no more than 63 characters".into());
+        return Some("name part must be no more than 63 bytes".into());
     }
     if !name_part_ok(name) {
         return Some(NAME_PART.into());
@@ -53,7 +53,7 @@ pub fn qualified_name_error(key: &str) -> Option<String> {
 /// Why `value` is not a label value, as kube-apiserver says it.
 pub fn label_value_error(value: &str) -> Option<String> {
     if value.len() > 63 {
-        return Some("must be no more than 63 characters".into());
+        return Some("must be no more than 63 bytes".into());
     }
     (!value.is_empty() && !name_part_ok(value)).then(|| LABEL_VALUE.to_string())
 }
@@ -148,7 +148,7 @@ mod tests {
             ),
             (
                 json!({"labels": {"a": "x".repeat(64)}}),
-                "must be no more than 63 characters",
+                "must be no more than 63 bytes",
             ),
             (
                 json!({"labels": {"a/b/c": "x"}}),
