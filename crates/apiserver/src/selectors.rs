@@ -1,69 +1,10 @@
 //! Label and field selectors.
 
+mod fields;
 mod labels;
 
+pub use fields::FieldSelector;
 pub use labels::LabelSelector;
-
-use serde_json::Value;
-
-/// A parsed field selector: `path=value`, `path==value`, `path!=value`, comma separated.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldSelector(Vec<(String, String, bool)>);
-
-const FIELDS: [&str; 15] = [
-    "metadata.name",
-    "metadata.namespace",
-    "spec.nodeName",
-    "status.phase",
-    "spec.volumeName",
-    "spec.storageClassName",
-    "spec.claimRef.name",
-    "spec.claimRef.namespace",
-    "involvedObject.name",
-    "involvedObject.namespace",
-    "involvedObject.uid",
-    "involvedObject.kind",
-    // Events, as kube-apiserver selects them (kubectl get events --field-selector reason=...).
-    "reason",
-    "type",
-    "reportingComponent",
-];
-
-impl FieldSelector {
-    /// Parses a field selector; unknown fields are refused (as kube-apiserver does).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let mut out = Vec::new();
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (path, value, equal) = if let Some((k, v)) = part.split_once("!=") {
-                (k, v, false)
-            } else if let Some((k, v)) = part.split_once("==") {
-                (k, v, true)
-            } else if let Some((k, v)) = part.split_once('=') {
-                (k, v, true)
-            } else {
-                return Err(format!("invalid field selector {part:?}"));
-            };
-            let path = path.trim();
-            if !FIELDS.contains(&path) && !path.starts_with("involvedObject.") {
-                return Err(format!("field label not supported: {path}"));
-            }
-            out.push((path.to_string(), value.trim().to_string(), equal));
-        }
-        Ok(FieldSelector(out))
-    }
-
-    /// Whether the object satisfies every requirement.
-    pub fn matches(&self, object: &Value) -> bool {
-        self.0.iter().all(|(path, value, equal)| {
-            let mut cur = object;
-            for part in path.split('.') {
-                cur = &cur[part];
-            }
-            let actual = cur.as_str().unwrap_or("");
-            (actual == value) == *equal
-        })
-    }
-}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -174,32 +115,5 @@ mod tests {
                 assert!(!message.is_empty(), "{text:?}");
             }
         }
-    }
-
-    #[test]
-    fn field_selectors() {
-        let obj = serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"nodeName": "n1"}});
-        assert!(
-            FieldSelector::parse("metadata.name=a,spec.nodeName=n1")
-                .unwrap()
-                .matches(&obj)
-        );
-        assert!(
-            !FieldSelector::parse("metadata.name!=a")
-                .unwrap()
-                .matches(&obj)
-        );
-        assert!(FieldSelector::parse("spec.bogus=1").is_err());
-        let event = serde_json::json!({"reason": "FailedScheduling", "type": "Warning", "involvedObject": {"name": "web"}});
-        assert!(
-            FieldSelector::parse("involvedObject.name=web,reason=FailedScheduling,type=Warning")
-                .unwrap()
-                .matches(&event)
-        );
-        assert!(
-            !FieldSelector::parse("reason=Scheduled")
-                .unwrap()
-                .matches(&event)
-        );
     }
 }

@@ -135,7 +135,7 @@ pub(crate) async fn watch(
     query: &Query,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (labels, fields) = selectors(query)?;
+    let (labels, fields) = selectors(query, &t.rt)?;
     let resource = t.rt.key();
     let namespace = t.namespace.clone();
     let rt = t.rt.clone();

@@ -152,7 +152,7 @@ pub(crate) async fn delete_collection(
     query: &Query,
     mode: WriteMode,
 ) -> Result<Response, ApiError> {
-    let (labels, fields) = selectors(query)?;
+    let (labels, fields) = selectors(query, &t.rt)?;
     let (items, _) = app.store.list(&t.rt.key(), t.namespace.as_deref());
     let mut deleted = Vec::new();
     for item in items

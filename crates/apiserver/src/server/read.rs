@@ -25,10 +25,13 @@ pub(crate) async fn list_version_reached(app: &App, query: &Query) -> Result<(),
     refusal(&at, current).map_or(Ok(()), Err)
 }
 
-pub(crate) fn selectors(query: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+pub(crate) fn selectors(
+    query: &Query,
+    rt: &ResourceType,
+) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))
+    let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""), rt)
         .map_err(ApiError::bad_request)?;
     Ok((labels, fields))
 }
@@ -40,7 +43,7 @@ pub(crate) fn list(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     use crate::list_versions::{Continue, expired_continue};
-    let (labels, fields) = selectors(query)?;
+    let (labels, fields) = selectors(query, &t.rt)?;
     let continued = match query.get("continue").filter(|c| !c.is_empty()) {
         Some(token) => Some(Continue::decode(token)?),
         None => None,

@@ -137,7 +137,21 @@ async fn storage_objects_read_back_as_kube_apiserver_writes_them() {
     assert!(classes.contains("gold (default)"), "{classes}");
     // A selector that does not parse is refused, not read as matching nothing.
     let (ok, _, err) = kubectl(&f, &["get", "pvc", "-l", "bad===x"], None).await;
-    assert!(!ok && err.contains("unable to parse requirement"), "{err}");
+    assert!(
+        !ok && err.contains("unable to parse requirement: found '=', expected: identifier"),
+        "{err}"
+    );
+    // A claim is selected by its name and namespace only, as in kube-apiserver.
+    let (ok, _, err) = kubectl(
+        &f,
+        &["get", "pvc", "--field-selector", "status.phase=Bound"],
+        None,
+    )
+    .await;
+    assert!(
+        !ok && err.contains(r#""status.phase" is not a known field selector: only "metadata.name", "metadata.namespace""#),
+        "{err}"
+    );
 }
 
 const TYPO: &str = "apiVersion: v1
