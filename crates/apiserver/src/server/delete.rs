@@ -15,7 +15,7 @@ pub(crate) async fn delete(
     name: &str,
     body: &Bytes,
     mode: WriteMode,
-) -> Result<(Arc<Value>, Option<Arc<Change>>), ApiError> {
+) -> Result<Deleted, ApiError> {
     let options: Value = if body.is_empty() {
         json!({})
     } else {
@@ -31,16 +31,44 @@ pub(crate) async fn delete(
             "this namespace may not be deleted",
         ));
     }
+    let mut removed = false;
     let Written { object, change, rv } = write_object(app, mode, rt, ns, name, |current, _| {
         let current = current.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-        deletion(rt, name, current, &options, &objects::now_rfc3339())
+        let write = deletion(rt, name, current, &options, &objects::now_rfc3339())?;
+        removed = matches!(write, Write2::Delete);
+        Ok(write)
     })?;
     commit(app, rt, rv).await?;
     if is_namespace && mode == WriteMode::Store {
         finish_namespace(app.clone(), name.to_string());
     }
     let object = object.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-    Ok((object, change))
+    Ok(Deleted {
+        object,
+        change,
+        removed,
+    })
+}
+
+/// What a DELETE did.
+pub(crate) struct Deleted {
+    /// The object: its last state when removed, else as marked.
+    pub object: Arc<Value>,
+    /// The change written (None in a dry run or when nothing changed).
+    pub change: Option<Arc<Change>>,
+    /// Removed, not only marked as being deleted.
+    pub removed: bool,
+}
+
+impl Deleted {
+    /// The answer kube-apiserver gives: the object, or a `Status` of success for a kind that
+    /// answers a removal so.
+    pub(crate) fn response(&self, rt: &ResourceType) -> Response {
+        if self.removed && !rt.answers_deletion_with_object() {
+            return json_response(StatusCode::OK, &rt.deletion_status(&self.object));
+        }
+        written_response(StatusCode::OK, &self.object, self.change.as_deref())
+    }
 }
 
 /// What deleting `current` writes, given the request's options (preconditions, a Pod's grace
@@ -164,7 +192,9 @@ pub(crate) async fn delete_collection(
             .as_str()
             .unwrap_or("")
             .to_string();
-        if let Ok((obj, _)) = delete(app, &t.rt, &ns, &name, &Bytes::new(), mode).await {
+        if let Ok(Deleted { object: obj, .. }) =
+            delete(app, &t.rt, &ns, &name, &Bytes::new(), mode).await
+        {
             deleted.push((*obj).clone());
         }
     }

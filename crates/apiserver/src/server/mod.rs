@@ -475,9 +475,7 @@ async fn object_request(
             "DELETE",
             delete(app, &rt, &ns, &name, &body, mode)
                 .await
-                .map(|(object, change)| {
-                    written_response(StatusCode::OK, &object, change.as_deref())
-                }),
+                .map(|deleted| deleted.response(&rt)),
         ),
         ("DELETE", None) => (
             "DELETECOLLECTION",
