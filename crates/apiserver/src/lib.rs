@@ -12,6 +12,7 @@ pub mod apply;
 pub mod auth;
 pub mod change;
 pub mod claim_rules;
+pub mod config_rules;
 pub mod discovery;
 pub mod faults;
 pub mod list_versions;

@@ -144,6 +144,12 @@ pub fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
     }
     if !rt.custom {
         drop_nulls(obj);
+        // Base64 fields that do not decode fail at decoding in kube-apiserver: a 400.
+        if rt.group.is_empty()
+            && let Some(message) = crate::config_rules::undecodable(&rt.kind, obj)
+        {
+            return Err(ApiError::bad_request(message));
+        }
     }
     Ok(())
 }
@@ -411,10 +417,16 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
     crate::meta_rules::check(&obj["metadata"]).or_else(invalid)?;
     if let Some(schema) = &rt.schema {
         let errors = crate::schema::check(schema, obj);
-        match errors.len() {
-            0 => {}
-            1 => return invalid(errors.join("")),
-            _ => return invalid(format!("[{}]", errors.join(", "))),
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_list(&rt.kind, name, &errors));
+        }
+    }
+    if let (("", "configmaps" | "secrets"), Some(old)) =
+        ((rt.group.as_str(), rt.plural.as_str()), old)
+    {
+        let errors = crate::config_rules::immutable_errors(&rt.kind, obj, old);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_list(&rt.kind, name, &errors));
         }
     }
     let checked = match (rt.group.as_str(), rt.plural.as_str()) {
@@ -423,7 +435,7 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         ("", "events") => rules::core_event(obj),
         ("storage.k8s.io", "storageclasses") => rules::storage_class(obj, old),
         ("storage.k8s.io", "csidrivers") => rules::csi_driver(obj, old),
-        ("storage.k8s.io", "csinodes") => rules::csi_node(obj),
+        ("storage.k8s.io", "csinodes") => rules::csi_node(obj, old),
         ("storage.k8s.io", "volumeattachments") => rules::volume_attachment(obj, old),
         ("storage.k8s.io", "csistoragecapacities") => rules::storage_capacity(obj, old),
         ("coordination.k8s.io", "leases") => rules::lease(obj),

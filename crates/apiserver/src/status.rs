@@ -199,6 +199,25 @@ impl ApiError {
     pub fn not_acceptable(message: impl Into<String>) -> Self {
         Self::new(406, "NotAcceptable", message)
     }
+    /// 422 for several field errors, one details.cause each (what kubectl prints as a list):
+    /// the message holds the one, or `[a, b]` as kube-apiserver writes them.
+    pub fn invalid_list(kind: &str, name: &str, field_errors: &[String]) -> Self {
+        let listed = match field_errors {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut e = Self::invalid(kind, name, &listed);
+        if field_errors.len() > 1 {
+            e.extra = Some(Box::new(Extra {
+                causes: field_errors
+                    .iter()
+                    .map(|error| Cause::from_field_error(error))
+                    .collect(),
+                retry_after: None,
+            }));
+        }
+        e
+    }
     /// 422, with one details.cause for the field error (`path: Type: detail`).
     pub fn invalid(kind: &str, name: &str, field_errors: &str) -> Self {
         let mut e = Self::new(

@@ -213,6 +213,37 @@ pub fn storage_class(class: &Value, old: Option<&Value>) -> Check {
     Ok(())
 }
 
+/// A driver a CSINode already lists keeps its nodeID and topology keys (kube-apiserver
+/// compares the drivers of the same name; its allocatable count may change, and a driver may
+/// go and come back with another ID). The message shows the new driver as kube-apiserver
+/// prints its internal type.
+fn csi_node_drivers_kept(node: &Value, old: &Value) -> Check {
+    let drivers = |n: &Value| n["spec"]["drivers"].as_array().cloned().unwrap_or_default();
+    let keys = |d: &Value| match &d["topologyKeys"] {
+        Value::Array(keys) if !keys.is_empty() => Value::Array(keys.clone()),
+        _ => Value::Null,
+    };
+    let before = drivers(old);
+    for driver in drivers(node) {
+        let Some(was) = before.iter().find(|d| d["name"] == driver["name"]) else {
+            continue;
+        };
+        if driver["nodeID"] != was["nodeID"] || keys(&driver) != keys(was) {
+            // Go's field order, which a JSON map would sort.
+            let shown = format!(
+                r#"{{"Name":{},"NodeID":{},"TopologyKeys":{},"Allocatable":null}}"#,
+                driver["name"],
+                driver["nodeID"],
+                keys(&driver)
+            );
+            return Err(format!(
+                "spec.drivers: Invalid value: {shown}: field is immutable"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A CSIDriver (its name at most 63 characters; attachRequired and more are immutable).
 pub fn csi_driver(driver: &Value, old: Option<&Value>) -> Check {
     let name = driver["metadata"]["name"].as_str().unwrap_or_default();
@@ -258,7 +289,10 @@ pub fn csi_driver(driver: &Value, old: Option<&Value>) -> Check {
 }
 
 /// A CSINode: each driver named once, with a node ID and valid topology keys.
-pub fn csi_node(node: &Value) -> Check {
+pub fn csi_node(node: &Value, old: Option<&Value>) -> Check {
+    if let Some(old) = old {
+        csi_node_drivers_kept(node, old)?;
+    }
     let drivers = node["spec"]["drivers"]
         .as_array()
         .cloned()

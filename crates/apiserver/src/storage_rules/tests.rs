@@ -175,16 +175,18 @@ fn each_type_is_checked_with_kube_apiservers_words() {
         (
             csi_node(
                 &json!({"spec": {"drivers": [{"name": "d", "nodeID": "n"}, {"name": "d", "nodeID": "n"}]}}),
+                None,
             ),
             Some("spec.drivers[1].name: Duplicate value: \"d\""),
         ),
         (
-            csi_node(&json!({"spec": {"drivers": [{"name": "d"}]}})),
+            csi_node(&json!({"spec": {"drivers": [{"name": "d"}]}}), None),
             Some("spec.drivers[0].nodeID: Required value"),
         ),
         (
             csi_node(
                 &json!({"spec": {"drivers": [{"name": "d", "nodeID": "n", "topologyKeys": ["bad key"]}]}}),
+                None,
             ),
             Some("spec.drivers[0].topologyKeys[0]: Invalid value: \"bad key\""),
         ),
@@ -247,4 +249,39 @@ fn each_type_is_checked_with_kube_apiservers_words() {
             }
         }
     }
+}
+
+#[test]
+fn a_listed_drivers_node_id_and_topology_keys_are_fixed() {
+    let old = json!({"spec": {"drivers": [
+        {"name": "d.example.com", "nodeID": "n1", "topologyKeys": ["zone"], "allocatable": {"count": 3}}]}});
+    let rows = [
+        (
+            json!({"spec": {"drivers": [{"name": "d.example.com", "nodeID": "n1", "topologyKeys": ["zone"], "allocatable": {"count": 5}}]}}),
+            None,
+        ),
+        (
+            json!({"spec": {"drivers": [{"name": "d.example.com", "nodeID": "n2"}]}}),
+            Some(
+                r#"spec.drivers: Invalid value: {"Name":"d.example.com","NodeID":"n2","TopologyKeys":null,"Allocatable":null}: field is immutable"#,
+            ),
+        ),
+        (
+            json!({"spec": {"drivers": [{"name": "d.example.com", "nodeID": "n1", "topologyKeys": ["zone", "rack"]}]}}),
+            Some(
+                r#"spec.drivers: Invalid value: {"Name":"d.example.com","NodeID":"n1","TopologyKeys":["zone","rack"],"Allocatable":null}: field is immutable"#,
+            ),
+        ),
+        (
+            json!({"spec": {"drivers": [{"name": "other.example.com", "nodeID": "n9"}]}}),
+            None,
+        ),
+        (json!({"spec": {}}), None),
+    ];
+    for (node, want) in rows {
+        assert_eq!(csi_node(&node, Some(&old)).err().as_deref(), want, "{node}");
+    }
+    let no_keys = json!({"spec": {"drivers": [{"name": "d", "nodeID": "n", "topologyKeys": []}]}});
+    let absent = json!({"spec": {"drivers": [{"name": "d", "nodeID": "n"}]}});
+    assert_eq!(csi_node(&absent, Some(&no_keys)), Ok(()));
 }

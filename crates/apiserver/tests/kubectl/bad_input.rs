@@ -596,3 +596,55 @@ async fn a_delete_answers_with_a_status_or_the_object_as_kube_apiserver_does() {
     .await;
     assert_eq!(code, 200, "a dry run removes nothing");
 }
+
+/// An immutable ConfigMap keeps its data, a Secret its type and base64 data that decodes, a
+/// CSINode's driver its ID: kubectl prints kube-apiserver's messages for each.
+#[tokio::test]
+async fn immutable_config_secrets_and_csinode_drivers_are_refused_as_kube_apiserver_does() {
+    let f = start().await;
+    let run = |args: &'static [&'static str], stdin: &'static str| {
+        let f = &f;
+        async move { kubectl(f, args, Some(stdin)).await }
+    };
+    let (ok, _, err) = run(&["create", "-f", "-"], r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"icm"},"immutable":true,"data":{"a":"1"},"binaryData":{"b":"YQ=="}}"#).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(
+        &["replace", "-f", "-"],
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"icm"},"data":{"a":"2"}}"#,
+    )
+    .await;
+    assert!(!ok, "refused");
+    for line in [
+        r#"The ConfigMap "icm" is invalid: "#,
+        "* immutable: Forbidden: field is immutable when `immutable` is set",
+        "* data: Forbidden: field is immutable when `immutable` is set",
+        "* binaryData: Forbidden: field is immutable when `immutable` is set",
+    ] {
+        assert!(err.contains(line), "{line}: {err}");
+    }
+    let (ok, _, err) = run(
+        &["create", "-f", "-"],
+        r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"a":"not base64!"}}"#,
+    )
+    .await;
+    assert!(
+        !ok && err.contains(r#"Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input byte 3"#),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["create", "-f", "-"], r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"type":"example.com/one","data":{"a":"YQ=="}}"#).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(&["replace", "-f", "-"], r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"type":"example.com/other","data":{"a":"YQ=="}}"#).await;
+    assert!(
+        !ok && err.contains(
+            r#"Secret "s" is invalid: type: Invalid value: "example.com/other": field is immutable"#
+        ),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["create", "-f", "-"], r#"{"apiVersion":"storage.k8s.io/v1","kind":"CSINode","metadata":{"name":"cn1"},"spec":{"drivers":[{"name":"d.example.com","nodeID":"n1","topologyKeys":["zone"]}]}}"#).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(&["replace", "-f", "-"], r#"{"apiVersion":"storage.k8s.io/v1","kind":"CSINode","metadata":{"name":"cn1"},"spec":{"drivers":[{"name":"d.example.com","nodeID":"n2","topologyKeys":["zone","rack"]}]}}"#).await;
+    assert!(
+        !ok && err.contains(r#"The CSINode "cn1" is invalid: spec.drivers: Invalid value: {"Name":"d.example.com","NodeID":"n2","TopologyKeys":["zone","rack"],"Allocatable":null}: field is immutable"#),
+        "{err}"
+    );
+}
