@@ -353,6 +353,39 @@ impl From<crate::store::StoreError> for ApiError {
     }
 }
 
+/// The options a write takes (`CreateOptions`, ...), which kube-apiserver's 422s about a
+/// request's options name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOptions {
+    Create,
+    Update,
+    Patch,
+    Delete,
+}
+
+impl WriteOptions {
+    /// The options of a write of `method`; None for a read.
+    pub fn of(method: &axum::http::Method) -> Option<Self> {
+        match method.as_str() {
+            "POST" => Some(WriteOptions::Create),
+            "PUT" => Some(WriteOptions::Update),
+            "PATCH" => Some(WriteOptions::Patch),
+            "DELETE" => Some(WriteOptions::Delete),
+            _ => None,
+        }
+    }
+
+    /// The kind's name.
+    pub fn kind(self) -> &'static str {
+        match self {
+            WriteOptions::Create => "CreateOptions",
+            WriteOptions::Update => "UpdateOptions",
+            WriteOptions::Patch => "PatchOptions",
+            WriteOptions::Delete => "DeleteOptions",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

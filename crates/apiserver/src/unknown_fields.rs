@@ -17,7 +17,7 @@ use axum::http::Method;
 use serde_json::{Map, Value};
 
 use crate::registry::ResourceType;
-use crate::status::ApiError;
+use crate::status::{ApiError, WriteOptions};
 
 /// What a write asks to be done with unknown fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +36,9 @@ pub enum FieldValidation {
 /// its 422 naming the verb's options.
 pub fn field_validation(method: &Method, value: Option<&str>) -> Result<FieldValidation, ApiError> {
     // A delete has no body to read.
-    let options = match crate::server::options_kind(method) {
-        Some("DeleteOptions") | None => return Ok(FieldValidation::Unset),
-        Some(options) => options,
+    let options = match WriteOptions::of(method) {
+        Some(WriteOptions::Delete) | None => return Ok(FieldValidation::Unset),
+        Some(options) => options.kind(),
     };
     match value.unwrap_or("") {
         "" => Ok(FieldValidation::Unset),
@@ -161,30 +161,54 @@ impl Unknown {
         listed
     }
 
-    /// The `Warning` header values for them (`299 - "unknown field \"a\""`).
+    /// The `Warning` header values for them (`299 - "unknown field \"a\""`), within
+    /// kube-apiserver's budget: [`MAX_WARNING_TEXT`] characters in all, each warning cut to
+    /// [`WARNING_CUT`] once that is passed, and none after the budget is spent.
     pub fn warnings(&self) -> Vec<String> {
-        let mut warnings: Vec<String> = self
+        let mut texts: Vec<String> = self
             .named
             .iter()
-            .map(|path| {
-                let text = format!("unknown field {path:?}");
-                format!("299 - {text:?}")
-            })
+            .map(|path| format!("unknown field {path:?}"))
             .collect();
         if self.count > self.named.len() {
-            let text = format!("{} more unknown fields", self.count - self.named.len());
+            texts.push(format!(
+                "{} more unknown fields",
+                self.count - self.named.len()
+            ));
+        }
+        let mut spent = 0;
+        let mut warnings = Vec::new();
+        for mut text in texts {
+            let mut length = text.chars().count();
+            if spent + length > MAX_WARNING_TEXT && length > WARNING_CUT {
+                text = text.chars().take(WARNING_CUT).collect();
+                length = WARNING_CUT;
+            }
+            if spent + length > MAX_WARNING_TEXT {
+                break;
+            }
+            spent += length;
             warnings.push(format!("299 - {text:?}"));
         }
         warnings
     }
 }
 
+/// The characters of warning text one answer carries at most (kube-apiserver's budget).
+pub const MAX_WARNING_TEXT: usize = 4 * 1024;
+
+/// A warning past the budget is cut to this many characters.
+pub const WARNING_CUT: usize = 256;
+
 /// What is done with a write whose kind has `schema`.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Written (its unknown fields dropped, unless `Strict` found none); the `Warning` headers
-    /// to answer with.
-    Write { warnings: Vec<String> },
+    /// to answer with, and whether anything was dropped.
+    Write {
+        warnings: Vec<String>,
+        dropped: bool,
+    },
     /// Refused (`Strict`): the object is left as it came.
     Refuse(Unknown),
 }
@@ -201,14 +225,17 @@ pub fn judge(
 ) -> Verdict {
     let drop = validation != FieldValidation::Strict;
     let unknown = find(schema, object, stored, drop);
+    let dropped = drop && unknown.count > 0;
     match validation {
         FieldValidation::Strict if unknown.count > 0 => Verdict::Refuse(unknown),
         FieldValidation::Warn => Verdict::Write {
             warnings: unknown.warnings(),
+            dropped,
         },
         FieldValidation::Strict | FieldValidation::Ignore | FieldValidation::Unset => {
             Verdict::Write {
                 warnings: Vec::new(),
+                dropped,
             }
         }
     }
@@ -271,21 +298,40 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
+    /// Reads `value` against `schema`. `level` is [`Level::Resource`] for the root; an
+    /// embedded resource is one by its schema.
     fn value(&mut self, schema: &Value, value: &mut Value, stored: Option<&Value>, level: Level) {
         let schema = resolved(self.kind, schema);
-        if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-            return;
-        }
+        let says = |extension: &str| schema.get(extension) == Some(&Value::Bool(true));
+        let level = if says("x-kubernetes-embedded-resource") {
+            Level::Resource
+        } else {
+            level
+        };
+        let preserve = says("x-kubernetes-preserve-unknown-fields");
         match value {
-            Value::Object(fields) => self.object(schema, fields, stored, level),
+            Value::Object(fields) => self.object(schema, fields, stored, level, preserve),
             Value::Array(items) => {
                 let Some(item_schema) = schema.get("items") else {
                     return;
                 };
+                // A stored item is found by its name where items have one (an item added
+                // before it moves it), else by its place.
+                let by_name: HashMap<&str, &Value> = stored
+                    .and_then(Value::as_array)
+                    .map(|list| {
+                        list.iter()
+                            .filter_map(|item| Some((item.get("name")?.as_str()?, item)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let before = self.path.len();
                 for (i, item) in items.iter_mut().enumerate() {
                     let _ = write!(self.path, "[{i}]");
-                    let stored_item = stored.and_then(|s| s.get(i));
+                    let stored_item = match item.get("name").and_then(Value::as_str) {
+                        Some(name) => by_name.get(name).copied(),
+                        None => stored.and_then(|s| s.get(i)),
+                    };
                     self.value(item_schema, item, stored_item, Level::Field);
                     self.path.truncate(before);
                 }
@@ -294,52 +340,49 @@ impl Walk<'_> {
         }
     }
 
+    /// Reads an object's fields. Under `x-kubernetes-preserve-unknown-fields` a field the
+    /// schema does not list is kept, but those it lists are still read, and so is an embedded
+    /// resource's metadata (as kube-apiserver's pruning and metadata coercion read them).
     fn object(
         &mut self,
         schema: &Value,
         fields: &mut Map<String, Value>,
         stored: Option<&Value>,
         level: Level,
+        preserve: bool,
     ) {
         let properties = schema.get("properties").and_then(Value::as_object);
         let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-        let resource = level == Level::Resource && self.kind.object_meta.is_some();
-        if properties.is_none() && additional.is_none() && !resource {
-            // A free-form object (raw JSON, an extension): anything goes.
+        let custom = self.kind.object_meta.is_some();
+        let resource = level == Level::Resource && custom;
+        if !custom && properties.is_none() && additional.is_none() {
+            // A built-in kind's free-form object (raw JSON, an extension): anything goes.
             return;
         }
         let mut dropped = Vec::new();
         let before = self.path.len();
         for (key, field) in fields.iter_mut() {
-            // Strategic-merge-patch directives are not fields.
-            if key.starts_with('$') {
-                continue;
-            }
             let field_schema = match (resource, key.as_str(), &self.kind.object_meta) {
                 // A custom resource's type is every object's, and its metadata is ObjectMeta.
                 (true, "apiVersion" | "kind", _) => continue,
                 (true, "metadata", Some(meta)) => Some(&**meta),
                 _ => properties.and_then(|p| p.get(key)).or(additional),
             };
+            let stored_field = stored.and_then(|s| s.get(key));
+            let unknown = match field_schema {
+                Some(_) => false,
+                // Kept by the schema, or stored before unchanged (not this write's).
+                None => !preserve && stored_field != Some(field),
+            };
+            if field_schema.is_none() && !unknown {
+                continue;
+            }
             if !self.path.is_empty() {
                 self.path.push('.');
             }
             self.path.push_str(key);
-            let stored_field = stored.and_then(|s| s.get(key));
             match field_schema {
-                Some(field_schema) => {
-                    let embedded = resolved(self.kind, field_schema)
-                        .get("x-kubernetes-embedded-resource")
-                        == Some(&Value::Bool(true));
-                    let level = if embedded {
-                        Level::Resource
-                    } else {
-                        Level::Field
-                    };
-                    self.value(field_schema, field, stored_field, level);
-                }
-                // Stored before, unchanged: not this write's.
-                None if stored_field == Some(field) => {}
+                Some(field_schema) => self.value(field_schema, field, stored_field, Level::Field),
                 None => {
                     self.unknown.found(&self.path);
                     if self.drop {

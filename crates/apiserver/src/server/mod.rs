@@ -26,7 +26,7 @@ use crate::patch::{self, PatchError, PatchKind};
 use crate::protobuf;
 use crate::registry::{Registry, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::status::ApiError;
+use crate::status::{ApiError, WriteOptions};
 use crate::store::{Change, Store, StoreError, Write2, Written};
 use crate::tables::table;
 use crate::unknown_fields::{FieldValidation, Verdict};
@@ -54,9 +54,7 @@ pub(crate) use routing::{Query, Target};
 use routing::{Route, route, verb_of};
 use token::token_request;
 pub(crate) use token::token_request as token_request_for;
-pub(crate) use write::{
-    PATCH_TRIES, WriteMode, apply_update, create_object, options_kind, update_object,
-};
+pub(crate) use write::{PATCH_TRIES, WriteMode, apply_update, create_object, update_object};
 use write::{
     checked_body, commit, create, patch, refresh_crds, update, with_warnings, write_object,
 };

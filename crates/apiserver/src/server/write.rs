@@ -37,18 +37,6 @@ pub(crate) enum WriteMode {
     DryRun,
 }
 
-/// The kind of the options a write of `method` takes (named in kube-apiserver's 422s on them);
-/// None for a read.
-pub(crate) fn options_kind(method: &Method) -> Option<&'static str> {
-    match method.as_str() {
-        "POST" => Some("CreateOptions"),
-        "PUT" => Some("UpdateOptions"),
-        "PATCH" => Some("PatchOptions"),
-        "DELETE" => Some("DeleteOptions"),
-        _ => None,
-    }
-}
-
 /// The write mode a request asks for: `dryRun` in the query, or in a delete's DeleteOptions
 /// body. `All` is the only value there is; any other, the empty one included, is refused with
 /// kube-apiserver's 422 naming the options of the verb. Reads ignore it.
@@ -57,7 +45,7 @@ pub(crate) fn write_mode(
     dry_run: Option<&str>,
     body: &[u8],
 ) -> Result<WriteMode, ApiError> {
-    let Some(options) = options_kind(method) else {
+    let Some(options) = WriteOptions::of(method) else {
         return Ok(WriteMode::Store);
     };
     let mut values: Vec<String> = dry_run.map(str::to_string).into_iter().collect();
@@ -92,7 +80,7 @@ pub(crate) fn write_mode(
     }
     let listed = serde_json::to_string(&values).unwrap_or_default();
     Err(ApiError::invalid_options(
-        options,
+        options.kind(),
         &format!("dryRun: Unsupported value: {listed}: supported values: \"All\""),
     ))
 }
@@ -124,13 +112,14 @@ pub(crate) fn checked_body(
             kind = rt.kind,
             version = rt.version,
         ))),
-        // Nothing dropped (Strict, or Warn without a warning): the body is the one that came.
-        Verdict::Write { warnings }
-            if warnings.is_empty() && validation != FieldValidation::Ignore =>
-        {
-            Ok((body, warnings))
-        }
-        Verdict::Write { warnings } => {
+        Verdict::Write {
+            warnings,
+            dropped: false,
+        } => Ok((body, warnings)),
+        Verdict::Write {
+            warnings,
+            dropped: true,
+        } => {
             let body =
                 serde_json::to_vec(&object).map_err(|e| ApiError::internal(e.to_string()))?;
             Ok((Bytes::from(body), warnings))
@@ -141,7 +130,9 @@ pub(crate) fn checked_body(
 /// `response` with a `Warning` header for each of `warnings`.
 pub(crate) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for warning in warnings {
-        if let Ok(value) = header::HeaderValue::from_str(warning) {
+        // UTF-8 text passes as it is (kube-apiserver sends it so); control characters were
+        // escaped when the warning was written.
+        if let Ok(value) = header::HeaderValue::from_bytes(warning.as_bytes()) {
             response.headers_mut().append(header::WARNING, value);
         }
     }
@@ -475,7 +466,9 @@ pub(crate) async fn patch(
                         ),
                     ));
                 }
-                Verdict::Write { warnings: found } => warnings = found,
+                Verdict::Write {
+                    warnings: found, ..
+                } => warnings = found,
             }
         }
         if patched_rv.is_none() {

@@ -51,10 +51,10 @@ fn unknown_fields_of_built_in_kinds_are_found_and_dropped() {
         find(&pods, &mut pod, None, true).named,
         ["spec.containers[1].bogus"]
     );
-    // A strategic merge patch's directives are not fields.
-    let mut patch =
-        json!({"spec": {"$retainKeys": ["a"], "containers": [{"name": "a", "$patch": "delete"}]}});
-    assert_eq!(find(&pods, &mut patch, None, true).count, 0, "{patch}");
+    // A key that starts with `$` is a field like any other once a patch is applied (a
+    // patch's directives are gone by then).
+    let mut dollar = json!({"spec": {"$x": 1, "containers": []}});
+    assert_eq!(find(&pods, &mut dollar, None, true).named, ["spec.$x"]);
 }
 
 #[test]
@@ -131,7 +131,8 @@ fn fields_stored_before_are_not_the_writes_and_stay() {
     assert_eq!(
         judge(&claims, FieldValidation::Warn, &mut patched, Some(&stored)),
         Verdict::Write {
-            warnings: vec![r#"299 - "unknown field \"spec.fresh\"""#.into()]
+            warnings: vec![r#"299 - "unknown field \"spec.fresh\"""#.into()],
+            dropped: true,
         }
     );
     assert_eq!(
@@ -155,7 +156,10 @@ fn fields_stored_before_are_not_the_writes_and_stay() {
     let mut ignored = json!({"spec": {"bogus": 1}});
     assert_eq!(
         judge(&claims, FieldValidation::Ignore, &mut ignored, None),
-        Verdict::Write { warnings: vec![] }
+        Verdict::Write {
+            warnings: vec![],
+            dropped: true,
+        }
     );
     assert_eq!(ignored, json!({"spec": {}}));
 }
@@ -214,4 +218,82 @@ fn field_validation_takes_kube_apiservers_four_values() {
             r#"299 - "unknown field \"b.c\"""#
         ]
     );
+}
+
+#[test]
+fn embedded_resources_in_lists_and_under_preserved_fields_are_read_as_kube_apiserver_reads_them() {
+    let mut pool = (*rt("", "configmaps")).clone();
+    pool.schema = Some(Arc::new(json!({
+        "type": "object",
+        "properties": {
+            "resources": {"type": "array", "items": {"type": "object", "x-kubernetes-embedded-resource": true,
+                "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}},
+            "template": {"type": "object", "x-kubernetes-embedded-resource": true,
+                         "x-kubernetes-preserve-unknown-fields": true},
+            "open": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                     "properties": {"inner": {"type": "object", "properties": {"size": {"type": "integer"}}}}},
+            "empty": {"type": "object"},
+        },
+    })));
+    let schema = schema_of(&pool).unwrap();
+    let mut object = json!({"kind": "Pool", "metadata": {"name": "p"},
+        "resources": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "spec": {"size": 1}}],
+        "template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t", "bogus": 1}, "spec": {"anything": true}},
+        "open": {"free": 1, "inner": {"size": 2, "extra": 3}},
+        "empty": {"gone": 1}});
+    assert_eq!(
+        find(&schema, &mut object, None, true).named,
+        ["empty.gone", "open.inner.extra", "template.metadata.bogus"]
+    );
+    assert_eq!(object["resources"][0]["metadata"], json!({"name": "x"}));
+    assert_eq!(object["open"]["free"], 1);
+    assert_eq!(object["template"]["spec"]["anything"], true);
+    // A preserved root still has its metadata read.
+    let mut free = (*rt("", "configmaps")).clone();
+    free.schema = Some(Arc::new(
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    ));
+    let schema = schema_of(&free).unwrap();
+    let mut object = json!({"metadata": {"name": "f", "bogus": 1}, "spec": {"any": 1}});
+    assert_eq!(
+        find(&schema, &mut object, None, true).named,
+        ["metadata.bogus"]
+    );
+}
+
+#[test]
+fn a_stored_list_item_is_found_by_its_name_wherever_it_moved() {
+    let pods = schema_of(&rt("", "pods")).unwrap();
+    let stored = json!({"spec": {"containers": [{"name": "a", "image": "i", "x": 1}]}});
+    let mut applied = json!({"spec": {"containers": [
+        {"name": "z", "image": "j"}, {"name": "a", "image": "i", "x": 1}]}});
+    assert_eq!(find(&pods, &mut applied, Some(&stored), true).count, 0);
+    let mut moved_in = json!({"spec": {"containers": [{"name": "z", "image": "j", "x": 1}]}});
+    assert_eq!(
+        find(&pods, &mut moved_in, Some(&stored), true).named,
+        ["spec.containers[0].x"]
+    );
+}
+
+#[test]
+fn warnings_stay_within_kube_apiservers_budget() {
+    let long = Unknown {
+        named: (0..40).map(|i| format!("{i}{}", "p".repeat(300))).collect(),
+        count: 40,
+    };
+    // Each text is 318 characters: twelve fit whole (3,816), the thirteenth cut to 256
+    // (4,072), and no more.
+    let warnings = long.warnings();
+    assert_eq!(warnings.len(), 13);
+    assert_eq!(warnings[11].len(), warnings[10].len());
+    assert!(
+        warnings[12].len() < warnings[10].len() - 50,
+        "{}",
+        warnings[12]
+    );
+    let short = Unknown {
+        named: vec!["spéc".into()],
+        count: 1,
+    };
+    assert_eq!(short.warnings(), [r#"299 - "unknown field \"spéc\"""#]);
 }
