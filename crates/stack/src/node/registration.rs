@@ -141,6 +141,15 @@ pub async fn register(
         spec: CSINodeSpec::default(),
     });
     let csinodes = Api::<CSINode>::all(client.clone());
+    // The API server keeps a listed driver's node ID and topology keys: an entry that must
+    // change them goes first, in a write of its own, and comes back in the next (as kubelet
+    // removes a driver that went away and adds it when it returns).
+    create_or_edit(&csinodes, node, None, |object| {
+        entry_must_go_first(object, &driver, info.as_ref())
+            && register_on_csinode(object, &driver, None)
+    })
+    .await
+    .map_err(api_error("CSINode"))?;
     create_or_edit(&csinodes, node, fresh_csinode, |object| {
         register_on_csinode(object, &driver, info.as_ref())
     })
@@ -213,6 +222,19 @@ pub fn register_on_node(
         changed |= labels.insert(key.clone(), value.clone()).as_ref() != Some(value);
     }
     Ok(changed)
+}
+
+/// Whether the driver's entry in the CSINode names another node ID or other topology keys
+/// than `info`: the API server refuses to change those in place (kube-apiserver's
+/// `field is immutable` on `spec.drivers`), so the entry is removed before it is written again.
+pub fn entry_must_go_first(csinode: &CSINode, driver: &str, info: Option<&NodeInfo>) -> bool {
+    let (Some(info), Some(entry)) = (info, csinode.spec.drivers.iter().find(|d| d.name == driver))
+    else {
+        return false;
+    };
+    let keys: Vec<&String> = info.segments.keys().collect();
+    let listed: Vec<&String> = entry.topology_keys.iter().flatten().collect();
+    entry.node_id != info.node_id || keys != listed
 }
 
 /// Overwrites the driver's entry in the CSINode with `info`, or removes it (`None`). Returns
@@ -370,6 +392,40 @@ mod tests {
     fn ours_in(csinode: &CSINode) -> CSINodeDriver {
         let entry = csinode.spec.drivers.iter().find(|d| d.name == DRIVER);
         entry.cloned().unwrap()
+    }
+
+    #[test]
+    fn an_entry_whose_node_id_or_topology_keys_change_is_removed_before_it_is_written_again() {
+        let mut csinode = CSINode::default();
+        register_on_csinode(&mut csinode, DRIVER, Some(&info("a", Some("z1"), 8)));
+        let rows = [
+            (Some(info("a", Some("z1"), 8)), false),
+            // Only its limit changes: written in place.
+            (Some(info("a", Some("z2"), 3)), false),
+            (Some(info("b", Some("z1"), 8)), true),
+            (Some(info("a", None, 8)), true),
+            // NodeGetInfo failed: the entry is removed in one write anyway.
+            (None, false),
+        ];
+        for (answer, first) in rows {
+            assert_eq!(
+                entry_must_go_first(&csinode, DRIVER, answer.as_ref()),
+                first,
+                "{answer:?}"
+            );
+        }
+        // No entry yet: nothing to remove.
+        assert!(!entry_must_go_first(
+            &CSINode::default(),
+            DRIVER,
+            Some(&info("b", None, 0))
+        ));
+        // The two writes: the entry goes, then the new one comes.
+        let answer = info("b", Some("z1"), 8);
+        assert!(register_on_csinode(&mut csinode, DRIVER, None));
+        assert!(!entry_must_go_first(&csinode, DRIVER, Some(&answer)));
+        assert!(register_on_csinode(&mut csinode, DRIVER, Some(&answer)));
+        assert_eq!(ours_in(&csinode).node_id, "b");
     }
 
     #[test]
