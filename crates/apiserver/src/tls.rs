@@ -76,7 +76,7 @@ impl Identity {
             key_der: generated.signing_key.serialize_der(),
         };
         if let Some(dir) = dir {
-            durable_log::files::create_private_dir(dir).map_err(|source| TlsError::Io {
+            durable_log::files::create_durable_private_dir(dir).map_err(|source| TlsError::Io {
                 action: "create",
                 path: dir.display().to_string(),
                 source,

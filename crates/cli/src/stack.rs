@@ -158,7 +158,7 @@ pub async fn start_with(
 ) -> anyhow::Result<Running> {
     let data_dir = std::path::absolute(&args.data_dir).context("resolve --data-dir")?;
     // 0700: it holds the kubeconfig with the token and the driver's socket.
-    durable_log::files::create_private_dir(&data_dir)
+    durable_log::files::create_durable_private_dir(&data_dir)
         .with_context(|| format!("create {}", data_dir.display()))?;
     let (first, extra_nodes) = node_names(&args.node, args.nodes);
     let external = match (&args.driver_endpoint, info) {

@@ -11,18 +11,26 @@ pub const DIR_MODE: u32 = 0o700;
 /// Mode of every file we create.
 pub const FILE_MODE: u32 = 0o600;
 
-/// Creates `dir` and its missing parents as 0700; an existing directory that others can read
-/// is narrowed to 0700 (it may hold Secrets). Each directory made is durable in its parent
-/// before this returns: a log acknowledged in a new directory must not vanish with it.
-pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+/// [`create_private_dir`], each directory made durable in its parent before this returns: a
+/// log (or a token, a key) acknowledged in a new directory must not vanish with it at a power
+/// loss. For directories that hold state; a scratch directory needs only
+/// [`create_private_dir`].
+pub fn create_durable_private_dir(dir: &Path) -> io::Result<()> {
     let made = missing_levels(dir);
+    create_private_dir(dir)?;
+    for level in made.iter().rev() {
+        sync_dir(parent_of(level))?;
+    }
+    Ok(())
+}
+
+/// Creates `dir` and its missing parents as 0700; an existing directory that others can read
+/// is narrowed to 0700 (it may hold Secrets).
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(DIR_MODE)
         .create(dir)?;
-    for level in made.iter().rev() {
-        sync_dir(parent_of(level))?;
-    }
     let mode = fs::metadata(dir)?.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE))?;
@@ -204,7 +212,7 @@ mod tests {
     }
 
     #[test]
-    fn the_levels_a_new_directory_makes_are_each_synced_in_their_parent() {
+    fn the_levels_a_durable_directory_makes_are_found_for_their_parents_to_be_synced() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("a/b/c");
         fs::create_dir(root.path().join("a")).unwrap();
@@ -215,7 +223,7 @@ mod tests {
         assert_eq!(parent_of(&dir), root.path().join("a/b"));
         assert_eq!(parent_of(Path::new("data")), Path::new("."));
         assert!(missing_levels(Path::new("relative-missing-dir")).len() == 1);
-        create_private_dir(&dir).unwrap();
+        create_durable_private_dir(&dir).unwrap();
         assert!(missing_levels(&dir).is_empty());
         assert!(dir.is_dir());
     }

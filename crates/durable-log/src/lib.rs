@@ -208,7 +208,7 @@ impl Log {
         options: Options,
         on_durable: OnDurable,
     ) -> Result<(Log, Recovered), LogError> {
-        files::create_private_dir(dir).map_err(io("create", dir))?;
+        files::create_durable_private_dir(dir).map_err(io("create", dir))?;
         let (generation, recovered, log_bytes, snapshot_bytes) = recovery::recover(dir)?;
         let log_path = files::log_path(dir, generation);
         let file = files::open_private_append(&log_path).map_err(io("open", &log_path))?;

@@ -154,7 +154,7 @@ impl Identities {
             tokens.insert(component, issue(server, account)?);
         }
         let identities = dir.join("identities");
-        durable_log::files::create_private_dir(&identities)
+        durable_log::files::create_durable_private_dir(&identities)
             .with_context(|| format!("create {}", identities.display()))?;
         for sidecar in ["csi-provisioner", "csi-attacher"] {
             let token = issue(server, sidecar)?;

@@ -97,9 +97,10 @@ impl Store {
         let (log, recovered) =
             Log::open(dir, options, Box::new(|_| {})).map_err(StoreError::Open)?;
         let volumes_dir = dir.join("volumes");
-        durable_log::files::create_private_dir(&volumes_dir).map_err(io("create", &volumes_dir))?;
+        durable_log::files::create_durable_private_dir(&volumes_dir)
+            .map_err(io("create", &volumes_dir))?;
         let snapshots_dir = dir.join("snapshots");
-        durable_log::files::create_private_dir(&snapshots_dir)
+        durable_log::files::create_durable_private_dir(&snapshots_dir)
             .map_err(io("create", &snapshots_dir))?;
         let mut table = Table::default();
         for entry in recovered
