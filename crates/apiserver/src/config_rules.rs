@@ -10,8 +10,7 @@ pub fn base64_error(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     let symbol = |b: u8| b.is_ascii_alphanumeric() || b == b'+' || b == b'/';
     let skipped = |b: u8| b == b'\r' || b == b'\n';
-    // Where the quantum being read starts and how many symbols it has.
-    let mut start = 0;
+    // How many symbols the quantum being read has.
     let mut have = 0;
     let mut i = 0;
     while i < bytes.len() {
@@ -40,23 +39,25 @@ pub fn base64_error(text: &str) -> Option<usize> {
         if !symbol(b) {
             return Some(i);
         }
-        if have == 0 {
-            start = i;
-        }
         have = (have + 1) % 4;
         i += 1;
     }
-    (have != 0).then_some(start)
+    // Input ended inside a quantum: Go names the byte as many symbols back from the end as
+    // the quantum has (newlines within it counted as bytes, not symbols).
+    (have != 0).then(|| bytes.len() - have)
 }
 
 /// A Secret's `data` or a ConfigMap's `binaryData` whose value is not base64: kube-apiserver's
-/// decoding error, as the 400's message says it.
-pub fn undecodable(kind: &str, object: &Value) -> Option<String> {
+/// decoding error, as the 400's message says it. Not checked when the update keeps `old`'s.
+pub fn undecodable(kind: &str, object: &Value, old: Option<&Value>) -> Option<String> {
     let field = match kind {
         "Secret" => "data",
         "ConfigMap" => "binaryData",
         _ => return None,
     };
+    if old.is_some_and(|old| old[field] == object[field]) {
+        return None;
+    }
     let values = object.get(field)?.as_object()?;
     values.values().find_map(|value| {
         let at = match value {
@@ -130,6 +131,8 @@ mod tests {
             ("YWJ=x", Some(4)),
             ("YQ=\n=", None),
             ("YQ==\n", None),
+            ("YQ\n", Some(1)),
+            ("YWJjZ\nA", Some(5)),
             ("=", Some(0)),
             ("YWJjZA", Some(4)),
             ("é", Some(0)),
@@ -140,14 +143,20 @@ mod tests {
         assert_eq!(
             undecodable(
                 "Secret",
-                &json!({"data": {"a": "YQ==", "b": "not base64!"}})
+                &json!({"data": {"a": "YQ==", "b": "not base64!"}}),
+                None
             )
             .unwrap(),
             "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 3"
         );
-        assert!(undecodable("Secret", &json!({"data": {"a": "YQ=="}})).is_none());
-        assert!(undecodable("ConfigMap", &json!({"data": {"a": "not base64!"}})).is_none());
-        assert!(undecodable("ConfigMap", &json!({"binaryData": {"a": 7}})).is_some());
+        assert!(undecodable("Secret", &json!({"data": {"a": "YQ=="}}), None).is_none());
+        assert!(undecodable("ConfigMap", &json!({"data": {"a": "not base64!"}}), None).is_none());
+        assert!(undecodable("ConfigMap", &json!({"binaryData": {"a": 7}}), None).is_some());
+        // Stored before it was checked, kept as it is: not refused.
+        let stored = json!({"data": {"a": "YQ"}, "metadata": {"finalizers": ["f"]}});
+        let released = json!({"data": {"a": "YQ"}, "metadata": {}});
+        assert!(undecodable("Secret", &released, Some(&stored)).is_none());
+        assert!(undecodable("Secret", &json!({"data": {"a": "Y"}}), Some(&stored)).is_some());
     }
 
     #[test]

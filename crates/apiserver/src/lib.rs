@@ -15,6 +15,7 @@ pub mod claim_rules;
 pub mod config_rules;
 pub mod discovery;
 pub mod faults;
+pub mod go_format;
 pub mod list_versions;
 pub mod listener;
 pub mod local;
@@ -260,7 +261,7 @@ fn secret(data_dir: Option<&std::path::Path>, file: &str) -> Result<String, Erro
         return Ok(text.trim().to_string());
     }
     let made = random_token();
-    durable_log::files::create_private_dir(dir).map_err(|source| Error::Io {
+    durable_log::files::create_durable_private_dir(dir).map_err(|source| Error::Io {
         action: format!("create {}", dir.display()),
         source,
     })?;

@@ -144,12 +144,6 @@ pub fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
     }
     if !rt.custom {
         drop_nulls(obj);
-        // Base64 fields that do not decode fail at decoding in kube-apiserver: a 400.
-        if rt.group.is_empty()
-            && let Some(message) = crate::config_rules::undecodable(&rt.kind, obj)
-        {
-            return Err(ApiError::bad_request(message));
-        }
     }
     Ok(())
 }
@@ -421,6 +415,13 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
             return Err(ApiError::invalid_list(&rt.kind, name, &errors));
         }
     }
+    // Base64 that does not decode fails at decoding in kube-apiserver: a 400. An object stored
+    // before this was checked is not held to it while its data stays (its finalizers can go).
+    if rt.group.is_empty()
+        && let Some(message) = crate::config_rules::undecodable(&rt.kind, obj, old)
+    {
+        return Err(ApiError::bad_request(message));
+    }
     if let (("", "configmaps" | "secrets"), Some(old)) =
         ((rt.group.as_str(), rt.plural.as_str()), old)
     {
@@ -519,15 +520,28 @@ pub fn merge_update(
     check_type(rt, &mut incoming)?;
     let mut next = if status_only {
         // The current object's fields but its status, and the incoming status moved in: the
-        // old status is not copied only to be replaced.
+        // old status is not copied only to be replaced. A built-in kind's status write keeps
+        // the metadata it sends (labels, annotations, finalizers; the fixed fields are restored
+        // below), as kube-apiserver's status strategies do, a Pod's owner references apart; a
+        // custom resource's keeps the stored metadata.
         let status = incoming.get_mut("status").map_or(Value::Null, Value::take);
+        let metadata = incoming
+            .get_mut("metadata")
+            .filter(|m| m.is_object() && !rt.custom)
+            .map(Value::take);
         let mut next: Map<String, Value> = current
             .as_object()
             .into_iter()
             .flatten()
-            .filter(|(key, _)| *key != "status")
+            .filter(|(key, _)| *key != "status" && !(*key == "metadata" && metadata.is_some()))
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect();
+        if let Some(mut metadata) = metadata {
+            if rt.group.is_empty() && rt.plural == "pods" {
+                metadata["ownerReferences"] = current["metadata"]["ownerReferences"].clone();
+            }
+            next.insert("metadata".into(), metadata);
+        }
         next.insert("status".into(), status);
         Value::Object(next)
     } else {

@@ -70,7 +70,9 @@ impl ResourceType {
     /// Whether a DELETE that removes one of its objects answers with the object (kube-apiserver's
     /// `ReturnDeletedObject` stores: claims, volumes, Pods, Namespaces, ServiceAccounts and the
     /// storage.k8s.io kinds but CSIStorageCapacity) rather than a `Status` of success (every
-    /// other kind, custom resources included; checked on kube-apiserver v1.36.2).
+    /// other kind, custom resources and their definitions included; checked on kube-apiserver
+    /// v1.36.2). A definition is removed at once here, where kube-apiserver first marks it and
+    /// answers with it.
     pub fn answers_deletion_with_object(&self) -> bool {
         !self.custom
             && matches!(
@@ -84,7 +86,11 @@ impl ResourceType {
                         | "serviceaccounts"
                 ) | (
                     "storage.k8s.io",
-                    "storageclasses" | "volumeattachments" | "csinodes" | "csidrivers"
+                    "storageclasses"
+                        | "volumeattachments"
+                        | "csinodes"
+                        | "csidrivers"
+                        | "volumeattributesclasses"
                 )
             )
     }

@@ -68,6 +68,10 @@ mod tests {
             ("a=(b)".into(), "unable to parse requirement: found '(', expected: identifier".into()),
             ("Bad Key=x".into(), "unable to parse requirement: found 'Key', expected: in, notin, =, ==, !=, gt, lt".into()),
             ("=a".into(), "found '=', expected: !, identifier, or 'end of string'".into()),
+            ("a in (".into(), "unable to parse requirement: found '', expected: ',', ')' or identifier".into()),
+            ("a in (=".into(), "unable to parse requirement: found '=', expected: ',', ')' or identifier".into()),
+            ("a in (x".into(), "unable to parse requirement: found '', expected: ',' or ')'".into()),
+            ("a in (x,".into(), "unable to parse requirement: found '', expected: ',', or identifier".into()),
             ("-a=b".into(), format!("unable to parse requirement: <nil>: Invalid value: \"-a\": {name_rule}")),
             (format!("{long}=x"), format!("unable to parse requirement: <nil>: Invalid value: \"{long}\": name part must be no more than 63 bytes")),
         ];

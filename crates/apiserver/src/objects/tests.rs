@@ -27,9 +27,17 @@ fn a_status_update_takes_only_the_status_from_the_request() {
         next["spec"]["volumeName"], "pv-1",
         "the spec is the stored one"
     );
-    assert_eq!(next["metadata"]["labels"], json!({"a": "1"}));
+    // Its metadata is the request's (kube-apiserver keeps a status write's labels), the fixed
+    // fields apart.
+    assert_eq!(next["metadata"]["labels"], json!({"b": "2"}));
     assert_eq!(next["metadata"]["uid"], "u1");
     assert_eq!(next["metadata"]["generation"], 3);
+    // A custom resource's status write keeps the stored metadata.
+    let mut pool = (*rt).clone();
+    pool.custom = true;
+    let kept = merge_update(&pool, &current, incoming.clone(), true).unwrap();
+    assert_eq!(kept["metadata"]["labels"], json!({"a": "1"}));
+    assert_eq!(kept["status"], json!({"phase": "Bound"}));
     // A request without a status empties it.
     let mut bare = incoming;
     bare.as_object_mut().unwrap().remove("status");

@@ -85,13 +85,17 @@ fn unsupported(rt: &ResourceType, field: &str) -> Option<String> {
 }
 
 /// A field's value as selectors compare it: a string, a boolean written out (absent is
-/// `false`), a core Event's `source` its component, a Pod's `status.podIPs` its first address.
+/// `false`), a core Event's `source` its component (else its reporting component), and a
+/// Pod's `status.podIPs` nothing (kube-apiserver accepts the field but gives it no value).
 fn value_of(object: &Value, field: &str) -> String {
     let at = |path: &str| path.split('.').fold(object, |cur, part| &cur[part]);
     let found = match field {
-        "source" => at("source.component"),
+        "source" => match at("source.component") {
+            Value::String(component) if !component.is_empty() => at("source.component"),
+            _ => at("reportingComponent"),
+        },
         "spec.host" => at("spec.nodeName"),
-        "status.podIPs" => &object["status"]["podIPs"][0]["ip"],
+        "status.podIPs" => &Value::Null,
         _ => at(field),
     };
     match found {
@@ -242,7 +246,8 @@ mod tests {
         assert!(selects(&pods, "metadata.name=a,spec.nodeName=n1", &pod));
         assert!(!selects(&pods, "metadata.name!=a", &pod));
         assert!(selects(&pods, "spec.hostNetwork=false", &pod));
-        assert!(selects(&pods, "status.podIPs=10.0.0.1", &pod));
+        assert!(!selects(&pods, "status.podIPs=10.0.0.1", &pod));
+        assert!(selects(&pods, "status.podIPs=", &pod));
         let events = rt("", "events");
         let event = json!({"reason": "FailedScheduling", "type": "Warning",
             "involvedObject": {"name": "web"}, "source": {"component": "default-scheduler"}});
@@ -252,6 +257,8 @@ mod tests {
             &event
         ));
         assert!(!selects(&events, "reason=Scheduled", &event));
+        let reported = json!({"reportingComponent": "volstack-provisioner"});
+        assert!(selects(&events, "source=volstack-provisioner", &reported));
         assert!(selects(&pods, "spec.host=n1", &pod));
         let mut pools = (*rt("", "configmaps")).clone();
         pools.custom = true;

@@ -230,6 +230,8 @@ impl Parser {
         }
         let mut values = Vec::new();
         let mut wants_value = true;
+        // Right after `(` kube-apiserver's message also offers `)`.
+        let mut after_comma = false;
         loop {
             match self.next_value() {
                 Token::Word(value) if wants_value => {
@@ -241,6 +243,7 @@ impl Parser {
                         values.push(String::new());
                     }
                     wants_value = true;
+                    after_comma = true;
                 }
                 Token::Close => {
                     if wants_value {
@@ -249,6 +252,12 @@ impl Parser {
                     values.sort();
                     values.dedup();
                     return Ok(values);
+                }
+                other if wants_value && values.is_empty() && !after_comma => {
+                    return Err(format!(
+                        "found '{}', expected: ',', ')' or identifier",
+                        other.shown()
+                    ));
                 }
                 other if wants_value => {
                     return Err(format!(

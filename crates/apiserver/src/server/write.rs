@@ -276,7 +276,9 @@ pub(crate) async fn apply_update(
 }
 
 /// [`apply_update`], giving the object as written (or as it would be, in a dry run) and the
-/// change made.
+/// change made. An update that removes the object (its last finalizer gone while it is being
+/// deleted) gives the object as the update left it, at the version it had, and no change to
+/// answer with: kube-apiserver answers so (not with the object as last stored).
 pub(crate) async fn update_object(
     app: &Shared,
     t: &Target,
@@ -307,6 +309,7 @@ pub(crate) async fn update_object(
         .to_string();
     let resize = (rt.group.is_empty() && rt.plural == "persistentvolumeclaims" && !status_only)
         .then(|| allows_expansion(app, crate::claim_rules::claim_class(&incoming)));
+    let mut removed_as = None;
     let Written {
         object: result,
         change,
@@ -343,6 +346,8 @@ pub(crate) async fn update_object(
             .as_array()
             .is_none_or(Vec::is_empty);
         if deleting && no_finalizers {
+            next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+            removed_as = Some(next);
             return Ok(Write2::Delete);
         }
         if same_but_version(&next, current) {
@@ -351,6 +356,9 @@ pub(crate) async fn update_object(
         Ok(Write2::Put(next))
     })?;
     commit(app, &rt, rv).await?;
+    if let Some(answer) = removed_as {
+        return Ok((Arc::new(answer), None));
+    }
     let object = result.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     Ok((object, change))
 }
@@ -455,13 +463,17 @@ pub(crate) async fn patch(
             // Read against the object patched: only what the patch brings is its doing.
             match crate::unknown_fields::judge(schema, validation, &mut next, Some(&*current)) {
                 Verdict::Refuse(unknown) => {
-                    // kube-apiserver's words, the patched object shown as the value.
+                    // kube-apiserver's words: the value shown is the patched object, or for a
+                    // strategic merge patch the patch as Go prints it.
+                    let shown = match kind {
+                        PatchKind::Strategic => crate::go_format::go_text(&patch_value),
+                        _ => next.to_string(),
+                    };
                     return Err(ApiError::invalid(
                         "",
                         "",
                         &format!(
-                            "patch: Invalid value: {:?}: strict decoding error: {}",
-                            next.to_string(),
+                            "patch: Invalid value: {shown:?}: strict decoding error: {}",
                             unknown.listed()
                         ),
                     ));

@@ -248,6 +248,13 @@ async fn a_strict_patch_with_an_unknown_field_is_refused() {
                 ),
             "{message}"
         );
+        // A strategic merge patch is shown as Go prints it (kube-apiserver's message).
+        if content_type == "application/strategic-merge-patch+json" {
+            assert_eq!(
+                message,
+                r#" "" is invalid: patch: Invalid value: "map[bogus:1 zdata:map[b:9]]": strict decoding error: unknown field "bogus", unknown field "zdata""#
+            );
+        }
     }
     let (code, status) = raw(
         &f,
@@ -575,6 +582,32 @@ async fn a_delete_answers_with_a_status_or_the_object_as_kube_apiserver_does() {
         answer["metadata"]["deletionTimestamp"].is_string(),
         "{answer}"
     );
+    // Its last finalizer taken off by a patch removes it: the answer is the object as the
+    // patch left it, at the version it had (kube-apiserver's answer).
+    let (code, removed) = raw(
+        &f,
+        "PATCH",
+        &format!("{maps}/kept"),
+        "application/merge-patch+json",
+        br#"{"metadata":{"finalizers":null,"labels":{"c":"d"}}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(code, 200, "{removed}");
+    assert_eq!(removed["metadata"]["labels"], serde_json::json!({"c": "d"}));
+    assert!(removed["metadata"].get("finalizers").is_none(), "{removed}");
+    assert_eq!(
+        removed["metadata"]["resourceVersion"], answer["metadata"]["resourceVersion"],
+        "{removed}"
+    );
+    let (code, _) = raw(
+        &f,
+        "GET",
+        &format!("{maps}/kept"),
+        "application/json",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 404, "removed");
     // A dry run that would remove answers as the removal would.
     make(maps, r#"{"metadata":{"name":"d"}}"#).await;
     let (_, answer) = raw(
