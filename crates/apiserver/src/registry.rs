@@ -412,6 +412,14 @@ impl Default for Registry {
 }
 
 impl Registry {
+    /// A built-in resource of version v1 by group and plural, for tests.
+    #[cfg(test)]
+    pub fn built_in(group: &str, plural: &str) -> Arc<ResourceType> {
+        Registry::default()
+            .find(group, "v1", plural)
+            .unwrap_or_else(|| panic!("{group}/{plural} is registered"))
+    }
+
     /// Looks a resource up by group, version and plural.
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
         self.types

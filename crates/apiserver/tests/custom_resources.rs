@@ -37,6 +37,22 @@ const CRD: &str = r#"{
   }
 }"#;
 
+/// Applies the Pool definition `crd` and waits until kubectl finds the type (once discovery
+/// has it).
+async fn define_pools(f: &common::Fixture, crd: &str) {
+    let (ok, _, err) = kubectl(f, &["apply", "-f", "-"], Some(crd)).await;
+    assert!(ok, "{err}");
+    let mut served = false;
+    for _ in 0..100 {
+        if kubectl(f, &["get", "pools"], None).await.0 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(served, "the Pool type is served");
+}
+
 fn pool(spec: &str) -> String {
     format!("apiVersion: example.volstack.dev/v1\nkind: Pool\nmetadata:\n  name: p\nspec:\n{spec}")
 }
@@ -44,18 +60,7 @@ fn pool(spec: &str) -> String {
 #[tokio::test]
 async fn custom_resources_are_refused_when_their_schema_says_so() {
     let f = start().await;
-    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(CRD)).await;
-    assert!(ok, "{err}");
-    // The new type is served once discovery has it.
-    let mut served = false;
-    for _ in 0..100 {
-        if kubectl(&f, &["get", "pools"], None).await.0 {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(served, "the Pool type is served");
+    define_pools(&f, CRD).await;
 
     let (ok, _, err) = kubectl(
         &f,
@@ -162,17 +167,7 @@ async fn a_schema_that_lists_metadata_keeps_every_metadata_field() {
           "spec": {"#,
     );
     assert_ne!(listed, CRD, "the schema lists metadata");
-    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&listed)).await;
-    assert!(ok, "{err}");
-    let mut served = false;
-    for _ in 0..100 {
-        if kubectl(&f, &["get", "pools"], None).await.0 {
-            served = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(served, "the Pool type is served");
+    define_pools(&f, &listed).await;
     let labelled = "apiVersion: example.volstack.dev/v1\nkind: Pool\nmetadata:\n  name: p\n  labels: {tier: gold}\n  finalizers: [example.dev/keep]\nspec:\n  minimum: 1\n";
     for _ in 0..2 {
         let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(labelled)).await;

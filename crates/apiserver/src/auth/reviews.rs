@@ -184,9 +184,7 @@ mod tests {
     use std::sync::Arc;
 
     fn rt(group: &str, plural: &str) -> std::sync::Arc<ResourceType> {
-        crate::registry::Registry::default()
-            .find(group, "v1", plural)
-            .unwrap_or_else(|| panic!("{plural} is registered"))
+        crate::registry::Registry::built_in(group, plural)
     }
 
     fn policy() -> Policy {

@@ -150,9 +150,7 @@ mod tests {
     use serde_json::json;
 
     fn rt(group: &str, plural: &str) -> std::sync::Arc<ResourceType> {
-        crate::registry::Registry::default()
-            .find(group, "v1", plural)
-            .unwrap()
+        crate::registry::Registry::built_in(group, plural)
     }
 
     #[test]

@@ -3,10 +3,8 @@
 use super::*;
 use serde_json::json;
 
-fn rt(group: &str, plural: &str) -> Arc<ResourceType> {
-    crate::registry::Registry::default()
-        .find(group, "v1", plural)
-        .unwrap()
+fn rt(group: &str, plural: &str) -> std::sync::Arc<ResourceType> {
+    crate::registry::Registry::built_in(group, plural)
 }
 
 #[test]
