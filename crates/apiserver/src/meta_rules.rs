@@ -62,26 +62,29 @@ fn shown(value: &str) -> String {
     format!("{value:?}")
 }
 
-/// The first metadata error, as `path: Type: detail`.
-pub fn check(metadata: &Value) -> Result<(), String> {
+/// Every metadata error, as `path: Type: detail`, in kube-apiserver's order.
+pub fn check(metadata: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
     if let Some(labels) = metadata["labels"].as_object() {
         for (key, value) in labels {
             if let Some(why) = qualified_name_error(key) {
-                return Err(format!(
+                errors.push(format!(
                     "metadata.labels: Invalid value: {}: {why}",
                     shown(key)
                 ));
             }
-            let Some(text) = value.as_str() else {
-                return Err(format!(
+            match value.as_str() {
+                None => errors.push(format!(
                     "metadata.labels: Invalid value: {value}: must be a string"
-                ));
-            };
-            if let Some(why) = label_value_error(text) {
-                return Err(format!(
-                    "metadata.labels: Invalid value: {}: {why}",
-                    shown(text)
-                ));
+                )),
+                Some(text) => {
+                    if let Some(why) = label_value_error(text) {
+                        errors.push(format!(
+                            "metadata.labels: Invalid value: {}: {why}",
+                            shown(text)
+                        ));
+                    }
+                }
             }
         }
     }
@@ -89,7 +92,7 @@ pub fn check(metadata: &Value) -> Result<(), String> {
         let mut total = 0;
         for (key, value) in annotations {
             if let Some(why) = qualified_name_error(&key.to_ascii_lowercase()) {
-                return Err(format!(
+                errors.push(format!(
                     "metadata.annotations: Invalid value: {}: {why}",
                     shown(key)
                 ));
@@ -97,7 +100,7 @@ pub fn check(metadata: &Value) -> Result<(), String> {
             total += key.len() + value.as_str().map_or(0, str::len);
         }
         if total > MAX_ANNOTATIONS_BYTES {
-            return Err(format!(
+            errors.push(format!(
                 "metadata.annotations: Too long: may not be more than {MAX_ANNOTATIONS_BYTES} bytes"
             ));
         }
@@ -106,14 +109,14 @@ pub fn check(metadata: &Value) -> Result<(), String> {
         for (i, finalizer) in finalizers.iter().enumerate() {
             let text = finalizer.as_str().unwrap_or_default();
             if let Some(why) = qualified_name_error(text) {
-                return Err(format!(
+                errors.push(format!(
                     "metadata.finalizers[{i}]: Invalid value: {}: {why}",
                     shown(text)
                 ));
             }
         }
     }
-    Ok(())
+    errors
 }
 
 #[cfg(test)]
@@ -131,7 +134,7 @@ mod tests {
             json!({"finalizers": ["kubernetes.io/pvc-protection", "kubernetes", "external-provisioner.volume.kubernetes.io/finalizer"]}),
         ];
         for metadata in ok {
-            assert_eq!(check(&metadata), Ok(()), "{metadata}");
+            assert_eq!(check(&metadata), Vec::<String>::new(), "{metadata}");
         }
         let bad = [
             (
@@ -168,11 +171,28 @@ mod tests {
             ),
         ];
         for (metadata, expected) in bad {
-            let error = check(&metadata).unwrap_err();
+            let error = check(&metadata).join("\n");
             assert!(
                 error.starts_with(expected) || error.contains(expected),
                 "{error}"
             );
         }
+        // Every error is named, in kube-apiserver's order (a label's key, then its value).
+        let long = "k".repeat(70);
+        let errors =
+            check(&json!({"labels": {long.clone(): long.clone()}, "finalizers": ["not ok"]}));
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(
+            errors[0].ends_with("name part must be no more than 63 bytes"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].ends_with(": must be no more than 63 bytes"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[2].starts_with("metadata.finalizers[0]"),
+            "{errors:?}"
+        );
     }
 }

@@ -408,7 +408,10 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
     use crate::storage_rules as rules;
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let invalid = |msg: String| Err(ApiError::invalid(&rt.kind, name, &msg));
-    crate::meta_rules::check(&obj["metadata"]).or_else(invalid)?;
+    let errors = crate::meta_rules::check(&obj["metadata"]);
+    if !errors.is_empty() {
+        return Err(ApiError::invalid_list(&rt.kind, name, &errors));
+    }
     if let Some(schema) = &rt.schema {
         let errors = crate::schema::check(schema, obj);
         if !errors.is_empty() {
