@@ -178,6 +178,32 @@ fn version_of<K: kube::Resource>(event: &WatchEvent<K>) -> Option<String> {
 /// not asked in a loop).
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
 
+/// The Pods of a namespace are read this many at a time when looking for a volume's users: a
+/// namespace of many Pods is never held whole.
+pub(crate) const POD_PAGE: u32 = 500;
+
+/// Every user `users` finds in the pages `page` gives (each asked for with the continue token
+/// of the one before), sorted, each once.
+async fn users_in_pages<P, F, E>(
+    mut page: P,
+    users: impl Fn(&[Pod]) -> Vec<String>,
+) -> Result<Vec<String>, E>
+where
+    P: FnMut(Option<String>) -> F,
+    F: std::future::Future<Output = Result<(Vec<Pod>, Option<String>), E>>,
+{
+    let mut found = std::collections::BTreeSet::new();
+    let mut token = None;
+    loop {
+        let (pods, next) = page(token).await?;
+        found.extend(users(&pods));
+        match next {
+            Some(next) => token = Some(next),
+            None => return Ok(found.into_iter().collect()),
+        }
+    }
+}
+
 /// The recycler Pod as a list by its name says it is now, with the list's resourceVersion.
 async fn list_pod(pods: &Api<Pod>, name: &str) -> Result<(Option<Pod>, String), kube::Error> {
     let list = pods
@@ -208,15 +234,28 @@ impl PvController {
         }
         // With a claim of that name in the cache there are no users to look for (`users_of`).
         if let Some((namespace, _)) = claim_named_by(&live).filter(|_| claim.is_none()) {
-            let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace)
-                .list(&ListParams::default())
-                .await
-                .map_err(|source| RecycleError::ListPods {
-                    namespace: namespace.clone(),
-                    source,
-                })?
-                .items;
-            let users = users_of(&live, claim.as_deref(), &pods);
+            let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace);
+            let users = users_in_pages(
+                |token| {
+                    let params = ListParams::default().limit(POD_PAGE);
+                    let params = match &token {
+                        Some(token) => params.continue_token(token),
+                        None => params,
+                    };
+                    let pods = pods.clone();
+                    async move {
+                        let page = pods.list(&params).await?;
+                        let next = page.metadata.continue_.filter(|t| !t.is_empty());
+                        Ok((page.items, next))
+                    }
+                },
+                |page| users_of(&live, claim.as_deref(), page),
+            )
+            .await
+            .map_err(|source| RecycleError::ListPods {
+                namespace: namespace.clone(),
+                source,
+            })?;
             if !users.is_empty() {
                 self.recorder.record(
                     &reference(&live),
@@ -448,5 +487,60 @@ impl PvController {
             Reason::RecyclerPod.as_str(),
             &forwarded_message(event.message.as_deref().unwrap_or_default()),
         );
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn pods(names: &[&str]) -> Vec<Pod> {
+        names
+            .iter()
+            .map(|name| sidecar_kit::testing::pod(name).build())
+            .collect()
+    }
+
+    fn users(page: &[Pod]) -> Vec<String> {
+        page.iter()
+            .filter_map(|pod| pod.metadata.name.clone())
+            .filter(|name| name.starts_with("user"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn users_are_gathered_from_every_page_in_turn() {
+        let pages = [
+            (pods(&["user-b", "other"]), Some("one".to_string())),
+            (pods(&["other-2"]), Some("two".to_string())),
+            (pods(&["user-a", "user-b"]), None),
+        ];
+        let mut asked = Vec::new();
+        let found = users_in_pages(
+            |token| {
+                asked.push(token.clone());
+                let at = asked.len() - 1;
+                let page = pages[at].clone();
+                async move { Ok::<_, String>(page) }
+            },
+            users,
+        )
+        .await
+        .unwrap();
+        assert_eq!(found, ["user-a", "user-b"]);
+        assert_eq!(asked, [None, Some("one".into()), Some("two".into())]);
+        // A page that fails fails the whole look.
+        let failed = users_in_pages(
+            |token| async move {
+                match token {
+                    None => Ok((pods(&["user-x"]), Some("next".to_string()))),
+                    Some(_) => Err("gone".to_string()),
+                }
+            },
+            users,
+        )
+        .await;
+        assert_eq!(failed, Err("gone".to_string()));
     }
 }
