@@ -54,10 +54,17 @@ pub struct Written {
 /// Changes to replay plus the live feed.
 pub type Resume = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
 
-/// Why a watch cannot resume from a resourceVersion.
+/// A watch cannot resume from a version older than the history: the oldest it can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    /// The oldest version a watch can resume from.
+    pub oldest: u64,
+}
+
+/// Why a continued list cannot read the objects at a resourceVersion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResumeError {
-    /// Older than the history: the oldest version it can resume from.
+    /// Older than the history: the oldest version it can read.
     Gone(u64),
     /// Newer than anything visible: the current version.
     TooLarge(u64),
@@ -534,14 +541,15 @@ impl Store {
     }
 
     /// Changes of `resource` after `rv` plus a live subscription to them, with no gap
-    /// between them.
-    pub fn watch_from(&self, resource: &str, rv: u64) -> Result<Resume, ResumeError> {
+    /// between them. A version newer than the store's has no backlog: the changes after it
+    /// come live (the subscription also carries those up to `rv`, which the watcher skips), as
+    /// kube-apiserver keeps such a watch open. Err: the history no longer reaches back to `rv`.
+    pub fn watch_from(&self, resource: &str, rv: u64) -> Result<Resume, Compacted> {
         let mut inner = self.core.inner.lock();
         if rv < inner.compacted {
-            return Err(ResumeError::Gone(inner.compacted));
-        }
-        if rv > inner.visible_rv {
-            return Err(ResumeError::TooLarge(inner.visible_rv));
+            return Err(Compacted {
+                oldest: inner.compacted,
+            });
         }
         let backlog = inner
             .history

@@ -17,9 +17,9 @@ use tokio::sync::{broadcast, mpsc, watch};
 use crate::change::event_line_of;
 use crate::registry::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::{App, Query, Shared, Target, selectors, wants_table};
+use crate::server::{Query, Shared, Target, selectors, wants_table};
 use crate::status::ApiError;
-use crate::store::{Change, ChangeKind, ResumeError};
+use crate::store::{Change, ChangeKind, Compacted};
 use crate::tables::table;
 
 mod out;
@@ -160,12 +160,9 @@ pub(crate) async fn watch(
     let (initial, backlog, mut rx, start_rv): (Vec<Arc<Value>>, Vec<Arc<Change>>, Feed, u64) =
         match requested_rv {
             Some(rv) if rv > 0 && !send_initial => {
-                match resume_watch(app, &filter.resource, rv).await {
+                match app.store.watch_from(&filter.resource, rv) {
                     Ok((backlog, rx)) => (Vec::new(), backlog, rx, rv),
-                    Err(ResumeError::TooLarge(current)) => {
-                        return Err(ApiError::too_large_resource_version(rv, current));
-                    }
-                    Err(ResumeError::Gone(oldest)) => {
+                    Err(Compacted { oldest }) => {
                         let status =
                             ApiError::gone(format!("too old resource version: {rv} ({oldest})"))
                                 .to_status();
@@ -390,24 +387,6 @@ fn bookmark_rv(current: u64, queued: usize, last_sent: u64) -> u64 {
         current.max(last_sent)
     } else {
         last_sent
-    }
-}
-
-/// Resumes a watch; a version newer than the store's is waited for (as kube-apiserver's watch
-/// cache does) before it is refused.
-async fn resume_watch(
-    app: &App,
-    resource: &str,
-    rv: u64,
-) -> Result<crate::store::Resume, ResumeError> {
-    match app.store.watch_from(resource, rv) {
-        Err(ResumeError::TooLarge(_)) => {
-            app.store
-                .wait_visible(rv, crate::store::FUTURE_VERSION_WAIT)
-                .await;
-            app.store.watch_from(resource, rv)
-        }
-        other => other,
     }
 }
 

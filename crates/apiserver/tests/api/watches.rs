@@ -231,3 +231,41 @@ async fn continue_tokens_page_through_one_snapshot_or_expire() {
     );
     let _ = tx.send(());
 }
+
+/// A watch from a version the server has not reached stays open, as kube-apiserver keeps it
+/// (there, for as long as its timeout), and passes on only the changes after that version.
+#[tokio::test]
+async fn a_watch_from_a_future_version_waits_for_the_changes_after_it() {
+    let (_server, client, _stop) = start(None).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let made = api.create(&PostParams::default(), &cm("f0")).await.unwrap();
+    let now: u64 = made.metadata.resource_version.unwrap().parse().unwrap();
+    let from = now + 2;
+    let stream = api
+        .watch(&WatchParams::default().timeout(60), &from.to_string())
+        .await
+        .unwrap();
+    futures::pin_mut!(stream);
+    // Written one after another until one is past the version asked for.
+    let mut past = None;
+    for i in 1..10 {
+        let made = api
+            .create(&PostParams::default(), &cm(&format!("f{i}")))
+            .await
+            .unwrap();
+        let rv: u64 = made.metadata.resource_version.unwrap().parse().unwrap();
+        if rv > from {
+            past = made.metadata.name;
+            break;
+        }
+    }
+    let past = past.expect("a write went past the version asked for");
+    match stream.next().await.unwrap().unwrap() {
+        WatchEvent::Added(c) => {
+            let rv: u64 = c.metadata.resource_version.unwrap().parse().unwrap();
+            assert!(rv > from, "{rv} is after {from}");
+            assert_eq!(c.metadata.name, Some(past));
+        }
+        other => panic!("expected the first change after {from}, got {other:?}"),
+    }
+}
