@@ -406,6 +406,14 @@ pub fn decodes(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
 
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     use crate::storage_rules as rules;
+    // Base64 that does not decode fails at decoding in kube-apiserver, before any check: a
+    // 400. An object stored before this was checked is not held to it while its data stays
+    // (its finalizers can go).
+    if rt.group.is_empty()
+        && let Some(message) = crate::config_rules::undecodable(&rt.kind, obj, old)
+    {
+        return Err(ApiError::bad_request(message));
+    }
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let invalid = |msg: String| Err(ApiError::invalid(&rt.kind, name, &msg));
     let errors = crate::meta_rules::check(&obj["metadata"]);
@@ -417,13 +425,6 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         if !errors.is_empty() {
             return Err(ApiError::invalid_list(&rt.kind, name, &errors));
         }
-    }
-    // Base64 that does not decode fails at decoding in kube-apiserver: a 400. An object stored
-    // before this was checked is not held to it while its data stays (its finalizers can go).
-    if rt.group.is_empty()
-        && let Some(message) = crate::config_rules::undecodable(&rt.kind, obj, old)
-    {
-        return Err(ApiError::bad_request(message));
     }
     if let (("", "configmaps" | "secrets"), Some(old)) =
         ((rt.group.as_str(), rt.plural.as_str()), old)
@@ -525,8 +526,8 @@ pub fn merge_update(
         // The current object's fields but its status, and the incoming status moved in: the
         // old status is not copied only to be replaced. A built-in kind's status write keeps
         // the metadata it sends (labels, annotations, finalizers; the fixed fields are restored
-        // below), as kube-apiserver's status strategies do, a Pod's owner references apart; a
-        // custom resource's keeps the stored metadata.
+        // below), as kube-apiserver's status strategies do, but for the fields some of them
+        // restore (`status_keeps_stored`); a custom resource's keeps the stored metadata.
         let status = incoming.get_mut("status").map_or(Value::Null, Value::take);
         let metadata = incoming
             .get_mut("metadata")
@@ -540,8 +541,8 @@ pub fn merge_update(
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect();
         if let Some(mut metadata) = metadata {
-            if rt.group.is_empty() && rt.plural == "pods" {
-                metadata["ownerReferences"] = current["metadata"]["ownerReferences"].clone();
+            for field in status_keeps_stored(rt) {
+                metadata[*field] = current["metadata"][*field].clone();
             }
             next.insert("metadata".into(), metadata);
         }
@@ -610,6 +611,21 @@ pub fn merge_update(
     }
     apply_defaults(rt, &mut next);
     Ok(next)
+}
+
+/// The metadata fields a kind's status write cannot change (kube-apiserver's status
+/// strategies put the stored ones back): a Pod's owner references, a VolumeAttachment's labels,
+/// annotations, finalizers and owner references (`ResetObjectMetaForStatus`), a Deployment's
+/// labels.
+fn status_keeps_stored(rt: &ResourceType) -> &'static [&'static str] {
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "pods") => &["ownerReferences"],
+        ("storage.k8s.io", "volumeattachments") => {
+            &["labels", "annotations", "finalizers", "ownerReferences"]
+        }
+        ("apps", "deployments") => &["labels"],
+        _ => &[],
+    }
 }
 
 /// Drops metadata's labels, annotations, finalizers and owner references when they are empty

@@ -32,6 +32,25 @@ fn a_status_update_takes_only_the_status_from_the_request() {
     assert_eq!(next["metadata"]["labels"], json!({"b": "2"}));
     assert_eq!(next["metadata"]["uid"], "u1");
     assert_eq!(next["metadata"]["generation"], 3);
+    // A VolumeAttachment's status write cannot touch its finalizers or labels (kube-apiserver
+    // resets its metadata for status), so it cannot take the attacher's finalizer off.
+    let attachments = crate::registry::Registry::default()
+        .find("storage.k8s.io", "v1", "volumeattachments")
+        .unwrap();
+    let attached = json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": "va", "uid": "u", "labels": {"a": "1"}, "finalizers": ["external-attacher/d"],
+                     "deletionTimestamp": "2026-11-29T00:00:00Z", "resourceVersion": "5"},
+        "spec": {"attacher": "d", "nodeName": "n", "source": {"persistentVolumeName": "pv"}},
+        "status": {"attached": true}});
+    let stripped = json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": "va", "resourceVersion": "5"}, "status": {"attached": false}});
+    let next = merge_update(&attachments, &attached, stripped, true).unwrap();
+    assert_eq!(
+        next["metadata"]["finalizers"],
+        json!(["external-attacher/d"])
+    );
+    assert_eq!(next["metadata"]["labels"], json!({"a": "1"}));
+    assert_eq!(next["status"], json!({"attached": false}));
     // A custom resource's status write keeps the stored metadata.
     let mut pool = (*rt).clone();
     pool.custom = true;

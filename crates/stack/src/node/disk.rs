@@ -6,7 +6,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use durable_log::files::{create_private_dir, sync_dir, write_private_atomic};
+use durable_log::files::{create_durable_private_dir, sync_dir, write_private_atomic};
 
 use super::decide::{Paths, VolumeData};
 
@@ -34,7 +34,7 @@ fn fail<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> D
 
 /// Writes the record of the volume whose directory is `dir`.
 pub fn write(dir: &Path, data: &VolumeData) -> Result<(), DiskError> {
-    create_private_dir(dir).map_err(fail("create", dir))?;
+    create_durable_private_dir(dir).map_err(fail("create", dir))?;
     let bytes = serde_json::to_vec_pretty(data).map_err(|e| DiskError {
         action: "encode",
         path: dir.display().to_string(),
