@@ -25,7 +25,7 @@ use sidecar_kit::key::ObjectKey;
 use sidecar_kit::runtime::Controller;
 use sidecar_kit::watch::{Watches, empty};
 
-use super::topology_events::{NodeLabels, class_changes_topology, csinode_changes_topology};
+use super::topology_events::{CsiNodeKeys, NodeLabels, class_changes_topology};
 use sidecar_kit::watch_index::{Feed, WatchIndex, listed};
 use sidecar_kit::workqueue::{Backoff, Next, QueueMetrics, WorkQueue};
 use tonic::transport::Channel;
@@ -153,9 +153,9 @@ impl CapacityTracker {
             (empty(), empty())
         } else {
             let q = topology_q.clone();
-            let driver = settings.template.driver.clone();
+            let keys = Mutex::new(CsiNodeKeys::new(&settings.template.driver));
             let csinodes = watches.reflect(Api::<CSINode>::all(reader.clone()), move |event| {
-                if csinode_changes_topology(event, &driver) {
+                if keys.lock().changes_topology(event) {
                     q.add_now(TOPOLOGY);
                 }
             });

@@ -42,14 +42,58 @@ fn name_of(node: &Node) -> String {
     node.metadata.name.clone().unwrap_or_default()
 }
 
-/// Whether a CSINode event may change a segment: one listing the driver changed, any was
-/// deleted, or a re-list ended.
-pub(crate) fn csinode_changes_topology(event: &Event<CSINode>, driver: &str) -> bool {
-    match event {
-        Event::Init | Event::InitApply(_) => false,
-        Event::InitDone | Event::Delete(_) => true,
-        Event::Apply(csinode) => csinode.spec.drivers.iter().any(|d| d.name == driver),
+/// The driver's topology keys in each CSINode last seen (None: not listed there), as Go's
+/// capacity controller compares them: a CSINode that stops listing the driver counts, one
+/// whose other drivers or allocatable count change does not.
+#[derive(Debug)]
+pub(crate) struct CsiNodeKeys {
+    driver: String,
+    keys: HashMap<String, Vec<String>>,
+}
+
+impl CsiNodeKeys {
+    pub(crate) fn new(driver: &str) -> Self {
+        CsiNodeKeys {
+            driver: driver.to_string(),
+            keys: HashMap::new(),
+        }
     }
+
+    /// The driver's keys in `csinode`, if it lists the driver.
+    fn keys_in(&self, csinode: &CSINode) -> Option<Vec<String>> {
+        csinode
+            .spec
+            .drivers
+            .iter()
+            .find(|d| d.name == self.driver)
+            .map(|d| d.topology_keys.clone().unwrap_or_default())
+    }
+
+    /// Whether `event` may change a segment: the driver's keys in a CSINode came, went or
+    /// changed, or a re-list ended.
+    pub(crate) fn changes_topology(&mut self, event: &Event<CSINode>) -> bool {
+        match event {
+            Event::Init => {
+                self.keys.clear();
+                false
+            }
+            Event::InitDone => true,
+            Event::Delete(csinode) => self.keys.remove(&csinode_name(csinode)).is_some(),
+            Event::Apply(csinode) | Event::InitApply(csinode) => {
+                let name = csinode_name(csinode);
+                let now = self.keys_in(csinode);
+                let before = match &now {
+                    Some(keys) => self.keys.insert(name, keys.clone()),
+                    None => self.keys.remove(&name),
+                };
+                before != now && matches!(event, Event::Apply(_))
+            }
+        }
+    }
+}
+
+fn csinode_name(csinode: &CSINode) -> String {
+    csinode.metadata.name.clone().unwrap_or_default()
 }
 
 /// Whether a StorageClass event may change the tracked classes: any change, or a re-list's
@@ -117,13 +161,47 @@ mod tests {
             name: "d".into(),
             ..Default::default()
         }];
-        let other = CSINode::default();
-        assert!(csinode_changes_topology(&Event::Apply(ours.clone()), "d"));
-        assert!(!csinode_changes_topology(&Event::Apply(other.clone()), "d"));
-        assert!(csinode_changes_topology(&Event::Delete(other.clone()), "d"));
-        assert!(!csinode_changes_topology(&Event::Init, "d"));
-        assert!(!csinode_changes_topology(&Event::InitApply(ours), "d"));
-        assert!(csinode_changes_topology(&Event::InitDone, "d"));
+        ours.metadata.name = Some("n1".into());
+        let mut other = CSINode::default();
+        other.metadata.name = Some("n2".into());
+        let mut dropped = ours.clone();
+        dropped.spec.drivers.clear();
+        let mut keyed = ours.clone();
+        keyed.spec.drivers[0].topology_keys = Some(vec!["zone".into()]);
+        let mut counted = keyed.clone();
+        counted.spec.drivers[0].allocatable = Some(Default::default());
+        let mut seen = CsiNodeKeys::new("d");
+        let rows: Vec<(Event<CSINode>, bool, &str)> = vec![
+            (Event::Apply(ours.clone()), true, "the driver registers"),
+            (Event::Apply(ours.clone()), false, "nothing of ours changed"),
+            (
+                Event::Apply(other.clone()),
+                false,
+                "a node without the driver",
+            ),
+            (
+                Event::Apply(keyed.clone()),
+                true,
+                "its topology keys changed",
+            ),
+            (Event::Apply(counted), false, "only its allocatable count"),
+            (
+                Event::Apply(dropped.clone()),
+                true,
+                "the driver is no longer listed",
+            ),
+            (Event::Apply(dropped), false, "still not listed"),
+            (Event::Delete(other), false, "never listed the driver"),
+            (Event::Apply(keyed.clone()), true, "listed again"),
+            (Event::Delete(keyed.clone()), true, "its CSINode goes"),
+            (Event::Init, false, "a re-list starts"),
+            (Event::InitApply(keyed.clone()), false, "listed"),
+            (Event::InitDone, true, "the re-list ends"),
+            (Event::Apply(keyed), false, "unchanged since the re-list"),
+        ];
+        for (i, (event, wanted, why)) in rows.into_iter().enumerate() {
+            assert_eq!(seen.changes_topology(&event), wanted, "row {i}: {why}");
+        }
         let class = StorageClass::default();
         assert!(class_changes_topology(&Event::Apply(class.clone())));
         assert!(class_changes_topology(&Event::Delete(class.clone())));
