@@ -29,10 +29,9 @@ pub fn segments(driver: &str, csinodes: &[&CSINode], nodes: &[&Node]) -> Vec<Seg
         .collect();
     let mut out: BTreeSet<Segment> = BTreeSet::new();
     for csinode in csinodes {
-        let Some(entry) = csinode.spec.drivers.iter().find(|d| d.name == driver) else {
+        let Some(keys) = crate::decide::topology::driver_topology_keys(csinode, driver) else {
             continue;
         };
-        let keys = entry.topology_keys.clone().unwrap_or_default();
         if keys.is_empty() {
             out.insert(Segment::new());
             continue;

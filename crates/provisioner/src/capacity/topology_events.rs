@@ -59,16 +59,6 @@ impl CsiNodeKeys {
         }
     }
 
-    /// The driver's keys in `csinode`, if it lists the driver.
-    fn keys_in(&self, csinode: &CSINode) -> Option<Vec<String>> {
-        csinode
-            .spec
-            .drivers
-            .iter()
-            .find(|d| d.name == self.driver)
-            .map(|d| d.topology_keys.clone().unwrap_or_default())
-    }
-
     /// Whether `event` may change a segment: the driver's keys in a CSINode came, went or
     /// changed, or a re-list ended.
     pub(crate) fn changes_topology(&mut self, event: &Event<CSINode>) -> bool {
@@ -81,7 +71,7 @@ impl CsiNodeKeys {
             Event::Delete(csinode) => self.keys.remove(&csinode_name(csinode)).is_some(),
             Event::Apply(csinode) | Event::InitApply(csinode) => {
                 let name = csinode_name(csinode);
-                let now = self.keys_in(csinode);
+                let now = crate::decide::topology::driver_topology_keys(csinode, &self.driver);
                 let before = match &now {
                     Some(keys) => self.keys.insert(name, keys.clone()),
                     None => self.keys.remove(&name),

@@ -85,12 +85,7 @@ impl ClaimTopology {
         self.csinodes
             .get(&ObjectRef::new(node))
             .and_then(|csinode| {
-                csinode
-                    .spec
-                    .drivers
-                    .iter()
-                    .find(|d| d.name == self.driver)
-                    .map(|d| d.topology_keys.clone().unwrap_or_default())
+                crate::decide::topology::driver_topology_keys(&csinode, &self.driver)
             })
     }
 

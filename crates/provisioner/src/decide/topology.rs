@@ -103,6 +103,20 @@ pub enum TopologyError {
     EmptyValues(String),
 }
 
+/// The topology keys `csinode` lists for `driver` (none given is none); None when it does not
+/// list the driver.
+pub fn driver_topology_keys(
+    csinode: &k8s_openapi::api::storage::v1::CSINode,
+    driver: &str,
+) -> Option<Vec<String>> {
+    csinode
+        .spec
+        .drivers
+        .iter()
+        .find(|d| d.name == driver)
+        .map(|d| d.topology_keys.clone().unwrap_or_default())
+}
+
 /// Go's `%v` of a `map[string]string`: `map[k1:v1 k2:v2]`, keys sorted.
 pub fn go_map(map: &BTreeMap<String, String>) -> String {
     let pairs: Vec<String> = map.iter().map(|(k, v)| format!("{k}:{v}")).collect();
