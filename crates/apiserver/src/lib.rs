@@ -14,6 +14,7 @@ pub mod change;
 pub mod claim_rules;
 pub mod config_rules;
 pub mod discovery;
+pub mod event_versions;
 pub mod faults;
 pub mod go_format;
 pub mod list_versions;

@@ -434,6 +434,15 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
             return Err(ApiError::invalid_list(&rt.kind, name, &errors));
         }
     }
+    // An update through events.k8s.io/v1 is held to what it may change, not to the rules of a
+    // new Event (an Event written through core/v1 need not have them).
+    if let (true, Some(old)) = (rt.stored_as_core_events(), old) {
+        let errors = crate::event_versions::fixed_field_errors(obj, old);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_list(&rt.kind, name, &errors));
+        }
+        return Ok(());
+    }
     let checked = match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => claim(obj, old),
         ("", "persistentvolumes") => rules::persistent_volume(obj, old),

@@ -112,9 +112,19 @@ impl ResourceType {
         })
     }
 
-    /// Storage key prefix, unique per resource.
+    /// Storage key prefix, unique per resource, but for events.k8s.io/v1 Events: they are
+    /// the core/v1 Events, stored once under the core key ([`crate::event_versions`]).
     pub fn key(&self) -> String {
+        if self.stored_as_core_events() {
+            return "/events".into();
+        }
         format!("{}/{}", self.group, self.plural)
+    }
+
+    /// Whether its objects are stored as core/v1 Events and converted on the way in and out
+    /// (events.k8s.io/v1 Events).
+    pub fn stored_as_core_events(&self) -> bool {
+        !self.custom && crate::event_versions::is_events_v1(&self.group, &self.plural)
     }
 }
 

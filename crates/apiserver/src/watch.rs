@@ -98,31 +98,61 @@ fn closed(close: &mut watch::Receiver<Closes>, plural: &str, before: u64) -> boo
     }
 }
 
-/// An object as a watcher asked for it: itself, or a table of one row.
-fn render<'a>(table_of: Option<&ResourceType>, object: &'a Value) -> Cow<'a, Value> {
-    match table_of {
-        Some(rt) => Cow::Owned(table(rt, &[Arc::new(object.clone())], 0)),
-        None => Cow::Borrowed(object),
+/// How a watcher's objects are written: as stored, in the version its resource serves when
+/// that is not the stored one (events.k8s.io/v1 Events), or as a table of one row (drawn from
+/// the stored form, whichever version is asked for).
+#[derive(Debug, Clone, Copy)]
+enum Shape<'a> {
+    /// As stored.
+    Stored,
+    /// Converted to the resource's version.
+    Served(&'a ResourceType),
+    /// A table of one row.
+    Table(&'a ResourceType),
+}
+
+impl<'a> Shape<'a> {
+    fn of(rt: &'a ResourceType, as_table: bool) -> Self {
+        if as_table {
+            Shape::Table(rt)
+        } else if rt.stored_as_core_events() {
+            Shape::Served(rt)
+        } else {
+            Shape::Stored
+        }
+    }
+}
+
+/// An object as a watcher asked for it (see [`Shape`]).
+fn render<'a>(shape: Shape<'_>, object: &'a Arc<Value>) -> Cow<'a, Value> {
+    match shape {
+        Shape::Table(rt) => Cow::Owned(table(rt, std::slice::from_ref(object), 0)),
+        Shape::Served(rt) => Cow::Owned(Arc::unwrap_or_clone(crate::event_versions::served(
+            rt,
+            object.clone(),
+        ))),
+        Shape::Stored => Cow::Borrowed(object),
     }
 }
 
 /// A change as a watcher sees it: its event line, written once for every watcher (a watcher
 /// whose selectors make it see another event type writes the line around the object's JSON),
-/// unless it must be rendered as a table or framed in protobuf (`Err` as [`Framing::frame`]).
+/// unless it must be converted, rendered as a table or framed in protobuf (`Err` as
+/// [`Framing::frame`]).
 fn change_event(
     framing: Framing,
-    table_of: Option<&ResourceType>,
+    shape: Shape<'_>,
     event: &str,
     change: &Change,
 ) -> Result<Bytes, Bytes> {
-    if framing == Framing::Json && table_of.is_none() {
+    if framing == Framing::Json && matches!(shape, Shape::Stored) {
         return Ok(if event == change.kind.as_str() {
             change.event_line()
         } else {
             event_line_of(event, &change.json())
         });
     }
-    framing.frame(event, &render(table_of, &change.object))
+    framing.frame(event, &render(shape, &change.object))
 }
 
 /// The longest `timeoutSeconds` a watch keeps (a year): a larger one, up to `u64::MAX`, would
@@ -197,7 +227,7 @@ pub(crate) async fn watch(
     let plural = rt.plural.clone();
     let closed_before = close.borrow().of(&plural);
     tokio::spawn(async move {
-        let table_of = as_table.then_some(&*rt);
+        let shape = Shape::of(&rt, as_table);
         // The stream ends at its timeout, counted from its start, also while a send waits
         // for a client that does not read.
         let ends = tokio::time::Instant::now() + timeout;
@@ -205,10 +235,7 @@ pub(crate) async fn watch(
         let mut last_rv = start_rv;
         for obj in &initial {
             if filter.selects(obj)
-                && out
-                    .put(framing.frame("ADDED", &render(table_of, obj)))
-                    .await
-                    == Put::Over
+                && out.put(framing.frame("ADDED", &render(shape, obj))).await == Put::Over
             {
                 return;
             }
@@ -222,10 +249,7 @@ pub(crate) async fn watch(
         for change in backlog {
             last_rv = change.rv;
             if let Some(event) = filter.event(&change)
-                && out
-                    .put(change_event(framing, table_of, event, &change))
-                    .await
-                    == Put::Over
+                && out.put(change_event(framing, shape, event, &change)).await == Put::Over
             {
                 return;
             }
@@ -278,7 +302,7 @@ pub(crate) async fn watch(
                             Ok(change) if change.rv > last_rv => {
                                 last_rv = change.rv;
                                 if let Some(event) = filter.event(&change) {
-                                    match out.put(change_event(framing, table_of, event, &change)).await {
+                                    match out.put(change_event(framing, shape, event, &change)).await {
                                         Put::Queued => {}
                                         Put::SentBefore => break,
                                         Put::Over => return,

@@ -214,7 +214,11 @@ pub(crate) async fn server_side_apply(
     let ns = t.namespace.clone().unwrap_or_default();
     // Applied to the newest version, durable or not (the one the write checks).
     for _ in 0..crate::server::PATCH_TRIES {
-        let Some(live) = app.store.newest(&t.rt.key(), &ns, name) else {
+        let live = app
+            .store
+            .newest(&t.rt.key(), &ns, name)
+            .map(|stored| crate::event_versions::served(&t.rt, stored));
+        let Some(live) = live else {
             // Applying to a subresource of a missing object creates nothing: 404, as
             // kube-apiserver answers.
             if t.subresource.is_some() {

@@ -107,6 +107,18 @@ fn value_of(object: &Value, field: &str) -> String {
     }
 }
 
+/// The core/v1 Event field an events.k8s.io/v1 field selector names (kube-apiserver's field
+/// label conversion for that version).
+fn core_event_field(field: &str) -> String {
+    match field {
+        "reportingController" => "reportingComponent".into(),
+        _ => match field.strip_prefix("regarding.") {
+            Some(rest) => format!("involvedObject.{rest}"),
+            None => field.to_string(),
+        },
+    }
+}
+
 /// A parsed field selector: `path=value`, `path==value`, `path!=value`, comma separated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector(Vec<(String, String, bool)>);
@@ -130,7 +142,13 @@ impl FieldSelector {
             if let Some(why) = unsupported(rt, path) {
                 return Err(why);
             }
-            out.push((path.to_string(), value.trim().to_string(), equal));
+            // events.k8s.io/v1 Events are selected in their stored (core/v1) form.
+            let path = if rt.stored_as_core_events() {
+                core_event_field(path)
+            } else {
+                path.to_string()
+            };
+            out.push((path, value.trim().to_string(), equal));
         }
         Ok(FieldSelector(out))
     }

@@ -156,7 +156,10 @@ pub(crate) fn finish_namespace(app: Shared, namespace: String) {
                 return;
             }
             for (resource, name) in contents {
-                let Some(rt) = app.registry.all().into_iter().find(|t| t.key() == resource) else {
+                // events.k8s.io/v1 Events are the core ones: removed as those.
+                let stored_here =
+                    |t: &ResourceType| t.key() == resource && !t.stored_as_core_events();
+                let Some(rt) = app.registry.all().into_iter().find(|t| stored_here(t)) else {
                     continue;
                 };
                 let _ = delete(

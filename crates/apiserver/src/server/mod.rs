@@ -429,7 +429,10 @@ async fn object_request(
         // An update is read against the object it replaces (see `unknown_fields::judge`).
         let stored = match (&t.name, validation) {
             (_, FieldValidation::Unset) | (None, _) => None,
-            (Some(name), _) => app.store.newest(&key, &ns, name),
+            (Some(name), _) => app
+                .store
+                .newest(&key, &ns, name)
+                .map(|stored| crate::event_versions::served(&rt, stored)),
         };
         match checked_body(&rt, validation, body, stored.as_deref()) {
             Ok(checked) => checked,
@@ -452,11 +455,15 @@ async fn object_request(
         ("GET", Some(name)) => (
             "GET",
             match app.store.get(&key, &ns, &name) {
+                // A table is drawn from the stored form, whichever version is asked for.
                 Some(obj) if wants_table(headers) => Ok(json_response(
                     StatusCode::OK,
                     &table(&rt, &[obj], app.store.current_rv()),
                 )),
-                Some(obj) => Ok(json_response(StatusCode::OK, &obj)),
+                Some(obj) => Ok(json_response(
+                    StatusCode::OK,
+                    &crate::event_versions::served(&rt, obj),
+                )),
                 None => Err(ApiError::not_found(&rt.group, &rt.plural, &name)),
             },
         ),

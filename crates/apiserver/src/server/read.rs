@@ -93,7 +93,11 @@ pub(crate) fn list(
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    let page: Vec<&Value> = items.iter().take(limit).map(|a| a.as_ref()).collect();
+    let page: Vec<Arc<Value>> = items
+        .iter()
+        .take(limit)
+        .map(|item| crate::event_versions::served(&t.rt, item.clone()))
+        .collect();
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(last) = page.last().filter(|_| page.len() < items.len()) {
         let token = Continue {
@@ -103,6 +107,7 @@ pub(crate) fn list(
         metadata["continue"] = json!(token.encode());
         metadata["remainingItemCount"] = json!(items.len() - page.len());
     }
+    let page: Vec<&Value> = page.iter().map(AsRef::as_ref).collect();
     let body = json!({
         "kind": format!("{}List", t.rt.kind),
         "apiVersion": t.rt.api_version(),

@@ -1,6 +1,7 @@
 //! Writes: create, update (optimistic concurrency, spec/status split), patch.
 
 use super::*;
+use crate::event_versions::{served, stored};
 
 pub(crate) fn namespace_active(app: &App, rt: &ResourceType, ns: &str) -> Result<(), ApiError> {
     if !rt.namespaced {
@@ -149,10 +150,32 @@ pub(crate) fn write_object(
     name: &str,
     decide: impl FnOnce(Option<&Value>, u64) -> Result<Write2, ApiError>,
 ) -> Result<Written, ApiError> {
-    match mode {
-        WriteMode::Store => app.store.write_change(&rt.key(), ns, name, decide),
-        WriteMode::DryRun => app.store.dry_run_change(&rt.key(), ns, name, decide),
+    if !rt.stored_as_core_events() {
+        return match mode {
+            WriteMode::Store => app.store.write_change(&rt.key(), ns, name, decide),
+            WriteMode::DryRun => app.store.dry_run_change(&rt.key(), ns, name, decide),
+        };
     }
+    // An events.k8s.io/v1 Event: `decide` sees and returns that version, the store keeps the
+    // core/v1 form, and the answer is that version again.
+    let decide_served = |current: Option<&Value>, rv: u64| {
+        let served = current.map(|c| served(rt, Arc::new(c.clone())));
+        Ok::<_, ApiError>(match decide(served.as_deref(), rv)? {
+            Write2::Put(object) => Write2::Put(stored(rt, object)),
+            other @ (Write2::Delete | Write2::Keep) => other,
+        })
+    };
+    let written = match mode {
+        WriteMode::Store => app.store.write_change(&rt.key(), ns, name, decide_served),
+        WriteMode::DryRun => app.store.dry_run_change(&rt.key(), ns, name, decide_served),
+    }?;
+    // The change's JSON (which answers other writes) is the stored form: answered from the
+    // converted object instead.
+    Ok(Written {
+        object: written.object.map(|object| served(rt, object)),
+        change: None,
+        rv: written.rv,
+    })
 }
 
 pub(crate) async fn create(
@@ -452,6 +475,7 @@ pub(crate) async fn patch(
         let current = app
             .store
             .newest(&t.rt.key(), &ns, name)
+            .map(|stored| served(&t.rt, stored))
             .ok_or_else(|| ApiError::not_found(&t.rt.group, &t.rt.plural, name))?;
         let mut next = patch::apply(kind, &current, &patch_value).map_err(|e| match e {
             PatchError::Parse(message) => ApiError::bad_request(message),

@@ -424,7 +424,8 @@ pub(crate) fn columns(group: &str, plural: &str) -> Vec<Column> {
             col("AllowVolumeExpansion", |o| flag(&o["allowVolumeExpansion"])),
             col("Age", age),
         ],
-        ("", "events") => vec![
+        // Both versions' tables are drawn from the stored core/v1 form.
+        ("", "events") | ("events.k8s.io", "events") => vec![
             col("Last Seen", event_last_seen),
             col("Type", |o| text(&o["type"])),
             col("Reason", |o| text(&o["reason"])),

@@ -269,3 +269,73 @@ async fn a_watch_from_a_future_version_waits_for_the_changes_after_it() {
         other => panic!("expected the first change after {from}, got {other:?}"),
     }
 }
+
+/// A watch of events.k8s.io/v1 Events sees the core/v1 Events written since, in its version,
+/// selected by its own field names; a core/v1 watch sees an events.k8s.io/v1 write.
+#[tokio::test]
+async fn a_watch_of_either_events_version_sees_writes_through_the_other() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    let (_server, client, _stop) = start(None).await;
+    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let v1: Api<Event> = Api::namespaced(client, "default");
+    let core_event = |name: &str, about: &str| -> CoreEvent {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "involvedObject": {"kind": "Pod", "name": about, "namespace": "default"},
+            "reason": "Started", "message": format!("{name} about {about}"), "count": 2,
+            "type": "Normal", "source": {"component": "kubelet"}}))
+        .unwrap()
+    };
+    let first = core
+        .create(&PostParams::default(), &core_event("before", "p"))
+        .await
+        .unwrap();
+    let rv = first.metadata.resource_version.clone().unwrap();
+    let selected = WatchParams::default()
+        .timeout(10)
+        .fields("regarding.name=p");
+    let stream = v1.watch(&selected, &rv).await.unwrap();
+    futures::pin_mut!(stream);
+    let core_stream = core
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap();
+    futures::pin_mut!(core_stream);
+    core.create(&PostParams::default(), &core_event("other", "q"))
+        .await
+        .unwrap();
+    core.create(&PostParams::default(), &core_event("after", "p"))
+        .await
+        .unwrap();
+    match stream.next().await.unwrap().unwrap() {
+        WatchEvent::Added(event) => {
+            assert_eq!(event.metadata.name.as_deref(), Some("after"));
+            assert_eq!(event.note.as_deref(), Some("after about p"));
+            assert_eq!(event.regarding.and_then(|r| r.name).as_deref(), Some("p"));
+            assert_eq!(event.deprecated_count, Some(2));
+        }
+        other => panic!("expected the core Event about p, got {other:?}"),
+    }
+    let written: Event = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "new"}, "eventTime": "2026-11-29T06:00:00.000001Z",
+        "reportingController": "ctl", "reportingInstance": "i", "action": "Act", "reason": "Why",
+        "type": "Normal", "regarding": {"kind": "Pod", "name": "p"}, "note": "through v1"}))
+    .unwrap();
+    v1.create(&PostParams::default(), &written).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match core_stream.next().await.unwrap().unwrap() {
+            WatchEvent::Added(event) => seen.push((
+                event.metadata.name.unwrap_or_default(),
+                event.message.unwrap_or_default(),
+            )),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        seen[2],
+        ("new".to_string(), "through v1".to_string()),
+        "{seen:?}"
+    );
+}

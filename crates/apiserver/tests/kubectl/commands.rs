@@ -227,6 +227,142 @@ async fn kubectl_get_events_shows_kube_apiservers_columns() {
     let _ = &f.server;
 }
 
+/// One Events resource in two versions, as kube-apiserver keeps it: an Event written through
+/// events.k8s.io/v1 is listed and selected through core/v1 (what `kubectl get events` and
+/// `kubectl describe` read) and the other way round; a patch through one is read through the
+/// other.
+#[tokio::test]
+async fn events_written_through_either_version_are_read_through_both() {
+    let f = start().await;
+    let v1 = "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata:\n  name: e1\neventTime: 2026-11-29T06:00:00.000001Z\nreportingController: ctl\nreportingInstance: inst\naction: Act\nreason: Why\ntype: Normal\nregarding:\n  kind: Pod\n  name: p1\n  namespace: default\nnote: hello\n";
+    let core = "apiVersion: v1\nkind: Event\nmetadata:\n  name: e2\ninvolvedObject:\n  kind: Pod\n  name: p2\n  namespace: default\nreason: R\nmessage: m\ncount: 3\ntype: Warning\nsource:\n  component: c\n";
+    for manifest in [v1, core] {
+        let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(manifest)).await;
+        assert!(ok, "{err}");
+    }
+    let items = async |args: &[&str]| {
+        let (ok, out, err) = kubectl(&f, args, None).await;
+        assert!(ok, "{args:?}: {err}");
+        let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+        list["items"].as_array().unwrap().clone()
+    };
+    let core_items = items(&["get", "events", "-o", "json"]).await;
+    let e1 = core_items.iter().find(|e| e["metadata"]["name"] == "e1");
+    let e1 = e1.unwrap_or_else(|| panic!("e1 is not listed through core/v1: {core_items:?}"));
+    assert_eq!(e1["apiVersion"], "v1");
+    assert_eq!(e1["message"], "hello");
+    assert_eq!(e1["involvedObject"]["name"], "p1");
+    assert_eq!(e1["reportingComponent"], "ctl");
+    assert!(
+        e1.get("note").is_none() && e1.get("regarding").is_none(),
+        "{e1}"
+    );
+    let v1_items = items(&["get", "events.events.k8s.io", "-o", "json"]).await;
+    let e2 = v1_items.iter().find(|e| e["metadata"]["name"] == "e2");
+    let e2 = e2.unwrap_or_else(|| panic!("e2 is not listed through events.k8s.io: {v1_items:?}"));
+    assert_eq!(e2["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(e2["note"], "m");
+    assert_eq!(e2["regarding"]["name"], "p2");
+    assert_eq!(e2["deprecatedCount"], 3);
+    assert_eq!(e2["deprecatedSource"]["component"], "c");
+    assert!(
+        e2.get("message").is_none() && e2.get("count").is_none(),
+        "{e2}"
+    );
+    // Each version's field selectors, whichever version wrote the Event.
+    let names = |items: Vec<serde_json::Value>| -> Vec<String> {
+        items
+            .iter()
+            .map(|e| {
+                e["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let selected = items(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=p1",
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(names(selected), ["e1"]);
+    let selected = items(&[
+        "get",
+        "events.events.k8s.io",
+        "--field-selector",
+        "regarding.name=p2",
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(names(selected), ["e2"]);
+    let selected = items(&[
+        "get",
+        "events.events.k8s.io",
+        "--field-selector",
+        "reportingController=ctl",
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(names(selected), ["e1"]);
+    // An update through events.k8s.io/v1 may change the series and metadata only (kube's
+    // message); one through core/v1 anything. Each is read through the other version.
+    let patch = async |resource: &str, body: &str| {
+        kubectl(
+            &f,
+            &["patch", resource, "e2", "--type=merge", "-p", body],
+            None,
+        )
+        .await
+    };
+    let (ok, _, err) = patch("events.events.k8s.io", r#"{"note":"patched"}"#).await;
+    assert!(!ok, "a note changed through events.k8s.io/v1");
+    assert!(
+        err.contains(
+            r#"The Event "e2" is invalid: message: Invalid value: "patched": field is immutable"#
+        ),
+        "{err}"
+    );
+    let series = r#"{"series":{"count":2,"lastObservedTime":"2026-11-29T06:05:00.000000Z"},"metadata":{"labels":{"a":"b"}}}"#;
+    let (ok, _, err) = patch("events.events.k8s.io", series).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = patch("events", r#"{"message":"patched"}"#).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl(&f, &["get", "event", "e2", "-o", "json"], None).await;
+    assert!(ok, "{err}");
+    let e2: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(e2["message"], "patched", "{e2}");
+    assert_eq!(e2["series"]["count"], 2, "{e2}");
+    assert_eq!(e2["metadata"]["labels"]["a"], "b", "{e2}");
+    assert_eq!(e2["count"], 3, "{e2}");
+    // A server-side apply through events.k8s.io/v1, read through core/v1.
+    let applied = v1
+        .replace("name: e1", "name: e3")
+        .replace("note: hello", "note: applied");
+    let (ok, _, err) = kubectl(&f, &["apply", "--server-side", "-f", "-"], Some(&applied)).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl(&f, &["get", "event", "e3", "-o", "json"], None).await;
+    assert!(ok, "{err}");
+    let e3: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(e3["message"], "applied", "{e3}");
+    assert_eq!(e3["involvedObject"]["name"], "p1", "{e3}");
+    // The table of either version has kube-apiserver's event columns.
+    let (ok, out, err) = kubectl(&f, &["get", "events.events.k8s.io"], None).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with("LAST SEEN"), "{out}");
+    assert!(
+        out.contains("pod/p1") && out.contains("pod/p2") && out.contains("patched"),
+        "{out}"
+    );
+    let _ = &f.server;
+}
+
 #[tokio::test]
 async fn kubectl_auth_whoami_and_can_i_answer_for_the_tokens_user() {
     let f = start().await;
