@@ -170,10 +170,15 @@ pub fn served(rt: &ResourceType, object: Arc<Value>) -> Arc<Value> {
 /// events.k8s.io/v1 Events.
 pub fn stored(rt: &ResourceType, object: Value) -> Value {
     if rt.stored_as_core_events() {
-        without_zero_values(convert(&object, CORE), CORE)
+        stored_core_event(object)
     } else {
         object
     }
+}
+
+/// An Event of either version as the store keeps it (core/v1, without Go's zero values).
+pub fn stored_core_event(event: Value) -> Value {
+    without_zero_values(convert(&event, CORE), CORE)
 }
 
 /// The fields an update through events.k8s.io/v1 may not change: (core/v1 name, the name
@@ -268,6 +273,38 @@ pub fn fixed_field_errors(new: &Value, old: &Value) -> Vec<String> {
                 .then(|| format!("{named}: Invalid value: {now}: field is immutable"))
         })
         .collect()
+}
+
+/// What kube-apiserver refuses in a write through events.k8s.io/v1 (`new` and `old` as that
+/// version serves them), its causes in its order: the series (when it is new or changed),
+/// then a new Event's rules ([`crate::storage_rules::event`], its first failure) or the fields
+/// an update may not change. An update is not held to a new Event's rules (an Event written
+/// through core/v1 need not satisfy them). `None` when it passes.
+pub fn write_errors(new: &Value, old: Option<&Value>) -> Option<Vec<String>> {
+    let mut errors = Vec::new();
+    if old.is_none_or(|old| old["series"] != new["series"]) {
+        errors.extend(series_errors(&new["series"]));
+    }
+    match old {
+        Some(old) => errors.extend(fixed_field_errors(new, old)),
+        None => errors.extend(crate::storage_rules::event(new).err()),
+    }
+    (!errors.is_empty()).then_some(errors)
+}
+
+/// A series' errors, in kube-apiserver's words (which print no value for the count).
+fn series_errors(series: &Value) -> Vec<String> {
+    if series.is_null() {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    if series["count"].as_i64().unwrap_or(0) < 2 {
+        errors.push(r#"series.count: Invalid value: "": should be at least 2"#.to_string());
+    }
+    if series["lastObservedTime"].is_null() {
+        errors.push("series.lastObservedTime: Required value".to_string());
+    }
+    errors
 }
 
 /// Whether `(group, plural)` is an events resource served from the core store.

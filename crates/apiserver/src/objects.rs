@@ -434,14 +434,10 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
             return Err(ApiError::invalid_list(&rt.kind, name, &errors));
         }
     }
-    // An update through events.k8s.io/v1 is held to what it may change, not to the rules of a
-    // new Event (an Event written through core/v1 need not have them).
-    if let (true, Some(old)) = (rt.stored_as_core_events(), old) {
-        let errors = crate::event_versions::fixed_field_errors(obj, old);
-        if !errors.is_empty() {
-            return Err(ApiError::invalid_list(&rt.kind, name, &errors));
-        }
-        return Ok(());
+    if rt.stored_as_core_events() {
+        return crate::event_versions::write_errors(obj, old).map_or(Ok(()), |errors| {
+            Err(ApiError::invalid_list(&rt.kind, name, &errors))
+        });
     }
     let checked = match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => claim(obj, old),
@@ -453,7 +449,6 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         ("storage.k8s.io", "volumeattachments") => rules::volume_attachment(obj, old),
         ("storage.k8s.io", "csistoragecapacities") => rules::storage_capacity(obj, old),
         ("coordination.k8s.io", "leases") => rules::lease(obj),
-        ("events.k8s.io", "events") => rules::event(obj),
         ("apiextensions.k8s.io", "customresourcedefinitions") if old.is_none() => {
             approved_group(obj)
         }

@@ -385,7 +385,7 @@ async fn every_kind_the_stack_uses_round_trips_through_protobuf() {
         "reportingComponent": "", "reportingInstance": ""})).await;
     round_trip::<events::Event, events::EventList>(&s, "/apis/events.k8s.io/v1/namespaces/default/events", "events.k8s.io/v1", "Event", json!({
         "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("e2"), "eventTime": micro,
-        "series": {"count": 0, "lastObservedTime": micro}, "reportingController": "c", "reportingInstance": "i",
+        "series": {"count": 2, "lastObservedTime": micro}, "reportingController": "c", "reportingInstance": "i",
         "action": "Provision", "reason": "R", "regarding": {"kind": "Pod", "name": "p"}, "note": "n", "type": "Warning",
         "deprecatedSource": {"component": "x"}, "deprecatedFirstTimestamp": time, "deprecatedLastTimestamp": time, "deprecatedCount": 4})).await;
     round_trip::<core::Secret, core::SecretList>(&s, &format!("{core_ns}/secrets"), "v1", "Secret", json!({

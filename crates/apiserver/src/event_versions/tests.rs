@@ -163,3 +163,62 @@ fn an_update_through_events_v1_may_change_only_the_series_and_metadata() {
     );
     assert_eq!(fixed_field_errors(&new, &old), Vec::<String>::new());
 }
+
+/// kube-apiserver v1.36.2's answers to writes through events.k8s.io/v1 with a series: checked
+/// when new or changed, before a new Event's rules or the fields an update may not change.
+#[test]
+fn a_series_is_checked_when_it_is_written() {
+    let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("e"),
+        "eventTime": "2026-11-29T06:00:00.000001Z", "reportingController": "ctl",
+        "reportingInstance": "inst", "action": "Act", "reason": "Why", "type": "Normal",
+        "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}, "note": "hello"});
+    let with =
+        |patch: Value| crate::patch::apply(crate::patch::PatchKind::Merge, &event, &patch).unwrap();
+    let count = r#"series.count: Invalid value: "": should be at least 2"#;
+    let observed = "series.lastObservedTime: Required value";
+    let no_event_time = with(json!({"eventTime": null, "series": {"count": 1}}));
+    let rows: [(Value, Option<&Value>, Option<Vec<&str>>); 7] = [
+        (event.clone(), None, None),
+        (
+            no_event_time,
+            None,
+            Some(vec![count, observed, "eventTime: Required value"]),
+        ),
+        (
+            with(json!({"series": {"count": 3}})),
+            None,
+            Some(vec![observed]),
+        ),
+        (
+            with(
+                json!({"series": {"count": 3, "lastObservedTime": "2026-11-29T06:05:00.000000Z"}}),
+            ),
+            None,
+            None,
+        ),
+        (
+            with(json!({"series": {"count": 1}, "note": "q"})),
+            Some(&event),
+            Some(vec![
+                count,
+                observed,
+                r#"message: Invalid value: "q": field is immutable"#,
+            ]),
+        ),
+        // A series stored before (through core/v1) is not checked again.
+        (
+            with(json!({"series": {"count": 1}, "metadata": {"labels": {"z": "1"}}})),
+            Some(&with(json!({"series": {"count": 1}}))),
+            None,
+        ),
+        (
+            with(json!({"series": null})),
+            Some(&with(json!({"series": {"count": 1}}))),
+            None,
+        ),
+    ];
+    for (new, old, expected) in rows {
+        let expected = expected.map(|e| e.into_iter().map(String::from).collect::<Vec<_>>());
+        assert_eq!(write_errors(&new, old), expected, "{new}");
+    }
+}

@@ -373,7 +373,14 @@ pub(crate) async fn update_object(
             removed_as = Some(next);
             return Ok(Write2::Delete);
         }
-        if same_but_version(&next, current) {
+        // An events.k8s.io/v1 Event is compared as stored: the zero values its version
+        // renders (and a client may leave out) change nothing.
+        let unchanged = if rt.stored_as_core_events() {
+            same_but_version(&stored(&rt, next.clone()), &stored(&rt, current.clone()))
+        } else {
+            same_but_version(&next, current)
+        };
+        if unchanged {
             return Ok(Write2::Keep);
         }
         Ok(Write2::Put(next))

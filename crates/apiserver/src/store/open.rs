@@ -10,7 +10,9 @@ use parking_lot::Mutex;
 
 use super::publish::publish_weak;
 use super::{Core, HistoryLimits, Inner, MAX_FEED, Store, StoreError, Stored};
-use crate::record::decode;
+use serde_json::Value;
+
+use crate::record::{decode, encode};
 
 impl Store {
     /// An in-memory store, or a durable one under `data_dir`.
@@ -57,13 +59,17 @@ impl Store {
             for entry in recovered.snapshot {
                 let (key, object) = decode(&entry)?;
                 if let Some(object) = object {
+                    let (key, object, entry) = moved_event(key, object, entry)?;
                     inner.objects.insert(key, Stored::new(object, entry));
                 }
             }
             for (_, record) in recovered.records {
                 let (key, object) = decode(&record)?;
                 match object {
-                    Some(object) => inner.objects.insert(key, Stored::new(object, record)),
+                    Some(object) => {
+                        let (key, object, record) = moved_event(key, object, record)?;
+                        inner.objects.insert(key, Stored::new(object, record))
+                    }
                     None => inner.objects.remove(&key),
                 };
             }
@@ -78,4 +84,27 @@ impl Store {
             log: Some(log),
         })
     }
+}
+
+/// The key prefix releases before 2026-11-29 stored events.k8s.io/v1 Events under, apart from
+/// the core/v1 ones.
+const EVENTS_V1_KEY: &str = "events.k8s.io/events\u{0}";
+
+/// A recovered record as this release keeps it: an events.k8s.io/v1 Event a release before
+/// 2026-11-29 stored apart is moved to the core Events, converted, with its record written
+/// again for the new key (so a snapshot keeps it there). The log's old records stay until it
+/// is compacted; each open moves them again, before the records that came after them. A core
+/// Event of the same namespace and name is replaced by the later of the two.
+fn moved_event(
+    key: String,
+    object: Value,
+    record: Vec<u8>,
+) -> Result<(String, Value, Vec<u8>), StoreError> {
+    let Some(rest) = key.strip_prefix(EVENTS_V1_KEY) else {
+        return Ok((key, object, record));
+    };
+    let key = format!("/events\u{0}{rest}");
+    let object = crate::event_versions::stored_core_event(object);
+    let record = encode(&key, Some(&object)).map_err(StoreError::Encode)?;
+    Ok((key, object, record))
 }

@@ -207,3 +207,51 @@ async fn an_old_version_is_freed_once_replaced_and_out_of_the_history() {
     assert!(first.upgrade().is_none(), "the first version is still held");
     assert_eq!(store.get("/configmaps", "ns", "a").unwrap()["v"], 2);
 }
+
+/// A release before 2026-11-29 stored events.k8s.io/v1 Events apart; opening its data moves
+/// them to the core Events, converted, in the order written (a later deletion of the moved
+/// Event through the core key stays deleted).
+#[tokio::test]
+async fn events_v1_stored_apart_by_an_older_release_are_moved_to_the_core_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(Some(dir.path()), limits(), Options::default()).unwrap();
+    let old_key = "events.k8s.io/events";
+    let v1 = |name: &str| {
+        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+            "eventTime": "2026-11-28T10:00:00.000001Z", "reportingController": "ctl",
+            "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal",
+            "regarding": {"kind": "Pod", "name": "p"}, "note": "n"})
+    };
+    let mut rv = 0;
+    for name in ["kept", "gone"] {
+        let value = v1(name);
+        rv = store
+            .write(old_key, "ns", name, |_, _| {
+                Ok::<_, StoreError>(Write2::Put(value))
+            })
+            .unwrap()
+            .1;
+    }
+    store.wait_durable(rv).await.unwrap();
+    drop(store);
+    let store = Store::open(Some(dir.path()), limits(), Options::default()).unwrap();
+    assert!(store.get(old_key, "ns", "kept").is_none());
+    let moved = store.get("/events", "ns", "kept").unwrap();
+    assert_eq!(moved["apiVersion"], "v1");
+    assert_eq!(moved["message"], "n");
+    assert_eq!(moved["involvedObject"]["name"], "p");
+    assert_eq!(moved["reportingComponent"], "ctl");
+    let rv = store
+        .write("/events", "ns", "gone", |_, _| {
+            Ok::<_, StoreError>(Write2::Delete)
+        })
+        .unwrap()
+        .1;
+    store.wait_durable(rv).await.unwrap();
+    drop(store);
+    let store = Store::open(Some(dir.path()), limits(), Options::default()).unwrap();
+    assert!(store.get("/events", "ns", "gone").is_none());
+    assert_eq!(store.get("/events", "ns", "kept").unwrap()["message"], "n");
+    assert_eq!(store.list("/events", Some("ns")).0.len(), 1);
+}
