@@ -177,7 +177,9 @@ fn a_series_is_checked_when_it_is_written() {
     let count = r#"series.count: Invalid value: "": should be at least 2"#;
     let observed = "series.lastObservedTime: Required value";
     let no_event_time = with(json!({"eventTime": null, "series": {"count": 1}}));
-    let rows: [(Value, Option<&Value>, Option<Vec<&str>>); 7] = [
+    // (new, old, the causes kube-apiserver answered)
+    type Row<'a> = (Value, Option<&'a Value>, Option<Vec<&'a str>>);
+    let rows: [Row; 7] = [
         (event.clone(), None, None),
         (
             no_event_time,
