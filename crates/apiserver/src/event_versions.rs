@@ -282,7 +282,7 @@ pub fn fixed_field_errors(new: &Value, old: &Value) -> Vec<String> {
 /// through core/v1 need not satisfy them). `None` when it passes.
 pub fn write_errors(new: &Value, old: Option<&Value>) -> Option<Vec<String>> {
     let mut errors = Vec::new();
-    if old.is_none_or(|old| old["series"] != new["series"]) {
+    if old.is_none_or(|old| series_of(&old["series"]) != series_of(&new["series"])) {
         errors.extend(series_errors(&new["series"]));
     }
     match old {
@@ -290,6 +290,17 @@ pub fn write_errors(new: &Value, old: Option<&Value>) -> Option<Vec<String>> {
         None => errors.extend(crate::storage_rules::event(new).err()),
     }
     (!errors.is_empty()).then_some(errors)
+}
+
+/// A series as Go holds it, to compare: none, or its count (absent is 0) and last observed
+/// time (absent and null alike).
+fn series_of(series: &Value) -> Option<(i64, Option<&str>)> {
+    (!series.is_null()).then(|| {
+        (
+            series["count"].as_i64().unwrap_or(0),
+            series["lastObservedTime"].as_str(),
+        )
+    })
 }
 
 /// A series' errors, in kube-apiserver's words (which print no value for the count).

@@ -179,7 +179,7 @@ fn a_series_is_checked_when_it_is_written() {
     let no_event_time = with(json!({"eventTime": null, "series": {"count": 1}}));
     // (new, old, the causes kube-apiserver answered)
     type Row<'a> = (Value, Option<&'a Value>, Option<Vec<&'a str>>);
-    let rows: [Row; 7] = [
+    let rows: [Row; 8] = [
         (event.clone(), None, None),
         (
             no_event_time,
@@ -216,6 +216,12 @@ fn a_series_is_checked_when_it_is_written() {
         (
             with(json!({"series": null})),
             Some(&with(json!({"series": {"count": 1}}))),
+            None,
+        ),
+        // The same series as Go reads it: a null time is an absent one, an absent count 0.
+        (
+            with(json!({"series": {"count": 0, "lastObservedTime": null}})),
+            Some(&with(json!({"series": {}}))),
             None,
         ),
     ];

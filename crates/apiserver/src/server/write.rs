@@ -353,6 +353,11 @@ pub(crate) async fn update_object(
             ));
         }
         let mut next = merge_update(&rt, current, incoming, status_only)?;
+        // An events.k8s.io/v1 Event as its version renders it, as `current` is: the zero values
+        // a client left out change no field's ownership and no version.
+        if rt.stored_as_core_events() {
+            next = Arc::unwrap_or_clone(served(&rt, Arc::new(stored(&rt, next))));
+        }
         validate(&rt, &next, Some(current))?;
         if let Some(allowed) = resize
             && let Some(why) = crate::claim_rules::refuse_resize(&next, current, |class| {
@@ -373,14 +378,7 @@ pub(crate) async fn update_object(
             removed_as = Some(next);
             return Ok(Write2::Delete);
         }
-        // An events.k8s.io/v1 Event is compared as stored: the zero values its version
-        // renders (and a client may leave out) change nothing.
-        let unchanged = if rt.stored_as_core_events() {
-            same_but_version(&stored(&rt, next.clone()), &stored(&rt, current.clone()))
-        } else {
-            same_but_version(&next, current)
-        };
-        if unchanged {
+        if same_but_version(&next, current) {
             return Ok(Write2::Keep);
         }
         Ok(Write2::Put(next))

@@ -70,7 +70,8 @@ impl Store {
                         let (key, object, record) = moved_event(key, object, record)?;
                         inner.objects.insert(key, Stored::new(object, record))
                     }
-                    None => inner.objects.remove(&key),
+                    // A deletion an older release wrote of an Event it stored apart.
+                    None => inner.objects.remove(&moved_key(&key).unwrap_or(key)),
                 };
             }
             let rv = recovered.snapshot_seq.max(log.durable());
@@ -90,20 +91,26 @@ impl Store {
 /// the core/v1 ones.
 const EVENTS_V1_KEY: &str = "events.k8s.io/events\u{0}";
 
+/// The core Events' key of an events.k8s.io/v1 Event a release before 2026-11-29 stored apart.
+fn moved_key(key: &str) -> Option<String> {
+    key.strip_prefix(EVENTS_V1_KEY)
+        .map(|rest| format!("/events\u{0}{rest}"))
+}
+
 /// A recovered record as this release keeps it: an events.k8s.io/v1 Event a release before
 /// 2026-11-29 stored apart is moved to the core Events, converted, with its record written
 /// again for the new key (so a snapshot keeps it there). The log's old records stay until it
 /// is compacted; each open moves them again, before the records that came after them. A core
-/// Event of the same namespace and name is replaced by the later of the two.
+/// Event of the same namespace and name becomes one object with it: in the snapshot the moved
+/// one wins, among later records the later write.
 fn moved_event(
     key: String,
     object: Value,
     record: Vec<u8>,
 ) -> Result<(String, Value, Vec<u8>), StoreError> {
-    let Some(rest) = key.strip_prefix(EVENTS_V1_KEY) else {
+    let Some(key) = moved_key(&key) else {
         return Ok((key, object, record));
     };
-    let key = format!("/events\u{0}{rest}");
     let object = crate::event_versions::stored_core_event(object);
     let record = encode(&key, Some(&object)).map_err(StoreError::Encode)?;
     Ok((key, object, record))

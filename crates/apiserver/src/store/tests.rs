@@ -224,7 +224,7 @@ async fn events_v1_stored_apart_by_an_older_release_are_moved_to_the_core_events
             "regarding": {"kind": "Pod", "name": "p"}, "note": "n"})
     };
     let mut rv = 0;
-    for name in ["kept", "gone"] {
+    for name in ["kept", "gone", "deleted-before"] {
         let value = v1(name);
         rv = store
             .write(old_key, "ns", name, |_, _| {
@@ -233,10 +233,19 @@ async fn events_v1_stored_apart_by_an_older_release_are_moved_to_the_core_events
             .unwrap()
             .1;
     }
+    // A deletion the older release wrote.
+    let rv = store
+        .write(old_key, "ns", "deleted-before", |_, _| {
+            Ok::<_, StoreError>(Write2::Delete)
+        })
+        .unwrap()
+        .1
+        .max(rv);
     store.wait_durable(rv).await.unwrap();
     drop(store);
     let store = Store::open(Some(dir.path()), limits(), Options::default()).unwrap();
     assert!(store.get(old_key, "ns", "kept").is_none());
+    assert!(store.get("/events", "ns", "deleted-before").is_none());
     let moved = store.get("/events", "ns", "kept").unwrap();
     assert_eq!(moved["apiVersion"], "v1");
     assert_eq!(moved["message"], "n");

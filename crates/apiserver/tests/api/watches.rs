@@ -340,13 +340,27 @@ async fn a_watch_of_either_events_version_sees_writes_through_the_other() {
     );
     // Written back as read (k8s-openapi leaves out the null zero values the answer carried):
     // nothing changes, no new version.
-    let read = v1.get("after").await.unwrap();
-    let written = v1
-        .replace("after", &PostParams::default(), &read)
-        .await
-        .unwrap();
-    assert_eq!(
-        written.metadata.resource_version,
-        read.metadata.resource_version
-    );
+    // Also one a manager applied (its managedFields own the fields the answer renders).
+    let applied = serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "applied"}, "eventTime": "2026-11-29T06:00:00.000001Z",
+        "reportingController": "ctl", "reportingInstance": "i", "action": "Act", "reason": "Why",
+        "type": "Normal", "regarding": {"kind": "Pod", "name": "p"}, "note": "applied"});
+    v1.patch(
+        "applied",
+        &kube::api::PatchParams::apply("tester"),
+        &kube::api::Patch::Apply(applied),
+    )
+    .await
+    .unwrap();
+    for name in ["after", "applied"] {
+        let read = v1.get(name).await.unwrap();
+        let written = v1
+            .replace(name, &PostParams::default(), &read)
+            .await
+            .unwrap();
+        assert_eq!(
+            written.metadata.resource_version, read.metadata.resource_version,
+            "{name}: {written:?}"
+        );
+    }
 }
