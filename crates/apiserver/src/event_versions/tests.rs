@@ -8,6 +8,14 @@ fn meta(name: &str) -> Value {
         "creationTimestamp": "2026-11-29T05:58:16Z"})
 }
 
+/// An Event as `kubectl create` sent it through events.k8s.io/v1 to kube-apiserver v1.36.2.
+fn v1_event(name: &str) -> Value {
+    json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta(name),
+        "eventTime": "2026-11-29T06:00:00.000001Z", "reportingController": "ctl",
+        "reportingInstance": "inst", "action": "Act", "reason": "Why", "type": "Normal",
+        "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}, "note": "hello"})
+}
+
 fn events_v1() -> Arc<ResourceType> {
     Registry::built_in("events.k8s.io", "events")
 }
@@ -16,10 +24,7 @@ fn events_v1() -> Arc<ResourceType> {
 /// v1.36.2), and as that server answered a core/v1 GET of it (managedFields left out).
 #[test]
 fn an_events_v1_event_is_stored_and_read_as_kube_apiserver_reads_it_through_core_v1() {
-    let sent = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("e1"),
-        "eventTime": "2026-11-29T06:00:00.000001Z", "reportingController": "ctl",
-        "reportingInstance": "inst", "action": "Act", "reason": "Why", "type": "Normal",
-        "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}, "note": "hello"});
+    let sent = v1_event("e1");
     let stored = stored(&events_v1(), sent.clone());
     assert_eq!(
         stored,
@@ -168,10 +173,7 @@ fn an_update_through_events_v1_may_change_only_the_series_and_metadata() {
 /// when new or changed, before a new Event's rules or the fields an update may not change.
 #[test]
 fn a_series_is_checked_when_it_is_written() {
-    let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("e"),
-        "eventTime": "2026-11-29T06:00:00.000001Z", "reportingController": "ctl",
-        "reportingInstance": "inst", "action": "Act", "reason": "Why", "type": "Normal",
-        "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}, "note": "hello"});
+    let event = v1_event("e");
     let with =
         |patch: Value| crate::patch::apply(crate::patch::PatchKind::Merge, &event, &patch).unwrap();
     let count = r#"series.count: Invalid value: "": should be at least 2"#;
