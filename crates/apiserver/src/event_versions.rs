@@ -193,7 +193,7 @@ const FIXED_IN_EVENTS_V1: [(&str, &str, Rendered); 13] = [
     ("lastTimestamp", "lastTimestamp", Rendered::Time),
     ("count", "count", Rendered::Count),
     ("type", "type", Rendered::Text),
-    ("eventTime", "eventTime", Rendered::Time),
+    ("eventTime", "eventTime", Rendered::MicroTime),
     ("action", "action", Rendered::Text),
     ("related", "related", Rendered::OptionalReference),
     ("reportingComponent", "reportingController", Rendered::Text),
@@ -207,8 +207,10 @@ enum Rendered {
     Text,
     /// An int32 (absent is 0).
     Count,
-    /// A time (absent is null).
+    /// A `metav1.Time` (absent is null), printed in UTC to the second.
     Time,
+    /// A `metav1.MicroTime` (absent is null), printed in UTC to the microsecond.
+    MicroTime,
     /// An ObjectReference (absent fields are `""`).
     Reference,
     /// A pointer to an ObjectReference (absent is null).
@@ -248,14 +250,44 @@ impl Rendered {
         match self {
             Rendered::Text => quoted(text(value)),
             Rendered::Count => value.as_i64().unwrap_or(0).to_string(),
-            Rendered::Time => match value {
-                Value::String(t) => quoted(t.clone()),
+            Rendered::Time | Rendered::MicroTime => match (value, self.instant(value)) {
+                (_, Some((secs, nanos))) => {
+                    let whole = crate::objects::rfc3339(secs);
+                    quoted(match self {
+                        Rendered::MicroTime => {
+                            format!("{}.{:06}Z", whole.trim_end_matches('Z'), nanos / 1000)
+                        }
+                        _ => whole,
+                    })
+                }
+                (Value::String(t), None) => quoted(t.clone()),
                 _ => "null".into(),
             },
             Rendered::Reference => fields(&REFERENCE_FIELDS),
             Rendered::OptionalReference if value.is_null() => "null".into(),
             Rendered::OptionalReference => fields(&REFERENCE_FIELDS),
             Rendered::Source => fields(&SOURCE_FIELDS),
+        }
+    }
+
+    /// A time's instant (UTC seconds since the epoch, nanoseconds), as Go compares times; none
+    /// for another kind of value, an absent time or one that does not parse.
+    fn instant(self, value: &Value) -> Option<(u64, i64)> {
+        let micro = match self {
+            Rendered::Time => false,
+            Rendered::MicroTime => true,
+            _ => return None,
+        };
+        let (secs, nanos) = crate::time::parse(value.as_str()?, micro).ok()?;
+        Some((u64::try_from(secs).ok()?, nanos))
+    }
+
+    /// Whether two values are the same as Go compares them: times as instants, the rest as
+    /// printed.
+    fn same(self, a: &Value, b: &Value) -> bool {
+        match (self.instant(a), self.instant(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => self.render(a) == self.render(b),
         }
     }
 }
@@ -267,10 +299,10 @@ pub fn fixed_field_errors(new: &Value, old: &Value) -> Vec<String> {
     let (new, old) = (convert(new, CORE), convert(old, CORE));
     FIXED_IN_EVENTS_V1
         .iter()
-        .filter_map(|(field, named, rendered)| {
+        .filter(|(field, _, rendered)| !rendered.same(&new[*field], &old[*field]))
+        .map(|(field, named, rendered)| {
             let now = rendered.render(&new[*field]);
-            (now != rendered.render(&old[*field]))
-                .then(|| format!("{named}: Invalid value: {now}: field is immutable"))
+            format!("{named}: Invalid value: {now}: field is immutable")
         })
         .collect()
 }

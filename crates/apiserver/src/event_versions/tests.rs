@@ -232,3 +232,26 @@ fn a_series_is_checked_when_it_is_written() {
         assert_eq!(write_errors(&new, old), expected, "{new}");
     }
 }
+
+/// Times are compared as instants and printed as Go prints them (UTC; a `metav1.Time` to the
+/// second, `eventTime` to the microsecond), not as written.
+#[test]
+fn times_are_compared_as_instants() {
+    let old = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("t"),
+        "deprecatedFirstTimestamp": "2026-11-29T08:00:00+02:00",
+        "eventTime": "2026-11-29T06:00:00.000001Z"});
+    let same = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("t"),
+        "deprecatedFirstTimestamp": "2026-11-29T06:00:00Z",
+        "eventTime": "2026-11-29T07:00:00.000001+01:00"});
+    assert_eq!(fixed_field_errors(&same, &old), Vec::<String>::new());
+    let moved = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("t"),
+        "deprecatedFirstTimestamp": "2026-11-29T09:00:00+02:00",
+        "eventTime": "2026-11-29T07:00:00.000002+01:00"});
+    assert_eq!(
+        fixed_field_errors(&moved, &old),
+        [
+            r#"firstTimestamp: Invalid value: "2026-11-29T07:00:00Z": field is immutable"#,
+            r#"eventTime: Invalid value: "2026-11-29T06:00:00.000002Z": field is immutable"#,
+        ]
+    );
+}
