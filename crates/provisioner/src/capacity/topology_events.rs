@@ -8,82 +8,100 @@ use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
+use kube::Resource;
 use kube::runtime::watcher::Event;
 
-/// The labels of each node last seen, as a digest: a node's status heartbeats change nothing.
-#[derive(Debug, Default)]
-pub(crate) struct NodeLabels {
-    digests: HashMap<String, u64>,
+/// What was last seen of each object of one kind, by name (`None`: nothing that counts), so
+/// that a watch event is said to change the topology only when that part came, went or
+/// changed, or a re-list ended. A re-list's objects are compared against nothing (it starts
+/// afresh, and its end counts).
+#[derive(Debug)]
+struct LastSeen<V> {
+    seen: HashMap<String, V>,
 }
 
-impl NodeLabels {
-    /// Whether `event` may change a segment: a node came, went, or changed its labels, or a
-    /// re-list ended. A re-list's objects are compared against nothing (it starts afresh).
-    pub(crate) fn changes_topology(&mut self, event: &Event<Node>) -> bool {
+impl<V: PartialEq> LastSeen<V> {
+    fn new() -> Self {
+        LastSeen {
+            seen: HashMap::new(),
+        }
+    }
+
+    fn changes<K: Resource>(&mut self, event: &Event<K>, part: impl Fn(&K) -> Option<V>) -> bool {
         match event {
             Event::Init => {
-                self.digests.clear();
+                self.seen.clear();
                 false
             }
             Event::InitDone => true,
-            Event::Delete(node) => self.digests.remove(&name_of(node)).is_some(),
-            Event::Apply(node) | Event::InitApply(node) => {
-                let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                node.metadata.labels.hash(&mut hasher);
-                let digest = hasher.finish();
-                self.digests.insert(name_of(node), digest) != Some(digest)
-                    && matches!(event, Event::Apply(_))
+            Event::Delete(object) => self.seen.remove(&name_of(object)).is_some(),
+            Event::Apply(object) | Event::InitApply(object) => {
+                let name = name_of(object);
+                let changed = match part(object) {
+                    Some(now) => {
+                        let changed = self.seen.get(&name) != Some(&now);
+                        self.seen.insert(name, now);
+                        changed
+                    }
+                    None => self.seen.remove(&name).is_some(),
+                };
+                changed && matches!(event, Event::Apply(_))
             }
         }
     }
 }
 
-fn name_of(node: &Node) -> String {
-    node.metadata.name.clone().unwrap_or_default()
+fn name_of<K: Resource>(object: &K) -> String {
+    object.meta().name.clone().unwrap_or_default()
 }
 
-/// The driver's topology keys in each CSINode last seen (None: not listed there), as Go's
+/// The labels of each node last seen, as a digest: a node's status heartbeats change nothing.
+#[derive(Debug)]
+pub(crate) struct NodeLabels(LastSeen<u64>);
+
+impl Default for NodeLabels {
+    fn default() -> Self {
+        NodeLabels(LastSeen::new())
+    }
+}
+
+impl NodeLabels {
+    /// Whether `event` may change a segment: a node came, went, or changed its labels, or a
+    /// re-list ended.
+    pub(crate) fn changes_topology(&mut self, event: &Event<Node>) -> bool {
+        self.0.changes(event, |node| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            node.metadata.labels.hash(&mut hasher);
+            Some(hasher.finish())
+        })
+    }
+}
+
+/// The driver's topology keys in each CSINode last seen (none: not listed there), as Go's
 /// capacity controller compares them: a CSINode that stops listing the driver counts, one
 /// whose other drivers or allocatable count change does not.
 #[derive(Debug)]
 pub(crate) struct CsiNodeKeys {
     driver: String,
-    keys: HashMap<String, Vec<String>>,
+    keys: LastSeen<Vec<String>>,
 }
 
 impl CsiNodeKeys {
     pub(crate) fn new(driver: &str) -> Self {
         CsiNodeKeys {
             driver: driver.to_string(),
-            keys: HashMap::new(),
+            keys: LastSeen::new(),
         }
     }
 
     /// Whether `event` may change a segment: the driver's keys in a CSINode came, went or
     /// changed, or a re-list ended.
     pub(crate) fn changes_topology(&mut self, event: &Event<CSINode>) -> bool {
-        match event {
-            Event::Init => {
-                self.keys.clear();
-                false
-            }
-            Event::InitDone => true,
-            Event::Delete(csinode) => self.keys.remove(&csinode_name(csinode)).is_some(),
-            Event::Apply(csinode) | Event::InitApply(csinode) => {
-                let name = csinode_name(csinode);
-                let now = crate::decide::topology::driver_topology_keys(csinode, &self.driver);
-                let before = match &now {
-                    Some(keys) => self.keys.insert(name, keys.clone()),
-                    None => self.keys.remove(&name),
-                };
-                before != now && matches!(event, Event::Apply(_))
-            }
-        }
+        let driver = &self.driver;
+        self.keys.changes(event, |csinode| {
+            crate::decide::topology::driver_topology_keys(csinode, driver)
+        })
     }
-}
-
-fn csinode_name(csinode: &CSINode) -> String {
-    csinode.metadata.name.clone().unwrap_or_default()
 }
 
 /// Whether a StorageClass event may change the tracked classes: any change, or a re-list's
