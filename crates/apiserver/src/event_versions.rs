@@ -350,11 +350,6 @@ fn series_errors(series: &Value) -> Vec<String> {
     errors
 }
 
-/// Whether `(group, plural)` is an events resource served from the core store.
-pub fn is_events_v1(group: &str, plural: &str) -> bool {
-    group == "events.k8s.io" && plural == "events"
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;

@@ -124,7 +124,7 @@ impl ResourceType {
     /// Whether its objects are stored as core/v1 Events and converted on the way in and out
     /// (events.k8s.io/v1 Events).
     pub fn stored_as_core_events(&self) -> bool {
-        !self.custom && crate::event_versions::is_events_v1(&self.group, &self.plural)
+        !self.custom && self.group == "events.k8s.io" && self.plural == "events"
     }
 }
 
