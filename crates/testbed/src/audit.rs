@@ -6,6 +6,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::Error;
+use crate::binaries::io;
+
 /// The audit policy the control plane starts with.
 pub const POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -117,8 +120,9 @@ pub fn refusals(text: &str, who: impl Fn(&str) -> bool) -> Vec<Refusal> {
 }
 
 /// [`refusals`] of the file at `path` (none while it does not exist).
-pub fn refusals_in(path: &Path, who: impl Fn(&str) -> bool) -> Vec<Refusal> {
-    refusals(&std::fs::read_to_string(path).unwrap_or_default(), who)
+pub fn refusals_in(path: &Path, who: impl Fn(&str) -> bool) -> Result<Vec<Refusal>, Error> {
+    let text = std::fs::read_to_string(path).map_err(io("read", path))?;
+    Ok(refusals(&text, who))
 }
 
 #[cfg(test)]

@@ -32,6 +32,10 @@ pub struct Options {
     pub api_server_args: Vec<String>,
     /// More kube-controller-manager flags (e.g. its `--kube-api-qps`).
     pub controller_manager_args: Vec<String>,
+    /// Whether kube-apiserver writes its audit log of every request (what
+    /// [`ControlPlane::refusals`] reads). On by default; a benchmark may turn it off, as a
+    /// cluster without an audit policy runs.
+    pub audit: bool,
 }
 
 impl Default for Options {
@@ -41,6 +45,7 @@ impl Default for Options {
             scheduler: true,
             api_server_args: Vec::new(),
             controller_manager_args: Vec::new(),
+            audit: true,
         }
     }
 }
@@ -51,7 +56,8 @@ pub struct ControlPlane {
     url: String,
     pki: Pki,
     admin_kubeconfig: PathBuf,
-    audit_log: PathBuf,
+    /// None when started without one ([`Options::audit`]).
+    audit_log: Option<PathBuf>,
     /// etcd, kube-apiserver, then the controllers: stopped in the reverse order.
     processes: Vec<Process>,
     /// Last: removed after every process has stopped.
@@ -92,16 +98,21 @@ impl ControlPlane {
             &tokens,
             format!("{admin_token},{ADMIN},{ADMIN},\"system:masters\"\n").as_bytes(),
         )?;
-        let policy = root.join("audit-policy.yaml");
-        write_private(&policy, audit::POLICY.as_bytes())?;
-        let audit_log = root.join("audit.log");
+        let audit_log = match options.audit {
+            true => {
+                let policy = root.join("audit-policy.yaml");
+                write_private(&policy, audit::POLICY.as_bytes())?;
+                Some((policy, root.join("audit.log")))
+            }
+            false => None,
+        };
         let [client_port, peer_port, secure_port] = free_ports()?;
         let url = format!("https://127.0.0.1:{secure_port}");
         let mut plane = ControlPlane {
             url: url.clone(),
             admin_kubeconfig: root.join("admin.kubeconfig"),
             pki,
-            audit_log,
+            audit_log: audit_log.as_ref().map(|(_, log)| log.clone()),
             processes: Vec::new(),
             dir,
         };
@@ -139,12 +150,16 @@ impl ControlPlane {
                 "--authorization-mode=RBAC".into(),
                 format!("--token-auth-file={}", tokens.display()),
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
-                format!("--audit-policy-file={}", policy.display()),
-                format!("--audit-log-path={}", plane.audit_log.display()),
-                "--audit-log-mode=blocking".into(),
                 "--v=1".into(),
             ]
             .into_iter()
+            .chain(audit_log.iter().flat_map(|(policy, log)| {
+                [
+                    format!("--audit-policy-file={}", policy.display()),
+                    format!("--audit-log-path={}", log.display()),
+                    "--audit-log-mode=blocking".into(),
+                ]
+            }))
             .chain(options.api_server_args.iter().cloned())
             .collect(),
         )?;
@@ -278,12 +293,12 @@ impl ControlPlane {
     }
 
     /// The logs of the control plane's processes (etcd, kube-apiserver, kube-controller-manager,
-    /// kube-scheduler, those started) and kube-apiserver's audit log.
+    /// kube-scheduler, those started) and kube-apiserver's audit log, if it writes one.
     pub fn logs(&self) -> Vec<&Path> {
         self.processes
             .iter()
             .map(Process::log_path)
-            .chain([self.audit_log.as_path()])
+            .chain(self.audit_log.as_deref())
             .collect()
     }
 
@@ -367,9 +382,11 @@ impl ControlPlane {
         kubectl_with(&self.admin_kubeconfig, args)
     }
 
-    /// Every request answered 403 to a user `who` selects, from the audit log.
-    pub fn refusals(&self, who: impl Fn(&str) -> bool) -> Vec<Refusal> {
-        audit::refusals_in(&self.audit_log, who)
+    /// Every request answered 403 to a user `who` selects, from the audit log; an error when
+    /// the control plane writes none or it cannot be read (never an empty answer for it).
+    pub fn refusals(&self, who: impl Fn(&str) -> bool) -> Result<Vec<Refusal>, Error> {
+        let path = self.audit_log.as_deref().ok_or(Error::NoAuditLog)?;
+        audit::refusals_in(path, who)
     }
 
     /// The log of a control-plane process (`etcd`, `kube-apiserver`, ...).

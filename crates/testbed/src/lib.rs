@@ -69,6 +69,9 @@ pub enum Error {
     /// A client could not be built or a request failed.
     #[error("failed to use the API: {0}")]
     Client(String),
+    /// The audit log was asked for and kube-apiserver was started without one.
+    #[error("the control plane was started without an audit log (Options::audit is false)")]
+    NoAuditLog,
     /// kubectl failed.
     #[error("kubectl {args} failed: {stderr}")]
     Kubectl {

@@ -48,7 +48,9 @@ async fn a_service_account_gets_what_rbac_grants_and_its_refusals_are_audited() 
         .unwrap();
     assert!(nodes.items.is_empty());
     let user = service_account_user("default", "probe");
-    let refusals = plane.refusals(|u| u == user);
+    let refusals = plane
+        .refusals(|u| u == user)
+        .expect("read kube-apiserver's audit log");
     assert_eq!(refusals.len(), 1, "{refusals:?}");
     assert_eq!(refusals[0].verb, "list");
     assert_eq!(refusals[0].what, "nodes");

@@ -488,7 +488,8 @@ impl Bed {
     pub async fn finish(mut self) {
         let refusals = self
             .plane
-            .refusals(|user| user.starts_with("system:serviceaccount:default:csi-"));
+            .refusals(|user| user.starts_with("system:serviceaccount:default:csi-"))
+            .expect("read kube-apiserver's audit log");
         let logs = self.logs();
         // Written to files, our logs are plain text (no terminal colour codes).
         for process in std::iter::once(&self.driver).chain(&self.sidecars) {
