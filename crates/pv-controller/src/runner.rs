@@ -237,6 +237,7 @@ impl PvControllerArgs {
                 self.pv_recycler_minimum_timeout_nfs,
                 self.pv_recycler_increment_timeout_nfs,
             )?,
+            past_deadline: crate::decide::recycle::PAST_DEADLINE,
         })
     }
 

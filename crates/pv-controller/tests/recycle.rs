@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim,
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use pv_controller::controller::{PvController, default_backoff};
-use pv_controller::decide::recycle::{RECYCLER_IMAGE, RecyclerConfig};
+use pv_controller::decide::recycle::{
+    PluginRecycler, RECYCLER_IMAGE, RecyclerConfig, default_template,
+};
 use serde_json::{Value, json};
 
 use common::{serve, wait_for};
@@ -357,6 +359,58 @@ async fn hostpath_and_nfs_volumes_are_recycled_by_a_pod_and_a_failed_recycle_is_
         .await
         .unwrap();
     cluster.recycler("pv-stuck").await;
+    cluster.stop().await;
+}
+
+/// A recycler Pod no node runs never ends by itself (its deadline is kubelet's to enforce):
+/// past its deadline and the controller's margin it is deleted, the volume marked Failed with
+/// the wait in the message, and a later resync tries again with a new Pod. (Before the margin
+/// was a setting, this path had no test: kube-controller-manager's recycler waits without end.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recycler_pod_that_never_ends_is_given_up_past_its_deadline_and_tried_again() {
+    let metrics = sidecar_kit::metrics::Metrics::new().unwrap();
+    let config = RecyclerConfig {
+        host_path: PluginRecycler {
+            template: default_template(),
+            minimum_timeout: 1,
+            timeout_increment: 0,
+        },
+        past_deadline: Duration::from_secs(2),
+        ..RecyclerConfig::default()
+    };
+    let cluster = Cluster::start(|client| {
+        PvController::with_metrics(client, default_backoff(), &metrics, Some(config))
+    })
+    .await;
+    cluster
+        .bound_volume(
+            "pv-late",
+            json!({"hostPath": {"path": "/data/late"}}),
+            "c-late",
+        )
+        .await;
+    cluster
+        .claims
+        .delete("c-late", &Default::default())
+        .await
+        .unwrap();
+    let first = cluster.recycler("pv-late").await;
+    let spec = serde_json::to_value(first.spec.clone().unwrap()).unwrap();
+    assert_eq!(spec["activeDeadlineSeconds"], 1, "{spec}");
+    let message =
+        "Recycle failed: failed to recycle volume: recycler pod did not finish within 3 s";
+    let failed = cluster.phase_is("pv-late", "Failed").await;
+    assert_eq!(
+        failed.status.and_then(|s| s.message).as_deref(),
+        Some(message)
+    );
+    cluster
+        .event("pv-late", "Warning", "VolumeFailedRecycle", message)
+        .await;
+    cluster.gone(&first).await;
+    // Tried again with a new Pod (which would time out in turn: only the try is checked).
+    let second = cluster.recycler("pv-late").await;
+    assert_ne!(second.metadata.uid, first.metadata.uid);
     cluster.stop().await;
 }
 

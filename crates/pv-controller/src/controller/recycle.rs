@@ -89,7 +89,8 @@ pub enum PodEnd {
     /// It could not be listed again when its watch ended.
     #[error("recycler pod watcher failed")]
     WatchFailed(#[source] kube::Error),
-    /// It did not end within its deadline and [`crate::decide::recycle::PAST_DEADLINE`].
+    /// It did not end within its deadline and
+    /// [`crate::decide::recycle::RecyclerConfig::past_deadline`].
     #[error("recycler pod did not finish within {seconds} s")]
     TimedOut {
         /// The wait, in seconds.
@@ -277,7 +278,10 @@ impl PvController {
                 .map_err(RecycleError::WriteOutcome);
         };
         tracing::info!(pv = name, "recycling the volume");
-        match self.run_recycler_pod(&live, pod).await {
+        match self
+            .run_recycler_pod(&live, pod, config.past_deadline)
+            .await
+        {
             Ok(()) => self.recycled(&live).await,
             Err(error) => {
                 tracing::warn!(pv = name, %error, "recycle failed");
@@ -359,11 +363,12 @@ impl PvController {
         &self,
         pv: &PersistentVolume,
         pod: Pod,
+        past_deadline: Duration,
     ) -> Result<(), RecyclerPodError> {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace);
-        let limit = wait_limit(&pod);
+        let limit = wait_limit(&pod, past_deadline);
         // Both watches are open before the Pod exists, so nothing of it is missed.
         let (_, version) = list_pod(&pods, &name)
             .await

@@ -48,6 +48,9 @@ pub struct RecyclerConfig {
     pub host_path: PluginRecycler,
     /// NFS volumes.
     pub nfs: PluginRecycler,
+    /// How much longer than its deadline a recycler Pod is waited for ([`PAST_DEADLINE`]; not
+    /// a flag of kube-controller-manager's, whose recycler waits without end).
+    pub past_deadline: std::time::Duration,
 }
 
 impl Default for RecyclerConfig {
@@ -65,6 +68,7 @@ impl Default for RecyclerConfig {
                 minimum_timeout: 300,
                 timeout_increment: 30,
             },
+            past_deadline: PAST_DEADLINE,
         }
     }
 }
@@ -204,15 +208,16 @@ pub fn pod_outcome(pod: &Pod) -> Option<Result<(), String>> {
 /// Pod no node takes never starts its deadline; kube-controller-manager waits for its watches).
 pub const PAST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// How long the recycler Pod is waited for: its deadline and [`PAST_DEADLINE`].
-pub fn wait_limit(pod: &Pod) -> std::time::Duration {
+/// How long the recycler Pod is waited for: its deadline and `past_deadline`
+/// ([`RecyclerConfig::past_deadline`]).
+pub fn wait_limit(pod: &Pod, past_deadline: std::time::Duration) -> std::time::Duration {
     let deadline = pod
         .spec
         .as_ref()
         .and_then(|s| s.active_deadline_seconds)
         .and_then(|s| u64::try_from(s).ok())
         .unwrap_or(0);
-    std::time::Duration::from_secs(deadline) + PAST_DEADLINE
+    std::time::Duration::from_secs(deadline) + past_deadline
 }
 
 /// The end of a recycler Pod whose deletion was seen before it finished.

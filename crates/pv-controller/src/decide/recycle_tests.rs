@@ -69,8 +69,16 @@ fn the_deadline_is_the_increment_per_whole_gib_and_at_least_the_minimum() {
     assert_eq!(timeout_for(&host_path("20Gi"), &config.nfs), 600);
     assert_eq!(timeout_for(&host_path("5Gi"), &config.nfs), 300);
     let pod = recycler_pod(&host_path("4Gi"), &config).unwrap();
-    assert_eq!(wait_limit(&pod), std::time::Duration::from_secs(120 + 300));
-    assert_eq!(wait_limit(&Pod::default()), PAST_DEADLINE);
+    assert_eq!(
+        wait_limit(&pod, config.past_deadline),
+        std::time::Duration::from_secs(120 + 300)
+    );
+    assert_eq!(wait_limit(&Pod::default(), PAST_DEADLINE), PAST_DEADLINE);
+    let soon = std::time::Duration::from_secs(2);
+    assert_eq!(
+        wait_limit(&pod, soon),
+        std::time::Duration::from_secs(120 + 2)
+    );
 }
 
 #[test]
