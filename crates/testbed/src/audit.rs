@@ -119,7 +119,8 @@ pub fn refusals(text: &str, who: impl Fn(&str) -> bool) -> Vec<Refusal> {
         .collect()
 }
 
-/// [`refusals`] of the file at `path` (none while it does not exist).
+/// [`refusals`] of the file at `path`; an error when it cannot be read (a missing log is never
+/// read as one without refusals).
 pub fn refusals_in(path: &Path, who: impl Fn(&str) -> bool) -> Result<Vec<Refusal>, Error> {
     let text = std::fs::read_to_string(path).map_err(io("read", path))?;
     Ok(refusals(&text, who))
@@ -128,6 +129,17 @@ pub fn refusals_in(path: &Path, who: impl Fn(&str) -> bool) -> Result<Vec<Refusa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_that_cannot_be_read_is_an_error_not_an_empty_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("audit.log");
+        let read = refusals_in(&missing, |_| true);
+        assert!(
+            matches!(&read, Err(Error::Io { action: "read", path, .. }) if *path == missing),
+            "{read:?}"
+        );
+    }
 
     #[test]
     fn only_completed_refusals_of_the_chosen_users_count() {

@@ -57,7 +57,7 @@ pub struct BinderBenchArgs {
     pub logs: Option<std::path::PathBuf>,
     /// Start kube-apiserver with the test suite's audit log of every request (Metadata level,
     /// blocking), to count requests in it. Off by default, as on a cluster without an audit
-    /// policy: writing it took 3.5% of kube-apiserver's CPU in a profile of a run (2026-11-28).
+    /// policy: writing it took 3.5 to 4% of kube-apiserver's CPU in profiles of 2026-11-28.
     #[arg(long)]
     pub audit_log: bool,
     /// Give up waiting for all Bound after this long.
@@ -351,8 +351,8 @@ fn running(plane: &ControlPlane, processes: &[Process]) -> Vec<(String, u32)> {
         .collect()
 }
 
-/// Copies the logs of the control plane (its audit log included, if any) and of `processes` into `dir`,
-/// each named `<label>-<file name>`.
+/// Copies the logs of the control plane (its audit log included, if it writes one) and of
+/// `processes` into `dir`, each named `<label>-<file name>`.
 fn keep_logs(
     dir: &Path,
     label: &str,
