@@ -1,8 +1,8 @@
 //! A real Kubernetes control plane for end-to-end tests: etcd, kube-apiserver (RBAC, an audit
 //! log unless turned off), kube-controller-manager and kube-scheduler, started on loopback
-//! from the binaries in `../shared/kube/bin` (see that folder's README), one per test. Our binaries run beside it
-//! under their own ServiceAccount identities; [`ControlPlane::refusals`] lists every request
-//! that was answered 403.
+//! from the binaries in `../shared/kube/bin` (see that folder's README), one per test. Our
+//! binaries run beside it under their own ServiceAccount identities; [`ControlPlane::refusals`]
+//! lists every request that was answered 403.
 //!
 //! There is no kubelet: a Node is whatever object a test creates.
 
