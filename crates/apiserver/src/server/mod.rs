@@ -358,7 +358,7 @@ async fn object_request(
             ),
         };
     }
-    let mode = match write::write_mode(method, query.get("dryRun"), &body) {
+    let mode = match write::write_mode(method, query.all("dryRun"), &body) {
         Ok(mode) => mode,
         Err(refused) => return (verb_of(method, t.name.is_some(), false), Err(refused)),
     };

@@ -3,20 +3,29 @@
 
 use super::*;
 
-/// A request's query parameters, percent-decoded.
-pub(crate) struct Query(BTreeMap<String, String>);
+/// A request's query parameters, percent-decoded, each with every value it was given in order.
+pub(crate) struct Query(BTreeMap<String, Vec<String>>);
 
 impl Query {
     pub(crate) fn parse(q: Option<&str>) -> Self {
-        let mut m = BTreeMap::new();
+        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for pair in q.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            m.insert(decode(k), decode(v));
+            m.entry(decode(k)).or_default().push(decode(v));
         }
         Query(m)
     }
+    /// A parameter's first value, as kube-apiserver reads a single-valued option given twice
+    /// (`?limit=1&limit=abc` lists one object there).
     pub(crate) fn get(&self, k: &str) -> Option<&str> {
-        self.0.get(k).map(String::as_str)
+        self.0
+            .get(k)
+            .and_then(|values| values.first())
+            .map(String::as_str)
+    }
+    /// Every value of a list-valued parameter (`dryRun`), in the order given.
+    pub(crate) fn all(&self, k: &str) -> &[String] {
+        self.0.get(k).map(Vec::as_slice).unwrap_or_default()
     }
     pub(crate) fn flag(&self, k: &str) -> bool {
         matches!(self.get(k), Some("true" | "1"))
@@ -189,6 +198,16 @@ mod tests {
             Ok(Route::OpenApiRoot) => "openapi".into(),
             Err(e) => format!("{} {}", e.code, e.reason),
         }
+    }
+
+    #[test]
+    fn a_parameter_given_twice_reads_as_its_first_value_and_lists_keep_every_value() {
+        let query = Query::parse(Some("limit=1&limit=abc&dryRun=All&dryRun=Bogus&watch"));
+        assert_eq!(query.get("limit"), Some("1"));
+        assert_eq!(query.all("dryRun"), ["All", "Bogus"]);
+        assert_eq!(query.get("watch"), Some(""));
+        assert!(query.all("fieldManager").is_empty());
+        assert_eq!(query.get("fieldManager"), None);
     }
 
     #[test]

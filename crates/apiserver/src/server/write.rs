@@ -43,13 +43,14 @@ pub(crate) enum WriteMode {
 /// kube-apiserver's 422 naming the options of the verb. Reads ignore it.
 pub(crate) fn write_mode(
     method: &Method,
-    dry_run: Option<&str>,
+    dry_run: &[String],
     body: &[u8],
 ) -> Result<WriteMode, ApiError> {
     let Some(options) = WriteOptions::of(method) else {
         return Ok(WriteMode::Store);
     };
-    let mut values: Vec<String> = dry_run.map(str::to_string).into_iter().collect();
+    // Every value the query gave (kube-apiserver's `dryRun` is a list), then the body's.
+    let mut values: Vec<String> = dry_run.to_vec();
     // A body that is not JSON is refused by the delete that parses it.
     if method == Method::DELETE
         && let Ok(delete_options) = serde_json::from_slice::<Value>(body)
@@ -538,59 +539,69 @@ mod tests {
                 "422 {options}.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: {values}: supported values: \"All\""
             ))
         };
-        type Row<'a> = (Method, Option<&'a str>, &'a [u8], Result<WriteMode, String>);
-        let rows: [Row; 16] = [
-            (Method::POST, Some("All"), b"{}", Ok(DryRun)),
-            (Method::PUT, Some("All"), b"{}", Ok(DryRun)),
-            (Method::PATCH, Some("All"), b"{}", Ok(DryRun)),
-            (Method::DELETE, Some("All"), b"", Ok(DryRun)),
-            (Method::DELETE, None, delete_options, Ok(DryRun)),
-            (Method::DELETE, None, br#"{"dryRun":[]}"#, Ok(Store)),
-            (Method::DELETE, None, b"", Ok(Store)),
-            (Method::DELETE, None, b"not json", Ok(Store)),
-            (Method::PUT, None, b"{}", Ok(Store)),
+        type Row<'a> = (Method, &'a [&'a str], &'a [u8], Result<WriteMode, String>);
+        let rows: [Row; 18] = [
+            (Method::POST, &["All"], b"{}", Ok(DryRun)),
+            (Method::PUT, &["All"], b"{}", Ok(DryRun)),
+            (Method::PATCH, &["All"], b"{}", Ok(DryRun)),
+            (Method::DELETE, &["All"], b"", Ok(DryRun)),
+            (Method::DELETE, &[], delete_options, Ok(DryRun)),
+            (Method::DELETE, &[], br#"{"dryRun":[]}"#, Ok(Store)),
+            (Method::DELETE, &[], b"", Ok(Store)),
+            (Method::DELETE, &[], b"not json", Ok(Store)),
+            (Method::PUT, &[], b"{}", Ok(Store)),
             // Reads ignore it, as kube-apiserver does.
-            (Method::GET, Some("nonsense"), b"", Ok(Store)),
+            (Method::GET, &["nonsense"], b"", Ok(Store)),
             (
                 Method::PUT,
-                Some(""),
+                &[""],
                 b"{}",
                 unsupported("UpdateOptions", r#"[""]"#),
             ),
             (
                 Method::POST,
-                Some("all"),
+                &["all"],
                 b"{}",
                 unsupported("CreateOptions", r#"["all"]"#),
             ),
             (
                 Method::PATCH,
-                Some("foo"),
+                &["foo"],
                 b"{}",
                 unsupported("PatchOptions", r#"["foo"]"#),
             ),
+            // Given twice in the query: every value counts, as kube-apiserver's answer to
+            // `?dryRun=All&dryRun=Bogus` lists them.
+            (Method::POST, &["All", "All"], b"{}", Ok(DryRun)),
+            (
+                Method::POST,
+                &["All", "Bogus"],
+                b"{}",
+                unsupported("CreateOptions", r#"["All","Bogus"]"#),
+            ),
             (
                 Method::DELETE,
-                Some("All"),
+                &["All"],
                 br#"{"dryRun":["All","x"]}"#,
                 unsupported("DeleteOptions", r#"["All","All","x"]"#),
             ),
             (
                 Method::DELETE,
-                None,
+                &[],
                 br#"{"dryRun":"All"}"#,
                 Err("400 DeleteOptions.dryRun must be a list of strings, not \"All\"".into()),
             ),
             (
                 Method::DELETE,
-                None,
+                &[],
                 br#"{"dryRun":[1]}"#,
                 Err("400 DeleteOptions.dryRun must be a list of strings, not one holding 1".into()),
             ),
         ];
         for (method, dry_run, body, want) in rows {
-            let got =
-                write_mode(&method, dry_run, body).map_err(|e| format!("{} {}", e.code, e.message));
+            let dry_run: Vec<String> = dry_run.iter().map(ToString::to_string).collect();
+            let got = write_mode(&method, &dry_run, body)
+                .map_err(|e| format!("{} {}", e.code, e.message));
             assert_eq!(
                 got,
                 want,
@@ -598,7 +609,7 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
-        let refused = write_mode(&Method::PUT, Some("x"), b"")
+        let refused = write_mode(&Method::PUT, &["x".to_string()], b"")
             .unwrap_err()
             .to_status();
         assert_eq!(
