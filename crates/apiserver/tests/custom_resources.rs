@@ -212,3 +212,100 @@ async fn a_schema_that_lists_metadata_keeps_every_metadata_field() {
     .await;
     assert!(ok, "{err}");
 }
+
+/// Polls kubectl until `args` prints `want` (its standard output, trimmed), for up to 30 s.
+async fn kubectl_until(f: &common::Fixture, args: &[&str], want: &str) {
+    let mut last = String::new();
+    for _ in 0..300 {
+        let (_, out, err) = kubectl(f, args, None).await;
+        last = format!("{out}{err}");
+        if out.trim() == want {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("kubectl {args:?} never printed {want:?}; last: {last}");
+}
+
+/// A deleted definition goes as kube-apiserver's does: marked (finalizer, `Terminating`), its
+/// custom resources deleted (one held by a finalizer waits for it), no new one created
+/// meanwhile, then gone; defined again, it does not bring the old objects back.
+#[tokio::test]
+async fn a_deleted_definition_deletes_its_custom_resources_first() {
+    let f = start().await;
+    define_pools(&f, CRD).await;
+    for (name, finalizers) in [("held", "[example.volstack.dev/hold]"), ("free", "[]")] {
+        let pool = format!(
+            "apiVersion: example.volstack.dev/v1\nkind: Pool\nmetadata:\n  name: {name}\n  finalizers: {finalizers}\nspec:\n  minimum: 1\n"
+        );
+        let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(&pool)).await;
+        assert!(ok, "{err}");
+    }
+    let crd = "crd/pools.example.volstack.dev";
+    let (ok, _, err) = kubectl(&f, &["delete", crd, "--wait=false"], None).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl(
+        &f,
+        &[
+            "get",
+            crd,
+            "-o",
+            r#"jsonpath={.metadata.finalizers} {.status.conditions[?(@.type=="Terminating")].reason} {.status.conditions[?(@.type=="Terminating")].message}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        r#"["customresourcecleanup.apiextensions.k8s.io"] InstanceDeletionInProgress CustomResource deletion is in progress"#
+    );
+    // The free one goes, the held one waits for its finalizer.
+    kubectl_until(
+        &f,
+        &["get", "pools", "-o", "name"],
+        "pool.example.volstack.dev/held",
+    )
+    .await;
+    let (_, out, _) = kubectl(
+        &f,
+        &[
+            "get",
+            "pool",
+            "held",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ],
+        None,
+    )
+    .await;
+    assert!(!out.trim().is_empty(), "the held pool is being deleted");
+    let late = "apiVersion: example.volstack.dev/v1\nkind: Pool\nmetadata:\n  name: late\nspec:\n  minimum: 1\n";
+    let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(late)).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"pools.example.volstack.dev "late" is forbidden: create not allowed while custom resource definition is terminating"#),
+        "{err}"
+    );
+    // Its finalizer off, the last pool goes, then the definition.
+    let (ok, _, err) = kubectl(
+        &f,
+        &[
+            "patch",
+            "pool",
+            "held",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    kubectl_until(&f, &["get", "crd", "-o", "name", "--ignore-not-found"], "").await;
+    // Defined again, it starts empty.
+    define_pools(&f, CRD).await;
+    let (ok, out, err) = kubectl(&f, &["get", "pools", "-o", "name"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "");
+}

@@ -42,6 +42,9 @@ pub(crate) async fn delete(
     if is_namespace && mode == WriteMode::Store {
         finish_namespace(app.clone(), name.to_string());
     }
+    if definitions::is_definitions(rt) && mode == WriteMode::Store && !removed {
+        definitions::finish_definition(app.clone(), name.to_string());
+    }
     let object = object.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     Ok(Deleted {
         object,
@@ -111,8 +114,10 @@ fn deletion(
         }
     }
     let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+    // A definition goes after its custom resources (`definitions`).
+    let is_definition = definitions::is_definitions(rt);
     let has_finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
-    if !has_finalizers && !is_namespace {
+    if !has_finalizers && !is_namespace && !is_definition {
         return Ok(Write2::Delete);
     }
     if !meta["deletionTimestamp"].is_null() {
@@ -127,6 +132,9 @@ fn deletion(
     }
     if is_namespace {
         next["status"]["phase"] = json!("Terminating");
+    }
+    if is_definition {
+        definitions::mark(&mut next, now);
     }
     Ok(Write2::Put(next))
 }

@@ -32,6 +32,7 @@ use crate::tables::table;
 use crate::unknown_fields::{FieldValidation, Verdict};
 
 mod binding;
+mod definitions;
 mod delete;
 mod endpoints;
 mod kubeconfig;
@@ -91,6 +92,8 @@ pub struct App {
     pub finishing: Mutex<std::collections::HashSet<String>>,
     /// How many such tasks were started.
     pub finishing_started: std::sync::atomic::AtomicU64,
+    /// CustomResourceDefinitions whose custom resources a task is deleting now.
+    pub finishing_definitions: Mutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for App {
@@ -520,6 +523,7 @@ pub async fn new_app(
         close_watches: tokio::sync::watch::channel(crate::watch::Closes::default()).0,
         finishing: Mutex::default(),
         finishing_started: Default::default(),
+        finishing_definitions: Mutex::default(),
         storage_protection: std::sync::atomic::AtomicBool::new(false),
     });
     refresh_crds(&app);
@@ -543,6 +547,7 @@ pub async fn new_app(
         last = last.max(write_default(&app, key, &default)?);
     }
     app.store.wait_durable(last).await?;
+    definitions::resume(&app);
     Ok(app)
 }
 

@@ -220,6 +220,7 @@ pub(crate) async fn create_object(
     validate(&t.rt, &obj, None)?;
     crate::auth::escalation::check(&app.auth, &app.store, &t.rt, &ns, &obj)?;
     namespace_active(app, &t.rt, &ns)?;
+    super::definitions::definition_active(app, &t.rt, &name)?;
     let rt = t.rt.clone();
     let mut attempt = 1;
     let Written {

@@ -321,3 +321,85 @@ async fn a_compacted_log_restarts_to_exactly_the_acknowledged_objects() {
         .collect();
     assert_eq!(found, expected);
 }
+
+/// A CustomResourceDefinition a DELETE marked before a restart still goes once its last
+/// custom resource does: the cleanup starts again with the server.
+#[tokio::test]
+async fn a_definition_being_deleted_at_a_restart_goes_once_its_last_custom_resource_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(durable(dir.path())).await;
+    let definitions = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let definition = format!("{definitions}/gadgets.example.volstack.dev");
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.volstack.dev"},
+        "spec": {"group": "example.volstack.dev", "scope": "Cluster",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let (code, message) = post_json(&s.client, definitions, &crd).await;
+    assert_eq!(code, 200, "{message}");
+    let held = json!({"apiVersion": "example.volstack.dev/v1", "kind": "Gadget",
+        "metadata": {"name": "held", "finalizers": ["example.volstack.dev/hold"]}});
+    let (code, message) =
+        post_json(&s.client, "/apis/example.volstack.dev/v1/gadgets", &held).await;
+    assert_eq!(code, 200, "{message}");
+    let (code, message) = raw(
+        &s.client,
+        "DELETE",
+        &definition,
+        "application/json",
+        Vec::new(),
+        "t",
+    )
+    .await;
+    assert_eq!(code, 200, "{message}");
+
+    let s = restart(s, dir.path()).await;
+    let (code, body) = raw(
+        &s.client,
+        "GET",
+        &definition,
+        "application/json",
+        Vec::new(),
+        "t",
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let marked: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        !marked["metadata"]["deletionTimestamp"].is_null(),
+        "{marked}"
+    );
+    let (code, message) = raw(
+        &s.client,
+        "PATCH",
+        "/apis/example.volstack.dev/v1/gadgets/held",
+        "application/merge-patch+json",
+        br#"{"metadata":{"finalizers":null}}"#.to_vec(),
+        "t",
+    )
+    .await;
+    assert_eq!(code, 200, "{message}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, body) = raw(
+            &s.client,
+            "GET",
+            &definition,
+            "application/json",
+            Vec::new(),
+            "t",
+        )
+        .await;
+        if code == 404 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the definition is still there: {code} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
