@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn a_log_that_cannot_be_read_is_an_error_not_an_empty_answer() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("make a temporary directory");
         let missing = dir.path().join("audit.log");
         let read = refusals_in(&missing, |_| true);
         assert!(
