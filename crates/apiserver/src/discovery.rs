@@ -244,7 +244,7 @@ pub fn openapi_group_version(app: &App, group: &str, version: &str) -> Value {
             format!("{prefix}/{}", t.plural)
         };
         let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
-        // Every write may be a dry run (`write::write_mode`).
+        // Every write may be a dry run (`dry_run::write_mode`).
         let op = |action: &str| {
             let parameters = match action {
                 "post" | "put" | "patch" => json!([

@@ -213,18 +213,20 @@ async fn a_schema_that_lists_metadata_keeps_every_metadata_field() {
     assert!(ok, "{err}");
 }
 
-/// Polls kubectl until `args` prints `want` (its standard output, trimmed), for up to 30 s.
+/// Polls kubectl until `args` prints `want` (its standard output, trimmed), for up to 60 s.
 async fn kubectl_until(f: &common::Fixture, args: &[&str], want: &str) {
-    let mut last = String::new();
-    for _ in 0..300 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
         let (_, out, err) = kubectl(f, args, None).await;
-        last = format!("{out}{err}");
         if out.trim() == want {
             return;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kubectl {args:?} never printed {want:?}; last: {out}{err}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    panic!("kubectl {args:?} never printed {want:?}; last: {last}");
 }
 
 /// A deleted definition goes as kube-apiserver's does: marked (finalizer, `Terminating`), its
@@ -250,7 +252,7 @@ async fn a_deleted_definition_deletes_its_custom_resources_first() {
             "get",
             crd,
             "-o",
-            r#"jsonpath={.metadata.finalizers} {.status.conditions[?(@.type=="Terminating")].reason} {.status.conditions[?(@.type=="Terminating")].message}"#,
+            r#"jsonpath={.metadata.generation}|{.metadata.deletionGracePeriodSeconds}|{.metadata.finalizers} {.status.conditions[?(@.type=="Terminating")].reason} {.status.conditions[?(@.type=="Terminating")].message}"#,
         ],
         None,
     )
@@ -258,7 +260,8 @@ async fn a_deleted_definition_deletes_its_custom_resources_first() {
     assert!(ok, "{err}");
     assert_eq!(
         out.trim(),
-        r#"["customresourcecleanup.apiextensions.k8s.io"] InstanceDeletionInProgress CustomResource deletion is in progress"#
+        // As kube-apiserver v1.36.2 marks it: the generation kept, no grace period.
+        r#"1||["customresourcecleanup.apiextensions.k8s.io"] InstanceDeletionInProgress CustomResource deletion is in progress"#
     );
     // The free one goes, the held one waits for its finalizer.
     kubectl_until(
@@ -267,19 +270,30 @@ async fn a_deleted_definition_deletes_its_custom_resources_first() {
         "pool.example.volstack.dev/held",
     )
     .await;
-    let (_, out, _) = kubectl(
-        &f,
-        &[
-            "get",
-            "pool",
-            "held",
-            "-o",
-            "jsonpath={.metadata.deletionTimestamp}",
-        ],
-        None,
-    )
-    .await;
-    assert!(!out.trim().is_empty(), "the held pool is being deleted");
+    // Deleted one after the other: the held one is marked soon after the free one goes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, out, _) = kubectl(
+            &f,
+            &[
+                "get",
+                "pool",
+                "held",
+                "-o",
+                "jsonpath={.metadata.deletionTimestamp}",
+            ],
+            None,
+        )
+        .await;
+        if !out.trim().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held pool is never marked as being deleted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let late = "apiVersion: example.volstack.dev/v1\nkind: Pool\nmetadata:\n  name: late\nspec:\n  minimum: 1\n";
     let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(late)).await;
     assert!(!ok);
@@ -302,8 +316,41 @@ async fn a_deleted_definition_deletes_its_custom_resources_first() {
     )
     .await;
     assert!(ok, "{err}");
-    kubectl_until(&f, &["get", "crd", "-o", "name", "--ignore-not-found"], "").await;
+    kubectl_until(&f, &["get", crd, "-o", "name", "--ignore-not-found"], "").await;
     // Defined again, it starts empty.
+    define_pools(&f, CRD).await;
+    let (ok, out, err) = kubectl(&f, &["get", "pools", "-o", "name"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "");
+}
+
+/// A definition none of whose versions is served: its objects cannot be reached (nor their
+/// finalizers taken off), so deleting it removes them outright, and a definition of the same
+/// name starts empty.
+#[tokio::test]
+async fn a_deleted_definition_serving_no_version_leaves_no_objects_behind() {
+    let f = start().await;
+    define_pools(&f, CRD).await;
+    let held = "apiVersion: example.volstack.dev/v1\nkind: Pool\nmetadata:\n  name: held\n  finalizers: [example.volstack.dev/hold]\nspec:\n  minimum: 1\n";
+    let (ok, _, err) = kubectl(&f, &["apply", "-f", "-"], Some(held)).await;
+    assert!(ok, "{err}");
+    let crd = "crd/pools.example.volstack.dev";
+    let (ok, _, err) = kubectl(
+        &f,
+        &[
+            "patch",
+            crd,
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/versions/0/served","value":false}]"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = kubectl(&f, &["delete", crd, "--wait=false"], None).await;
+    assert!(ok, "{err}");
+    kubectl_until(&f, &["get", crd, "-o", "name", "--ignore-not-found"], "").await;
     define_pools(&f, CRD).await;
     let (ok, out, err) = kubectl(&f, &["get", "pools", "-o", "name"], None).await;
     assert!(ok, "{err}");

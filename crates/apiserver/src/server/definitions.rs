@@ -45,13 +45,13 @@ pub(crate) fn mark(next: &mut Value, now: &str) {
 }
 
 /// kube-apiserver's refusal of a custom resource created while its definition is being
-/// deleted.
+/// deleted (read from the newest state, so a mark not yet durable counts).
 pub(crate) fn definition_active(app: &App, rt: &ResourceType, name: &str) -> Result<(), ApiError> {
     if !rt.custom {
         return Ok(());
     }
     let definition = format!("{}.{}", rt.plural, rt.group);
-    match app.store.get(DEFINITIONS, "", &definition) {
+    match app.store.newest(DEFINITIONS, "", &definition) {
         Some(crd) if !crd["metadata"]["deletionTimestamp"].is_null() => {
             Err(ApiError::forbidden_object(
                 &rt.group,
@@ -67,79 +67,131 @@ pub(crate) fn definition_active(app: &App, rt: &ResourceType, name: &str) -> Res
 /// Where definitions are stored.
 const DEFINITIONS: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
+/// What one round of a definition's cleanup found.
+enum Round {
+    /// The definition is gone, no longer being deleted, another one (another uid) or no
+    /// longer held by the finalizer: nothing left to do.
+    Over,
+    /// Its custom resources, as stored (the key of every version).
+    Left(Vec<Arc<Value>>),
+}
+
+/// Reads definition `name` (of `uid`) and what is left of its custom resources.
+fn round(app: &App, name: &str, uid: &str) -> Round {
+    let Some(crd) = app.store.get(DEFINITIONS, "", name) else {
+        return Round::Over;
+    };
+    let meta = &crd["metadata"];
+    let held = meta["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER));
+    if meta["deletionTimestamp"].is_null() || !held || meta["uid"].as_str() != Some(uid) {
+        return Round::Over;
+    }
+    let group = crd["spec"]["group"].as_str().unwrap_or_default();
+    let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
+    Round::Left(app.store.list(&format!("{group}/{plural}"), None).0)
+}
+
 /// Deletes the custom resources of definition `name` (being deleted), then takes its finalizer
-/// off, which removes it unless another finalizer holds it. One task per definition; it ends
-/// when the definition is gone, no longer being deleted or no longer holds the finalizer.
-pub(crate) fn finish_definition(app: Shared, name: String) {
-    if !app.finishing_definitions.lock().insert(name.clone()) {
+/// off, which removes it unless another finalizer holds it. One task per definition (by uid);
+/// it ends when the definition is gone, no longer being deleted or no longer holds the
+/// finalizer, or when the server it belongs to is dropped (it holds the server weakly).
+pub(crate) fn finish_definition(app: &Shared, name: &str) {
+    let Some(uid) = app
+        .store
+        .get(DEFINITIONS, "", name)
+        .and_then(|crd| crd["metadata"]["uid"].as_str().map(str::to_string))
+    else {
+        return;
+    };
+    if !app.finishing_definitions.lock().insert(uid.clone()) {
         return;
     }
+    let weak = Arc::downgrade(app);
+    let name = name.to_string();
     tokio::spawn(async move {
-        struct Done(Shared, String);
-        impl Drop for Done {
-            fn drop(&mut self) {
-                self.0.finishing_definitions.lock().remove(&self.1);
-            }
-        }
-        let _done = Done(app.clone(), name.clone());
-        let mut round: u32 = 0;
+        let mut pause: u32 = 0;
+        // Released only after two empty rounds in a row: a create that passed its check just
+        // before the mark lands within one.
+        let mut empty_rounds = 0;
         loop {
-            let Some(crd) = app.store.get(DEFINITIONS, "", &name) else {
+            let Some(app) = weak.upgrade() else {
                 return;
             };
-            let held = crd["metadata"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER));
-            if crd["metadata"]["deletionTimestamp"].is_null() || !held {
-                return;
-            }
-            let group = crd["spec"]["group"].as_str().unwrap_or_default();
-            let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
-            // Every served version is stored under the same key; any of them deletes.
-            let served = app
-                .registry
-                .all()
-                .into_iter()
-                .find(|t| t.custom && t.group == group && t.plural == plural);
-            let left = match &served {
-                Some(rt) => app.store.list(&rt.key(), None).0,
-                None => Vec::new(),
+            let left = match round(&app, &name, &uid) {
+                Round::Over => break,
+                Round::Left(left) => left,
             };
             if left.is_empty() {
-                release(&app, &name).await;
-                return;
-            }
-            if let Some(rt) = served {
-                for object in left
-                    .iter()
-                    .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
-                {
-                    let meta = &object["metadata"];
-                    let ns = meta["namespace"].as_str().unwrap_or_default();
-                    let object_name = meta["name"].as_str().unwrap_or_default();
-                    if let Err(error) =
-                        delete::delete(&app, &rt, ns, object_name, &Bytes::new(), WriteMode::Store)
-                            .await
-                    {
-                        tracing::warn!(definition = %name, object = object_name, error = %error.message, "failed to delete a custom resource of a definition being deleted");
-                    }
+                empty_rounds += 1;
+                if empty_rounds >= 2 && release(&app, &name, &uid).await {
+                    break;
                 }
+            } else {
+                empty_rounds = 0;
+                delete_all(&app, &name, &left).await;
             }
+            drop(app);
             // Those held by finalizers are waited for; soon at first, then every second.
-            round = round.saturating_add(1);
-            let pause = if round < 10 { 200 } else { 1000 };
-            tokio::time::sleep(Duration::from_millis(pause)).await;
+            pause = pause.saturating_add(1);
+            let millis = if pause < 10 { 200 } else { 1000 };
+            tokio::time::sleep(Duration::from_millis(millis)).await;
+        }
+        if let Some(app) = weak.upgrade() {
+            app.finishing_definitions.lock().remove(&uid);
         }
     });
 }
 
-/// Takes the cleanup finalizer off definition `name`; removed when it was the last.
-async fn release(app: &Shared, name: &str) {
+/// Deletes custom resources `left` of definition `name` that are not being deleted yet.
+/// Through a served version's type when there is one (finalizers honoured); with no version
+/// served nobody could take a finalizer off, so they are removed outright.
+async fn delete_all(app: &Shared, name: &str, left: &[Arc<Value>]) {
+    // A definition's name is `plural.group` (kube-apiserver refuses any other).
+    let served = app
+        .registry
+        .all()
+        .into_iter()
+        .find(|t| t.custom && format!("{}.{}", t.plural, t.group) == name);
+    for object in left
+        .iter()
+        .filter(|o| o["metadata"]["deletionTimestamp"].is_null() || served.is_none())
+    {
+        let meta = &object["metadata"];
+        let ns = meta["namespace"].as_str().unwrap_or_default();
+        let object_name = meta["name"].as_str().unwrap_or_default();
+        let deleted = match &served {
+            Some(rt) => delete::delete(app, rt, ns, object_name, &Bytes::new(), WriteMode::Store)
+                .await
+                .map(|_| ()),
+            None => remove_unserved(app, name, ns, object_name),
+        };
+        if let Err(error) = deleted {
+            tracing::warn!(definition = %name, object = object_name, error = %error.message, "failed to delete a custom resource of a definition being deleted");
+        }
+    }
+}
+
+/// Removes a custom resource of definition `name` (`plural.group`), none of whose versions is
+/// served, from the store.
+fn remove_unserved(app: &App, name: &str, ns: &str, object: &str) -> Result<(), ApiError> {
+    let (plural, group) = name.split_once('.').unwrap_or((name, ""));
+    app.store
+        .write(&format!("{group}/{plural}"), ns, object, |_, _| {
+            Ok::<_, ApiError>(Write2::Delete)
+        })
+        .map(|_| ())
+}
+
+/// Takes the cleanup finalizer off definition `name` (of `uid`); removed when it was the last.
+/// Whether that was done (or there was nothing to do): on failure the task tries again.
+async fn release(app: &Shared, name: &str, uid: &str) -> bool {
     let Some(rt) = app.registry.all().into_iter().find(|t| is_definitions(t)) else {
-        return;
+        return true;
     };
     let written = write_object(app, WriteMode::Store, &rt, "", name, |current, _| {
-        let Some(current) = current else {
+        let Some(current) = current.filter(|c| c["metadata"]["uid"].as_str() == Some(uid)) else {
             return Ok(Write2::Keep);
         };
         let mut next = current.clone();
@@ -155,14 +207,15 @@ async fn release(app: &Shared, name: &str) {
             Write2::Put(next)
         })
     });
-    match written {
-        Ok(Written { rv, .. }) => {
-            if let Err(error) = commit(app, &rt, rv).await {
-                tracing::warn!(definition = name, error = %error.message, "failed to remove a deleted definition");
-            }
-        }
+    let committed = match written {
+        Ok(Written { rv, .. }) => commit(app, &rt, rv).await,
+        Err(error) => Err(error),
+    };
+    match committed {
+        Ok(()) => true,
         Err(error) => {
-            tracing::warn!(definition = name, error = %error.message, "failed to remove a deleted definition");
+            tracing::warn!(definition = name, error = %error.message, "failed to remove a deleted definition; trying again");
+            false
         }
     }
 }
@@ -174,7 +227,7 @@ pub(crate) fn resume(app: &Shared) {
         if !crd["metadata"]["deletionTimestamp"].is_null()
             && let Some(name) = crd["metadata"]["name"].as_str()
         {
-            finish_definition(app.clone(), name.to_string());
+            finish_definition(app, name);
         }
     }
 }

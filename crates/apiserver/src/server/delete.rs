@@ -43,7 +43,7 @@ pub(crate) async fn delete(
         finish_namespace(app.clone(), name.to_string());
     }
     if definitions::is_definitions(rt) && mode == WriteMode::Store && !removed {
-        definitions::finish_definition(app.clone(), name.to_string());
+        definitions::finish_definition(app, name);
     }
     let object = object.ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     Ok(Deleted {
@@ -125,6 +125,11 @@ fn deletion(
     }
     let mut next = current.clone();
     next["metadata"]["deletionTimestamp"] = json!(now);
+    // kube-apiserver's definition storage marks it itself: no grace period, the same generation.
+    if is_definition {
+        definitions::mark(&mut next, now);
+        return Ok(Write2::Put(next));
+    }
     next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
     // As kube-apiserver marks an object: a kind with a generation counts the change.
     if let Some(generation) = meta["generation"].as_i64().filter(|g| *g > 0) {
@@ -132,9 +137,6 @@ fn deletion(
     }
     if is_namespace {
         next["status"]["phase"] = json!("Terminating");
-    }
-    if is_definition {
-        definitions::mark(&mut next, now);
     }
     Ok(Write2::Put(next))
 }

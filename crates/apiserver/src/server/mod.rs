@@ -34,6 +34,7 @@ use crate::unknown_fields::{FieldValidation, Verdict};
 mod binding;
 mod definitions;
 mod delete;
+mod dry_run;
 mod endpoints;
 mod kubeconfig;
 mod read;
@@ -46,6 +47,7 @@ mod write;
 use endpoints::{fault_admin, health, metrics, version};
 
 use delete::{delete, delete_collection};
+pub(crate) use dry_run::WriteMode;
 pub use kubeconfig::{kubeconfig, write_kubeconfig};
 pub(crate) use read::selectors;
 use read::{list, list_version_reached};
@@ -55,7 +57,7 @@ pub(crate) use routing::{Query, Target};
 use routing::{Route, route, verb_of};
 use token::token_request;
 pub(crate) use token::token_request as token_request_for;
-pub(crate) use write::{PATCH_TRIES, WriteMode, apply_update, create_object, update_object};
+pub(crate) use write::{PATCH_TRIES, apply_update, create_object, update_object};
 use write::{
     checked_body, commit, create, patch, refresh_crds, update, with_warnings, write_object,
 };
@@ -361,7 +363,7 @@ async fn object_request(
             ),
         };
     }
-    let mode = match write::write_mode(method, query.all("dryRun"), &body) {
+    let mode = match dry_run::write_mode(method, query.all("dryRun"), &body) {
         Ok(mode) => mode,
         Err(refused) => return (verb_of(method, t.name.is_some(), false), Err(refused)),
     };
