@@ -148,16 +148,25 @@ pub(crate) fn finish_namespace(app: Shared, namespace: String) {
     }
     app.finishing_started
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Held weakly: a server that stops (a restart in the same process) ends the task instead of
+    // being kept alive by it.
+    let weak = Arc::downgrade(&app);
+    drop(app);
     tokio::spawn(async move {
         // Whichever way the task ends, a later delete of the namespace may start another.
-        struct Done(Shared, String);
+        struct Done(std::sync::Weak<App>, String);
         impl Drop for Done {
             fn drop(&mut self) {
-                self.0.finishing.lock().remove(&self.1);
+                if let Some(app) = self.0.upgrade() {
+                    app.finishing.lock().remove(&self.1);
+                }
             }
         }
-        let _done = Done(app.clone(), namespace.clone());
+        let _done = Done(weak.clone(), namespace.clone());
         for _ in 0..600 {
+            let Some(app) = weak.upgrade() else {
+                return;
+            };
             let contents = app.store.in_namespace(&namespace);
             if contents.is_empty() {
                 let _ = app.store.write("/namespaces", "", &namespace, |_, _| {
@@ -182,6 +191,7 @@ pub(crate) fn finish_namespace(app: Shared, namespace: String) {
                 )
                 .await;
             }
+            drop(app);
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });

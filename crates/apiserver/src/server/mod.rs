@@ -549,6 +549,16 @@ pub async fn new_app(
         last = last.max(write_default(&app, key, &default)?);
     }
     app.store.wait_durable(last).await?;
+    // Deletions a restart interrupted go on: namespaces being emptied, definitions whose
+    // custom resources were being deleted.
+    let (namespaces, _) = app.store.list("/namespaces", None);
+    for namespace in namespaces {
+        if !namespace["metadata"]["deletionTimestamp"].is_null()
+            && let Some(name) = namespace["metadata"]["name"].as_str()
+        {
+            delete::finish_namespace(app.clone(), name.to_string());
+        }
+    }
     definitions::resume(&app);
     Ok(app)
 }

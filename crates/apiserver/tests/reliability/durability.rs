@@ -403,3 +403,66 @@ async fn a_definition_being_deleted_at_a_restart_goes_once_its_last_custom_resou
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A namespace being deleted at a restart is still emptied and removed once its last object's
+/// finalizer comes off: the deletion starts again with the server.
+#[tokio::test]
+async fn a_namespace_being_deleted_at_a_restart_goes_once_its_last_object_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(durable(dir.path())).await;
+    let (code, message) = post_json(
+        &s.client,
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "leaving"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{message}");
+    let held = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "held", "finalizers": ["example.volstack.dev/hold"]}});
+    let (code, message) =
+        post_json(&s.client, "/api/v1/namespaces/leaving/configmaps", &held).await;
+    assert_eq!(code, 200, "{message}");
+    let namespace = "/api/v1/namespaces/leaving";
+    let (code, message) = raw(
+        &s.client,
+        "DELETE",
+        namespace,
+        "application/json",
+        Vec::new(),
+        "t",
+    )
+    .await;
+    assert_eq!(code, 200, "{message}");
+
+    let s = restart(s, dir.path()).await;
+    let (code, message) = raw(
+        &s.client,
+        "PATCH",
+        "/api/v1/namespaces/leaving/configmaps/held",
+        "application/merge-patch+json",
+        br#"{"metadata":{"finalizers":null}}"#.to_vec(),
+        "t",
+    )
+    .await;
+    assert_eq!(code, 200, "{message}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, body) = raw(
+            &s.client,
+            "GET",
+            namespace,
+            "application/json",
+            Vec::new(),
+            "t",
+        )
+        .await;
+        if code == 404 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the namespace is still there: {code} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
