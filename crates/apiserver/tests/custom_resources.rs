@@ -197,12 +197,17 @@ async fn a_schema_that_lists_metadata_keeps_every_metadata_field() {
         !ok && err.contains(r#"unknown field "metadata.bogus""#),
         "{err}"
     );
+    release(&f, "p").await;
+}
+
+/// Takes pool `name`'s finalizers off.
+async fn release(f: &common::Fixture, name: &str) {
     let (ok, _, err) = kubectl(
-        &f,
+        f,
         &[
             "patch",
             "pool",
-            "p",
+            name,
             "--type=merge",
             "-p",
             r#"{"metadata":{"finalizers":null}}"#,
@@ -302,20 +307,7 @@ async fn a_deleted_definition_deletes_its_custom_resources_first() {
         "{err}"
     );
     // Its finalizer off, the last pool goes, then the definition.
-    let (ok, _, err) = kubectl(
-        &f,
-        &[
-            "patch",
-            "pool",
-            "held",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ],
-        None,
-    )
-    .await;
-    assert!(ok, "{err}");
+    release(&f, "held").await;
     kubectl_until(&f, &["get", crd, "-o", "name", "--ignore-not-found"], "").await;
     // Defined again, it starts empty.
     define_pools(&f, CRD).await;

@@ -372,10 +372,21 @@ async fn a_definition_being_deleted_at_a_restart_goes_once_its_last_custom_resou
         !marked["metadata"]["deletionTimestamp"].is_null(),
         "{marked}"
     );
+    release_then_gone(
+        &s,
+        "/apis/example.volstack.dev/v1/gadgets/held",
+        &definition,
+    )
+    .await;
+}
+
+/// Takes the finalizers off the object at `held`, then waits (30 s at most) until `path` is
+/// gone.
+async fn release_then_gone(s: &Server, held: &str, path: &str) {
     let (code, message) = raw(
         &s.client,
         "PATCH",
-        "/apis/example.volstack.dev/v1/gadgets/held",
+        held,
         "application/merge-patch+json",
         br#"{"metadata":{"finalizers":null}}"#.to_vec(),
         "t",
@@ -384,21 +395,13 @@ async fn a_definition_being_deleted_at_a_restart_goes_once_its_last_custom_resou
     assert_eq!(code, 200, "{message}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let (code, body) = raw(
-            &s.client,
-            "GET",
-            &definition,
-            "application/json",
-            Vec::new(),
-            "t",
-        )
-        .await;
+        let (code, body) = raw(&s.client, "GET", path, "application/json", Vec::new(), "t").await;
         if code == 404 {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the definition is still there: {code} {body}"
+            "{path} is still there: {code} {body}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -435,34 +438,5 @@ async fn a_namespace_being_deleted_at_a_restart_goes_once_its_last_object_does()
     assert_eq!(code, 200, "{message}");
 
     let s = restart(s, dir.path()).await;
-    let (code, message) = raw(
-        &s.client,
-        "PATCH",
-        "/api/v1/namespaces/leaving/configmaps/held",
-        "application/merge-patch+json",
-        br#"{"metadata":{"finalizers":null}}"#.to_vec(),
-        "t",
-    )
-    .await;
-    assert_eq!(code, 200, "{message}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (code, body) = raw(
-            &s.client,
-            "GET",
-            namespace,
-            "application/json",
-            Vec::new(),
-            "t",
-        )
-        .await;
-        if code == 404 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the namespace is still there: {code} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    release_then_gone(&s, "/api/v1/namespaces/leaving/configmaps/held", namespace).await;
 }
