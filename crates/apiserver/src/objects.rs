@@ -450,7 +450,7 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         ("storage.k8s.io", "csistoragecapacities") => rules::storage_capacity(obj, old),
         ("coordination.k8s.io", "leases") => rules::lease(obj),
         ("apiextensions.k8s.io", "customresourcedefinitions") if old.is_none() => {
-            approved_group(obj)
+            new_definition(obj)
         }
         ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
             crate::rbac_rules::role(obj, rt.namespaced)
@@ -478,10 +478,20 @@ fn path_segment_error(name: &str) -> Option<String> {
 /// The annotation a definition in a group of the Kubernetes project must carry.
 pub const API_APPROVED: &str = "api-approved.kubernetes.io";
 
-/// A CustomResourceDefinition of a group of the Kubernetes project (`k8s.io`,
-/// `kubernetes.io` and their subdomains) names its API review, as kube-apiserver requires.
-fn approved_group(obj: &Value) -> Result<(), String> {
+/// A new CustomResourceDefinition: named `plural.group`, and one of a group of the Kubernetes
+/// project (`k8s.io`, `kubernetes.io` and their subdomains) names its API review, as
+/// kube-apiserver requires.
+fn new_definition(obj: &Value) -> Result<(), String> {
     let group = obj["spec"]["group"].as_str().unwrap_or_default();
+    // Its name is its plural and group (which name its objects' type and where they are kept).
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let plural = obj["spec"]["names"]["plural"].as_str().unwrap_or_default();
+    if name != format!("{plural}.{group}") {
+        return Err(format!(
+            "metadata.name: Invalid value: {}: must be spec.names.plural+\".\"+spec.group",
+            Value::from(name)
+        ));
+    }
     let protected = ["k8s.io", "kubernetes.io"]
         .iter()
         .any(|d| group == *d || group.ends_with(&format!(".{d}")));

@@ -150,6 +150,17 @@ async fn a_definition_in_a_protected_group_needs_the_approval_annotation() {
     );
     let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&approved)).await;
     assert!(ok, "{err}");
+    // Its name must be its plural and group, with kube-apiserver's message.
+    let misnamed = CRD.replace(
+        r#""metadata": {"name": "pools.example.volstack.dev"}"#,
+        r#""metadata": {"name": "tanks.example.volstack.dev"}"#,
+    );
+    let (ok, _, err) = kubectl(&f, &["create", "-f", "-"], Some(&misnamed)).await;
+    assert!(!ok);
+    assert!(
+        err.contains(r#"The CustomResourceDefinition "tanks.example.volstack.dev" is invalid: metadata.name: Invalid value: "tanks.example.volstack.dev": must be spec.names.plural+"."+spec.group"#),
+        "{err}"
+    );
 }
 
 /// A definition whose schema lists `metadata` with a few properties (as generated schemas do)

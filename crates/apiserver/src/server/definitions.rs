@@ -72,8 +72,10 @@ enum Round {
     /// The definition is gone, no longer being deleted, another one (another uid) or no
     /// longer held by the finalizer: nothing left to do.
     Over,
-    /// Its custom resources, as stored (the key of every version).
-    Left(Vec<Arc<Value>>),
+    /// Its custom resources, as stored (the key of every version), and the group and plural
+    /// of its spec, which name their type and key (the definition's own name may differ: this
+    /// server does not refuse a name other than `plural.group`).
+    Left(Vec<Arc<Value>>, String, String),
 }
 
 /// Reads definition `name` (of `uid`) and what is left of its custom resources.
@@ -90,7 +92,8 @@ fn round(app: &App, name: &str, uid: &str) -> Round {
     }
     let group = crd["spec"]["group"].as_str().unwrap_or_default();
     let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
-    Round::Left(app.store.list(&format!("{group}/{plural}"), None).0)
+    let left = app.store.list(&format!("{group}/{plural}"), None).0;
+    Round::Left(left, group.to_string(), plural.to_string())
 }
 
 /// Deletes the custom resources of definition `name` (being deleted), then takes its finalizer
@@ -111,6 +114,16 @@ pub(crate) fn finish_definition(app: &Shared, name: &str) {
     let weak = Arc::downgrade(app);
     let name = name.to_string();
     tokio::spawn(async move {
+        // Whichever way the task ends (a panic included), a later DELETE may start another.
+        struct Done(std::sync::Weak<App>, String);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                if let Some(app) = self.0.upgrade() {
+                    app.finishing_definitions.lock().remove(&self.1);
+                }
+            }
+        }
+        let _done = Done(weak.clone(), uid.clone());
         let mut pause: u32 = 0;
         // Released only after two empty rounds in a row: a create that passed its check just
         // before the mark lands within one.
@@ -119,9 +132,9 @@ pub(crate) fn finish_definition(app: &Shared, name: &str) {
             let Some(app) = weak.upgrade() else {
                 return;
             };
-            let left = match round(&app, &name, &uid) {
+            let (left, group, plural) = match round(&app, &name, &uid) {
                 Round::Over => break,
-                Round::Left(left) => left,
+                Round::Left(left, group, plural) => (left, group, plural),
             };
             if left.is_empty() {
                 empty_rounds += 1;
@@ -130,7 +143,7 @@ pub(crate) fn finish_definition(app: &Shared, name: &str) {
                 }
             } else {
                 empty_rounds = 0;
-                delete_all(&app, &name, &left).await;
+                delete_all(&app, &name, (&group, &plural), &left).await;
             }
             drop(app);
             // Those held by finalizers are waited for; soon at first, then every second.
@@ -138,22 +151,18 @@ pub(crate) fn finish_definition(app: &Shared, name: &str) {
             let millis = if pause < 10 { 200 } else { 1000 };
             tokio::time::sleep(Duration::from_millis(millis)).await;
         }
-        if let Some(app) = weak.upgrade() {
-            app.finishing_definitions.lock().remove(&uid);
-        }
     });
 }
 
 /// Deletes custom resources `left` of definition `name` that are not being deleted yet.
 /// Through a served version's type when there is one (finalizers honoured); with no version
 /// served nobody could take a finalizer off, so they are removed outright.
-async fn delete_all(app: &Shared, name: &str, left: &[Arc<Value>]) {
-    // A definition's name is `plural.group` (kube-apiserver refuses any other).
+async fn delete_all(app: &Shared, name: &str, (group, plural): (&str, &str), left: &[Arc<Value>]) {
     let served = app
         .registry
         .all()
         .into_iter()
-        .find(|t| t.custom && format!("{}.{}", t.plural, t.group) == name);
+        .find(|t| t.custom && t.group == group && t.plural == plural);
     for object in left
         .iter()
         .filter(|o| o["metadata"]["deletionTimestamp"].is_null() || served.is_none())
@@ -165,7 +174,7 @@ async fn delete_all(app: &Shared, name: &str, left: &[Arc<Value>]) {
             Some(rt) => delete::delete(app, rt, ns, object_name, &Bytes::new(), WriteMode::Store)
                 .await
                 .map(|_| ()),
-            None => remove_unserved(app, name, ns, object_name),
+            None => remove_unserved(app, (group, plural), ns, object_name),
         };
         if let Err(error) = deleted {
             tracing::warn!(definition = %name, object = object_name, error = %error.message, "failed to delete a custom resource of a definition being deleted");
@@ -173,10 +182,14 @@ async fn delete_all(app: &Shared, name: &str, left: &[Arc<Value>]) {
     }
 }
 
-/// Removes a custom resource of definition `name` (`plural.group`), none of whose versions is
-/// served, from the store.
-fn remove_unserved(app: &App, name: &str, ns: &str, object: &str) -> Result<(), ApiError> {
-    let (plural, group) = name.split_once('.').unwrap_or((name, ""));
+/// Removes a custom resource of `group` and `plural`, none of whose versions is served, from
+/// the store.
+fn remove_unserved(
+    app: &App,
+    (group, plural): (&str, &str),
+    ns: &str,
+    object: &str,
+) -> Result<(), ApiError> {
     app.store
         .write(&format!("{group}/{plural}"), ns, object, |_, _| {
             Ok::<_, ApiError>(Write2::Delete)
