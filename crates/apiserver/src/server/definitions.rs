@@ -65,7 +65,37 @@ pub(crate) fn definition_active(app: &App, rt: &ResourceType, name: &str) -> Res
 }
 
 /// Where definitions are stored.
-const DEFINITIONS: &str = "apiextensions.k8s.io/customresourcedefinitions";
+pub(crate) const DEFINITIONS: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+/// Whether the cleanup of definition `crd` started for `uid` still stands: the same definition,
+/// being deleted, still held by the cleanup finalizer.
+fn cleanup_stands(crd: &Value, uid: &str) -> bool {
+    let meta = &crd["metadata"];
+    let held = meta["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER));
+    held && !meta["deletionTimestamp"].is_null() && meta["uid"].as_str() == Some(uid)
+}
+
+/// What taking the cleanup finalizer off `current` (of `uid`) writes: nothing for another
+/// definition of that name, its removal when no other finalizer holds it.
+fn released(current: Option<&Value>, uid: &str) -> Write2 {
+    let Some(current) = current.filter(|c| c["metadata"]["uid"].as_str() == Some(uid)) else {
+        return Write2::Keep;
+    };
+    let mut next = current.clone();
+    if let Some(list) = next["metadata"]["finalizers"].as_array_mut() {
+        list.retain(|f| f != CLEANUP_FINALIZER);
+    }
+    let none_left = next["metadata"]["finalizers"]
+        .as_array()
+        .is_none_or(Vec::is_empty);
+    if none_left {
+        Write2::Delete
+    } else {
+        Write2::Put(next)
+    }
+}
 
 /// What one round of a definition's cleanup found.
 enum Round {
@@ -73,8 +103,8 @@ enum Round {
     /// longer held by the finalizer: nothing left to do.
     Over,
     /// Its custom resources, as stored (the key of every version), and the group and plural
-    /// of its spec, which name their type and key (the definition's own name may differ: this
-    /// server does not refuse a name other than `plural.group`).
+    /// of its spec, which name their type and key (a definition stored before names were
+    /// checked may be named otherwise than `plural.group`).
     Left(Vec<Arc<Value>>, String, String),
 }
 
@@ -83,11 +113,7 @@ fn round(app: &App, name: &str, uid: &str) -> Round {
     let Some(crd) = app.store.get(DEFINITIONS, "", name) else {
         return Round::Over;
     };
-    let meta = &crd["metadata"];
-    let held = meta["finalizers"]
-        .as_array()
-        .is_some_and(|f| f.iter().any(|f| f == CLEANUP_FINALIZER));
-    if meta["deletionTimestamp"].is_null() || !held || meta["uid"].as_str() != Some(uid) {
+    if !cleanup_stands(&crd, uid) {
         return Round::Over;
     }
     let group = crd["spec"]["group"].as_str().unwrap_or_default();
@@ -114,16 +140,7 @@ pub(crate) fn finish_definition(app: &Shared, name: &str) {
     let weak = Arc::downgrade(app);
     let name = name.to_string();
     tokio::spawn(async move {
-        // Whichever way the task ends (a panic included), a later DELETE may start another.
-        struct Done(std::sync::Weak<App>, String);
-        impl Drop for Done {
-            fn drop(&mut self) {
-                if let Some(app) = self.0.upgrade() {
-                    app.finishing_definitions.lock().remove(&self.1);
-                }
-            }
-        }
-        let _done = Done(weak.clone(), uid.clone());
+        let _leaves = LeavesSet::new(weak.clone(), |app| &app.finishing_definitions, uid.clone());
         let mut pause: u32 = 0;
         // Released only after two empty rounds in a row: a create that passed its check just
         // before the mark lands within one.
@@ -200,25 +217,14 @@ fn remove_unserved(
 /// Takes the cleanup finalizer off definition `name` (of `uid`); removed when it was the last.
 /// Whether that was done (or there was nothing to do): on failure the task tries again.
 async fn release(app: &Shared, name: &str, uid: &str) -> bool {
-    let Some(rt) = app.registry.all().into_iter().find(|t| is_definitions(t)) else {
+    let Some(rt) = app
+        .registry
+        .find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    else {
         return true;
     };
     let written = write_object(app, WriteMode::Store, &rt, "", name, |current, _| {
-        let Some(current) = current.filter(|c| c["metadata"]["uid"].as_str() == Some(uid)) else {
-            return Ok(Write2::Keep);
-        };
-        let mut next = current.clone();
-        if let Some(list) = next["metadata"]["finalizers"].as_array_mut() {
-            list.retain(|f| f != CLEANUP_FINALIZER);
-        }
-        let none_left = next["metadata"]["finalizers"]
-            .as_array()
-            .is_none_or(Vec::is_empty);
-        Ok(if none_left {
-            Write2::Delete
-        } else {
-            Write2::Put(next)
-        })
+        Ok(released(current, uid))
     });
     let committed = match written {
         Ok(Written { rv, .. }) => commit(app, &rt, rv).await,
@@ -242,5 +248,57 @@ pub(crate) fn resume(app: &Shared) {
         {
             finish_definition(app, name);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cleanup_stands_for_the_same_definition_marked_and_held() {
+        let crd = |uid: &str, deleted: bool, finalizers: Value| {
+            let mut c = json!({"metadata": {"name": "pools.example.dev", "uid": uid,
+                "finalizers": finalizers}});
+            if deleted {
+                c["metadata"]["deletionTimestamp"] = json!("2026-11-29T10:00:00Z");
+            }
+            c
+        };
+        let ours = json!([CLEANUP_FINALIZER]);
+        let rows = [
+            (crd("u1", true, ours.clone()), true),
+            (crd("u2", true, ours.clone()), false),
+            (crd("u1", false, ours.clone()), false),
+            (crd("u1", true, json!(["example.dev/hold"])), false),
+            (crd("u1", true, Value::Null), false),
+        ];
+        for (crd, want) in rows {
+            assert_eq!(cleanup_stands(&crd, "u1"), want, "{crd}");
+        }
+    }
+
+    #[test]
+    fn releasing_removes_the_definition_unless_another_finalizer_holds_it() {
+        let with = |finalizers: Value| json!({"metadata": {"uid": "u1", "finalizers": finalizers}});
+        assert!(matches!(
+            released(Some(&with(json!([CLEANUP_FINALIZER]))), "u1"),
+            Write2::Delete
+        ));
+        match released(
+            Some(&with(json!(["example.dev/keep", CLEANUP_FINALIZER]))),
+            "u1",
+        ) {
+            Write2::Put(next) => {
+                assert_eq!(next["metadata"]["finalizers"], json!(["example.dev/keep"]));
+            }
+            _ => panic!("the other finalizer keeps it"),
+        }
+        assert!(matches!(
+            released(Some(&with(json!([CLEANUP_FINALIZER]))), "u2"),
+            Write2::Keep
+        ));
+        assert!(matches!(released(None, "u1"), Write2::Keep));
     }
 }

@@ -141,6 +141,18 @@ fn deletion(
     Ok(Write2::Put(next))
 }
 
+/// Starts emptying every namespace a DELETE marked before a restart.
+pub(crate) fn resume(app: &Shared) {
+    let (namespaces, _) = app.store.list("/namespaces", None);
+    for namespace in namespaces {
+        if !namespace["metadata"]["deletionTimestamp"].is_null()
+            && let Some(name) = namespace["metadata"]["name"].as_str()
+        {
+            finish_namespace(app.clone(), name.to_string());
+        }
+    }
+}
+
 /// Deletes everything in a terminating namespace, then the namespace once it is empty.
 pub(crate) fn finish_namespace(app: Shared, namespace: String) {
     if !app.finishing.lock().insert(namespace.clone()) {
@@ -153,16 +165,7 @@ pub(crate) fn finish_namespace(app: Shared, namespace: String) {
     let weak = Arc::downgrade(&app);
     drop(app);
     tokio::spawn(async move {
-        // Whichever way the task ends, a later delete of the namespace may start another.
-        struct Done(std::sync::Weak<App>, String);
-        impl Drop for Done {
-            fn drop(&mut self) {
-                if let Some(app) = self.0.upgrade() {
-                    app.finishing.lock().remove(&self.1);
-                }
-            }
-        }
-        let _done = Done(weak.clone(), namespace.clone());
+        let _leaves = LeavesSet::new(weak.clone(), |app| &app.finishing, namespace.clone());
         for _ in 0..600 {
             let Some(app) = weak.upgrade() else {
                 return;

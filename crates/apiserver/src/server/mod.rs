@@ -551,16 +551,36 @@ pub async fn new_app(
     app.store.wait_durable(last).await?;
     // Deletions a restart interrupted go on: namespaces being emptied, definitions whose
     // custom resources were being deleted.
-    let (namespaces, _) = app.store.list("/namespaces", None);
-    for namespace in namespaces {
-        if !namespace["metadata"]["deletionTimestamp"].is_null()
-            && let Some(name) = namespace["metadata"]["name"].as_str()
-        {
-            delete::finish_namespace(app.clone(), name.to_string());
-        }
-    }
+    delete::resume(&app);
     definitions::resume(&app);
     Ok(app)
+}
+
+/// Takes `key` out of one of the server's sets of running tasks (`which`) when dropped,
+/// however the task holding it ends, so a later request may start another; the server is held
+/// weakly, as the task holds it.
+pub(crate) struct LeavesSet {
+    app: std::sync::Weak<App>,
+    which: fn(&App) -> &Mutex<std::collections::HashSet<String>>,
+    key: String,
+}
+
+impl LeavesSet {
+    pub(crate) fn new(
+        app: std::sync::Weak<App>,
+        which: fn(&App) -> &Mutex<std::collections::HashSet<String>>,
+        key: String,
+    ) -> Self {
+        LeavesSet { app, which, key }
+    }
+}
+
+impl Drop for LeavesSet {
+    fn drop(&mut self) {
+        if let Some(app) = self.app.upgrade() {
+            (self.which)(&app).lock().remove(&self.key);
+        }
+    }
 }
 
 /// Makes or restores one default RBAC object ([`crate::auth::bootstrap::reconcile`]); the

@@ -220,9 +220,7 @@ fn admit(app: &App, t: &Target, obj: &mut Value) {
 }
 
 pub(crate) fn refresh_crds(app: &App) {
-    let (crds, _) = app
-        .store
-        .list("apiextensions.k8s.io/customresourcedefinitions", None);
+    let (crds, _) = app.store.list(super::definitions::DEFINITIONS, None);
     let crds: Vec<Value> = crds.iter().map(|c| (**c).clone()).collect();
     app.registry.set_custom(&crds);
 }
