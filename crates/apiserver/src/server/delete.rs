@@ -153,7 +153,10 @@ pub(crate) fn resume(app: &Shared) {
     }
 }
 
-/// Deletes everything in a terminating namespace, then the namespace once it is empty.
+/// Deletes everything in a terminating namespace, then the namespace once it is empty and no
+/// finalizer of its own holds it. Like kube-controller-manager's namespace controller it keeps
+/// at it while an object's finalizer holds the namespace (every 200 ms at first, then less
+/// often); the task ends when the namespace is gone or the server is dropped.
 pub(crate) fn finish_namespace(app: Shared, namespace: String) {
     if !app.finishing.lock().insert(namespace.clone()) {
         return;
@@ -166,38 +169,85 @@ pub(crate) fn finish_namespace(app: Shared, namespace: String) {
     drop(app);
     tokio::spawn(async move {
         let _leaves = LeavesSet::new(weak.clone(), |app| &app.finishing, namespace.clone());
-        for _ in 0..600 {
+        let mut round: u32 = 0;
+        loop {
             let Some(app) = weak.upgrade() else {
                 return;
             };
-            let contents = app.store.in_namespace(&namespace);
-            if contents.is_empty() {
-                let _ = app.store.write("/namespaces", "", &namespace, |_, _| {
-                    Ok::<_, ApiError>(Write2::Delete)
-                });
+            let Some(stored) = app.store.get("/namespaces", "", &namespace) else {
+                return;
+            };
+            if stored["metadata"]["deletionTimestamp"].is_null() {
                 return;
             }
+            let contents = app.store.in_namespace(&namespace);
+            if contents.is_empty() {
+                match remove_namespace(&app, &namespace) {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(namespace = %namespace, error = %error.message, "failed to remove an emptied namespace; trying again");
+                    }
+                }
+            }
             for (resource, name) in contents {
-                // events.k8s.io/v1 Events are the core ones: removed as those.
-                let stored_here =
-                    |t: &ResourceType| t.key() == resource && !t.stored_as_core_events();
-                let Some(rt) = app.registry.all().into_iter().find(|t| stored_here(t)) else {
-                    continue;
-                };
-                let _ = delete(
-                    &app,
-                    &rt,
-                    &namespace,
-                    &name,
-                    &Bytes::new(),
-                    WriteMode::Store,
-                )
-                .await;
+                delete_content(&app, &namespace, &resource, &name).await;
             }
             drop(app);
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            round = round.saturating_add(1);
+            tokio::time::sleep(namespace_pause(round)).await;
         }
     });
+}
+
+/// The pause after round `round` of a namespace's emptying: soon at first, then every second,
+/// then every 5 seconds (each round reads every stored key).
+fn namespace_pause(round: u32) -> Duration {
+    match round {
+        0..10 => Duration::from_millis(200),
+        10..60 => Duration::from_secs(1),
+        _ => Duration::from_secs(5),
+    }
+}
+
+/// Deletes object `name` of store key `resource` in a terminating namespace, unless it is
+/// already being deleted.
+async fn delete_content(app: &Shared, namespace: &str, resource: &str, name: &str) {
+    let marked = app
+        .store
+        .get(resource, namespace, name)
+        .is_some_and(|o| !o["metadata"]["deletionTimestamp"].is_null());
+    if marked {
+        return;
+    }
+    // events.k8s.io/v1 Events are the core ones: removed as those.
+    let stored_here = |t: &ResourceType| t.key() == resource && !t.stored_as_core_events();
+    let Some(rt) = app.registry.all().into_iter().find(|t| stored_here(t)) else {
+        return;
+    };
+    if let Err(error) = delete(app, &rt, namespace, name, &Bytes::new(), WriteMode::Store).await
+        && error.code != 404
+    {
+        tracing::warn!(namespace = %namespace, resource = %resource, name = %name, error = %error.message, "failed to delete an object of a terminating namespace");
+    }
+}
+
+/// Removes emptied namespace `name` unless a finalizer of its own (`metadata.finalizers`)
+/// holds it; whether it is gone.
+fn remove_namespace(app: &Shared, name: &str) -> Result<bool, ApiError> {
+    let mut removed = false;
+    app.store.write("/namespaces", "", name, |current, _| {
+        let Some(ns) = current else {
+            removed = true;
+            return Ok(Write2::Keep);
+        };
+        let held = ns["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        removed = !held;
+        Ok::<_, ApiError>(if held { Write2::Keep } else { Write2::Delete })
+    })?;
+    Ok(removed)
 }
 
 pub(crate) async fn delete_collection(

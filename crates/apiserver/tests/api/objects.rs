@@ -319,6 +319,83 @@ async fn a_namespace_deleted_again_and_again_is_finished_by_one_task() {
     }
 }
 
+/// A namespace held by an object's finalizer for minutes is still emptied and removed once the
+/// finalizer goes (the task used to give up after two minutes), and a finalizer of the
+/// namespace's own holds it until it goes too. Paused time, an in-process client.
+#[tokio::test(start_paused = true)]
+async fn a_namespace_held_for_minutes_goes_once_its_finalizers_go() {
+    let (server, _network, _stop) = start(None).await;
+    let client = kube::Client::new(server.local_service("held-test/1.0").unwrap(), "default");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(
+        json!({"metadata": {"name": "long", "finalizers": ["test/ns-hold"]}}),
+    )
+    .unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "long");
+    let mut kept = cm("kept");
+    kept.metadata.finalizers = Some(vec!["test/hold".into()]);
+    api.create(&PostParams::default(), &kept).await.unwrap();
+    namespaces
+        .delete("long", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Ten minutes of (paused) time: the object is marked, the namespace still Terminating and
+    // its task still at work.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let held = api.get("kept").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    let phase = namespaces
+        .get("long")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.phase);
+    assert_eq!(phase.as_deref(), Some("Terminating"));
+    assert_eq!(server.finishing_namespaces().0, vec!["long".to_string()]);
+    // The object's finalizer gone, the object goes; the namespace's own finalizer still holds it.
+    api.patch(
+        "kept",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while api.get_opt("kept").await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "the object stays");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let left = namespaces.get("long").await.unwrap();
+    assert_eq!(
+        left.metadata.finalizers,
+        Some(vec!["test/ns-hold".to_string()])
+    );
+    // Its own finalizer gone, the namespace goes and its task ends.
+    namespaces
+        .patch(
+            "long",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while namespaces.get_opt("long").await.unwrap().is_some()
+        || !server.finishing_namespaces().0.is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the namespace stays"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn secret_string_data_is_merged_into_data_and_never_stored() {
     use k8s_openapi::api::core::v1::Secret;
