@@ -29,6 +29,15 @@ impl Process {
         env: &[(String, String)],
         log_dir: &Path,
     ) -> Result<Process, Error> {
+        // Through `setpriv` a missing program would start (setpriv itself) and exit at once,
+        // leaving the caller waiting for what never comes: refused here, naming it.
+        if !program.is_file() {
+            return Err(Error::Io {
+                action: "start",
+                path: program.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such program"),
+            });
+        }
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -151,6 +160,18 @@ mod tests {
         drop(p);
         // The process is gone (or a zombie reaped by the wait in drop): /proc has no entry.
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_missing_program_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("csi-provisioner");
+        let error = Process::spawn("missing", &missing, &[], &[], dir.path()).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("failed to start") && message.contains("csi-provisioner"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -280,14 +280,15 @@ async fn once(
                 args.claims,
                 made_volumes.count(),
                 started.elapsed().as_secs_f64()
-            )
+            );
+            first_exited(&mut processes)
         })
         .await;
         let bound_after = started.elapsed();
         let cpu = meter.since(&running(&plane, &processes));
         let bound = match bound {
-            Some(progress) => progress,
-            None => {
+            Ok(progress) => progress,
+            Err(Unfinished::TimedOut) => {
                 let logs: Vec<String> = processes.iter().map(|p| p.log()).collect();
                 anyhow::bail!(
                     "not all Bound after {:?}; logs:\n{}",
@@ -295,6 +296,7 @@ async fn once(
                     logs.join("\n")
                 )
             }
+            Err(Unfinished::Stopped(why)) => anyhow::bail!("not all Bound: {why}"),
         };
         // Every Bound claim has its volume: the volume watch sees them all soon.
         let volumes = tokio::time::timeout(Duration::from_secs(60), made_volumes.all(args.claims))
@@ -496,19 +498,45 @@ impl Versions {
 async fn wait_reporting<T>(
     timeout: Duration,
     done: impl Future<Output = T>,
-    report: impl Fn(),
-) -> Option<T> {
+    mut report: impl FnMut() -> Option<String>,
+) -> Result<T, Unfinished> {
     let period = Duration::from_secs(10);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(done, deadline);
     loop {
         tokio::select! {
-            value = &mut done => return Some(value),
-            () = &mut deadline => return None,
-            _ = ticks.tick() => report(),
+            value = &mut done => return Ok(value),
+            () = &mut deadline => return Err(Unfinished::TimedOut),
+            _ = ticks.tick() => {
+                if let Some(why) = report() {
+                    return Err(Unfinished::Stopped(why));
+                }
+            }
         }
     }
+}
+
+/// Why [`wait_reporting`] ended without its result.
+#[derive(Debug, PartialEq, Eq)]
+enum Unfinished {
+    /// The timeout passed.
+    TimedOut,
+    /// The report found a reason to stop waiting (a process that exited).
+    Stopped(String),
+}
+
+/// The first of `processes` that has exited (a sidecar that could not start, or crashed): its
+/// name, exit status and log. The run cannot finish without it.
+fn first_exited(processes: &mut [Process]) -> Option<String> {
+    processes.iter_mut().find_map(|process| {
+        let status = process.exited()?;
+        Some(format!(
+            "{} exited ({status}); its log:\n{}",
+            process.name(),
+            process.log()
+        ))
+    })
 }
 
 /// How the objects came to a state.
@@ -585,5 +613,67 @@ impl Reached {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ends_at_its_result_its_timeout_or_a_reason_to_stop() {
+        let done = wait_reporting(Duration::from_secs(60), async { 7 }, || None).await;
+        assert_eq!(done, Ok(7));
+        let pending = std::future::pending::<()>;
+        let timed_out = wait_reporting(Duration::from_secs(60), pending(), || None).await;
+        assert_eq!(timed_out, Err(Unfinished::TimedOut));
+        // The third report stops it, long before the timeout.
+        let mut reports = 0;
+        let stopped = wait_reporting(Duration::from_secs(3600), pending(), || {
+            reports += 1;
+            (reports == 3).then(|| "csi-provisioner exited".to_string())
+        })
+        .await;
+        assert_eq!(
+            stopped,
+            Err(Unfinished::Stopped("csi-provisioner exited".into()))
+        );
+    }
+
+    #[test]
+    fn a_process_that_exited_is_named_with_its_status_and_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut processes = vec![
+            Process::spawn(
+                "sleeper",
+                Path::new("/bin/sleep"),
+                &["600".into()],
+                &[],
+                dir.path(),
+            )
+            .unwrap(),
+            Process::spawn(
+                "failing",
+                Path::new("/bin/sh"),
+                &["-c".into(), "echo cannot start; exit 3".into()],
+                &[],
+                dir.path(),
+            )
+            .unwrap(),
+        ];
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let why = loop {
+            if let Some(why) = first_exited(&mut processes) {
+                break why;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the exit was not seen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(why.starts_with("failing exited (exit status: 3)"), "{why}");
+        assert!(why.contains("cannot start"), "{why}");
     }
 }
