@@ -563,6 +563,7 @@ pub(crate) struct LeavesSet {
     app: std::sync::Weak<App>,
     which: fn(&App) -> &Mutex<std::collections::HashSet<String>>,
     key: String,
+    armed: bool,
 }
 
 impl LeavesSet {
@@ -571,12 +572,26 @@ impl LeavesSet {
         which: fn(&App) -> &Mutex<std::collections::HashSet<String>>,
         key: String,
     ) -> Self {
-        LeavesSet { app, which, key }
+        LeavesSet {
+            app,
+            which,
+            key,
+            armed: true,
+        }
+    }
+
+    /// The task left the set itself (under the set's lock): dropped, this removes nothing, as
+    /// the key may by then be a new task's.
+    pub(crate) fn defuse(mut self) {
+        self.armed = false;
     }
 }
 
 impl Drop for LeavesSet {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         if let Some(app) = self.app.upgrade() {
             (self.which)(&app).lock().remove(&self.key);
         }

@@ -310,11 +310,7 @@ pub(crate) async fn update_object(
         if let Some(manager) = manager {
             crate::apply::record_update(current, &mut next, manager, &api_version);
         }
-        let deleting = !next["metadata"]["deletionTimestamp"].is_null();
-        let no_finalizers = next["metadata"]["finalizers"]
-            .as_array()
-            .is_none_or(Vec::is_empty);
-        if deleting && no_finalizers {
+        if super::delete::gone_once_written(&rt, &next) {
             next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
             removed_as = Some(next);
             return Ok(Write2::Delete);

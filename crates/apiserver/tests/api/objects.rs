@@ -320,19 +320,34 @@ async fn a_namespace_deleted_again_and_again_is_finished_by_one_task() {
 }
 
 /// A namespace held by an object's finalizer for minutes is still emptied and removed once the
-/// finalizer goes (the task used to give up after two minutes), and a finalizer of the
-/// namespace's own holds it until it goes too. Paused time, an in-process client.
+/// finalizer goes (the task used to give up after two minutes); taking the namespace's own
+/// finalizer off meanwhile does not remove it (its `kubernetes` finalizer holds it until it is
+/// empty); an emptied namespace is finalized and kept by its own finalizer until that goes.
+/// Paused time, an in-process client.
 #[tokio::test(start_paused = true)]
 async fn a_namespace_held_for_minutes_goes_once_its_finalizers_go() {
     let (server, _network, _stop) = start(None).await;
     let client = kube::Client::new(server.local_service("held-test/1.0").unwrap(), "default");
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(
-        json!({"metadata": {"name": "long", "finalizers": ["test/ns-hold"]}}),
-    )
-    .unwrap();
+    let held_by = |name: &str| -> Namespace {
+        serde_json::from_value(json!({"metadata": {"name": name, "finalizers": ["test/ns-hold"]}}))
+            .unwrap()
+    };
+    let unhold = || Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    let gone = |name: &'static str| {
+        let (namespaces, server) = (namespaces.clone(), &server);
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while namespaces.get_opt(name).await.unwrap().is_some()
+                || !server.finishing_namespaces().0.is_empty()
+            {
+                assert!(tokio::time::Instant::now() < deadline, "{name} stays");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
     namespaces
-        .create(&PostParams::default(), &ns)
+        .create(&PostParams::default(), &held_by("long"))
         .await
         .unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "long");
@@ -356,44 +371,68 @@ async fn a_namespace_held_for_minutes_goes_once_its_finalizers_go() {
         .and_then(|s| s.phase);
     assert_eq!(phase.as_deref(), Some("Terminating"));
     assert_eq!(server.finishing_namespaces().0, vec!["long".to_string()]);
-    // The object's finalizer gone, the object goes; the namespace's own finalizer still holds it.
-    api.patch(
-        "kept",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while api.get_opt("kept").await.unwrap().is_some() {
-        assert!(tokio::time::Instant::now() < deadline, "the object stays");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Its own finalizer off while the object is held: still there, held by `kubernetes`.
+    namespaces
+        .patch("long", &PatchParams::default(), &unhold())
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(30)).await;
     let left = namespaces.get("long").await.unwrap();
-    assert_eq!(
-        left.metadata.finalizers,
-        Some(vec!["test/ns-hold".to_string()])
-    );
-    // Its own finalizer gone, the namespace goes and its task ends.
+    let finalizers = left.spec.and_then(|s| s.finalizers);
+    assert_eq!(finalizers, Some(vec!["kubernetes".to_string()]));
+    assert_eq!(server.finishing_namespaces().0, vec!["long".to_string()]);
+    // The object's finalizer gone, the object goes, then the namespace, and its task ends.
+    api.patch("kept", &PatchParams::default(), &unhold())
+        .await
+        .unwrap();
+    gone("long").await;
+
+    // Empty and held by its own finalizer: finalized, then kept until that goes.
     namespaces
-        .patch(
-            "long",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
+        .create(&PostParams::default(), &held_by("own"))
+        .await
+        .unwrap();
+    namespaces
+        .delete("own", &DeleteParams::default())
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while namespaces.get_opt("long").await.unwrap().is_some()
-        || !server.finishing_namespaces().0.is_empty()
-    {
+    loop {
+        let own = namespaces.get("own").await.unwrap();
+        assert!(own.metadata.deletion_timestamp.is_some());
+        let finalized = own
+            .spec
+            .and_then(|s| s.finalizers)
+            .is_none_or(|f| f.is_empty());
+        if finalized && server.finishing_namespaces().0.is_empty() {
+            break;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the namespace stays"
+            "own is not finalized"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // An update keeps it finalized (the `kubernetes` finalizer does not come back).
+    let labelled = namespaces
+        .patch(
+            "own",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        labelled
+            .spec
+            .and_then(|s| s.finalizers)
+            .is_none_or(|f| f.is_empty())
+    );
+    namespaces
+        .patch("own", &PatchParams::default(), &unhold())
+        .await
+        .unwrap();
+    gone("own").await;
 }
 
 #[tokio::test]
