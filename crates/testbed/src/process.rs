@@ -29,13 +29,14 @@ impl Process {
         env: &[(String, String)],
         log_dir: &Path,
     ) -> Result<Process, Error> {
-        // Through `setpriv` a missing program would start (setpriv itself) and exit at once,
-        // leaving the caller waiting for what never comes: refused here, naming it.
-        if !program.is_file() {
+        // Through `setpriv` a missing or non-executable program would start (setpriv itself)
+        // and exit at once, leaving the caller waiting for what never comes: refused here,
+        // naming it.
+        if let Some(why) = not_runnable(program) {
             return Err(Error::Io {
                 action: "start",
                 path: program.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such program"),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, why),
             });
         }
         let log = log_dir.join(format!("{name}.log"));
@@ -134,6 +135,17 @@ impl Drop for Process {
     }
 }
 
+/// Why `program` cannot be run, if it cannot: absent, not a file, or executable by nobody.
+fn not_runnable(program: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(program) {
+        Err(_) => Some("no such program"),
+        Ok(meta) if !meta.is_file() => Some("not a file"),
+        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Some("not executable"),
+        Ok(_) => None,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -163,7 +175,7 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_program_is_refused_naming_it() {
+    fn a_program_that_cannot_run_is_refused_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("csi-provisioner");
         let error = Process::spawn("missing", &missing, &[], &[], dir.path()).unwrap_err();
@@ -172,6 +184,11 @@ mod tests {
             message.contains("failed to start") && message.contains("csi-provisioner"),
             "{message}"
         );
+        std::fs::write(&missing, "#!/bin/sh\n").unwrap();
+        let error = Process::spawn("plain", &missing, &[], &[], dir.path()).unwrap_err();
+        assert!(error.to_string().contains("not executable"), "{error}");
+        let error = Process::spawn("dir", dir.path(), &[], &[], dir.path()).unwrap_err();
+        assert!(error.to_string().contains("not a file"), "{error}");
     }
 
     #[test]
