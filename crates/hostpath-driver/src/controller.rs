@@ -324,7 +324,10 @@ impl Driver {
     }
 
     fn capabilities(&self) -> csi::ControllerGetCapabilitiesResponse {
-        let mut rpcs = vec![Rpc::CreateDeleteVolume, Rpc::ListVolumes, Rpc::GetVolume];
+        let mut rpcs = vec![Rpc::ListVolumes, Rpc::GetVolume];
+        if self.cfg.features.create_delete {
+            rpcs.insert(0, Rpc::CreateDeleteVolume);
+        }
         if !self.cfg.capacity.is_empty() {
             rpcs.push(Rpc::GetCapacity);
         }
@@ -380,9 +383,13 @@ impl Controller for Driver {
         let req = request.into_inner();
         let span = tracing::info_span!("create", name = %req.name);
         let this = self.clone();
+        let served = self.cfg.features.create_delete;
         self.call(
             "CreateVolume",
-            self.detached(async move { this.create(req).await }),
+            self.detached(async move {
+                crate::features::served(served, "CreateVolume")?;
+                this.create(req).await
+            }),
         )
         .instrument(span)
         .await
@@ -395,9 +402,13 @@ impl Controller for Driver {
         // Detached: a deletion logged but cut off before its directory is removed would leave
         // the directory until the next start.
         let (this, req) = (self.clone(), request.into_inner());
+        let served = self.cfg.features.create_delete;
         self.call(
             "DeleteVolume",
-            self.detached(async move { this.delete(req).await }),
+            self.detached(async move {
+                crate::features::served(served, "DeleteVolume")?;
+                this.delete(req).await
+            }),
         )
         .await
     }

@@ -5,6 +5,9 @@
 /// A feature `--disable` can turn off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Feature {
+    /// CREATE_DELETE_VOLUME: CreateVolume and DeleteVolume (a Pod's inline volumes are still
+    /// made and removed by the node service).
+    CreateDelete,
     /// CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, GET_SNAPSHOT; CreateVolume from a snapshot.
     Snapshots,
     /// CLONE_VOLUME: CreateVolume from a volume.
@@ -26,6 +29,8 @@ pub enum Feature {
 /// Which optional features are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Features {
+    /// CREATE_DELETE_VOLUME.
+    pub create_delete: bool,
     /// CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS (and the group controller).
     pub snapshots: bool,
     /// CLONE_VOLUME.
@@ -47,6 +52,7 @@ pub struct Features {
 impl Default for Features {
     fn default() -> Self {
         Features {
+            create_delete: true,
             snapshots: true,
             clones: true,
             expansion: true,
@@ -75,6 +81,7 @@ impl Features {
         let mut features = Features::default();
         for feature in disabled {
             let flag = match feature {
+                Feature::CreateDelete => &mut features.create_delete,
                 Feature::Snapshots => &mut features.snapshots,
                 Feature::Clones => &mut features.clones,
                 Feature::Expansion => &mut features.expansion,
@@ -100,6 +107,7 @@ mod tests {
         let f = Features::without(&[Feature::StageUnstage, Feature::GroupSnapshots]);
         assert!(!f.stage_unstage && !f.group_snapshots);
         assert!(f.snapshots && f.clones && f.expansion && f.volume_stats);
-        assert!(f.volume_condition && f.modify);
+        assert!(f.volume_condition && f.modify && f.create_delete);
+        assert!(!Features::without(&[Feature::CreateDelete]).create_delete);
     }
 }

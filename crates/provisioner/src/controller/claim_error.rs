@@ -159,9 +159,11 @@ impl ClaimError {
             | ClaimError::Secret { .. }
             | ClaimError::Create(_)
             | ClaimError::Response(_)
-            | ClaimError::PvConflict(_) => EVENT,
+            | ClaimError::PvConflict(_)
+            // Upstream says so once it gives up saving (and deletes the volume); ours keeps the
+            // volume and tries again, saying so each time.
+            | ClaimError::SavePv { .. } => EVENT,
             ClaimError::ClassNotFound(_)
-            | ClaimError::SavePv { .. }
             | ClaimError::Cleanup { .. }
             | ClaimError::Csi(_)
             | ClaimError::Intent(_)
@@ -220,6 +222,27 @@ mod tests {
         let missing = ClaimError::ClassNotFound("fast".into());
         assert!(!missing.infeasible());
         assert!(!missing.event_worthy(), "upstream only logs it");
+        let refused = ClaimError::SavePv {
+            name: "pvc-1".into(),
+            source: kube::Error::Api(Box::new(
+                serde_json::from_value(serde_json::json!({
+                    "status": "Failure", "code": 403, "reason": "Forbidden",
+                    "message": "admission webhook denied the request",
+                }))
+                .unwrap(),
+            )),
+        };
+        assert!(
+            refused.event_worthy(),
+            "a volume that cannot be saved is said so"
+        );
+        assert!(
+            refused
+                .event_message()
+                .starts_with("failed to save PersistentVolume \"pvc-1\": "),
+            "{}",
+            refused.event_message()
+        );
         assert_eq!(
             missing.event_message(),
             "storageclass.storage.k8s.io \"fast\" not found"

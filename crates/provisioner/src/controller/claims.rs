@@ -24,8 +24,8 @@ use super::node_deployment::Gate;
 use super::recovery;
 use super::{ClaimKey, Provisioner};
 use crate::decide::claim::{
-    ANN_SELECTED_NODE, ClaimDecision, InFlightFate, decide_claim, in_flight_fate, selected_node,
-    waits_for_node,
+    ANN_SELECTED_NODE, ClaimDecision, InFlightFate, decide_claim, in_flight_fate,
+    provisioning_node, waits_for_node,
 };
 use crate::decide::classify::{
     CreateOutcome, DeleteOutcome, classify_create, classify_delete, may_reschedule,
@@ -240,6 +240,10 @@ impl Provisioner {
             tracing::debug!("waiting for the scheduler to select a node");
             return Ok(None);
         }
+        // Before the data source, as upstream checks it.
+        if let Some(why) = self.cfg.caps.no_dynamic_provisioning {
+            return Err(ClaimError::Plan(why.into()));
+        }
         let (content_source, protect) =
             match Box::pin(data_sources::resolve(self, claim, class_name)).await? {
                 Resolved::Empty => (None, None),
@@ -247,7 +251,7 @@ impl Provisioner {
                 Resolved::Copy { source, protect } => (Some(source), protect),
             };
         let mut plan = plan_provision(&self.cfg.caps, &self.cfg.options, claim, &class)?;
-        let selected = selected_node(claim).map(str::to_string);
+        let selected = provisioning_node(claim).map(str::to_string);
         let topology = self.topology.for_claim(claim, &class, selected.as_deref());
         if let Err(error) = &topology
             && error.sends_back_to_scheduler()

@@ -1,5 +1,6 @@
-//! Start-up against the CSI driver (sidecar-kit's [`identify`]) and what the provisioner needs
-//! of it: CREATE_DELETE_VOLUME, else the process stops.
+//! Start-up against the CSI driver (sidecar-kit's [`identify`]) and what the provisioner learns
+//! of it. A driver without CREATE_DELETE_VOLUME (or without a controller service) does not stop
+//! the process, as upstream's does not: each claim and deletion fails, saying why.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use csi_proto::v1 as csi;
 use sidecar_kit::driver::{IdentifyError, identify};
 use tonic::transport::Channel;
 
-use crate::decide::provision::DriverCapabilities;
+use crate::decide::provision::{DriverCapabilities, no_dynamic_provisioning};
 
 /// A start-up failure; the process exits.
 #[derive(Debug, thiserror::Error)]
@@ -17,9 +18,6 @@ pub enum StartupError {
     /// Connecting or one of the identity or capability calls failed.
     #[error(transparent)]
     Identify(#[from] IdentifyError),
-    /// The driver cannot provision.
-    #[error("driver {0:?} does not advertise CREATE_DELETE_VOLUME")]
-    NoCreateDelete(String),
 }
 
 /// Connects and learns what the driver is and can do.
@@ -29,10 +27,15 @@ pub async fn start(
     metrics: &sidecar_kit::metrics::Metrics,
 ) -> Result<(Channel, DriverCapabilities), StartupError> {
     let (channel, info) = identify(address, timeout, Some(metrics)).await?;
-    if !info.has(Rpc::CreateDeleteVolume) {
-        return Err(StartupError::NoCreateDelete(info.name));
+    let no_dynamic = no_dynamic_provisioning(
+        info.serves(Service::ControllerService),
+        info.has(Rpc::CreateDeleteVolume),
+    );
+    if let Some(why) = no_dynamic {
+        tracing::warn!(driver = %info.name, "{why}: every claim and every deletion will fail with it");
     }
     let caps = DriverCapabilities {
+        no_dynamic_provisioning: no_dynamic,
         name: info.name.clone(),
         accessibility: info.serves(Service::VolumeAccessibilityConstraints),
         single_node_multi_writer: info.has(Rpc::SingleNodeMultiWriter),

@@ -16,7 +16,7 @@ use super::Provisioner;
 use crate::decide::classify::{DeleteOutcome, classify_delete};
 use crate::decide::delete::{VolumeDecision, decide_volume};
 use crate::decide::parameters::{SecretKind, parse_class_parameters};
-use crate::decide::provision::PV_FINALIZER;
+use crate::decide::provision::{NoDynamicProvisioning, PV_FINALIZER};
 use crate::decide::secrets::{SecretRef, TemplateContext, resolve};
 
 /// Why a volume was not deleted this time; retried with backoff.
@@ -28,6 +28,9 @@ pub enum VolumeError {
     /// The driver did not delete the volume.
     #[error(transparent)]
     Driver(#[from] sidecar_kit::csi::CallError),
+    /// The driver cannot delete volumes at all.
+    #[error(transparent)]
+    NoDynamicProvisioning(#[from] NoDynamicProvisioning),
     /// An in-tree PV of the migrated plugin does not translate to a CSI volume.
     #[error("{0}")]
     Translate(String),
@@ -53,6 +56,7 @@ impl Provisioner {
             }
             Err(
                 error @ (VolumeError::Driver(_)
+                | VolumeError::NoDynamicProvisioning(_)
                 | VolumeError::Translate(_)
                 | VolumeError::Api { .. }),
             ) => Err(error),
@@ -111,6 +115,16 @@ impl Provisioner {
                 volume_handle,
                 secret,
             } => {
+                // After the node check, before the attachments, as upstream checks it.
+                if let Some(why) = self.cfg.caps.no_dynamic_provisioning {
+                    self.recorder.record(
+                        &sidecar_kit::vocabulary::reference(&*pv),
+                        EventType::Warning,
+                        "VolumeFailedDelete",
+                        &why.to_string(),
+                    );
+                    return Err(why.into());
+                }
                 if self.cfg.caps.publish_unpublish
                     && let Some(va) = self.attached.naming(name)
                 {

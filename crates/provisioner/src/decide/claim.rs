@@ -38,6 +38,19 @@ pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
     annotation(&claim.metadata, ANN_SELECTED_NODE).filter(|n| !n.is_empty())
 }
 
+/// The selected node's annotation as Kubernetes 1.11 wrote it.
+pub const ANN_ALPHA_SELECTED_NODE: &str = "volume.alpha.kubernetes.io/selected-node";
+
+/// The node whose topology a volume is provisioned for: the selected node, or where only the
+/// 1.11 annotation is there, the node it names (external-provisioner's library reads the first
+/// of the two present when it provisions; only the current one lets a late-binding claim be
+/// provisioned, see [`waits_for_node`]).
+pub fn provisioning_node(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(&claim.metadata, ANN_SELECTED_NODE)
+        .or_else(|| annotation(&claim.metadata, ANN_ALPHA_SELECTED_NODE))
+        .filter(|n| !n.is_empty())
+}
+
 /// A WaitForFirstConsumer class and no node selected yet: provisioning waits for the scheduler.
 pub fn waits_for_node(
     claim: &PersistentVolumeClaim,
@@ -168,6 +181,34 @@ mod tests {
         ];
         for (c, k, waits) in cases {
             assert_eq!(waits_for_node(c, k), waits);
+        }
+    }
+
+    #[test]
+    fn the_node_provisioned_for_is_the_selected_one_or_the_one_named_as_in_1_11() {
+        let alpha = |b: crate::decide::testing::ClaimBuilder, n: &str| {
+            b.annotation(ANN_ALPHA_SELECTED_NODE, n)
+        };
+        // (claim, provisioned for, selected: a late-binding claim may go ahead)
+        let rows = [
+            (claim("c").build(), None, None),
+            (
+                claim("c").selected_node("n1").build(),
+                Some("n1"),
+                Some("n1"),
+            ),
+            (alpha(claim("c"), "n2").build(), Some("n2"), None),
+            (
+                alpha(claim("c").selected_node("n1"), "n2").build(),
+                Some("n1"),
+                Some("n1"),
+            ),
+            (claim("c").selected_node("").build(), None, None),
+            (alpha(claim("c"), "").build(), None, None),
+        ];
+        for (i, (c, provisioned, selected)) in rows.iter().enumerate() {
+            assert_eq!(provisioning_node(c), *provisioned, "row {i}");
+            assert_eq!(selected_node(c), *selected, "row {i}");
         }
     }
 

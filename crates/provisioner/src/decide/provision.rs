@@ -55,6 +55,41 @@ pub struct DriverCapabilities {
     pub recoverable: bool,
     /// The in-tree plugin the driver stands in for (CSI migration), if any.
     pub migrated_from: Option<sidecar_kit::migration::Plugin>,
+    /// Why the driver cannot provision or delete volumes at all, if it cannot (see
+    /// [`no_dynamic_provisioning`]).
+    pub no_dynamic_provisioning: Option<NoDynamicProvisioning>,
+}
+
+/// Why a driver cannot provision or delete volumes at all. Like external-provisioner (its
+/// `checkDriverCapabilities`), the provisioner starts anyway and fails each claim
+/// (`ProvisioningFailed`) and each deletion (`VolumeFailedDelete`) with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoDynamicProvisioning {
+    /// GetPluginCapabilities does not list CONTROLLER_SERVICE.
+    #[error(
+        "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported"
+    )]
+    ControllerService,
+    /// ControllerGetCapabilities does not list CREATE_DELETE_VOLUME.
+    #[error(
+        "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported"
+    )]
+    CreateDeleteVolume,
+}
+
+/// Whether a driver with (or without) a controller service and CREATE_DELETE_VOLUME can
+/// provision, checked in upstream's order.
+pub fn no_dynamic_provisioning(
+    controller_service: bool,
+    create_delete_volume: bool,
+) -> Option<NoDynamicProvisioning> {
+    if !controller_service {
+        Some(NoDynamicProvisioning::ControllerService)
+    } else if !create_delete_volume {
+        Some(NoDynamicProvisioning::CreateDeleteVolume)
+    } else {
+        None
+    }
 }
 
 /// Provisioning flags.
@@ -80,6 +115,9 @@ pub struct ProvisionOptions {
 /// claim is retried with backoff (the class or claim may be fixed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProvisionError {
+    /// The driver cannot provision at all.
+    #[error(transparent)]
+    NoDynamicProvisioning(#[from] NoDynamicProvisioning),
     /// The claim has a label selector.
     #[error("claim Selector is not supported")]
     Selector,
@@ -213,6 +251,9 @@ pub fn plan_provision(
         });
     };
     let (translated, migrated_from) = chosen.map_err(ProvisionError::Translate)?;
+    if let Some(why) = caps.no_dynamic_provisioning {
+        return Err(why.into());
+    }
     let class = &translated;
     let spec = claim.spec.clone().unwrap_or_default();
     if spec.selector.is_some() {
@@ -447,9 +488,10 @@ pub fn build_pv(
         annotations.insert(ANN_MODIFY_SECRET_NAME.into(), modify.name.clone());
         annotations.insert(ANN_MODIFY_SECRET_NAMESPACE.into(), modify.namespace.clone());
     }
-    let mut attributes: BTreeMap<String, String> =
-        volume.volume_context.clone().into_iter().collect();
-    attributes.insert(IDENTITY_ATTRIBUTE.into(), identity.to_string());
+    // The identity first, the driver's context over it: a key of the driver's wins, as in
+    // external-provisioner.
+    let mut attributes = BTreeMap::from([(IDENTITY_ATTRIBUTE.to_string(), identity.to_string())]);
+    attributes.extend(volume.volume_context.clone());
     let read_only =
         options.controller_publish_readonly && access_modes.iter().all(|m| m == "ReadOnlyMany");
     let topology = options.topology && caps.accessibility;

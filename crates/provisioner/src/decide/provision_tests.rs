@@ -357,6 +357,20 @@ fn the_pv_is_written_as_upstream_writes_it() {
         Some("np")
     );
     assert!(csi.controller_publish_secret_ref.is_none());
+    // A driver that names the identity's key itself: its value is kept, as upstream keeps it.
+    let mut own = volume(2 << 30, &[]);
+    own.volume_context
+        .insert(IDENTITY_ATTRIBUTE.to_string(), "the driver's".to_string());
+    let with_own = build_pv(&plan, &caps(), &options(), &c, Some(&own), "id-1").unwrap();
+    let attributes = with_own
+        .spec
+        .unwrap()
+        .csi
+        .unwrap()
+        .volume_attributes
+        .unwrap();
+    assert_eq!(attributes[IDENTITY_ATTRIBUTE], "the driver's");
+    assert_eq!(attributes["kind"], "ssd");
     let terms = &spec
         .node_affinity
         .as_ref()
@@ -521,4 +535,49 @@ fn a_claim_naming_an_attributes_class_needs_a_driver_that_modifies_volumes() {
             );
         }
     }
+}
+
+#[test]
+fn a_driver_that_cannot_provision_fails_each_claim_with_upstreams_words() {
+    use NoDynamicProvisioning::{ControllerService, CreateDeleteVolume};
+    // (controller service, CREATE_DELETE_VOLUME, why not)
+    let rows = [
+        (false, false, Some(ControllerService)),
+        (false, true, Some(ControllerService)),
+        (true, false, Some(CreateDeleteVolume)),
+        (true, true, None),
+    ];
+    for (service, create_delete, why) in rows {
+        assert_eq!(
+            no_dynamic_provisioning(service, create_delete),
+            why,
+            "{service} {create_delete}"
+        );
+    }
+    let sc = class("fast", D).build();
+    for (why, words) in [
+        (
+            ControllerService,
+            "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported",
+        ),
+        (
+            CreateDeleteVolume,
+            "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported",
+        ),
+    ] {
+        let cannot = DriverCapabilities {
+            no_dynamic_provisioning: Some(why),
+            ..caps()
+        };
+        // Said before the claim's own faults (a selector), as upstream checks it first.
+        for c in [
+            claim("data").size("1Gi").build(),
+            claim("data").size("1Gi").selector().build(),
+        ] {
+            let error = plan_provision(&cannot, &options(), &c, &sc).unwrap_err();
+            assert_eq!(error.to_string(), words);
+        }
+    }
+    let c = claim("data").size("1Gi").build();
+    assert!(plan_provision(&caps(), &options(), &c, &sc).is_ok());
 }
