@@ -240,7 +240,8 @@ impl Provisioner {
             tracing::debug!("waiting for the scheduler to select a node");
             return Ok(None);
         }
-        // Before the data source, as upstream checks it.
+        // Before the data source is looked up, as upstream checks it (after only normalizing
+        // dataSource and dataSourceRef).
         if let Some(why) = self.cfg.caps.no_dynamic_provisioning {
             return Err(ClaimError::Plan(why.into()));
         }

@@ -114,9 +114,9 @@ pub struct ClassParameters {
 /// A class parameter the provisioner refuses. All of these are final until the class changes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParameterError {
-    /// A `csi.storage.k8s.io/` key we do not know.
+    /// A `csi.storage.k8s.io/` key we do not know (upstream's words).
     #[error(
-        "unknown StorageClass parameter {0:?}: keys with the prefix csi.storage.k8s.io/ are reserved for the provisioner"
+        "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"{0}\" with reserved namespace csi.storage.k8s.io/"
     )]
     UnknownReserved(String),
     /// A key with the prefix of the provisioner's marks: a driver that follows the

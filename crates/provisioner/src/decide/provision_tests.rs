@@ -242,6 +242,11 @@ fn bad_claims_and_classes_are_refused_before_any_create_volume() {
         err,
         ProvisionError::Parameter(ParameterError::UnknownReserved(_))
     ));
+    // As upstream's event reads.
+    assert_eq!(
+        err.to_string(),
+        "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"csi.storage.k8s.io/x\" with reserved namespace csi.storage.k8s.io/"
+    );
 }
 
 #[test]
