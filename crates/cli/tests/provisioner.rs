@@ -258,7 +258,7 @@ async fn bad_input_ends_in_a_provisioning_failed_event_and_no_create_volume() {
             "half-secret",
             "1Gi",
             json!({}),
-            "come in pairs",
+            "either name and namespace for Provisioner secrets specified, Both must be specified",
         ),
         (
             "bad-template",

@@ -80,6 +80,19 @@ impl SecretKind {
         }
     }
 
+    /// The kind's name in upstream's messages (its `secretParamsMap.name`).
+    fn upstream_name(self) -> &'static str {
+        match self {
+            SecretKind::Provisioner => "Provisioner",
+            SecretKind::ControllerPublish => "ControllerPublish",
+            SecretKind::NodeStage => "NodeStage",
+            SecretKind::NodePublish => "NodePublish",
+            SecretKind::ControllerExpand => "ControllerExpand",
+            SecretKind::NodeExpand => "NodeExpand",
+            SecretKind::ControllerModify => "ControllerModify",
+        }
+    }
+
     fn keys(self) -> (String, String) {
         (
             format!("{PREFIX}{}-secret-name", self.stem()),
@@ -125,95 +138,123 @@ pub enum ParameterError {
         "StorageClass parameter {0:?}: keys with the prefix volstack.dev/ are reserved for the provisioner's marks (the recoverable-volumes convention)"
     )]
     Marked(String),
-    /// A reserved key with an empty value.
-    #[error("StorageClass parameter {0:?} must not be empty")]
-    Empty(String),
-    /// Only one of name and namespace is given.
-    #[error(
-        "StorageClass parameters {present:?} and {missing:?} come in pairs: {missing:?} is missing"
-    )]
-    HalfPair {
-        /// Key given.
-        present: String,
-        /// Key missing.
-        missing: String,
+    /// A secret's keys given wrongly (upstream's words; `context` is `""`, or `"default "`
+    /// for the default secret's keys).
+    #[error("failed to get {context}name and namespace template from params: {problem}")]
+    SecretKeys {
+        /// `""` or `"default "`.
+        context: &'static str,
+        /// What is wrong.
+        problem: SecretKeysProblem,
     },
-    /// Both the prefixed and the deprecated form are given.
+    /// More than one fstype key (upstream's words).
     #[error(
-        "StorageClass parameters {prefixed:?} and {deprecated:?} are two forms of the same setting: give only {prefixed:?}"
-    )]
-    BothForms {
-        /// Prefixed key.
-        prefixed: String,
-        /// Deprecated key.
-        deprecated: String,
-    },
-    /// Both fstype forms.
-    #[error(
-        "StorageClass parameters \"csi.storage.k8s.io/fstype\" and \"fstype\" are two forms of the same setting"
+        "fstype specified in parameters with both \"fstype\" and \"csi.storage.k8s.io/fstype\" keys"
     )]
     BothFsTypes,
 }
 
-fn pair(
+/// How a secret's keys are given wrongly, in upstream's words (`verifyAndGetSecretNameAndNamespaceTemplate`);
+/// each names the secret as upstream does (`Provisioner`, `NodeStage`, ..., `Default`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretKeysProblem {
+    /// A name or a namespace given under both the prefixed and the deprecated key.
+    #[error(
+        "{0} secrets specified in parameters with both \"csi\" and \"csi.storage.k8s.io/\" keys"
+    )]
+    BothForms(&'static str),
+    /// A name without a namespace or the other way round.
+    #[error("either name and namespace for {0} secrets specified, Both must be specified")]
+    HalfPair(&'static str),
+    /// Both given, one of them empty.
+    #[error("{0} secrets specified in parameters but value of either namespace or name is empty")]
+    Empty(&'static str),
+}
+
+/// The name and namespace templates of one secret, read as upstream reads them: each of name
+/// and namespace from the deprecated key, then the prefixed one; none of either given is no
+/// secret; `what` names it in the errors. `deprecated` are the (name, namespace) keys upstream
+/// still reads for it, if any.
+fn secret_keys(
     params: &BTreeMap<String, String>,
-    name_key: &str,
-    namespace_key: &str,
-) -> Result<Option<SecretTemplate>, ParameterError> {
-    let name = params.get(name_key);
-    let namespace = params.get(namespace_key);
-    for (key, value) in [(name_key, name), (namespace_key, namespace)] {
-        if value.is_some_and(|v| v.is_empty()) {
-            return Err(ParameterError::Empty(key.to_string()));
-        }
+    what: &'static str,
+    (name_key, namespace_key): (&str, &str),
+    deprecated: Option<(&str, &str)>,
+) -> Result<Option<SecretTemplate>, SecretKeysProblem> {
+    let found = |keys: [Option<&str>; 2]| -> (usize, Option<&String>) {
+        let values: Vec<&String> = keys
+            .into_iter()
+            .flatten()
+            .filter_map(|k| params.get(k))
+            .collect();
+        (values.len(), values.last().copied())
+    };
+    let (names, name) = found([deprecated.map(|d| d.0), Some(name_key)]);
+    let (namespaces, namespace) = found([deprecated.map(|d| d.1), Some(namespace_key)]);
+    if names > 1 || namespaces > 1 {
+        return Err(SecretKeysProblem::BothForms(what));
+    }
+    if names != namespaces {
+        return Err(SecretKeysProblem::HalfPair(what));
     }
     match (name, namespace) {
+        (Some(name), Some(namespace)) if name.is_empty() || namespace.is_empty() => {
+            Err(SecretKeysProblem::Empty(what))
+        }
         (Some(name), Some(namespace)) => Ok(Some(SecretTemplate {
             name: name.clone(),
             namespace: namespace.clone(),
         })),
-        (None, None) => Ok(None),
-        (Some(_), None) => Err(ParameterError::HalfPair {
-            present: name_key.into(),
-            missing: namespace_key.into(),
-        }),
-        (None, Some(_)) => Err(ParameterError::HalfPair {
-            present: namespace_key.into(),
-            missing: name_key.into(),
-        }),
+        _ => Ok(None),
     }
 }
 
-/// Splits class parameters into driver parameters, fsType and secret references.
+/// Splits class parameters into driver parameters, fsType and secret references, checked in
+/// upstream's order (fstype, then each secret in turn, the default one where a secret has no
+/// keys of its own, then the unknown reserved keys) and refused in its words.
 pub fn parse_class_parameters(
     params: &BTreeMap<String, String>,
 ) -> Result<ClassParameters, ParameterError> {
-    let mut consumed: Vec<String> = Vec::new();
-    let default = pair(params, DEFAULT_NAME_KEY, DEFAULT_NAMESPACE_KEY)?;
-    consumed.extend([
+    let fs_keys = params
+        .keys()
+        .filter(|k| k.as_str() == FSTYPE_KEY || k.eq_ignore_ascii_case("fstype"))
+        .count();
+    if fs_keys > 1 {
+        return Err(ParameterError::BothFsTypes);
+    }
+    let mut consumed: Vec<String> = vec![
         DEFAULT_NAME_KEY.to_string(),
         DEFAULT_NAMESPACE_KEY.to_string(),
-    ]);
+    ];
     let mut secrets = BTreeMap::new();
     for kind in SecretKind::ALL {
         let (name_key, namespace_key) = kind.keys();
-        let prefixed = pair(params, &name_key, &namespace_key)?;
         // The deprecated keys stay among the driver's parameters (upstream passes them on).
-        let deprecated = match kind.deprecated() {
-            Some((dn, dns)) => {
-                let found = pair(params, dn, dns)?;
-                if found.is_some() && prefixed.is_some() {
-                    return Err(ParameterError::BothForms {
-                        prefixed: name_key,
-                        deprecated: dn.to_string(),
-                    });
-                }
-                found
-            }
-            None => None,
-        };
+        let own = secret_keys(
+            params,
+            kind.upstream_name(),
+            (&name_key, &namespace_key),
+            kind.deprecated(),
+        )
+        .map_err(|problem| ParameterError::SecretKeys {
+            context: "",
+            problem,
+        })?;
         consumed.extend([name_key, namespace_key]);
-        if let Some(template) = prefixed.or(deprecated).or_else(|| default.clone()) {
+        let template = match own {
+            Some(own) => Some(own),
+            None => secret_keys(
+                params,
+                "Default",
+                (DEFAULT_NAME_KEY, DEFAULT_NAMESPACE_KEY),
+                None,
+            )
+            .map_err(|problem| ParameterError::SecretKeys {
+                context: "default ",
+                problem,
+            })?,
+        };
+        if let Some(template) = template {
             secrets.insert(kind, template);
         }
     }
@@ -223,9 +264,6 @@ pub fn parse_class_parameters(
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("fstype"))
         .map(|(_, v)| v);
-    if prefixed_fs.is_some() && legacy_fs.is_some() {
-        return Err(ParameterError::BothFsTypes);
-    }
     if legacy_fs.is_some() {
         tracing::warn!(
             "StorageClass parameter \"fstype\" is deprecated; use \"csi.storage.k8s.io/fstype\""
@@ -335,25 +373,28 @@ mod tests {
     }
 
     #[test]
-    fn malformed_reserved_parameters_are_refused() {
-        let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+    fn malformed_reserved_parameters_are_refused_in_upstreams_words() {
+        let keys = "failed to get name and namespace template from params: ";
+        let cases: Vec<(Vec<(&str, &str)>, String)> = vec![
             (
                 vec![("csi.storage.k8s.io/provisioner-secret-name", "x")],
-                "pairs",
+                format!("{keys}either name and namespace for Provisioner secrets specified, Both must be specified"),
             ),
             (
                 vec![("csi.storage.k8s.io/node-stage-secret-namespace", "x")],
-                "pairs",
+                format!("{keys}either name and namespace for NodeStage secrets specified, Both must be specified"),
+            ),
+            (
+                vec![("csi.storage.k8s.io/provisioner-secret-name", "")],
+                format!("{keys}either name and namespace for Provisioner secrets specified, Both must be specified"),
             ),
             (
                 vec![
                     ("csi.storage.k8s.io/provisioner-secret-name", ""),
                     ("csi.storage.k8s.io/provisioner-secret-namespace", "n"),
                 ],
-                "empty",
+                format!("{keys}Provisioner secrets specified in parameters but value of either namespace or name is empty"),
             ),
-            (vec![("csi.storage.k8s.io/colour", "blue")], "reserved"),
-            (vec![("csi.storage.k8s.io/pvc/name", "x")], "reserved"),
             (
                 vec![
                     ("csi.storage.k8s.io/provisioner-secret-name", "a"),
@@ -361,11 +402,42 @@ mod tests {
                     ("csiProvisionerSecretName", "c"),
                     ("csiProvisionerSecretNamespace", "d"),
                 ],
-                "two forms",
+                format!("{keys}Provisioner secrets specified in parameters with both \"csi\" and \"csi.storage.k8s.io/\" keys"),
+            ),
+            (
+                vec![
+                    ("csi.storage.k8s.io/node-publish-secret-name", "a"),
+                    ("csiNodePublishSecretName", "c"),
+                    ("csiNodePublishSecretNamespace", "d"),
+                ],
+                format!("{keys}NodePublish secrets specified in parameters with both \"csi\" and \"csi.storage.k8s.io/\" keys"),
+            ),
+            (
+                vec![("csi.storage.k8s.io/secret-name", "x")],
+                "failed to get default name and namespace template from params: either name and namespace for Default secrets specified, Both must be specified".into(),
             ),
             (
                 vec![("csi.storage.k8s.io/fstype", "ext4"), ("fstype", "xfs")],
-                "two forms",
+                "fstype specified in parameters with both \"fstype\" and \"csi.storage.k8s.io/fstype\" keys".into(),
+            ),
+            (
+                vec![("fsType", "ext4"), ("fstype", "xfs")],
+                "fstype specified in parameters with both \"fstype\" and \"csi.storage.k8s.io/fstype\" keys".into(),
+            ),
+            (
+                vec![("csi.storage.k8s.io/colour", "blue")],
+                "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"csi.storage.k8s.io/colour\" with reserved namespace csi.storage.k8s.io/".into(),
+            ),
+        ];
+        for (pairs, words) in cases {
+            let err = parse_class_parameters(&params(&pairs)).unwrap_err();
+            assert_eq!(err.to_string(), words, "{pairs:?}");
+        }
+        // Ours, with no upstream counterpart.
+        for (pairs, words) in [
+            (
+                vec![("csi.storage.k8s.io/pvc/name", "x")],
+                "with reserved namespace",
             ),
             (
                 vec![("volstack.dev/secret", "vault/creds")],
@@ -375,11 +447,39 @@ mod tests {
                 vec![("volstack.dev/cluster", "x")],
                 "reserved for the provisioner's marks",
             ),
-        ];
-        for (pairs, words) in cases {
+        ] {
             let err = parse_class_parameters(&params(&pairs)).unwrap_err();
             assert!(err.to_string().contains(words), "{pairs:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_secret_may_take_its_name_and_namespace_from_either_form_as_upstream_reads_them() {
+        let p = parse_class_parameters(&params(&[
+            ("csi.storage.k8s.io/provisioner-secret-name", "new-name"),
+            ("csiProvisionerSecretNamespace", "old-ns"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            p.secrets[&SecretKind::Provisioner],
+            tmpl("new-name", "old-ns")
+        );
+        // A broken default secret is read only for a secret without keys of its own.
+        let p = parse_class_parameters(&params(&[
+            ("csi.storage.k8s.io/secret-name", "x"),
+            ("csi.storage.k8s.io/provisioner-secret-name", "p"),
+            ("csi.storage.k8s.io/provisioner-secret-namespace", "n"),
+        ]));
+        assert!(
+            matches!(
+                p,
+                Err(ParameterError::SecretKeys {
+                    context: "default ",
+                    ..
+                })
+            ),
+            "{p:?}"
+        );
     }
 
     #[test]

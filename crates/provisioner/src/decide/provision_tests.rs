@@ -211,7 +211,7 @@ fn bad_claims_and_classes_are_refused_before_any_create_volume() {
             class("sc", D)
                 .param("csi.storage.k8s.io/provisioner-secret-name", "x")
                 .build(),
-            "pairs",
+            "Both must be specified",
         ),
         (
             claim("c").size("1Gi").build(),
@@ -219,7 +219,7 @@ fn bad_claims_and_classes_are_refused_before_any_create_volume() {
                 .param("csi.storage.k8s.io/provisioner-secret-name", "${pvc.uid}")
                 .param("csi.storage.k8s.io/provisioner-secret-namespace", "ns")
                 .build(),
-            "not allowed",
+            "invalid tokens",
         ),
         (
             claim("c").size("1Gi").build(),

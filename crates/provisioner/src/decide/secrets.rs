@@ -20,22 +20,19 @@ pub struct TemplateContext<'a> {
     pub pvc_annotations: Option<&'a BTreeMap<String, String>>,
 }
 
-/// A template that cannot be resolved. Final until the class or claim changes.
+/// A template that cannot be resolved. Final until the class or claim changes. In
+/// external-provisioner's words, but for an unterminated `${` (there Go's `os.Expand` drops it
+/// silently and the rest is taken as the value).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
-    /// A `${...}` token that is not allowed in this field.
-    #[error(
-        "secret {field} template {template:?} uses {token:?}, which is not allowed there (allowed: {allowed})"
-    )]
-    UnknownToken {
-        /// `name` or `namespace`.
-        field: &'static str,
+    /// Tokens that do not resolve there: unknown, not allowed in this field, or a claim
+    /// annotation that is not set; sorted, each once.
+    #[error("error resolving value {template:?}: invalid tokens: [{}]", go_quoted(.tokens))]
+    InvalidTokens {
         /// The template.
         template: String,
-        /// The token.
-        token: String,
-        /// Allowed tokens.
-        allowed: &'static str,
+        /// The tokens, without `${` and `}`.
+        tokens: Vec<String>,
     },
     /// `${` without `}`.
     #[error("secret {field} template {template:?} has an unterminated ${{")]
@@ -45,42 +42,45 @@ pub enum SecretError {
         /// The template.
         template: String,
     },
-    /// The claim lacks the annotation a template names.
-    #[error("secret name template {template:?} needs claim annotation {key:?}, which is not set")]
-    MissingAnnotation {
-        /// The template.
-        template: String,
-        /// The annotation key.
-        key: String,
-    },
-    /// The resolved value is not a valid Kubernetes name.
-    #[error("secret {field} {value:?} (from template {template:?}) is not a valid {rule}")]
+    /// The resolved value is not a valid secret or namespace name.
+    #[error("{}", invalid_name(.template, .value, .what))]
     InvalidName {
-        /// `name` or `namespace`.
-        field: &'static str,
+        /// `secret name` or `namespace name`.
+        what: &'static str,
         /// The resolved value.
         value: String,
         /// The template.
         template: String,
-        /// Which naming rule.
-        rule: &'static str,
     },
 }
 
-const NAMESPACE_TOKENS: &str = "${pv.name}, ${pvc.namespace}";
-const NAME_TOKENS: &str = "${pv.name}, ${pvc.namespace}, ${pvc.name}, ${pvc.annotations['KEY']}";
+/// Go's `%q` of a list of strings: each quoted, space separated.
+fn go_quoted(tokens: &[String]) -> String {
+    tokens
+        .iter()
+        .map(|t| format!("{t:?}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
+/// Upstream's words for a value that is not a valid name.
+fn invalid_name(template: &str, value: &str, what: &str) -> String {
+    if template == value {
+        format!("{template:?} is not a valid {what}")
+    } else {
+        format!("{template:?} resolved to {value:?} which is not a valid {what}")
+    }
+}
+
+/// Expands the `${...}` tokens of `template` (the `name` or `namespace` of a secret): every
+/// token that does not resolve is named in one error, as upstream names them.
 fn expand(
     field: &'static str,
     template: &str,
     ctx: &TemplateContext<'_>,
 ) -> Result<String, SecretError> {
-    let allowed = if field == "namespace" {
-        NAMESPACE_TOKENS
-    } else {
-        NAME_TOKENS
-    };
     let mut out = String::new();
+    let mut invalid = std::collections::BTreeSet::new();
     let mut rest = template;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
@@ -90,32 +90,26 @@ fn expand(
             template: template.to_string(),
         })?;
         let token = &after[..end];
-        let unknown = || SecretError::UnknownToken {
-            field,
-            template: template.to_string(),
-            token: format!("${{{token}}}"),
-            allowed,
-        };
-        match token {
-            "pv.name" => out.push_str(ctx.pv_name),
-            "pvc.namespace" => out.push_str(ctx.pvc_namespace),
-            "pvc.name" if field == "name" => out.push_str(ctx.pvc_name),
-            t if field == "name" && annotation_key(t).is_some() => {
-                let key = annotation_key(t).unwrap_or_default();
-                let value = ctx
-                    .pvc_annotations
-                    .and_then(|a| a.get(key))
-                    .ok_or_else(|| SecretError::MissingAnnotation {
-                        template: template.to_string(),
-                        key: key.to_string(),
-                    })?;
-                out.push_str(value);
+        let annotation =
+            annotation_key(token).and_then(|key| ctx.pvc_annotations.and_then(|a| a.get(key)));
+        match (token, annotation) {
+            ("pv.name", _) => out.push_str(ctx.pv_name),
+            ("pvc.namespace", _) => out.push_str(ctx.pvc_namespace),
+            ("pvc.name", _) if field == "name" => out.push_str(ctx.pvc_name),
+            (_, Some(value)) if field == "name" => out.push_str(value),
+            _ => {
+                invalid.insert(token.to_string());
             }
-            _ => return Err(unknown()),
         }
         rest = &after[end + 1..];
     }
     out.push_str(rest);
+    if !invalid.is_empty() {
+        return Err(SecretError::InvalidTokens {
+            template: template.to_string(),
+            tokens: invalid.into_iter().collect(),
+        });
+    }
     Ok(out)
 }
 
@@ -148,19 +142,17 @@ pub fn resolve(
     let namespace = expand("namespace", &template.namespace, ctx)?;
     if !is_dns_label(&namespace) {
         return Err(SecretError::InvalidName {
-            field: "namespace",
+            what: "namespace name",
             value: namespace,
             template: template.namespace.clone(),
-            rule: "DNS-1123 label",
         });
     }
     let name = expand("name", &template.name, ctx)?;
     if !is_dns_subdomain(&name) {
         return Err(SecretError::InvalidName {
-            field: "name",
+            what: "secret name",
             value: name,
             template: template.name.clone(),
-            rule: "DNS-1123 subdomain",
         });
     }
     Ok(SecretRef { name, namespace })
@@ -210,21 +202,46 @@ mod tests {
     }
 
     #[test]
-    fn bad_templates_are_refused_with_the_reason() {
-        let ann = BTreeMap::new();
+    fn bad_templates_are_refused_in_upstreams_words() {
+        let ann = BTreeMap::from([("owner".to_string(), "alice".to_string())]);
         let cases = [
-            (t("${pvc.uid}", "ns"), "not allowed"),
-            (t("x", "${pvc.name}"), "not allowed"),
-            (t("x", "${pvc.annotations['a']}"), "not allowed"),
-            (t("${pv.name", "ns"), "unterminated"),
-            (t("${pvc.annotations['missing']}", "ns"), "missing"),
-            (t("Upper", "ns"), "DNS-1123 subdomain"),
-            (t("x", "bad_ns"), "DNS-1123 label"),
-            (t("x", "a.b"), "DNS-1123 label"),
+            (
+                t("${pvc.uid}", "ns"),
+                r#"error resolving value "${pvc.uid}": invalid tokens: ["pvc.uid"]"#,
+            ),
+            (
+                t("x", "${pvc.name}"),
+                r#"error resolving value "${pvc.name}": invalid tokens: ["pvc.name"]"#,
+            ),
+            (
+                t("x", "${pvc.annotations['owner']}"),
+                r#"error resolving value "${pvc.annotations['owner']}": invalid tokens: ["pvc.annotations['owner']"]"#,
+            ),
+            (
+                t("${pvc.annotations['missing']}-${b}-${a}-${b}", "ns"),
+                r#"error resolving value "${pvc.annotations['missing']}-${b}-${a}-${b}": invalid tokens: ["a" "b" "pvc.annotations['missing']"]"#,
+            ),
+            (
+                t("${pv.name", "ns"),
+                r#"secret name template "${pv.name" has an unterminated ${"#,
+            ),
+            (t("Upper", "ns"), r#""Upper" is not a valid secret name"#),
+            (
+                t("${pvc.annotations['owner']}_x", "ns"),
+                r#""${pvc.annotations['owner']}_x" resolved to "alice_x" which is not a valid secret name"#,
+            ),
+            (
+                t("x", "bad_ns"),
+                r#""bad_ns" is not a valid namespace name"#,
+            ),
+            (
+                t("x", "${pvc.namespace}.b"),
+                r#""${pvc.namespace}.b" resolved to "team-a.b" which is not a valid namespace name"#,
+            ),
         ];
         for (template, words) in cases {
             let err = resolve(&template, &ctx(&ann)).unwrap_err();
-            assert!(err.to_string().contains(words), "{template:?}: {err}");
+            assert_eq!(err.to_string(), words, "{template:?}");
         }
     }
 
@@ -237,10 +254,9 @@ mod tests {
             "${pvc.annotations[''']}",
         ] {
             let err = resolve(&t(name, "ns"), &ctx(&ann)).unwrap_err();
-            let text = err.to_string();
             assert!(
-                text.contains("not allowed") || text.contains("not set"),
-                "{name}: {text}"
+                matches!(err, SecretError::InvalidTokens { .. }),
+                "{name}: {err}"
             );
         }
     }
