@@ -22,6 +22,7 @@ pub mod listener;
 pub mod local;
 pub mod media;
 pub mod meta_rules;
+pub mod namespace_rules;
 pub mod objects;
 pub mod openapi;
 pub mod patch;

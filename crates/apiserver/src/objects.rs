@@ -346,14 +346,9 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             set_default(obj, &["volumeBindingMode"], json!("Immediate"));
         }
         ("", "namespaces") => {
-            // kube-apiserver's PrepareForCreate: every new namespace is held by `kubernetes`
-            // (an update keeps the stored list, see merge_update).
-            set_default(obj, &["spec", "finalizers"], json!(["kubernetes"]));
-            if let Some(list) = obj["spec"]["finalizers"].as_array_mut()
-                && !list.iter().any(|f| f == "kubernetes")
-            {
-                list.push(json!("kubernetes"));
-            }
+            // Every new namespace is held by `kubernetes` (an update keeps the stored list, see
+            // merge_update).
+            crate::namespace_rules::held_at_create(obj);
             // Every namespace is labelled with its name (kube-apiserver's
             // NamespaceDefaultLabelName), on updates too.
             if let Some(name) = obj["metadata"]["name"].as_str().map(str::to_string)
@@ -631,18 +626,8 @@ pub fn merge_update(
         }
     }
     apply_defaults(rt, &mut next);
-    // A namespace's spec.finalizers change only when its emptying task finalizes it
-    // (kube-apiserver's PrepareForUpdate keeps the stored ones, and only `/finalize` writes
-    // them): an update neither drops `kubernetes` nor brings it back after the task took it off.
     if (rt.group.as_str(), rt.plural.as_str()) == ("", "namespaces") {
-        match current["spec"].get("finalizers") {
-            Some(stored) => next["spec"]["finalizers"] = stored.clone(),
-            None => {
-                if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
-                    spec.remove("finalizers");
-                }
-            }
-        }
+        crate::namespace_rules::keep_spec_finalizers(current, &mut next);
     }
     Ok(next)
 }

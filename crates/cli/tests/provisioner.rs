@@ -594,38 +594,3 @@ async fn a_claim_whose_class_names_another_provisioner_is_left_without_an_event(
     );
     assert_eq!(c.driver_volumes().await, 1);
 }
-
-/// A driver without CREATE_DELETE_VOLUME does not stop the provisioner, as it does not stop
-/// upstream's: each claim fails with upstream's words, each volume of ours to delete too.
-#[tokio::test]
-async fn a_driver_that_cannot_provision_is_said_so_on_each_claim_and_volume() {
-    let mut c = Cluster::start(&["--disable=create-delete"], &[], true).await;
-    let words = "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported";
-    c.class("fast", json!({})).await;
-    c.claim("data", "fast", "1Gi", json!({}), false).await;
-    c.wait_event("data", "ProvisioningFailed", words).await;
-    // A volume of ours whose claim is gone, to be deleted: refused with the same words.
-    c.apply_cluster::<PersistentVolume>(json!({
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {
-            "name": "made-before",
-            "annotations": {"pv.kubernetes.io/provisioned-by": DRIVER},
-        },
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": "fast",
-            "claimRef": {"namespace": "default", "name": "gone", "uid": "5e0d6c1a-0000-4000-8000-000000000001"},
-            "csi": {"driver": DRIVER, "volumeHandle": "made-before"},
-        },
-    }))
-    .await;
-    c.wait_pv_phase("made-before", "Released", T).await;
-    c.wait_event("made-before", "VolumeFailedDelete", words)
-        .await;
-    assert!(!c.exited(), "the provisioner keeps running");
-    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
-    assert!(pvs.get_opt("made-before").await.unwrap().is_some());
-}

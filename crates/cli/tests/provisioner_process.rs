@@ -1,7 +1,8 @@
 //! The csi-provisioner process itself: it runs with mimalloc returning freed pages at once (it
 //! sets `MIMALLOC_PURGE_DELAY=0` and runs itself again, same PID and arguments) and still
 //! provisions;
-//! the sidecars take klog's flags as the Go sidecars do.
+//! the sidecars take klog's flags as the Go sidecars do; a driver that cannot provision does not
+//! stop it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::Cluster;
+use common::{Cluster, DRIVER};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::api::Api;
 use serde_json::json;
 
 /// (That the allocator is mimalloc shows only in the binary, not here: this checks the
@@ -99,4 +102,55 @@ fn klog_flags_are_accepted_and_send_the_logs_where_klog_would() {
         let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{program}");
     }
+}
+
+/// A driver without CREATE_DELETE_VOLUME does not stop the provisioner, as it does not stop
+/// upstream's: each claim fails with upstream's words, each volume of ours to delete too.
+#[tokio::test]
+async fn a_driver_that_cannot_provision_is_said_so_on_each_claim_and_volume() {
+    let mut c = Cluster::start(&["--disable=create-delete"], &[], true).await;
+    let words = "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported";
+    c.class("fast", json!({})).await;
+    c.claim("data", "fast", "1Gi", json!({}), false).await;
+    c.wait_event("data", "ProvisioningFailed", words).await;
+    // A populator's claim is left to its populator, whatever the driver can do (as upstream).
+    c.claim(
+        "populated",
+        "fast",
+        "1Gi",
+        json!({"spec": {"dataSourceRef": {"kind": "Dataset", "name": "d", "apiGroup": "example.com"}}}),
+        false,
+    )
+    .await;
+    c.wait_event(
+        "populated",
+        "Provisioning",
+        "Assuming an external populator will provision the volume",
+    )
+    .await;
+    // A volume of ours whose claim is gone, to be deleted: refused with the same words.
+    c.apply_cluster::<PersistentVolume>(json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": "made-before",
+            "annotations": {"pv.kubernetes.io/provisioned-by": DRIVER},
+        },
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "fast",
+            "claimRef": {"namespace": "default", "name": "gone", "uid": "5e0d6c1a-0000-4000-8000-000000000001"},
+            "csi": {"driver": DRIVER, "volumeHandle": "made-before"},
+        },
+    }))
+    .await;
+    c.wait_pv_phase("made-before", "Released", Duration::from_secs(15))
+        .await;
+    c.wait_event("made-before", "VolumeFailedDelete", words)
+        .await;
+    assert!(!c.exited(), "the provisioner keeps running");
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    assert!(pvs.get_opt("made-before").await.unwrap().is_some());
 }

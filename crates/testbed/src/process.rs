@@ -32,11 +32,11 @@ impl Process {
         // Through `setpriv` a missing or non-executable program would start (setpriv itself)
         // and exit at once, leaving the caller waiting for what never comes: refused here,
         // naming it.
-        if let Some(why) = not_runnable(program) {
+        if let Some((kind, why)) = not_runnable(program) {
             return Err(Error::Io {
                 action: "start",
                 path: program.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, why),
+                source: std::io::Error::new(kind, why),
             });
         }
         let log = log_dir.join(format!("{name}.log"));
@@ -136,12 +136,15 @@ impl Drop for Process {
 }
 
 /// Why `program` cannot be run, if it cannot: absent, not a file, or executable by nobody.
-fn not_runnable(program: &Path) -> Option<&'static str> {
+fn not_runnable(program: &Path) -> Option<(std::io::ErrorKind, &'static str)> {
+    use std::io::ErrorKind;
     use std::os::unix::fs::PermissionsExt;
     match std::fs::metadata(program) {
-        Err(_) => Some("no such program"),
-        Ok(meta) if !meta.is_file() => Some("not a file"),
-        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Some("not executable"),
+        Err(_) => Some((ErrorKind::NotFound, "no such program")),
+        Ok(meta) if !meta.is_file() => Some((ErrorKind::InvalidInput, "not a file")),
+        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => {
+            Some((ErrorKind::PermissionDenied, "not executable"))
+        }
         Ok(_) => None,
     }
 }

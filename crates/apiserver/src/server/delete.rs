@@ -40,7 +40,7 @@ pub(crate) async fn delete(
     })?;
     commit(app, rt, rv).await?;
     if is_namespace && mode == WriteMode::Store {
-        finish_namespace(app.clone(), name.to_string());
+        super::namespaces::finish_namespace(app.clone(), name.to_string());
     }
     if definitions::is_definitions(rt) && mode == WriteMode::Store && !removed {
         definitions::finish_definition(app, name);
@@ -114,10 +114,16 @@ fn deletion(
         }
     }
     let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+    // A namespace is held by its spec's finalizers too; one without any (finalized, or
+    // written without) goes at once, as in kube-apiserver, its contents left.
+    let held_namespace = is_namespace
+        && current["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
     // A definition goes after its custom resources (`definitions`).
     let is_definition = definitions::is_definitions(rt);
     let has_finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
-    if !has_finalizers && !is_namespace && !is_definition {
+    if !has_finalizers && !held_namespace && !is_definition {
         return Ok(Write2::Delete);
     }
     if !meta["deletionTimestamp"].is_null() {
@@ -139,181 +145,6 @@ fn deletion(
         next["status"]["phase"] = json!("Terminating");
     }
     Ok(Write2::Put(next))
-}
-
-/// Starts emptying every namespace a DELETE marked before a restart (and not yet emptied).
-pub(crate) fn resume(app: &Shared) {
-    let (namespaces, _) = app.store.list("/namespaces", None);
-    for namespace in namespaces {
-        if needs_emptying(Some(&namespace))
-            && let Some(name) = namespace["metadata"]["name"].as_str()
-        {
-            finish_namespace(app.clone(), name.to_string());
-        }
-    }
-}
-
-/// The finalizer of `spec.finalizers` that kube-apiserver puts on every namespace and its
-/// namespace controller takes off once the namespace is empty.
-const NAMESPACE_FINALIZER: &str = "kubernetes";
-
-/// Whether an object written with `next` is removed instead: one being deleted that no
-/// finalizer holds; a namespace also needs its `spec.finalizers` gone (kube-apiserver's
-/// ShouldDeleteNamespaceDuringUpdate), so dropping its own finalizers while it still has
-/// contents does not remove it.
-pub(crate) fn gone_once_written(rt: &ResourceType, next: &Value) -> bool {
-    let empty = |list: &Value| list.as_array().is_none_or(Vec::is_empty);
-    let deleting = !next["metadata"]["deletionTimestamp"].is_null();
-    let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
-    deleting
-        && empty(&next["metadata"]["finalizers"])
-        && (!is_namespace || empty(&next["spec"]["finalizers"]))
-}
-
-/// Whether stored namespace `stored` is for its emptying task: being deleted and still held by
-/// the `kubernetes` finalizer.
-fn needs_emptying(stored: Option<&Value>) -> bool {
-    stored.is_some_and(|ns| {
-        !ns["metadata"]["deletionTimestamp"].is_null()
-            && ns["spec"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|x| x == NAMESPACE_FINALIZER))
-    })
-}
-
-/// What finalizing emptied namespace `stored` writes: the `kubernetes` finalizer taken off,
-/// and the namespace removed when no other finalizer (of its spec or metadata) holds it.
-fn finalized(stored: &Value) -> Write2 {
-    let mut next = stored.clone();
-    if let Some(list) = next["spec"]["finalizers"].as_array_mut() {
-        list.retain(|f| f != NAMESPACE_FINALIZER);
-    }
-    let empty = |list: &Value| list.as_array().is_none_or(Vec::is_empty);
-    if empty(&next["spec"]["finalizers"]) {
-        if let Some(spec) = next["spec"].as_object_mut() {
-            spec.remove("finalizers");
-        }
-        if empty(&next["metadata"]["finalizers"]) {
-            return Write2::Delete;
-        }
-    }
-    Write2::Put(next)
-}
-
-/// Deletes everything in a terminating namespace, then takes its `kubernetes` finalizer off
-/// (which removes it unless its own finalizers hold it), as kube-controller-manager's
-/// namespace controller does; and like it keeps at it while an object's finalizer holds the
-/// namespace (every 200 ms at first, then less often). The task ends when the namespace no
-/// longer needs it or the server is dropped.
-pub(crate) fn finish_namespace(app: Shared, namespace: String) {
-    if !app.finishing.lock().insert(namespace.clone()) {
-        return;
-    }
-    app.finishing_started
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // Held weakly: a server that stops (a restart in the same process) ends the task instead of
-    // being kept alive by it.
-    let weak = Arc::downgrade(&app);
-    drop(app);
-    tokio::spawn(async move {
-        let leaves = LeavesSet::new(weak.clone(), |app| &app.finishing, namespace.clone());
-        let mut round: u32 = 0;
-        let mut uid = String::new();
-        let mut unknown = std::collections::BTreeSet::new();
-        loop {
-            let Some(app) = weak.upgrade() else {
-                return;
-            };
-            let stored = app.store.get("/namespaces", "", &namespace);
-            if !needs_emptying(stored.as_deref()) {
-                if leave_finishing(&app, &namespace) {
-                    leaves.defuse();
-                    return;
-                }
-                // Deleted again meanwhile (re-created under the same name): its turn now.
-                round = 0;
-                continue;
-            }
-            // A namespace deleted, re-created and deleted again starts again at short pauses.
-            let now_uid = stored
-                .as_deref()
-                .and_then(|ns| ns["metadata"]["uid"].as_str())
-                .unwrap_or_default();
-            if now_uid != uid {
-                uid = now_uid.to_string();
-                round = 0;
-            }
-            let contents = app.store.in_namespace(&namespace);
-            if contents.is_empty() {
-                let finalize = app
-                    .store
-                    .write("/namespaces", "", &namespace, |current, _| {
-                        Ok::<_, ApiError>(match current {
-                            Some(ns) if needs_emptying(Some(ns)) => finalized(ns),
-                            _ => Write2::Keep,
-                        })
-                    });
-                if let Err(error) = finalize {
-                    tracing::warn!(namespace = %namespace, error = %error.message, "failed to finalize an emptied namespace; trying again");
-                }
-            }
-            for (resource, name) in contents {
-                if !delete_content(&app, &namespace, &resource, &name).await
-                    && unknown.insert(resource.clone())
-                {
-                    tracing::warn!(namespace = %namespace, resource = %resource, "a terminating namespace holds objects of a type this server no longer serves; it stays until they are gone");
-                }
-            }
-            drop(app);
-            round = round.saturating_add(1);
-            tokio::time::sleep(namespace_pause(round)).await;
-        }
-    });
-}
-
-/// Leaves the set of namespaces being emptied unless namespace `name` needs emptying again,
-/// decided under the set's lock: a DELETE marks the namespace before it takes that lock to
-/// start a task, so either this task sees the mark or the DELETE finds the name gone.
-fn leave_finishing(app: &App, name: &str) -> bool {
-    let mut finishing = app.finishing.lock();
-    if needs_emptying(app.store.get("/namespaces", "", name).as_deref()) {
-        return false;
-    }
-    finishing.remove(name);
-    true
-}
-
-/// The pause after round `round` of a namespace's emptying: soon at first, then every second,
-/// then every 5 seconds (each round reads every stored key).
-fn namespace_pause(round: u32) -> Duration {
-    match round {
-        0..10 => Duration::from_millis(200),
-        10..60 => Duration::from_secs(1),
-        _ => Duration::from_secs(5),
-    }
-}
-
-/// Deletes object `name` of store key `resource` in a terminating namespace, unless it is
-/// already being deleted; false when no served type stores objects under `resource`.
-async fn delete_content(app: &Shared, namespace: &str, resource: &str, name: &str) -> bool {
-    let marked = app
-        .store
-        .get(resource, namespace, name)
-        .is_some_and(|o| !o["metadata"]["deletionTimestamp"].is_null());
-    if marked {
-        return true;
-    }
-    // events.k8s.io/v1 Events are the core ones: removed as those.
-    let stored_here = |t: &ResourceType| t.key() == resource && !t.stored_as_core_events();
-    let Some(rt) = app.registry.all().into_iter().find(|t| stored_here(t)) else {
-        return false;
-    };
-    if let Err(error) = delete(app, &rt, namespace, name, &Bytes::new(), WriteMode::Store).await
-        && error.code != 404
-    {
-        tracing::warn!(namespace = %namespace, resource = %resource, name = %name, error = %error.message, "failed to delete an object of a terminating namespace");
-    }
-    true
 }
 
 pub(crate) async fn delete_collection(
@@ -414,10 +245,12 @@ mod tests {
             ),
             (
                 "namespaces",
-                plain,
+                json!({"metadata": {"name": "x"}, "spec": {"finalizers": ["kubernetes"]}}),
                 json!({}),
                 Ok("mark \"2026-11-24T00:00:00Z\" \"Terminating\"".into()),
             ),
+            // No finalizer in its spec (finalized, or written without): gone at once.
+            ("namespaces", plain, json!({}), Ok("delete".into())),
         ];
         for (plural, current, options, want) in cases {
             assert_eq!(
@@ -440,87 +273,6 @@ mod tests {
                 panic!("marked");
             };
             assert_eq!(marked["metadata"]["generation"], want);
-        }
-    }
-
-    #[test]
-    fn a_namespace_is_emptied_finalized_and_removed_as_kube_does() {
-        let ns = |deleting: bool, spec: Value, meta: Value| {
-            let mut ns = json!({"metadata": {"name": "n"}, "spec": {"finalizers": spec}});
-            if deleting {
-                ns["metadata"]["deletionTimestamp"] = json!("t");
-            }
-            if !meta.is_null() {
-                ns["metadata"]["finalizers"] = meta;
-            }
-            ns
-        };
-        let held = json!(["kubernetes"]);
-        let none = json!([]);
-        let own = json!(["example.com/keep"]);
-        // (namespace, needs its task, what finalizing writes, removed when written as is)
-        let rows = [
-            (ns(false, held.clone(), Value::Null), false, "delete", false),
-            (ns(true, held.clone(), Value::Null), true, "delete", false),
-            (ns(true, held.clone(), own.clone()), true, "put", false),
-            (
-                ns(true, json!(["kubernetes", "other"]), Value::Null),
-                true,
-                "put",
-                false,
-            ),
-            (ns(true, none.clone(), Value::Null), false, "delete", true),
-            (ns(true, none.clone(), own.clone()), false, "put", false),
-            (ns(true, Value::Null, Value::Null), false, "delete", true),
-        ];
-        let namespaces = rt("namespaces");
-        for (i, (stored, needs, finalizing, gone)) in rows.into_iter().enumerate() {
-            assert_eq!(
-                needs_emptying(Some(&stored)),
-                needs,
-                "row {i}: needs emptying"
-            );
-            let written = match finalized(&stored) {
-                Write2::Delete => "delete",
-                Write2::Put(next) => {
-                    let left = next["spec"]["finalizers"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default();
-                    assert!(!left.contains(&json!("kubernetes")), "row {i}: {next}");
-                    "put"
-                }
-                Write2::Keep => "keep",
-            };
-            assert_eq!(written, finalizing, "row {i}: finalizing");
-            assert_eq!(
-                gone_once_written(&namespaces, &stored),
-                gone,
-                "row {i}: removed"
-            );
-        }
-        assert!(!needs_emptying(None));
-        // Any other kind goes with its last finalizer, whatever its spec holds.
-        let map = json!({"metadata": {"deletionTimestamp": "t"}, "spec": {"finalizers": ["x"]}});
-        assert!(gone_once_written(&rt("configmaps"), &map));
-    }
-
-    #[test]
-    fn a_namespace_task_pauses_longer_as_it_waits() {
-        let rows = [
-            (0, 200),
-            (9, 200),
-            (10, 1000),
-            (59, 1000),
-            (60, 5000),
-            (u32::MAX, 5000),
-        ];
-        for (round, millis) in rows {
-            assert_eq!(
-                namespace_pause(round),
-                Duration::from_millis(millis),
-                "round {round}"
-            );
         }
     }
 }

@@ -37,6 +37,10 @@ mod delete;
 mod dry_run;
 mod endpoints;
 mod kubeconfig;
+mod leaves;
+
+pub(crate) use self::leaves::LeavesSet;
+mod namespaces;
 mod read;
 mod respond;
 mod routing;
@@ -384,6 +388,22 @@ async fn object_request(
             ),
         };
     }
+    // A namespace's finalize subresource supports update only, as in kube-apiserver; the
+    // update writes spec.finalizers alone (see `update_object`).
+    if t.subresource.as_deref() == Some("finalize") {
+        return match (method.as_str(), t.name.clone()) {
+            ("PUT", Some(name)) => (
+                "UPDATE",
+                update(app, &t, &name, body, &writer_manager(query, headers), mode).await,
+            ),
+            _ => (
+                "",
+                Err(ApiError::method_not_allowed(format!(
+                    "the server does not allow this method on the requested resource: {method} on namespaces/finalize"
+                ))),
+            ),
+        };
+    }
     // A custom resource's scale subresource.
     if t.subresource.as_deref() == Some("scale")
         && let (Some(_), Some(name)) = (&rt.scale, t.name.clone())
@@ -551,51 +571,9 @@ pub async fn new_app(
     app.store.wait_durable(last).await?;
     // Deletions a restart interrupted go on: namespaces being emptied, definitions whose
     // custom resources were being deleted.
-    delete::resume(&app);
+    namespaces::resume(&app);
     definitions::resume(&app);
     Ok(app)
-}
-
-/// Takes `key` out of one of the server's sets of running tasks (`which`) when dropped,
-/// however the task holding it ends, so a later request may start another; the server is held
-/// weakly, as the task holds it.
-pub(crate) struct LeavesSet {
-    app: std::sync::Weak<App>,
-    which: fn(&App) -> &Mutex<std::collections::HashSet<String>>,
-    key: String,
-    armed: bool,
-}
-
-impl LeavesSet {
-    pub(crate) fn new(
-        app: std::sync::Weak<App>,
-        which: fn(&App) -> &Mutex<std::collections::HashSet<String>>,
-        key: String,
-    ) -> Self {
-        LeavesSet {
-            app,
-            which,
-            key,
-            armed: true,
-        }
-    }
-
-    /// The task left the set itself (under the set's lock): dropped, this removes nothing, as
-    /// the key may by then be a new task's.
-    pub(crate) fn defuse(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for LeavesSet {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        if let Some(app) = self.app.upgrade() {
-            (self.which)(&app).lock().remove(&self.key);
-        }
-    }
 }
 
 /// Makes or restores one default RBAC object ([`crate::auth::bootstrap::reconcile`]); the

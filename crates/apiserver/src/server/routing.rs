@@ -155,6 +155,7 @@ pub(crate) fn route(registry: &Registry, path: &str) -> Result<Route, ApiError> 
         && !(sub == "binding" && target.rt.group.is_empty() && target.rt.plural == "pods")
         && !(sub == "token" && target.rt.group.is_empty() && target.rt.plural == "serviceaccounts")
         && !(sub == "scale" && target.rt.scale.is_some())
+        && !(sub == "finalize" && target.rt.group.is_empty() && target.rt.plural == "namespaces")
     {
         return Err(ApiError::no_route(path));
     }

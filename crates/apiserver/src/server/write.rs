@@ -255,6 +255,7 @@ pub(crate) async fn update_object(
     let rt = t.rt.clone();
     let api_version = rt.api_version();
     let status_only = t.subresource.as_deref() == Some("status");
+    let finalize = t.subresource.as_deref() == Some("finalize");
     if incoming["metadata"]["name"]
         .as_str()
         .is_some_and(|n| n != name)
@@ -293,7 +294,11 @@ pub(crate) async fn update_object(
                 "the object has been modified; please apply your changes to the latest version and try again",
             ));
         }
-        let mut next = merge_update(&rt, current, incoming, status_only)?;
+        let mut next = if finalize {
+            crate::namespace_rules::finalize_update(current, &incoming)
+        } else {
+            merge_update(&rt, current, incoming, status_only)?
+        };
         // An events.k8s.io/v1 Event as its version renders it, as `current` is: the zero values
         // a client left out change no field's ownership and no version.
         if rt.stored_as_core_events() {
@@ -310,7 +315,7 @@ pub(crate) async fn update_object(
         if let Some(manager) = manager {
             crate::apply::record_update(current, &mut next, manager, &api_version);
         }
-        if super::delete::gone_once_written(&rt, &next) {
+        if crate::namespace_rules::gone_once_written(&rt, &next) {
             next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
             removed_as = Some(next);
             return Ok(Write2::Delete);

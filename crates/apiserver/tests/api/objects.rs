@@ -435,6 +435,104 @@ async fn a_namespace_held_for_minutes_goes_once_its_finalizers_go() {
     gone("own").await;
 }
 
+/// A namespace held by a finalizer of its spec besides `kubernetes` is emptied and finalized,
+/// then waits for whoever owns that finalizer to take it off through the `finalize`
+/// subresource (update only); a namespace whose spec holds no finalizer goes at once when
+/// deleted, its contents left, as in kube-apiserver.
+#[tokio::test]
+async fn a_namespace_held_by_another_spec_finalizer_waits_for_finalize() {
+    let (_server, client, _stop) = start(None).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let body = |name: &str, finalizers: serde_json::Value| -> Namespace {
+        serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": {"finalizers": finalizers}}),
+        )
+        .unwrap()
+    };
+    let finalizers = |ns: &Namespace| {
+        ns.spec
+            .clone()
+            .and_then(|s| s.finalizers)
+            .unwrap_or_default()
+    };
+    let made = namespaces
+        .create(
+            &PostParams::default(),
+            &body("other", json!(["example.com/x"])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(finalizers(&made), vec!["example.com/x", "kubernetes"]);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "other");
+    maps.create(&PostParams::default(), &cm("inside"))
+        .await
+        .unwrap();
+    namespaces
+        .delete("other", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ns = namespaces.get("other").await.unwrap();
+        if finalizers(&ns) == vec!["example.com/x"]
+            && maps.get_opt("inside").await.unwrap().is_none()
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not emptied and finalized: {ns:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Only an update: a GET of the subresource is refused.
+    let read = namespaces
+        .get_subresource("finalize", "other")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(read, kube::Error::Api(ref s) if s.code == 405),
+        "{read:?}"
+    );
+    namespaces
+        .replace_subresource(
+            "finalize",
+            "other",
+            &PostParams::default(),
+            &body("other", json!([])),
+        )
+        .await
+        .unwrap();
+    assert!(namespaces.get_opt("other").await.unwrap().is_none());
+
+    // Finalized while active, then deleted: gone at once, its contents left behind.
+    namespaces
+        .create(&PostParams::default(), &body("bare", json!([])))
+        .await
+        .unwrap();
+    let bare: Api<ConfigMap> = Api::namespaced(client.clone(), "bare");
+    bare.create(&PostParams::default(), &cm("left"))
+        .await
+        .unwrap();
+    let finalized = namespaces
+        .replace_subresource(
+            "finalize",
+            "bare",
+            &PostParams::default(),
+            &body("bare", json!([])),
+        )
+        .await
+        .unwrap();
+    assert!(finalizers(&finalized).is_empty());
+    assert!(finalized.metadata.deletion_timestamp.is_none());
+    namespaces
+        .delete("bare", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(namespaces.get_opt("bare").await.unwrap().is_none());
+    assert!(bare.get_opt("left").await.unwrap().is_some());
+}
+
 #[tokio::test]
 async fn secret_string_data_is_merged_into_data_and_never_stored() {
     use k8s_openapi::api::core::v1::Secret;

@@ -16,6 +16,7 @@ impl Provisioner {
         request: csi::CreateVolumeRequest,
         migrated: bool,
     ) -> Result<Option<csi::Volume>, CallError> {
+        self.dynamic_provisioning("CreateVolume")?;
         let calls = &self.csi_calls;
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
         let response = calls
@@ -32,6 +33,21 @@ impl Provisioner {
         }))
     }
 
+    /// A driver that cannot provision is not asked to create or delete (it would answer
+    /// UNIMPLEMENTED, a final error, and an in-flight record whose volume may exist would be
+    /// settled): the call fails as one to try again (UNAVAILABLE), in upstream's words, so
+    /// every record is kept until a provisioner started against a driver that can settles it.
+    fn dynamic_provisioning(&self, method: &'static str) -> Result<(), CallError> {
+        match self.cfg.caps.no_dynamic_provisioning {
+            Some(why) => Err(CallError {
+                method,
+                code: tonic::Code::Unavailable,
+                message: why.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// DeleteVolume; `migrated`: of an in-tree PV of the plugin we stand in for.
     pub(crate) async fn delete_volume_call(
         &self,
@@ -39,6 +55,7 @@ impl Provisioner {
         secrets: HashMap<String, String>,
         migrated: bool,
     ) -> Result<(), CallError> {
+        self.dynamic_provisioning("DeleteVolume")?;
         let calls = &self.csi_calls;
         let mut client = csi::controller_client::ControllerClient::new(self.csi.clone());
         let request = csi::DeleteVolumeRequest {

@@ -240,11 +240,6 @@ impl Provisioner {
             tracing::debug!("waiting for the scheduler to select a node");
             return Ok(None);
         }
-        // Before the data source is looked up, as upstream checks it (after only normalizing
-        // dataSource and dataSourceRef).
-        if let Some(why) = self.cfg.caps.no_dynamic_provisioning {
-            return Err(ClaimError::Plan(why.into()));
-        }
         let (content_source, protect) =
             match Box::pin(data_sources::resolve(self, claim, class_name)).await? {
                 Resolved::Empty => (None, None),

@@ -75,8 +75,13 @@ pub(crate) async fn resolve(
     claim: &PersistentVolumeClaim,
     class_name: &str,
 ) -> Result<Resolved, ClaimError> {
-    // Upstream checks the driver's capabilities (MODIFY_VOLUME for a claim naming a
-    // VolumeAttributesClass) once it knows the source's kind, before looking the source up.
+    // Upstream checks the driver's capabilities once it knows the source's kind, before
+    // looking the source up: dynamic provisioning at all, then snapshots or clones (by
+    // `kind_of`), then MODIFY_VOLUME for a claim naming a VolumeAttributesClass.
+    let dynamic = || match p.cfg.caps.no_dynamic_provisioning {
+        Some(why) => Err(crate::decide::provision::ProvisionError::from(why)),
+        None => Ok(()),
+    };
     let modify = || {
         crate::decide::provision::check_modify_volume(
             &p.cfg.caps,
@@ -85,6 +90,7 @@ pub(crate) async fn resolve(
         )
     };
     let Some(source) = source_of(claim, p.cfg.cross_namespace)? else {
+        dynamic()?;
         modify()?;
         return Ok(Resolved::Empty);
     };
@@ -114,6 +120,10 @@ pub(crate) async fn resolve(
         }
     }
     let caps = &p.cfg.caps;
+    // A populator's claim is left to it whatever the driver can do, as upstream leaves it.
+    if kind_of(claim, &source, true, true)? != SourceKind::Populator {
+        dynamic()?;
+    }
     match kind_of(
         claim,
         &source,

@@ -32,7 +32,7 @@ pub async fn start(
         info.has(Rpc::CreateDeleteVolume),
     );
     if let Some(why) = no_dynamic {
-        tracing::warn!(driver = %info.name, "{why}: every claim and every deletion will fail with it");
+        tracing::warn!(driver = %info.name, "{why}: every claim and every deletion will fail with it until the provisioner is restarted against a driver that reports it");
     }
     let caps = DriverCapabilities {
         no_dynamic_provisioning: no_dynamic,

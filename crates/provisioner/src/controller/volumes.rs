@@ -117,6 +117,14 @@ impl Provisioner {
             } => {
                 // After the node check, before the attachments, as upstream checks it.
                 if let Some(why) = self.cfg.caps.no_dynamic_provisioning {
+                    let class = pv
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.storage_class_name.as_deref());
+                    self.metrics
+                        .delete_failed
+                        .with_label_values(&[class.unwrap_or_default()])
+                        .inc();
                     self.recorder.record(
                         &sidecar_kit::vocabulary::reference(&*pv),
                         EventType::Warning,

@@ -23,6 +23,9 @@ pub(crate) async fn delete_member(
     pv: &PersistentVolume,
     set: &str,
 ) -> Result<(), SetError> {
+    if let Some(why) = p.cfg.caps.no_dynamic_provisioning {
+        return Err(why.into());
+    }
     let volume = pv.metadata.name.clone().unwrap_or_default();
     let api: Api<PersistentVolume> = Api::all(p.client.clone());
     let take_out = |source| SetError::TakeOut {

@@ -79,6 +79,10 @@ pub enum SetError {
         /// Why DeleteVolume, or the secret it needs, failed.
         source: Box<crate::controller::ClaimError>,
     },
+    /// The driver cannot delete volumes: a volume stays in the pool rather than be taken out
+    /// for a deletion that cannot happen.
+    #[error(transparent)]
+    NoDynamicProvisioning(#[from] crate::decide::provision::NoDynamicProvisioning),
     /// Taking a volume out of the pool failed (a claim may have bound it meanwhile).
     #[error("failed to take volume {volume} out of the pool: {source}")]
     TakeOut {
@@ -122,7 +126,8 @@ impl SetError {
             | SetError::Secret(_)
             | SetError::Create { .. }
             | SetError::Response { .. }
-            | SetError::Delete { .. } => true,
+            | SetError::Delete { .. }
+            | SetError::NoDynamicProvisioning(_) => true,
             SetError::Intent(_)
             | SetError::SavePv { .. }
             | SetError::Undo { .. }
