@@ -15,6 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 mod concurrency;
+mod namespaces;
 mod objects;
 mod server;
 mod watches;
