@@ -75,16 +75,15 @@ pub fn gone_once_written(rt: &ResourceType, next: &Value) -> bool {
         && (!is_namespace || empty(&next["spec"]["finalizers"]))
 }
 
-/// What an update of a namespace's `finalize` subresource writes: the stored namespace with
-/// the body's `spec.finalizers` (none when the body has none), as kube-apiserver's finalize
-/// strategy keeps everything else.
-pub fn finalize_update(current: &Value, incoming: &Value) -> Value {
-    let mut next = current.clone();
+/// What an update of a namespace's `finalize` subresource writes into `next` (the update as
+/// any other, status kept): the body's `spec.finalizers` (none when it has none), which a
+/// plain update keeps as stored (kube-apiserver's finalize strategy keeps the status only).
+pub fn finalize_update(incoming: &Value, next: &mut Value) {
     let wanted = incoming["spec"]["finalizers"]
         .as_array()
         .filter(|list| !list.is_empty())
         .cloned();
-    if let Some(spec) = spec_of(&mut next) {
+    if let Some(spec) = spec_of(next) {
         match wanted {
             Some(list) => {
                 spec.insert("finalizers".into(), Value::Array(list));
@@ -94,7 +93,31 @@ pub fn finalize_update(current: &Value, incoming: &Value) -> Value {
             }
         }
     }
-    next
+}
+
+/// The finalizers a namespace's spec may not hold, in kube-apiserver's words: each must be a
+/// qualified name, and one without a prefix a standard finalizer (`kubernetes`, `orphan`,
+/// `foregroundDeletion`).
+pub fn spec_finalizer_errors(obj: &Value) -> Vec<String> {
+    const STANDARD: [&str; 3] = [NAMESPACE_FINALIZER, "orphan", "foregroundDeletion"];
+    let Some(list) = obj["spec"]["finalizers"].as_array() else {
+        return Vec::new();
+    };
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, finalizer)| {
+            let text = finalizer.as_str().unwrap_or_default();
+            let why = crate::meta_rules::qualified_name_error(text).or_else(|| {
+                (!text.contains('/') && !STANDARD.contains(&text)).then(|| {
+                    "name is neither a standard finalizer name nor is it fully qualified"
+                        .to_string()
+                })
+            })?;
+            Some(format!(
+                "spec.finalizers[{i}]: Invalid value: {text:?}: {why}"
+            ))
+        })
+        .collect()
 }
 
 /// Whether stored namespace `stored` is for its emptying task: being deleted and still held by
@@ -256,13 +279,25 @@ mod tests {
             keep_spec_finalizers(&current, &mut next);
             assert_eq!(next["spec"]["finalizers"], written, "{current}");
         }
-        // The finalize subresource writes the body's list alone.
-        let current = json!({"metadata": {"name": "n", "labels": {"a": "b"}}, "spec": {"finalizers": ["kubernetes", "x"]}});
-        let body = json!({"metadata": {"name": "n", "labels": {}}, "spec": {"finalizers": ["x"]}});
-        let next = finalize_update(&current, &body);
-        assert_eq!(next["spec"]["finalizers"], json!(["x"]));
-        assert_eq!(next["metadata"]["labels"], json!({"a": "b"}));
-        let emptied = finalize_update(&current, &json!({"spec": {}}));
-        assert!(emptied["spec"].get("finalizers").is_none());
+        // The finalize subresource writes the body's list.
+        let body = json!({"spec": {"finalizers": ["example.com/x"]}});
+        let mut next = json!({"metadata": {"name": "n"}, "spec": {"finalizers": ["kubernetes"]}});
+        finalize_update(&body, &mut next);
+        assert_eq!(next["spec"]["finalizers"], json!(["example.com/x"]));
+        finalize_update(&json!({"spec": {}}), &mut next);
+        assert!(next["spec"].get("finalizers").is_none());
+        // Names as kube-apiserver checks them.
+        let errors = spec_finalizer_errors(
+            &json!({"spec": {"finalizers": ["kubernetes", "foo", "example.com/x", "a b/c"]}}),
+        );
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(
+            errors[0],
+            "spec.finalizers[1]: Invalid value: \"foo\": name is neither a standard finalizer name nor is it fully qualified"
+        );
+        assert!(
+            errors[1].starts_with("spec.finalizers[3]: Invalid value: \"a b/c\": "),
+            "{errors:?}"
+        );
     }
 }

@@ -441,6 +441,12 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
             Err(ApiError::invalid_list(&rt.kind, name, &errors))
         });
     }
+    if (rt.group.as_str(), rt.plural.as_str()) == ("", "namespaces") {
+        let errors = crate::namespace_rules::spec_finalizer_errors(obj);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_list(&rt.kind, name, &errors));
+        }
+    }
     let checked = match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => claim(obj, old),
         ("", "persistentvolumes") => rules::persistent_volume(obj, old),

@@ -114,12 +114,14 @@ fn deletion(
         }
     }
     let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
-    // A namespace is held by its spec's finalizers too; one without any (finalized, or
-    // written without) goes at once, as in kube-apiserver, its contents left.
+    // A namespace is marked by its first DELETE whatever it holds, and held by its spec's
+    // finalizers too; one marked whose spec holds none (finalized, or written without) goes at
+    // a later DELETE, its contents left, as in kube-apiserver.
     let held_namespace = is_namespace
-        && current["spec"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
+        && (meta["deletionTimestamp"].is_null()
+            || current["spec"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty()));
     // A definition goes after its custom resources (`definitions`).
     let is_definition = definitions::is_definitions(rt);
     let has_finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
@@ -249,8 +251,20 @@ mod tests {
                 json!({}),
                 Ok("mark \"2026-11-24T00:00:00Z\" \"Terminating\"".into()),
             ),
-            // No finalizer in its spec (finalized, or written without): gone at once.
-            ("namespaces", plain, json!({}), Ok("delete".into())),
+            // No finalizer in its spec (finalized, or written without): marked first, then
+            // gone at a later DELETE.
+            (
+                "namespaces",
+                plain,
+                json!({}),
+                Ok("mark \"2026-11-24T00:00:00Z\" \"Terminating\"".into()),
+            ),
+            (
+                "namespaces",
+                json!({"metadata": {"name": "x", "deletionTimestamp": "t"}, "spec": {}}),
+                json!({}),
+                Ok("delete".into()),
+            ),
         ];
         for (plural, current, options, want) in cases {
             assert_eq!(

@@ -392,10 +392,15 @@ async fn object_request(
     // update writes spec.finalizers alone (see `update_object`).
     if t.subresource.as_deref() == Some("finalize") {
         return match (method.as_str(), t.name.clone()) {
-            ("PUT", Some(name)) => (
-                "UPDATE",
-                update(app, &t, &name, body, &writer_manager(query, headers), mode).await,
-            ),
+            ("PUT", Some(name)) => {
+                let updated =
+                    update(app, &t, &name, body, &writer_manager(query, headers), mode).await;
+                // `kubernetes` put back on a terminating namespace: it is emptied again.
+                if updated.is_ok() && mode == WriteMode::Store {
+                    namespaces::finish_namespace(app.clone(), name);
+                }
+                ("UPDATE", updated)
+            }
             _ => (
                 "",
                 Err(ApiError::method_not_allowed(format!(

@@ -294,11 +294,12 @@ pub(crate) async fn update_object(
                 "the object has been modified; please apply your changes to the latest version and try again",
             ));
         }
-        let mut next = if finalize {
-            crate::namespace_rules::finalize_update(current, &incoming)
-        } else {
-            merge_update(&rt, current, incoming, status_only)?
-        };
+        let finalizers = finalize
+            .then(|| json!({"spec": {"finalizers": incoming["spec"]["finalizers"].clone()}}));
+        let mut next = merge_update(&rt, current, incoming, status_only)?;
+        if let Some(finalizers) = finalizers {
+            crate::namespace_rules::finalize_update(&finalizers, &mut next);
+        }
         // An events.k8s.io/v1 Event as its version renders it, as `current` is: the zero values
         // a client left out change no field's ownership and no version.
         if rt.stored_as_core_events() {

@@ -201,8 +201,8 @@ async fn a_namespace_held_for_minutes_goes_once_its_finalizers_go() {
 
 /// A namespace held by a finalizer of its spec besides `kubernetes` is emptied and finalized,
 /// then waits for whoever owns that finalizer to take it off through the `finalize`
-/// subresource (update only); a namespace whose spec holds no finalizer goes at once when
-/// deleted, its contents left, as in kube-apiserver.
+/// subresource (update only); a namespace whose spec holds no finalizer is marked by its first
+/// DELETE and goes at the next, its contents left, as in kube-apiserver.
 #[tokio::test]
 async fn a_namespace_held_by_another_spec_finalizer_waits_for_finalize() {
     let (_server, client, _stop) = start(None).await;
@@ -269,7 +269,8 @@ async fn a_namespace_held_by_another_spec_finalizer_waits_for_finalize() {
         .unwrap();
     assert!(namespaces.get_opt("other").await.unwrap().is_none());
 
-    // Finalized while active, then deleted: gone at once, its contents left behind.
+    // Finalized while active (a name neither standard nor qualified is refused, as there),
+    // then deleted: marked by the first DELETE, gone at the next, its contents left behind.
     namespaces
         .create(&PostParams::default(), &body("bare", json!([])))
         .await
@@ -278,6 +279,19 @@ async fn a_namespace_held_by_another_spec_finalizer_waits_for_finalize() {
     bare.create(&PostParams::default(), &cm("left"))
         .await
         .unwrap();
+    let refused = namespaces
+        .replace_subresource(
+            "finalize",
+            "bare",
+            &PostParams::default(),
+            &body("bare", json!(["foo"])),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, kube::Error::Api(ref s) if s.code == 422 && s.message.contains("spec.finalizers[0]: Invalid value: \"foo\": name is neither a standard finalizer name nor is it fully qualified")),
+        "{refused:?}"
+    );
     let finalized = namespaces
         .replace_subresource(
             "finalize",
@@ -289,6 +303,12 @@ async fn a_namespace_held_by_another_spec_finalizer_waits_for_finalize() {
         .unwrap();
     assert!(finalizers(&finalized).is_empty());
     assert!(finalized.metadata.deletion_timestamp.is_none());
+    namespaces
+        .delete("bare", &DeleteParams::default())
+        .await
+        .unwrap();
+    let marked = namespaces.get("bare").await.unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
     namespaces
         .delete("bare", &DeleteParams::default())
         .await

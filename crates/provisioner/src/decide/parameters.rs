@@ -433,11 +433,11 @@ mod tests {
             let err = parse_class_parameters(&params(&pairs)).unwrap_err();
             assert_eq!(err.to_string(), words, "{pairs:?}");
         }
-        // Ours, with no upstream counterpart.
+        // Ours, with no upstream counterpart (and one upstream refuses in the same words).
         for (pairs, words) in [
             (
                 vec![("csi.storage.k8s.io/pvc/name", "x")],
-                "with reserved namespace",
+                "found unknown parameter key \"csi.storage.k8s.io/pvc/name\" with reserved namespace",
             ),
             (
                 vec![("volstack.dev/secret", "vault/creds")],
@@ -480,6 +480,19 @@ mod tests {
             ),
             "{p:?}"
         );
+        // Every secret with its own keys: the broken default is never read, as there.
+        let mut all = vec![(
+            "csi.storage.k8s.io/secret-name".to_string(),
+            "x".to_string(),
+        )];
+        for kind in SecretKind::ALL {
+            let (name, namespace) = kind.keys();
+            all.push((name, "s".into()));
+            all.push((namespace, "n".into()));
+        }
+        let all: Vec<(&str, &str)> = all.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let p = parse_class_parameters(&params(&all)).unwrap();
+        assert_eq!(p.secrets.len(), SecretKind::ALL.len());
     }
 
     #[test]
