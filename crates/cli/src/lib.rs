@@ -56,6 +56,11 @@ where
         eprintln!("{name}: {error:#}");
         return std::process::ExitCode::FAILURE;
     }
+    if let Some(refused) = klog.alpha_refusal() {
+        tracing::error!(%refused, "LoggingConfiguration is invalid");
+        eprintln!("{name}: LoggingConfiguration is invalid: {refused}");
+        return std::process::ExitCode::FAILURE;
+    }
     let ignored = klog.without_effect();
     if !ignored.is_empty() {
         tracing::warn!(

@@ -49,6 +49,20 @@ pub struct KlogArgs {
     /// component-base: how often logs are flushed (no effect here: every line is written at once).
     #[arg(long = "log-flush-frequency", hide = true, default_value = "")]
     pub log_flush_frequency: String,
+    /// component-base's alpha logging flags, registered by the Go sidecars and usable there only
+    /// with the LoggingAlphaOptions gate, which their command line cannot turn on: accepted at
+    /// their defaults, refused otherwise (see [`KlogArgs::alpha_refusal`]).
+    #[arg(long = "log-text-split-stream", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub log_text_split_stream: bool,
+    /// See `log_text_split_stream`.
+    #[arg(long = "log-text-info-buffer-size", hide = true, default_value = "0")]
+    pub log_text_info_buffer_size: String,
+    /// See `log_text_split_stream`.
+    #[arg(long = "log-json-split-stream", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub log_json_split_stream: bool,
+    /// See `log_text_split_stream`.
+    #[arg(long = "log-json-info-buffer-size", hide = true, default_value = "0")]
+    pub log_json_info_buffer_size: String,
 }
 
 /// Where logs go.
@@ -85,6 +99,43 @@ impl KlogArgs {
             path,
             also_stderr: self.alsologtostderr,
         }
+    }
+
+    /// Why the process must not start, if an alpha logging flag is set away from its default:
+    /// the Go sidecars refuse it (`options.text.splitStream: Forbidden: Feature
+    /// LoggingAlphaOptions is disabled`), as their command line cannot enable that gate.
+    pub fn alpha_refusal(&self) -> Option<String> {
+        let unset = |size: &str| matches!(size.trim(), "" | "0");
+        let set = [
+            (
+                self.log_text_split_stream,
+                "--log-text-split-stream",
+                "options.text.splitStream",
+            ),
+            (
+                !unset(&self.log_text_info_buffer_size),
+                "--log-text-info-buffer-size",
+                "options.text.infoBufferSize",
+            ),
+            (
+                self.log_json_split_stream,
+                "--log-json-split-stream",
+                "options.json.splitStream",
+            ),
+            (
+                !unset(&self.log_json_info_buffer_size),
+                "--log-json-info-buffer-size",
+                "options.json.infoBufferSize",
+            ),
+        ];
+        let refused: Vec<String> = set
+            .iter()
+            .filter(|(given, _, _)| *given)
+            .map(|(_, flag, path)| {
+                format!("{flag}: {path}: Forbidden: Feature LoggingAlphaOptions is disabled")
+            })
+            .collect();
+        (!refused.is_empty()).then(|| refused.join(", "))
     }
 
     /// The flags given that change nothing here, for one warning at start-up.
@@ -218,6 +269,34 @@ mod tests {
             parse(&["-logtostderr=false", "-log_dir=/d"])
                 .without_effect()
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn alpha_logging_flags_are_accepted_at_their_defaults_and_refused_otherwise() {
+        for flags in [
+            &[][..],
+            &[
+                "--log-text-split-stream=false",
+                "--log-text-info-buffer-size=0",
+            ][..],
+            &[
+                "--log-json-split-stream=false",
+                "--log-json-info-buffer-size",
+                "0",
+            ][..],
+        ] {
+            assert_eq!(parse(flags).alpha_refusal(), None, "{flags:?}");
+        }
+        let refused = parse(&[
+            "--log-text-split-stream",
+            "--log-json-info-buffer-size=64Ki",
+        ])
+        .alpha_refusal()
+        .unwrap();
+        assert_eq!(
+            refused,
+            "--log-text-split-stream: options.text.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled, --log-json-info-buffer-size: options.json.infoBufferSize: Forbidden: Feature LoggingAlphaOptions is disabled"
         );
     }
 }
