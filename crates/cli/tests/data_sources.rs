@@ -181,20 +181,7 @@ async fn clones_that_break_a_rule_get_an_event_and_no_volume() {
         );
     }
     // A populator's kind is left to the populator.
-    c.claim(
-        "populated",
-        "fast",
-        "1Gi",
-        json!({"spec": {"dataSourceRef": {"kind": "Dataset", "name": "d", "apiGroup": "example.com"}}}),
-        false,
-    )
-    .await;
-    c.wait_event(
-        "populated",
-        "Provisioning",
-        "Assuming an external populator will provision the volume",
-    )
-    .await;
+    c.populator_claim_left_alone("populated", "fast").await;
     // From upstream's CSI layer's own recorder, as `kubectl describe` shows it there.
     let events: Api<k8s_openapi::api::core::v1::Event> =
         Api::namespaced(c.client.clone(), "default");

@@ -114,20 +114,7 @@ async fn a_driver_that_cannot_provision_is_said_so_on_each_claim_and_volume() {
     c.claim("data", "fast", "1Gi", json!({}), false).await;
     c.wait_event("data", "ProvisioningFailed", words).await;
     // A populator's claim is left to its populator, whatever the driver can do (as upstream).
-    c.claim(
-        "populated",
-        "fast",
-        "1Gi",
-        json!({"spec": {"dataSourceRef": {"kind": "Dataset", "name": "d", "apiGroup": "example.com"}}}),
-        false,
-    )
-    .await;
-    c.wait_event(
-        "populated",
-        "Provisioning",
-        "Assuming an external populator will provision the volume",
-    )
-    .await;
+    c.populator_claim_left_alone("populated", "fast").await;
     // A volume of ours whose claim is gone, to be deleted: refused with the same words.
     c.apply_cluster::<PersistentVolume>(json!({
         "apiVersion": "v1",

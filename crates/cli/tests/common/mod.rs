@@ -285,6 +285,25 @@ impl Cluster {
         self.apply::<PersistentVolumeClaim>(pvc).await
     }
 
+    /// Makes claim `name` of `class` whose data source is a populator's kind, and waits for the
+    /// provisioner to leave it to the populator (its Normal `Provisioning` event).
+    pub async fn populator_claim_left_alone(&self, name: &str, class: &str) {
+        self.claim(
+            name,
+            class,
+            "1Gi",
+            json!({"spec": {"dataSourceRef": {"kind": "Dataset", "name": "d", "apiGroup": "example.com"}}}),
+            false,
+        )
+        .await;
+        self.wait_event(
+            name,
+            "Provisioning",
+            "Assuming an external populator will provision the volume",
+        )
+        .await;
+    }
+
     pub async fn pv_for(&self, claim: &PersistentVolumeClaim) -> Option<PersistentVolume> {
         let name = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
         Api::<PersistentVolume>::all(self.client.clone())

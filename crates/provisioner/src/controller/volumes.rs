@@ -63,6 +63,18 @@ impl Provisioner {
         }
     }
 
+    /// A deletion that failed: counted under the volume's class and said on it
+    /// (`VolumeFailedDelete`, as upstream).
+    fn delete_failed(&self, pv: &PersistentVolume, class: &str, message: &str) {
+        self.metrics.delete_failed.with_label_values(&[class]).inc();
+        self.recorder.record(
+            &sidecar_kit::vocabulary::reference(pv),
+            EventType::Warning,
+            "VolumeFailedDelete",
+            message,
+        );
+    }
+
     async fn reclaim(&self, name: &str) -> Result<(), VolumeError> {
         // Read before the cache: the PV's deletion event takes it out of the cache before it
         // forgets that its deletion was finished here, so a PV read after a `false` here is
@@ -117,20 +129,8 @@ impl Provisioner {
             } => {
                 // After the node check, before the attachments, as upstream checks it.
                 if let Some(why) = self.cfg.caps.no_dynamic_provisioning {
-                    let class = pv
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.storage_class_name.as_deref());
-                    self.metrics
-                        .delete_failed
-                        .with_label_values(&[class.unwrap_or_default()])
-                        .inc();
-                    self.recorder.record(
-                        &sidecar_kit::vocabulary::reference(&*pv),
-                        EventType::Warning,
-                        "VolumeFailedDelete",
-                        &why.to_string(),
-                    );
+                    let class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+                    self.delete_failed(&pv, &class.unwrap_or_default(), &why.to_string());
                     return Err(why.into());
                 }
                 if self.cfg.caps.publish_unpublish
@@ -169,17 +169,8 @@ impl Provisioner {
                     if let Err(error) = result
                         && classify_delete(Err(error.code)) == DeleteOutcome::Retry
                     {
-                        self.metrics
-                            .delete_failed
-                            .with_label_values(&[class.as_str()])
-                            .inc();
-                        self.recorder.record(
-                            &sidecar_kit::vocabulary::reference(&*pv),
-                            EventType::Warning,
-                            "VolumeFailedDelete",
-                            // As upstream: the driver's status, message included.
-                            &error.status_text(),
-                        );
+                        // As upstream: the driver's status, message included.
+                        self.delete_failed(&pv, &class, &error.status_text());
                         return Err(VolumeError::Driver(error));
                     }
                     self.deleted_handles.remember(volume_handle.clone());
