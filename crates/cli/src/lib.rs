@@ -57,7 +57,7 @@ where
         return std::process::ExitCode::FAILURE;
     }
     if let Some(refused) = klog.alpha_refusal() {
-        tracing::error!(%refused, "LoggingConfiguration is invalid");
+        // Once, on stderr, as upstream says it (its logs may be on stderr too).
         eprintln!("{name}: LoggingConfiguration is invalid: {refused}");
         return std::process::ExitCode::FAILURE;
     }

@@ -55,14 +55,14 @@ pub struct KlogArgs {
     #[arg(long = "log-text-split-stream", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub log_text_split_stream: bool,
     /// See `log_text_split_stream`.
-    #[arg(long = "log-text-info-buffer-size", hide = true, default_value = "0")]
-    pub log_text_info_buffer_size: String,
+    #[arg(long = "log-text-info-buffer-size", hide = true, default_value = "0", value_parser = crate::quantity::Quantity::parse)]
+    pub log_text_info_buffer_size: crate::quantity::Quantity,
     /// See `log_text_split_stream`.
     #[arg(long = "log-json-split-stream", hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub log_json_split_stream: bool,
     /// See `log_text_split_stream`.
-    #[arg(long = "log-json-info-buffer-size", hide = true, default_value = "0")]
-    pub log_json_info_buffer_size: String,
+    #[arg(long = "log-json-info-buffer-size", hide = true, default_value = "0", value_parser = crate::quantity::Quantity::parse)]
+    pub log_json_info_buffer_size: crate::quantity::Quantity,
 }
 
 /// Where logs go.
@@ -105,7 +105,6 @@ impl KlogArgs {
     /// the Go sidecars refuse it (`options.text.splitStream: Forbidden: Feature
     /// LoggingAlphaOptions is disabled`), as their command line cannot enable that gate.
     pub fn alpha_refusal(&self) -> Option<String> {
-        let unset = |size: &str| matches!(size.trim(), "" | "0");
         let set = [
             (
                 self.log_text_split_stream,
@@ -113,7 +112,7 @@ impl KlogArgs {
                 "options.text.splitStream",
             ),
             (
-                !unset(&self.log_text_info_buffer_size),
+                !self.log_text_info_buffer_size.is_zero(),
                 "--log-text-info-buffer-size",
                 "options.text.infoBufferSize",
             ),
@@ -123,7 +122,7 @@ impl KlogArgs {
                 "options.json.splitStream",
             ),
             (
-                !unset(&self.log_json_info_buffer_size),
+                !self.log_json_info_buffer_size.is_zero(),
                 "--log-json-info-buffer-size",
                 "options.json.infoBufferSize",
             ),
@@ -283,10 +282,24 @@ mod tests {
             &[
                 "--log-json-split-stream=false",
                 "--log-json-info-buffer-size",
-                "0",
+                "0Ki",
             ][..],
+            &["--log-text-info-buffer-size=0.0"][..],
         ] {
             assert_eq!(parse(flags).alpha_refusal(), None, "{flags:?}");
+        }
+        // A quantity that rounds up to a byte is not zero; one that is no quantity is a bad value.
+        assert!(
+            parse(&["--log-text-info-buffer-size=1m"])
+                .alpha_refusal()
+                .is_some()
+        );
+        for bad in [
+            "--log-text-info-buffer-size=abc",
+            "--log-json-info-buffer-size=",
+        ] {
+            let argv = std::iter::once("x").chain(std::iter::once(bad));
+            assert!(Args::try_parse_from(argv).is_err(), "{bad}");
         }
         let refused = parse(&[
             "--log-text-split-stream",

@@ -98,12 +98,8 @@ impl Provisioner {
         match decide_volume(&pv, &self.cfg.caps.name, self.cfg.caps.migrated_from) {
             VolumeDecision::Ignore => Ok(()),
             VolumeDecision::Untranslatable(reason) => {
-                self.recorder.record(
-                    &sidecar_kit::vocabulary::reference(&*pv),
-                    EventType::Warning,
-                    "VolumeFailedDelete",
-                    &reason,
-                );
+                let class = pv.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+                self.delete_failed(&pv, &class.unwrap_or_default(), &reason);
                 Err(VolumeError::Translate(reason))
             }
             VolumeDecision::RemoveFinalizer => self.remove_finalizer(&pv).await,
