@@ -77,8 +77,10 @@ pub(crate) fn finish_namespace(app: Shared, namespace: String) {
                     tracing::warn!(namespace = %namespace, error = %error.message, "failed to finalize an emptied namespace; trying again");
                 }
             }
+            // The served types, read once a round (not once an object).
+            let types = app.registry.all();
             for (resource, name) in contents {
-                if !delete_content(&app, &namespace, &resource, &name).await
+                if !delete_content(&app, &types, &namespace, &resource, &name).await
                     && unknown.insert(resource.clone())
                 {
                     tracing::warn!(namespace = %namespace, resource = %resource, "a terminating namespace holds objects of a type this server no longer serves; it stays until they are gone");
@@ -115,7 +117,13 @@ fn namespace_pause(round: u32) -> Duration {
 
 /// Deletes object `name` of store key `resource` in a terminating namespace, unless it is
 /// already being deleted; false when no served type stores objects under `resource`.
-async fn delete_content(app: &Shared, namespace: &str, resource: &str, name: &str) -> bool {
+async fn delete_content(
+    app: &Shared,
+    types: &[Arc<ResourceType>],
+    namespace: &str,
+    resource: &str,
+    name: &str,
+) -> bool {
     let marked = app
         .store
         .get(resource, namespace, name)
@@ -125,7 +133,7 @@ async fn delete_content(app: &Shared, namespace: &str, resource: &str, name: &st
     }
     // events.k8s.io/v1 Events are the core ones: removed as those.
     let stored_here = |t: &ResourceType| t.key() == resource && !t.stored_as_core_events();
-    let Some(rt) = app.registry.all().into_iter().find(|t| stored_here(t)) else {
+    let Some(rt) = types.iter().find(|t| stored_here(t)) else {
         return false;
     };
     if let Err(error) = delete(app, &rt, namespace, name, &Bytes::new(), WriteMode::Store).await

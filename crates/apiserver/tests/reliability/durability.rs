@@ -16,6 +16,11 @@ async fn post_json(client: &kube::Client, path: &str, body: &Value) -> (u16, Str
     .await
 }
 
+/// DELETEs a path without a body.
+async fn delete_path(client: &kube::Client, path: &str) -> (u16, String) {
+    raw(client, "DELETE", path, "application/json", Vec::new(), "t").await
+}
+
 #[tokio::test]
 async fn a_failed_log_write_is_never_visible_and_later_writes_are_refused_until_restart() {
     let root = tempfile::tempdir().unwrap();
@@ -345,15 +350,7 @@ async fn a_definition_being_deleted_at_a_restart_goes_once_its_last_custom_resou
     let (code, message) =
         post_json(&s.client, "/apis/example.volstack.dev/v1/gadgets", &held).await;
     assert_eq!(code, 200, "{message}");
-    let (code, message) = raw(
-        &s.client,
-        "DELETE",
-        &definition,
-        "application/json",
-        Vec::new(),
-        "t",
-    )
-    .await;
+    let (code, message) = delete_path(&s.client, &definition).await;
     assert_eq!(code, 200, "{message}");
 
     let s = restart(s, dir.path()).await;
@@ -426,15 +423,7 @@ async fn a_namespace_being_deleted_at_a_restart_goes_once_its_last_object_does()
         post_json(&s.client, "/api/v1/namespaces/leaving/configmaps", &held).await;
     assert_eq!(code, 200, "{message}");
     let namespace = "/api/v1/namespaces/leaving";
-    let (code, message) = raw(
-        &s.client,
-        "DELETE",
-        namespace,
-        "application/json",
-        Vec::new(),
-        "t",
-    )
-    .await;
+    let (code, message) = delete_path(&s.client, namespace).await;
     assert_eq!(code, 200, "{message}");
 
     let s = restart(s, dir.path()).await;
