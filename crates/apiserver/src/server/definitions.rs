@@ -163,10 +163,9 @@ pub(crate) fn finish_definition(app: &Shared, name: &str) {
                 delete_all(&app, &name, (&group, &plural), &left).await;
             }
             drop(app);
-            // Those held by finalizers are waited for; soon at first, then every second.
+            // Those held by finalizers are waited for; soon at first, then less often.
             pause = pause.saturating_add(1);
-            let millis = if pause < 10 { 200 } else { 1000 };
-            tokio::time::sleep(Duration::from_millis(millis)).await;
+            tokio::time::sleep(super::leaves::round_pause(pause)).await;
         }
     });
 }

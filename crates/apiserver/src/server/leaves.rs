@@ -1,4 +1,7 @@
-//! A guard that takes a task's key out of one of the server's sets of running tasks.
+//! The server's cleanup tasks (a namespace's emptying, a definition's custom resources): the
+//! guard that takes a task's key out of its set, and the pause between rounds.
+
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -42,6 +45,41 @@ impl Drop for LeavesSet {
         }
         if let Some(app) = self.app.upgrade() {
             (self.which)(&app).lock().remove(&self.key);
+        }
+    }
+}
+
+/// The pause after round `round` of a cleanup task (a namespace's emptying, a definition's
+/// custom resources): soon at first, then every second, then every 5 seconds (a round reads
+/// every stored key, or every object of a type).
+pub(crate) fn round_pause(round: u32) -> Duration {
+    match round {
+        0..10 => Duration::from_millis(200),
+        10..60 => Duration::from_secs(1),
+        _ => Duration::from_secs(5),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cleanup_task_pauses_longer_as_it_waits() {
+        let rows = [
+            (0, 200),
+            (9, 200),
+            (10, 1000),
+            (59, 1000),
+            (60, 5000),
+            (u32::MAX, 5000),
+        ];
+        for (round, millis) in rows {
+            assert_eq!(
+                round_pause(round),
+                Duration::from_millis(millis),
+                "round {round}"
+            );
         }
     }
 }

@@ -88,7 +88,7 @@ pub(crate) fn finish_namespace(app: Shared, namespace: String) {
             }
             drop(app);
             round = round.saturating_add(1);
-            tokio::time::sleep(namespace_pause(round)).await;
+            tokio::time::sleep(super::leaves::round_pause(round)).await;
         }
     });
 }
@@ -103,16 +103,6 @@ fn leave_finishing(app: &App, name: &str) -> bool {
     }
     finishing.remove(name);
     true
-}
-
-/// The pause after round `round` of a namespace's emptying: soon at first, then every second,
-/// then every 5 seconds (each round reads every stored key).
-fn namespace_pause(round: u32) -> Duration {
-    match round {
-        0..10 => Duration::from_millis(200),
-        10..60 => Duration::from_secs(1),
-        _ => Duration::from_secs(5),
-    }
 }
 
 /// Deletes object `name` of store key `resource` in a terminating namespace, unless it is
@@ -136,34 +126,10 @@ async fn delete_content(
     let Some(rt) = types.iter().find(|t| stored_here(t)) else {
         return false;
     };
-    if let Err(error) = delete(app, &rt, namespace, name, &Bytes::new(), WriteMode::Store).await
+    if let Err(error) = delete(app, rt, namespace, name, &Bytes::new(), WriteMode::Store).await
         && error.code != 404
     {
         tracing::warn!(namespace = %namespace, resource = %resource, name = %name, error = %error.message, "failed to delete an object of a terminating namespace");
     }
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_namespace_task_pauses_longer_as_it_waits() {
-        let rows = [
-            (0, 200),
-            (9, 200),
-            (10, 1000),
-            (59, 1000),
-            (60, 5000),
-            (u32::MAX, 5000),
-        ];
-        for (round, millis) in rows {
-            assert_eq!(
-                namespace_pause(round),
-                Duration::from_millis(millis),
-                "round {round}"
-            );
-        }
-    }
 }
