@@ -9,6 +9,7 @@ mod apply;
 mod bad_input;
 mod commands;
 mod defaults;
+mod deletes;
 mod dry_run;
 
 use common::{Fixture, kubectl, start};
