@@ -500,3 +500,97 @@ async fn already_exists_keeps_the_intent_and_the_volume_is_cleaned_up_when_the_c
     )
     .await;
 }
+
+/// A volume in flight for a claim that is gone, found in the intent log while the driver
+/// cannot create or delete (no CREATE_DELETE_VOLUME): the record is kept and tried again, and
+/// no try reads its secret or announces a deletion it cannot make.
+#[tokio::test]
+async fn a_record_in_flight_stays_unread_while_the_driver_cannot_provision() {
+    use provisioner::controller::intents::Record;
+    let mut c = Cluster::start(
+        &["--disable=create-delete"],
+        &["--timeout=500ms", "--in-flight-recovery=intent-log"],
+        false,
+    )
+    .await;
+    c.apply::<k8s_openapi::api::core::v1::Secret>(
+        json!({"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}}),
+    )
+    .await;
+    c.kill_provisioner();
+    // What a predecessor against a driver that could provision left: a CreateVolume in
+    // flight for a claim deleted since.
+    let volume = "pvc-0d1e2f30-0000-4000-8000-000000000002";
+    let request = csi_proto::v1::CreateVolumeRequest {
+        name: volume.into(),
+        capacity_range: Some(csi_proto::v1::CapacityRange {
+            required_bytes: 1 << 20,
+            limit_bytes: 0,
+        }),
+        ..Default::default()
+    };
+    let record = Record::new(
+        "default",
+        "gone",
+        "0d1e2f30-0000-4000-8000-000000000002",
+        &request,
+        Some(("default".into(), "creds".into())),
+        false,
+    );
+    let records = json!({ volume: record }).to_string();
+    let shard = format!("{}-intents", sidecar_kit::leader::lease_name(DRIVER));
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        c.client.clone(),
+        "kube-system",
+    );
+    let annotations = json!({provisioner::controller::intents::ANNOTATION: records});
+    if leases.get_opt(&shard).await.unwrap().is_some() {
+        leases
+            .patch(
+                &shard,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+            )
+            .await
+            .unwrap();
+    } else {
+        let lease = serde_json::from_value(json!({
+            "metadata": {"name": shard, "namespace": "kube-system", "annotations": annotations},
+        }))
+        .unwrap();
+        leases.create(&Default::default(), &lease).await.unwrap();
+    }
+    c.start_provisioner();
+    let words = "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported";
+    // The start's warning, then two tries refused.
+    c.wait_until("two tries refused in upstream's words", T, || async {
+        c.provisioner_log().matches(words).count() >= 3
+    })
+    .await;
+    let log = plain_log(&c.provisioner_log());
+    assert!(
+        log.contains("recovered in-flight volumes from the intent log"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("claim is gone while its volume may exist: deleting the volume"),
+        "a deletion announced that cannot be made: {log}"
+    );
+    let secret_reads: u64 = c
+        .stack
+        .server
+        .request_counts()
+        .into_iter()
+        .filter(|((_, resource, _, client), _)| {
+            client == "csi-provisioner" && resource == "secrets"
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(secret_reads, 0, "the secret was read for a call never made");
+    let kept = c.intent_shards().await;
+    assert!(
+        kept.iter()
+            .any(|(_, volumes)| volumes == &[volume.to_string()]),
+        "the record stays: {kept:?}"
+    );
+}

@@ -37,7 +37,8 @@ impl Provisioner {
     /// UNIMPLEMENTED, a final error, and an in-flight record whose volume may exist would be
     /// settled): the call fails as one to try again (UNAVAILABLE), in upstream's words, so
     /// every record is kept until a provisioner started against a driver that can settles it.
-    fn dynamic_provisioning(&self, method: &'static str) -> Result<(), CallError> {
+    /// The recovery paths ask first, before they read a Secret or log that they call.
+    pub(crate) fn dynamic_provisioning(&self, method: &'static str) -> Result<(), CallError> {
         match self.cfg.caps.no_dynamic_provisioning {
             Some(why) => Err(CallError {
                 method,

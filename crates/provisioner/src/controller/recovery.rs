@@ -246,6 +246,10 @@ pub(crate) async fn clean_up(
             .await
             .map_err(cleanup_error);
     }
+    // Nothing to ask a driver that cannot create (the record is kept, retried with backoff):
+    // neither its secret read nor a line logged at each try.
+    p.dynamic_provisioning("CreateVolume")
+        .map_err(|e| cleanup_error(ClaimError::Csi(e)))?;
     let secrets = p
         .fetch_secret(flight.secret.as_ref())
         .await
@@ -327,6 +331,7 @@ pub(crate) async fn clean_up_listed(
             return Ok(());
         }
     }
+    p.dynamic_provisioning("DeleteVolume")?;
     // As a PV's deletion: a secret that cannot be read does not keep the volume.
     let secrets = p.secrets_or_none(name, flight.secret.as_ref()).await;
     tracing::info!(

@@ -79,8 +79,8 @@ pub enum SetError {
         /// Why DeleteVolume, or the secret it needs, failed.
         source: Box<crate::controller::ClaimError>,
     },
-    /// The driver cannot delete volumes: a volume stays in the pool rather than be taken out
-    /// for a deletion that cannot happen.
+    /// The driver cannot create or delete volumes: a volume stays in the pool rather than be
+    /// taken out for a deletion that cannot happen, and one in flight stays in flight.
     #[error(transparent)]
     NoDynamicProvisioning(#[from] crate::decide::provision::NoDynamicProvisioning),
     /// Taking a volume out of the pool failed (a claim may have bound it meanwhile).
@@ -395,6 +395,11 @@ async fn finish_member(
     if p.caches.volumes.contains(&ObjectRef::new(volume)) {
         p.ledger.settle(volume);
         return Ok(());
+    }
+    // A driver that cannot create: the record stays (retried with backoff), its secret
+    // unread, the set told in upstream's words.
+    if let Some(why) = p.cfg.caps.no_dynamic_provisioning {
+        return Err(why.into());
     }
     if let Some(log) = p.intent_log() {
         log.record(volume, flight.record()).await?;
