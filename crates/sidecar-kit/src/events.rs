@@ -1,9 +1,14 @@
 //! A core/v1 Event recorder, as client-go's: same reasons, `source.component`, counts and
 //! timestamps, so `kubectl describe` shows our events exactly as the Go sidecar's.
 //!
-//! Unlike client-go, identical events (same object, type, reason and message) within a window
-//! are not written again: a retry loop against a failing driver does not become an event storm
-//! (client-go patches the count of such an event on every repeat, one API write each time).
+//! As client-go's, a repeat of an event (same object, type, reason and message) is counted on
+//! the Event written first: its `count` and `lastTimestamp` are patched, so `kubectl describe`
+//! shows `(x5 over 2m)`. Unlike client-go, the count is written at most every [`COUNT_EVERY`]
+//! per event, not at every repeat (one API write each there): a retry loop against a failing
+//! driver does not become an event storm, and a repeat in between is carried by the next
+//! write. A repeat after ten minutes without one starts a new Event. Where the client may not
+//! patch events (RBAC granting only `create`), repeats are counted in memory only, with one
+//! warning.
 //!
 //! As client-go's broadcaster, recording never waits for the API: events are queued (at most
 //! [`QUEUED_EVENTS`], further ones dropped with a log line) and written by a background task,
@@ -12,7 +17,8 @@
 
 use crate::recent::Recent;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -20,7 +26,8 @@ use tokio::sync::mpsc;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
+use tokio::time::Instant;
 
 use crate::key::ObjectKey;
 
@@ -52,27 +59,54 @@ pub const RECENT_EVENTS: usize = 4096;
 /// Event writes in flight at once.
 const WRITERS: usize = 8;
 
-/// An event waiting to be written: its key (namespace and name) and its JSON, the body of its
-/// create request, about 700 bytes, where the decoded `Event` is over 1 KB inline plus a dozen
-/// strings (a full queue's slots alone held 1 MB).
+/// A repeated event's count is written at most this often (client-go writes it at every
+/// repeat).
+pub const COUNT_EVERY: Duration = Duration::from_secs(10);
+
+/// How long after its last repeat an event's series ends: a repeat later starts a new Event.
+const SERIES_WINDOW: Duration = Duration::from_secs(600);
+
+/// An event waiting to be written: its key (namespace and name) and the body of its request.
+/// A create's is the Event's JSON, about 700 bytes, where the decoded `Event` is over 1 KB
+/// inline plus a dozen strings (a full queue's slots alone held 1 MB).
 struct Queued {
     key: ObjectKey,
-    json: Box<[u8]>,
+    write: Write,
 }
 
-/// Writes events; one per (object, type, reason, message) per window.
+enum Write {
+    /// The Event's JSON.
+    Create(Box<[u8]>),
+    /// A merge patch of its count and last time.
+    Count(serde_json::Value),
+}
+
+/// An event written, as remembered to count its repeats.
+#[derive(Debug)]
+struct Series {
+    /// The Event's name.
+    name: Box<str>,
+    /// How many times it happened, the first included.
+    count: i32,
+    /// When it was created or its count last written.
+    written: Instant,
+}
+
+/// Writes events; the repeats of one (object, type, reason, message) as its count.
 pub struct Recorder {
     queue: mpsc::Sender<Queued>,
     /// The task writing the queue (it ends once the queue is closed and written).
     writer: tokio::task::JoinHandle<()>,
     dropped: AtomicU64,
+    /// The API server refused a count's patch as forbidden: repeats are not written any more.
+    patch_refused: Arc<AtomicBool>,
     component: String,
     host: String,
-    /// The (object UID, type, reason, message) written in the last ten minutes, by a hash of
-    /// it: 8 bytes a key instead of four strings (10,000 volumes kept about 3 MB of them), and
+    /// The (object UID, type, reason, message) that happened in the last ten minutes, by a
+    /// hash of it (8 bytes a key instead of four strings), with its Event's name and count,
     /// at most [`RECENT_EVENTS`] of them (a storm of 100,000 claims kept 200,000, 6 to 13 MB
-    /// with the map's spare room).
-    recent: Recent<u64>,
+    /// with the map's spare room, when they were not bounded).
+    recent: Recent<u64, Series>,
     /// The hasher of `recent`'s keys (random keys, as std's maps).
     keys: std::collections::hash_map::RandomState,
 }
@@ -102,14 +136,16 @@ impl Recorder {
         host: impl Into<String>,
     ) -> Self {
         let (queue, events) = mpsc::channel(QUEUED_EVENTS);
-        let writer = tokio::spawn(write_events(client, events));
+        let patch_refused = Arc::new(AtomicBool::new(false));
+        let writer = tokio::spawn(write_events(client, events, patch_refused.clone()));
         Recorder {
             queue,
             writer,
             dropped: AtomicU64::new(0),
+            patch_refused,
             component: component.into(),
             host: host.into(),
-            recent: Recent::bounded(Duration::from_secs(600), RECENT_EVENTS),
+            recent: Recent::bounded(SERIES_WINDOW, RECENT_EVENTS),
             keys: std::collections::hash_map::RandomState::new(),
         }
     }
@@ -123,10 +159,42 @@ impl Recorder {
             reason,
             message,
         ));
-        if !self.recent.first_time(key) {
-            return;
+        let now = Timestamp::now();
+        let first = || Series {
+            name: event_name(object, now).into(),
+            count: 1,
+            written: Instant::now(),
+        };
+        let repeat = |series: &mut Series| {
+            series.count = series.count.saturating_add(1);
+            let due = series.written.elapsed() >= COUNT_EVERY;
+            due.then(|| {
+                series.written = Instant::now();
+                (series.name.clone(), series.count)
+            })
+        };
+        match self.recent.renew_or_insert(key, first, repeat) {
+            None => {}
+            // Counted; the next write carries it.
+            Some(None) => return,
+            Some(Some((name, count))) => {
+                if self.patch_refused.load(Ordering::Relaxed) {
+                    return;
+                }
+                let patch = serde_json::json!({"count": count, "lastTimestamp": Time(now)});
+                let key = ObjectKey::new(Some(event_namespace(object)), &name);
+                self.enqueue(
+                    Queued {
+                        key,
+                        write: Write::Count(patch),
+                    },
+                    reason,
+                    object,
+                );
+                return;
+            }
         }
-        let event = self.build(object, kind, reason, message, Timestamp::now());
+        let event = self.build(object, kind, reason, message, now);
         let json = match serde_json::to_vec(&event) {
             Ok(json) => json,
             Err(error) => {
@@ -137,8 +205,13 @@ impl Recorder {
         // Boxed to its length: serde_json grows its buffer by doubling, to 1 KB here.
         let queued = Queued {
             key: ObjectKey::of(&event.metadata),
-            json: json.into_boxed_slice(),
+            write: Write::Create(json.into_boxed_slice()),
         };
+        self.enqueue(queued, reason, object);
+    }
+
+    /// Queues a write, or drops it (counted, logged now and then) when the queue is full.
+    fn enqueue(&self, queued: Queued, reason: &str, object: &ObjectReference) {
         if self.queue.try_send(queued).is_err() {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if dropped == 1 || dropped.is_multiple_of(1000) {
@@ -177,16 +250,10 @@ impl Recorder {
         message: &str,
         now: Timestamp,
     ) -> Event {
-        let name = object.name.clone().unwrap_or_default();
-        let suffix = format!("{:x}", now.as_nanosecond());
         Event {
             metadata: ObjectMeta {
-                name: Some(format!("{name}.{suffix}")),
-                namespace: object
-                    .namespace
-                    .clone()
-                    .filter(|n| !n.is_empty())
-                    .or(Some("default".into())),
+                name: Some(event_name(object, now)),
+                namespace: Some(event_namespace(object).to_string()),
                 ..Default::default()
             },
             involved_object: object.clone(),
@@ -212,24 +279,64 @@ impl Recorder {
     }
 }
 
-/// Writes queued events, [`WRITERS`] at a time, until the recorder is gone.
-async fn write_events(client: kube::Client, mut events: mpsc::Receiver<Queued>) {
+/// An event's name: its object's, then the time in hexadecimal nanoseconds (client-go's).
+fn event_name(object: &ObjectReference, now: Timestamp) -> String {
+    let name = object.name.as_deref().unwrap_or_default();
+    format!("{name}.{:x}", now.as_nanosecond())
+}
+
+/// An event's namespace: its object's, else `default`.
+fn event_namespace(object: &ObjectReference) -> &str {
+    object
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default")
+}
+
+/// Writes queued events, [`WRITERS`] at a time, until the recorder is gone; a count's patch
+/// refused as forbidden sets `patch_refused` (and is said once).
+async fn write_events(
+    client: kube::Client,
+    mut events: mpsc::Receiver<Queued>,
+    patch_refused: Arc<AtomicBool>,
+) {
     use futures::StreamExt;
     futures::stream::poll_fn(|cx| events.poll_recv(cx))
-        .for_each_concurrent(WRITERS, |Queued { key, json }| {
+        .for_each_concurrent(WRITERS, |Queued { key, write }| {
             let client = client.clone();
+            let patch_refused = patch_refused.clone();
             async move {
-                // The queued JSON is the request's body as it is: not decoded and encoded again.
                 let path = <Event as kube::Resource>::url_path(&(), key.namespace());
-                let written = kube::core::Request::new(path)
-                    .create(&PostParams::default(), json.into_vec())
-                    .map_err(kube::Error::BuildRequest);
-                let written = match written {
+                let request = kube::core::Request::new(path);
+                let counting = matches!(write, Write::Count(_));
+                let built = match write {
+                    // The queued JSON is the request's body as it is: not decoded and encoded
+                    // again.
+                    Write::Create(json) => request.create(&PostParams::default(), json.into_vec()),
+                    Write::Count(patch) => {
+                        request.patch(key.name(), &PatchParams::default(), &Patch::Merge(patch))
+                    }
+                };
+                let written = match built.map_err(kube::Error::BuildRequest) {
                     Ok(request) => client.request_text(request).await.map(drop),
                     Err(error) => Err(error),
                 };
-                if let Err(error) = written {
-                    tracing::warn!(%error, event = %key, "failed to record event");
+                match written {
+                    Ok(()) => {}
+                    Err(kube::Error::Api(status)) if counting && status.code == 403 => {
+                        if !patch_refused.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(
+                                event = %key,
+                                message = %status.message,
+                                "may not patch events: repeated events are not counted on the \
+                                 Event (grant `patch` on events)"
+                            );
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, event = %key, "failed to record event");
+                    }
                 }
             }
         })
@@ -297,6 +404,112 @@ mod tests {
         assert!(written.metadata.name.unwrap().starts_with("c1."));
     }
 
+    /// A client answering creates with the body, patches with `patch_code` (a Status when not
+    /// 200), and passing each request's method, path and body to the returned channel.
+    fn recording_client(
+        patch_code: u16,
+    ) -> (
+        kube::Client,
+        mpsc::UnboundedReceiver<(String, String, serde_json::Value)>,
+    ) {
+        let (sent, received) = mpsc::unbounded_channel();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let sent = sent.clone();
+            async move {
+                let method = request.method().to_string();
+                let path = request.uri().path().to_string();
+                let body = request.into_body().collect_bytes().await?;
+                let value: serde_json::Value = serde_json::from_slice(&body)?;
+                let _ = sent.send((method.clone(), path, value));
+                let (code, answer) = match method.as_str() {
+                    "PATCH" if patch_code != 200 => (
+                        patch_code,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "message": "events is forbidden", "reason": "Forbidden", "code": patch_code})
+                        .to_string()
+                        .into_bytes(),
+                    ),
+                    "PATCH" => (200, serde_json::json!({"count": 1}).to_string().into_bytes()),
+                    _ => (201, body.to_vec()),
+                };
+                let response = http::Response::builder()
+                    .status(code)
+                    .body(kube::client::Body::from(answer))?;
+                Ok::<_, tower::BoxError>(response)
+            }
+        });
+        (kube::Client::new(service, "default"), received)
+    }
+
+    /// Repeats are counted on the Event first written: a patch of its count and last time,
+    /// at most every COUNT_EVERY, carrying the repeats in between; another message is another
+    /// Event.
+    #[tokio::test(start_paused = true)]
+    async fn repeats_are_counted_on_the_first_event_at_most_every_few_seconds() {
+        let (client, mut received) = recording_client(200);
+        let recorder = Recorder::new(client, "csi-provisioner");
+        let object = claim("c1");
+        recorder.record(&object, EventType::Warning, "ProvisioningFailed", "no room");
+        let (method, path, created) = received.recv().await.unwrap();
+        assert_eq!(
+            (method.as_str(), path.as_str()),
+            ("POST", "/api/v1/namespaces/ns/events")
+        );
+        let name = created["metadata"]["name"].as_str().unwrap().to_string();
+        // Two repeats at once: counted, not written yet.
+        recorder.record(&object, EventType::Warning, "ProvisioningFailed", "no room");
+        recorder.record(&object, EventType::Warning, "ProvisioningFailed", "no room");
+        tokio::time::advance(COUNT_EVERY).await;
+        recorder.record(&object, EventType::Warning, "ProvisioningFailed", "no room");
+        let (method, path, patch) = received.recv().await.unwrap();
+        assert_eq!(method, "PATCH");
+        assert_eq!(path, format!("/api/v1/namespaces/ns/events/{name}"));
+        assert_eq!(patch["count"], 4, "{patch}");
+        assert!(
+            patch["lastTimestamp"]
+                .as_str()
+                .is_some_and(|t| t.ends_with('Z')),
+            "{patch}"
+        );
+        // Another message: a new Event, not a count.
+        recorder.record(&object, EventType::Warning, "ProvisioningFailed", "no disk");
+        let (method, _, other) = received.recv().await.unwrap();
+        assert_eq!(method, "POST");
+        assert_eq!(other["count"], 1);
+        // Ten minutes without a repeat end the series: the next is a new Event.
+        tokio::time::advance(SERIES_WINDOW).await;
+        recorder.record(&object, EventType::Warning, "ProvisioningFailed", "no room");
+        let (method, _, again) = received.recv().await.unwrap();
+        assert_eq!(method, "POST");
+        assert_ne!(again["metadata"]["name"].as_str(), Some(name.as_str()));
+    }
+
+    /// Where patching events is forbidden, the first refusal stops the counts' writes; events
+    /// are still created.
+    #[tokio::test(start_paused = true)]
+    async fn a_forbidden_count_stops_the_counts_and_events_are_still_created() {
+        let (client, mut received) = recording_client(403);
+        let recorder = Recorder::new(client, "csi-provisioner");
+        let object = claim("c1");
+        recorder.record(&object, EventType::Normal, "R", "m");
+        assert_eq!(received.recv().await.unwrap().0, "POST");
+        tokio::time::advance(COUNT_EVERY).await;
+        recorder.record(&object, EventType::Normal, "R", "m");
+        assert_eq!(received.recv().await.unwrap().0, "PATCH");
+        let mut waited = Duration::ZERO;
+        while !recorder.patch_refused.load(Ordering::Relaxed) {
+            assert!(waited < Duration::from_secs(60), "the refusal was not seen");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            waited += Duration::from_millis(10);
+        }
+        tokio::time::advance(COUNT_EVERY).await;
+        recorder.record(&object, EventType::Normal, "R", "m");
+        recorder.record(&object, EventType::Normal, "R", "other");
+        let (method, _, created) = received.recv().await.unwrap();
+        assert_eq!(method, "POST", "no count written once refused");
+        assert_eq!(created["message"], "other");
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn recording_never_waits_and_drops_past_the_queue() {
         let recorder = Recorder::on_host(stuck_client(), "csi-provisioner", "host");
@@ -310,7 +523,7 @@ mod tests {
             );
         }
         assert_eq!(recorder.dropped(), 100);
-        // The same event again within the window is not queued at all (nor counted).
+        // The same event again at once is counted, not queued.
         recorder.record(
             &claim("c0"),
             EventType::Normal,

@@ -18,23 +18,48 @@ use tokio::time::Instant;
 const FIRST_SCAN: usize = 10_000;
 
 #[derive(Debug)]
-struct Inner<K> {
-    /// When each key was last remembered.
-    at: HashMap<K, Instant>,
+struct Inner<K, V> {
+    /// When each key was last remembered, and what is kept with it.
+    at: HashMap<K, (Instant, V)>,
     /// The size at which the next scan for expired keys runs.
     scan_at: usize,
 }
 
-/// Keys remembered for `window`.
+/// Keys remembered for `window`, each with a value `V` (none by default).
 #[derive(Debug)]
-pub struct Recent<K> {
+pub struct Recent<K, V = ()> {
     window: Duration,
     /// Most keys kept, if bounded: beyond it the older half is forgotten early.
     limit: Option<usize>,
-    inner: Mutex<Inner<K>>,
+    inner: Mutex<Inner<K, V>>,
 }
 
 impl<K: Hash + Eq> Recent<K> {
+    /// Remembers `key` from now on.
+    pub fn remember(&self, key: K) {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        self.insert(&mut inner, key, now, ());
+    }
+
+    /// Remembers `key` unless it is remembered already; true when it was not (the caller goes
+    /// on), false when it was (a repeat within the window).
+    pub fn first_time(&self, key: K) -> bool {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        if inner
+            .at
+            .get(&key)
+            .is_some_and(|(at, ())| now.saturating_duration_since(*at) < self.window)
+        {
+            return false;
+        }
+        self.insert(&mut inner, key, now, ());
+        true
+    }
+}
+
+impl<K: Hash + Eq, V> Recent<K, V> {
     /// Nothing remembered yet; keys are forgotten `window` after they were last remembered.
     pub fn new(window: Duration) -> Self {
         Recent {
@@ -58,11 +83,25 @@ impl<K: Hash + Eq> Recent<K> {
         }
     }
 
-    /// Remembers `key` from now on.
-    pub fn remember(&self, key: K) {
+    /// A repeat of `key` within the window (since it was last remembered) gets its value to
+    /// change (`repeat`), and the key is renewed; otherwise `key` is remembered from now on
+    /// with the value `first` makes. What `repeat` returns, or None for a first time.
+    pub fn renew_or_insert<R>(
+        &self,
+        key: K,
+        first: impl FnOnce() -> V,
+        repeat: impl FnOnce(&mut V) -> R,
+    ) -> Option<R> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        self.insert(&mut inner, key, now);
+        if let Some((at, value)) = inner.at.get_mut(&key)
+            && now.saturating_duration_since(*at) < self.window
+        {
+            *at = now;
+            return Some(repeat(value));
+        }
+        self.insert(&mut inner, key, now, first());
+        None
     }
 
     /// Whether `key` was remembered less than the window ago.
@@ -75,23 +114,7 @@ impl<K: Hash + Eq> Recent<K> {
         inner
             .at
             .get(key)
-            .is_some_and(|at| at.elapsed() < self.window)
-    }
-
-    /// Remembers `key` unless it is remembered already; true when it was not (the caller goes
-    /// on), false when it was (a repeat within the window).
-    pub fn first_time(&self, key: K) -> bool {
-        let now = Instant::now();
-        let mut inner = self.inner.lock();
-        if inner
-            .at
-            .get(&key)
-            .is_some_and(|at| now.saturating_duration_since(*at) < self.window)
-        {
-            return false;
-        }
-        self.insert(&mut inner, key, now);
-        true
+            .is_some_and(|(at, _)| at.elapsed() < self.window)
     }
 
     /// Forgets `key` before its window ends (what it guarded against cannot happen any more).
@@ -113,29 +136,29 @@ impl<K: Hash + Eq> Recent<K> {
         self.len() == 0
     }
 
-    fn insert(&self, inner: &mut Inner<K>, key: K, now: Instant) {
-        inner.at.insert(key, now);
+    fn insert(&self, inner: &mut Inner<K, V>, key: K, now: Instant, value: V) {
+        inner.at.insert(key, (now, value));
         if let Some(limit) = self.limit
             && inner.at.len() > limit
         {
             let window = self.window;
             inner
                 .at
-                .retain(|_, at| now.saturating_duration_since(*at) < window);
+                .retain(|_, (at, _)| now.saturating_duration_since(*at) < window);
             // Unless the expired keys made room for half the limit, the older keys go too, so
             // that the next pass is at least half the limit of inserts away (constant time a
             // key on average, however the keys expire).
             if inner.at.len() > limit / 2 {
                 // The newest half stays: those remembered at or after the median time.
-                let mut times: Vec<Instant> = inner.at.values().copied().collect();
+                let mut times: Vec<Instant> = inner.at.values().map(|(at, _)| *at).collect();
                 let newest = limit / 2;
                 let cut = times.len() - newest;
                 let (_, median, _) = times.select_nth_unstable(cut);
                 let median = *median;
-                inner.at.retain(|_, at| *at >= median);
+                inner.at.retain(|_, (at, _)| *at >= median);
                 if inner.at.len() > newest {
                     // More than half remembered at that same instant: those go too.
-                    inner.at.retain(|_, at| *at > median);
+                    inner.at.retain(|_, (at, _)| *at > median);
                 }
             }
             return;
@@ -144,7 +167,7 @@ impl<K: Hash + Eq> Recent<K> {
             let window = self.window;
             inner
                 .at
-                .retain(|_, at| now.saturating_duration_since(*at) < window);
+                .retain(|_, (at, _)| now.saturating_duration_since(*at) < window);
             inner.scan_at = FIRST_SCAN.max(inner.at.len() * 2);
         }
     }
@@ -238,6 +261,29 @@ mod tests {
             still.remember(k);
             assert!(still.len() <= 4, "{} keys after {k}", still.len());
         }
+    }
+
+    /// A repeat within the window changes the value and renews the key (the window counts
+    /// from the last repeat); after the window the key starts again with a new value.
+    #[tokio::test(start_paused = true)]
+    async fn a_repeat_renews_its_key_and_changes_its_value() {
+        let recent: Recent<u64, u32> = Recent::new(Duration::from_secs(10));
+        let bump = |count: &mut u32| {
+            *count += 1;
+            *count
+        };
+        assert_eq!(recent.renew_or_insert(7, || 1, bump), None);
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(recent.renew_or_insert(7, || 1, bump), Some(2));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(
+            recent.renew_or_insert(7, || 1, bump),
+            Some(3),
+            "renewed 6 s ago"
+        );
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(recent.renew_or_insert(7, || 1, bump), None, "a new series");
+        assert_eq!(recent.renew_or_insert(7, || 1, bump), Some(2));
     }
 
     #[tokio::test(start_paused = true)]
