@@ -295,7 +295,9 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         }
         None => {}
     }
-    let selected = annotation(&claim.metadata, ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty());
+    // Present is enough, whatever its value (kube-controller-manager's
+    // IsDelayBindingProvisioning).
+    let selected = annotation(&claim.metadata, ANN_SELECTED_NODE).is_some();
     if late && !selected {
         return ClaimAction::WaitForFirstConsumer;
     }

@@ -393,6 +393,21 @@ fn late_binding_leaves_unbound_volumes_to_the_scheduler() {
             ..
         }
     ));
+    // The annotation's presence is the signal, whatever its value (IsDelayBindingProvisioning):
+    // an empty one is handed to the provisioner too.
+    let mut empty = claim("c", Some("late"), "1Gi");
+    empty.metadata.annotations = Some(BTreeMap::from([(
+        ANN_SELECTED_NODE.to_string(),
+        String::new(),
+    )]));
+    assert_ne!(
+        dc(&empty, &[], &classes, None),
+        ClaimAction::WaitForFirstConsumer
+    );
+    assert_eq!(
+        dc(&claim("c", Some("late"), "1Gi"), &[], &classes, None),
+        ClaimAction::WaitForFirstConsumer
+    );
 }
 
 #[test]

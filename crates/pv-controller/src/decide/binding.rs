@@ -7,7 +7,13 @@
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeStatus,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use sidecar_kit::vocabulary::{ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, annotation, reference};
+
+/// The size a volume had before an expansion its claim's filesystem has not caught up with
+/// (kube-controller-manager's expand controller writes it): a claim bound to it records that
+/// size, so the resize finishes on the node.
+pub const ANN_PRE_RESIZE_CAPACITY: &str = "volume.alpha.kubernetes.io/pre-resize-capacity";
 
 /// The volume with the claim's whole reference when its reference is missing or has no (or an
 /// empty) UID: a volume pre-bound by name and namespace, by the user, so it gets no
@@ -123,7 +129,9 @@ pub fn claim_bound_to(
 
 /// The status of a claim bound to `pv`, as kube-controller-manager's `updateClaimStatus` with
 /// a volume writes it: phase Bound, the volume's capacity and access modes, and, going from
-/// Pending, its attributes class as the current one. A claim Bound already gets only the
+/// Pending, its attributes class as the current one. A volume with a
+/// [`ANN_PRE_RESIZE_CAPACITY`] gives that size instead (its own when the annotation does not
+/// parse as a quantity), the claim's other capacities kept. A claim Bound already gets only the
 /// volume's access modes when they differ (its capacity may differ on purpose); `None` when
 /// nothing changes.
 pub fn bound_status(
@@ -145,7 +153,21 @@ pub fn bound_status(
             spec.and_then(|s| s.volume_attributes_class_name.clone());
     }
     status.phase = Some("Bound".into());
-    status.capacity = spec.and_then(|s| s.capacity.clone());
+    status.capacity = match annotation(&pv.metadata, ANN_PRE_RESIZE_CAPACITY) {
+        Some(before) => {
+            let size = if sidecar_kit::quantity::Quantity::parse(before).is_ok() {
+                Quantity(before.to_string())
+            } else {
+                spec.and_then(|s| s.capacity.as_ref())
+                    .and_then(|c| c.get("storage").cloned())
+                    .unwrap_or_else(|| Quantity("0".into()))
+            };
+            let mut capacity = status.capacity.take().unwrap_or_default();
+            capacity.insert("storage".into(), size);
+            Some(capacity)
+        }
+        None => spec.and_then(|s| s.capacity.clone()),
+    };
     status.access_modes = spec.and_then(|s| s.access_modes.clone());
     Some(status)
 }

@@ -2,9 +2,10 @@
 
 use super::*;
 use crate::decide::binding::{
-    bound_status, claim_bound_to, lost_status, volume_bound_to, volume_in_phase,
-    volume_marked_bound, volume_unbound,
+    ANN_PRE_RESIZE_CAPACITY, bound_status, claim_bound_to, lost_status, volume_bound_to,
+    volume_in_phase, volume_marked_bound, volume_unbound,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 #[test]
 fn the_volumes_side_of_a_binding_is_written_only_where_it_is_missing() {
@@ -130,6 +131,29 @@ fn the_claims_side_of_a_binding_is_written_as_kube_controller_manager_writes_it(
         None,
         "only a Pending claim takes the class"
     );
+    // A volume expanded before its filesystem: the claim records the size before (a size
+    // that does not parse: the volume's), its other capacities kept.
+    let storage = |status: &k8s_openapi::api::core::v1::PersistentVolumeClaimStatus| {
+        status
+            .capacity
+            .as_ref()
+            .and_then(|c| c.get("storage"))
+            .map(|q| q.0.clone())
+    };
+    for (annotation, want) in [("1Gi", "1Gi"), ("a lot", "2Gi"), ("", "2Gi")] {
+        let mut resized = pv.clone();
+        resized.metadata.annotations =
+            Some([(ANN_PRE_RESIZE_CAPACITY.to_string(), annotation.to_string())].into());
+        let mut pending = chosen.clone();
+        pending.status.get_or_insert_default().capacity =
+            Some([("other".to_string(), Quantity("5".into()))].into());
+        let status = bound_status(&pending, &resized).unwrap();
+        assert_eq!(storage(&status).as_deref(), Some(want), "{annotation:?}");
+        assert!(
+            status.capacity.as_ref().unwrap().contains_key("other"),
+            "{annotation:?}"
+        );
+    }
     let mut bound = chosen;
     bound.status = Some(status);
     assert_eq!(bound_status(&bound, &pv), None);
