@@ -82,12 +82,14 @@ fn the_provisioners_rules_are_upstreams_but_for_volume_attributes_classes() {
 #[test]
 fn the_attachers_rules_are_upstreams_but_for_events_and_nodes() {
     let extra = beyond(ATTACHER_RBAC, &fixture("upstream-attacher-rbac.yaml"));
-    // A Warning on a VolumeAttachment whose attach or detach fails (upstream only logs), and,
-    // optional, the node id in a Node's annotation when its CSINode lacks the driver.
+    // A Warning on a VolumeAttachment whose attach or detach fails (upstream only logs) and
+    // its count when it fails again, and, optional, the node id in a Node's annotation when
+    // its CSINode lacks the driver.
     assert_eq!(
         extra,
         [
             grant("ClusterRole", "", "events", "create"),
+            grant("ClusterRole", "", "events", "patch"),
             grant("ClusterRole", "", "nodes", "get"),
         ]
     );

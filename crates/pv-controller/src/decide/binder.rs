@@ -546,10 +546,11 @@ pub fn decide_volume<P: Borrow<PersistentVolumeClaim>>(
             } else if annotation(&pv.metadata, ANN_PROVISIONED_BY).is_some()
                 && reclaim_policy(pv) == "Delete"
             {
-                // Provisioned for a claim that bound elsewhere: not needed; Released, the
-                // provisioner deletes it.
+                // Provisioned for a claim that bound elsewhere: not needed; Released, then
+                // reclaimed at each sync as any Released volume (an external provisioner's is
+                // left to it; the hostPath deleter removes one of its own).
                 if current == "Released" || current == "Failed" {
-                    VolumeAction::Nothing
+                    reclaim(pv)
                 } else {
                     VolumeAction::SetPhase("Released")
                 }

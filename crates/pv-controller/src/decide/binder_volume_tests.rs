@@ -19,6 +19,22 @@ fn a_volume_whose_claim_bound_elsewhere_is_released_unbound_or_kept_reserved() {
         v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Delete".into());
         v
     };
+    let provisioned_by = |mut v: PersistentVolume, by: &str| {
+        v.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(ANN_PROVISIONED_BY.to_string(), by.to_string());
+        v
+    };
+    let host_path = |mut v: PersistentVolume, path: &str| {
+        let spec = v.spec.as_mut().unwrap();
+        spec.csi = None;
+        spec.host_path = Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+            path: path.into(),
+            type_: None,
+        });
+        v
+    };
     let by_name = reserved_for(pv("v", "", "1Gi"), &c);
     // (volume, action)
     let table = [
@@ -42,6 +58,27 @@ fn a_volume_whose_claim_bound_elsewhere_is_released_unbound_or_kept_reserved() {
                 "Released",
             ),
             VolumeAction::Nothing,
+        ),
+        // Then reclaimed as any Released volume: the hostPath deleter's own is removed.
+        (
+            with_phase(
+                delete(host_path(
+                    provisioned_by(bound_to(pv("v", "", "1Gi"), &c), "kubernetes.io/host-path"),
+                    "/tmp/v",
+                )),
+                "Released",
+            ),
+            VolumeAction::DeleteHostPath("/tmp/v".into()),
+        ),
+        (
+            with_phase(
+                delete(host_path(
+                    provisioned_by(bound_to(pv("v", "", "1Gi"), &c), "kubernetes.io/host-path"),
+                    "/tmp/v",
+                )),
+                "Bound",
+            ),
+            VolumeAction::SetPhase("Released"),
         ),
         // Bound by this controller: unbound.
         (
