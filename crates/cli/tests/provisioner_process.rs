@@ -2,7 +2,7 @@
 //! sets `MIMALLOC_PURGE_DELAY=0` and runs itself again, same PID and arguments) and still
 //! provisions;
 //! the sidecars take klog's flags as the Go sidecars do; a driver that cannot provision does not
-//! stop it.
+//! stop it; a repeated failure is counted on its event.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Cluster, DRIVER};
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume};
 use kube::api::Api;
 use serde_json::json;
 
@@ -140,4 +140,49 @@ async fn a_driver_that_cannot_provision_is_said_so_on_each_claim_and_volume() {
     assert!(!c.exited(), "the provisioner keeps running");
     let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
     assert!(pvs.get_opt("made-before").await.unwrap().is_some());
+}
+
+/// A claim that keeps failing has one `ProvisioningFailed` Event whose count and last time go
+/// up, as with client-go's recorder (`kubectl describe`: `(x5 over 20s)`): the provisioner's
+/// identity may patch events under the stack's RBAC.
+#[tokio::test]
+async fn a_failure_repeated_is_counted_on_one_event() {
+    let c = Cluster::start(&[], &[], false).await;
+    c.faults("CreateVolume=error:INTERNAL\n");
+    c.class("fast", json!({})).await;
+    c.claim("data", "fast", "1Gi", json!({}), true).await;
+    let events: Api<Event> = Api::namespaced(c.client.clone(), "default");
+    let failed = || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some("data")
+                    && e.reason.as_deref() == Some("ProvisioningFailed")
+            })
+            .collect::<Vec<_>>()
+    };
+    // Retries every second at most: the count is written within COUNT_EVERY (10 s) of the
+    // first failure.
+    c.wait_until(
+        "the failure's event counted",
+        Duration::from_secs(60),
+        || async {
+            failed()
+                .await
+                .iter()
+                .any(|e| e.count.unwrap_or_default() >= 3)
+        },
+    )
+    .await;
+    let failed = failed().await;
+    assert_eq!(failed.len(), 1, "one Event, counted: {failed:?}");
+    let event = &failed[0];
+    let first = event.first_timestamp.as_ref().unwrap().0;
+    let last = event.last_timestamp.as_ref().unwrap().0;
+    assert!(last > first, "its last time moved on: {event:?}");
+    assert!(!c.provisioner_log().contains("may not patch events"));
 }
