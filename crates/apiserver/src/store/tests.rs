@@ -264,3 +264,45 @@ async fn events_v1_stored_apart_by_an_older_release_are_moved_to_the_core_events
     assert_eq!(store.get("/events", "ns", "kept").unwrap()["message"], "n");
     assert_eq!(store.list("/events", Some("ns")).0.len(), 1);
 }
+
+/// A namespace's objects, resource by resource: neither another namespace whose name starts
+/// the same nor a resource whose name extends another's is mixed in.
+#[test]
+fn a_namespaces_objects_are_found_resource_by_resource() {
+    let store = Store::open(None, limits(), Options::default()).unwrap();
+    for (resource, namespace, name) in [
+        ("/configmaps", "ns", "a"),
+        ("/configmaps", "ns", "b"),
+        ("/configmaps", "ns2", "c"),
+        ("/configmaps", "n", "d"),
+        ("/configmapsx", "ns", "e"),
+        ("/events", "", "cluster-wide"),
+        ("/events", "ns", "f"),
+        ("/pods", "other", "g"),
+        ("/secrets", "ns", "h"),
+    ] {
+        store
+            .write(resource, namespace, name, |_, _| {
+                Ok::<_, StoreError>(Write2::Put(json!({"metadata": {"name": name}})))
+            })
+            .unwrap();
+    }
+    let pairs = |list: Vec<(String, String)>| {
+        list.into_iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        pairs(store.in_namespace("ns")),
+        [
+            "/configmaps a",
+            "/configmaps b",
+            "/configmapsx e",
+            "/events f",
+            "/secrets h"
+        ]
+    );
+    assert_eq!(pairs(store.in_namespace("ns2")), ["/configmaps c"]);
+    assert_eq!(pairs(store.in_namespace("n")), ["/configmaps d"]);
+    assert!(store.in_namespace("none").is_empty());
+}
