@@ -194,14 +194,68 @@ fn released_volumes_follow_their_reclaim_policy() {
         VolumeAction::Nothing,
         "the provisioner deletes it"
     );
-    assert_eq!(
-        dv(&released("Delete", false), &[]),
-        VolumeAction::Fail {
-            reason: Reason::VolumeFailedDelete,
-            message: "error getting deleter volume plugin for volume \"v\": no deletable volume plugin matched".into(),
-        },
-        "no deleter for a volume without a source"
-    );
+    // No deleter: in kube-controller-manager's words, by the in-tree plugin that provisioned
+    // the volume, else by its source. (provisioned-by, source, message)
+    let failed = |message: &str| VolumeAction::Fail {
+        reason: Reason::VolumeFailedDelete,
+        message: message.into(),
+    };
+    let no_plugin =
+        "error getting deleter volume plugin for volume \"v\": no volume plugin matched";
+    let no_deleter =
+        "error getting deleter volume plugin for volume \"v\": no deletable volume plugin matched";
+    let table: [(Option<&str>, &str, VolumeAction); 9] = [
+        (None, "none", failed(no_plugin)),
+        (Some(""), "none", failed(no_plugin)),
+        (None, "nfs", failed(no_deleter)),
+        (None, "local", failed(no_deleter)),
+        (None, "iscsi", failed(no_plugin)),
+        (
+            Some("kubernetes.io/nfs"),
+            "nfs",
+            failed("no deletable volume plugin matched"),
+        ),
+        (
+            Some("kubernetes.io/csi"),
+            "csi",
+            failed("no deletable volume plugin matched"),
+        ),
+        (
+            Some("kubernetes.io/rbd"),
+            "none",
+            failed("no volume plugin matched name: kubernetes.io/rbd"),
+        ),
+        (Some("csi.example"), "none", VolumeAction::Nothing),
+    ];
+    for (by, source, want) in table {
+        let mut v = released("Delete", false);
+        if let Some(by) = by {
+            v.metadata.annotations = Some(BTreeMap::from([(
+                ANN_PROVISIONED_BY.to_string(),
+                by.to_string(),
+            )]));
+        }
+        let spec = v.spec.as_mut().unwrap();
+        match source {
+            "nfs" => {
+                spec.nfs = Some(k8s_openapi::api::core::v1::NFSVolumeSource {
+                    server: "nfs.example".into(),
+                    path: "/export".into(),
+                    read_only: None,
+                })
+            }
+            "local" => {
+                spec.local = Some(k8s_openapi::api::core::v1::LocalVolumeSource {
+                    path: "/mnt/disk".into(),
+                    fs_type: None,
+                })
+            }
+            "iscsi" => spec.iscsi = Some(Default::default()),
+            "csi" => spec.csi = Some(Default::default()),
+            _ => {}
+        }
+        assert_eq!(dv(&v, &[]), want, "{by:?} {source}");
+    }
     // kube-controller-manager's hostPath deleter (`/tmp/.+`), anchored and without `..`.
     let host_path = |path: &str| {
         let mut v = released("Delete", false);

@@ -12,10 +12,49 @@ use crate::decide::reasons::Reason;
 /// policy `Delete`: a CSI volume, one an external provisioner made, or one of a migrated plugin.
 fn deleted_externally(pv: &PersistentVolume) -> bool {
     let migrated = migrated(pv);
-    let external = annotation(&pv.metadata, ANN_PROVISIONED_BY)
-        .is_some_and(|by| !by.starts_with("kubernetes.io/"));
+    let external = provisioned_by(pv).is_some_and(|by| !by.starts_with("kubernetes.io/"));
     let csi = pv.spec.as_ref().is_some_and(|s| s.csi.is_some());
     migrated || external || csi
+}
+
+/// The plugin that provisioned the volume (`pv.kubernetes.io/provisioned-by`), unless empty.
+fn provisioned_by(pv: &PersistentVolume) -> Option<&str> {
+    annotation(&pv.metadata, ANN_PROVISIONED_BY).filter(|by| !by.is_empty())
+}
+
+/// The in-tree plugin that deletes what it provisioned, of those kube-controller-manager
+/// registers (`ProbeControllerVolumePlugins`).
+const HOST_PATH_PLUGIN: &str = "kubernetes.io/host-path";
+
+/// The other plugins kube-controller-manager registers: found by name, but none deletes.
+const PLUGINS_WITHOUT_DELETER: [&str; 3] = [
+    "kubernetes.io/nfs",
+    "kubernetes.io/local-volume",
+    "kubernetes.io/csi",
+];
+
+/// Why no in-tree deleter takes a volume, in kube-controller-manager's words
+/// (`findDeletablePlugin`): by the plugin that provisioned it, when that is an in-tree name
+/// (its error as it is), otherwise by its source (wrapped with the volume's name): a source a
+/// registered plugin serves (NFS, local) has no deleter, any other no plugin at all.
+fn no_deleter(pv: &PersistentVolume, name: &str) -> String {
+    if let Some(by) = provisioned_by(pv).filter(|by| *by != HOST_PATH_PLUGIN) {
+        return if PLUGINS_WITHOUT_DELETER.contains(&by) {
+            "no deletable volume plugin matched".into()
+        } else {
+            format!("no volume plugin matched name: {by}")
+        };
+    }
+    let served = pv
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.nfs.is_some() || s.local.is_some());
+    let why = if served {
+        "no deletable volume plugin matched"
+    } else {
+        "no volume plugin matched"
+    };
+    format!("error getting deleter volume plugin for volume {name:?}: {why}")
 }
 
 /// Whether the volume is marked migrated to a CSI driver (`pv.kubernetes.io/migrated-to`, not
@@ -49,7 +88,15 @@ pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
                 .as_ref()
                 .and_then(|s| s.host_path.as_ref())
                 .map(|h| h.path.clone());
-            if deleted_externally(pv) {
+            let in_tree_provisioner = provisioned_by(pv)
+                .is_some_and(|by| by.starts_with("kubernetes.io/") && by != HOST_PATH_PLUGIN);
+            if in_tree_provisioner {
+                // Looked for by that name first (before its source), and none deletes.
+                VolumeAction::Fail {
+                    reason: Reason::VolumeFailedDelete,
+                    message: no_deleter(pv, name),
+                }
+            } else if deleted_externally(pv) {
                 // An external deleter's (a CSI provisioner's).
                 VolumeAction::Nothing
             } else if let Some(path) = host_path {
@@ -66,9 +113,7 @@ pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
             } else {
                 VolumeAction::Fail {
                     reason: Reason::VolumeFailedDelete,
-                    message: format!(
-                        "error getting deleter volume plugin for volume {name:?}: no deletable volume plugin matched"
-                    ),
+                    message: no_deleter(pv, name),
                 }
             }
         }
