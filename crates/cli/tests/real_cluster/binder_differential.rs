@@ -45,7 +45,17 @@ fn attributes_class(name: &str, class: &str) -> Value {
 /// The scenarios: what is made, in order.
 async fn make_scenarios(bed: &Bed) {
     for class in [
-        "named", "sel", "big", "modes", "block", "retain", "vac", "going", "groups",
+        "named",
+        "sel",
+        "big",
+        "modes",
+        "block",
+        "retain",
+        "vac",
+        "going",
+        "groups",
+        "nodeleter",
+        "resized",
     ] {
         bed.create_cluster::<StorageClass>(
             json!({"metadata": {"name": class}, "provisioner": NO_PROVISIONER}),
@@ -55,6 +65,17 @@ async fn make_scenarios(bed: &Bed) {
     bed.create_cluster::<StorageClass>(json!({"metadata": {"name": "local"},
         "provisioner": NO_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer"}))
         .await;
+    // In-tree plugins kube-controller-manager registers: hostPath (its provisioning off by
+    // default) and NFS (no provisioner).
+    for (class, plugin) in [
+        ("host", "kubernetes.io/host-path"),
+        ("nfs", "kubernetes.io/nfs"),
+    ] {
+        bed.create_cluster::<StorageClass>(
+            json!({"metadata": {"name": class}, "provisioner": plugin}),
+        )
+        .await;
+    }
     bed.class("fast", json!({"volumeBindingMode": "Immediate"}))
         .await;
     bed.class("late", json!({"volumeBindingMode": "WaitForFirstConsumer"}))
@@ -129,6 +150,30 @@ async fn make_scenarios(bed: &Bed) {
                             "claimRef": {"namespace": "default", "name": "c-groups"}}}),
         ),
         static_volume("pv-groups-single", "groups", "5Gi", json!({})),
+        // Policy Delete and no deleter in kube-controller-manager: an NFS source (a plugin
+        // without one) and an iSCSI source (no plugin there).
+        static_volume(
+            "pv-nfs-delete",
+            "nodeleter",
+            "1Gi",
+            json!({"spec": {"hostPath": null, "persistentVolumeReclaimPolicy": "Delete",
+                            "nfs": {"server": "nfs.example.com", "path": "/export"}}}),
+        ),
+        static_volume(
+            "pv-iscsi-delete",
+            "nodeleter",
+            "1Gi",
+            json!({"spec": {"hostPath": null, "persistentVolumeReclaimPolicy": "Delete",
+                            "iscsi": {"targetPortal": "10.0.0.1:3260",
+                                      "iqn": "iqn.2001-04.com.example:storage", "lun": 0}}}),
+        ),
+        // Expanded before its filesystem: its claim records the size before.
+        static_volume(
+            "pv-resized",
+            "resized",
+            "2Gi",
+            json!({"metadata": {"annotations": {"volume.alpha.kubernetes.io/pre-resize-capacity": "1Gi"}}}),
+        ),
         // A local volume on node-1, for a late-binding claim: the scheduler picks it.
         static_volume(
             "pv-local",
@@ -179,6 +224,21 @@ async fn make_scenarios(bed: &Bed) {
     )
     .await;
     bed.claim("c-retain", "retain", "1Gi", json!({})).await;
+    for (claim, volume) in [
+        ("c-nfs-delete", "pv-nfs-delete"),
+        ("c-iscsi-delete", "pv-iscsi-delete"),
+    ] {
+        bed.claim(
+            claim,
+            "nodeleter",
+            "1Gi",
+            json!({"spec": {"volumeName": volume}}),
+        )
+        .await;
+    }
+    bed.claim("c-resized", "resized", "1Gi", json!({})).await;
+    bed.claim("c-host", "host", "1Gi", json!({})).await;
+    bed.claim("c-nfs", "nfs", "1Gi", json!({})).await;
     bed.claim("c-groups", "groups", "1Gi", json!({})).await;
     bed.claim("c-dyn", "fast", "1Gi", json!({})).await;
     bed.claim(
@@ -274,6 +334,9 @@ async fn make_scenarios(bed: &Bed) {
         "c-vac",
         "c-going",
         "c-groups",
+        "c-nfs-delete",
+        "c-iscsi-delete",
+        "c-resized",
     ] {
         bed.bound(bound, WAIT).await;
     }
@@ -322,7 +385,18 @@ async fn make_scenarios(bed: &Bed) {
     )
     .await;
     bed.delete_claim_only("c-retain").await;
+    bed.delete_claim_only("c-nfs-delete").await;
+    bed.delete_claim_only("c-iscsi-delete").await;
     let pvs: Api<PersistentVolume> = Api::all(bed.admin.clone());
+    bed.until("the volumes without a deleter Failed", WAIT, || async {
+        let mut failed = 0;
+        for name in ["pv-nfs-delete", "pv-iscsi-delete"] {
+            let phase = pvs.get(name).await.unwrap().status.and_then(|s| s.phase);
+            failed += usize::from(phase.as_deref() == Some("Failed"));
+        }
+        failed == 2
+    })
+    .await;
     bed.until("pv-retain Released", WAIT, || async {
         pvs.get("pv-retain")
             .await
@@ -347,6 +421,8 @@ async fn make_scenarios(bed: &Bed) {
                 "c-mismatch",
                 "c-steal",
                 "c-vac-named",
+                "c-host",
+                "c-nfs",
             ]
             .iter()
             .all(|claim| {

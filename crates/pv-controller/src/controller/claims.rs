@@ -97,13 +97,7 @@ impl PvController {
                     ops.start(&key, uid_of(&claim.metadata), &provisioner, "provision");
                 }
                 if !annotated {
-                    let mut updated = (*claim).clone();
-                    let a = updated
-                        .metadata
-                        .annotations
-                        .get_or_insert_with(BTreeMap::new);
-                    a.insert(ANN_STORAGE_PROVISIONER.into(), provisioner.clone());
-                    a.insert(ANN_BETA_STORAGE_PROVISIONER.into(), provisioner.clone());
+                    let updated = with_provisioner(&claim, &provisioner);
                     self.put_claim(&updated, Part::Whole, "annotate the claim")
                         .await
                         .inspect_err(|error| {
@@ -127,6 +121,26 @@ impl PvController {
                         "Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
                     ));
                 Ok(())
+            }
+            ClaimAction::ProvisionRefused {
+                provisioner,
+                annotated,
+                message,
+            } => {
+                // kube-controller-manager's `provisionClaimOperation`: the annotations first
+                // (a failure to write them is only logged there), then the plugin's refusal.
+                if !annotated {
+                    let updated = with_provisioner(&claim, &provisioner);
+                    self.put_claim(&updated, Part::Whole, "annotate the claim")
+                        .await?;
+                }
+                self.recorder.record(
+                    &reference(&*claim),
+                    EventType::Warning,
+                    Reason::ProvisioningFailed.as_str(),
+                    &message,
+                );
+                Err(SyncError::Waiting(message))
             }
             ClaimAction::WaitForFirstConsumer => {
                 let (reason, message) = first_consumer_event(&self.waiting_pods.of(&ns, &name));
@@ -267,4 +281,16 @@ impl PvController {
         }
         Ok(())
     }
+}
+
+/// The claim with both storage-provisioner annotations naming `provisioner`.
+fn with_provisioner(claim: &PersistentVolumeClaim, provisioner: &str) -> PersistentVolumeClaim {
+    let mut updated = claim.clone();
+    let a = updated
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    a.insert(ANN_STORAGE_PROVISIONER.into(), provisioner.to_string());
+    a.insert(ANN_BETA_STORAGE_PROVISIONER.into(), provisioner.to_string());
+    updated
 }

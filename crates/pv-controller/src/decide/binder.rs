@@ -44,6 +44,17 @@ pub enum ClaimAction {
         /// Whether the annotations are already there (then only the event is due).
         annotated: bool,
     },
+    /// The class's in-tree plugin (hostPath) takes it but cannot provision: annotate the claim
+    /// as for [`ClaimAction::Provision`], then a Warning `ProvisioningFailed` with `message`,
+    /// and the sync fails (retried with backoff).
+    ProvisionRefused {
+        /// The plugin.
+        provisioner: String,
+        /// Whether the annotations are already there.
+        annotated: bool,
+        /// The event's message, also the sync's error.
+        message: String,
+    },
     /// WaitForFirstConsumer class without a selected node: wait for the scheduler.
     WaitForFirstConsumer,
     /// Stay Pending, with an event.
@@ -167,6 +178,7 @@ pub fn leaves_claim_pending(action: &ClaimAction) -> bool {
         | ClaimAction::Bind(_)
         | ClaimAction::CompleteBinding(_)
         | ClaimAction::Provision { .. }
+        | ClaimAction::ProvisionRefused { .. }
         | ClaimAction::Failed { .. }
         | ClaimAction::MigratedTo(_)
         | ClaimAction::Lost { .. } => false,
@@ -321,15 +333,12 @@ pub fn decide_claim<V: Borrow<PersistentVolume>, C: Borrow<StorageClass>>(
         ));
     };
     // kube-controller-manager looks for an in-tree plugin for a `kubernetes.io/` provisioner
-    // that is not migrated to CSI (`kubernetes.io/no-provisioner` included, and no in-tree
-    // plugin provisions any more); any other name is an external provisioner's.
+    // that is not migrated to CSI (`kubernetes.io/no-provisioner` included); any other name is
+    // an external provisioner's.
     let in_tree = sc.provisioner.starts_with("kubernetes.io/")
         && sidecar_kit::migration::Plugin::from_in_tree_name(&sc.provisioner).is_none();
     if in_tree || sc.provisioner.is_empty() {
-        return ClaimAction::provisioning_failed(format!(
-            "no volume plugin matched name: {}",
-            sc.provisioner
-        ));
+        return super::in_tree::provisioning(claim, sc);
     }
     // CSI migration (on for every migratable plugin in kube-controller-manager): a class of an
     // in-tree plugin is provisioned by the CSI driver that stands in for it.

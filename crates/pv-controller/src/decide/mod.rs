@@ -6,6 +6,7 @@ pub mod binding;
 pub mod classes;
 pub mod consumers;
 pub mod ephemeral;
+pub mod in_tree;
 pub mod matching;
 pub mod protection;
 pub mod reasons;

@@ -6,6 +6,7 @@ use sidecar_kit::vocabulary::annotation;
 use sidecar_kit::vocabulary::pv_phase as phase;
 
 use super::binder::{ANN_PROVISIONED_BY, VolumeAction};
+use super::in_tree::{HOST_PATH, NEITHER_PROVISION_NOR_DELETE};
 use crate::decide::reasons::Reason;
 
 /// Whether an external deleter (a CSI provisioner) deletes the volume when it is released with
@@ -22,24 +23,13 @@ fn provisioned_by(pv: &PersistentVolume) -> Option<&str> {
     annotation(&pv.metadata, ANN_PROVISIONED_BY).filter(|by| !by.is_empty())
 }
 
-/// The in-tree plugin that deletes what it provisioned, of those kube-controller-manager
-/// registers (`ProbeControllerVolumePlugins`).
-const HOST_PATH_PLUGIN: &str = "kubernetes.io/host-path";
-
-/// The other plugins kube-controller-manager registers: found by name, but none deletes.
-const PLUGINS_WITHOUT_DELETER: [&str; 3] = [
-    "kubernetes.io/nfs",
-    "kubernetes.io/local-volume",
-    "kubernetes.io/csi",
-];
-
 /// Why no in-tree deleter takes a volume, in kube-controller-manager's words
 /// (`findDeletablePlugin`): by the plugin that provisioned it, when that is an in-tree name
 /// (its error as it is), otherwise by its source (wrapped with the volume's name): a source a
 /// registered plugin serves (NFS, local) has no deleter, any other no plugin at all.
 fn no_deleter(pv: &PersistentVolume, name: &str) -> String {
-    if let Some(by) = provisioned_by(pv).filter(|by| *by != HOST_PATH_PLUGIN) {
-        return if PLUGINS_WITHOUT_DELETER.contains(&by) {
+    if let Some(by) = provisioned_by(pv).filter(|by| *by != HOST_PATH) {
+        return if NEITHER_PROVISION_NOR_DELETE.contains(&by) {
             "no deletable volume plugin matched".into()
         } else {
             format!("no volume plugin matched name: {by}")
@@ -89,7 +79,7 @@ pub(crate) fn reclaim(pv: &PersistentVolume) -> VolumeAction {
                 .and_then(|s| s.host_path.as_ref())
                 .map(|h| h.path.clone());
             let in_tree_provisioner = provisioned_by(pv)
-                .is_some_and(|by| by.starts_with("kubernetes.io/") && by != HOST_PATH_PLUGIN);
+                .is_some_and(|by| by.starts_with("kubernetes.io/") && by != HOST_PATH);
             if in_tree_provisioner {
                 // Looked for by that name first (before its source), and none deletes.
                 VolumeAction::Fail {
