@@ -126,6 +126,17 @@ impl<K: Hash + Eq, V> Recent<K, V> {
         self.inner.lock().at.remove(key);
     }
 
+    /// Hands every value remembered within the window to `f`, under the map's lock.
+    pub fn for_each_mut(&self, mut f: impl FnMut(&mut V)) {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        for (at, value) in inner.at.values_mut() {
+            if now.saturating_duration_since(*at) < self.window {
+                f(value);
+            }
+        }
+    }
+
     /// Keys remembered now (expired ones included until the next scan).
     pub fn len(&self) -> usize {
         self.inner.lock().at.len()
@@ -284,6 +295,22 @@ mod tests {
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(recent.renew_or_insert(7, || 1, bump), None, "a new series");
         assert_eq!(recent.renew_or_insert(7, || 1, bump), Some(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_value_within_the_window_is_visited() {
+        let recent: Recent<u64, u32> = Recent::new(Duration::from_secs(10));
+        recent.renew_or_insert(1, || 1, |_| ());
+        tokio::time::advance(Duration::from_secs(6)).await;
+        recent.renew_or_insert(2, || 2, |_| ());
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let mut seen = Vec::new();
+        recent.for_each_mut(|v| {
+            *v += 10;
+            seen.push(*v);
+        });
+        assert_eq!(seen, [12], "key 1 expired, key 2 changed");
+        assert_eq!(recent.renew_or_insert(2, || 0, |v| *v), Some(12));
     }
 
     #[tokio::test(start_paused = true)]

@@ -128,7 +128,8 @@ impl PvController {
                 message,
             } => {
                 // kube-controller-manager's `provisionClaimOperation`: the annotations first
-                // (a failure to write them is only logged there), then the plugin's refusal.
+                // (a failure to write them fails the sync without an event, as there), then the
+                // plugin's refusal.
                 if !annotated {
                     let updated = with_provisioner(&claim, &provisioner);
                     self.put_claim(&updated, Part::Whole, "annotate the claim")
