@@ -143,12 +143,11 @@ impl Recorder {
     /// Records an event about `object`: queues it (or counts it) and returns. Failures are
     /// logged, never returned: an event is information, not a step of the protocol.
     pub fn record(&self, object: &ObjectReference, kind: EventType, reason: &str, message: &str) {
-        let field = |f: &Option<String>| f.clone().unwrap_or_default();
         let key = self.keys.hash_one((
-            field(&object.uid),
-            field(&object.kind),
-            field(&object.namespace),
-            field(&object.name),
+            text(&object.uid),
+            text(&object.kind),
+            text(&object.namespace),
+            text(&object.name),
             kind,
             reason,
             message,
@@ -266,6 +265,11 @@ fn note_dropped(dropped: &AtomicU64, reason: &str, object: Option<&str>) {
             "event queue full ({QUEUED_EVENTS} waiting to be written): event dropped"
         );
     }
+}
+
+/// A field of a reference, none being empty.
+fn text(field: &Option<String>) -> &str {
+    field.as_deref().unwrap_or_default()
 }
 
 /// An event's name: its object's, then the time in hexadecimal nanoseconds (client-go's).
