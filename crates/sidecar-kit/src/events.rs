@@ -165,7 +165,7 @@ impl Recorder {
         let refused = self.refusal.active();
         let outcome = self.recent.renew_or_insert(
             key,
-            || Series::new(event_key.clone(), json.clone(), now),
+            || Series::new(event_key.clone(), now),
             |series| series.repeat(now, refused, &event_key, &json),
         );
         let queued = match outcome {

@@ -39,13 +39,16 @@ pub(super) struct Queued {
 pub(super) enum Write {
     /// The Event, made.
     Create(Arc<[u8]>),
-    /// Its count and last time, patched; made again from `event` with them if it is gone.
+    /// Its count and last time, patched; made again from `event` with them, its name and
+    /// first time if it is gone.
     Count {
         /// How many times it happened.
         count: i32,
+        /// When it first happened.
+        first: Timestamp,
         /// When it last happened.
         last: Timestamp,
-        /// Its create request's body.
+        /// A repeat's create request's body.
         event: Arc<[u8]>,
     },
 }
@@ -96,7 +99,12 @@ pub(super) async fn write_events(
                     // The queued JSON is the request's body as it is: not decoded and encoded
                     // again.
                     Write::Create(json) => create(&client, &key, json.to_vec()).await,
-                    Write::Count { count, last, event } => {
+                    Write::Count {
+                        count,
+                        first,
+                        last,
+                        event,
+                    } => {
                         let patch =
                             serde_json::json!({"count": count, "lastTimestamp": Time(last)});
                         match count_write(&client, &key, patch).await {
@@ -107,7 +115,7 @@ pub(super) async fn write_events(
                             // Gone (expired, or its create was lost): made again with the count
                             // so far, as client-go does.
                             Err(kube::Error::Api(status)) if status.code == 404 => {
-                                match with_count(&event, count, last) {
+                                match remade(&event, &key, count, first, last) {
                                     Some(body) => create(&client, &key, body).await,
                                     None => Ok(()),
                                 }
@@ -151,16 +159,24 @@ async fn count_write(
     client.request_text(request).await.map(drop)
 }
 
-/// The Event's create body with its count and last time (None if it does not read back,
-/// which cannot happen to a body this recorder wrote).
-fn with_count(event: &[u8], count: i32, last: Timestamp) -> Option<Vec<u8>> {
+/// The Event `key` made again from a repeat's create body: its name, first and last time and
+/// count (None if the body does not read back, which cannot happen to one this recorder
+/// wrote).
+fn remade(
+    event: &[u8],
+    key: &ObjectKey,
+    count: i32,
+    first: Timestamp,
+    last: Timestamp,
+) -> Option<Vec<u8>> {
     let mut value: serde_json::Value = serde_json::from_slice(event).ok()?;
     let object = value.as_object_mut()?;
     object.insert("count".into(), count.into());
-    object.insert(
-        "lastTimestamp".into(),
-        serde_json::to_value(Time(last)).ok()?,
-    );
+    let time = |at: Timestamp| serde_json::to_value(Time(at)).ok();
+    object.insert("firstTimestamp".into(), time(first)?);
+    object.insert("lastTimestamp".into(), time(last)?);
+    let metadata = object.get_mut("metadata")?.as_object_mut()?;
+    metadata.insert("name".into(), key.name().into());
     serde_json::to_vec(&value).ok()
 }
 
