@@ -132,6 +132,9 @@ mod matching;
 #[path = "binding_tests.rs"]
 mod binding;
 
+#[path = "in_tree_tests.rs"]
+mod in_tree;
+
 #[test]
 fn a_claim_without_class_gets_the_default_and_an_empty_class_does_not() {
     let default = sc("standard", "csi.example", false);
@@ -240,56 +243,6 @@ fn without_a_match_the_class_provisioner_is_asked() {
         dc(&claim("c", Some("rbd"), "1Gi"), &[], &in_tree, None),
         ClaimAction::Failed { reason: Reason::ProvisioningFailed, message, .. } if message == "no volume plugin matched name: kubernetes.io/rbd"
     ));
-    // The plugins kube-controller-manager registers: found, but only hostPath provisions,
-    // and that is off there by default (annotated first, then refused).
-    let mut registered = classes.clone();
-    for (name, plugin) in [
-        ("nfs", "kubernetes.io/nfs"),
-        ("local", "kubernetes.io/local-volume"),
-        ("csi", "kubernetes.io/csi"),
-        ("host", "kubernetes.io/host-path"),
-    ] {
-        registered.push(sc(name, plugin, false));
-    }
-    let mut mounted = sc("host-mounted", "kubernetes.io/host-path", false);
-    mounted.mount_options = Some(vec!["ro".into(), "noatime".into()]);
-    registered.push(mounted);
-    for name in ["nfs", "local", "csi"] {
-        assert_eq!(
-            dc(&claim("c", Some(name), "1Gi"), &[], &registered, None),
-            ClaimAction::provisioning_failed("no provisionable volume plugin matched".into()),
-            "{name}"
-        );
-    }
-    assert_eq!(
-        dc(&claim("c", Some("host"), "1Gi"), &[], &registered, None),
-        ClaimAction::ProvisionRefused {
-            provisioner: "kubernetes.io/host-path".into(),
-            annotated: false,
-            message: "Failed to create provisioner: provisioning in volume plugin \"kubernetes.io/host-path\" is disabled".into(),
-        }
-    );
-    let mut annotated = claim("c", Some("host-mounted"), "1Gi");
-    annotated.metadata.annotations = Some(BTreeMap::from([(
-        ANN_STORAGE_PROVISIONER.to_string(),
-        "kubernetes.io/host-path".to_string(),
-    )]));
-    assert_eq!(
-        dc(&annotated, &[], &registered, None),
-        ClaimAction::ProvisionRefused {
-            provisioner: "kubernetes.io/host-path".into(),
-            annotated: true,
-            message: "Mount options are not supported by the provisioner but StorageClass \"host-mounted\" has mount options [ro noatime]".into(),
-        }
-    );
-    let mut cloned = claim("c", Some("host"), "1Gi");
-    cloned.spec.as_mut().unwrap().data_source = Some(Default::default());
-    assert_eq!(
-        dc(&cloned, &[], &registered, None),
-        ClaimAction::provisioning_failed(
-            "plugin \"kubernetes.io/host-path\" is not a CSI plugin. Only CSI plugin can provision a claim with a datasource".into()
-        )
-    );
     let missing = dc(&claim("c", Some("nope"), "1Gi"), &[], &classes, None);
     assert_eq!(
         missing,
