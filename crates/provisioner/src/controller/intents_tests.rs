@@ -1,4 +1,5 @@
-//! The intent log's shard names, merges of concurrent writers' records, and annotations that do not parse.
+//! The intent log's shard names, merges of concurrent writers' records, and annotations that
+//! do not parse.
 #![allow(clippy::unwrap_used)]
 
 use super::*;
