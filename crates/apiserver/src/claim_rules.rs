@@ -117,7 +117,7 @@ pub fn claim_class(claim: &Value) -> &str {
 
 /// A quantity in units of 10^-9 (exact for every quantity with at most nine decimals below
 /// the unit), or None when it is not one or does not fit.
-fn nano_units(text: &str) -> Option<i128> {
+pub(crate) fn nano_units(text: &str) -> Option<i128> {
     let (negative, rest) = match text.as_bytes().first() {
         Some(b'-') => (true, &text[1..]),
         Some(b'+') => (false, &text[1..]),

@@ -27,6 +27,7 @@ pub mod objects;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod quantities;
 mod rbac_rules;
 mod record;
 pub mod registry;

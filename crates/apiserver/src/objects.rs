@@ -297,6 +297,7 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             cur = &mut cur[*part];
         }
     };
+    crate::quantities::canonicalize(&rt.group, &rt.plural, obj);
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => {
             set_default(obj, &["spec", "volumeMode"], json!("Filesystem"))

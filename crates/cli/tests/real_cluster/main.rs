@@ -17,6 +17,7 @@ mod newer_apis;
 mod node_deployment;
 mod provisioning;
 mod pv_binder;
+mod quantities;
 mod recycler;
 mod seeds_gaps;
 mod tables;
