@@ -1,6 +1,6 @@
 //! Quantities stored as kube-apiserver stores them (apimachinery's `Quantity` read and
-//! written again, checked against kube-apiserver v1.36.2 by `cli/tests/real_cluster/quantities.rs`):
-//! a text its parse takes for canonical is kept as written (`1Gi`, `+5M`, `1E3`, `05M`);
+//! written again, checked against kube-apiserver v1.36.2 by
+//! `cli/tests/real_cluster/quantities.rs`): a text its parse takes for canonical is kept as written (`1Gi`, `+5M`, `1E3`, `05M`);
 //! otherwise a binary quantity of at least 1024 becomes the largest power of 1024 that divides
 //! it (`1024Mi` is `1Gi`, `1536Ki` stays), every other one decimal with an exponent that is a
 //! multiple of three and its SI suffix (`100000000` is `100M`, `1.5` is `1500m`, `0.5Ki` is
