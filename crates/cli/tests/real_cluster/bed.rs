@@ -546,3 +546,37 @@ pub fn merge(target: &mut Value, patch: &Value) {
         _ => *target = patch.clone(),
     }
 }
+
+/// kube-apiserver and etcd alone (no controllers, no scheduler), for tests that compare what
+/// the two servers answer.
+pub async fn bare_control_plane() -> ControlPlane {
+    ControlPlane::start(Options {
+        controllers: None,
+        scheduler: false,
+        ..Options::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Our API server, in memory, with a client calling itself `agent`; it stops when dropped.
+pub struct OurServer {
+    pub client: kube::Client,
+    _server: apiserver::RunningServer,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+pub async fn our_server(agent: &str) -> OurServer {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = apiserver::serve(Default::default(), async {
+        let _ = stopped.await;
+    })
+    .await
+    .unwrap();
+    let client = kube::Client::new(server.local_service(agent).unwrap(), "default");
+    OurServer {
+        client,
+        _server: server,
+        _stop: stop,
+    }
+}

@@ -5,7 +5,7 @@
 //! those two rows are left out of the comparison.
 
 use crate::bed::manifest;
-use testbed::{ControlPlane, Options, kubectl_with};
+use testbed::kubectl_with;
 
 /// The rows of a `can-i --list` table, spaces collapsed, sorted, without the OpenShift rows.
 fn rows(table: &str) -> Vec<String> {
@@ -52,13 +52,7 @@ async fn can_i_list_answers_as_kube_apiserver_does_for_our_manifests() {
         manifest("attacher-rbac.yaml"),
         manifest("pv-controller-rbac.yaml"),
     ];
-    let plane = ControlPlane::start(Options {
-        controllers: None,
-        scheduler: false,
-        ..Options::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let plane = crate::bed::bare_control_plane().await;
     for path in &manifests {
         plane
             .kubectl(&["apply", "-f", &path.display().to_string()])

@@ -6,7 +6,6 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use testbed::{ControlPlane, Options};
 
 /// Sizes as users write them (positive: a claim's request must be).
 const SIZES: [&str; 28] = [
@@ -94,25 +93,9 @@ async fn stored(client: &kube::Client) -> Vec<(String, String, String)> {
 
 #[tokio::test]
 async fn sizes_are_stored_in_kube_apiservers_canonical_form() {
-    let plane = ControlPlane::start(Options {
-        controllers: None,
-        scheduler: false,
-        ..Options::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let plane = crate::bed::bare_control_plane().await;
     let theirs = stored(&plane.admin().await.unwrap()).await;
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = apiserver::serve(Default::default(), async {
-        let _ = stopped.await;
-    })
-    .await
-    .unwrap();
-    let ours = stored(&kube::Client::new(
-        server.local_service("quantities-test").unwrap(),
-        "default",
-    ))
-    .await;
+    let ours = stored(&crate::bed::our_server("quantities-test").await.client).await;
     let differences: Vec<String> = SIZES
         .iter()
         .zip(theirs.iter().zip(&ours))

@@ -4,7 +4,6 @@
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use testbed::{ControlPlane, Options};
 
 /// (API path of the collection, namespace, object, status written through the subresource).
 fn objects() -> Vec<(&'static str, Option<&'static str>, Value, Option<Value>)> {
@@ -279,21 +278,10 @@ async fn make(
 
 #[tokio::test]
 async fn kubectl_get_shows_the_same_table_on_both_servers() {
-    let plane = ControlPlane::start(Options {
-        controllers: None,
-        scheduler: false,
-        ..Options::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let plane = crate::bed::bare_control_plane().await;
     let theirs = plane.admin().await.unwrap();
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = apiserver::serve(Default::default(), async {
-        let _ = stopped.await;
-    })
-    .await
-    .unwrap();
-    let ours = kube::Client::new(server.local_service("tables-test").unwrap(), "default");
+    let server = crate::bed::our_server("tables-test").await;
+    let ours = server.client.clone();
     let mut differences = Vec::new();
     for (path, namespace, object, status) in objects() {
         make(&theirs, path, namespace, &object, &status).await;
