@@ -118,49 +118,19 @@ pub fn claim_class(claim: &Value) -> &str {
 /// A quantity in units of 10^-9 (exact for every quantity with at most nine decimals below
 /// the unit), or None when it is not one or does not fit.
 pub(crate) fn nano_units(text: &str) -> Option<i128> {
-    let (negative, rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let number_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
-    let (number, suffix) = rest.split_at(number_end);
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
-        return None;
-    }
-    let (binary, decimal): (u32, i32) = match suffix {
-        "Ki" => (10, 0),
-        "Mi" => (20, 0),
-        "Gi" => (30, 0),
-        "Ti" => (40, 0),
-        "Pi" => (50, 0),
-        "Ei" => (60, 0),
-        "n" => (0, -9),
-        "u" => (0, -6),
-        "m" => (0, -3),
-        "" => (0, 0),
-        "k" => (0, 3),
-        "M" => (0, 6),
-        "G" => (0, 9),
-        "T" => (0, 12),
-        "P" => (0, 15),
-        "E" => (0, 18),
-        other => {
-            let exponent = other.strip_prefix(['e', 'E'])?;
-            (0, exponent.parse::<i32>().ok()?)
-        }
-    };
+    let parts = crate::quantities::written(text)?;
+    let binary = u32::try_from(parts.binary_exponent()).ok()?;
     let mut value: i128 = 0;
-    for digit in whole.bytes().chain(fraction.bytes()) {
+    for digit in parts.num.bytes().chain(parts.denom.bytes()) {
         value = value
             .checked_mul(10)?
             .checked_add(i128::from(digit - b'0'))?;
     }
-    let fraction_digits = i32::try_from(fraction.len()).ok()?;
-    let exponent = decimal.checked_add(9)?.checked_sub(fraction_digits)?;
+    let fraction_digits = i32::try_from(parts.denom.len()).ok()?;
+    let exponent = parts
+        .decimal_exponent()
+        .checked_add(9)?
+        .checked_sub(fraction_digits)?;
     value = value.checked_mul(1i128.checked_shl(binary)?)?;
     if exponent >= 0 {
         value = value.checked_mul(10i128.checked_pow(u32::try_from(exponent).ok()?)?)?;
@@ -170,7 +140,7 @@ pub(crate) fn nano_units(text: &str) -> Option<i128> {
         let rounded_up = value % divisor != 0;
         value = value / divisor + i128::from(rounded_up);
     }
-    Some(if negative { -value } else { value })
+    Some(if parts.negative { -value } else { value })
 }
 
 pub fn unsupported(path: &str, value: &Value, supported: &[&str]) -> String {
@@ -187,40 +157,13 @@ pub fn unsupported(path: &str, value: &Value, supported: &[&str]) -> String {
 
 /// The sign of a Kubernetes quantity (-1, 0 or 1), or None when it is not a quantity.
 pub fn quantity_sign(text: &str) -> Option<i8> {
-    let (negative, rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let number_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
-    let (number, suffix) = rest.split_at(number_end);
-    let digits = number.bytes().filter(u8::is_ascii_digit).count();
-    if digits == 0 || number.matches('.').count() > 1 || !valid_suffix(suffix) {
-        return None;
-    }
-    let zero = number.bytes().all(|b| b == b'0' || b == b'.');
-    Some(match (zero, negative) {
+    let parts = crate::quantities::written(text)?;
+    let zero = parts.num.is_empty() && parts.denom.bytes().all(|b| b == b'0');
+    Some(match (zero, parts.negative) {
         (true, _) => 0,
         (false, true) => -1,
         (false, false) => 1,
     })
-}
-
-fn valid_suffix(suffix: &str) -> bool {
-    const SUFFIXES: [&str; 16] = [
-        "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E",
-    ];
-    if SUFFIXES.contains(&suffix) {
-        return true;
-    }
-    // Decimal exponent: e or E, an optional sign, digits.
-    let Some(exponent) = suffix.strip_prefix(['e', 'E']) else {
-        return false;
-    };
-    let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
-    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]

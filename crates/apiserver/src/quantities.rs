@@ -42,21 +42,52 @@ pub enum Rounding {
 }
 
 /// A quantity's parts as written: sign, integer digits without leading zeros, fraction
-/// digits, and its suffix's format and exponent (of 2 for binary, of 10 otherwise).
-struct Written<'a> {
-    num: &'a str,
-    denom: &'a str,
+/// digits, and its suffix's format and exponent (of 2 for binary, of 10 otherwise). The one
+/// reading of a quantity's text here ([`crate::claim_rules`] values it from these parts).
+pub(crate) struct Written<'a> {
+    pub(crate) negative: bool,
+    pub(crate) num: &'a str,
+    pub(crate) denom: &'a str,
     format: Format,
-    exponent: i32,
+    pub(crate) exponent: i32,
 }
 
-fn written(text: &str) -> Option<Written<'_>> {
-    let rest = text.strip_prefix(['+', '-']).unwrap_or(text);
+impl Written<'_> {
+    /// The power of two of a binary suffix (`Ki` is 10), else 0.
+    pub(crate) fn binary_exponent(&self) -> i32 {
+        if self.format == Format::BinarySi {
+            self.exponent
+        } else {
+            0
+        }
+    }
+
+    /// The power of ten of a decimal suffix or exponent, else 0.
+    pub(crate) fn decimal_exponent(&self) -> i32 {
+        if self.format == Format::BinarySi {
+            0
+        } else {
+            self.exponent
+        }
+    }
+}
+
+/// The parts of `text`, or None when it is not a quantity (no digits, two points, an unknown
+/// suffix).
+pub(crate) fn written(text: &str) -> Option<Written<'_>> {
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
     let number_end = rest
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(rest.len());
     let (number, suffix) = rest.split_at(number_end);
     let (num, denom) = number.split_once('.').unwrap_or((number, ""));
+    if num.is_empty() && denom.is_empty() || denom.contains('.') {
+        return None;
+    }
     let (format, exponent) = match suffix {
         "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
             let power = BINARY.iter().position(|b| *b == suffix)?;
@@ -78,6 +109,7 @@ fn written(text: &str) -> Option<Written<'_>> {
         ),
     };
     Some(Written {
+        negative,
         num: num.trim_start_matches('0'),
         denom,
         format,
@@ -92,12 +124,9 @@ fn written(text: &str) -> Option<Written<'_>> {
 /// the rounding keeps it when it changes nothing.
 fn kept_as_written(parts: &Written<'_>, rounding: Rounding) -> bool {
     let digits = i32::try_from(parts.num.len() + parts.denom.len()).unwrap_or(i32::MAX);
-    let shifted = format!("{}{}", parts.num, parts.denom);
-    let shifted = if parts.num.is_empty() {
-        format!("0{}", parts.denom)
-    } else {
-        shifted
-    };
+    // apimachinery's `num + denom`, its integer part "0" when only zeros were written.
+    let num = if parts.num.is_empty() { "0" } else { parts.num };
+    let shifted = format!("{num}{}", parts.denom);
     let Ok(value) = shifted.parse::<i64>() else {
         return false;
     };

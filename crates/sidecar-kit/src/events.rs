@@ -197,13 +197,7 @@ impl Recorder {
         } = self;
         counts.abort();
         if !refusal.active() {
-            let mut due = Vec::new();
-            recent.for_each_mut(|series| due.extend(series.due(Duration::ZERO)));
-            for queued in due {
-                if queue.try_send(queued).is_err() {
-                    note_dropped(&dropped, "count", None);
-                }
-            }
+            writer::queue_due_counts(&recent, &queue, &dropped, Duration::ZERO);
         }
         drop(queue);
         if tokio::time::timeout(within, writer).await.is_err() {

@@ -195,15 +195,25 @@ pub(super) async fn write_pending_counts(
         let (Some(recent), Some(queue)) = (recent.upgrade(), queue.upgrade()) else {
             return;
         };
-        if refusal.active() {
-            continue;
+        if !refusal.active() {
+            queue_due_counts(&recent, &queue, &dropped, COUNT_EVERY);
         }
-        let mut due = Vec::new();
-        recent.for_each_mut(|series| due.extend(series.due(COUNT_EVERY)));
-        for queued in due {
-            if queue.try_send(queued).is_err() {
-                note_dropped(&dropped, "count", None);
-            }
+    }
+}
+
+/// Queues the counts not written yet whose last write is at least `spacing` old (the pass
+/// above, and a flush with no spacing).
+pub(super) fn queue_due_counts(
+    recent: &Recent<u64, Series>,
+    queue: &mpsc::Sender<Queued>,
+    dropped: &AtomicU64,
+    spacing: Duration,
+) {
+    let mut due = Vec::new();
+    recent.for_each_mut(|series| due.extend(series.due(spacing)));
+    for queued in due {
+        if queue.try_send(queued).is_err() {
+            note_dropped(dropped, "count", None);
         }
     }
 }
