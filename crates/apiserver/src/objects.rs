@@ -220,7 +220,9 @@ pub fn prepare_create(
     meta.remove("selfLink");
     meta.remove("managedFields");
     drop_empty_lists_and_maps(meta);
-    if rt.status {
+    // A Node is created with its status (as kubelet registers it); every other kind with a
+    // status starts from its own.
+    if rt.status && !(rt.group.is_empty() && rt.plural == "nodes") {
         let status = initial_status(rt);
         obj["status"] = status;
     }
@@ -230,6 +232,7 @@ pub fn prepare_create(
         ("", "persistentvolumes") => {
             storage_defaults::stamp_phase_transition(None, obj, &now_rfc3339());
         }
+        ("", "pods") => obj["status"] = crate::pod_defaults::initial_status(obj),
         _ => {}
     }
     Ok(name)
@@ -298,6 +301,7 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
         }
     };
     crate::quantities::canonicalize(&rt.group, &rt.plural, obj);
+    crate::pod_defaults::template_defaults(&rt.group, &rt.plural, obj);
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "persistentvolumeclaims") => {
             set_default(obj, &["spec", "volumeMode"], json!("Filesystem"))
@@ -354,6 +358,8 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                 json!(["Persistent"]),
             );
         }
+        ("", "pods") => crate::pod_defaults::defaults(obj),
+        ("", "nodes") => crate::node_defaults::defaults(obj),
         ("apps", "deployments") => {
             set_default(obj, &["spec", "replicas"], json!(1));
             set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));

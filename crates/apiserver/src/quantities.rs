@@ -5,8 +5,9 @@
 //! it (`1024Mi` is `1Gi`, `1536Ki` stays), every other one decimal with an exponent that is a
 //! multiple of three and its SI suffix (`100000000` is `100M`, `1.5` is `1500m`, `0.5Ki` is
 //! `512`), exponent forms exponents (`1.5e6` is `1500e3`). A resource list's values (a claim's
-//! requests and capacity, a volume's capacity) are rounded up to milli units first (`1n` is
-//! `1m`), a lone quantity (a storage capacity's) to nano units.
+//! requests and capacity, a volume's capacity, a Node's, a Pod's containers') are rounded up
+//! to milli units first (`1n` is `1m`), a lone quantity (a storage capacity's, an `emptyDir`'s
+//! size limit) to nano units.
 
 use serde_json::Value;
 
@@ -231,8 +232,9 @@ pub fn stored(text: &str, rounding: Rounding) -> Option<String> {
     Some(format!("{sign}{mantissa}{suffix}"))
 }
 
-/// The quantities of a claim, volume or storage capacity written in canonical form (what is
-/// not a quantity is left for validation to refuse).
+/// The quantities of a claim, volume, Node or storage capacity written in canonical form
+/// (what is not a quantity is left for validation to refuse); a Pod's and its templates' are
+/// in [`crate::pod_defaults`].
 pub fn canonicalize(group: &str, plural: &str, object: &mut Value) {
     let paths: &[&[&str]] = match (group, plural) {
         ("", "persistentvolumeclaims") => &[
@@ -242,6 +244,7 @@ pub fn canonicalize(group: &str, plural: &str, object: &mut Value) {
             &["status", "allocatedResources"],
         ],
         ("", "persistentvolumes") => &[&["spec", "capacity"]],
+        ("", "nodes") => &[&["status", "capacity"], &["status", "allocatable"]],
         _ => &[],
     };
     for path in paths {
@@ -262,7 +265,8 @@ pub fn canonicalize(group: &str, plural: &str, object: &mut Value) {
     }
 }
 
-fn canonical_in_place(value: &mut Value, rounding: Rounding) {
+/// Writes `value` (a quantity's text) as kube-apiserver stores it; anything else is left.
+pub(crate) fn canonical_in_place(value: &mut Value, rounding: Rounding) {
     if let Some(canonical) = value.as_str().and_then(|text| stored(text, rounding))
         && value.as_str() != Some(canonical.as_str())
     {

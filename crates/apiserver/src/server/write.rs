@@ -210,6 +210,9 @@ fn admit(app: &App, t: &Target, obj: &mut Value) {
             tracing::debug!(%class, "DefaultStorageClass: the claim gets the default class");
         }
     }
+    if t.rt.group.is_empty() && t.rt.plural == "pods" {
+        crate::pod_defaults::admit(obj);
+    }
     if t.rt.group.is_empty()
         && app
             .storage_protection

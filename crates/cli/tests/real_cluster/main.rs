@@ -15,6 +15,7 @@ mod data_sources;
 mod leader;
 mod newer_apis;
 mod node_deployment;
+mod pods;
 mod provisioning;
 mod pv_binder;
 mod quantities;
