@@ -4,15 +4,12 @@
 //!   those of containers, ports, probes, HTTP actions, field references and volumes, in
 //!   `pkg/apis/core/v1`): requests taken from limits where a container has none, its
 //!   resource lists rounded up to milli units and written canonically;
-//! - the status a create starts from: phase `Pending` and the QoS class;
-//! - three admission plugins it runs by default on a create: `ServiceAccount` (the account
-//!   `default`), `Priority` (priority 0 and `PreemptLowerPriority` for a Pod that names no
-//!   class; no PriorityClass is looked up) and `DefaultTolerationSeconds` (300 s on
-//!   not-ready and unreachable nodes).
+//! - the status a create starts from: phase `Pending` and the QoS class
+//! (the admission plugins kube-apiserver runs on a Pod's create are in [`crate::admission`]).
 //!
-//! Not done: the ServiceAccount token volume kube-apiserver mounts into a Pod that does not
-//! opt out (`automountServiceAccountToken: false`), and the pod-level resource defaults
-//! (`spec.resources` from the containers').
+//! Not done: the pod-level resources' defaults (`spec.resources` from the containers') and
+//! their part in the QoS class; a `schedulingGates` Pod's `SchedulingGated` condition;
+//! `matchLabelKeys` merged into affinity and spread selectors; an image volume's pull policy.
 
 use serde_json::{Map, Value, json};
 
@@ -58,7 +55,7 @@ pub fn template_defaults(group: &str, plural: &str, object: &mut Value) {
             *status = json!({});
         }
         if let Some(status) = status.as_object_mut() {
-            set(status, "phase", json!("Pending"));
+            set_text(status, "phase", "Pending");
         }
     }
 }
@@ -72,7 +69,7 @@ enum Kind {
 
 /// The ServiceAccount a Pod spec names: `serviceAccountName`, else the deprecated
 /// `serviceAccount`.
-fn account_name(spec: &Map<String, Value>) -> Option<String> {
+pub(crate) fn account_name(spec: &Map<String, Value>) -> Option<String> {
     ["serviceAccountName", "serviceAccount"]
         .into_iter()
         .filter_map(|field| spec.get(field).and_then(Value::as_str))
@@ -107,11 +104,11 @@ fn spec_defaults(spec: &mut Map<String, Value>, kind: Kind) {
     if let Some(resources) = spec.get_mut("resources") {
         resource_lists(resources);
     }
-    set(spec, "dnsPolicy", json!("ClusterFirst"));
-    set(spec, "restartPolicy", json!("Always"));
+    set_text(spec, "dnsPolicy", "ClusterFirst");
+    set_text(spec, "restartPolicy", "Always");
     set(spec, "securityContext", json!({}));
     set(spec, "terminationGracePeriodSeconds", json!(30));
-    set(spec, "schedulerName", json!("default-scheduler"));
+    set_text(spec, "schedulerName", "default-scheduler");
     if kind == Kind::Pod {
         set(spec, "enableServiceLinks", json!(true));
     }
@@ -122,57 +119,7 @@ pub fn initial_status(pod: &Value) -> Value {
     json!({"phase": "Pending", "qosClass": qos_class(&pod["spec"])})
 }
 
-/// The admission kube-apiserver runs by default on a Pod being created.
-pub fn admit(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    // ServiceAccount.
-    if account_name(spec).is_none() {
-        spec.insert("serviceAccountName".into(), json!("default"));
-        spec.insert("serviceAccount".into(), json!("default"));
-    }
-    // Priority, without PriorityClasses: a Pod naming none gets the default of a cluster
-    // that has no global default class.
-    let names_class = spec
-        .get("priorityClassName")
-        .and_then(Value::as_str)
-        .is_some_and(|name| !name.is_empty());
-    if !names_class {
-        set(spec, "priority", json!(0));
-        set(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-    }
-    // DefaultTolerationSeconds.
-    for key in [
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-    ] {
-        let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
-        let Some(list) = tolerations.as_array_mut() else {
-            continue;
-        };
-        if !list.iter().any(|t| tolerates_no_execute(t, key)) {
-            list.push(json!({
-                "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300,
-            }));
-        }
-    }
-}
-
-/// Whether `toleration` already tolerates the NoExecute taint `key` (then the plugin adds
-/// none for it).
-fn tolerates_no_execute(toleration: &Value, key: &str) -> bool {
-    let effect = toleration["effect"].as_str().unwrap_or_default();
-    if !(effect.is_empty() || effect == "NoExecute") {
-        return false;
-    }
-    match toleration["key"].as_str().unwrap_or_default() {
-        "" => toleration["operator"].as_str() == Some("Exists"),
-        other => other == key,
-    }
-}
-
-/// The QoS class kube-apiserver gives a Pod (`GetPodQOS` over its containers and init
+/// The QoS class kube-apiserver gives a Pod (`ComputePodQOS` over its containers and init
 /// containers, CPU and memory only; a zero quantity counts as unset).
 pub fn qos_class(spec: &Value) -> &'static str {
     use std::collections::BTreeMap;
@@ -223,9 +170,20 @@ fn items_mut<'a>(
 }
 
 /// Sets `field` unless it holds a value (missing or null counts as unset).
-fn set(object: &mut Map<String, Value>, field: &str, value: Value) {
+pub(crate) fn set(object: &mut Map<String, Value>, field: &str, value: Value) {
     if object.get(field).is_none_or(Value::is_null) {
         object.insert(field.into(), value);
+    }
+}
+
+/// Sets the text `field` unless it holds one: missing, null and `""` count as unset (a Go
+/// string's zero value, as kube-apiserver's defaults read it).
+fn set_text(object: &mut Map<String, Value>, field: &str, value: &str) {
+    if object
+        .get(field)
+        .is_none_or(|v| v.is_null() || v.as_str() == Some(""))
+    {
+        object.insert(field.into(), json!(value));
     }
 }
 
@@ -240,6 +198,10 @@ fn requests_from_limits(container: &mut Map<String, Value>) {
     let Some(limits) = resources.get("limits").and_then(Value::as_object).cloned() else {
         return;
     };
+    // An empty map is not stored: it adds no requests either.
+    if limits.is_empty() {
+        return;
+    }
     let requests = resources.entry("requests").or_insert(Value::Null);
     if requests.is_null() {
         *requests = json!({});
@@ -258,20 +220,16 @@ fn container_defaults(container: &mut Map<String, Value>, host_network: bool) {
     } else {
         "IfNotPresent"
     };
-    set(container, "imagePullPolicy", json!(policy));
-    set(
-        container,
-        "terminationMessagePath",
-        json!("/dev/termination-log"),
-    );
-    set(container, "terminationMessagePolicy", json!("File"));
+    set_text(container, "imagePullPolicy", policy);
+    set_text(container, "terminationMessagePath", "/dev/termination-log");
+    set_text(container, "terminationMessagePolicy", "File");
     // A struct, not a pointer, in kube-apiserver's types: always written, `{}` when empty.
     set(container, "resources", json!({}));
     if let Some(resources) = container.get_mut("resources") {
         resource_lists(resources);
     }
     for port in items_mut(container, "ports") {
-        set(port, "protocol", json!("TCP"));
+        set_text(port, "protocol", "TCP");
         if host_network
             && port.get("hostPort").and_then(Value::as_i64).unwrap_or(0) == 0
             && let Some(number) = port.get("containerPort").cloned()
@@ -292,6 +250,9 @@ fn container_defaults(container: &mut Map<String, Value>, host_network: bool) {
                 }
             }
             http_get(probe);
+            if let Some(grpc) = probe.get_mut("grpc").and_then(Value::as_object_mut) {
+                set(grpc, "service", json!(""));
+            }
         }
     }
     if let Some(lifecycle) = container
@@ -308,7 +269,7 @@ fn container_defaults(container: &mut Map<String, Value>, host_network: bool) {
             .and_then(|from| from.get_mut("fieldRef"))
             .and_then(Value::as_object_mut)
         {
-            set(reference, "apiVersion", json!("v1"));
+            set_text(reference, "apiVersion", "v1");
         }
     }
 }
@@ -330,7 +291,9 @@ fn http_get(handler: &mut Map<String, Value>) {
 }
 
 /// The tag of an image reference, `latest` when it has neither a tag nor a digest; None for a
-/// digest without a tag (as `parsers.ParseImageName`, whose errors count as no tag).
+/// digest without a tag or no image (as `parsers.ParseImageName` reads a valid reference; one
+/// it cannot parse, such as an upper-case repository, gets `IfNotPresent` there and is read
+/// here as if valid).
 fn image_tag(image: &str) -> Option<&str> {
     let (name, digest) = match image.split_once('@') {
         Some((name, digest)) => (name, Some(digest)),
@@ -371,7 +334,7 @@ fn volume_defaults(volume: &mut Map<String, Value>) {
     let field_refs = |items: &mut Value| {
         for item in items.as_array_mut().into_iter().flatten() {
             if let Some(reference) = item.get_mut("fieldRef").and_then(Value::as_object_mut) {
-                set(reference, "apiVersion", json!("v1"));
+                set_text(reference, "apiVersion", "v1");
             }
         }
     };
@@ -421,11 +384,19 @@ fn claim_template_defaults(template: &mut Map<String, Value>) {
     }
 }
 
-/// A `ResourceRequirements`' requests and limits, as `SetDefaults_ResourceList` leaves them.
+/// A `ResourceRequirements`' requests and limits, as `SetDefaults_ResourceList` leaves them;
+/// an empty or null one is not written (a map kube-apiserver omits when empty).
 fn resource_lists(resources: &mut Value) {
-    for list in ["requests", "limits"] {
-        if let Some(list) = resources.get_mut(list) {
-            resource_list(list);
+    let Some(resources) = resources.as_object_mut() else {
+        return;
+    };
+    for name in ["requests", "limits"] {
+        let Some(list) = resources.get_mut(name) else {
+            continue;
+        };
+        resource_list(list);
+        if list.is_null() || list.as_object().is_some_and(Map::is_empty) {
+            resources.remove(name);
         }
     }
 }

@@ -6,7 +6,7 @@ use super::*;
 fn a_bare_pod_gets_kube_apiservers_defaults() {
     let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
     defaults(&mut pod);
-    admit(&mut pod);
+    crate::admission::pod(&mut pod);
     assert_eq!(
         pod["spec"],
         json!({
@@ -42,7 +42,7 @@ fn what_the_user_set_is_kept() {
     });
     let mut pod = json!({"spec": spec.clone()});
     defaults(&mut pod);
-    admit(&mut pod);
+    crate::admission::pod(&mut pod);
     for field in [
         "dnsPolicy",
         "restartPolicy",
@@ -263,4 +263,75 @@ fn the_qos_class_is_kube_apiservers() {
         .remove("requests");
     defaults(&mut pod);
     assert_eq!(initial_status(&pod)["qosClass"], "Guaranteed");
+}
+
+#[test]
+fn empty_texts_count_as_unset_and_numbers_as_their_text() {
+    let mut pod = json!({"spec": {
+        "dnsPolicy": "", "restartPolicy": "", "schedulerName": "",
+        "containers": [{"name": "c", "image": "i:1", "imagePullPolicy": "", "terminationMessagePath": "",
+                        "terminationMessagePolicy": "", "ports": [{"containerPort": 80, "protocol": ""}],
+                        "env": [{"name": "N", "valueFrom": {"fieldRef": {"apiVersion": "", "fieldPath": "spec.nodeName"}}}],
+                        "resources": {"limits": {"cpu": 1, "memory": 1073741824}}}],
+    }});
+    defaults(&mut pod);
+    let spec = &pod["spec"];
+    assert_eq!(spec["dnsPolicy"], "ClusterFirst");
+    assert_eq!(spec["restartPolicy"], "Always");
+    assert_eq!(spec["schedulerName"], "default-scheduler");
+    let container = &spec["containers"][0];
+    assert_eq!(container["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(container["terminationMessagePath"], "/dev/termination-log");
+    assert_eq!(container["terminationMessagePolicy"], "File");
+    assert_eq!(container["ports"][0]["protocol"], "TCP");
+    assert_eq!(
+        container["env"][0]["valueFrom"]["fieldRef"]["apiVersion"],
+        "v1"
+    );
+    assert_eq!(
+        container["resources"],
+        json!({"limits": {"cpu": "1", "memory": "1073741824"}, "requests": {"cpu": "1", "memory": "1073741824"}})
+    );
+    assert_eq!(initial_status(&pod)["qosClass"], "Guaranteed");
+}
+
+#[test]
+fn empty_limits_add_no_requests_and_grpc_probes_get_a_service() {
+    let mut pod = json!({"spec": {"containers": [{"name": "c", "image": "i:1",
+        "resources": {"limits": {}}, "livenessProbe": {"grpc": {"port": 9090}}}]}});
+    defaults(&mut pod);
+    let container = &pod["spec"]["containers"][0];
+    // Nor is an empty map stored, as kube-apiserver writes none.
+    assert_eq!(container["resources"], json!({}));
+    assert_eq!(
+        container["livenessProbe"]["grpc"],
+        json!({"port": 9090, "service": ""})
+    );
+}
+
+#[test]
+fn admission_gives_built_in_classes_their_priority_and_null_tolerations_the_defaults() {
+    // (class, priority)
+    let table = [
+        ("", Some(0)),
+        ("system-node-critical", Some(2_000_001_000)),
+        ("system-cluster-critical", Some(2_000_000_000)),
+        ("batch-low", None),
+    ];
+    for (class, priority) in table {
+        let mut pod =
+            json!({"spec": {"containers": [], "priorityClassName": class, "tolerations": null}});
+        crate::admission::pod(&mut pod);
+        assert_eq!(pod["spec"]["priority"].as_i64(), priority, "{class}");
+        assert_eq!(
+            pod["spec"]["preemptionPolicy"].as_str(),
+            priority.map(|_| "PreemptLowerPriority"),
+            "{class}"
+        );
+        assert_eq!(
+            pod["spec"]["tolerations"].as_array().map(Vec::len),
+            Some(2),
+            "{class}"
+        );
+    }
 }

@@ -265,8 +265,13 @@ pub fn canonicalize(group: &str, plural: &str, object: &mut Value) {
     }
 }
 
-/// Writes `value` (a quantity's text) as kube-apiserver stores it; anything else is left.
+/// Writes `value` (a quantity's text) as kube-apiserver stores it; anything else is left. A
+/// JSON number (kubectl sends YAML's `cpu: 1` so) is read as its text, as kube-apiserver reads
+/// it, and stored as text.
 pub(crate) fn canonical_in_place(value: &mut Value, rounding: Rounding) {
+    if let Value::Number(number) = value {
+        *value = Value::String(number.to_string());
+    }
     if let Some(canonical) = value.as_str().and_then(|text| stored(text, rounding))
         && value.as_str() != Some(canonical.as_str())
     {

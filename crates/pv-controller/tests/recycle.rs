@@ -204,7 +204,8 @@ async fn hostpath_and_nfs_volumes_are_recycled_by_a_pod_and_a_failed_recycle_is_
     assert_eq!(spec["activeDeadlineSeconds"], 90, "{spec}");
     assert_eq!(
         spec["volumes"],
-        json!([{"name": "vol", "hostPath": {"path": "/data/pv-hp"}}])
+        // The API server gives it `type: ""`, as kube-apiserver does.
+        json!([{"name": "vol", "hostPath": {"path": "/data/pv-hp", "type": ""}}])
     );
     assert_eq!(spec["containers"][0]["image"], RECYCLER_IMAGE);
     // Its events are passed on to the volume.

@@ -97,6 +97,9 @@ pub fn merge_update(
         }
         _ => {}
     }
+    // Defaulted before the specs are compared, as kube-apiserver compares them: a manifest
+    // written again without the defaults changes nothing.
+    apply_defaults(rt, &mut next);
     if !status_only && rt.has_generation() {
         let spec_changed = !same_apart_from(current, &next, &["metadata", "status"]);
         if spec_changed {
@@ -104,7 +107,6 @@ pub fn merge_update(
             next["metadata"]["generation"] = json!(generation);
         }
     }
-    apply_defaults(rt, &mut next);
     if (rt.group.as_str(), rt.plural.as_str()) == ("", "namespaces") {
         crate::namespace_rules::keep_spec_finalizers(current, &mut next);
     }

@@ -211,7 +211,7 @@ fn admit(app: &App, t: &Target, obj: &mut Value) {
         }
     }
     if t.rt.group.is_empty() && t.rt.plural == "pods" {
-        crate::pod_defaults::admit(obj);
+        crate::admission::pod(obj);
     }
     if t.rt.group.is_empty()
         && app

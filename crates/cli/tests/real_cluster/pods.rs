@@ -37,7 +37,9 @@ fn specs() -> Vec<Value> {
             }],
         }),
         json!({
-            "containers": [{"name": "c", "image": "busybox:1.36",
+            "containers": [{"name": "c", "image": "busybox:1.36", "imagePullPolicy": "",
+                            "livenessProbe": {"grpc": {"port": 9090}},
+                            "resources": {"limits": {}},
                             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
             "volumes": [
                 {"name": "bare"},
@@ -64,6 +66,7 @@ fn specs() -> Vec<Value> {
             "dnsPolicy": "Default", "restartPolicy": "Never", "securityContext": {"runAsUser": 1000},
             "terminationGracePeriodSeconds": 0, "schedulerName": "other-scheduler",
             "enableServiceLinks": false, "serviceAccountName": "builder",
+            "priorityClassName": "system-node-critical",
             "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
                             {"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}],
         }),
