@@ -100,6 +100,72 @@ pub(crate) fn is_default(class: &Value) -> bool {
         .any(|key| class["metadata"]["annotations"][key].as_str() == Some("true"))
 }
 
+/// A Pod being created: `ServiceAccount` (the account `default`, mirrored into the deprecated
+/// `serviceAccount`), `Priority` and `DefaultTolerationSeconds` (300 s on not-ready and
+/// unreachable nodes). Compared with kube-apiserver v1.36.2 by
+/// `cli/tests/real_cluster/pods.rs`.
+///
+/// Not done: the ServiceAccount token volume kube-apiserver mounts into a Pod that does not
+/// opt out (`automountServiceAccountToken: false`), its refusal of a Pod whose account does
+/// not exist and the account's `imagePullSecrets`; PriorityClasses other than the two
+/// built-in ones (a Pod naming another is left without a priority, where kube-apiserver
+/// refuses it unless the class exists) and the refusal of a `priority` given by the client;
+/// the tolerations and priority an update keeps (kube-apiserver runs both plugins on updates).
+pub fn pod(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if crate::pod_defaults::account_name(spec).is_none() {
+        spec.insert("serviceAccountName".into(), json!("default"));
+        spec.insert("serviceAccount".into(), json!("default"));
+    }
+    let class = spec
+        .get("priorityClassName")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let priority = match class {
+        // A cluster without a global default class.
+        "" => Some(0),
+        "system-node-critical" => Some(2_000_001_000),
+        "system-cluster-critical" => Some(2_000_000_000),
+        _ => None,
+    };
+    if let Some(priority) = priority {
+        crate::pod_defaults::set(spec, "priority", json!(priority));
+        crate::pod_defaults::set(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    }
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerations = spec.entry("tolerations").or_insert(Value::Null);
+        if tolerations.is_null() {
+            *tolerations = json!([]);
+        }
+        let Some(list) = tolerations.as_array_mut() else {
+            continue;
+        };
+        if !list.iter().any(|t| tolerates_no_execute(t, key)) {
+            list.push(json!({
+                "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300,
+            }));
+        }
+    }
+}
+
+/// Whether `toleration` already tolerates the NoExecute taint `key` (then
+/// `DefaultTolerationSeconds` adds none for it).
+fn tolerates_no_execute(toleration: &Value, key: &str) -> bool {
+    let effect = toleration["effect"].as_str().unwrap_or_default();
+    if !(effect.is_empty() || effect == "NoExecute") {
+        return false;
+    }
+    match toleration["key"].as_str().unwrap_or_default() {
+        "" => toleration["operator"].as_str() == Some("Exists"),
+        other => other == key,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -209,71 +275,5 @@ mod tests {
         let mut b = beta;
         assert_eq!(default_storage_class(&mut b, &[older]), None);
         assert!(b["spec"].get("storageClassName").is_none());
-    }
-}
-
-/// A Pod being created: `ServiceAccount` (the account `default`, mirrored into the deprecated
-/// `serviceAccount`), `Priority` and `DefaultTolerationSeconds` (300 s on not-ready and
-/// unreachable nodes). Compared with kube-apiserver v1.36.2 by
-/// `cli/tests/real_cluster/pods.rs`.
-///
-/// Not done: the ServiceAccount token volume kube-apiserver mounts into a Pod that does not
-/// opt out (`automountServiceAccountToken: false`), its refusal of a Pod whose account does
-/// not exist and the account's `imagePullSecrets`; PriorityClasses other than the two
-/// built-in ones (a Pod naming another is left without a priority, where kube-apiserver
-/// refuses it unless the class exists) and the refusal of a `priority` given by the client;
-/// the tolerations and priority an update keeps (kube-apiserver runs both plugins on updates).
-pub fn pod(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    if crate::pod_defaults::account_name(spec).is_none() {
-        spec.insert("serviceAccountName".into(), json!("default"));
-        spec.insert("serviceAccount".into(), json!("default"));
-    }
-    let class = spec
-        .get("priorityClassName")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let priority = match class {
-        // A cluster without a global default class.
-        "" => Some(0),
-        "system-node-critical" => Some(2_000_001_000),
-        "system-cluster-critical" => Some(2_000_000_000),
-        _ => None,
-    };
-    if let Some(priority) = priority {
-        crate::pod_defaults::set(spec, "priority", json!(priority));
-        crate::pod_defaults::set(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-    }
-    for key in [
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-    ] {
-        let tolerations = spec.entry("tolerations").or_insert(Value::Null);
-        if tolerations.is_null() {
-            *tolerations = json!([]);
-        }
-        let Some(list) = tolerations.as_array_mut() else {
-            continue;
-        };
-        if !list.iter().any(|t| tolerates_no_execute(t, key)) {
-            list.push(json!({
-                "key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300,
-            }));
-        }
-    }
-}
-
-/// Whether `toleration` already tolerates the NoExecute taint `key` (then
-/// `DefaultTolerationSeconds` adds none for it).
-fn tolerates_no_execute(toleration: &Value, key: &str) -> bool {
-    let effect = toleration["effect"].as_str().unwrap_or_default();
-    if !(effect.is_empty() || effect == "NoExecute") {
-        return false;
-    }
-    match toleration["key"].as_str().unwrap_or_default() {
-        "" => toleration["operator"].as_str() == Some("Exists"),
-        other => other == key,
     }
 }

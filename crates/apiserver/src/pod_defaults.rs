@@ -4,8 +4,9 @@
 //!   those of containers, ports, probes, HTTP actions, field references and volumes, in
 //!   `pkg/apis/core/v1`): requests taken from limits where a container has none, its
 //!   resource lists rounded up to milli units and written canonically;
-//! - the status a create starts from: phase `Pending` and the QoS class
-//! (the admission plugins kube-apiserver runs on a Pod's create are in [`crate::admission`]).
+//! - the status a create starts from: phase `Pending` and the QoS class.
+//!
+//! The admission plugins kube-apiserver runs on a Pod's create are in [`crate::admission`].
 //!
 //! Not done: the pod-level resources' defaults (`spec.resources` from the containers') and
 //! their part in the QoS class; a `schedulingGates` Pod's `SchedulingGated` condition;
