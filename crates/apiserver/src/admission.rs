@@ -110,7 +110,7 @@ pub(crate) fn is_default(class: &Value) -> bool {
 /// not exist and the account's `imagePullSecrets`; PriorityClasses other than the two
 /// built-in ones (a Pod naming another is left without a priority, where kube-apiserver
 /// refuses it unless the class exists) and the refusal of a `priority` given by the client;
-/// the tolerations and priority an update keeps (kube-apiserver runs both plugins on updates).
+/// the refusal of an update that changes what a Pod's spec may not change.
 pub fn pod(pod: &mut Value) {
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
@@ -134,6 +134,27 @@ pub fn pod(pod: &mut Value) {
         crate::pod_defaults::set(spec, "priority", json!(priority));
         crate::pod_defaults::set(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     }
+    default_toleration_seconds(spec);
+}
+
+/// A Pod being updated (not its status): `DefaultTolerationSeconds` again, and `Priority`'s
+/// priority and preemption policy kept from `current` when the update leaves them out.
+pub fn pod_update(current: &Value, pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in ["priority", "preemptionPolicy"] {
+        let stored = &current["spec"][field];
+        if !stored.is_null() {
+            crate::pod_defaults::set(spec, field, stored.clone());
+        }
+    }
+    default_toleration_seconds(spec);
+}
+
+/// `DefaultTolerationSeconds`: a Pod that does not tolerate nodes being not ready or
+/// unreachable does for 300 s.
+fn default_toleration_seconds(spec: &mut serde_json::Map<String, Value>) {
     for key in [
         "node.kubernetes.io/not-ready",
         "node.kubernetes.io/unreachable",
@@ -275,5 +296,34 @@ mod tests {
         let mut b = beta;
         assert_eq!(default_storage_class(&mut b, &[older]), None);
         assert!(b["spec"].get("storageClassName").is_none());
+    }
+
+    #[test]
+    fn an_update_keeps_the_priority_and_gets_the_tolerations_again() {
+        let mut made = json!({"spec": {"containers": []}});
+        pod(&mut made);
+        // A manifest written again, without what admission added.
+        let mut next = json!({"spec": {"containers": [], "tolerations": [{"key": "dedicated", "operator": "Exists"}]}});
+        pod_update(&made, &mut next);
+        assert_eq!(next["spec"]["priority"], 0);
+        assert_eq!(next["spec"]["preemptionPolicy"], "PreemptLowerPriority");
+        let keys: Vec<&str> = next["spec"]["tolerations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["key"].as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "dedicated",
+                "node.kubernetes.io/not-ready",
+                "node.kubernetes.io/unreachable"
+            ]
+        );
+        // What the update gives is kept.
+        let mut next = json!({"spec": {"containers": [], "priority": 7}});
+        pod_update(&made, &mut next);
+        assert_eq!(next["spec"]["priority"], 7);
     }
 }

@@ -100,6 +100,9 @@ pub fn merge_update(
     // Defaulted before the specs are compared, as kube-apiserver compares them: a manifest
     // written again without the defaults changes nothing.
     apply_defaults(rt, &mut next);
+    if !status_only && rt.group.is_empty() && rt.plural == "pods" {
+        crate::admission::pod_update(current, &mut next);
+    }
     if !status_only && rt.has_generation() {
         let spec_changed = !same_apart_from(current, &next, &["metadata", "status"]);
         if spec_changed {

@@ -92,6 +92,23 @@ async fn stored(client: &kube::Client) -> Vec<(Value, Value)> {
         let made = serde_json::to_value(&made).unwrap();
         answers.push((made["spec"].clone(), made["status"].clone()));
     }
+    // The bare Pod written again without what admission gave it: the priority is kept, the
+    // tolerations given again, and the spec (so the generation) unchanged.
+    let mut again = serde_json::to_value(pods.get("p-0").await.unwrap()).unwrap();
+    let spec = again["spec"].as_object_mut().unwrap();
+    for field in ["priority", "preemptionPolicy", "tolerations", "restartPolicy"] {
+        spec.remove(field);
+    }
+    let again: Pod = serde_json::from_value(again).unwrap();
+    let replaced = pods
+        .replace("p-0", &PostParams::default(), &again)
+        .await
+        .unwrap();
+    let replaced = serde_json::to_value(&replaced).unwrap();
+    answers.push((
+        replaced["spec"].clone(),
+        json!({"generation": replaced["metadata"]["generation"]}),
+    ));
     answers
 }
 
@@ -117,6 +134,7 @@ async fn pods_are_stored_with_kube_apiservers_defaults() {
     // The check compares something: kube-apiserver defaulted the bare Pod.
     assert_eq!(theirs[0].0["restartPolicy"], "Always", "{:?}", theirs[0]);
     assert_eq!(theirs[1].1["qosClass"], "Guaranteed", "{:?}", theirs[1]);
+    assert_eq!(theirs[5].0["priority"], 0, "{:?}", theirs[5]);
 }
 
 /// Each Deployment's Pod template spec (one per spec of [`specs`]), then a StatefulSet's Pod
