@@ -332,19 +332,7 @@ fn volume_defaults(volume: &mut Map<String, Value>) {
     {
         canonical_in_place(limit, Rounding::Nano);
     }
-    let field_refs = |items: &mut Value| {
-        for item in items.as_array_mut().into_iter().flatten() {
-            if let Some(reference) = item.get_mut("fieldRef").and_then(Value::as_object_mut) {
-                set_text(reference, "apiVersion", "v1");
-            }
-        }
-    };
-    if let Some(items) = volume
-        .get_mut("downwardAPI")
-        .and_then(|source| source.get_mut("items"))
-    {
-        field_refs(items);
-    }
+    downward_field_refs(volume.get_mut("downwardAPI"));
     let sources = volume
         .get_mut("projected")
         .and_then(|projected| projected.get_mut("sources"))
@@ -356,12 +344,7 @@ fn volume_defaults(volume: &mut Map<String, Value>) {
         {
             set(token, "expirationSeconds", json!(3600));
         }
-        if let Some(items) = source
-            .get_mut("downwardAPI")
-            .and_then(|downward| downward.get_mut("items"))
-        {
-            field_refs(items);
-        }
+        downward_field_refs(source.get_mut("downwardAPI"));
     }
     let template = volume
         .get_mut("ephemeral")
@@ -369,6 +352,19 @@ fn volume_defaults(volume: &mut Map<String, Value>) {
         .and_then(Value::as_object_mut);
     if let Some(template) = template {
         claim_template_defaults(template);
+    }
+}
+
+/// `SetDefaults_ObjectFieldSelector` on a downward API source's items (a volume's, a
+/// projected volume's).
+fn downward_field_refs(source: Option<&mut Value>) {
+    let items = source
+        .and_then(|source| source.get_mut("items"))
+        .and_then(Value::as_array_mut);
+    for item in items.into_iter().flatten() {
+        if let Some(reference) = item.get_mut("fieldRef").and_then(Value::as_object_mut) {
+            set_text(reference, "apiVersion", "v1");
+        }
     }
 }
 

@@ -96,7 +96,12 @@ async fn stored(client: &kube::Client) -> Vec<(Value, Value)> {
     // tolerations given again, and the spec (so the generation) unchanged.
     let mut again = serde_json::to_value(pods.get("p-0").await.unwrap()).unwrap();
     let spec = again["spec"].as_object_mut().unwrap();
-    for field in ["priority", "preemptionPolicy", "tolerations", "restartPolicy"] {
+    for field in [
+        "priority",
+        "preemptionPolicy",
+        "tolerations",
+        "restartPolicy",
+    ] {
         spec.remove(field);
     }
     let again: Pod = serde_json::from_value(again).unwrap();
@@ -117,19 +122,7 @@ async fn pods_are_stored_with_kube_apiservers_defaults() {
     let plane = crate::bed::bare_control_plane().await;
     let theirs = stored(&plane.admin().await.unwrap()).await;
     let ours = stored(&crate::bed::our_server("pods-test").await.client).await;
-    let differences: Vec<String> = theirs
-        .iter()
-        .zip(&ours)
-        .enumerate()
-        .filter(|(_, (want, got))| want != got)
-        .map(|(i, (want, got))| {
-            format!(
-                "p-{i}:\n  kube-apiserver {}\n  ours           {}",
-                json!(want),
-                json!(got)
-            )
-        })
-        .collect();
+    let differences = differences(&theirs, &ours);
     assert!(differences.is_empty(), "{}", differences.join("\n"));
     // The check compares something: kube-apiserver defaulted the bare Pod.
     assert_eq!(theirs[0].0["restartPolicy"], "Always", "{:?}", theirs[0]);
@@ -197,16 +190,27 @@ async fn templates_and_nodes_are_stored_as_kube_apiserver_stores_them() {
     let plane = crate::bed::bare_control_plane().await;
     let theirs = stored_others(&plane.admin().await.unwrap()).await;
     let ours = stored_others(&crate::bed::our_server("templates-test").await.client).await;
-    let differences: Vec<String> = theirs
-        .iter()
-        .zip(&ours)
-        .enumerate()
-        .filter(|(_, (want, got))| want != got)
-        .map(|(i, (want, got))| format!("{i}:\n  kube-apiserver {want}\n  ours           {got}"))
-        .collect();
+    let differences = differences(&theirs, &ours);
     assert!(differences.is_empty(), "{}", differences.join("\n"));
     // The check compares something: kube-apiserver defaulted the templates and kept the
     // Nodes' status.
     assert_eq!(theirs[0]["restartPolicy"], "Always", "{theirs:?}");
     assert_eq!(theirs[7]["allocatable"]["memory"], "8Gi", "{theirs:?}");
+}
+
+/// Each answer of ours that is not kube-apiserver's, with its index and both as JSON.
+fn differences<T: PartialEq + serde::Serialize>(theirs: &[T], ours: &[T]) -> Vec<String> {
+    theirs
+        .iter()
+        .zip(ours)
+        .enumerate()
+        .filter(|(_, (want, got))| want != got)
+        .map(|(i, (want, got))| {
+            format!(
+                "{i}:\n  kube-apiserver {}\n  ours           {}",
+                json!(want),
+                json!(got)
+            )
+        })
+        .collect()
 }
