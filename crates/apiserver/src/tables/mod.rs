@@ -51,6 +51,7 @@ fn human_duration(s: u64) -> String {
 }
 
 mod columns;
+mod nodes_and_pods;
 
 use columns::{Column, columns};
 
