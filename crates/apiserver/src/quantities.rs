@@ -266,8 +266,9 @@ pub fn canonicalize(group: &str, plural: &str, object: &mut Value) {
 }
 
 /// Writes `value` (a quantity's text) as kube-apiserver stores it; anything else is left. A
-/// JSON number (kubectl sends YAML's `cpu: 1` so) is read as its text, as kube-apiserver reads
-/// it, and stored as text.
+/// JSON number (kubectl sends YAML's `cpu: 1` so) is stored as text: integers and plain
+/// decimals as kube-apiserver reads them; one in exponent form as serde_json writes it (`1e3`
+/// becomes `1000.0`, stored `1k`, where kube-apiserver keeps `1e3`).
 pub(crate) fn canonical_in_place(value: &mut Value, rounding: Rounding) {
     if let Value::Number(number) = value {
         *value = Value::String(number.to_string());
