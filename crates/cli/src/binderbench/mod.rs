@@ -19,54 +19,17 @@ use kube::runtime::watcher;
 use serde_json::json;
 use testbed::{ControlPlane, Options, Process};
 
+mod args;
 mod cpu;
 mod wait;
+
+use self::args::qps_flags;
+pub use self::args::{Binder, BinderBenchArgs};
 
 use self::wait::{Unfinished, first_exited, wait_reporting};
 
 const DRIVER: &str = "hostpath.csi.volstack.dev";
 const NODE: &str = "node-1";
-
-/// Which binder binds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Binder {
-    /// kube-controller-manager's persistentvolume-binder-controller.
-    Kcm,
-    /// `volstack pv-controller`, kube-controller-manager started without its binder.
-    Ours,
-}
-
-/// Flags of `volstack bench-binder`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct BinderBenchArgs {
-    /// Claims created before the sidecars start (a backlog).
-    #[arg(long, default_value_t = 1000)]
-    pub claims: usize,
-    /// The binders to measure, one run each, in this order.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "kcm,ours")]
-    pub binders: Vec<Binder>,
-    /// `--kube-api-qps` of every client (kube-controller-manager, the provisioner, ours); 0
-    /// lifts the limit of ours and sets kube-controller-manager's to 10,000.
-    #[arg(long, default_value_t = 0.0)]
-    pub qps: f32,
-    /// `--workers` of `volstack pv-controller` (its own default is 8; with the QPS limits
-    /// lifted more keep kube-apiserver busier: 1,000 claims Bound in 6.0 s with 8, 4.6 s with 64).
-    #[arg(long, default_value_t = 64)]
-    pub workers: usize,
-    /// Copy every process's log (the control plane's, the driver's, csi-provisioner's, ours)
-    /// and kube-apiserver's audit log (with `--audit-log`) into this directory after each run,
-    /// failed or not, named `<run>-<binder>-<file>` (`1-kcm-kube-controller-manager.log`).
-    #[arg(long)]
-    pub logs: Option<std::path::PathBuf>,
-    /// Start kube-apiserver with the test suite's audit log of every request (Metadata level,
-    /// blocking), to count requests in it. Off by default, as on a cluster without an audit
-    /// policy: writing it took 3.5 to 4% of kube-apiserver's CPU in profiles of 2026-11-28.
-    #[arg(long)]
-    pub audit_log: bool,
-    /// Give up waiting for all Bound after this long.
-    #[arg(long, default_value = "15m", value_parser = sidecar_kit::flags::go_duration)]
-    pub timeout: Duration,
-}
 
 /// What one run measured.
 #[derive(Debug)]
@@ -108,7 +71,9 @@ pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
             run.bound as f64 / run.bound_after.as_secs_f64().max(1e-9),
             run.first_bound.as_secs_f64(),
             run.half_bound.as_secs_f64(),
-            if args.qps <= 0.0 {
+            if args.default_qps {
+                "each client's default".to_string()
+            } else if args.qps <= 0.0 {
                 "lifted".to_string()
             } else {
                 args.qps.to_string()
@@ -148,14 +113,6 @@ pub async fn run(args: BinderBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn qps_flags(qps: f32, lifted: f32) -> Vec<String> {
-    let qps = if qps <= 0.0 { lifted } else { qps };
-    vec![
-        format!("--kube-api-qps={qps}"),
-        format!("--kube-api-burst={}", (qps * 2.0).max(1.0) as u64),
-    ]
-}
-
 async fn once(
     args: &BinderBenchArgs,
     run: usize,
@@ -169,7 +126,7 @@ async fn once(
     let plane = ControlPlane::start(Options {
         controllers: Some(controllers.into()),
         scheduler: false,
-        controller_manager_args: qps_flags(args.qps, 10_000.0),
+        controller_manager_args: qps_flags(args, 10_000.0),
         audit: args.audit_log,
         ..Options::default()
     })
@@ -213,7 +170,7 @@ async fn once(
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--workers={}", args.workers),
         ];
-        argv.extend(qps_flags(args.qps, 0.0));
+        argv.extend(qps_flags(args, 0.0));
         processes.push(Process::spawn(
             "pv-controller",
             &volstack,
@@ -268,7 +225,7 @@ async fn once(
             format!("--kubeconfig={}", provisioner.display()),
             "--worker-threads=100".to_string(),
         ];
-        argv.extend(qps_flags(args.qps, 0.0));
+        argv.extend(qps_flags(args, 0.0));
         processes.push(Process::spawn(
             "csi-provisioner",
             &bin.join("csi-provisioner"),
