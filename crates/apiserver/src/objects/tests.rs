@@ -266,3 +266,34 @@ fn a_built_in_kinds_nulls_are_absent_fields_and_a_custom_resources_stay() {
     check_type(&pool, &mut custom).unwrap();
     assert_eq!(custom["spec"], json!({"size": null}));
 }
+
+#[test]
+fn a_pods_status_write_without_its_qos_class_keeps_the_stored_one() {
+    let rt = crate::registry::Registry::default()
+        .find("", "v1", "pods")
+        .unwrap();
+    let current = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "5"},
+        "spec": {"containers": [{"name": "c", "image": "i:1"}]},
+        "status": {"phase": "Pending", "qosClass": "BestEffort"},
+    });
+    let write = |status: Value| {
+        let incoming = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "5"}, "status": status});
+        merge_update(&rt, &current, incoming, true).unwrap()["status"].clone()
+    };
+    assert_eq!(
+        write(json!({"phase": "Running"})),
+        json!({"phase": "Running", "qosClass": "BestEffort"})
+    );
+    assert_eq!(
+        write(json!({"phase": "Running", "qosClass": ""}))["qosClass"],
+        "BestEffort"
+    );
+    // One given is the write's (validation is not this rule's).
+    assert_eq!(
+        write(json!({"phase": "Running", "qosClass": "Burstable"}))["qosClass"],
+        "Burstable"
+    );
+}
