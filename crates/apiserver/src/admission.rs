@@ -109,11 +109,14 @@ pub(crate) fn is_default(class: &Value) -> bool {
 /// opt out (`automountServiceAccountToken: false`), its refusal of a Pod whose account does
 /// not exist and the account's `imagePullSecrets`; PriorityClasses other than the two
 /// built-in ones (a Pod naming another is left without a priority, where kube-apiserver
-/// refuses it unless the class exists) and the refusal of a `priority` given by the client;
+/// refuses it unless the class exists);
 /// the refusal of an update that changes what a Pod's spec may not change.
-pub fn pod(pod: &mut Value) {
+///
+/// A Pod giving a priority or preemption policy other than its class's is refused: the reason
+/// is returned (kube-apiserver's words, a 403 from the caller).
+pub fn pod(pod: &mut Value) -> Result<(), String> {
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
+        return Ok(());
     };
     if crate::pod_defaults::account_name(spec).is_none() {
         spec.insert("serviceAccountName".into(), json!("default"));
@@ -131,10 +134,26 @@ pub fn pod(pod: &mut Value) {
         _ => None,
     };
     if let Some(priority) = priority {
-        crate::pod_defaults::set(spec, "priority", json!(priority));
-        crate::pod_defaults::set(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+        if let Some(given) = spec.get("priority").and_then(Value::as_i64)
+            && given != priority
+        {
+            return Err(format!(
+                "the integer value of priority ({given}) must not be provided in pod spec; priority admission controller computed {priority} from the given PriorityClass name"
+            ));
+        }
+        let policy = "PreemptLowerPriority";
+        if let Some(given) = spec.get("preemptionPolicy").and_then(Value::as_str)
+            && given != policy
+        {
+            return Err(format!(
+                "the string value of PreemptionPolicy ({given}) must not be provided in pod spec; priority admission controller computed {policy} from the given PriorityClass name"
+            ));
+        }
+        spec.insert("priority".into(), json!(priority));
+        spec.insert("preemptionPolicy".into(), json!(policy));
     }
     default_toleration_seconds(spec);
+    Ok(())
 }
 
 /// A Pod being updated (not its status): `DefaultTolerationSeconds` again, and `Priority`'s
@@ -301,7 +320,7 @@ mod tests {
     #[test]
     fn an_update_keeps_the_priority_and_gets_the_tolerations_again() {
         let mut made = json!({"spec": {"containers": []}});
-        pod(&mut made);
+        pod(&mut made).unwrap();
         // A manifest written again, without what admission added.
         let mut next = json!({"spec": {"containers": [], "tolerations": [{"key": "dedicated", "operator": "Exists"}]}});
         pod_update(&made, &mut next);
@@ -325,5 +344,25 @@ mod tests {
         let mut next = json!({"spec": {"containers": [], "priority": 7}});
         pod_update(&made, &mut next);
         assert_eq!(next["spec"]["priority"], 7);
+    }
+
+    #[test]
+    fn a_pod_giving_another_priority_or_policy_than_its_class_is_refused() {
+        let refused = |spec: Value| pod(&mut json!({"spec": spec})).unwrap_err();
+        assert_eq!(
+            refused(json!({"priority": 5})),
+            "the integer value of priority (5) must not be provided in pod spec; priority admission controller computed 0 from the given PriorityClass name"
+        );
+        assert_eq!(
+            refused(json!({"priorityClassName": "system-node-critical", "priority": 0})),
+            "the integer value of priority (0) must not be provided in pod spec; priority admission controller computed 2000001000 from the given PriorityClass name"
+        );
+        assert_eq!(
+            refused(json!({"preemptionPolicy": "Never"})),
+            "the string value of PreemptionPolicy (Never) must not be provided in pod spec; priority admission controller computed PreemptLowerPriority from the given PriorityClass name"
+        );
+        // The class's own values are accepted.
+        let mut same = json!({"spec": {"priority": 0, "preemptionPolicy": "PreemptLowerPriority"}});
+        assert_eq!(pod(&mut same), Ok(()));
     }
 }

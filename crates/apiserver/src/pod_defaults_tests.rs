@@ -6,7 +6,7 @@ use super::*;
 fn a_bare_pod_gets_kube_apiservers_defaults() {
     let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
     defaults(&mut pod);
-    crate::admission::pod(&mut pod);
+    crate::admission::pod(&mut pod).unwrap();
     assert_eq!(
         pod["spec"],
         json!({
@@ -42,7 +42,7 @@ fn what_the_user_set_is_kept() {
     });
     let mut pod = json!({"spec": spec.clone()});
     defaults(&mut pod);
-    crate::admission::pod(&mut pod);
+    crate::admission::pod(&mut pod).unwrap();
     for field in [
         "dnsPolicy",
         "restartPolicy",
@@ -321,7 +321,7 @@ fn admission_gives_built_in_classes_their_priority_and_null_tolerations_the_defa
     for (class, priority) in table {
         let mut pod =
             json!({"spec": {"containers": [], "priorityClassName": class, "tolerations": null}});
-        crate::admission::pod(&mut pod);
+        crate::admission::pod(&mut pod).unwrap();
         assert_eq!(pod["spec"]["priority"].as_i64(), priority, "{class}");
         assert_eq!(
             pod["spec"]["preemptionPolicy"].as_str(),

@@ -153,7 +153,7 @@ pub(crate) async fn create_object(
     // A generated name that is taken is generated again, as kube-apiserver does (up to 8 tries).
     let generated = obj["metadata"]["name"].as_str().is_none_or(str::is_empty);
     let mut name = prepare_create(&t.rt, &ns, &mut obj)?;
-    admit(app, t, &mut obj);
+    admit(app, t, &mut obj)?;
     if let Some(managed) = managed_fields {
         obj["metadata"]["managedFields"] = managed;
     }
@@ -199,7 +199,7 @@ pub(crate) async fn create_object(
 
 /// The mutating admission kube-apiserver runs by default on a create. Only objects are created
 /// here: `create` refuses subresources and an apply to a missing object's subresource is a 404.
-fn admit(app: &App, t: &Target, obj: &mut Value) {
+fn admit(app: &App, t: &Target, obj: &mut Value) -> Result<(), ApiError> {
     // Most claims name their class: the classes are listed only for those that do not.
     if t.rt.group.is_empty()
         && t.rt.plural == "persistentvolumeclaims"
@@ -211,7 +211,10 @@ fn admit(app: &App, t: &Target, obj: &mut Value) {
         }
     }
     if t.rt.group.is_empty() && t.rt.plural == "pods" {
-        crate::admission::pod(obj);
+        crate::admission::pod(obj).map_err(|why| {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            ApiError::forbidden_object("", "pods", name, &why)
+        })?;
     }
     if t.rt.group.is_empty()
         && app
@@ -220,6 +223,7 @@ fn admit(app: &App, t: &Target, obj: &mut Value) {
     {
         crate::admission::storage_object_in_use_protection(&t.rt.plural, obj);
     }
+    Ok(())
 }
 
 pub(crate) fn refresh_crds(app: &App) {

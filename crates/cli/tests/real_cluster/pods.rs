@@ -214,3 +214,47 @@ fn differences<T: PartialEq + serde::Serialize>(theirs: &[T], ours: &[T]) -> Vec
         })
         .collect()
 }
+
+/// What `client`'s server answers to Pods giving their own priority or preemption policy:
+/// each refusal's code and message.
+async fn refusals(client: &kube::Client) -> Vec<(u16, String)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut answers = Vec::new();
+    for (i, extra) in [
+        json!({"priority": 5}),
+        json!({"priorityClassName": "system-node-critical", "priority": 0}),
+        json!({"preemptionPolicy": "Never"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut spec = specs()[0].clone();
+        spec["automountServiceAccountToken"] = json!(false);
+        for (field, value) in extra.as_object().unwrap() {
+            spec[field] = value.clone();
+        }
+        let pod: Pod =
+            serde_json::from_value(json!({"metadata": {"name": format!("r-{i}")}, "spec": spec}))
+                .unwrap();
+        match pods.create(&PostParams::default(), &pod).await {
+            Err(kube::Error::Api(status)) => answers.push((status.code, status.message)),
+            other => answers.push((0, format!("not refused: {other:?}"))),
+        }
+    }
+    answers
+}
+
+#[tokio::test]
+async fn a_pod_giving_its_own_priority_is_refused_as_kube_apiserver_refuses_it() {
+    let plane = crate::bed::bare_control_plane().await;
+    let admin = plane.admin().await.unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    let account = serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+    let _ = accounts.create(&PostParams::default(), &account).await;
+    let theirs = refusals(&admin).await;
+    let ours = refusals(&crate::bed::our_server("refusals-test").await.client).await;
+    let differences = differences(&theirs, &ours);
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    // The check compares something: kube-apiserver refused each with a 403.
+    assert!(theirs.iter().all(|(code, _)| *code == 403), "{theirs:?}");
+}
