@@ -406,10 +406,12 @@ async fn make_scenarios(bed: &Bed) {
             == Some("Released")
     })
     .await;
-    // The binder has said why the others cannot bind, and who provisions the dynamic one.
+    // The binder has said why the others cannot bind, who provisions the dynamic one, and why
+    // the volumes without a deleter failed (its events are written after the phase it waits
+    // on above, so they are waited for too).
     let events: Api<Event> = Api::namespaced(bed.admin.clone(), "default");
     bed.until(
-        "the binder's events on the unbindable claims",
+        "the binder's events on the unbindable claims and the failed volumes",
         WAIT,
         || async {
             let all = events.list(&Default::default()).await.unwrap().items;
@@ -422,6 +424,8 @@ async fn make_scenarios(bed: &Bed) {
                 "c-vac-named",
                 "c-host",
                 "c-nfs",
+                "pv-nfs-delete",
+                "pv-iscsi-delete",
             ]
             .iter()
             .all(|claim| {
