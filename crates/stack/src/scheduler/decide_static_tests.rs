@@ -155,3 +155,37 @@ fn a_volume_is_pre_bound_once_and_only_to_the_claim_of_its_uid() {
         "a claim re-made under the name is another claim"
     );
 }
+
+#[test]
+fn a_pool_volume_whose_node_affinity_excludes_the_pods_node_is_not_offered() {
+    // A class with a provisioner whose pool (a PersistentVolumeSet's Available volumes) is on
+    // node-1: a Pod held to node-3 gets its claim provisioned there, not the pool's volume;
+    // a Pod that may go anywhere takes the pool's volume on its node.
+    let pooled = |name: &str, node: &str| {
+        let mut v = pv(name, node);
+        let spec = v.spec.as_mut().unwrap();
+        spec.storage_class_name = Some("late".into());
+        spec.capacity = Some([("storage".to_string(), Quantity("1Gi".into()))].into());
+        spec.access_modes = Some(vec!["ReadWriteOnce".into()]);
+        v.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+            phase: Some("Available".into()),
+            ..Default::default()
+        });
+        v
+    };
+    let mut f = Fixture::new();
+    f.claims = vec![claim("data", "late", "1Gi")];
+    f.volumes = vec![pooled("pool-a", "node-1")];
+    let mut held = pod(&["data"]);
+    held.spec.as_mut().unwrap().node_selector =
+        Some([(KEY.to_string(), "node-3".to_string())].into());
+    assert_eq!(f.plan(&held), select("node-3", &["data"]));
+    assert_eq!(
+        f.plan(&pod(&["data"])),
+        Plan::Select {
+            node: "node-1".into(),
+            claims: Vec::new(),
+            bind: vec![("data".into(), "pool-a".into())],
+        }
+    );
+}
