@@ -4,22 +4,34 @@
 
 use super::*;
 
+/// The plan that puts the Pod on `node` with its claim `claim` pre-bound to `volume`.
+fn on_with_volume(node: &str, claim: &str, volume: &str) -> Plan {
+    Plan::Select {
+        node: node.into(),
+        claims: Vec::new(),
+        bind: vec![(claim.into(), volume.into())],
+    }
+}
+
+/// An Available ReadWriteOnce volume of `class` and `size` on `node`.
+fn available(name: &str, node: &str, class: &str, size: &str) -> PersistentVolume {
+    let mut v = pv(name, node);
+    let spec = v.spec.as_mut().unwrap();
+    spec.storage_class_name = Some(class.into());
+    spec.capacity = Some([("storage".to_string(), Quantity(size.into()))].into());
+    spec.access_modes = Some(vec!["ReadWriteOnce".into()]);
+    v.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+        phase: Some("Available".into()),
+        ..Default::default()
+    });
+    v
+}
+
 #[test]
 fn late_binding_claims_of_static_volumes_get_one_on_the_chosen_node_pre_bound() {
     let mut local = class("local", true);
     local.provisioner = "kubernetes.io/no-provisioner".into();
-    let static_pv = |name: &str, node: &str, size: &str| {
-        let mut v = pv(name, node);
-        v.spec.as_mut().unwrap().storage_class_name = Some("local".into());
-        v.spec.as_mut().unwrap().capacity =
-            Some([("storage".to_string(), Quantity(size.into()))].into());
-        v.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteOnce".into()]);
-        v.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
-            phase: Some("Available".into()),
-            ..Default::default()
-        });
-        v
-    };
+    let static_pv = |name: &str, node: &str, size: &str| available(name, node, "local", size);
     let mut f = Fixture::new();
     f.classes.push(local);
     f.claims = vec![claim("data", "local", "2Gi")];
@@ -39,11 +51,7 @@ fn late_binding_claims_of_static_volumes_get_one_on_the_chosen_node_pre_bound() 
     ];
     assert_eq!(
         f.plan(&pod(&["data"])),
-        Plan::Select {
-            node: "node-2".into(),
-            claims: Vec::new(),
-            bind: vec![("data".into(), "fit".into())],
-        }
+        on_with_volume("node-2", "data", "fit")
     );
     // Pre-bound already: the same volume again (the PV controller completes the binding).
     let mut prebound = static_pv("fit", "node-2", "3Gi");
@@ -56,11 +64,7 @@ fn late_binding_claims_of_static_volumes_get_one_on_the_chosen_node_pre_bound() 
     f.volumes = vec![static_pv("big", "node-2", "10Gi"), prebound];
     assert_eq!(
         f.plan(&pod(&["data"])),
-        Plan::Select {
-            node: "node-2".into(),
-            claims: Vec::new(),
-            bind: vec![("data".into(), "fit".into())],
-        }
+        on_with_volume("node-2", "data", "fit")
     );
 }
 
@@ -161,31 +165,15 @@ fn a_pool_volume_whose_node_affinity_excludes_the_pods_node_is_not_offered() {
     // A class with a provisioner whose pool (a PersistentVolumeSet's Available volumes) is on
     // node-1: a Pod held to node-3 gets its claim provisioned there, not the pool's volume;
     // a Pod that may go anywhere takes the pool's volume on its node.
-    let pooled = |name: &str, node: &str| {
-        let mut v = pv(name, node);
-        let spec = v.spec.as_mut().unwrap();
-        spec.storage_class_name = Some("late".into());
-        spec.capacity = Some([("storage".to_string(), Quantity("1Gi".into()))].into());
-        spec.access_modes = Some(vec!["ReadWriteOnce".into()]);
-        v.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
-            phase: Some("Available".into()),
-            ..Default::default()
-        });
-        v
-    };
     let mut f = Fixture::new();
     f.claims = vec![claim("data", "late", "1Gi")];
-    f.volumes = vec![pooled("pool-a", "node-1")];
+    f.volumes = vec![available("pool-a", "node-1", "late", "1Gi")];
     let mut held = pod(&["data"]);
     held.spec.as_mut().unwrap().node_selector =
         Some([(KEY.to_string(), "node-3".to_string())].into());
     assert_eq!(f.plan(&held), select("node-3", &["data"]));
     assert_eq!(
         f.plan(&pod(&["data"])),
-        Plan::Select {
-            node: "node-1".into(),
-            claims: Vec::new(),
-            bind: vec![("data".into(), "pool-a".into())],
-        }
+        on_with_volume("node-1", "data", "pool-a")
     );
 }
