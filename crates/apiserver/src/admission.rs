@@ -108,8 +108,8 @@ pub(crate) fn is_default(class: &Value) -> bool {
 /// Not done: the ServiceAccount token volume kube-apiserver mounts into a Pod that does not
 /// opt out (`automountServiceAccountToken: false`), its refusal of a Pod whose account does
 /// not exist and the account's `imagePullSecrets`; PriorityClasses other than the two
-/// built-in ones (a Pod naming another is left without a priority, where kube-apiserver
-/// refuses it unless the class exists);
+/// built-in ones (the server does not serve PriorityClasses: a Pod naming another class is
+/// refused, as kube-apiserver refuses one naming a class that does not exist);
 /// the refusal of an update that changes what a Pod's spec may not change.
 ///
 /// A Pod giving a priority or preemption policy other than its class's is refused: the reason
@@ -128,30 +128,30 @@ pub fn pod(pod: &mut Value) -> Result<(), String> {
         .unwrap_or_default();
     let priority = match class {
         // A cluster without a global default class.
-        "" => Some(0),
-        "system-node-critical" => Some(2_000_001_000),
-        "system-cluster-critical" => Some(2_000_000_000),
-        _ => None,
+        "" => 0,
+        "system-node-critical" => 2_000_001_000,
+        "system-cluster-critical" => 2_000_000_000,
+        // The server serves no PriorityClasses, so none other than the built-in two exists:
+        // kube-apiserver refuses a Pod naming a class it cannot find.
+        other => return Err(format!("no PriorityClass with name {other} was found")),
     };
-    if let Some(priority) = priority {
-        if let Some(given) = spec.get("priority").and_then(Value::as_i64)
-            && given != priority
-        {
-            return Err(format!(
-                "the integer value of priority ({given}) must not be provided in pod spec; priority admission controller computed {priority} from the given PriorityClass name"
-            ));
-        }
-        let policy = "PreemptLowerPriority";
-        if let Some(given) = spec.get("preemptionPolicy").and_then(Value::as_str)
-            && given != policy
-        {
-            return Err(format!(
-                "the string value of PreemptionPolicy ({given}) must not be provided in pod spec; priority admission controller computed {policy} from the given PriorityClass name"
-            ));
-        }
-        spec.insert("priority".into(), json!(priority));
-        spec.insert("preemptionPolicy".into(), json!(policy));
+    if let Some(given) = spec.get("priority").and_then(Value::as_i64)
+        && given != priority
+    {
+        return Err(format!(
+            "the integer value of priority ({given}) must not be provided in pod spec; priority admission controller computed {priority} from the given PriorityClass name"
+        ));
     }
+    let policy = "PreemptLowerPriority";
+    if let Some(given) = spec.get("preemptionPolicy").and_then(Value::as_str)
+        && given != policy
+    {
+        return Err(format!(
+            "the string value of PreemptionPolicy ({given}) must not be provided in pod spec; priority admission controller computed {policy} from the given PriorityClass name"
+        ));
+    }
+    spec.insert("priority".into(), json!(priority));
+    spec.insert("preemptionPolicy".into(), json!(policy));
     default_toleration_seconds(spec);
     Ok(())
 }
@@ -360,6 +360,11 @@ mod tests {
         assert_eq!(
             refused(json!({"preemptionPolicy": "Never"})),
             "the string value of PreemptionPolicy (Never) must not be provided in pod spec; priority admission controller computed PreemptLowerPriority from the given PriorityClass name"
+        );
+        // A class that does not exist (the server serves none but the built-in two).
+        assert_eq!(
+            refused(json!({"priorityClassName": "batch-low"})),
+            "no PriorityClass with name batch-low was found"
         );
         // The class's own values are accepted.
         let mut same = json!({"spec": {"priority": 0, "preemptionPolicy": "PreemptLowerPriority"}});

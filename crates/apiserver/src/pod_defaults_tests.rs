@@ -37,7 +37,7 @@ fn what_the_user_set_is_kept() {
                         "terminationMessagePolicy": "FallbackToLogsOnError"}],
         "dnsPolicy": "Default", "restartPolicy": "Never", "securityContext": {"runAsUser": 1},
         "terminationGracePeriodSeconds": 0, "schedulerName": "mine", "enableServiceLinks": false,
-        "serviceAccountName": "builder", "priorityClassName": "high",
+        "serviceAccountName": "builder", "priorityClassName": "system-cluster-critical",
         "tolerations": [{"operator": "Exists"}],
     });
     let mut pod = json!({"spec": spec.clone()});
@@ -51,14 +51,14 @@ fn what_the_user_set_is_kept() {
         "schedulerName",
         "enableServiceLinks",
         "serviceAccountName",
+        "priorityClassName",
         // A Pod tolerating every taint gets no toleration added.
         "tolerations",
     ] {
         assert_eq!(pod["spec"][field], spec[field], "{field}");
     }
     assert_eq!(pod["spec"]["serviceAccount"], "builder");
-    // A Pod naming a class is left to its class (not looked up here).
-    assert!(pod["spec"].get("priority").is_none(), "{pod}");
+    assert_eq!(pod["spec"]["priority"], 2_000_000_000);
     let container = &pod["spec"]["containers"][0];
     assert_eq!(container["imagePullPolicy"], "Never");
     assert_eq!(
@@ -316,7 +316,6 @@ fn admission_gives_built_in_classes_their_priority_and_null_tolerations_the_defa
         ("", Some(0)),
         ("system-node-critical", Some(2_000_001_000)),
         ("system-cluster-critical", Some(2_000_000_000)),
-        ("batch-low", None),
     ];
     for (class, priority) in table {
         let mut pod =

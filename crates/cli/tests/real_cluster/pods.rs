@@ -215,8 +215,8 @@ fn differences<T: PartialEq + serde::Serialize>(theirs: &[T], ours: &[T]) -> Vec
         .collect()
 }
 
-/// What `client`'s server answers to Pods giving their own priority or preemption policy:
-/// each refusal's code and message.
+/// What `client`'s server answers to Pods giving their own priority or preemption policy, or
+/// naming a PriorityClass that does not exist: each refusal's code and message.
 async fn refusals(client: &kube::Client) -> Vec<(u16, String)> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let mut answers = Vec::new();
@@ -224,6 +224,7 @@ async fn refusals(client: &kube::Client) -> Vec<(u16, String)> {
         json!({"priority": 5}),
         json!({"priorityClassName": "system-node-critical", "priority": 0}),
         json!({"preemptionPolicy": "Never"}),
+        json!({"priorityClassName": "batch-low"}),
     ]
     .into_iter()
     .enumerate()
