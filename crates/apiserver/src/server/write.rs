@@ -152,8 +152,18 @@ pub(crate) async fn create_object(
     let ns = t.namespace.clone().unwrap_or_default();
     // A generated name that is taken is generated again, as kube-apiserver does (up to 8 tries).
     let generated = obj["metadata"]["name"].as_str().is_none_or(str::is_empty);
+    // A refusal names the object as it was asked for: by its generateName when it had no name
+    // (as kube-apiserver's admission errors do).
+    let asked_as = if generated {
+        obj["metadata"]["generateName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        String::new()
+    };
     let mut name = prepare_create(&t.rt, &ns, &mut obj)?;
-    admit(app, t, &mut obj)?;
+    admit(app, t, &mut obj, &asked_as)?;
     if let Some(managed) = managed_fields {
         obj["metadata"]["managedFields"] = managed;
     }
@@ -199,7 +209,9 @@ pub(crate) async fn create_object(
 
 /// The mutating admission kube-apiserver runs by default on a create. Only objects are created
 /// here: `create` refuses subresources and an apply to a missing object's subresource is a 404.
-fn admit(app: &App, t: &Target, obj: &mut Value) -> Result<(), ApiError> {
+/// Runs the admission plugins on `obj`, being created; a refusal names it `asked_as` when that
+/// is not empty (its generateName), else by its name.
+fn admit(app: &App, t: &Target, obj: &mut Value, asked_as: &str) -> Result<(), ApiError> {
     // Most claims name their class: the classes are listed only for those that do not.
     if t.rt.group.is_empty()
         && t.rt.plural == "persistentvolumeclaims"
@@ -212,7 +224,10 @@ fn admit(app: &App, t: &Target, obj: &mut Value) -> Result<(), ApiError> {
     }
     if t.rt.group.is_empty() && t.rt.plural == "pods" {
         crate::admission::pod(obj).map_err(|why| {
-            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            let name = match asked_as {
+                "" => obj["metadata"]["name"].as_str().unwrap_or_default(),
+                generate_name => generate_name,
+            };
             ApiError::forbidden_object("", "pods", name, &why)
         })?;
     }

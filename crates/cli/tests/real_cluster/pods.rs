@@ -216,7 +216,8 @@ fn differences<T: PartialEq + serde::Serialize>(theirs: &[T], ours: &[T]) -> Vec
 }
 
 /// What `client`'s server answers to Pods giving their own priority or preemption policy, or
-/// naming a PriorityClass that does not exist: each refusal's code and message.
+/// naming a PriorityClass that does not exist (one of them by generateName): each refusal's
+/// code and message.
 async fn refusals(client: &kube::Client) -> Vec<(u16, String)> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let mut answers = Vec::new();
@@ -225,6 +226,7 @@ async fn refusals(client: &kube::Client) -> Vec<(u16, String)> {
         json!({"priorityClassName": "system-node-critical", "priority": 0}),
         json!({"preemptionPolicy": "Never"}),
         json!({"priorityClassName": "batch-low"}),
+        json!({"priorityClassName": "batch-low", "priority": 5}),
     ]
     .into_iter()
     .enumerate()
@@ -234,9 +236,12 @@ async fn refusals(client: &kube::Client) -> Vec<(u16, String)> {
         for (field, value) in extra.as_object().unwrap() {
             spec[field] = value.clone();
         }
-        let pod: Pod =
-            serde_json::from_value(json!({"metadata": {"name": format!("r-{i}")}, "spec": spec}))
-                .unwrap();
+        // The last by generateName: a refusal names the object as it was asked for.
+        let metadata = match i {
+            4 => json!({"generateName": "r-gen-"}),
+            _ => json!({"name": format!("r-{i}")}),
+        };
+        let pod: Pod = serde_json::from_value(json!({"metadata": metadata, "spec": spec})).unwrap();
         match pods.create(&PostParams::default(), &pod).await {
             Err(kube::Error::Api(status)) => answers.push((status.code, status.message)),
             other => answers.push((0, format!("not refused: {other:?}"))),
