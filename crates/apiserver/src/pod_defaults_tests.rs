@@ -313,18 +313,18 @@ fn empty_limits_add_no_requests_and_grpc_probes_get_a_service() {
 fn admission_gives_built_in_classes_their_priority_and_null_tolerations_the_defaults() {
     // (class, priority)
     let table = [
-        ("", Some(0)),
-        ("system-node-critical", Some(2_000_001_000)),
-        ("system-cluster-critical", Some(2_000_000_000)),
+        ("", 0),
+        ("system-node-critical", 2_000_001_000),
+        ("system-cluster-critical", 2_000_000_000),
     ];
     for (class, priority) in table {
         let mut pod =
             json!({"spec": {"containers": [], "priorityClassName": class, "tolerations": null}});
         crate::admission::pod(&mut pod).unwrap();
-        assert_eq!(pod["spec"]["priority"].as_i64(), priority, "{class}");
+        assert_eq!(pod["spec"]["priority"].as_i64(), Some(priority), "{class}");
         assert_eq!(
             pod["spec"]["preemptionPolicy"].as_str(),
-            priority.map(|_| "PreemptLowerPriority"),
+            Some("PreemptLowerPriority"),
             "{class}"
         );
         assert_eq!(
