@@ -163,6 +163,8 @@ pub(crate) async fn create_object(
         String::new()
     };
     let mut name = prepare_create(&t.rt, &ns, &mut obj)?;
+    // NamespaceLifecycle comes first among kube-apiserver's admission plugins.
+    namespace_active(app, &t.rt, &ns)?;
     admit(app, t, &mut obj, &asked_as)?;
     if let Some(managed) = managed_fields {
         obj["metadata"]["managedFields"] = managed;
@@ -170,7 +172,6 @@ pub(crate) async fn create_object(
     objects::decodes(&t.rt, &obj)?;
     validate(&t.rt, &obj, None)?;
     crate::auth::escalation::check(&app.auth, &app.store, &t.rt, &ns, &obj)?;
-    namespace_active(app, &t.rt, &ns)?;
     super::definitions::definition_active(app, &t.rt, &name)?;
     let rt = t.rt.clone();
     let mut attempt = 1;
