@@ -247,6 +247,16 @@ async fn refusals(client: &kube::Client) -> Vec<(u16, String)> {
             other => answers.push((0, format!("not refused: {other:?}"))),
         }
     }
+    // In a namespace that does not exist: the namespace is what is refused, before the class.
+    let mut spec = specs()[0].clone();
+    spec["priorityClassName"] = json!("batch-low");
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": "r-nowhere"}, "spec": spec})).unwrap();
+    let nowhere: Api<Pod> = Api::namespaced(client.clone(), "nowhere");
+    match nowhere.create(&PostParams::default(), &pod).await {
+        Err(kube::Error::Api(status)) => answers.push((status.code, status.message)),
+        other => answers.push((0, format!("not refused: {other:?}"))),
+    }
     answers
 }
 
@@ -261,6 +271,8 @@ async fn a_pod_giving_its_own_priority_is_refused_as_kube_apiserver_refuses_it()
     let ours = refusals(&crate::bed::our_server("refusals-test").await.client).await;
     let differences = differences(&theirs, &ours);
     assert!(differences.is_empty(), "{}", differences.join("\n"));
-    // The check compares something: kube-apiserver refused each with a 403.
-    assert!(theirs.iter().all(|(code, _)| *code == 403), "{theirs:?}");
+    // The check compares something: kube-apiserver refused each with a 403, but the Pod in a
+    // namespace that does not exist with a 404.
+    let codes: Vec<u16> = theirs.iter().map(|(code, _)| *code).collect();
+    assert_eq!(codes, [403, 403, 403, 403, 403, 404], "{theirs:?}");
 }
