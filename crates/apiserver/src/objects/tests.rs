@@ -2,11 +2,16 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
 
+/// The built-in resource type `plural` of `group`, as the server knows it.
+fn built_in(group: &str, plural: &str) -> std::sync::Arc<crate::registry::ResourceType> {
+    crate::registry::Registry::default()
+        .find(group, "v1", plural)
+        .unwrap()
+}
+
 #[test]
 fn a_status_update_takes_only_the_status_from_the_request() {
-    let rt = crate::registry::Registry::default()
-        .find("", "v1", "persistentvolumeclaims")
-        .unwrap();
+    let rt = built_in("", "persistentvolumeclaims");
     let current = json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "labels": {"a": "1"},
@@ -34,9 +39,7 @@ fn a_status_update_takes_only_the_status_from_the_request() {
     assert_eq!(next["metadata"]["generation"], 3);
     // A VolumeAttachment's status write cannot touch its finalizers or labels (kube-apiserver
     // resets its metadata for status), so it cannot take the attacher's finalizer off.
-    let attachments = crate::registry::Registry::default()
-        .find("storage.k8s.io", "v1", "volumeattachments")
-        .unwrap();
+    let attachments = built_in("storage.k8s.io", "volumeattachments");
     let attached = json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
         "metadata": {"name": "va", "uid": "u", "labels": {"a": "1"}, "finalizers": ["external-attacher/d"],
                      "deletionTimestamp": "2026-11-29T00:00:00Z", "resourceVersion": "5"},
@@ -67,9 +70,7 @@ fn a_status_update_takes_only_the_status_from_the_request() {
 
 #[test]
 fn empty_metadata_maps_and_lists_are_not_stored() {
-    let rt = crate::registry::Registry::default()
-        .find("", "v1", "configmaps")
-        .unwrap();
+    let rt = built_in("", "configmaps");
     let empties =
         json!({"labels": {}, "annotations": null, "finalizers": [], "ownerReferences": []});
     let mut created = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
@@ -198,9 +199,7 @@ fn assigned_running_pods_are_deleted_gracefully_and_only_ever_sooner() {
 
 #[test]
 fn a_claims_update_mirrors_its_data_sources_and_a_status_write_is_not_checked_for_them() {
-    let rt = crate::registry::Registry::default()
-        .find("", "v1", "persistentvolumeclaims")
-        .unwrap();
+    let rt = built_in("", "persistentvolumeclaims");
     let source = json!({"kind": "PersistentVolumeClaim", "name": "src"});
     let mut created = json!({"metadata": {"name": "c"}, "spec": {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
@@ -269,9 +268,7 @@ fn a_built_in_kinds_nulls_are_absent_fields_and_a_custom_resources_stay() {
 
 #[test]
 fn a_pods_status_write_without_its_qos_class_keeps_the_stored_one() {
-    let rt = crate::registry::Registry::default()
-        .find("", "v1", "pods")
-        .unwrap();
+    let rt = built_in("", "pods");
     let current = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "5"},

@@ -94,11 +94,8 @@ fn a_static_volume_pre_bound_to_an_earlier_claim_of_the_name_or_a_claim_naming_i
     let mut data = claim("data", "local", "1Gi");
     data.metadata.uid = Some("new-uid".into());
     f.claims = vec![data.clone()];
-    let mut old = pv("old", "node-1");
-    let spec = old.spec.as_mut().unwrap();
-    spec.storage_class_name = Some("local".into());
-    spec.capacity = Some([("storage".to_string(), Quantity("1Gi".into()))].into());
-    spec.claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
+    let mut old = available("old", "node-1", "local", "1Gi");
+    old.spec.as_mut().unwrap().claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
         namespace: Some("default".into()),
         name: Some("data".into()),
         uid: Some("old-uid".into()),
@@ -117,15 +114,7 @@ fn a_static_volume_pre_bound_to_an_earlier_claim_of_the_name_or_a_claim_naming_i
     let mut named = data;
     named.spec.as_mut().unwrap().volume_name = Some("missing".into());
     f.claims = vec![named];
-    let mut free = pv("free", "node-1");
-    let spec = free.spec.as_mut().unwrap();
-    spec.storage_class_name = Some("local".into());
-    spec.capacity = Some([("storage".to_string(), Quantity("1Gi".into()))].into());
-    free.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
-        phase: Some("Available".into()),
-        ..Default::default()
-    });
-    f.volumes = vec![free];
+    f.volumes = vec![available("free", "node-1", "local", "1Gi")];
     assert!(
         !matches!(f.plan(&pod(&["data"])), Plan::Select { ref bind, .. } if !bind.is_empty()),
         "never pre-binds for a claim that names its volume"
