@@ -105,15 +105,14 @@ pub(crate) fn is_default(class: &Value) -> bool {
 /// unreachable nodes). Compared with kube-apiserver v1.36.2 by
 /// `cli/tests/real_cluster/pods.rs`.
 ///
+/// A Pod naming a PriorityClass other than the two built-in ones (the server serves none, so
+/// none other exists), or giving a priority or preemption policy other than its class's, is
+/// refused: the reason is returned (kube-apiserver's words, a 403 from the caller).
+///
 /// Not done: the ServiceAccount token volume kube-apiserver mounts into a Pod that does not
 /// opt out (`automountServiceAccountToken: false`), its refusal of a Pod whose account does
-/// not exist and the account's `imagePullSecrets`; PriorityClasses other than the two
-/// built-in ones (the server does not serve PriorityClasses: a Pod naming another class is
-/// refused, as kube-apiserver refuses one naming a class that does not exist);
-/// the refusal of an update that changes what a Pod's spec may not change.
-///
-/// A Pod giving a priority or preemption policy other than its class's is refused: the reason
-/// is returned (kube-apiserver's words, a 403 from the caller).
+/// not exist and the account's `imagePullSecrets`; PriorityClass objects; the refusal of an
+/// update that changes what a Pod's spec may not change.
 pub fn pod(pod: &mut Value) -> Result<(), String> {
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return Ok(());

@@ -220,9 +220,9 @@ pub fn prepare_create(
     meta.remove("selfLink");
     meta.remove("managedFields");
     drop_empty_lists_and_maps(meta);
-    // A Node is created with its status (as kubelet registers it); every other kind with a
-    // status starts from its own.
-    if rt.status && !(rt.group.is_empty() && rt.plural == "nodes") {
+    // A Node is created with its status (as kubelet registers it); a Pod's comes from its
+    // defaulted spec (below); every other kind with a status starts from its own.
+    if rt.status && !(rt.group.is_empty() && matches!(rt.plural.as_str(), "nodes" | "pods")) {
         let status = initial_status(rt);
         obj["status"] = status;
     }

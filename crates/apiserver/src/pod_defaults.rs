@@ -120,6 +120,21 @@ pub fn initial_status(pod: &Value) -> Value {
     json!({"phase": "Pending", "qosClass": qos_class(&pod["spec"])})
 }
 
+/// A Pod's status write (`next`, over `current`): the QoS class is set at create and
+/// immutable, so a write without one (an older kubelet's) gets the stored one back, as
+/// kube-apiserver's Pod status strategy does.
+pub(crate) fn keep_qos_class(current: &Value, next: &mut Value) {
+    let stored = &current["status"]["qosClass"];
+    if let Some(status) = next.get_mut("status").and_then(Value::as_object_mut)
+        && status
+            .get("qosClass")
+            .is_none_or(|class| class.is_null() || class.as_str() == Some(""))
+        && !stored.is_null()
+    {
+        status.insert("qosClass".into(), stored.clone());
+    }
+}
+
 /// The QoS class kube-apiserver gives a Pod (`ComputePodQOS` over its containers and init
 /// containers, CPU and memory only; a zero quantity counts as unset).
 pub fn qos_class(spec: &Value) -> &'static str {

@@ -95,19 +95,7 @@ pub fn merge_update(
         ("", "persistentvolumeclaims") if !status_only => {
             storage_defaults::mirror_data_sources(&mut next);
         }
-        // The QoS class is set at create and immutable: a status write without one (an older
-        // kubelet's) gets the stored one back, as kube-apiserver's Pod status strategy does.
-        ("", "pods") if status_only => {
-            let stored = &current["status"]["qosClass"];
-            if let Some(status) = next.get_mut("status").and_then(Value::as_object_mut)
-                && status
-                    .get("qosClass")
-                    .is_none_or(|class| class.is_null() || class.as_str() == Some(""))
-                && !stored.is_null()
-            {
-                status.insert("qosClass".into(), stored.clone());
-            }
-        }
+        ("", "pods") if status_only => crate::pod_defaults::keep_qos_class(current, &mut next),
         _ => {}
     }
     // Defaulted before the specs are compared, as kube-apiserver compares them: a manifest

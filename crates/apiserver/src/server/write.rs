@@ -152,20 +152,10 @@ pub(crate) async fn create_object(
     let ns = t.namespace.clone().unwrap_or_default();
     // A generated name that is taken is generated again, as kube-apiserver does (up to 8 tries).
     let generated = obj["metadata"]["name"].as_str().is_none_or(str::is_empty);
-    // A refusal names the object as it was asked for: by its generateName when it had no name
-    // (as kube-apiserver's admission errors do).
-    let asked_as = if generated {
-        obj["metadata"]["generateName"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    } else {
-        String::new()
-    };
     let mut name = prepare_create(&t.rt, &ns, &mut obj)?;
     // NamespaceLifecycle comes first among kube-apiserver's admission plugins.
     namespace_active(app, &t.rt, &ns)?;
-    admit(app, t, &mut obj, &asked_as)?;
+    admit(app, t, &mut obj, generated)?;
     if let Some(managed) = managed_fields {
         obj["metadata"]["managedFields"] = managed;
     }
@@ -210,9 +200,9 @@ pub(crate) async fn create_object(
 
 /// The mutating admission kube-apiserver runs by default on a create. Only objects are created
 /// here: `create` refuses subresources and an apply to a missing object's subresource is a 404.
-/// Runs the admission plugins on `obj`, being created; a refusal names it `asked_as` when that
-/// is not empty (its generateName), else by its name.
-fn admit(app: &App, t: &Target, obj: &mut Value, asked_as: &str) -> Result<(), ApiError> {
+/// A refusal names the object as it was asked for, as kube-apiserver's admission errors do: by
+/// its generateName when its name was `generated`.
+fn admit(app: &App, t: &Target, obj: &mut Value, generated: bool) -> Result<(), ApiError> {
     // Most claims name their class: the classes are listed only for those that do not.
     if t.rt.group.is_empty()
         && t.rt.plural == "persistentvolumeclaims"
@@ -225,10 +215,8 @@ fn admit(app: &App, t: &Target, obj: &mut Value, asked_as: &str) -> Result<(), A
     }
     if t.rt.group.is_empty() && t.rt.plural == "pods" {
         crate::admission::pod(obj).map_err(|why| {
-            let name = match asked_as {
-                "" => obj["metadata"]["name"].as_str().unwrap_or_default(),
-                generate_name => generate_name,
-            };
+            let asked_as = if generated { "generateName" } else { "name" };
+            let name = obj["metadata"][asked_as].as_str().unwrap_or_default();
             ApiError::forbidden_object("", "pods", name, &why)
         })?;
     }
