@@ -219,43 +219,49 @@ fn differences<T: PartialEq + serde::Serialize>(theirs: &[T], ours: &[T]) -> Vec
 /// naming a PriorityClass that does not exist (one of them by generateName): each refusal's
 /// code and message.
 async fn refusals(client: &kube::Client) -> Vec<(u16, String)> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let mut answers = Vec::new();
-    for (i, extra) in [
-        json!({"priority": 5}),
-        json!({"priorityClassName": "system-node-critical", "priority": 0}),
-        json!({"preemptionPolicy": "Never"}),
-        json!({"priorityClassName": "batch-low"}),
-        json!({"priorityClassName": "batch-low", "priority": 5}),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    // (namespace, metadata, what the spec gives): the one by generateName shows a refusal
+    // names the object as it was asked for; in a namespace that does not exist the namespace
+    // is what is refused, before the class.
+    for (namespace, metadata, extra) in [
+        ("default", json!({"name": "r-0"}), json!({"priority": 5})),
+        (
+            "default",
+            json!({"name": "r-1"}),
+            json!({"priorityClassName": "system-node-critical", "priority": 0}),
+        ),
+        (
+            "default",
+            json!({"name": "r-2"}),
+            json!({"preemptionPolicy": "Never"}),
+        ),
+        (
+            "default",
+            json!({"name": "r-3"}),
+            json!({"priorityClassName": "batch-low"}),
+        ),
+        (
+            "default",
+            json!({"generateName": "r-gen-"}),
+            json!({"priorityClassName": "batch-low", "priority": 5}),
+        ),
+        (
+            "nowhere",
+            json!({"name": "r-5"}),
+            json!({"priorityClassName": "batch-low"}),
+        ),
+    ] {
         let mut spec = specs()[0].clone();
         spec["automountServiceAccountToken"] = json!(false);
         for (field, value) in extra.as_object().unwrap() {
             spec[field] = value.clone();
         }
-        // The last by generateName: a refusal names the object as it was asked for.
-        let metadata = match i {
-            4 => json!({"generateName": "r-gen-"}),
-            _ => json!({"name": format!("r-{i}")}),
-        };
         let pod: Pod = serde_json::from_value(json!({"metadata": metadata, "spec": spec})).unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         match pods.create(&PostParams::default(), &pod).await {
             Err(kube::Error::Api(status)) => answers.push((status.code, status.message)),
             other => answers.push((0, format!("not refused: {other:?}"))),
         }
-    }
-    // In a namespace that does not exist: the namespace is what is refused, before the class.
-    let mut spec = specs()[0].clone();
-    spec["priorityClassName"] = json!("batch-low");
-    let pod: Pod =
-        serde_json::from_value(json!({"metadata": {"name": "r-nowhere"}, "spec": spec})).unwrap();
-    let nowhere: Api<Pod> = Api::namespaced(client.clone(), "nowhere");
-    match nowhere.create(&PostParams::default(), &pod).await {
-        Err(kube::Error::Api(status)) => answers.push((status.code, status.message)),
-        other => answers.push((0, format!("not refused: {other:?}"))),
     }
     answers
 }
